@@ -1,0 +1,1 @@
+//! The launcher: starts node processes locally or through a remote shell, exchanges node tables, forwards output, propagates exit codes. Not built yet: it arrives with issue 3. Until then jobs run on the in-process layer, started directly (`PROGRAM +pN`).

@@ -1,0 +1,1 @@
+//! The net layers (TCP, and UDP with packetization and retransmission). Not built yet: the TCP transport arrives with issue 3, UDP with issue 4. Until then this crate exports nothing, and the runtime has no `tcp` or `udp` layer to select.

@@ -1,0 +1,1 @@
+//! The Simple Interconnect of the porting slides, on shared memory, and the machine layer on it. Not built yet: it arrives with issue 5. Until then this crate exports nothing, and the runtime has no `si` layer to select.

@@ -1,0 +1,163 @@
+//! The `Machine` contract: what an interconnect layer implements.
+
+use crate::error::MachineError;
+use crate::message::Message;
+use crate::node_table::NodeTable;
+use crate::settings::Settings;
+use std::time::Duration;
+
+/// One node's view of an interconnect: the Rust analog of Charm++'s LRTS machine layer.
+///
+/// The runtime owns one `Machine` per node and calls it from one thread at a time (the thread
+/// that runs the node's communication server), so implementations need no internal locking for
+/// calls on the same object. The scheduler, queues, priorities, broadcast trees, reductions,
+/// start-up checks and exit protocol all live once in the runtime; a layer only moves messages
+/// between nodes.
+///
+/// # Life cycle
+/// 1. **Boot**: the layer's [`BootFn`] runs once per process. It learns (or, for the in-process
+///    layer, creates) the node table and returns one `Machine` per node hosted in this process.
+///    After boot every node can send to every other node.
+/// 2. **Run**: the runtime calls [`send`](Self::send) for outgoing messages and
+///    [`advance`](Self::advance) from its poll loop; when it has nothing to do it calls
+///    [`wait`](Self::wait).
+/// 3. **Exit**: when the job ends, every node calls [`barrier`](Self::barrier) then
+///    [`exit`](Self::exit). [`abort`](Self::abort) ends the whole job at once from any point.
+///
+/// # Ordering
+/// Messages from one node to another are handed up at the receiver in the order they were
+/// passed to `send` at the sender (FIFO per sender/receiver pair), each exactly once, none lost.
+/// Nothing is promised across different senders. A layer over an unreliable interconnect must
+/// restore these guarantees itself (sequence numbers, acknowledgements, retransmission).
+///
+/// # Buffer ownership
+/// `send` takes the [`Message`] by value: from then on the layer owns the buffer and drops it
+/// when the interconnect no longer needs it (after the bytes were written to a socket, after the
+/// MPI request completed, ...). The layer may use the message's headroom for its own header
+/// ([`Message::frame_with_header`]), so it never copies the payload to prepend one. On receipt
+/// the layer builds one buffer per message (reading the frame straight into it) and wraps it with
+/// [`Message::from_frame`]; the message handed up is owned by the runtime, which passes it to the
+/// handler without copying the payload again.
+///
+/// # What may block
+/// - `send` must not block waiting for the receiver to make progress: if the interconnect cannot
+///   take the bytes now, the layer queues them and pushes them out in later `send`/`advance`
+///   calls. (A layer may block briefly on a local resource, never on a remote node.)
+/// - `advance` never blocks; it does whatever progress is possible now and returns.
+/// - `wait` blocks up to its timeout, returning early when something arrived (or may have).
+/// - `barrier` and `exit` block until every node has reached them.
+///
+/// # Errors and dead peers
+/// Every error is fatal to the job: the runtime reports it with the PE and node and aborts. A
+/// layer signals a peer that died, closed its end or stopped answering with
+/// [`MachineError::PeerDead`], naming the node; it never retries forever. Bytes from a peer
+/// that do not decode are [`MachineError::Corrupt`]. Packets from outside the job (wrong secret)
+/// are not errors: the layer drops and counts them.
+///
+/// # Loopback
+/// Sending to one's own node must work (the message is handed up by a later `advance`), though
+/// the runtime delivers PE-local messages itself without calling the layer.
+pub trait Machine: Send {
+    /// The layer's name as `+machine` knows it (`"local"`, `"tcp"`, ...).
+    fn layer(&self) -> &'static str;
+
+    /// This node's number, `0 .. table().num_nodes()`.
+    fn my_node(&self) -> usize;
+
+    /// The node table, identical on every node.
+    fn table(&self) -> &NodeTable;
+
+    /// Send `msg` (its wire bytes, see [`Message::wire`]) to node `node`, taking ownership.
+    ///
+    /// Returns once the layer has taken the message: it may still be queued inside the layer.
+    ///
+    /// # Errors
+    /// [`MachineError::InvalidNode`] for a node outside the table; [`MachineError::PeerDead`]
+    /// when the destination is known to be gone; [`MachineError::Io`] for a local failure.
+    fn send(&mut self, node: usize, msg: Message) -> Result<(), MachineError>;
+
+    /// The communication server: push out pending sends, then hand every message that has
+    /// arrived to `deliver`, in per-sender order. Returns how many messages were handed up.
+    /// Never blocks.
+    ///
+    /// # Errors
+    /// [`MachineError::PeerDead`], [`MachineError::Corrupt`], [`MachineError::Aborted`] (the
+    /// launcher or another node ended the job), [`MachineError::Io`].
+    fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError>;
+
+    /// Block until a message may have arrived or `timeout` passed, whichever is first. The
+    /// runtime calls it only when idle, after having spun on `advance` for a while. Spurious
+    /// returns are allowed; a message that arrives during the wait must end it promptly.
+    ///
+    /// The default sleeps for `timeout` capped at 200 µs: correct for any layer, but a layer
+    /// that can block on something real (a socket, an eventfd, a channel) should, so that an
+    /// idle node uses no CPU yet wakes as soon as a message comes.
+    ///
+    /// # Errors
+    /// As [`advance`](Self::advance).
+    fn wait(&mut self, timeout: Duration) -> Result<(), MachineError> {
+        std::thread::sleep(timeout.min(Duration::from_micros(200)));
+        Ok(())
+    }
+
+    /// Block until every node of the job has called `barrier`. Used at start-up and exit; user
+    /// code gets message-driven barriers from the runtime instead. Messages may still be handed
+    /// up by `advance` after a barrier; the barrier itself hands none up.
+    ///
+    /// # Errors
+    /// [`MachineError::PeerDead`] when a node died before reaching the barrier.
+    fn barrier(&mut self) -> Result<(), MachineError>;
+
+    /// Leave the job with `code` as this node's exit code: flush what is still queued for other
+    /// nodes, tell the launcher (if any) the code, release the interconnect. No other method is
+    /// called after it. The runtime calls `barrier` before `exit`, so no peer is still sending.
+    ///
+    /// # Errors
+    /// [`MachineError::Io`] when the layer could not shut down cleanly; the process still exits.
+    fn exit(&mut self, code: i32) -> Result<(), MachineError>;
+
+    /// End the whole job now, from any state: print `reason` (once, naming this node), make
+    /// every other node stop (through the launcher or the interconnect), and exit the process
+    /// with a non-zero code.
+    fn abort(&mut self, reason: &str) -> !;
+}
+
+/// What the runtime tells a layer at boot.
+#[derive(Debug, Clone)]
+pub struct BootConfig {
+    /// PEs the job should have (`+p`). A launched layer learns the real number from its launcher
+    /// and uses this only as a check.
+    pub num_pes: usize,
+    /// PEs per node (`+ppn`).
+    pub pes_per_node: usize,
+    /// Settings: the build variant's defaults overridden by the command line.
+    pub settings: Settings,
+}
+
+/// Boots a layer: returns one [`Machine`] per node hosted by this process, in node order.
+///
+/// The in-process layer returns all nodes of the job; a layer with one process per node returns
+/// one. The runtime runs each returned node on a thread of its own (the calling thread when
+/// there is only one).
+///
+/// # Errors
+/// [`MachineError::Boot`] with a message a person can act on (launcher not found, a setting out
+/// of range, ...).
+pub type BootFn = fn(&BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError>;
+
+/// A layer as the runtime's registry lists it.
+#[derive(Clone, Copy)]
+pub struct Layer {
+    /// The name `+machine` selects it by.
+    pub name: &'static str,
+    /// One line saying what it is.
+    pub summary: &'static str,
+    /// Its boot function.
+    pub boot: BootFn,
+}
+
+impl std::fmt::Debug for Layer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Layer").field("name", &self.name).finish()
+    }
+}

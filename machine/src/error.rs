@@ -1,0 +1,96 @@
+//! Errors a layer reports to the runtime.
+
+use std::io;
+
+/// What went wrong in a layer. The runtime treats every error from [`crate::Machine::send`],
+/// [`crate::Machine::advance`] and [`crate::Machine::wait`] as fatal to the job: it reports the
+/// error (naming the PE and node) and aborts. A layer therefore never retries forever: when a
+/// peer is gone it says so with [`MachineError::PeerDead`].
+#[derive(Debug, thiserror::Error)]
+pub enum MachineError {
+    /// A peer node stopped answering or closed its end: the job cannot go on.
+    #[error("node {node} ({host}) is gone: {reason}")]
+    PeerDead {
+        /// The node that died.
+        node: usize,
+        /// Its host as the node table has it.
+        host: String,
+        /// What the layer saw (connection reset, timeout, ...).
+        reason: String,
+    },
+    /// A node number outside the node table.
+    #[error("no node {node} (the job has {nodes})")]
+    InvalidNode {
+        /// The node asked for.
+        node: usize,
+        /// How many nodes there are.
+        nodes: usize,
+    },
+    /// Start-up failed: the layer could not learn its node or the node table.
+    #[error("start-up failed: {0}")]
+    Boot(String),
+    /// A setting is missing a value, has one that does not parse, or is out of range.
+    #[error("setting {key}: {reason}")]
+    Setting {
+        /// The setting's name.
+        key: String,
+        /// Why it was refused.
+        reason: String,
+    },
+    /// An operating-system call failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What the layer was doing.
+        context: String,
+        /// The error the OS gave.
+        #[source]
+        source: io::Error,
+    },
+    /// A peer sent bytes that do not decode; the layer cannot trust the stream any more.
+    #[error("corrupt data from node {node}: {source}")]
+    Corrupt {
+        /// The node the data came from.
+        node: usize,
+        /// What was wrong with it.
+        #[source]
+        source: WireError,
+    },
+    /// The job was aborted elsewhere (another node, or the launcher) and this node must stop.
+    #[error("job aborted: {0}")]
+    Aborted(String),
+    /// The layer does not offer this operation.
+    #[error("{0} is not supported by this layer")]
+    Unsupported(&'static str),
+}
+
+impl MachineError {
+    /// Shorthand for an [`MachineError::Io`] with context.
+    pub fn io(context: impl Into<String>, source: io::Error) -> MachineError {
+        MachineError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}
+
+/// Bytes that do not decode as what they claim to be.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WireError {
+    /// Fewer bytes than the structure needs.
+    #[error("truncated: {len} bytes where at least {need} are needed")]
+    Truncated {
+        /// Bytes available.
+        len: usize,
+        /// Bytes needed.
+        need: usize,
+    },
+    /// A magic number or version that is not ours.
+    #[error("bad magic or version")]
+    BadMagic,
+    /// A length or count field that cannot be right.
+    #[error("bad length field: {0}")]
+    BadLength(String),
+    /// A text field that is not UTF-8.
+    #[error("text field is not UTF-8")]
+    NotUtf8,
+}

@@ -1,0 +1,22 @@
+//! The machine layer contract and what every layer shares.
+//!
+//! - [`Machine`]: the trait an interconnect implements (boot, send, advance, wait, barrier,
+//!   exit, abort); its documentation is the contract.
+//! - [`Message`]: the buffer every layer carries, with headroom for a layer header and the
+//!   runtime's envelope codec.
+//! - [`NodeTable`]: which nodes make up the job and how to reach them.
+//! - [`Settings`]: named settings with the variant's defaults.
+//! - [`local`]: the in-process layer, the embedded default and reference implementation.
+
+mod contract;
+mod error;
+pub mod local;
+mod message;
+mod node_table;
+mod settings;
+
+pub use contract::{BootConfig, BootFn, Layer, Machine};
+pub use error::{MachineError, WireError};
+pub use message::{Message, ENVELOPE_LEN, HEADROOM};
+pub use node_table::{NodeInfo, NodeTable};
+pub use settings::Settings;

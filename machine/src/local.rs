@@ -1,0 +1,204 @@
+//! The in-process layer: every node is a thread of this process, messages move through
+//! crossbeam channels. It is the embedded default (a program started without a launcher runs on
+//! it) and the reference every other layer is tested against.
+//!
+//! A message crosses nodes by moving its `Message` through an unbounded channel: no byte of it
+//! is copied, and the only per-message cost beyond the channel's own is waking a receiver that
+//! is blocked in [`Machine::wait`] (crossbeam makes that syscall only when one is).
+
+use crate::contract::{BootConfig, Layer, Machine};
+use crate::error::MachineError;
+use crate::message::Message;
+use crate::node_table::NodeTable;
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
+
+/// Most messages handed up per `advance`, so a flood from one peer cannot keep the scheduler
+/// from dispatching.
+const ADVANCE_BATCH: usize = 4096;
+
+/// The registry entry for this layer.
+pub const LAYER: Layer = Layer {
+    name: "local",
+    summary: "in-process: every node a thread of one process, crossbeam channels",
+    boot,
+};
+
+/// One node of an in-process job.
+pub struct LocalMachine {
+    me: usize,
+    table: Arc<NodeTable>,
+    peers: Arc<[Sender<Message>]>,
+    inbox: Receiver<Message>,
+    /// A message caught by `wait`, handed up by the next `advance`.
+    caught: Option<Message>,
+    barrier: Arc<Barrier>,
+}
+
+/// Create every node of the job in this process.
+///
+/// # Errors
+/// [`MachineError::Boot`] when `num_pes` is zero or not a multiple of `pes_per_node`.
+pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
+    if cfg.num_pes == 0 || cfg.pes_per_node == 0 {
+        return Err(MachineError::Boot("a job needs at least one PE".into()));
+    }
+    if cfg.num_pes % cfg.pes_per_node != 0 {
+        return Err(MachineError::Boot(format!(
+            "+p {} is not a multiple of +ppn {}",
+            cfg.num_pes, cfg.pes_per_node
+        )));
+    }
+    let nodes = cfg.num_pes / cfg.pes_per_node;
+    let table = Arc::new(NodeTable::uniform(nodes, cfg.pes_per_node));
+    let (senders, receivers): (Vec<_>, Vec<_>) =
+        (0..nodes).map(|_| crossbeam_channel::unbounded()).unzip();
+    let peers: Arc<[Sender<Message>]> = senders.into();
+    let barrier = Arc::new(Barrier::new(nodes));
+    Ok(receivers
+        .into_iter()
+        .enumerate()
+        .map(|(me, inbox)| {
+            Box::new(LocalMachine {
+                me,
+                table: table.clone(),
+                peers: peers.clone(),
+                inbox,
+                caught: None,
+                barrier: barrier.clone(),
+            }) as Box<dyn Machine>
+        })
+        .collect())
+}
+
+impl Machine for LocalMachine {
+    fn layer(&self) -> &'static str {
+        "local"
+    }
+
+    fn my_node(&self) -> usize {
+        self.me
+    }
+
+    fn table(&self) -> &NodeTable {
+        &self.table
+    }
+
+    fn send(&mut self, node: usize, msg: Message) -> Result<(), MachineError> {
+        let peer = self.peers.get(node).ok_or(MachineError::InvalidNode {
+            node,
+            nodes: self.peers.len(),
+        })?;
+        // Every receiver lives as long as its node's thread; a closed channel means that thread
+        // is gone (it panicked or exited early).
+        peer.send(msg).map_err(|_| MachineError::PeerDead {
+            node,
+            host: "localhost".into(),
+            reason: "its thread has ended".into(),
+        })
+    }
+
+    fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
+        let mut n = 0;
+        if let Some(m) = self.caught.take() {
+            deliver(m);
+            n += 1;
+        }
+        while n < ADVANCE_BATCH {
+            match self.inbox.try_recv() {
+                Ok(m) => {
+                    deliver(m);
+                    n += 1;
+                }
+                // Disconnected cannot happen while we hold a sender to ourselves.
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+            }
+        }
+        Ok(n)
+    }
+
+    fn wait(&mut self, timeout: Duration) -> Result<(), MachineError> {
+        if self.caught.is_some() || !self.inbox.is_empty() {
+            return Ok(());
+        }
+        match self.inbox.recv_timeout(timeout) {
+            Ok(m) => self.caught = Some(m),
+            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
+        }
+        Ok(())
+    }
+
+    fn barrier(&mut self) -> Result<(), MachineError> {
+        self.barrier.wait();
+        Ok(())
+    }
+
+    fn exit(&mut self, _code: i32) -> Result<(), MachineError> {
+        Ok(())
+    }
+
+    fn abort(&mut self, reason: &str) -> ! {
+        eprintln!("converse: node {} aborting the job: {reason}", self.me);
+        std::process::exit(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::Settings;
+
+    fn cfg(p: usize) -> BootConfig {
+        BootConfig {
+            num_pes: p,
+            pes_per_node: 1,
+            settings: Settings::default(),
+        }
+    }
+
+    #[test]
+    fn messages_are_moved_in_fifo_order() {
+        let mut nodes = boot(&cfg(2)).expect("boot");
+        for i in 0..100u8 {
+            nodes[0].send(1, Message::from_payload(&[i])).expect("send");
+        }
+        let mut got = Vec::new();
+        nodes[1]
+            .advance(&mut |m| got.push(m.payload()[0]))
+            .expect("advance");
+        assert_eq!(got, (0..100).collect::<Vec<u8>>());
+    }
+
+    #[test]
+    fn wait_catches_a_message_and_advance_hands_it_up() {
+        let mut nodes = boot(&cfg(2)).expect("boot");
+        nodes[0].send(1, Message::from_payload(b"x")).expect("send");
+        nodes[1].wait(Duration::from_secs(5)).expect("wait");
+        let mut n = 0;
+        nodes[1].advance(&mut |_| n += 1).expect("advance");
+        assert_eq!(n, 1);
+    }
+
+    #[test]
+    fn loopback_and_bad_node() {
+        let mut nodes = boot(&cfg(1)).expect("boot");
+        nodes[0].send(0, Message::new(0)).expect("loopback");
+        assert!(matches!(
+            nodes[0].send(5, Message::new(0)),
+            Err(MachineError::InvalidNode { node: 5, nodes: 1 })
+        ));
+        assert_eq!(nodes[0].advance(&mut |_| {}).expect("advance"), 1);
+    }
+
+    #[test]
+    fn bad_pe_counts_are_boot_errors() {
+        assert!(boot(&cfg(0)).is_err());
+        let c = BootConfig {
+            num_pes: 3,
+            pes_per_node: 2,
+            settings: Settings::default(),
+        };
+        assert!(boot(&c).is_err());
+    }
+}

@@ -1,0 +1,169 @@
+//! Runtime arguments: everything on the command line that starts with `+`.
+//!
+//! They are taken out before the program sees its own arguments, as Converse does. A literal
+//! `--` ends them: what follows is left to the program untouched.
+
+use crate::error::RuntimeError;
+use machine::Settings;
+
+/// The largest `+p` accepted: far beyond any machine, small enough that a typo cannot make the
+/// runtime try to start billions of threads.
+pub const MAX_PES: usize = 1 << 20;
+
+/// Parsed runtime arguments.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeArgs {
+    /// `+p N`: number of PEs.
+    pub num_pes: usize,
+    /// `+ppn K`: PEs per node.
+    pub pes_per_node: usize,
+    /// `+machine NAME`: the layer to run on, if given.
+    pub machine: Option<String>,
+    /// `+quiet`: no start-up banner.
+    pub quiet: bool,
+    /// `+version`: print what this program is built with and exit.
+    pub version: bool,
+    /// `+set KEY=VALUE` settings, in order.
+    pub settings: Settings,
+    /// The program's own arguments, `argv[0]` first.
+    pub program: Vec<String>,
+}
+
+/// One line listing every runtime argument, for error messages.
+pub const USAGE: &str =
+    "runtime arguments: +p N, +ppn K, +machine NAME, +set KEY=VALUE, +quiet, +version";
+
+/// Split `argv` (with `argv[0]`) into runtime arguments and the program's.
+///
+/// ```
+/// let a = converse::parse_args(["prog", "+p4", "x", "+machine", "local", "y"]).unwrap();
+/// assert_eq!((a.num_pes, a.machine.as_deref()), (4, Some("local")));
+/// assert_eq!(a.program, ["prog", "x", "y"]);
+/// ```
+///
+/// # Errors
+/// [`RuntimeError::Args`] naming the argument that is wrong.
+pub fn parse_args<I, S>(argv: I) -> Result<RuntimeArgs, RuntimeError>
+where
+    I: IntoIterator<Item = S>,
+    S: Into<String>,
+{
+    let mut it = argv.into_iter().map(Into::into);
+    let mut out = RuntimeArgs {
+        num_pes: 1,
+        pes_per_node: 1,
+        machine: None,
+        quiet: false,
+        version: false,
+        settings: Settings::default(),
+        program: it.next().into_iter().collect(),
+    };
+    while let Some(arg) = it.next() {
+        if arg == "--" {
+            out.program.push(arg);
+            out.program.extend(it.by_ref());
+            break;
+        }
+        let Some(flag) = arg.strip_prefix('+') else {
+            out.program.push(arg);
+            continue;
+        };
+        // Order matters: "ppn" before "p", since "+ppn4" also starts with "p".
+        if let Some(v) = flag.strip_prefix("ppn") {
+            out.pes_per_node = count("+ppn", value(v, "+ppn", &mut it)?)?;
+        } else if let Some(v) = flag
+            .strip_prefix('p')
+            .filter(|v| !v.starts_with(char::is_alphabetic))
+        {
+            out.num_pes = count("+p", value(v, "+p", &mut it)?)?;
+        } else if let Some(v) = flag.strip_prefix("machine") {
+            let v = value(v.strip_prefix('=').unwrap_or(v), "+machine", &mut it)?;
+            out.machine = Some(v);
+        } else if let Some(v) = flag.strip_prefix("set") {
+            let kv = value(v, "+set", &mut it)?;
+            let Some((k, val)) = kv.split_once('=').filter(|(k, _)| !k.is_empty()) else {
+                return Err(RuntimeError::Args(format!(
+                    "+set wants KEY=VALUE, got '{kv}'"
+                )));
+            };
+            out.settings.set(k, val);
+        } else if flag == "quiet" {
+            out.quiet = true;
+        } else if flag == "version" {
+            out.version = true;
+        } else {
+            return Err(RuntimeError::Args(format!(
+                "unknown runtime argument '{arg}' ({USAGE})"
+            )));
+        }
+    }
+    Ok(out)
+}
+
+/// The value of a flag: glued to it (`+p4`) or the next argument (`+p 4`).
+fn value(
+    glued: &str,
+    flag: &str,
+    rest: &mut impl Iterator<Item = String>,
+) -> Result<String, RuntimeError> {
+    if !glued.is_empty() {
+        return Ok(glued.to_owned());
+    }
+    rest.next()
+        .filter(|v| !v.starts_with('+'))
+        .ok_or_else(|| RuntimeError::Args(format!("{flag} needs a value")))
+}
+
+fn count(flag: &str, v: String) -> Result<usize, RuntimeError> {
+    match v.parse::<usize>() {
+        Ok(n) if (1..=MAX_PES).contains(&n) => Ok(n),
+        _ => Err(RuntimeError::Args(format!(
+            "{flag} wants a number from 1 to {MAX_PES}, got '{v}'"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn glued_and_separate_values() {
+        let a = parse_args(["p", "+p", "3", "+ppn1", "+machine=local", "+quiet"]).unwrap();
+        assert_eq!((a.num_pes, a.pes_per_node, a.quiet), (3, 1, true));
+        assert_eq!(a.machine.as_deref(), Some("local"));
+        assert_eq!(a.program, ["p"]);
+    }
+
+    #[test]
+    fn double_dash_ends_runtime_arguments() {
+        let a = parse_args(["p", "a", "--", "+p4", "b"]).unwrap();
+        assert_eq!(a.num_pes, 1);
+        assert_eq!(a.program, ["p", "a", "--", "+p4", "b"]);
+    }
+
+    #[test]
+    fn settings_are_collected() {
+        let a = parse_args(["p", "+set", "udp.mtu=1400", "+setx=y"]).unwrap();
+        assert_eq!(a.settings.raw("udp.mtu"), Some("1400"));
+        assert_eq!(a.settings.raw("x"), Some("y"));
+    }
+
+    #[test]
+    fn bad_arguments_are_errors() {
+        for bad in [
+            vec!["p", "+p0"],
+            vec!["p", "+p", "x"],
+            vec!["p", "+p"],
+            vec!["p", "+p", "+quiet"],
+            vec!["p", "+p-1"],
+            vec!["p", "+p99999999999999999999"],
+            vec!["p", "+bogus"],
+            vec!["p", "+machine"],
+            vec!["p", "+set", "novalue"],
+            vec!["p", "+set", "=v"],
+        ] {
+            assert!(parse_args(bad.clone()).is_err(), "{bad:?}");
+        }
+    }
+}

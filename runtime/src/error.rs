@@ -1,0 +1,33 @@
+//! The runtime's errors.
+
+use machine::MachineError;
+
+/// Why a job could not start or did not end well.
+#[derive(Debug, thiserror::Error)]
+pub enum RuntimeError {
+    /// A runtime argument (`+...`) is malformed or unknown.
+    #[error("{0}")]
+    Args(String),
+    /// `+machine` named a layer this program does not have.
+    #[error("{0}")]
+    Layer(String),
+    /// The layer failed.
+    #[error(transparent)]
+    Machine(#[from] MachineError),
+    /// The processes of the job registered different handlers, so handler ids would not agree.
+    #[error("handler tables differ between PEs: {0}")]
+    HandlerMismatch(String),
+    /// The job failed and another PE reported why.
+    #[error("the job failed (reported by PE 0)")]
+    FailedElsewhere,
+    /// A PE thread panicked.
+    #[error("PE {0} panicked")]
+    Panicked(usize),
+}
+
+impl RuntimeError {
+    /// Whether another PE already told the user; the process should exit non-zero quietly.
+    pub fn reported_elsewhere(&self) -> bool {
+        matches!(self, RuntimeError::FailedElsewhere)
+    }
+}

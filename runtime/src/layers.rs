@@ -1,0 +1,67 @@
+//! The layers compiled into this program, and choosing one by name (`+machine NAME`).
+//!
+//! Adding a layer is one line in [`COMPILED`], behind its cargo feature.
+
+use crate::error::RuntimeError;
+use machine::Layer;
+
+/// Every layer name the project knows, compiled in or not, so that a name of a layer this
+/// build lacks gets a different error from a misspelt one.
+pub const KNOWN: &[&str] = &["local", "tcp", "udp", "si", "mpi"];
+
+/// The layers compiled into this program, in order of preference.
+pub const COMPILED: &[Layer] = &[machine::local::LAYER];
+
+/// The layer called `name`.
+///
+/// # Errors
+/// [`RuntimeError::Layer`] saying whether the name is unknown or the layer was not compiled in.
+pub fn find(name: &str) -> Result<&'static Layer, RuntimeError> {
+    if let Some(l) = COMPILED.iter().find(|l| l.name == name) {
+        return Ok(l);
+    }
+    let compiled = names();
+    if KNOWN.contains(&name) {
+        Err(RuntimeError::Layer(format!(
+            "layer '{name}' is not compiled into this program (compiled in: {compiled}); \
+             build a variant that has it (see conv-mach/variants)"
+        )))
+    } else {
+        Err(RuntimeError::Layer(format!(
+            "unknown layer '{name}' (known layers: {}; compiled in: {compiled})",
+            KNOWN.join(", ")
+        )))
+    }
+}
+
+/// Names of the compiled-in layers, comma-separated.
+pub fn names() -> String {
+    COMPILED
+        .iter()
+        .map(|l| l.name)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_is_always_there() {
+        assert_eq!(find("local").map(|l| l.name).ok(), Some("local"));
+    }
+
+    #[test]
+    fn errors_tell_missing_from_unknown() {
+        let e = find("nope")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.starts_with("unknown layer 'nope'"), "{e}");
+        if !COMPILED.iter().any(|l| l.name == "mpi") {
+            let e = find("mpi").err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(e.contains("not compiled into this program"), "{e}");
+        }
+    }
+}

@@ -1,0 +1,286 @@
+//! A message-driven communication runtime in the style of Charm++'s Converse.
+//!
+//! A job is a set of PEs (processing elements). Every PE runs the same start function, which
+//! registers handlers and may send the first messages; then each PE's scheduler runs: it polls
+//! the interconnect layer, queues what arrives by priority, and runs the handler each message
+//! names, until some PE calls [`Pe::exit`].
+//!
+//! ```no_run
+//! use converse::{ops, ReduceTarget};
+//!
+//! fn main() -> std::process::ExitCode {
+//!     converse::run(|pe| {
+//!         let done = pe.register("done", |pe, msg| {
+//!             let n = u64::from_le_bytes(msg.payload().try_into().unwrap_or([0; 8]));
+//!             println!("{n} PEs said hello");
+//!             pe.exit(0);
+//!         });
+//!         println!("hello from PE {} of {}", pe.my_pe(), pe.num_pes());
+//!         pe.reduce(&1u64.to_le_bytes(), ops::sum_u64, ReduceTarget::Root(done));
+//!     })
+//! }
+//! ```
+//!
+//! Run it with `+p4` for four PEs. Runtime arguments start with `+` and are removed before the
+//! program sees its own ([`Pe::args`]): `+p N`, `+ppn K`, `+machine NAME` (the layer),
+//! `+set KEY=VALUE` (a setting), `+quiet` (no banner), `+version`.
+
+mod args;
+mod collectives;
+mod error;
+mod layers;
+mod lifecycle;
+pub mod ops;
+mod pe;
+mod queue;
+mod scheduler;
+mod variant;
+
+pub use args::{parse_args, RuntimeArgs, MAX_PES};
+pub use collectives::{tree_children, tree_parent, Combine, ReduceTarget};
+pub use error::RuntimeError;
+pub use machine::{Message, NodeTable};
+pub use pe::{HandlerId, Pe};
+
+use machine::{BootConfig, Layer, Machine, Settings};
+use scheduler::Tunables;
+use std::panic::AssertUnwindSafe;
+use std::process::ExitCode;
+use std::sync::Arc;
+
+/// A configured job, ready to run: the parsed runtime arguments, the chosen layer, settings.
+pub struct Runtime {
+    args: RuntimeArgs,
+    layer: &'static Layer,
+    settings: Settings,
+    tun: Tunables,
+}
+
+impl Runtime {
+    /// Configure from this process's command line.
+    ///
+    /// # Errors
+    /// As [`from_args`](Runtime::from_args).
+    pub fn from_env() -> Result<Runtime, RuntimeError> {
+        Runtime::from_args(std::env::args())
+    }
+
+    /// Configure from `argv` (with `argv[0]`).
+    ///
+    /// # Errors
+    /// [`RuntimeError::Args`] for a bad runtime argument or setting, [`RuntimeError::Layer`]
+    /// for a `+machine` this program lacks.
+    pub fn from_args<I, S>(argv: I) -> Result<Runtime, RuntimeError>
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        let args = parse_args(argv)?;
+        let layer = layers::find(args.machine.as_deref().unwrap_or(variant::DEFAULT_LAYER))?;
+        let mut settings = Settings::default();
+        for (k, v) in variant::SETTINGS {
+            settings.set(*k, *v);
+        }
+        for (k, v) in args.settings.iter() {
+            settings.set(k, v);
+        }
+        let tun =
+            Tunables::from_settings(&settings).map_err(|e| RuntimeError::Args(e.to_string()))?;
+        Ok(Runtime {
+            args,
+            layer,
+            settings,
+            tun,
+        })
+    }
+
+    /// The program's own arguments (runtime `+` arguments removed), `argv[0]` first.
+    pub fn args(&self) -> &[String] {
+        &self.args.program
+    }
+
+    /// The layer the job will run on.
+    pub fn layer(&self) -> &'static str {
+        self.layer.name
+    }
+
+    /// Run the job: boot the layer, run `start` on every PE hosted here, then schedule until
+    /// the job exits. Returns the job's exit code. With `+version`, prints what this program is
+    /// built with and returns 0 without starting.
+    ///
+    /// # Errors
+    /// Boot failures, a handler mismatch between PEs, a PE that panicked.
+    pub fn run<F>(self, start: F) -> Result<i32, RuntimeError>
+    where
+        F: Fn(&mut Pe) + Sync,
+    {
+        if self.args.version {
+            println!("{}", version_line());
+            return Ok(0);
+        }
+        if self.args.pes_per_node > 1 {
+            return Err(RuntimeError::Args(
+                "+ppn above 1 (several PEs per node) is not supported yet: run one PE per node"
+                    .into(),
+            ));
+        }
+        let cfg = BootConfig {
+            num_pes: self.args.num_pes,
+            pes_per_node: self.args.pes_per_node,
+            settings: self.settings.clone(),
+        };
+        let mut nodes = (self.layer.boot)(&cfg)?;
+        let program: Arc<[String]> = self.args.program.clone().into();
+        let job = Job {
+            tun: self.tun,
+            args: program,
+            quiet: self.args.quiet,
+            start: &start,
+        };
+        let results: Vec<Result<i32, RuntimeError>> = if nodes.len() == 1 {
+            let m = nodes.pop().map(|m| job.run_pe(m));
+            m.into_iter().collect()
+        } else {
+            std::thread::scope(|s| {
+                let handles: Vec<_> = nodes
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, m)| {
+                        let job = &job;
+                        std::thread::Builder::new()
+                            .name(format!("pe{i}"))
+                            .stack_size(PE_STACK)
+                            .spawn_scoped(s, move || job.run_pe(m))
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, h)| match h {
+                        Ok(h) => h.join().unwrap_or(Err(RuntimeError::Panicked(i))),
+                        Err(e) => Err(RuntimeError::Machine(machine::MachineError::io(
+                            format!("starting the thread of PE {i}"),
+                            e,
+                        ))),
+                    })
+                    .collect()
+            })
+        };
+        merge_results(results)
+    }
+}
+
+/// Stack of each PE thread: handlers may recurse deeper than the 2 MiB a thread gets by default.
+const PE_STACK: usize = 16 << 20;
+
+struct Job<'a, F> {
+    tun: Tunables,
+    args: Arc<[String]>,
+    quiet: bool,
+    start: &'a F,
+}
+
+impl<F: Fn(&mut Pe) + Sync> Job<'_, F> {
+    /// One PE's life: start function, scheduler until the job exits, layer barrier and exit.
+    fn run_pe(&self, machine: Box<dyn Machine>) -> Result<i32, RuntimeError> {
+        let node = machine.my_node();
+        // A panicking PE ends the whole job at once: its peers could otherwise wait for it
+        // forever (in a barrier, or for a message it was to send).
+        let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            let mut pe = Pe::new(machine, self.tun, self.args.clone(), variant::NAME);
+            if pe.my_pe() == 0 && !self.quiet {
+                println!(
+                    "Converse> variant {}, layer {}: {} PEs on {} nodes",
+                    variant::NAME,
+                    pe.layer(),
+                    pe.num_pes(),
+                    pe.num_nodes()
+                );
+            }
+            (self.start)(&mut pe);
+            pe.schedule(&mut |_| false, false);
+            pe.finish()
+        }));
+        match outcome {
+            Ok(r) => r,
+            Err(_) => {
+                eprintln!("converse: the PE of node {node} panicked; ending the job");
+                std::process::exit(101)
+            }
+        }
+    }
+}
+
+impl Pe {
+    /// Meet every node in the layer's barrier, then leave the layer.
+    fn finish(mut self) -> Result<i32, RuntimeError> {
+        let code = self.life.exit_code;
+        self.machine.barrier()?;
+        self.machine.exit(code)?;
+        match self.life.failure.take() {
+            Some(e) => Err(e),
+            None => Ok(code),
+        }
+    }
+}
+
+/// The job's result from its PEs' results: a reported error first, then the first non-zero
+/// code, else 0.
+fn merge_results(results: Vec<Result<i32, RuntimeError>>) -> Result<i32, RuntimeError> {
+    let mut code = 0;
+    let mut quiet_failure = None;
+    for r in results {
+        match r {
+            Err(e) if e.reported_elsewhere() => quiet_failure = Some(e),
+            Err(e) => return Err(e),
+            Ok(c) if code == 0 => code = c,
+            Ok(_) => {}
+        }
+    }
+    quiet_failure.map_or(Ok(code), Err)
+}
+
+/// What this program is built with: version, variant, layers.
+pub fn version_line() -> String {
+    format!(
+        "converse {}: variant {}, layers compiled in: {} (default: {})",
+        env!("CARGO_PKG_VERSION"),
+        variant::NAME,
+        layers::names(),
+        variant::DEFAULT_LAYER
+    )
+}
+
+/// Run a job configured from the command line and turn the outcome into the process's exit
+/// code; errors are printed on one line. The usual body of `main`.
+///
+/// ```no_run
+/// fn main() -> std::process::ExitCode {
+///     converse::run(|pe| {
+///         println!("PE {} of {}", pe.my_pe(), pe.num_pes());
+///         pe.exit(0);
+///     })
+/// }
+/// ```
+pub fn run<F>(start: F) -> ExitCode
+where
+    F: Fn(&mut Pe) + Sync,
+{
+    let prog = std::env::args().next().unwrap_or_else(|| "program".into());
+    match Runtime::from_env().and_then(|rt| rt.run(start)) {
+        Ok(code) => exit_code(code),
+        Err(e) if e.reported_elsewhere() => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("{prog}: error: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// A job exit code as a process exit code: the low byte, but never 0 for a non-zero code.
+pub fn exit_code(code: i32) -> ExitCode {
+    match (code & 0xff) as u8 {
+        0 if code != 0 => ExitCode::from(1),
+        b => ExitCode::from(b),
+    }
+}

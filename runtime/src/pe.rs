@@ -1,0 +1,289 @@
+//! A PE: the context every handler and start function gets. Who am I, who else is there,
+//! handler registration, and sending.
+
+use crate::collectives::Reductions;
+use crate::lifecycle::Lifecycle;
+use crate::queue::Queue;
+use crate::scheduler::{Timers, Tunables};
+use machine::{Machine, Message, NodeTable};
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// A message handler: runs on the PE the message was sent to, owning the message.
+pub(crate) type HandlerFn = dyn Fn(&mut Pe, Message);
+
+/// A handler's id: the same on every PE of the job (the start-up check makes sure).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct HandlerId(pub(crate) u32);
+
+impl HandlerId {
+    /// The number carried in the envelope.
+    pub fn raw(self) -> u32 {
+        self.0
+    }
+}
+
+/// Handler ids below this are the runtime's own (start-up, exit, collectives).
+pub(crate) const USER_BASE: u32 = 16;
+
+/// One PE of the job. Handlers and start functions receive `&mut Pe` and do everything through
+/// it: send, broadcast, reduce, register callbacks, exit.
+///
+/// A `Pe` lives on one thread; handlers registered on it may capture non-`Send` state such as
+/// `Rc<RefCell<_>>`.
+pub struct Pe {
+    pub(crate) my_pe: usize,
+    pub(crate) num_pes: usize,
+    pub(crate) my_node: usize,
+    pub(crate) table: NodeTable,
+    pub(crate) machine: Box<dyn Machine>,
+    pub(crate) queue: Queue,
+    handlers: Vec<Rc<HandlerFn>>,
+    pub(crate) handler_names: Vec<String>,
+    pub(crate) life: Lifecycle,
+    pub(crate) timers: Timers,
+    pub(crate) reductions: Reductions,
+    pub(crate) tun: Tunables,
+    args: Arc<[String]>,
+    variant: &'static str,
+    /// Messages dispatched to handlers so far.
+    pub(crate) dispatched: u64,
+    /// Messages dropped because nothing could run them.
+    pub(crate) dropped: u64,
+}
+
+impl Pe {
+    pub(crate) fn new(
+        machine: Box<dyn Machine>,
+        tun: Tunables,
+        args: Arc<[String]>,
+        variant: &'static str,
+    ) -> Pe {
+        let table = machine.table().clone();
+        let my_node = machine.my_node();
+        let first = table.node(my_node).map_or(0, |n| n.first_pe);
+        Pe {
+            my_pe: first,
+            num_pes: table.num_pes(),
+            my_node,
+            table,
+            machine,
+            queue: Queue::default(),
+            handlers: Vec::new(),
+            handler_names: Vec::new(),
+            life: Lifecycle::default(),
+            timers: Timers::default(),
+            reductions: Reductions::default(),
+            tun,
+            args,
+            variant,
+            dispatched: 0,
+            dropped: 0,
+        }
+    }
+
+    /// This PE's number, `0 .. num_pes()`.
+    #[inline]
+    pub fn my_pe(&self) -> usize {
+        self.my_pe
+    }
+
+    /// Number of PEs in the job.
+    #[inline]
+    pub fn num_pes(&self) -> usize {
+        self.num_pes
+    }
+
+    /// This PE's node.
+    pub fn my_node(&self) -> usize {
+        self.my_node
+    }
+
+    /// Number of nodes in the job.
+    pub fn num_nodes(&self) -> usize {
+        self.table.num_nodes()
+    }
+
+    /// This PE's rank inside its node.
+    pub fn my_rank(&self) -> usize {
+        self.my_pe - self.table.node(self.my_node).map_or(0, |n| n.first_pe)
+    }
+
+    /// The node hosting `pe`.
+    pub fn node_of(&self, pe: usize) -> usize {
+        self.table.node_of(pe)
+    }
+
+    /// The node table.
+    pub fn node_table(&self) -> &NodeTable {
+        &self.table
+    }
+
+    /// The layer this job runs on (`"local"`, `"tcp"`, ...).
+    pub fn layer(&self) -> &'static str {
+        self.machine.layer()
+    }
+
+    /// The build variant of this program (`"multicore"`, ...).
+    pub fn variant(&self) -> &'static str {
+        self.variant
+    }
+
+    /// The program's own arguments (runtime `+` arguments removed), `argv[0]` first.
+    pub fn args(&self) -> &[String] {
+        &self.args
+    }
+
+    /// Messages this PE has dispatched to handlers so far.
+    pub fn dispatched(&self) -> u64 {
+        self.dispatched
+    }
+
+    /// Register a handler under `name` and get its id.
+    ///
+    /// Every PE must register the same names in the same order before it first schedules
+    /// (before its start function returns or first calls a scheduling function such as
+    /// [`barrier`](Pe::barrier)); the ids then agree across the job. The runtime checks this at
+    /// start-up and fails the job with a message saying what differs.
+    ///
+    /// ```no_run
+    /// converse::run(|pe| {
+    ///     let hello = pe.register("hello", |pe, _msg| {
+    ///         println!("hello from PE {}", pe.my_pe());
+    ///         pe.exit(0);
+    ///     });
+    ///     if pe.my_pe() == 0 {
+    ///         pe.send(pe.num_pes() - 1, hello, b"");
+    ///     }
+    /// });
+    /// ```
+    ///
+    /// # Panics
+    /// When `name` is already registered on this PE, or when called after the PE started
+    /// scheduling: both are mistakes in the program, not in its input.
+    pub fn register<F>(&mut self, name: &str, handler: F) -> HandlerId
+    where
+        F: Fn(&mut Pe, Message) + 'static,
+    {
+        assert!(
+            !self.life.started,
+            "PE {}: handler '{name}' registered after the PE started scheduling; \
+             register every handler first",
+            self.my_pe
+        );
+        assert!(
+            !self.handler_names.iter().any(|n| n == name),
+            "PE {}: handler '{name}' registered twice",
+            self.my_pe
+        );
+        self.handlers.push(Rc::new(handler));
+        self.handler_names.push(name.to_owned());
+        HandlerId(USER_BASE + self.handlers.len() as u32 - 1)
+    }
+
+    /// The id of the handler registered as `name`, if any.
+    pub fn handler(&self, name: &str) -> Option<HandlerId> {
+        self.handler_names
+            .iter()
+            .position(|n| n == name)
+            .map(|i| HandlerId(USER_BASE + i as u32))
+    }
+
+    /// Send a copy of `payload` to handler `h` on PE `dest`, at priority 0.
+    ///
+    /// # Panics
+    /// When `dest` is not a PE of the job.
+    pub fn send(&mut self, dest: usize, h: HandlerId, payload: &[u8]) {
+        self.send_msg(dest, h, Message::from_payload(payload));
+    }
+
+    /// Send `msg` to handler `h` on PE `dest`, giving it away (no copy). The message keeps its
+    /// priority ([`Message::set_priority`]).
+    ///
+    /// # Panics
+    /// When `dest` is not a PE of the job.
+    pub fn send_msg(&mut self, dest: usize, h: HandlerId, mut msg: Message) {
+        msg.set_handler(h.0);
+        self.route(dest, msg);
+    }
+
+    /// Send `msg` on to PE `dest` for the handler it already names, giving it away: the way to
+    /// pass a received message along without copying it.
+    ///
+    /// # Panics
+    /// When `dest` is not a PE of the job.
+    pub fn forward(&mut self, dest: usize, msg: Message) {
+        self.route(dest, msg);
+    }
+
+    /// Send a copy of `payload` to handler `h` on each PE of `dests`.
+    ///
+    /// # Panics
+    /// When a PE of `dests` is not a PE of the job.
+    pub fn multicast(&mut self, dests: &[usize], h: HandlerId, payload: &[u8]) {
+        for &d in dests {
+            self.send(d, h, payload);
+        }
+    }
+
+    /// Stamp source and destination and hand the message to whoever delivers it: the local
+    /// queue for this PE, the layer for any other.
+    pub(crate) fn route(&mut self, dest: usize, mut msg: Message) {
+        assert!(
+            dest < self.num_pes,
+            "PE {}: send to PE {dest}, but the job has {} PEs",
+            self.my_pe,
+            self.num_pes
+        );
+        msg.set_src_pe(self.my_pe as u32);
+        msg.set_dst_pe(dest as u32);
+        if dest == self.my_pe {
+            self.queue.push(msg);
+            return;
+        }
+        let node = self.table.node_of(dest);
+        if let Err(e) = self.machine.send(node, msg) {
+            self.fatal(&e.to_string());
+        }
+    }
+
+    /// Run the handler a message names. Messages for ids nobody registered are dropped and
+    /// counted: they can only come from a broken peer, since the start-up check makes every
+    /// PE's table identical.
+    #[inline]
+    pub(crate) fn run_user_handler(&mut self, msg: Message) {
+        let idx = msg.handler().wrapping_sub(USER_BASE) as usize;
+        match self.handlers.get(idx) {
+            Some(h) => {
+                // A cheap non-atomic count bump lets the handler borrow `self` mutably, even
+                // re-entrantly through a nested scheduler call.
+                let h = h.clone();
+                self.dispatched += 1;
+                h(self, msg);
+            }
+            None => self.drop_message(&msg, "it names no registered handler"),
+        }
+    }
+
+    pub(crate) fn drop_message(&mut self, msg: &Message, why: &str) {
+        self.dropped += 1;
+        if self.dropped == 1 {
+            eprintln!(
+                "converse: PE {} dropped a message (handler {}, from PE {}): {why}",
+                self.my_pe,
+                msg.handler(),
+                msg.src_pe()
+            );
+        }
+    }
+
+    /// End the whole job now: print `reason` naming this PE, stop every other PE, exit non-zero.
+    pub fn abort(&mut self, reason: &str) -> ! {
+        let reason = format!("PE {}: {reason}", self.my_pe);
+        self.machine.abort(&reason)
+    }
+
+    pub(crate) fn fatal(&mut self, reason: &str) -> ! {
+        self.abort(reason)
+    }
+}

@@ -1,0 +1,256 @@
+//! The scheduler: the loop that runs the communication server, dispatches handlers by
+//! priority, fires timers, and goes idle without burning a core.
+
+use crate::pe::Pe;
+use machine::{MachineError, Message, Settings};
+use std::time::{Duration, Instant};
+
+/// Scheduler knobs, read from settings at start-up.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Tunables {
+    /// How long an idle PE keeps polling before it blocks (`sched.spin_us`).
+    pub spin: Duration,
+    /// The longest single block while idle (`sched.idle_max_ms`); a block also ends at the next
+    /// timer and whenever a message arrives.
+    pub idle_max: Duration,
+    /// Messages dispatched between two polls of the layer (`sched.batch`).
+    pub batch: usize,
+    /// Fan-out of the spanning trees used by broadcasts and reductions (`tree.branching`).
+    pub branching: usize,
+}
+
+impl Tunables {
+    pub(crate) fn from_settings(s: &Settings) -> Result<Tunables, MachineError> {
+        let t = Tunables {
+            spin: Duration::from_micros(s.get_or("sched.spin_us", 50)?),
+            idle_max: Duration::from_millis(s.get_or("sched.idle_max_ms", 10)?),
+            batch: s.get_or("sched.batch", 64)?,
+            branching: s.get_or("tree.branching", 4)?,
+        };
+        if t.batch == 0 || t.branching < 2 || t.idle_max.is_zero() {
+            return Err(MachineError::Setting {
+                key: "sched.batch / tree.branching / sched.idle_max_ms".into(),
+                reason: "batch must be at least 1, branching at least 2, idle_max at least 1 ms"
+                    .into(),
+            });
+        }
+        Ok(t)
+    }
+}
+
+type Callback = Box<dyn FnMut(&mut Pe)>;
+
+struct Timer {
+    due: Instant,
+    period: Option<Duration>,
+    f: Callback,
+}
+
+/// Timers and idle callbacks of one PE.
+#[derive(Default)]
+pub(crate) struct Timers {
+    timers: Vec<Timer>,
+    on_idle: Vec<Callback>,
+}
+
+impl Timers {
+    fn next_due(&self) -> Option<Instant> {
+        self.timers.iter().map(|t| t.due).min()
+    }
+}
+
+/// How often a busy scheduler looks at the clock for due timers, in loop turns.
+const TIMER_CHECK_EVERY: u32 = 256;
+
+impl Pe {
+    /// Run `f` once, `delay` from now (Converse's `CcdCallFnAfter`).
+    pub fn after(&mut self, delay: Duration, f: impl FnOnce(&mut Pe) + 'static) {
+        let mut f = Some(f);
+        self.timers.timers.push(Timer {
+            due: Instant::now() + delay,
+            period: None,
+            f: Box::new(move |pe| {
+                if let Some(f) = f.take() {
+                    f(pe)
+                }
+            }),
+        });
+    }
+
+    /// Run `f` every `period` until the job ends (Converse's periodic conditions).
+    pub fn every(&mut self, period: Duration, f: impl FnMut(&mut Pe) + 'static) {
+        self.timers.timers.push(Timer {
+            due: Instant::now() + period,
+            period: Some(period),
+            f: Box::new(f),
+        });
+    }
+
+    /// Run `f` each time this PE becomes idle (nothing to dispatch, nothing arriving), before
+    /// it blocks (Converse's `CcdPROCESSOR_BEGIN_IDLE`).
+    pub fn on_idle(&mut self, f: impl FnMut(&mut Pe) + 'static) {
+        self.timers.on_idle.push(Box::new(f));
+    }
+
+    /// Make the innermost running scheduler loop ([`scheduler`](Pe::scheduler),
+    /// [`run_until`](Pe::run_until)) return after the current handler (Converse's
+    /// `CsdExitScheduler`). The loop that runs after the start function returned ignores it:
+    /// only [`exit`](Pe::exit) ends the job.
+    pub fn exit_scheduler(&mut self) {
+        self.life.leave = true;
+    }
+
+    /// Run the scheduler until [`exit_scheduler`](Pe::exit_scheduler) is called or the job
+    /// ends. Returns `false` when the job is ending.
+    pub fn scheduler(&mut self) -> bool {
+        self.schedule(&mut |_| false, true)
+    }
+
+    /// Run the scheduler until `done` returns true (checked between handlers), the job ends, or
+    /// [`exit_scheduler`](Pe::exit_scheduler) is called. Returns whether `done` became true.
+    ///
+    /// This is how a start function waits for something without blocking the PE, e.g.
+    /// `pe.run_until(|_| state.borrow().replies == n)`.
+    pub fn run_until(&mut self, mut done: impl FnMut(&mut Pe) -> bool) -> bool {
+        self.schedule(&mut done, true)
+    }
+
+    /// The scheduler loop. `leavable`: whether `exit_scheduler` ends this loop.
+    pub(crate) fn schedule(
+        &mut self,
+        done: &mut dyn FnMut(&mut Pe) -> bool,
+        leavable: bool,
+    ) -> bool {
+        self.ensure_started();
+        let mut idle_since: Option<Instant> = None;
+        let mut told_idle = false;
+        let mut turn: u32 = 0;
+        loop {
+            if self.life.stopping {
+                return false;
+            }
+            if self.life.leave {
+                self.life.leave = false;
+                if leavable {
+                    return false;
+                }
+            }
+            if done(self) {
+                return true;
+            }
+            let got = self.poll();
+            let ran = self.dispatch_some();
+            turn = turn.wrapping_add(1);
+            if got + ran > 0 {
+                idle_since = None;
+                told_idle = false;
+                if turn % TIMER_CHECK_EVERY == 0 && !self.timers.timers.is_empty() {
+                    self.fire_timers(Instant::now());
+                }
+                continue;
+            }
+            // Idle: spin a little (a reply is often microseconds away), then say so to the
+            // idle callbacks, then block in the layer until a message or the next timer.
+            let now = Instant::now();
+            if !self.timers.timers.is_empty() && self.fire_timers(now) {
+                continue;
+            }
+            let since = *idle_since.get_or_insert(now);
+            if now - since < self.tun.spin {
+                std::hint::spin_loop();
+                continue;
+            }
+            if !told_idle {
+                told_idle = true;
+                if self.fire_on_idle() {
+                    continue;
+                }
+            }
+            let timeout = match self.timers.next_due() {
+                Some(due) => due.saturating_duration_since(now).min(self.tun.idle_max),
+                None => self.tun.idle_max,
+            };
+            if let Err(e) = self.machine.wait(timeout) {
+                self.fatal(&e.to_string());
+            }
+        }
+    }
+
+    /// The communication server: move everything the layer has for us into the queue.
+    #[inline]
+    pub(crate) fn poll(&mut self) -> usize {
+        let q = &mut self.queue;
+        match self.machine.advance(&mut |m| q.push(m)) {
+            Ok(n) => n,
+            Err(e) => self.fatal(&e.to_string()),
+        }
+    }
+
+    /// Dispatch up to a batch of queued messages; stop early if the job ends.
+    fn dispatch_some(&mut self) -> usize {
+        let mut n = 0;
+        while n < self.tun.batch {
+            let Some(msg) = self.queue.pop() else { break };
+            self.dispatch(msg);
+            n += 1;
+            if self.life.stopping || self.life.leave {
+                break;
+            }
+        }
+        n
+    }
+
+    /// Run one message: a system handler, a user handler, or hold it until start-up is done.
+    #[inline]
+    pub(crate) fn dispatch(&mut self, msg: Message) {
+        if msg.dst_pe() as usize != self.my_pe {
+            return self.drop_message(&msg, "it is addressed to another PE");
+        }
+        if msg.handler() < crate::pe::USER_BASE {
+            return self.run_system_handler(msg);
+        }
+        if !self.life.ready {
+            self.life.held.push(msg);
+            return;
+        }
+        self.run_user_handler(msg);
+    }
+
+    /// Fire due timers; true if any ran.
+    fn fire_timers(&mut self, now: Instant) -> bool {
+        if !self.timers.timers.iter().any(|t| t.due <= now) {
+            return false;
+        }
+        // Take the list out so callbacks can add timers through `&mut Pe`.
+        let mut timers = std::mem::take(&mut self.timers.timers);
+        let mut kept = Vec::with_capacity(timers.len());
+        for mut t in timers.drain(..) {
+            if t.due > now {
+                kept.push(t);
+                continue;
+            }
+            (t.f)(self);
+            if let Some(p) = t.period {
+                t.due = now + p;
+                kept.push(t);
+            }
+        }
+        kept.append(&mut self.timers.timers);
+        self.timers.timers = kept;
+        true
+    }
+
+    /// Run the idle callbacks; true if any exists (they may have sent something).
+    fn fire_on_idle(&mut self) -> bool {
+        if self.timers.on_idle.is_empty() {
+            return false;
+        }
+        let mut cbs = std::mem::take(&mut self.timers.on_idle);
+        for cb in cbs.iter_mut() {
+            cb(self);
+        }
+        cbs.append(&mut self.timers.on_idle);
+        self.timers.on_idle = cbs;
+        true
+    }
+}
