@@ -99,6 +99,12 @@ impl Runtime {
         &self.args.program
     }
 
+    /// Whether `+version` was given: [`run`](Runtime::run) will only print what this program
+    /// is built with. Lets a program skip checking its own arguments in that case.
+    pub fn version_requested(&self) -> bool {
+        self.args.version
+    }
+
     /// The layer the job will run on.
     pub fn layer(&self) -> &'static str {
         self.layer.name

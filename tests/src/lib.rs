@@ -1,1 +1,253 @@
-//! placeholder
+//! Running whole jobs from tests: a [`Launcher`] per way of starting a job, every run bounded
+//! in time, and everything a run started killed when it ends.
+//!
+//! The conformance suite ([`conformance_suite!`]) is the same list of tests for every layer;
+//! a layer's test file instantiates it with the launcher that starts jobs on that layer.
+
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How a job is started.
+#[derive(Debug, Clone)]
+pub enum Launcher {
+    /// The program itself with `+p N +machine NAME`: layers that need no launcher (`local`).
+    Direct {
+        /// The layer's `+machine` name.
+        machine: &'static str,
+    },
+}
+
+/// What a finished (or killed) job left.
+#[derive(Debug)]
+pub struct Outcome {
+    /// Exit code, `None` if killed by a signal.
+    pub code: Option<i32>,
+    /// Everything written to stdout.
+    pub stdout: String,
+    /// Everything written to stderr.
+    pub stderr: String,
+    /// Whether the time bound ended it.
+    pub timed_out: bool,
+}
+
+impl Outcome {
+    /// Lines of stdout that contain `needle`.
+    pub fn lines_with(&self, needle: &str) -> usize {
+        self.stdout.lines().filter(|l| l.contains(needle)).count()
+    }
+}
+
+impl std::fmt::Display for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {:?}{}\n--- stdout\n{}--- stderr\n{}",
+            self.code,
+            if self.timed_out {
+                " (timed out, killed)"
+            } else {
+                ""
+            },
+            self.stdout,
+            self.stderr
+        )
+    }
+}
+
+impl Launcher {
+    /// Run `program ARGS` on `pes` PEs, killed after `limit`.
+    pub fn run(&self, program: &str, pes: usize, args: &[&str], limit: Duration) -> Outcome {
+        let mut cmd = match self {
+            Launcher::Direct { machine } => {
+                let mut c = Command::new(program);
+                c.args(args)
+                    .arg(format!("+p{pes}"))
+                    .args(["+machine", machine]);
+                c
+            }
+        };
+        run_bounded(&mut cmd, limit)
+    }
+}
+
+/// Run `cmd` in a process group of its own; after `limit`, kill the whole group. Always reaps.
+pub fn run_bounded(cmd: &mut Command, limit: Duration) -> Outcome {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            return Outcome {
+                code: None,
+                stdout: String::new(),
+                stderr: format!("cannot start {cmd:?}: {e}"),
+                timed_out: false,
+            }
+        }
+    };
+    let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let drain = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut s = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut s);
+            }
+            String::from_utf8_lossy(&s).into_owned()
+        })
+    };
+    let out = drain(
+        child
+            .stdout
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
+    let err = drain(
+        child
+            .stderr
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
+    let deadline = Instant::now() + limit;
+    let mut timed_out = false;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break Some(s),
+            Ok(None) if Instant::now() >= deadline => {
+                timed_out = true;
+                let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+                break child.wait().ok();
+            }
+            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+            Err(_) => break None,
+        }
+    };
+    // Whatever the job left in its group (a stray grandchild) goes too.
+    let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+    Outcome {
+        code: status.and_then(|s| s.code()),
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+        timed_out,
+    }
+}
+
+/// Run a conformance scenario and require success with PE 0's "ok" line.
+pub fn expect_ok(launcher: &Launcher, program: &str, pes: usize, args: &[&str]) -> Outcome {
+    let o = launcher.run(program, pes, args, Duration::from_secs(120));
+    let scenario = args.first().copied().unwrap_or("");
+    assert!(
+        o.code == Some(0) && o.lines_with(&format!("conformance {scenario}: ok")) == 1,
+        "{scenario} on {pes} PEs via {launcher:?}:\n{o}"
+    );
+    o
+}
+
+/// The conformance suite for one launcher: every layer must pass these unchanged.
+///
+/// ```ignore
+/// conformance::conformance_suite!(conformance::Launcher::Direct { machine: "local" });
+/// ```
+#[macro_export]
+macro_rules! conformance_suite {
+    ($launcher:expr) => {
+        const PROGRAM: &str = env!("CARGO_BIN_EXE_conformance");
+
+        fn launcher() -> $crate::Launcher {
+            $launcher
+        }
+
+        #[test]
+        fn hello_prints_one_line_per_pe() {
+            for pes in [1, 2, 4, 8] {
+                let o = $crate::expect_ok(&launcher(), PROGRAM, pes, &["hello"]);
+                for pe in 0..pes {
+                    let line = format!("hello from PE {pe} of {pes}");
+                    assert_eq!(o.lines_with(&line), 1, "{line}\n{o}");
+                }
+            }
+        }
+
+        #[test]
+        fn fifo_per_pair() {
+            $crate::expect_ok(&launcher(), PROGRAM, 4, &["fifo"]);
+        }
+
+        #[test]
+        fn broadcast_reaches_every_pe_exactly_once() {
+            for pes in [1, 3, 7] {
+                $crate::expect_ok(&launcher(), PROGRAM, pes, &["broadcast"]);
+            }
+        }
+
+        #[test]
+        fn reduction_results() {
+            for pes in [1, 2, 6] {
+                $crate::expect_ok(&launcher(), PROGRAM, pes, &["reduce"]);
+            }
+        }
+
+        #[test]
+        fn priority_order() {
+            $crate::expect_ok(&launcher(), PROGRAM, 2, &["priority"]);
+        }
+
+        #[test]
+        fn exit_code_propagates() {
+            for (pes, code) in [(1, "3"), (4, "3"), (4, "42")] {
+                let o = launcher().run(
+                    PROGRAM,
+                    pes,
+                    &["exit-code", code],
+                    std::time::Duration::from_secs(60),
+                );
+                assert_eq!(o.code, code.parse().ok(), "{o}");
+            }
+        }
+
+        #[test]
+        fn handler_mismatch_is_a_clear_error() {
+            let o = launcher().run(
+                PROGRAM,
+                3,
+                &["mismatch"],
+                std::time::Duration::from_secs(60),
+            );
+            assert_ne!(o.code, Some(0), "{o}");
+            assert!(!o.timed_out, "{o}");
+            assert!(
+                o.stderr.contains("handler tables differ between PEs")
+                    && o.stderr.contains("'only-on-the-last-pe' on PE 2"),
+                "{o}"
+            );
+            assert_eq!(o.lines_with("conformance mismatch: ok"), 0, "{o}");
+        }
+
+        #[test]
+        fn one_million_messages_all_to_all() {
+            $crate::expect_ok(&launcher(), PROGRAM, 4, &["alltoall", "1000000"]);
+        }
+
+        #[test]
+        fn messages_from_0_bytes_to_64_mib() {
+            $crate::expect_ok(&launcher(), PROGRAM, 2, &["sizes", "67108864"]);
+        }
+
+        #[test]
+        fn a_panicking_pe_ends_the_whole_job() {
+            let o = launcher().run(PROGRAM, 3, &["panic"], std::time::Duration::from_secs(60));
+            assert!(!o.timed_out, "{o}");
+            assert!(o.code.is_some_and(|c| c != 0), "{o}");
+            assert!(o.stderr.contains("deliberate panic on PE 2"), "{o}");
+            assert_eq!(o.lines_with("passed the barrier"), 0, "{o}");
+        }
+
+        #[test]
+        fn idle_pes_block_and_callbacks_fire() {
+            $crate::expect_ok(&launcher(), PROGRAM, 4, &["idle"]);
+        }
+    };
+}

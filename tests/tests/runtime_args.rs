@@ -1,0 +1,87 @@
+//! Runtime arguments, layer choice and start-up output, on whole programs.
+
+use conformance::run_bounded;
+use std::process::Command;
+use std::time::Duration;
+
+const PROGRAM: &str = env!("CARGO_BIN_EXE_conformance");
+
+fn run(args: &[&str]) -> conformance::Outcome {
+    run_bounded(Command::new(PROGRAM).args(args), Duration::from_secs(30))
+}
+
+#[test]
+fn banner_names_variant_and_layer() {
+    let o = run(&["hello", "+p2"]);
+    assert_eq!(o.code, Some(0), "{o}");
+    assert_eq!(
+        o.lines_with("Converse> variant multicore, layer local: 2 PEs on 2 nodes"),
+        1,
+        "{o}"
+    );
+    let quiet = run(&["hello", "+p2", "+quiet"]);
+    assert_eq!(quiet.lines_with("Converse>"), 0, "{quiet}");
+}
+
+#[test]
+fn version_flag_says_what_is_compiled_in() {
+    let o = run(&["+version"]);
+    assert_eq!(o.code, Some(0), "{o}");
+    assert!(
+        o.stdout
+            .contains("variant multicore, layers compiled in: local (default: local)"),
+        "{o}"
+    );
+}
+
+#[test]
+fn runtime_arguments_are_removed_before_the_program_sees_them() {
+    // "exit-code 7" only works if +p and +machine are gone from the program's arguments.
+    let o = run(&["+p", "2", "exit-code", "+machine", "local", "7", "+quiet"]);
+    assert_eq!(o.code, Some(7), "{o}");
+}
+
+#[test]
+fn a_layer_not_compiled_in_is_a_clear_error() {
+    let o = run(&["hello", "+machine", "mpi"]);
+    assert_eq!(o.code, Some(2), "{o}");
+    assert!(
+        o.stderr
+            .contains("layer 'mpi' is not compiled into this program"),
+        "{o}"
+    );
+    let o = run(&["hello", "+machine", "carrier-pigeon"]);
+    assert!(o.stderr.contains("unknown layer 'carrier-pigeon'"), "{o}");
+}
+
+#[test]
+fn bad_runtime_arguments_are_one_line_errors() {
+    for args in [
+        vec!["hello", "+p0"],
+        vec!["hello", "+p", "many"],
+        vec!["hello", "+bogus"],
+        vec!["hello", "+set", "sched.batch=zero"],
+        vec!["hello", "+ppn", "0"],
+    ] {
+        let o = run(&args);
+        assert_eq!(o.code, Some(2), "{args:?}: {o}");
+        assert_eq!(o.stderr.lines().count(), 1, "{args:?}: {o}");
+        assert!(!o.stderr.contains("panicked"), "{args:?}: {o}");
+    }
+}
+
+#[test]
+fn settings_from_the_command_line_are_accepted() {
+    // No spinning at all before blocking: every message wakes a blocked PE, and still arrives.
+    let o = run(&[
+        "sizes",
+        "+p2",
+        "+set",
+        "sched.spin_us=0",
+        "+set",
+        "tree.branching=2",
+        "100000",
+    ]);
+    assert_eq!(o.code, Some(0), "{o}");
+    assert_eq!(o.lines_with("conformance sizes: ok"), 1, "{o}");
+}
