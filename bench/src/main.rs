@@ -1,1 +1,78 @@
-fn main() {}
+//! `bench`: latency, bandwidth and message rate of the runtime's layers, each printed next to a
+//! raw baseline measured in the same run.
+//!
+//! ```text
+//! bench pingpong [--layer local] [--sizes 8,64,...] [--iters N] [--csv FILE]
+//! bench rate [--messages N] [--csv FILE]
+//! ```
+
+mod pingpong;
+mod rate;
+mod raw;
+mod report;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "bench",
+    about = "Benchmarks of the runtime next to raw baselines from the same run"
+)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Ping-pong between two PEs: one-way latency percentiles and bandwidth per size.
+    Pingpong {
+        /// The layer to measure (its `+machine` name).
+        #[arg(long, default_value = "local")]
+        layer: String,
+        /// Message sizes in bytes, comma-separated.
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "8,64,512,4096,32768,262144,1048576,4194304"
+        )]
+        sizes: Vec<usize>,
+        /// Timed round trips per size (after as many warm-up ones as a tenth of this).
+        #[arg(long, default_value_t = 20_000)]
+        iters: u64,
+        /// Write the figures as CSV here too.
+        #[arg(long)]
+        csv: Option<PathBuf>,
+    },
+    /// Messages sent and dispatched per second on one PE, next to a bare queue + call.
+    Rate {
+        /// Messages per measurement.
+        #[arg(long, default_value_t = 2_000_000)]
+        messages: u64,
+        /// Write the figures as CSV here too.
+        #[arg(long)]
+        csv: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.cmd {
+        Cmd::Pingpong {
+            layer,
+            sizes,
+            iters,
+            csv,
+        } => pingpong::run(&layer, &sizes, iters.max(1), csv.as_deref()),
+        Cmd::Rate { messages, csv } => rate::run(messages.max(1), csv.as_deref()),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("bench: error: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -103,6 +103,8 @@ impl NodeTable {
     #[inline]
     pub fn node_of(&self, pe: usize) -> usize {
         match self.uniform {
+            // One PE per node is the common case: spare the hot path a division.
+            Some(1) => pe,
             Some(ppn) => pe / ppn,
             None => self.nodes.partition_point(|n| n.first_pe <= pe) - 1,
         }

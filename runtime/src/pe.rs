@@ -211,8 +211,17 @@ impl Pe {
     /// pass a received message along without copying it.
     ///
     /// # Panics
-    /// When `dest` is not a PE of the job.
+    /// When `dest` is not a PE of the job, or when `msg` names no handler registered with
+    /// [`register`](Pe::register) (a fresh [`Message`] names none: use
+    /// [`send_msg`](Pe::send_msg) for it).
     pub fn forward(&mut self, dest: usize, msg: Message) {
+        let idx = msg.handler().wrapping_sub(USER_BASE) as usize;
+        assert!(
+            idx < self.handlers.len(),
+            "PE {}: forward of a message naming handler {}, which is not a registered handler",
+            self.my_pe,
+            msg.handler()
+        );
         self.route(dest, msg);
     }
 

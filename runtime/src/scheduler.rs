@@ -62,6 +62,9 @@ impl Timers {
 /// How often a busy scheduler looks at the clock for due timers, in loop turns.
 const TIMER_CHECK_EVERY: u32 = 256;
 
+/// How often a spinning idle scheduler looks at the clock, in loop turns.
+const CLOCK_EVERY_IDLE: u32 = 32;
+
 impl Pe {
     /// Run `f` once, `delay` from now (Converse's `CcdCallFnAfter`).
     pub fn after(&mut self, delay: Duration, f: impl FnOnce(&mut Pe) + 'static) {
@@ -125,6 +128,7 @@ impl Pe {
         let mut idle_since: Option<Instant> = None;
         let mut told_idle = false;
         let mut turn: u32 = 0;
+        let mut idle_turns: u32 = 0;
         loop {
             if self.life.stopping {
                 return false;
@@ -150,14 +154,19 @@ impl Pe {
                 continue;
             }
             // Idle: spin a little (a reply is often microseconds away), then say so to the
-            // idle callbacks, then block in the layer until a message or the next timer.
+            // idle callbacks, then block in the layer until a message or the next timer. The
+            // clock is read every few turns only: reading it costs more than a poll.
+            idle_turns = idle_turns.wrapping_add(1);
+            if idle_since.is_some() && idle_turns % CLOCK_EVERY_IDLE != 0 {
+                std::hint::spin_loop();
+                continue;
+            }
             let now = Instant::now();
             if !self.timers.timers.is_empty() && self.fire_timers(now) {
                 continue;
             }
             let since = *idle_since.get_or_insert(now);
             if now - since < self.tun.spin {
-                std::hint::spin_loop();
                 continue;
             }
             if !told_idle {

@@ -1,0 +1,109 @@
+//! Figures: one row per (what, size), printed as a table and written as CSV.
+
+use anyhow::Context;
+use hdrhistogram::Histogram;
+use std::io::Write;
+use std::path::Path;
+
+/// Latency and bandwidth of one size on one path.
+pub struct Row {
+    pub what: String,
+    pub size: usize,
+    pub count: u64,
+    pub min_ns: u64,
+    pub p50_ns: u64,
+    pub p99_ns: u64,
+    pub max_ns: u64,
+    pub mean_ns: f64,
+}
+
+impl Row {
+    pub fn from_hist(what: &str, size: usize, h: &Histogram<u64>) -> Row {
+        Row {
+            what: what.into(),
+            size,
+            count: h.len(),
+            min_ns: h.min(),
+            p50_ns: h.value_at_quantile(0.5),
+            p99_ns: h.value_at_quantile(0.99),
+            max_ns: h.max(),
+            mean_ns: h.mean(),
+        }
+    }
+
+    /// Bytes per second over the mean one-way time, in MB/s.
+    pub fn mb_per_s(&self) -> f64 {
+        if self.mean_ns > 0.0 {
+            self.size as f64 / self.mean_ns * 1e3
+        } else {
+            0.0
+        }
+    }
+}
+
+/// A histogram for nanosecond latencies from 1 ns to 1 minute, 3 significant digits.
+pub fn histogram() -> anyhow::Result<Histogram<u64>> {
+    Histogram::new_with_bounds(1, 60_000_000_000, 3).context("creating a histogram")
+}
+
+fn us(ns: u64) -> f64 {
+    ns as f64 / 1e3
+}
+
+/// Print layer rows next to baseline rows of the same size, with the p50 ratio.
+pub fn print_pingpong(layer: &[Row], raw: &[Row]) {
+    println!(
+        "{:>9} | {:>28} | {:>28} | {:>6} | {:>10} {:>10}",
+        "", "layer one-way us", "raw one-way us", "p50", "layer", "raw"
+    );
+    println!(
+        "{:>9} | {:>8} {:>9} {:>9} | {:>8} {:>9} {:>9} | {:>6} | {:>10} {:>10}",
+        "bytes", "min", "p50", "p99", "min", "p50", "p99", "ratio", "MB/s", "MB/s"
+    );
+    for l in layer {
+        let r = raw.iter().find(|r| r.size == l.size);
+        let (rmin, r50, r99, rbw) = r.map_or((0.0, 0.0, 0.0, 0.0), |r| {
+            (us(r.min_ns), us(r.p50_ns), us(r.p99_ns), r.mb_per_s())
+        });
+        let ratio = r.map_or(0.0, |r| l.p50_ns as f64 / r.p50_ns.max(1) as f64);
+        println!(
+            "{:>9} | {:>8.3} {:>9.3} {:>9.3} | {:>8.3} {:>9.3} {:>9.3} | {:>6.2} | {:>10.1} {:>10.1}",
+            l.size,
+            us(l.min_ns),
+            us(l.p50_ns),
+            us(l.p99_ns),
+            rmin,
+            r50,
+            r99,
+            ratio,
+            l.mb_per_s(),
+            rbw
+        );
+    }
+}
+
+/// Write rows as CSV.
+pub fn write_csv(path: &Path, rows: &[&Row]) -> anyhow::Result<()> {
+    let mut f =
+        std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+    writeln!(
+        f,
+        "what,bytes,count,min_ns,p50_ns,p99_ns,max_ns,mean_ns,mb_per_s"
+    )?;
+    for r in rows {
+        writeln!(
+            f,
+            "{},{},{},{},{},{},{},{:.1},{:.1}",
+            r.what,
+            r.size,
+            r.count,
+            r.min_ns,
+            r.p50_ns,
+            r.p99_ns,
+            r.max_ns,
+            r.mean_ns,
+            r.mb_per_s()
+        )?;
+    }
+    Ok(())
+}
