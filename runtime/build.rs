@@ -22,7 +22,7 @@ fn main() {
         Ok(v) => v,
         Err(e) => panic!("CONV_MACH_VARIANT: {e}"),
     };
-    if let Some(path) = std::fs::read_dir(&dir).ok() {
+    if let Ok(path) = std::fs::read_dir(&dir) {
         for e in path.flatten() {
             println!("cargo:rerun-if-changed={}", e.path().display());
         }

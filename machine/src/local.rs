@@ -18,6 +18,10 @@ use std::time::Duration;
 /// from dispatching.
 const ADVANCE_BATCH: usize = 4096;
 
+/// Most nodes one process hosts: each is a thread, and far more threads than cores only
+/// thrashes. Jobs this big belong on a multi-process layer.
+pub const MAX_NODES: usize = 4096;
+
 /// The registry entry for this layer.
 pub const LAYER: Layer = Layer {
     name: "local",
@@ -44,13 +48,19 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
     if cfg.num_pes == 0 || cfg.pes_per_node == 0 {
         return Err(MachineError::Boot("a job needs at least one PE".into()));
     }
-    if cfg.num_pes % cfg.pes_per_node != 0 {
+    if !cfg.num_pes.is_multiple_of(cfg.pes_per_node) {
         return Err(MachineError::Boot(format!(
             "+p {} is not a multiple of +ppn {}",
             cfg.num_pes, cfg.pes_per_node
         )));
     }
     let nodes = cfg.num_pes / cfg.pes_per_node;
+    if nodes > MAX_NODES {
+        return Err(MachineError::Boot(format!(
+            "the in-process layer runs at most {MAX_NODES} nodes (threads); +p {} asks for {nodes}",
+            cfg.num_pes
+        )));
+    }
     let table = Arc::new(NodeTable::uniform(nodes, cfg.pes_per_node));
     let (senders, receivers): (Vec<_>, Vec<_>) =
         (0..nodes).map(|_| crossbeam_channel::unbounded()).unzip();
@@ -200,5 +210,6 @@ mod tests {
             settings: Settings::default(),
         };
         assert!(boot(&c).is_err());
+        assert!(boot(&cfg(MAX_NODES + 1)).is_err());
     }
 }

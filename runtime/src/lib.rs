@@ -153,22 +153,21 @@ impl Runtime {
                     .enumerate()
                     .map(|(i, m)| {
                         let job = &job;
-                        std::thread::Builder::new()
+                        let spawned = std::thread::Builder::new()
                             .name(format!("pe{i}"))
                             .stack_size(PE_STACK)
-                            .spawn_scoped(s, move || job.run_pe(m))
+                            .spawn_scoped(s, move || job.run_pe(m));
+                        spawned.unwrap_or_else(|e| {
+                            // The PEs already running would wait for this one forever.
+                            eprintln!("converse: cannot start the thread of node {i}: {e}");
+                            std::process::exit(1)
+                        })
                     })
                     .collect();
                 handles
                     .into_iter()
                     .enumerate()
-                    .map(|(i, h)| match h {
-                        Ok(h) => h.join().unwrap_or(Err(RuntimeError::Panicked(i))),
-                        Err(e) => Err(RuntimeError::Machine(machine::MachineError::io(
-                            format!("starting the thread of PE {i}"),
-                            e,
-                        ))),
-                    })
+                    .map(|(i, h)| h.join().unwrap_or(Err(RuntimeError::Panicked(i))))
                     .collect()
             })
         };

@@ -4,6 +4,8 @@
 macro_rules! fold_words {
     ($name:ident, $t:ty, $op:expr, $doc:literal) => {
         #[doc = $doc]
+        // The signature is the `Combine` one, which must allow growing the accumulator.
+        #[allow(clippy::ptr_arg)]
         pub fn $name(acc: &mut Vec<u8>, x: &[u8]) {
             const W: usize = std::mem::size_of::<$t>();
             if acc.len() != x.len() || acc.len() % W != 0 {

@@ -148,7 +148,7 @@ impl Pe {
             if got + ran > 0 {
                 idle_since = None;
                 told_idle = false;
-                if turn % TIMER_CHECK_EVERY == 0 && !self.timers.timers.is_empty() {
+                if turn.is_multiple_of(TIMER_CHECK_EVERY) && !self.timers.timers.is_empty() {
                     self.fire_timers(Instant::now());
                 }
                 continue;
@@ -157,7 +157,7 @@ impl Pe {
             // idle callbacks, then block in the layer until a message or the next timer. The
             // clock is read every few turns only: reading it costs more than a poll.
             idle_turns = idle_turns.wrapping_add(1);
-            if idle_since.is_some() && idle_turns % CLOCK_EVERY_IDLE != 0 {
+            if idle_since.is_some() && !idle_turns.is_multiple_of(CLOCK_EVERY_IDLE) {
                 std::hint::spin_loop();
                 continue;
             }
