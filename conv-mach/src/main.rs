@@ -57,7 +57,14 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
             let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
             cmd.current_dir(root)
                 .env("CONV_MACH_VARIANT", &v.name)
-                .args(["build", "--release", "--workspace", "--bins", "--examples", "--target-dir"])
+                .args([
+                    "build",
+                    "--release",
+                    "--workspace",
+                    "--bins",
+                    "--examples",
+                    "--target-dir",
+                ])
                 .arg(root.join("target").join(&v.name));
             if !v.features.is_empty() {
                 let feats: Vec<String> =
