@@ -15,8 +15,10 @@ use std::rc::Rc;
 /// ```
 /// let kids: Vec<usize> = converse::tree_children(0, 0, 10, 4).collect();
 /// assert_eq!(kids, [1, 2, 3, 4]);
-/// let kids: Vec<usize> = converse::tree_children(7, 1, 10, 4).collect();
-/// assert_eq!(kids, [2, 3, 4, 5]); // PE 1 is relative rank 4 under root 7
+/// // Rooted at 7, the tree is the same shape, shifted: relative rank r is PE (r + 7) % 10.
+/// let kids: Vec<usize> = converse::tree_children(7, 7, 10, 4).collect();
+/// assert_eq!(kids, [8, 9, 0, 1]);
+/// assert_eq!(converse::tree_parent(7, 1, 10, 4), Some(7));
 /// ```
 pub fn tree_children(root: usize, me: usize, n: usize, k: usize) -> impl Iterator<Item = usize> {
     let rel = (me + n - root) % n;
