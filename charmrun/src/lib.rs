@@ -1,1 +1,17 @@
-//! The launcher: starts node processes locally or through a remote shell, exchanges node tables, forwards output, propagates exit codes. Not built yet: it arrives with issue 3. Until then jobs run on the in-process layer, started directly (`PROGRAM +pN`).
+//! charmrun: the launcher of multi-process jobs, and the node side of its protocol.
+//!
+//! The `charmrun` binary starts node processes locally or on the hosts of a nodelist through
+//! a remote shell; every node connects back, proves it belongs to the job with the per-job
+//! secret from its environment, sends its layer's address, and receives the full node table
+//! once all are in. charmrun then forwards output whole lines at a time, serves barriers, and
+//! ends the job with the first non-zero exit code of any node — or at once, naming the node,
+//! when one crashes. Layers use [`client`] for their side; charmrun knows nothing of any layer.
+
+pub mod client;
+pub mod launch;
+pub mod net;
+pub mod nodelist;
+pub mod opts;
+pub mod output;
+pub mod protocol;
+pub mod spawn;

@@ -76,9 +76,10 @@ pub trait Machine: Send {
     /// when the destination is known to be gone; [`MachineError::Io`] for a local failure.
     fn send(&mut self, node: usize, msg: Message) -> Result<(), MachineError>;
 
-    /// The communication server: push out pending sends, then hand every message that has
-    /// arrived to `deliver`, in per-sender order. Returns how many messages were handed up.
-    /// Never blocks.
+    /// The communication server: push out pending sends, then hand the messages that have
+    /// arrived to `deliver`, in per-sender order. Returns how many messages were handed up. A
+    /// layer may stop after a batch so the scheduler can dispatch; what is left is handed up
+    /// by the next call. Never blocks.
     ///
     /// # Errors
     /// [`MachineError::PeerDead`], [`MachineError::Corrupt`], [`MachineError::Aborted`] (the

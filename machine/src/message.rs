@@ -19,7 +19,7 @@
 //! | offset | field     | type | meaning                                              |
 //! |-------:|-----------|------|------------------------------------------------------|
 //! | 0      | handler   | u32  | handler id to run at the destination                 |
-//! | 4      | src_pe    | u32  | PE that sent the message                             |
+//! | 4      | src_pe    | u32  | PE that sent it (a broadcast's root, for broadcasts)  |
 //! | 8      | dst_pe    | u32  | PE the message is for (a node may host several PEs)   |
 //! | 12     | priority  | i32  | scheduling priority, smaller runs first, 0 default  |
 //! | 16     | arg0      | u32  | reserved for the runtime's system handlers           |

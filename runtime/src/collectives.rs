@@ -22,8 +22,9 @@ use std::rc::Rc;
 /// ```
 pub fn tree_children(root: usize, me: usize, n: usize, k: usize) -> impl Iterator<Item = usize> {
     let rel = (me + n - root) % n;
+    // Saturating: a child number past `n` ends the list instead of wrapping into the tree.
     (1..=k)
-        .map(move |i| rel * k + i)
+        .map(move |i| rel.saturating_mul(k).saturating_add(i))
         .take_while(move |&c| c < n)
         .map(move |c| (c + root) % n)
 }
@@ -56,7 +57,8 @@ struct Round {
     target: Option<ReduceTarget>,
     /// Children's contributions that came before this PE's own.
     early: Vec<Message>,
-    children_in: usize,
+    /// Which children contributed (bit i: the i-th child); at most 64 children.
+    children_in: u64,
 }
 
 /// Reduction rounds in progress on one PE, by sequence number.
@@ -70,7 +72,7 @@ pub(crate) struct Reductions {
 
 impl Pe {
     /// Send a copy of `payload` to handler `h` on every other PE, down a spanning tree rooted
-    /// here (Converse's `CmiSyncBroadcast`).
+    /// here (Converse's `CmiSyncBroadcast`). Handlers see the root as the message's source.
     pub fn broadcast(&mut self, h: HandlerId, payload: &[u8]) {
         self.broadcast_msg(h, Message::from_payload(payload));
     }
@@ -78,39 +80,64 @@ impl Pe {
     /// Like [`broadcast`](Pe::broadcast), and to this PE too (Converse's
     /// `CmiSyncBroadcastAll`).
     pub fn broadcast_all(&mut self, h: HandlerId, payload: &[u8]) {
-        let msg = Message::from_payload(payload);
-        let mut local = msg.clone();
-        self.broadcast_msg(h, msg);
-        local.set_handler(h.raw());
-        self.route(self.my_pe, local);
+        self.broadcast_all_msg(h, Message::from_payload(payload));
     }
 
     /// Broadcast `msg` to every other PE, giving it away. It keeps its priority.
-    pub fn broadcast_msg(&mut self, h: HandlerId, mut msg: Message) {
+    pub fn broadcast_msg(&mut self, h: HandlerId, msg: Message) {
+        let msg = self.tree_message(h, msg);
+        let me = self.my_pe;
+        self.forward_down(me, msg, false);
+    }
+
+    /// Broadcast `msg` to every PE including this one, giving it away.
+    pub fn broadcast_all_msg(&mut self, h: HandlerId, msg: Message) {
+        let msg = self.tree_message(h, msg);
+        let me = self.my_pe;
+        if let Some(mut local) = self.forward_down(me, msg, true) {
+            local.set_handler(h.raw());
+            self.route(me, local);
+        }
+    }
+
+    fn tree_message(&self, h: HandlerId, mut msg: Message) -> Message {
         msg.set_handler(H_TREE_BCAST);
         msg.set_arg0(self.my_pe as u32);
         msg.set_arg1(h.raw());
-        self.forward_down(self.my_pe, &msg);
+        msg
     }
 
-    /// Send copies of a tree message to this PE's children in the tree rooted at `root`.
-    fn forward_down(&mut self, root: usize, msg: &Message) {
+    /// Send a tree message to this PE's children in the tree rooted at `root`. Each send owns
+    /// its buffer, so every child but one gets a copy; the last gets `msg` itself unless the
+    /// caller keeps it (`keep`) for local delivery, in which case it is returned.
+    fn forward_down(&mut self, root: usize, msg: Message, keep: bool) -> Option<Message> {
         let (me, n, k) = (self.my_pe, self.num_pes, self.tun.branching);
-        for child in tree_children(root, me, n, k) {
-            // Each send owns its buffer, so every child gets its own copy; a shared buffer
-            // would save the copy but make every layer deal with shared ownership.
+        let mut children = tree_children(root, me, n, k).peekable();
+        while let Some(child) = children.next() {
+            if children.peek().is_none() && !keep {
+                self.route(child, msg);
+                return None;
+            }
             self.route(child, msg.clone());
         }
+        Some(msg)
     }
 
-    pub(crate) fn on_tree_broadcast(&mut self, mut msg: Message) {
+    pub(crate) fn on_tree_broadcast(&mut self, msg: Message) {
         let root = msg.arg0() as usize;
+        let target = msg.arg1();
         if root >= self.num_pes {
             return self.drop_message(&msg, "its broadcast root is not a PE");
         }
-        self.forward_down(root, &msg);
-        msg.set_handler(msg.arg1());
-        self.run_handler(msg);
+        // A broadcast may carry a user handler or the barrier's release, nothing else of ours.
+        if target < crate::pe::USER_BASE && target != H_BARRIER_DONE {
+            return self.drop_message(&msg, "its broadcast names a runtime handler");
+        }
+        if let Some(mut m) = self.forward_down(root, msg, true) {
+            m.set_handler(target);
+            m.set_src_pe(root as u32);
+            self.run_handler(m);
+        }
     }
 
     /// Contribute `data` to the next reduction; when every PE has contributed, the values
@@ -151,8 +178,22 @@ impl Pe {
 
     pub(crate) fn on_reduce_contribution(&mut self, msg: Message) {
         let seq = msg.arg0();
+        let (me, k) = (self.my_pe, self.tun.branching);
+        // Which of my children sent it (children of PE p are p*k+1 ..= p*k+k in the tree
+        // rooted at 0); anything else, or a second contribution from the same child, is not
+        // part of this round.
+        let src = msg.src_pe() as usize;
+        let first_child = me.saturating_mul(k).saturating_add(1);
+        let slot = src.wrapping_sub(first_child);
+        if src < first_child || slot >= k {
+            return self.drop_message(&msg, "its reduction contribution is not from a child");
+        }
+        let bit = 1u64 << slot;
         let round = self.reductions.rounds.entry(seq).or_default();
-        round.children_in += 1;
+        if round.children_in & bit != 0 {
+            return self.drop_message(&msg, "a second contribution from the same child");
+        }
+        round.children_in |= bit;
         match (&mut round.acc, &round.combine) {
             (Some(acc), Some(c)) => c(acc, msg.payload()),
             _ => round.early.push(msg),
@@ -162,11 +203,11 @@ impl Pe {
 
     fn finish_round_if_complete(&mut self, seq: u32) {
         let (me, n, k) = (self.my_pe, self.num_pes, self.tun.branching);
-        let children = tree_children(0, me, n, k).count();
+        let children = tree_children(0, me, n, k).count() as u32;
         let Some(round) = self.reductions.rounds.get(&seq) else {
             return;
         };
-        if round.acc.is_none() || round.children_in < children {
+        if round.acc.is_none() || round.children_in.count_ones() < children {
             return;
         }
         let Some(round) = self.reductions.rounds.remove(&seq) else {
@@ -186,12 +227,7 @@ impl Pe {
             }
             None => match target {
                 ReduceTarget::Root(h) => self.send_msg(me, h, m),
-                ReduceTarget::All(h) => {
-                    let mut local = m.clone();
-                    self.broadcast_msg(h, m);
-                    local.set_handler(h.raw());
-                    self.route(me, local);
-                }
+                ReduceTarget::All(h) => self.broadcast_all_msg(h, m),
             },
         }
     }

@@ -20,8 +20,8 @@ pub enum RuntimeError {
     /// The job failed and another PE reported why.
     #[error("the job failed (reported by PE 0)")]
     FailedElsewhere,
-    /// A PE thread panicked.
-    #[error("PE {0} panicked")]
+    /// A PE thread ended without reporting (it cannot: a panic aborts the job first).
+    #[error("the thread of node {0} ended abnormally")]
     Panicked(usize),
 }
 

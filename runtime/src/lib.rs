@@ -114,8 +114,10 @@ impl Runtime {
     /// the job exits. Returns the job's exit code. With `+version`, prints what this program is
     /// built with and returns 0 without starting.
     ///
+    /// A PE that panics aborts the job through its layer: the process exits non-zero.
+    ///
     /// # Errors
-    /// Boot failures, a handler mismatch between PEs, a PE that panicked.
+    /// Boot failures, a handler mismatch between PEs.
     pub fn run<F>(self, start: F) -> Result<i32, RuntimeError>
     where
         F: Fn(&mut Pe) + Sync,
@@ -136,6 +138,17 @@ impl Runtime {
             settings: self.settings.clone(),
         };
         let mut nodes = (self.layer.boot)(&cfg)?;
+        if let Some(m) = nodes.first() {
+            let t = m.table();
+            if t.num_pes() != t.num_nodes() {
+                return Err(RuntimeError::Args(format!(
+                    "layer {} gave {} PEs on {} nodes; several PEs per node are not supported yet",
+                    self.layer.name,
+                    t.num_pes(),
+                    t.num_nodes()
+                )));
+            }
+        }
         let program: Arc<[String]> = self.args.program.clone().into();
         let job = Job {
             tun: self.tun,
@@ -175,8 +188,9 @@ impl Runtime {
     }
 }
 
-/// Stack of each PE thread: handlers may recurse deeper than the 2 MiB a thread gets by default.
-const PE_STACK: usize = 16 << 20;
+/// Stack of each PE thread: as much as a main thread usually gets (a one-node job runs on the
+/// calling thread), rather than the 2 MiB of a spawned thread.
+const PE_STACK: usize = 8 << 20;
 
 struct Job<'a, F> {
     tun: Tunables,
@@ -188,30 +202,25 @@ struct Job<'a, F> {
 impl<F: Fn(&mut Pe) + Sync> Job<'_, F> {
     /// One PE's life: start function, scheduler until the job exits, layer barrier and exit.
     fn run_pe(&self, machine: Box<dyn Machine>) -> Result<i32, RuntimeError> {
-        let node = machine.my_node();
-        // A panicking PE ends the whole job at once: its peers could otherwise wait for it
-        // forever (in a barrier, or for a message it was to send).
+        let mut pe = Pe::new(machine, self.tun, self.args.clone(), variant::NAME);
+        if pe.my_pe() == 0 && !self.quiet {
+            println!(
+                "Converse> variant {}, layer {}: {} PEs on {} nodes",
+                variant::NAME,
+                pe.layer(),
+                pe.num_pes(),
+                pe.num_nodes()
+            );
+        }
+        // A panicking PE ends the whole job at once, through its layer, so that no peer waits
+        // for it forever (in a barrier, or for a message it was to send).
         let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            let mut pe = Pe::new(machine, self.tun, self.args.clone(), variant::NAME);
-            if pe.my_pe() == 0 && !self.quiet {
-                println!(
-                    "Converse> variant {}, layer {}: {} PEs on {} nodes",
-                    variant::NAME,
-                    pe.layer(),
-                    pe.num_pes(),
-                    pe.num_nodes()
-                );
-            }
             (self.start)(&mut pe);
             pe.schedule(&mut |_| false, false);
-            pe.finish()
         }));
         match outcome {
-            Ok(r) => r,
-            Err(_) => {
-                eprintln!("converse: the PE of node {node} panicked; ending the job");
-                std::process::exit(101)
-            }
+            Ok(()) => pe.finish(),
+            Err(_) => pe.abort("panicked; ending the job"),
         }
     }
 }

@@ -30,8 +30,12 @@ pub(crate) struct Lifecycle {
     pub started: bool,
     /// PE 0 said go: user handlers may run.
     pub ready: bool,
-    /// User messages that arrived before `ready`, in arrival order.
+    /// Messages that arrived before `ready`, in the order the scheduler took them.
     pub held: Vec<Message>,
+    /// Held messages waiting to run after "go", before anything else the queue holds.
+    pub replay: std::collections::VecDeque<Message>,
+    /// How many loops that `exit_scheduler` may end are running.
+    pub leavable_depth: usize,
     /// PE 0 only: each PE's handler names, as they come in.
     tables: Vec<Option<Vec<String>>>,
     tables_in: usize,
@@ -82,6 +86,7 @@ impl Pe {
         self.life.stopping = true;
         self.life.exit_code = code;
         self.queue.clear();
+        self.life.replay.clear();
     }
 
     /// Send the handshake on first scheduling.
@@ -127,15 +132,11 @@ impl Pe {
         match mismatch {
             None => {
                 self.life.ready = true;
-                // Run what came early, in the order it came; a held message may itself end
-                // the job, after which the rest are dropped like any queued message.
+                // What came early runs next, in the order it was taken, before anything queued
+                // later: the scheduler drains `replay` first. (Running it here, inline, would let
+                // a held handler that schedules run later messages before earlier held ones.)
                 let held = std::mem::take(&mut self.life.held);
-                for m in held {
-                    if self.life.stopping {
-                        break;
-                    }
-                    self.run_handler(m);
-                }
+                self.life.replay.extend(held);
             }
             Some(text) => {
                 self.life.failure = Some(if self.my_pe == 0 {

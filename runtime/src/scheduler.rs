@@ -5,6 +5,9 @@ use crate::pe::Pe;
 use machine::{MachineError, Message, Settings};
 use std::time::{Duration, Instant};
 
+/// Widest spanning tree allowed: a reduction tracks its children in a 64-bit mask.
+pub(crate) const MAX_BRANCHING: usize = 64;
+
 /// Scheduler knobs, read from settings at start-up.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Tunables {
@@ -27,11 +30,13 @@ impl Tunables {
             batch: s.get_or("sched.batch", 64)?,
             branching: s.get_or("tree.branching", 4)?,
         };
-        if t.batch == 0 || t.branching < 2 || t.idle_max.is_zero() {
+        if t.batch == 0 || !(2..=MAX_BRANCHING).contains(&t.branching) || t.idle_max.is_zero() {
             return Err(MachineError::Setting {
                 key: "sched.batch / tree.branching / sched.idle_max_ms".into(),
-                reason: "batch must be at least 1, branching at least 2, idle_max at least 1 ms"
-                    .into(),
+                reason: format!(
+                    "batch must be at least 1, branching from 2 to {MAX_BRANCHING}, \
+                     idle_max at least 1 ms"
+                ),
             });
         }
         Ok(t)
@@ -106,7 +111,7 @@ impl Pe {
     /// Run the scheduler until [`exit_scheduler`](Pe::exit_scheduler) is called or the job
     /// ends. Returns `false` when the job is ending.
     pub fn scheduler(&mut self) -> bool {
-        self.schedule(&mut |_| false, true)
+        self.schedule_leavable(&mut |_| false)
     }
 
     /// Run the scheduler until `done` returns true (checked between handlers), the job ends, or
@@ -115,7 +120,14 @@ impl Pe {
     /// This is how a start function waits for something without blocking the PE, e.g.
     /// `pe.run_until(|_| state.borrow().replies == n)`.
     pub fn run_until(&mut self, mut done: impl FnMut(&mut Pe) -> bool) -> bool {
-        self.schedule(&mut done, true)
+        self.schedule_leavable(&mut done)
+    }
+
+    fn schedule_leavable(&mut self, done: &mut dyn FnMut(&mut Pe) -> bool) -> bool {
+        self.life.leavable_depth += 1;
+        let r = self.schedule(done, true);
+        self.life.leavable_depth -= 1;
+        r
     }
 
     /// The scheduler loop. `leavable`: whether `exit_scheduler` ends this loop.
@@ -133,10 +145,16 @@ impl Pe {
             if self.life.stopping {
                 return false;
             }
+            // `exit_scheduler` ends the innermost loop that can be left. A loop that cannot
+            // (a barrier's, the final one) leaves the flag for the loop around it, unless there
+            // is none, in which case the request has nothing to end.
             if self.life.leave {
-                self.life.leave = false;
                 if leavable {
+                    self.life.leave = false;
                     return false;
+                }
+                if self.life.leavable_depth == 0 {
+                    self.life.leave = false;
                 }
             }
             if done(self) {
@@ -199,7 +217,19 @@ impl Pe {
     fn dispatch_some(&mut self) -> usize {
         let mut n = 0;
         while n < self.tun.batch {
-            let Some(msg) = self.queue.pop() else { break };
+            // Messages held during start-up go first, in the order they were held.
+            let next = match self.life.replay.pop_front() {
+                Some(m) => {
+                    self.run_handler(m);
+                    n += 1;
+                    if self.life.stopping || self.life.leave {
+                        break;
+                    }
+                    continue;
+                }
+                None => self.queue.pop(),
+            };
+            let Some(msg) = next else { break };
             self.dispatch(msg);
             n += 1;
             if self.life.stopping || self.life.leave {

@@ -242,7 +242,26 @@ macro_rules! conformance_suite {
             assert!(!o.timed_out, "{o}");
             assert!(o.code.is_some_and(|c| c != 0), "{o}");
             assert!(o.stderr.contains("deliberate panic on PE 2"), "{o}");
+            assert!(o.stderr.contains("PE 2: panicked; ending the job"), "{o}");
             assert_eq!(o.lines_with("passed the barrier"), 0, "{o}");
+        }
+
+        #[test]
+        fn nested_scheduling_timers_and_barrier_then() {
+            for pes in [1, 2, 5] {
+                $crate::expect_ok(&launcher(), PROGRAM, pes, &["scheduling"]);
+            }
+        }
+
+        #[test]
+        fn exit_during_start_up_ends_the_job() {
+            let o = launcher().run(
+                PROGRAM,
+                4,
+                &["exit-early"],
+                std::time::Duration::from_secs(60),
+            );
+            assert_eq!(o.code, Some(5), "{o}");
         }
 
         #[test]

@@ -17,6 +17,9 @@
 //! | sizes      | messages of 0 B to 64 MiB (ARGS: max bytes) arrive intact, both ways        |
 //! | idle       | an idle job blocks (CPU time), periodic and idle callbacks fire             |
 //! | panic      | a handler panicking on the last PE ends the whole job, non-zero             |
+//! | scheduling | exit_scheduler inside a nested barrier, after, barrier_then, handlers that  |
+//! |            | schedule while they wait                                                    |
+//! | exit-early | PE 0 ends the job (code 5) before start-up completes; nobody hangs          |
 
 use converse::{ops, HandlerId, Message, Pe, ReduceTarget};
 use std::cell::{Cell, RefCell};
@@ -56,11 +59,13 @@ fn main() -> ExitCode {
         }
         "idle" => Box::new(idle),
         "panic" => Box::new(panic),
+        "scheduling" => Box::new(scheduling),
+        "exit-early" => Box::new(exit_early),
         _ if rt.version_requested() => Box::new(|_: &mut Pe| {}),
         _ => {
             eprintln!(
                 "conformance: unknown scenario '{scenario}' (hello, fifo, broadcast, reduce, \
-                 priority, exit-code, mismatch, alltoall, sizes, idle, panic)"
+                 priority, exit-code, mismatch, alltoall, sizes, idle, panic, scheduling, exit-early)"
             );
             return ExitCode::from(2);
         }
@@ -165,15 +170,22 @@ fn fifo(pe: &mut Pe) {
         next[src] = seq + 1;
     });
     let me = pe.my_pe();
-    for s in 0..PER_PAIR {
-        for d in (0..n).filter(|&d| d != me) {
-            let len = 16 + (mix(s) % 4080) as usize;
-            let mut m = Message::new(len);
-            m.payload_mut()[..8].copy_from_slice(&s.to_le_bytes());
-            fill(&mut m.payload_mut()[8..], (pe.my_pe() as u64) << 32 | s);
-            pe.send_msg(d, h, m);
+    let send = |pe: &mut Pe, range: std::ops::Range<u64>| {
+        for s in range {
+            for d in (0..n).filter(|&d| d != me) {
+                let len = 16 + (mix(s) % 4080) as usize;
+                let mut m = Message::new(len);
+                m.payload_mut()[..8].copy_from_slice(&s.to_le_bytes());
+                fill(&mut m.payload_mut()[8..], (me as u64) << 32 | s);
+                pe.send_msg(d, h, m);
+            }
         }
-    }
+    };
+    // The first half goes out before start-up completes (receivers hold it, then replay it),
+    // the rest after a barrier, on the plain path; order must hold across the seam.
+    send(pe, 0..PER_PAIR / 2);
+    pe.barrier();
+    send(pe, PER_PAIR / 2..PER_PAIR);
     let nx = next.clone();
     pe.run_until(|_| {
         nx.borrow()
@@ -324,6 +336,8 @@ fn priority(pe: &mut Pe) {
             .push((msg.priority(), word(msg.payload(), 0)));
     });
     let me = pe.my_pe();
+    // After start-up, so the messages go through the queue, not the start-up hold.
+    pe.barrier();
     for i in 0..COUNT {
         let prio = (mix(i) % 7) as i32 - 3;
         pe.send_msg(
@@ -601,4 +615,86 @@ fn panic(pe: &mut Pe) {
         "conformance panic: FAILED: PE {} passed the barrier",
         pe.my_pe()
     );
+}
+
+/// Nested scheduling: `exit_scheduler` called while a handler waits in a barrier must end the
+/// `scheduler()` around it; `after` fires; `barrier_then` runs its handler on every PE; a
+/// handler may wait (`run_until`) for a later message.
+fn scheduling(pe: &mut Pe) {
+    let v = verdict(pe, "scheduling", |_| String::new());
+    let left = Rc::new(Cell::new(false));
+    let l = left.clone();
+    let leave = pe.register("leave", move |pe, _| {
+        l.set(true);
+        pe.exit_scheduler();
+    });
+    let wait = pe.register("wait-in-barrier", |pe, _| {
+        pe.barrier();
+    });
+    let released = Rc::new(Cell::new(0u32));
+    let r = released.clone();
+    let after_barrier = pe.register("after-barrier", move |_, _| r.set(r.get() + 1));
+    let inner_seen = Rc::new(Cell::new(false));
+    let i = inner_seen.clone();
+    let inner = pe.register("inner", move |_, _| i.set(true));
+    let outer_done = Rc::new(Cell::new(false));
+    let (i, o) = (inner_seen.clone(), outer_done.clone());
+    let outer = pe.register("outer", move |pe, _| {
+        let i = i.clone();
+        pe.run_until(move |_| i.get());
+        o.set(true);
+    });
+    let me = pe.my_pe();
+    let last = pe.num_pes() - 1;
+    // 1. PE 0: a handler waits in a barrier while the next handler asks to leave.
+    if me == 0 {
+        pe.send(0, wait, b"");
+        pe.send(0, leave, b"");
+        pe.scheduler();
+    } else {
+        pe.barrier();
+    }
+    let mut errors = 0;
+    if me == 0 && !left.get() {
+        errors += 1;
+        complain(pe, "scheduler() returned before exit_scheduler".into());
+    }
+    // 2. A timer.
+    let fired = Rc::new(Cell::new(false));
+    let f = fired.clone();
+    pe.after(Duration::from_millis(20), move |_| f.set(true));
+    let f = fired.clone();
+    pe.run_until(move |_| f.get());
+    // 3. barrier_then: its handler runs once on every PE.
+    pe.barrier_then(after_barrier);
+    let r = released.clone();
+    pe.run_until(move |_| r.get() == 1);
+    // 4. The last PE's handler waits for a message PE 0 sends after it.
+    if me == 0 {
+        pe.send(last, outer, b"");
+        pe.send(last, inner, b"");
+    }
+    if me == last {
+        let o = outer_done.clone();
+        pe.run_until(move |_| o.get());
+    }
+    pe.barrier();
+    if released.get() != 1 {
+        errors += 1;
+        complain(
+            pe,
+            format!("barrier_then handler ran {} times", released.get()),
+        );
+    }
+    report(pe, errors, v);
+}
+
+/// PE 0 ends the job before start-up can complete; the others wait in a barrier that never
+/// completes. The job must still end, with PE 0's code.
+fn exit_early(pe: &mut Pe) {
+    if pe.my_pe() == 0 {
+        pe.exit(5);
+    } else {
+        pe.barrier();
+    }
 }

@@ -1,0 +1,289 @@
+//! The node side of the control protocol, used by every layer charmrun starts.
+//!
+//! ```text
+//! let env = LaunchEnv::from_env()?;       // what charmrun put in the environment
+//! let ctl = Control::connect(&env)?;      // connect back; learn our IP on charmrun's route
+//! /* bind the layer's own socket on ctl.local_ip(), make `info` from its address */
+//! let table = ctl.join(&env, info)?;      // HELLO, then wait for the node table
+//! ctl.barrier()?; ctl.ending(code)?;      // at exit
+//! ```
+//!
+//! After [`Control::join`] a watchdog thread owns the read side of the control connection. It
+//! releases barriers, and it ends the process at once when charmrun says the job is over or
+//! the connection drops: so a node never outlives its job, even one whose main thread is hung
+//! and never polls.
+
+use crate::protocol::{self, Hello, Kind, SECRET_LEN};
+use machine::{MachineError, NodeTable};
+use signal::Signal;
+use std::io::Write;
+use std::net::{IpAddr, TcpStream};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Environment variable: charmrun's control address (`host:port`).
+pub const ENV_CHARMRUN: &str = "CONVERSE_CHARMRUN";
+/// Environment variable: the job secret, hex.
+pub const ENV_SECRET: &str = "CONVERSE_SECRET";
+/// Environment variable: this process's node number.
+pub const ENV_NODE: &str = "CONVERSE_NODE";
+/// Environment variable: number of nodes in the job.
+pub const ENV_NODES: &str = "CONVERSE_NODES";
+
+/// What charmrun told a node through its environment.
+#[derive(Debug, Clone)]
+pub struct LaunchEnv {
+    /// Charmrun's control address.
+    pub charmrun: String,
+    /// The job secret.
+    pub secret: [u8; SECRET_LEN],
+    /// This node's number.
+    pub node: usize,
+    /// Nodes in the job.
+    pub num_nodes: usize,
+}
+
+impl LaunchEnv {
+    /// Whether this process was started by charmrun.
+    pub fn present() -> bool {
+        std::env::var_os(ENV_CHARMRUN).is_some()
+    }
+
+    /// Read the environment charmrun set.
+    ///
+    /// # Errors
+    /// [`MachineError::Boot`] when a variable is missing or malformed.
+    pub fn from_env() -> Result<LaunchEnv, MachineError> {
+        let var = |k: &str| {
+            std::env::var(k).map_err(|_| {
+                MachineError::Boot(format!(
+                    "{k} is not set: start this program with charmrun (charmrun +p N PROGRAM)"
+                ))
+            })
+        };
+        let num = |k: &str| -> Result<usize, MachineError> {
+            let v = var(k)?;
+            v.parse()
+                .map_err(|_| MachineError::Boot(format!("{k}='{v}' is not a number")))
+        };
+        let secret = protocol::secret_from_hex(&var(ENV_SECRET)?)
+            .ok_or_else(|| MachineError::Boot(format!("{ENV_SECRET} is malformed")))?;
+        let env = LaunchEnv {
+            charmrun: var(ENV_CHARMRUN)?,
+            secret,
+            node: num(ENV_NODE)?,
+            num_nodes: num(ENV_NODES)?,
+        };
+        if env.num_nodes == 0 || env.node >= env.num_nodes {
+            return Err(MachineError::Boot(format!(
+                "node {} of {} makes no sense",
+                env.node, env.num_nodes
+            )));
+        }
+        Ok(env)
+    }
+}
+
+/// A node's control connection to charmrun.
+pub struct Control {
+    writer: Mutex<TcpStream>,
+    reader: Option<TcpStream>,
+    local_ip: IpAddr,
+    released: Signal,
+    node: usize,
+}
+
+/// How long a node tries to reach charmrun before giving up.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
+
+impl Control {
+    /// Connect to charmrun.
+    ///
+    /// # Errors
+    /// [`MachineError::Boot`] when charmrun cannot be reached.
+    pub fn connect(env: &LaunchEnv) -> Result<Control, MachineError> {
+        let boot = |what: &str, e: std::io::Error| {
+            MachineError::Boot(format!("{what} charmrun at {}: {e}", env.charmrun))
+        };
+        let addrs: Vec<_> = std::net::ToSocketAddrs::to_socket_addrs(&env.charmrun)
+            .map_err(|e| boot("cannot resolve", e))?
+            .collect();
+        let mut last = None;
+        let mut stream = None;
+        for a in &addrs {
+            match TcpStream::connect_timeout(a, CONNECT_TIMEOUT) {
+                Ok(s) => {
+                    stream = Some(s);
+                    break;
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        let stream = stream.ok_or_else(|| {
+            boot(
+                "cannot connect to",
+                last.unwrap_or_else(|| std::io::Error::other("no address")),
+            )
+        })?;
+        let _ = stream.set_nodelay(true);
+        let local_ip = stream
+            .local_addr()
+            .map_err(|e| boot("no local address towards", e))?
+            .ip();
+        let reader = stream
+            .try_clone()
+            .map_err(|e| boot("cannot clone the connection to", e))?;
+        Ok(Control {
+            writer: Mutex::new(stream),
+            reader: Some(reader),
+            local_ip,
+            released: Signal::default(),
+            node: env.node,
+        })
+    }
+
+    /// This host's address on the route to charmrun: where peers can reach this node too.
+    pub fn local_ip(&self) -> IpAddr {
+        self.local_ip
+    }
+
+    /// Introduce this node with its layer `info`, wait for the node table, and start the
+    /// watchdog.
+    ///
+    /// # Errors
+    /// [`MachineError::Boot`] when charmrun refuses us or goes away.
+    pub fn join(&mut self, env: &LaunchEnv, info: Vec<u8>) -> Result<NodeTable, MachineError> {
+        let hello = Hello {
+            secret: env.secret,
+            node: env.node as u32,
+            pid: std::process::id(),
+            host: hostname(),
+            info,
+        };
+        self.send(Kind::Hello, &hello.encode())?;
+        let Some(mut reader) = self.reader.take() else {
+            return Err(MachineError::Boot("joined twice".into()));
+        };
+        let table = loop {
+            match protocol::read_frame(&mut reader) {
+                Ok((Kind::Table, body)) => {
+                    break NodeTable::decode(&body).map_err(|e| {
+                        MachineError::Boot(format!("charmrun sent a bad node table: {e}"))
+                    })?
+                }
+                Ok((Kind::Die, reason)) => {
+                    return Err(MachineError::Aborted(
+                        String::from_utf8_lossy(&reason).into(),
+                    ))
+                }
+                Ok(_) => continue,
+                Err(e) => {
+                    return Err(MachineError::Boot(format!(
+                        "charmrun closed the connection before sending the node table: {e}"
+                    )))
+                }
+            }
+        };
+        if table.num_nodes() != env.num_nodes {
+            return Err(MachineError::Boot(format!(
+                "node table has {} nodes, expected {}",
+                table.num_nodes(),
+                env.num_nodes
+            )));
+        }
+        let released = self.released.clone();
+        std::thread::Builder::new()
+            .name("charmrun-watchdog".into())
+            .spawn(move || watchdog(reader, released))
+            .map_err(|e| MachineError::io("starting the charmrun watchdog", e))?;
+        Ok(table)
+    }
+
+    /// Block until every node reached the barrier.
+    ///
+    /// # Errors
+    /// [`MachineError::Io`] when the request cannot be sent.
+    pub fn barrier(&self) -> Result<(), MachineError> {
+        let ticket = self.released.ticket();
+        self.send(Kind::Barrier, &[])?;
+        self.released.wait_past(ticket);
+        Ok(())
+    }
+
+    /// Tell charmrun this node leaves the job normally with `code`.
+    ///
+    /// # Errors
+    /// [`MachineError::Io`] when it cannot be told.
+    pub fn ending(&self, code: i32) -> Result<(), MachineError> {
+        self.send(Kind::Ending, &code.to_le_bytes())
+    }
+
+    /// Ask charmrun to end the job, then exit non-zero.
+    pub fn abort(&self, reason: &str) -> ! {
+        eprintln!("converse: node {} aborting the job: {reason}", self.node);
+        let _ = self.send(Kind::Abort, reason.as_bytes());
+        std::process::exit(1)
+    }
+
+    fn send(&self, kind: Kind, body: &[u8]) -> Result<(), MachineError> {
+        let mut w = self
+            .writer
+            .lock()
+            .map_err(|_| MachineError::Boot("control connection poisoned".into()))?;
+        protocol::write_frame(&mut *w, kind, body)
+            .and_then(|()| w.flush())
+            .map_err(|e| MachineError::io("writing to charmrun", e))
+    }
+}
+
+fn watchdog(mut reader: TcpStream, released: Signal) {
+    loop {
+        match protocol::read_frame(&mut reader) {
+            Ok((Kind::Release, _)) => released.raise(),
+            Ok((Kind::Die, _)) | Err(_) => {
+                // The job is over (charmrun said so, or charmrun is gone): leave now, from
+                // whatever state the rest of the process is in.
+                std::process::exit(1)
+            }
+            Ok(_) => {}
+        }
+    }
+}
+
+/// This host's name, for messages.
+pub fn hostname() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// A counter the watchdog raises and `barrier` waits past.
+mod signal {
+    use std::sync::{Arc, Condvar, Mutex};
+
+    #[derive(Clone, Default)]
+    pub struct Signal(Arc<(Mutex<u64>, Condvar)>);
+
+    impl Signal {
+        pub fn ticket(&self) -> u64 {
+            self.0 .0.lock().map_or(0, |g| *g)
+        }
+        pub fn raise(&self) {
+            if let Ok(mut g) = self.0 .0.lock() {
+                *g += 1;
+            }
+            self.0 .1.notify_all();
+        }
+        /// Wait until the counter is past `ticket`.
+        pub fn wait_past(&self, ticket: u64) {
+            let Ok(mut g) = self.0 .0.lock() else { return };
+            while *g <= ticket {
+                match self.0 .1.wait(g) {
+                    Ok(ng) => g = ng,
+                    Err(_) => return,
+                }
+            }
+        }
+    }
+}

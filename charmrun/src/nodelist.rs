@@ -1,0 +1,241 @@
+//! Nodelists: where charmrun places node processes.
+//!
+//! Two formats, told apart by their first keyword:
+//!
+//! - **Charm++'s**: `group NAME` starts a group, `host NAME [++cpus N] [++shell CMD]` adds a
+//!   host to it; hosts before any `group` line are in group `main`, which is the one used.
+//! - **A plain machine file**: one host name per line.
+//!
+//! In both, `#` and `//` start comments and blank lines are ignored. Processes are placed on
+//! the hosts round-robin in file order: node 0 on the first host, node 1 on the second, ...
+//! wrapping around (as the topology library's `mturun` does).
+
+use std::path::Path;
+
+/// One host a nodelist names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Host {
+    /// Host name or address, as the remote shell and the resolver take it.
+    pub name: String,
+    /// `++cpus`: how many processors it has (informational; placement is round-robin).
+    pub cpus: usize,
+    /// `++shell`: a remote shell for this host instead of the default.
+    pub shell: Option<String>,
+}
+
+/// What is wrong with a nodelist, naming the line.
+#[derive(Debug, thiserror::Error)]
+pub enum NodelistError {
+    /// The file cannot be read.
+    #[error("cannot read nodelist {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A line that does not parse.
+    #[error("{path}:{line}: {reason}")]
+    Line {
+        /// The file.
+        path: String,
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong.
+        reason: String,
+    },
+    /// No host in the group used.
+    #[error("{path}: no hosts in group '{group}'")]
+    Empty {
+        /// The file.
+        path: String,
+        /// The group.
+        group: String,
+    },
+}
+
+/// Read and parse a nodelist file; the hosts of group `main` (or of the machine file).
+///
+/// # Errors
+/// [`NodelistError`] saying which line is wrong and why.
+pub fn load(path: &Path) -> Result<Vec<Host>, NodelistError> {
+    let text = std::fs::read_to_string(path).map_err(|source| NodelistError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    parse(&path.display().to_string(), &text)
+}
+
+fn strip_comment(line: &str) -> &str {
+    let cut = [line.find('#'), line.find("//")]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(line.len());
+    line[..cut].trim()
+}
+
+/// Parse nodelist text; `path` is used in messages only.
+///
+/// ```
+/// let hosts = charmrun::nodelist::parse("n", "group main\n host a ++cpus 2\n host b\n").unwrap();
+/// assert_eq!(hosts.iter().map(|h| h.name.as_str()).collect::<Vec<_>>(), ["a", "b"]);
+/// let hosts = charmrun::nodelist::parse("m", "a\nb # second\n\nc\n").unwrap();
+/// assert_eq!(hosts.len(), 3);
+/// ```
+///
+/// # Errors
+/// [`NodelistError`] saying which line is wrong and why.
+pub fn parse(path: &str, text: &str) -> Result<Vec<Host>, NodelistError> {
+    let lines: Vec<(usize, &str)> = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, strip_comment(l)))
+        .filter(|(_, l)| !l.is_empty())
+        .collect();
+    let charm = lines
+        .iter()
+        .any(|(_, l)| matches!(l.split_whitespace().next(), Some("group" | "host")));
+    let err = |line: usize, reason: String| NodelistError::Line {
+        path: path.into(),
+        line,
+        reason,
+    };
+    let mut hosts = Vec::new();
+    if !charm {
+        for (n, l) in lines {
+            let mut words = l.split_whitespace();
+            let name = words.next().unwrap_or_default();
+            if let Some(extra) = words.next() {
+                return Err(err(
+                    n,
+                    format!("a machine file has one host per line; '{extra}' follows '{name}'"),
+                ));
+            }
+            hosts.push(Host {
+                name: name.into(),
+                cpus: 1,
+                shell: None,
+            });
+        }
+    } else {
+        let mut group = "main".to_owned();
+        for (n, l) in lines {
+            let mut words = l.split_whitespace();
+            match words.next() {
+                Some("group") => {
+                    group = words
+                        .next()
+                        .ok_or_else(|| err(n, "'group' needs a name".into()))?
+                        .into();
+                    // Group options (++shell and the like) apply to the group's hosts.
+                    let _ = words;
+                }
+                Some("host") => {
+                    let name = words
+                        .next()
+                        .ok_or_else(|| err(n, "'host' needs a name".into()))?;
+                    let mut h = Host {
+                        name: name.into(),
+                        cpus: 1,
+                        shell: None,
+                    };
+                    while let Some(opt) = words.next() {
+                        let mut value = |o: &str| {
+                            words
+                                .next()
+                                .ok_or_else(|| err(n, format!("{o} needs a value")))
+                        };
+                        match opt {
+                            "++cpus" => {
+                                let v = value(opt)?;
+                                h.cpus = v.parse().ok().filter(|&c| c > 0).ok_or_else(|| {
+                                    err(n, format!("++cpus wants a positive number, got '{v}'"))
+                                })?;
+                            }
+                            "++shell" => h.shell = Some(value(opt)?.into()),
+                            other => return Err(err(n, format!("unknown host option '{other}'"))),
+                        }
+                    }
+                    if group == "main" {
+                        hosts.push(h);
+                    }
+                }
+                Some(other) => {
+                    return Err(err(
+                        n,
+                        format!("expected 'group NAME' or 'host NAME ...', found '{other}'"),
+                    ))
+                }
+                None => {}
+            }
+        }
+    }
+    if hosts.is_empty() {
+        return Err(NodelistError::Empty {
+            path: path.into(),
+            group: "main".into(),
+        });
+    }
+    Ok(hosts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(h: &[Host]) -> Vec<&str> {
+        h.iter().map(|h| h.name.as_str()).collect()
+    }
+
+    #[test]
+    fn charm_format_with_groups_comments_and_options() {
+        let text = "# cluster\ngroup main ++shell ssh\n  host a ++cpus 4 // big\n  host b ++shell rsh\ngroup other\n  host c\n";
+        let h = parse("n", text).expect("parses");
+        assert_eq!(names(&h), ["a", "b"]);
+        assert_eq!(h[0].cpus, 4);
+        assert_eq!(h[1].shell.as_deref(), Some("rsh"));
+    }
+
+    #[test]
+    fn hosts_before_any_group_are_in_main() {
+        assert_eq!(
+            names(&parse("n", "host x\nhost y\n").expect("parses")),
+            ["x", "y"]
+        );
+    }
+
+    #[test]
+    fn machine_file() {
+        let h = parse("m", "n1\n\n  n2  \n# n3\nn1\n").expect("parses");
+        assert_eq!(names(&h), ["n1", "n2", "n1"]);
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        let cases = [
+            ("group main\nhost a\nhots b\n", ":3:"),
+            ("host a ++cpus zero\n", ":1:"),
+            ("host a ++cpus\n", ":1:"),
+            ("host\n", ":1:"),
+            ("host a ++bogus 1\n", ":1:"),
+            ("a b\n", ":1:"),
+        ];
+        for (text, want) in cases {
+            let e = parse("f", text)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(e.contains(want), "{text:?}: {e}");
+        }
+        assert!(matches!(
+            parse("f", "# nothing\n"),
+            Err(NodelistError::Empty { .. })
+        ));
+        assert!(matches!(
+            parse("f", "group other\nhost a\n"),
+            Err(NodelistError::Empty { .. })
+        ));
+    }
+}

@@ -1,0 +1,227 @@
+//! The control protocol between charmrun and the nodes it starts.
+//!
+//! Every node opens one TCP connection to charmrun's control port and keeps it for the whole
+//! job. Frames are `[u32 length LE][u8 kind][body]`, `length` counting kind and body.
+//!
+//! | kind | direction | body | meaning |
+//! |---|---|---|---|
+//! | `HELLO` | node → charmrun | secret (16 B), node u32, pid u32, host (u32 len + UTF-8), info (rest) | I am node `node` of this job; reach me with `info` |
+//! | `TABLE` | charmrun → node | encoded [`NodeTable`](machine::NodeTable) | everyone is in: here is the job |
+//! | `BARRIER` | node → charmrun | empty | I reached the barrier |
+//! | `RELEASE` | charmrun → node | empty | everyone reached it |
+//! | `ENDING` | node → charmrun | i32 code | I am leaving the job normally with this code |
+//! | `ABORT` | node → charmrun | UTF-8 reason | end the job now |
+//! | `DIE` | charmrun → node | UTF-8 reason | the job is over: exit at once |
+//!
+//! A node whose control connection closes exits at once: nothing of a job outlives its
+//! charmrun.
+
+use std::io::{self, Read, Write};
+
+/// Bytes of the per-job secret.
+pub const SECRET_LEN: usize = 16;
+
+/// Largest control frame accepted: a node table for a very big job fits many times over, and a
+/// stranger cannot make us allocate more.
+pub const MAX_FRAME: usize = 64 << 20;
+
+/// Frame kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Kind {
+    /// Node introduces itself.
+    Hello = 1,
+    /// The node table.
+    Table = 2,
+    /// Node reached the barrier.
+    Barrier = 3,
+    /// Barrier complete.
+    Release = 4,
+    /// Node leaves with an exit code.
+    Ending = 5,
+    /// Node aborts the job.
+    Abort = 6,
+    /// Charmrun ends the job.
+    Die = 7,
+}
+
+impl Kind {
+    fn from_u8(b: u8) -> Option<Kind> {
+        Some(match b {
+            1 => Kind::Hello,
+            2 => Kind::Table,
+            3 => Kind::Barrier,
+            4 => Kind::Release,
+            5 => Kind::Ending,
+            6 => Kind::Abort,
+            7 => Kind::Die,
+            _ => return None,
+        })
+    }
+}
+
+/// Write one frame.
+///
+/// # Errors
+/// The socket's.
+pub fn write_frame(w: &mut impl Write, kind: Kind, body: &[u8]) -> io::Result<()> {
+    let len = u32::try_from(body.len() + 1)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "control frame too large"))?;
+    let mut buf = Vec::with_capacity(5 + body.len());
+    buf.extend_from_slice(&len.to_le_bytes());
+    buf.push(kind as u8);
+    buf.extend_from_slice(body);
+    w.write_all(&buf)
+}
+
+/// Read one frame.
+///
+/// # Errors
+/// The socket's; `InvalidData` for an unknown kind or a length out of range.
+pub fn read_frame(r: &mut impl Read) -> io::Result<(Kind, Vec<u8>)> {
+    let mut len = [0u8; 4];
+    r.read_exact(&mut len)?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len == 0 || len > MAX_FRAME {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("control frame of {len} bytes"),
+        ));
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body)?;
+    let kind = Kind::from_u8(body[0]).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("control frame kind {}", body[0]),
+        )
+    })?;
+    body.remove(0);
+    Ok((kind, body))
+}
+
+/// A node's introduction.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hello {
+    /// The job secret the node was given.
+    pub secret: [u8; SECRET_LEN],
+    /// Which node it is.
+    pub node: u32,
+    /// Its process id (on its host).
+    pub pid: u32,
+    /// Its host name.
+    pub host: String,
+    /// Layer-specific: how to reach it.
+    pub info: Vec<u8>,
+}
+
+impl Hello {
+    /// Encode as a `HELLO` body.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(32 + self.host.len() + self.info.len());
+        b.extend_from_slice(&self.secret);
+        b.extend_from_slice(&self.node.to_le_bytes());
+        b.extend_from_slice(&self.pid.to_le_bytes());
+        b.extend_from_slice(&(self.host.len() as u32).to_le_bytes());
+        b.extend_from_slice(self.host.as_bytes());
+        b.extend_from_slice(&self.info);
+        b
+    }
+
+    /// Decode a `HELLO` body; `None` if it is not one.
+    pub fn decode(b: &[u8]) -> Option<Hello> {
+        let (secret, b) = b.split_first_chunk::<SECRET_LEN>()?;
+        let (node, b) = b.split_first_chunk::<4>()?;
+        let (pid, b) = b.split_first_chunk::<4>()?;
+        let (hlen, b) = b.split_first_chunk::<4>()?;
+        let hlen = u32::from_le_bytes(*hlen) as usize;
+        if hlen > b.len() {
+            return None;
+        }
+        let (host, info) = b.split_at(hlen);
+        Some(Hello {
+            secret: *secret,
+            node: u32::from_le_bytes(*node),
+            pid: u32::from_le_bytes(*pid),
+            host: std::str::from_utf8(host).ok()?.to_owned(),
+            info: info.to_vec(),
+        })
+    }
+}
+
+/// Compare secrets in time independent of where they differ.
+pub fn secrets_equal(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// Hex form of a secret, for the environment.
+pub fn secret_to_hex(s: &[u8; SECRET_LEN]) -> String {
+    s.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Parse the hex form of a secret.
+pub fn secret_from_hex(h: &str) -> Option<[u8; SECRET_LEN]> {
+    if h.len() != 2 * SECRET_LEN || !h.is_ascii() {
+        return None;
+    }
+    let mut s = [0u8; SECRET_LEN];
+    for (i, b) in s.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&h[2 * i..2 * i + 2], 16).ok()?;
+    }
+    Some(s)
+}
+
+/// A fresh random secret.
+///
+/// # Errors
+/// When the system's random source cannot be read.
+pub fn new_secret() -> io::Result<[u8; SECRET_LEN]> {
+    let mut s = [0u8; SECRET_LEN];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut s)?;
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hello_round_trip_and_truncations() {
+        let h = Hello {
+            secret: [7; SECRET_LEN],
+            node: 3,
+            pid: 1234,
+            host: "host-a".into(),
+            info: vec![1, 2, 3, 4, 5, 6],
+        };
+        let b = h.encode();
+        assert_eq!(Hello::decode(&b), Some(h));
+        for len in 0..(SECRET_LEN + 12 + 6) {
+            assert_eq!(Hello::decode(&b[..len]), None, "len {len}");
+        }
+    }
+
+    #[test]
+    fn frames_round_trip_and_bad_frames_are_errors() {
+        let mut buf = Vec::new();
+        write_frame(&mut buf, Kind::Ending, &3i32.to_le_bytes()).expect("write");
+        let (k, body) = read_frame(&mut buf.as_slice()).expect("read");
+        assert_eq!((k, body), (Kind::Ending, 3i32.to_le_bytes().to_vec()));
+        for bad in [
+            &[0u8, 0, 0, 0][..],
+            &[1, 0, 0, 0, 99],
+            &[0xff, 0xff, 0xff, 0xff],
+        ] {
+            assert!(read_frame(&mut &bad[..]).is_err());
+        }
+    }
+
+    #[test]
+    fn secrets() {
+        let s = new_secret().expect("urandom");
+        assert_eq!(secret_from_hex(&secret_to_hex(&s)), Some(s));
+        assert_eq!(secret_from_hex("zz"), None);
+        assert!(secrets_equal(&s, &s));
+        assert!(!secrets_equal(&s, &[0; SECRET_LEN]));
+    }
+}

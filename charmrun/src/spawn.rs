@@ -1,0 +1,137 @@
+//! Starting node processes: directly on this host, or through a remote shell.
+
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, ToSocketAddrs, UdpSocket};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+
+/// Start `program args` here with `env`, stdout and stderr piped, in a process group of its
+/// own (so a Ctrl-C at the terminal reaches charmrun, which ends the job in order), and set to
+/// die with charmrun even if charmrun is killed outright.
+///
+/// # Errors
+/// When the process cannot be started.
+pub fn local(program: &str, args: &[String], env: &[(String, String)]) -> io::Result<Child> {
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    // SAFETY: prctl and getppid are async-signal-safe; the closure touches no shared state.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // charmrun may have died between fork and prctl.
+            if libc::getppid() == 1 {
+                return Err(io::Error::other("charmrun exited during start-up"));
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn()
+}
+
+/// Start `program args` on `host` through `shell` (`ssh`, or any command taking
+/// `HOST COMMAND`): `cd` to `cwd`, set `env`, exec the program.
+///
+/// # Errors
+/// When the remote shell cannot be started.
+pub fn remote(
+    shell: &str,
+    host: &str,
+    cwd: &str,
+    program: &str,
+    args: &[String],
+    env: &[(String, String)],
+) -> io::Result<Child> {
+    let mut words = shell.split_whitespace();
+    let Some(cmd_name) = words.next() else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "empty remote shell",
+        ));
+    };
+    let mut cmd = Command::new(cmd_name);
+    cmd.args(words);
+    if cmd_name.rsplit('/').next() == Some("ssh") {
+        // Never stop to ask for a password: a host we cannot reach is an error, not a prompt.
+        cmd.args(["-o", "BatchMode=yes"]);
+    }
+    let mut line = format!("cd {} && exec env", quote(cwd));
+    for (k, v) in env {
+        line.push(' ');
+        line.push_str(&quote(&format!("{k}={v}")));
+    }
+    line.push(' ');
+    line.push_str(&quote(program));
+    for a in args {
+        line.push(' ');
+        line.push_str(&quote(a));
+    }
+    cmd.arg(host)
+        .arg(line)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    cmd.spawn()
+}
+
+/// Quote a word for a POSIX shell.
+pub fn quote(s: &str) -> String {
+    if !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"/._-=:+,@".contains(&b))
+    {
+        return s.to_owned();
+    }
+    format!("'{}'", s.replace('\'', "'\\''"))
+}
+
+/// The address of this host on the route to `host`: where a node started there can reach
+/// charmrun. Asks the kernel's routing (a UDP "connect" sends nothing).
+///
+/// # Errors
+/// When `host` does not resolve or has no route.
+pub fn address_towards(host: &str) -> io::Result<IpAddr> {
+    let target = (host, 9)
+        .to_socket_addrs()?
+        .next()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("{host} has no address")))?;
+    if target.ip().is_loopback() {
+        return Ok(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    }
+    let bind: IpAddr = if target.is_ipv4() {
+        Ipv4Addr::UNSPECIFIED.into()
+    } else {
+        std::net::Ipv6Addr::UNSPECIFIED.into()
+    };
+    let s = UdpSocket::bind((bind, 0))?;
+    s.connect(target)?;
+    Ok(s.local_addr()?.ip())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quoting() {
+        assert_eq!(quote("/a/b-c_d.e"), "/a/b-c_d.e");
+        assert_eq!(quote("it's"), "'it'\\''s'");
+        assert_eq!(quote(""), "''");
+        assert_eq!(quote("a b"), "'a b'");
+    }
+
+    #[test]
+    fn loopback_route() {
+        assert_eq!(
+            address_towards("127.0.0.1").ok(),
+            Some(IpAddr::V4(Ipv4Addr::LOCALHOST))
+        );
+    }
+}
