@@ -7,6 +7,9 @@ use std::fmt::Write as _;
 /// Layer features this crate may have; each maps to CARGO_FEATURE_<NAME>.
 const LAYER_FEATURES: &[&str] = &["tcp", "udp", "si", "mpi"];
 
+/// Layer features on by default: every variant has them, so they do not make a build "custom".
+const BASE_FEATURES: &[&str] = &["tcp"];
+
 fn main() {
     println!("cargo:rerun-if-env-changed=CONV_MACH_VARIANT");
     let dir = conv_mach::variants_dir();
@@ -40,8 +43,13 @@ fn main() {
         );
     }
     // A plain build with extra layer features is not the default variant any more.
-    if asked.is_none() && !enabled.is_empty() {
-        v.name = format!("custom({})", enabled.join("+"));
+    let extra: Vec<&str> = enabled
+        .iter()
+        .copied()
+        .filter(|f| !BASE_FEATURES.contains(f))
+        .collect();
+    if asked.is_none() && !extra.is_empty() {
+        v.name = format!("custom({})", extra.join("+"));
     }
     let mut out = String::new();
     let _ = writeln!(out, "pub const NAME: &str = {:?};", v.name);

@@ -46,6 +46,24 @@ enum Cmd {
         #[arg(long)]
         csv: Option<PathBuf>,
     },
+    /// One PE of a launched ping-pong job (started by `bench pingpong` through charmrun).
+    #[command(hide = true)]
+    PePingpong {
+        #[arg(long, value_delimiter = ',')]
+        sizes: Vec<usize>,
+        #[arg(long)]
+        iters: u64,
+        #[arg(long)]
+        csv: PathBuf,
+    },
+    /// The echoing side of the raw TCP baseline.
+    #[command(hide = true)]
+    RawTcpEcho {
+        addr: String,
+        #[arg(value_delimiter = ',')]
+        sizes: Vec<usize>,
+        rounds: u64,
+    },
     /// Messages sent and dispatched per second on one PE, next to a bare queue + call.
     Rate {
         /// Messages per measurement.
@@ -58,8 +76,25 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // Runtime arguments (+machine, +p...) are for the launched job; clap sees the rest.
+    let argv: Vec<String> = std::env::args().collect();
+    let program_args = match converse::parse_args(argv.clone()) {
+        Ok(a) => a.program,
+        Err(e) => {
+            eprintln!("bench: error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let cli = Cli::parse_from(program_args);
     let result = match cli.cmd {
+        Cmd::PePingpong { sizes, iters, csv } => converse::Runtime::from_args(argv)
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| pingpong::pe_main(rt, &sizes, iters, &csv)),
+        Cmd::RawTcpEcho {
+            addr,
+            sizes,
+            rounds,
+        } => raw::tcp_echo(&addr, &sizes, rounds),
         Cmd::Pingpong {
             layer,
             sizes,

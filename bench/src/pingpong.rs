@@ -1,14 +1,20 @@
 //! Ping-pong between PE 0 and PE 1 on a layer, driven by handlers as an application would be:
 //! PE 1 forwards the message back as it came, PE 0 times each round trip and sends the same
-//! buffer again. The raw baseline for the layer runs first, in the same process.
+//! buffer again. The raw baseline for the layer runs first, in the same `bench` run.
+//!
+//! The in-process layer runs inside this process. Any other layer runs as a real job: `bench`
+//! starts `charmrun +p2 bench pe-pingpong ...`, whose PE 0 writes its figures as CSV for this
+//! process to print next to the baseline.
 
 use crate::raw;
 use crate::report::{self, histogram, Row};
+use anyhow::Context;
 use converse::{Message, Runtime};
 use hdrhistogram::Histogram;
 use std::cell::RefCell;
 use std::path::Path;
 use std::rc::Rc;
+use std::sync::Mutex;
 use std::time::Instant;
 
 struct State {
@@ -23,24 +29,95 @@ struct State {
     finished: bool,
 }
 
+/// Warm-up round trips before the timed ones.
+pub fn warmup(iters: u64) -> u64 {
+    (iters / 10).max(10)
+}
+
+/// `bench pingpong`: baseline, then the layer, then the table (and CSV).
 pub fn run(layer: &str, sizes: &[usize], iters: u64, csv: Option<&Path>) -> anyhow::Result<()> {
-    let warmup = (iters / 10).max(10);
+    let w = warmup(iters);
     let raw_rows: Vec<Row> = match layer {
         "local" => sizes
             .iter()
-            .map(|&s| raw::crossbeam_pingpong(s, iters, warmup))
+            .map(|&s| raw::crossbeam_pingpong(s, iters, w))
             .collect::<anyhow::Result<_>>()?,
-        other => anyhow::bail!("no raw baseline for layer '{other}' yet"),
+        "tcp" => raw::tcp_pingpong(sizes, iters, w)?,
+        other => anyhow::bail!("no raw baseline for layer '{other}' yet (layers: local, tcp)"),
     };
-    let rt = Runtime::from_args(["bench", "+p2", "+quiet", "+machine", layer])?;
-    let sizes = sizes.to_vec();
-    let layer_name = layer.to_owned();
-    let raw_rows = &raw_rows;
-    let code = rt.run(move |pe| {
+    let rows = if layer == "local" {
+        let rt = Runtime::from_args(["bench", "+p2", "+quiet", "+machine", "local"])?;
+        job(rt, sizes, iters, layer)?
+    } else {
+        under_charmrun(layer, sizes, iters)?
+    };
+    report::print_pingpong(&rows, &raw_rows);
+    println!("(one-way = round trip / 2; {iters} timed round trips per size after {w} warm-up)");
+    if let Some(path) = csv {
+        let all: Vec<&Row> = rows.iter().chain(raw_rows.iter()).collect();
+        report::write_csv(path, &all)?;
+    }
+    Ok(())
+}
+
+/// Run the layer's ping-pong as a job of its own under charmrun; read back PE 0's figures.
+fn under_charmrun(layer: &str, sizes: &[usize], iters: u64) -> anyhow::Result<Vec<Row>> {
+    let me = std::env::current_exe().context("finding the bench executable")?;
+    let charmrun = me.with_file_name("charmrun");
+    anyhow::ensure!(
+        charmrun.is_file(),
+        "{} not found: build it (cargo build --release -p charmrun)",
+        charmrun.display()
+    );
+    let out = std::env::temp_dir().join(format!("bench-pingpong-{}.csv", std::process::id()));
+    let sizes_arg = sizes
+        .iter()
+        .map(|s| s.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let status = std::process::Command::new(&charmrun)
+        .args(["+p2", "++quiet", "++timelimit", "600"])
+        .arg(&me)
+        .args([
+            "pe-pingpong",
+            "--sizes",
+            &sizes_arg,
+            "--iters",
+            &iters.to_string(),
+            "--csv",
+        ])
+        .arg(&out)
+        .args(["+machine", layer, "+quiet"])
+        .status()
+        .context("starting charmrun")?;
+    anyhow::ensure!(
+        status.success(),
+        "the {layer} ping-pong job failed: {status}"
+    );
+    let rows = report::read_csv(&out);
+    let _ = std::fs::remove_file(&out);
+    rows
+}
+
+/// `bench pe-pingpong`: one PE of a launched ping-pong job; PE 0 writes the CSV.
+pub fn pe_main(rt: Runtime, sizes: &[usize], iters: u64, csv: &Path) -> anyhow::Result<()> {
+    let layer = rt.layer().to_owned();
+    let rows = job(rt, sizes, iters, &layer)?;
+    if !rows.is_empty() {
+        report::write_csv(csv, &rows.iter().collect::<Vec<_>>())?;
+    }
+    Ok(())
+}
+
+/// The handler-driven ping-pong on `rt`; PE 0's rows (empty on other PEs).
+fn job(rt: Runtime, sizes: &[usize], iters: u64, label: &str) -> anyhow::Result<Vec<Row>> {
+    let result = Mutex::new(Vec::new());
+    let label = label.to_owned();
+    let code = rt.run(|pe| {
         let state = Rc::new(RefCell::new(State {
-            sizes: sizes.clone(),
+            sizes: sizes.to_vec(),
             iters,
-            warmup,
+            warmup: warmup(iters),
             size_idx: 0,
             done: 0,
             sent_at: Instant::now(),
@@ -49,7 +126,7 @@ pub fn run(layer: &str, sizes: &[usize], iters: u64, csv: Option<&Path>) -> anyh
             finished: false,
         }));
         let st = state.clone();
-        let layer_name = layer_name.clone();
+        let label = label.clone();
         let ball = pe.register("ball", move |pe, msg| {
             if pe.my_pe() == 1 {
                 return pe.forward(0, msg);
@@ -66,7 +143,7 @@ pub fn run(layer: &str, sizes: &[usize], iters: u64, csv: Option<&Path>) -> anyh
                 msg
             } else {
                 let size = s.sizes[s.size_idx];
-                let row = Row::from_hist(&layer_name, size, &s.hist);
+                let row = Row::from_hist(&label, size, &s.hist);
                 s.rows.push(row);
                 s.hist.reset();
                 s.done = 0;
@@ -94,22 +171,13 @@ pub fn run(layer: &str, sizes: &[usize], iters: u64, csv: Option<&Path>) -> anyh
                 pe.send_msg(1, ball, Message::new(size));
             }
             let st = state.clone();
-            pe.run_until(|_| st.borrow().finished);
-            let s = state.borrow();
-            report::print_pingpong(&s.rows, raw_rows);
-            if let Some(path) = csv {
-                let all: Vec<&Row> = s.rows.iter().chain(raw_rows.iter()).collect();
-                if let Err(e) = report::write_csv(path, &all) {
-                    eprintln!("bench: {e:#}");
-                }
+            pe.run_until(|_| st.borrow().finished || st.borrow().sizes.is_empty());
+            if let Ok(mut r) = result.lock() {
+                r.append(&mut state.borrow_mut().rows);
             }
-            drop(s);
             pe.exit(0);
         }
     })?;
-    println!(
-        "(one-way = round trip / 2; {iters} timed round trips per size after {warmup} warm-up)"
-    );
     anyhow::ensure!(code == 0, "the ping-pong job exited with {code}");
-    Ok(())
+    Ok(result.into_inner().unwrap_or_default())
 }

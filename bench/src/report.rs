@@ -107,3 +107,26 @@ pub fn write_csv(path: &Path, rows: &[&Row]) -> anyhow::Result<()> {
     }
     Ok(())
 }
+
+/// Read rows written by [`write_csv`].
+pub fn read_csv(path: &Path) -> anyhow::Result<Vec<Row>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut rows = Vec::new();
+    for line in text.lines().skip(1) {
+        let f: Vec<&str> = line.split(',').collect();
+        anyhow::ensure!(f.len() == 9, "bad CSV line: {line}");
+        let num = |i: usize| -> anyhow::Result<u64> { Ok(f[i].parse()?) };
+        rows.push(Row {
+            what: f[0].to_owned(),
+            size: f[1].parse()?,
+            count: num(2)?,
+            min_ns: num(3)?,
+            p50_ns: num(4)?,
+            p99_ns: num(5)?,
+            max_ns: num(6)?,
+            mean_ns: f[7].parse()?,
+        });
+    }
+    Ok(rows)
+}

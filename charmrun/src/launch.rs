@@ -52,7 +52,10 @@ struct Node {
     control: Option<TcpStream>,
     ended: Option<i32>,
     at_barrier: bool,
+    /// Its control connection closed: every frame it sent has been seen.
+    closed: bool,
     lost_at: Option<Instant>,
+    exited_at: Option<Instant>,
 }
 
 /// Why the job ended early.
@@ -173,7 +176,9 @@ impl<'a> Job<'a> {
                 control: None,
                 ended: None,
                 at_barrier: false,
+                closed: false,
                 lost_at: None,
+                exited_at: None,
             });
         }
         Ok(job)
@@ -366,6 +371,7 @@ impl<'a> Job<'a> {
                     });
                 }
                 Ok(Event::Closed(i)) => {
+                    self.nodes[i].closed = true;
                     if self.nodes[i].ended.is_none() && self.nodes[i].status.is_none() {
                         self.nodes[i].lost_at = Some(Instant::now());
                     }
@@ -377,6 +383,27 @@ impl<'a> Job<'a> {
             }
             let mut running = 0;
             for i in 0..self.nodes.len() {
+                if self.nodes[i].exited_at.is_some() && self.nodes[i].ended.is_none() {
+                    // Exited: but its last frames (ENDING) may still be on their way. Decide
+                    // once its connection has closed, or after a grace period.
+                    let waited = self.nodes[i]
+                        .exited_at
+                        .map_or(Duration::ZERO, |t| t.elapsed());
+                    if self.nodes[i].closed || waited > LOST_GRACE {
+                        let st = self.nodes[i].status.unwrap_or_else(ExitStatus::default);
+                        let code = exit_code(st);
+                        return Err(Failure {
+                            code: if code == 0 { 1 } else { code },
+                            message: Some(format!(
+                                "{} {} before the job ended; ending the job",
+                                self.label_at(i),
+                                describe(st)
+                            )),
+                        });
+                    }
+                    running += 1;
+                    continue;
+                }
                 if self.nodes[i].status.is_some() {
                     continue;
                 }
@@ -395,22 +422,25 @@ impl<'a> Job<'a> {
                     }
                     continue;
                 };
-                let code = exit_code(st);
                 match self.nodes[i].ended {
                     Some(_) if st.signal().is_none() => {
                         if job_code == 0 {
-                            job_code = code;
+                            job_code = exit_code(st);
                         }
                     }
-                    _ => {
+                    Some(_) => {
                         return Err(Failure {
-                            code: if code == 0 { 1 } else { code },
+                            code: exit_code(st),
                             message: Some(format!(
-                                "{} {} before the job ended; ending the job",
+                                "{} {} while leaving the job; ending the job",
                                 self.label_at(i),
                                 describe(st)
                             )),
                         })
+                    }
+                    None => {
+                        self.nodes[i].exited_at = Some(Instant::now());
+                        running += 1;
                     }
                 }
             }

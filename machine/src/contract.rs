@@ -155,6 +155,10 @@ pub struct Layer {
     pub summary: &'static str,
     /// Its boot function.
     pub boot: BootFn,
+    /// Whether this process was started by the layer's launcher (charmrun's environment, an
+    /// MPI launcher's). Lets a program built with several layers pick the right one without
+    /// `+machine`. Layers that need no launcher answer `false`.
+    pub launched: fn() -> bool,
 }
 
 impl std::fmt::Debug for Layer {

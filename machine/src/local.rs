@@ -27,7 +27,12 @@ pub const LAYER: Layer = Layer {
     name: "local",
     summary: "in-process: every node a thread of one process, crossbeam channels",
     boot,
+    launched: never_launched,
 };
+
+fn never_launched() -> bool {
+    false
+}
 
 /// One node of an in-process job.
 pub struct LocalMachine {

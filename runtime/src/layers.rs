@@ -10,7 +10,25 @@ use machine::Layer;
 pub const KNOWN: &[&str] = &["local", "tcp", "udp", "si", "mpi"];
 
 /// The layers compiled into this program, in order of preference.
-pub const COMPILED: &[Layer] = &[machine::local::LAYER];
+pub const COMPILED: &[Layer] = &[
+    machine::local::LAYER,
+    #[cfg(feature = "tcp")]
+    net::tcp::LAYER,
+];
+
+/// The layer to run on when `+machine` is not given: if a launcher started this process, the
+/// variant's default layer when it is one that launcher starts, else the first compiled-in
+/// layer it starts; without a launcher, the variant's default.
+///
+/// # Errors
+/// As [`find`], for the variant's default.
+pub fn choose(default: &str) -> Result<&'static Layer, RuntimeError> {
+    let default = find(default)?;
+    if (default.launched)() {
+        return Ok(default);
+    }
+    Ok(COMPILED.iter().find(|l| (l.launched)()).unwrap_or(default))
+}
 
 /// The layer called `name`.
 ///

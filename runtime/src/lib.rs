@@ -76,7 +76,10 @@ impl Runtime {
         S: Into<String>,
     {
         let args = parse_args(argv)?;
-        let layer = layers::find(args.machine.as_deref().unwrap_or(variant::DEFAULT_LAYER))?;
+        let layer = match args.machine.as_deref() {
+            Some(name) => layers::find(name)?,
+            None => layers::choose(variant::DEFAULT_LAYER)?,
+        };
         let mut settings = Settings::default();
         for (k, v) in variant::SETTINGS {
             settings.set(*k, *v);

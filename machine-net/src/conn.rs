@@ -1,0 +1,234 @@
+//! One TCP connection to a peer node: length-prefixed frames out and in.
+//!
+//! A frame is `[u32 length LE][wire bytes]`; the length prefix is written into the message's
+//! headroom, so a send is one `write` of the message's own buffer. Sends the socket cannot
+//! take now are queued and later flushed with `writev`, several frames per call.
+//!
+//! Receiving reads as much as the socket has into a 64 KiB buffer and cuts frames out of it:
+//! a small message is copied once from there into its own buffer (one `memcpy` costs far less
+//! than one `read` per message); a large one gets its own buffer as soon as its length is
+//! known and the rest of it is read straight into that buffer, so its payload is never copied.
+
+use machine::{Message, ENVELOPE_LEN, HEADROOM};
+use std::collections::VecDeque;
+use std::io::{self, IoSlice, Read, Write};
+use std::net::TcpStream;
+
+/// Bytes of the length prefix.
+pub const FRAME_HEADER: usize = 4;
+
+/// Size of the receive buffer.
+const READ_BUF: usize = 64 << 10;
+
+/// Frames of at least this many bytes are read straight into their own buffer.
+const BIG: usize = 16 << 10;
+
+/// Most frames handed to one `writev`.
+const IOV_MAX: usize = 64;
+
+/// Why a connection cannot go on.
+#[derive(Debug)]
+pub enum ConnError {
+    /// The peer closed it or it broke.
+    Gone(String),
+    /// The peer sent a frame that cannot be one of ours.
+    Corrupt(machine::WireError),
+}
+
+/// A connection to one peer.
+pub struct Conn {
+    stream: TcpStream,
+    /// Frames waiting for the socket; the front one may be partly written.
+    out: VecDeque<Message>,
+    /// Bytes of the front frame already written.
+    out_off: usize,
+    inbuf: Box<[u8]>,
+    in_start: usize,
+    in_end: usize,
+    /// A large frame being read in place: its buffer and how much of it is filled.
+    big: Option<(Vec<u8>, usize)>,
+}
+
+impl Conn {
+    /// Wrap a connected, non-blocking stream.
+    pub fn new(stream: TcpStream) -> Conn {
+        Conn {
+            stream,
+            out: VecDeque::new(),
+            out_off: 0,
+            inbuf: vec![0u8; READ_BUF].into_boxed_slice(),
+            in_start: 0,
+            in_end: 0,
+            big: None,
+        }
+    }
+
+    /// The socket.
+    pub fn stream(&self) -> &TcpStream {
+        &self.stream
+    }
+
+    /// Whether frames wait for the socket.
+    pub fn has_output(&self) -> bool {
+        !self.out.is_empty()
+    }
+
+    /// Send a message: written now if nothing is queued before it and the socket takes it,
+    /// else queued. Never blocks.
+    ///
+    /// # Errors
+    /// [`ConnError::Gone`] when the socket is broken.
+    pub fn send(&mut self, mut msg: Message) -> Result<(), ConnError> {
+        let len = u32::try_from(msg.wire_len())
+            .map_err(|_| ConnError::Gone("message larger than 4 GiB".into()))?;
+        let frame = msg.frame_with_header(FRAME_HEADER);
+        frame[..FRAME_HEADER].copy_from_slice(&len.to_le_bytes());
+        if self.out.is_empty() {
+            // The common case: one write syscall per message, from the message's own buffer.
+            loop {
+                match self.stream.write(frame) {
+                    Ok(n) if n == frame.len() => return Ok(()),
+                    Ok(n) => {
+                        self.out_off = n;
+                        break;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                        self.out_off = 0;
+                        break;
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(ConnError::Gone(e.to_string())),
+                }
+            }
+        }
+        self.out.push_back(msg);
+        Ok(())
+    }
+
+    /// Write queued frames until the socket is full or nothing is left.
+    ///
+    /// # Errors
+    /// [`ConnError::Gone`] when the socket is broken.
+    pub fn flush(&mut self) -> Result<(), ConnError> {
+        while !self.out.is_empty() {
+            let mut iov: [IoSlice<'_>; IOV_MAX] = [IoSlice::new(&[]); IOV_MAX];
+            let mut k = 0;
+            for (i, m) in self.out.iter_mut().take(IOV_MAX).enumerate() {
+                let f: &[u8] = m.frame_with_header(FRAME_HEADER);
+                iov[i] = IoSlice::new(if i == 0 { &f[self.out_off..] } else { f });
+                k = i + 1;
+            }
+            let written = match self.stream.write_vectored(&iov[..k]) {
+                Ok(0) => return Err(ConnError::Gone("socket accepts no data".into())),
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(ConnError::Gone(e.to_string())),
+            };
+            let mut left = written;
+            while left > 0 {
+                let Some(front) = self.out.front_mut() else {
+                    break;
+                };
+                let rest = front.wire_len() + FRAME_HEADER - self.out_off;
+                if left >= rest {
+                    left -= rest;
+                    self.out.pop_front();
+                    self.out_off = 0;
+                } else {
+                    self.out_off += left;
+                    left = 0;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Read what the socket has and hand up every complete message. Returns how many.
+    ///
+    /// # Errors
+    /// [`ConnError::Gone`] at end of stream or on a socket error; [`ConnError::Corrupt`] for a
+    /// frame too short to hold an envelope.
+    pub fn receive(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, ConnError> {
+        let mut n = 0;
+        loop {
+            n += self.cut_frames(deliver)?;
+            let target: &mut [u8] = match &mut self.big {
+                Some((buf, filled)) => &mut buf[*filled..],
+                None => {
+                    if self.in_start > 0 {
+                        self.inbuf.copy_within(self.in_start..self.in_end, 0);
+                        self.in_end -= self.in_start;
+                        self.in_start = 0;
+                    }
+                    &mut self.inbuf[self.in_end..]
+                }
+            };
+            let room = target.len();
+            let got = match self.stream.read(target) {
+                Ok(0) => return Err(ConnError::Gone("connection closed".into())),
+                Ok(k) => k,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(ConnError::Gone(e.to_string())),
+            };
+            match &mut self.big {
+                Some((buf, filled)) => {
+                    *filled += got;
+                    if *filled == buf.len() {
+                        if let Some((buf, _)) = self.big.take() {
+                            deliver(
+                                Message::from_frame(buf, HEADROOM).map_err(ConnError::Corrupt)?,
+                            );
+                            n += 1;
+                        }
+                    }
+                }
+                None => self.in_end += got,
+            }
+            if got < room {
+                // The socket had less than we asked for: it is drained for now. Another read
+                // would only say so, at the price of a syscall per message.
+                n += self.cut_frames(deliver)?;
+                return Ok(n);
+            }
+        }
+    }
+
+    /// Hand up the complete frames in the buffer; start a large one in its own buffer.
+    fn cut_frames(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, ConnError> {
+        let mut n = 0;
+        while self.big.is_none() {
+            let avail = &self.inbuf[self.in_start..self.in_end];
+            let Some((len, rest)) = avail.split_first_chunk::<FRAME_HEADER>() else {
+                break;
+            };
+            let len = u32::from_le_bytes(*len) as usize;
+            if len < ENVELOPE_LEN {
+                return Err(ConnError::Corrupt(machine::WireError::Truncated {
+                    len,
+                    need: ENVELOPE_LEN,
+                }));
+            }
+            if rest.len() >= len {
+                let mut buf = Vec::with_capacity(HEADROOM + len);
+                buf.resize(HEADROOM, 0);
+                buf.extend_from_slice(&rest[..len]);
+                self.in_start += FRAME_HEADER + len;
+                deliver(Message::from_frame(buf, HEADROOM).map_err(ConnError::Corrupt)?);
+                n += 1;
+            } else if len >= BIG || FRAME_HEADER + len > READ_BUF {
+                // Zeroed allocation of a large buffer comes from fresh pages: no extra pass.
+                let mut buf = vec![0u8; HEADROOM + len];
+                buf[HEADROOM..HEADROOM + rest.len()].copy_from_slice(rest);
+                let filled = HEADROOM + rest.len();
+                self.in_start = 0;
+                self.in_end = 0;
+                self.big = Some((buf, filled));
+            } else {
+                break;
+            }
+        }
+        Ok(n)
+    }
+}
