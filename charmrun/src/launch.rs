@@ -31,6 +31,10 @@ const TICK: Duration = Duration::from_millis(20);
 /// message can say how it died) before declaring it lost.
 const LOST_GRACE: Duration = Duration::from_secs(3);
 
+/// After a node aborts, how long to look for a node that died first: a peer's death makes its
+/// peers abort, and the message should name the node that died, not one that noticed.
+const ABORT_GRACE: Duration = Duration::from_millis(750);
+
 /// Signal that interrupted charmrun (0: none).
 static SIGNALLED: AtomicI32 = AtomicI32::new(0);
 
@@ -54,6 +58,8 @@ struct Node {
     at_barrier: bool,
     /// Its control connection closed: every frame it sent has been seen.
     closed: bool,
+    /// It asked to abort the job.
+    aborted: bool,
     lost_at: Option<Instant>,
     exited_at: Option<Instant>,
 }
@@ -177,6 +183,7 @@ impl<'a> Job<'a> {
                 ended: None,
                 at_barrier: false,
                 closed: false,
+                aborted: false,
                 lost_at: None,
                 exited_at: None,
             });
@@ -342,8 +349,17 @@ impl<'a> Job<'a> {
     /// Serve the running job until every node has exited.
     fn serve(&mut self) -> Result<i32, Failure> {
         let mut job_code = 0;
+        let mut aborted: Option<(usize, String, Instant)> = None;
         loop {
             self.check_signals_and_limit()?;
+            if let Some((i, reason, at)) = &aborted {
+                if at.elapsed() > ABORT_GRACE {
+                    return Err(Failure {
+                        code: 1,
+                        message: Some(format!("{} aborted the job: {reason}", self.label_at(*i))),
+                    });
+                }
+            }
             match self.events.recv_timeout(TICK) {
                 Ok(Event::Frame(i, Kind::Barrier, _)) => {
                     self.nodes[i].at_barrier = true;
@@ -361,14 +377,11 @@ impl<'a> Job<'a> {
                     self.nodes[i].ended = Some(code);
                 }
                 Ok(Event::Frame(i, Kind::Abort, reason)) => {
-                    let reason = String::from_utf8_lossy(&reason);
-                    return Err(Failure {
-                        code: 1,
-                        message: self
-                            .opts
-                            .verbose
-                            .then(|| format!("{} aborted the job: {reason}", self.label_at(i))),
-                    });
+                    self.nodes[i].aborted = true;
+                    if aborted.is_none() {
+                        let reason = String::from_utf8_lossy(&reason).into_owned();
+                        aborted = Some((i, reason, Instant::now()));
+                    }
                 }
                 Ok(Event::Closed(i)) => {
                     self.nodes[i].closed = true;
@@ -376,13 +389,24 @@ impl<'a> Job<'a> {
                         self.nodes[i].lost_at = Some(Instant::now());
                     }
                 }
-                Ok(Event::Stranger(..)) => self.strangers += 1,
+                Ok(Event::Stranger(addr, why)) => {
+                    self.strangers += 1;
+                    if self.opts.verbose {
+                        eprintln!("charmrun: refused a connection from {addr}: {why}");
+                    }
+                }
                 Ok(Event::Hello(..)) => self.strangers += 1,
                 Ok(Event::Frame(..)) | Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {}
             }
             let mut running = 0;
             for i in 0..self.nodes.len() {
+                if self.nodes[i].aborted {
+                    // It said why it is leaving; the abort is reported above, after the grace.
+                    let _ = self.poll_child(i);
+                    running += 1;
+                    continue;
+                }
                 if self.nodes[i].exited_at.is_some() && self.nodes[i].ended.is_none() {
                     // Exited: but its last frames (ENDING) may still be on their way. Decide
                     // once its connection has closed, or after a grace period.

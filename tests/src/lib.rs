@@ -7,6 +7,7 @@
 use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// How a job is started.
@@ -16,6 +17,13 @@ pub enum Launcher {
     Direct {
         /// The layer's `+machine` name.
         machine: &'static str,
+    },
+    /// `charmrun +p N PROGRAM ARGS +machine NAME`, with charmrun's own options.
+    Charmrun {
+        /// The layer's `+machine` name.
+        machine: &'static str,
+        /// Extra charmrun options (`++verbose`, `++nodelist FILE`, ...).
+        opts: Vec<String>,
     },
 }
 
@@ -56,10 +64,21 @@ impl std::fmt::Display for Outcome {
     }
 }
 
+/// charmrun, built next to the test programs (`cargo test --workspace` builds it).
+pub fn charmrun_path(program: &str) -> std::path::PathBuf {
+    let p = std::path::Path::new(program).with_file_name("charmrun");
+    assert!(
+        p.is_file(),
+        "{} is not built: run `cargo build --release -p charmrun` (or test the whole workspace)",
+        p.display()
+    );
+    p
+}
+
 impl Launcher {
-    /// Run `program ARGS` on `pes` PEs, killed after `limit`.
-    pub fn run(&self, program: &str, pes: usize, args: &[&str], limit: Duration) -> Outcome {
-        let mut cmd = match self {
+    /// The command that runs `program ARGS` on `pes` PEs.
+    pub fn command(&self, program: &str, pes: usize, args: &[&str]) -> Command {
+        match self {
             Launcher::Direct { machine } => {
                 let mut c = Command::new(program);
                 c.args(args)
@@ -67,72 +86,177 @@ impl Launcher {
                     .args(["+machine", machine]);
                 c
             }
+            Launcher::Charmrun { machine, opts } => {
+                let mut c = Command::new(charmrun_path(program));
+                c.arg(format!("+p{pes}"))
+                    .args(opts)
+                    .arg(program)
+                    .args(args)
+                    .args(["+machine", machine]);
+                c
+            }
+        }
+    }
+
+    /// Run `program ARGS` on `pes` PEs, killed after `limit`.
+    pub fn run(&self, program: &str, pes: usize, args: &[&str], limit: Duration) -> Outcome {
+        run_bounded(&mut self.command(program, pes, args), limit)
+    }
+}
+
+/// A job running in the background, its output collected as it comes.
+pub struct Running {
+    child: std::process::Child,
+    out: Arc<Mutex<String>>,
+    err: Arc<Mutex<String>>,
+    readers: Vec<std::thread::JoinHandle<()>>,
+    deadline: Instant,
+}
+
+impl Running {
+    /// Start `cmd` in a process group of its own; it will be killed at `limit` from now.
+    pub fn start(cmd: &mut Command, limit: Duration) -> std::io::Result<Running> {
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        let mut child = cmd.spawn()?;
+        let out = Arc::new(Mutex::new(String::new()));
+        let err = Arc::new(Mutex::new(String::new()));
+        let collect = |r: Option<Box<dyn Read + Send>>, into: Arc<Mutex<String>>| {
+            std::thread::spawn(move || {
+                let Some(mut r) = r else { return };
+                let mut buf = [0u8; 8192];
+                while let Ok(n) = r.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    if let Ok(mut s) = into.lock() {
+                        s.push_str(&String::from_utf8_lossy(&buf[..n]));
+                    }
+                }
+            })
         };
-        run_bounded(&mut cmd, limit)
+        let readers = vec![
+            collect(
+                child
+                    .stdout
+                    .take()
+                    .map(|r| Box::new(r) as Box<dyn Read + Send>),
+                out.clone(),
+            ),
+            collect(
+                child
+                    .stderr
+                    .take()
+                    .map(|r| Box::new(r) as Box<dyn Read + Send>),
+                err.clone(),
+            ),
+        ];
+        Ok(Running {
+            child,
+            out,
+            err,
+            readers,
+            deadline: Instant::now() + limit,
+        })
+    }
+
+    /// The process id of what was started (charmrun, or the program).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Stderr so far.
+    pub fn stderr_so_far(&self) -> String {
+        self.err.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// Wait until stderr contains `needle` (true) or the job ends or `limit` passes (false).
+    pub fn wait_for_stderr(&mut self, needle: &str, limit: Duration) -> bool {
+        let end = Instant::now() + limit;
+        while Instant::now() < end {
+            if self.stderr_so_far().contains(needle) {
+                return true;
+            }
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return self.stderr_so_far().contains(needle);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        false
+    }
+
+    /// Wait for the end (killing the whole process group at the deadline), reap, collect.
+    pub fn finish(mut self) -> Outcome {
+        let pgid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let mut timed_out = false;
+        let status = loop {
+            match self.child.try_wait() {
+                Ok(Some(s)) => break Some(s),
+                Ok(None) if Instant::now() >= self.deadline => {
+                    timed_out = true;
+                    let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+                    break self.child.wait().ok();
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(5)),
+                Err(_) => break None,
+            }
+        };
+        // Whatever the job left in its group (a stray grandchild) goes too.
+        let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+        let take = |m: &Arc<Mutex<String>>| m.lock().map(|s| s.clone()).unwrap_or_default();
+        Outcome {
+            code: status.and_then(|s| s.code()),
+            stdout: take(&self.out),
+            stderr: take(&self.err),
+            timed_out,
+        }
     }
 }
 
 /// Run `cmd` in a process group of its own; after `limit`, kill the whole group. Always reaps.
 pub fn run_bounded(cmd: &mut Command, limit: Duration) -> Outcome {
-    cmd.stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            return Outcome {
-                code: None,
-                stdout: String::new(),
-                stderr: format!("cannot start {cmd:?}: {e}"),
-                timed_out: false,
-            }
-        }
-    };
-    let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
-    let drain = |r: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut s = Vec::new();
-            if let Some(mut r) = r {
-                let _ = r.read_to_end(&mut s);
-            }
-            String::from_utf8_lossy(&s).into_owned()
-        })
-    };
-    let out = drain(
-        child
-            .stdout
-            .take()
-            .map(|r| Box::new(r) as Box<dyn Read + Send>),
-    );
-    let err = drain(
-        child
-            .stderr
-            .take()
-            .map(|r| Box::new(r) as Box<dyn Read + Send>),
-    );
-    let deadline = Instant::now() + limit;
-    let mut timed_out = false;
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(s)) => break Some(s),
-            Ok(None) if Instant::now() >= deadline => {
-                timed_out = true;
-                let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
-                break child.wait().ok();
-            }
-            Ok(None) => std::thread::sleep(Duration::from_millis(5)),
-            Err(_) => break None,
-        }
-    };
-    // Whatever the job left in its group (a stray grandchild) goes too.
-    let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
-    Outcome {
-        code: status.and_then(|s| s.code()),
-        stdout: out.join().unwrap_or_default(),
-        stderr: err.join().unwrap_or_default(),
-        timed_out,
+    match Running::start(cmd, limit) {
+        Ok(r) => r.finish(),
+        Err(e) => Outcome {
+            code: None,
+            stdout: String::new(),
+            stderr: format!("cannot start {cmd:?}: {e}"),
+            timed_out: false,
+        },
     }
+}
+
+/// Process ids whose parent is `parent` (from /proc).
+pub fn children_of(parent: u32) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                .and_then(|s| {
+                    // Field 4 (ppid) follows the ")" that ends the command name.
+                    let rest = &s[s.rfind(')')? + 2..];
+                    rest.split_whitespace().nth(1)?.parse::<u32>().ok()
+                })
+                == Some(parent)
+        })
+        .collect()
+}
+
+/// Whether process `pid` still exists (and is not a zombie).
+pub fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.get(s.rfind(')')? + 2..).map(|r| !r.starts_with('Z')))
+        .unwrap_or(false)
 }
 
 /// Run a conformance scenario and require success with PE 0's "ok" line.

@@ -20,6 +20,9 @@
 //! | scheduling | exit_scheduler inside a nested barrier, after, barrier_then, handlers that  |
 //! |            | schedule while they wait                                                    |
 //! | exit-early | PE 0 ends the job (code 5) before start-up completes; nobody hangs          |
+//! | proc-exit  | the last PE calls `std::process::exit(3)` itself, past the runtime          |
+//! | hang       | the last PE stops polling for good (a launcher's time limit must end it)    |
+//! | wait       | every PE idles for SECS (default 2) seconds, then the job exits 0           |
 
 use converse::{ops, HandlerId, Message, Pe, ReduceTarget};
 use std::cell::{Cell, RefCell};
@@ -61,11 +64,17 @@ fn main() -> ExitCode {
         "panic" => Box::new(panic),
         "scheduling" => Box::new(scheduling),
         "exit-early" => Box::new(exit_early),
+        "proc-exit" => Box::new(proc_exit),
+        "hang" => Box::new(hang),
+        "wait" => {
+            let secs = arg.and_then(|a| a.parse().ok()).unwrap_or(2.0);
+            Box::new(move |pe: &mut Pe| wait(pe, secs))
+        }
         _ if rt.version_requested() => Box::new(|_: &mut Pe| {}),
         _ => {
             eprintln!(
                 "conformance: unknown scenario '{scenario}' (hello, fifo, broadcast, reduce, \
-                 priority, exit-code, mismatch, alltoall, sizes, idle, panic, scheduling, exit-early)"
+                 priority, exit-code, mismatch, alltoall, sizes, idle, panic, scheduling, exit-early, proc-exit, hang, wait)"
             );
             return ExitCode::from(2);
         }
@@ -696,5 +705,36 @@ fn exit_early(pe: &mut Pe) {
         pe.exit(5);
     } else {
         pe.barrier();
+    }
+}
+
+fn proc_exit(pe: &mut Pe) {
+    pe.barrier();
+    if pe.my_pe() == pe.num_pes() - 1 {
+        println!(
+            "conformance proc-exit: PE {} calls process::exit(3)",
+            pe.my_pe()
+        );
+        std::process::exit(3);
+    }
+}
+
+fn hang(pe: &mut Pe) {
+    pe.barrier();
+    if pe.my_pe() == pe.num_pes() - 1 {
+        println!("conformance hang: PE {} stops polling", pe.my_pe());
+        loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        }
+    }
+}
+
+fn wait(pe: &mut Pe, secs: f64) {
+    println!("conformance wait: PE {} waits {secs} s", pe.my_pe());
+    if pe.my_pe() == 0 {
+        pe.after(Duration::from_secs_f64(secs), |pe| {
+            println!("conformance wait: ok");
+            pe.exit(0);
+        });
     }
 }

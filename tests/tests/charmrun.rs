@@ -1,0 +1,313 @@
+//! charmrun: start-up, output, exit codes, crashes, time limits, strangers, bad input — on real
+//! multi-process jobs over the TCP layer. Every job is bounded in time and its process group
+//! killed at the end.
+
+use conformance::{alive, children_of, run_bounded, Launcher, Outcome, Running};
+use std::io::Write;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+const PROGRAM: &str = env!("CARGO_BIN_EXE_conformance");
+
+fn charmrun() -> Command {
+    Command::new(conformance::charmrun_path(PROGRAM))
+}
+
+fn tcp(opts: &[&str]) -> Launcher {
+    Launcher::Charmrun {
+        machine: "tcp",
+        opts: opts.iter().map(|s| s.to_string()).collect(),
+    }
+}
+
+fn limit() -> Duration {
+    Duration::from_secs(60)
+}
+
+#[test]
+fn exit_code_of_a_node_that_calls_process_exit_reaches_charmrun() {
+    let o = tcp(&[]).run(PROGRAM, 4, &["proc-exit"], limit());
+    assert_eq!(o.code, Some(3), "{o}");
+    assert!(o.stderr.contains("PE 3 on"), "{o}");
+    assert!(
+        o.stderr.contains("exited with code 3 before the job ended"),
+        "{o}"
+    );
+}
+
+#[test]
+fn output_printed_just_before_exit_is_never_lost() {
+    for _ in 0..3 {
+        let o = tcp(&[]).run(PROGRAM, 8, &["hello"], limit());
+        assert_eq!(o.code, Some(0), "{o}");
+        for pe in 0..8 {
+            assert_eq!(o.lines_with(&format!("hello from PE {pe} of 8")), 1, "{o}");
+        }
+        assert_eq!(o.lines_with("conformance hello: ok"), 1, "{o}");
+        // Whole lines only: every line is one of the expected ones.
+        for l in o.stdout.lines() {
+            assert!(
+                l.starts_with("hello from PE")
+                    || l.starts_with("conformance hello")
+                    || l.starts_with("Converse>"),
+                "spliced line {l:?}\n{o}"
+            );
+        }
+    }
+}
+
+#[test]
+fn output_can_be_prefixed_by_pe() {
+    let o = tcp(&["++prefix"]).run(PROGRAM, 3, &["hello"], limit());
+    assert_eq!(o.code, Some(0), "{o}");
+    for pe in 0..3 {
+        assert_eq!(
+            o.lines_with(&format!("PE {pe}: hello from PE {pe} of 3")),
+            1,
+            "{o}"
+        );
+    }
+}
+
+#[test]
+fn a_node_killed_mid_job_ends_the_job_with_no_orphans() {
+    let mut job =
+        Running::start(&mut tcp(&[]).command(PROGRAM, 4, &["wait", "30"]), limit()).expect("start");
+    let charmrun_pid = job.pid();
+    // Wait until all four nodes run their start function.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut nodes = Vec::new();
+    while Instant::now() < deadline {
+        nodes = children_of(charmrun_pid);
+        if nodes.len() == 4 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(nodes.len(), 4, "nodes: {nodes:?}\n{}", job.stderr_so_far());
+    std::thread::sleep(Duration::from_millis(300));
+    let victim = nodes[2];
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(victim as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    let started = Instant::now();
+    let o = job.finish();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "took {:?}\n{o}",
+        started.elapsed()
+    );
+    assert!(!o.timed_out, "{o}");
+    assert_ne!(o.code, Some(0), "{o}");
+    assert!(o.stderr.contains("was killed by signal 9 (SIGKILL)"), "{o}");
+    assert!(o.stderr.contains("ending the job"), "{o}");
+    for pid in nodes {
+        assert!(!alive(pid), "node process {pid} survived\n{o}");
+    }
+}
+
+#[test]
+fn a_hung_node_is_killed_by_the_time_limit() {
+    let start = Instant::now();
+    let mut job = Running::start(
+        &mut tcp(&["++timelimit", "3"]).command(PROGRAM, 3, &["hang"]),
+        limit(),
+    )
+    .expect("start");
+    let charmrun_pid = job.pid();
+    assert!(job.wait_for_stderr("", Duration::from_millis(500)) || true);
+    std::thread::sleep(Duration::from_millis(1500));
+    let nodes = children_of(charmrun_pid);
+    let o = job.finish();
+    assert!(!o.timed_out, "{o}");
+    assert_eq!(o.code, Some(124), "{o}");
+    assert!(o.stderr.contains("++timelimit of 3 s reached"), "{o}");
+    assert!(start.elapsed() < Duration::from_secs(15), "{o}");
+    assert_eq!(nodes.len(), 3, "{o}");
+    for pid in nodes {
+        assert!(
+            !alive(pid),
+            "node process {pid} survived the time limit\n{o}"
+        );
+    }
+}
+
+#[test]
+fn a_node_that_never_connects_ends_start_up_naming_it() {
+    // A "program" that never connects back: a shell script that just sleeps.
+    let dir = std::env::temp_dir().join(format!("charmrun-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let script = dir.join("silent.sh");
+    std::fs::write(&script, "#!/bin/sh\nsleep 30\n").expect("write script");
+    std::process::Command::new("chmod")
+        .arg("+x")
+        .arg(&script)
+        .status()
+        .expect("chmod");
+    let o = run_bounded(
+        charmrun().args(["+p2", "++timeout", "1"]).arg(&script),
+        limit(),
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(o.code, Some(1), "{o}");
+    assert!(o.stderr.contains("start-up timed out after 1 s"), "{o}");
+    assert!(
+        o.stderr.contains("PE 0 on localhost, PE 1 on localhost"),
+        "{o}"
+    );
+}
+
+#[test]
+fn a_stranger_without_the_secret_is_refused_and_the_job_is_unaffected() {
+    let mut job = Running::start(
+        &mut tcp(&["++verbose"]).command(PROGRAM, 3, &["wait", "2"]),
+        limit(),
+    )
+    .expect("start");
+    assert!(
+        job.wait_for_stderr("control port ", Duration::from_secs(10)),
+        "{}",
+        job.stderr_so_far()
+    );
+    let err = job.stderr_so_far();
+    let port: u16 = err
+        .split("control port ")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .and_then(|p| p.trim().parse().ok())
+        .expect("port in verbose output");
+    // A stranger with a well-formed introduction but the wrong secret, and one with garbage.
+    let mut hello = Vec::new();
+    let body = charmrun::protocol::Hello {
+        secret: [0; 16],
+        node: 0,
+        pid: 1,
+        host: "evil".into(),
+        info: b"127.0.0.1:1".to_vec(),
+    }
+    .encode();
+    charmrun::protocol::write_frame(&mut hello, charmrun::protocol::Kind::Hello, &body)
+        .expect("encode");
+    for bytes in [hello, b"GET / HTTP/1.0\r\n\r\n".to_vec()] {
+        if let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+            let _ = s.write_all(&bytes);
+        }
+    }
+    let o = job.finish();
+    assert_eq!(o.code, Some(0), "{o}");
+    assert_eq!(o.lines_with("conformance wait: ok"), 1, "{o}");
+    assert!(
+        o.stderr.contains("refused a connection from 127.0.0.1"),
+        "{o}"
+    );
+    assert!(o.stderr.contains("wrong job secret"), "{o}");
+}
+
+#[test]
+fn sixty_four_nodes_start_in_one_go() {
+    let start = Instant::now();
+    let o = tcp(&["++verbose"]).run(PROGRAM, 64, &["hello"], Duration::from_secs(120));
+    assert_eq!(o.code, Some(0), "{o}");
+    assert_eq!(
+        o.stdout
+            .lines()
+            .filter(|l| l.starts_with("hello from PE"))
+            .count(),
+        64,
+        "{o}"
+    );
+    assert!(o.stderr.contains("all 64 node(s) connected"), "{o}");
+    eprintln!("+p 64 hello took {:?}", start.elapsed());
+}
+
+#[test]
+fn bad_input_is_one_clear_line_and_non_zero() {
+    let dir = std::env::temp_dir().join(format!("charmrun-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    let nodelist = dir.join("nodelist");
+    std::fs::write(&nodelist, "group main\n  host a\n  hots b\n").expect("write");
+    let not_exec = dir.join("not-exec");
+    std::fs::write(&not_exec, "x").expect("write");
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec!["+p2".into(), "/nonexistent/program".into()],
+            "/nonexistent/program",
+        ),
+        (
+            vec!["+p2".into(), not_exec.display().to_string()],
+            "is not executable",
+        ),
+        (vec!["+p0".into(), PROGRAM.into()], "+p wants a number"),
+        (
+            vec!["++frobnicate".into(), PROGRAM.into()],
+            "unknown option '++frobnicate'",
+        ),
+        (vec!["+p2".into()], "no program"),
+        (
+            vec![
+                "+p2".into(),
+                "++nodelist".into(),
+                "/nonexistent/nodelist".into(),
+                PROGRAM.into(),
+            ],
+            "cannot read nodelist",
+        ),
+        (
+            vec![
+                "+p2".into(),
+                "++nodelist".into(),
+                nodelist.display().to_string(),
+                PROGRAM.into(),
+            ],
+            ":3: expected 'group NAME' or 'host NAME ...', found 'hots'",
+        ),
+        (
+            vec![
+                "+p2".into(),
+                "++nodelist".into(),
+                machine_file(&dir, "no-such-host.invalid"),
+                PROGRAM.into(),
+                "hello".into(),
+            ],
+            "unreachable",
+        ),
+    ];
+    for (args, want) in cases {
+        let o = run_bounded(charmrun().args(&args), limit());
+        check_one_line_error(&o, want, &args);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+fn machine_file(dir: &std::path::Path, host: &str) -> String {
+    let p = dir.join(format!("machines-{host}"));
+    let _ = std::fs::write(&p, format!("{host}\n"));
+    p.display().to_string()
+}
+
+fn check_one_line_error(o: &Outcome, want: &str, args: &[String]) {
+    assert!(matches!(o.code, Some(c) if c != 0), "{args:?}: {o}");
+    assert!(o.stderr.contains(want), "{args:?}: wanted {want:?}\n{o}");
+    assert_eq!(o.stderr.lines().count(), 1, "{args:?}: {o}");
+    assert!(!o.stderr.contains("panicked"), "{args:?}: {o}");
+}
+
+#[test]
+fn help_lists_the_options() {
+    let o = run_bounded(charmrun().arg("--help"), limit());
+    assert_eq!(o.code, Some(0), "{o}");
+    for opt in [
+        "+p N",
+        "++ppn",
+        "++local",
+        "++nodelist",
+        "++remote-shell",
+        "++timeout",
+        "++timelimit",
+        "++verbose",
+        "++quiet",
+    ] {
+        assert!(o.stdout.contains(opt), "{opt}\n{o}");
+    }
+}
