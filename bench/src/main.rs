@@ -10,6 +10,7 @@ mod pingpong;
 mod rate;
 mod raw;
 mod report;
+mod startup;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -46,6 +47,21 @@ enum Cmd {
         #[arg(long)]
         csv: Option<PathBuf>,
     },
+    /// Wall time of a whole trivial job under charmrun, next to fork/exec + connect-back.
+    Startup {
+        /// PE counts, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "2,4,8,16,32")]
+        pes: Vec<usize>,
+        /// The layer.
+        #[arg(long, default_value = "tcp")]
+        layer: String,
+    },
+    /// A PE of the trivial job `bench startup` times.
+    #[command(hide = true)]
+    PeNoop,
+    /// The child of the start-up lower bound.
+    #[command(hide = true)]
+    ConnectBack { addr: String },
     /// One PE of a launched ping-pong job (started by `bench pingpong` through charmrun).
     #[command(hide = true)]
     PePingpong {
@@ -102,6 +118,21 @@ fn main() -> ExitCode {
             csv,
         } => pingpong::run(&layer, &sizes, iters.max(1), csv.as_deref()),
         Cmd::Rate { messages, csv } => rate::run(messages.max(1), csv.as_deref()),
+        Cmd::Startup { pes, layer } => startup::run(&pes, &layer),
+        Cmd::ConnectBack { addr } => startup::connect_back(&addr),
+        Cmd::PeNoop => converse::Runtime::from_args(argv)
+            .and_then(|rt| {
+                rt.run(|pe| {
+                    if pe.my_pe() == 0 {
+                        pe.exit(0)
+                    }
+                })
+            })
+            .map_err(anyhow::Error::from)
+            .and_then(|code| {
+                anyhow::ensure!(code == 0, "exit code {code}");
+                Ok(())
+            }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

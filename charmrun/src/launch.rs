@@ -12,7 +12,7 @@ use machine::{NodeInfo, NodeTable};
 use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::os::unix::process::ExitStatusExt;
-use std::process::{Child, ExitStatus};
+use std::process::ExitStatus;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -24,11 +24,12 @@ const BACKLOG: i32 = 4096;
 /// How long a connection may take to introduce itself.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// How often the job loop looks at child processes, signals and deadlines.
+/// How often the job loop looks at signals and deadlines when no event comes (events — frames,
+/// connections, process exits — wake it at once).
 const TICK: Duration = Duration::from_millis(20);
 
-/// After a node's control connection drops, how long to wait for its process to exit (so the
-/// message can say how it died) before declaring it lost.
+/// Between a node's process exiting and its connection closing (or the reverse), how long to
+/// wait for the other half, so the verdict sees every frame it sent and how it died.
 const LOST_GRACE: Duration = Duration::from_secs(3);
 
 /// After a node aborts, how long to look for a node that died first: a peer's death makes its
@@ -47,21 +48,29 @@ enum Event {
     Stranger(SocketAddr, String),
     Frame(usize, Kind, Vec<u8>),
     Closed(usize),
+    Exited(usize, ExitStatus),
 }
 
+#[derive(Default)]
 struct Node {
     host: String,
-    child: Option<Child>,
+    /// Process (and process group) id of what was started for it.
+    pid: Option<u32>,
     status: Option<ExitStatus>,
-    control: Option<TcpStream>,
-    ended: Option<i32>,
-    at_barrier: bool,
-    /// Its control connection closed: every frame it sent has been seen.
-    closed: bool,
-    /// It asked to abort the job.
-    aborted: bool,
-    lost_at: Option<Instant>,
     exited_at: Option<Instant>,
+    control: Option<TcpStream>,
+    joined: bool,
+    /// It said it leaves normally, with this code.
+    ended: Option<i32>,
+    /// Its control connection closed: every frame it sent has been seen.
+    closed_at: Option<Instant>,
+    /// It asked to abort the job, saying why, at this time.
+    aborted: Option<(String, Instant)>,
+    at_barrier: bool,
+    /// Left normally and counted.
+    settled: bool,
+    /// Its introduction, until the table is built.
+    addr_info: Option<Hello>,
 }
 
 /// Why the job ended early.
@@ -70,13 +79,24 @@ struct Failure {
     message: Option<String>,
 }
 
+impl Failure {
+    fn new(code: i32, message: String) -> Failure {
+        Failure {
+            code,
+            message: Some(message),
+        }
+    }
+}
+
 /// Run the job; returns the exit code charmrun should exit with.
 pub fn run(opts: &Opts, hosts: Option<&[Host]>) -> i32 {
     install_signal_handlers();
     match Job::start(opts, hosts) {
         Ok(mut job) => job.run(),
-        Err(e) => {
+        Err(failed) => {
+            let (mut job, e) = *failed;
             eprintln!("charmrun: {e}");
+            job.abandon();
             1
         }
     }
@@ -90,28 +110,15 @@ struct Job<'a> {
     outputs: Vec<JoinHandle<()>>,
     started: Instant,
     strangers: usize,
+    job_code: i32,
 }
 
 impl<'a> Job<'a> {
-    fn start(opts: &'a Opts, hosts: Option<&[Host]>) -> Result<Job<'a>, String> {
-        let secret =
-            protocol::new_secret().map_err(|e| format!("cannot make a job secret: {e}"))?;
-        let listener = crate::net::listener(Ipv4Addr::UNSPECIFIED.into(), BACKLOG)
-            .map_err(|e| format!("cannot open the control socket: {e}"))?;
-        let port = listener
-            .local_addr()
-            .map_err(|e| format!("control socket: {e}"))?
-            .port();
+    /// Open the control socket and start every node. On failure, the job so far is returned
+    /// with the error so that what was started can be ended.
+    fn start(opts: &'a Opts, hosts: Option<&[Host]>) -> Result<Job<'a>, Box<(Job<'a>, String)>> {
         let (tx, events) = crossbeam_channel::unbounded();
-        {
-            let tx = tx.clone();
-            std::thread::spawn(move || accept_loop(listener, secret, tx));
-        }
         let n = opts.pes / opts.ppn;
-        let cwd = std::env::current_dir()
-            .map_err(|e| format!("no current directory: {e}"))?
-            .display()
-            .to_string();
         let mut job = Job {
             opts,
             nodes: Vec::with_capacity(n),
@@ -120,6 +127,29 @@ impl<'a> Job<'a> {
             outputs: Vec::with_capacity(2 * n),
             started: Instant::now(),
             strangers: 0,
+            job_code: 0,
+        };
+        let secret = match protocol::new_secret() {
+            Ok(s) => s,
+            Err(e) => return Err(Box::new((job, format!("cannot make a job secret: {e}")))),
+        };
+        let listener = match crate::net::listener(Ipv4Addr::UNSPECIFIED.into(), BACKLOG) {
+            Ok(l) => l,
+            Err(e) => {
+                return Err(Box::new((
+                    job,
+                    format!("cannot open the control socket: {e}"),
+                )))
+            }
+        };
+        let port = listener.local_addr().map_or(0, |a| a.port());
+        {
+            let tx = job.tx.clone();
+            std::thread::spawn(move || accept_loop(listener, secret, tx));
+        }
+        let cwd = match std::env::current_dir() {
+            Ok(d) => d.display().to_string(),
+            Err(e) => return Err(Box::new((job, format!("no current directory: {e}")))),
         };
         if opts.verbose {
             eprintln!("charmrun: control port {port}, starting {n} node(s)");
@@ -132,13 +162,13 @@ impl<'a> Job<'a> {
             let host = hosts.map(|h| &h[i % h.len()]);
             let (name, addr) = match host {
                 None => ("localhost".to_string(), IpAddr::V4(Ipv4Addr::LOCALHOST)),
-                Some(h) => {
-                    let ip = spawn::address_towards(&h.name).map_err(|e| {
-                        job.abandon();
-                        format!("host {} (node {i}) is unreachable: {e}", h.name)
-                    })?;
-                    (h.name.clone(), ip)
-                }
+                Some(h) => match spawn::address_towards(&h.name) {
+                    Ok(ip) => (h.name.clone(), ip),
+                    Err(e) => {
+                        let msg = format!("host {} (node {i}) is unreachable: {e}", h.name);
+                        return Err(Box::new((job, msg)));
+                    }
+                },
             };
             let env = vec![
                 (
@@ -159,10 +189,15 @@ impl<'a> Job<'a> {
                     spawn::remote(shell, &h.name, &cwd, &opts.program, &args, &env)
                 }
             };
-            let mut child = child.map_err(|e| {
-                job.abandon();
-                format!("cannot start node {i} on {name}: {e}")
-            })?;
+            let mut child = match child {
+                Ok(c) => c,
+                Err(e) => {
+                    return Err(Box::new((
+                        job,
+                        format!("cannot start node {i} on {name}: {e}"),
+                    )))
+                }
+            };
             let prefix = if opts.prefix {
                 job.label(i) + ": "
             } else {
@@ -175,17 +210,19 @@ impl<'a> Job<'a> {
             if let Some(err) = child.stderr.take() {
                 job.outputs.push(output::forward(err, Stream::Err, prefix));
             }
+            let pid = child.id();
+            let tx = job.tx.clone();
+            // A waiter per process: its exit wakes the job loop at once, and it is reaped.
+            std::thread::spawn(move || {
+                let st = child
+                    .wait()
+                    .unwrap_or_else(|_| ExitStatus::from_raw(1 << 8));
+                let _ = tx.send(Event::Exited(i, st));
+            });
             job.nodes.push(Node {
                 host: name,
-                child: Some(child),
-                status: None,
-                control: None,
-                ended: None,
-                at_barrier: false,
-                closed: false,
-                aborted: false,
-                lost_at: None,
-                exited_at: None,
+                pid: Some(pid),
+                ..Node::default()
             });
         }
         Ok(job)
@@ -207,8 +244,7 @@ impl<'a> Job<'a> {
     }
 
     fn run(&mut self) -> i32 {
-        let outcome = self.startup().and_then(|()| self.serve());
-        let code = match outcome {
+        let code = match self.event_loop() {
             Ok(code) => code,
             Err(f) => {
                 if let Some(m) = &f.message {
@@ -229,21 +265,20 @@ impl<'a> Job<'a> {
         code
     }
 
-    /// Until every node has introduced itself; then send the table.
-    fn startup(&mut self) -> Result<(), Failure> {
+    /// Serve the job until every node has left (`Ok` with the job's code) or it must end.
+    fn event_loop(&mut self) -> Result<i32, Failure> {
         let deadline = self.started + self.opts.timeout;
-        let mut infos: Vec<Option<Hello>> = vec![None; self.nodes.len()];
-        let mut joined = 0;
-        while joined < self.nodes.len() {
+        let mut table_sent = false;
+        loop {
             self.check_signals_and_limit()?;
-            if Instant::now() >= deadline {
+            if !table_sent && Instant::now() >= deadline {
                 let missing: Vec<String> = (0..self.nodes.len())
-                    .filter(|&i| infos[i].is_none())
+                    .filter(|&i| !self.nodes[i].joined)
                     .map(|i| self.label_at(i))
                     .collect();
-                return Err(Failure {
-                    code: 1,
-                    message: Some(format!(
+                return Err(Failure::new(
+                    1,
+                    format!(
                         "start-up timed out after {:.0} s: {} never connected: {}",
                         self.opts.timeout.as_secs_f64(),
                         if missing.len() == 1 {
@@ -252,79 +287,195 @@ impl<'a> Job<'a> {
                             "these nodes"
                         },
                         missing.join(", ")
-                    )),
-                });
+                    ),
+                ));
             }
             match self.events.recv_timeout(TICK) {
-                Ok(Event::Hello(stream, hello)) => {
-                    let i = hello.node as usize;
-                    if i >= self.nodes.len() || infos[i].is_some() {
-                        self.strangers += 1;
-                        continue;
-                    }
-                    if self.opts.verbose {
-                        eprintln!(
-                            "charmrun: {} connected (pid {}, {})",
-                            self.label(i),
-                            hello.pid,
-                            hello.host
-                        );
-                    }
-                    self.nodes[i].control = Some(stream);
-                    infos[i] = Some(hello);
-                    joined += 1;
-                }
-                Ok(Event::Stranger(addr, why)) => {
-                    self.strangers += 1;
-                    if self.opts.verbose {
-                        eprintln!("charmrun: refused a connection from {addr}: {why}");
-                    }
-                }
-                Ok(_) | Err(RecvTimeoutError::Timeout) => {}
+                Ok(e) => self.on_event(e)?,
+                Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
-                    return Err(Failure {
-                        code: 1,
-                        message: Some("the control socket stopped accepting".into()),
-                    })
+                    return Err(Failure::new(1, "internal: event channel closed".into()))
                 }
             }
-            // A node that exits before joining will never join.
-            for i in 0..self.nodes.len() {
-                if infos[i].is_none() {
-                    if let Some(st) = self.poll_child(i) {
-                        return Err(Failure {
-                            code: exit_code(st).max(1),
-                            message: Some(format!(
-                                "{} {} before connecting to charmrun",
+            if !table_sent && self.nodes.iter().all(|n| n.joined) {
+                self.send_table()?;
+                table_sent = true;
+            }
+            if let Some(code) = self.verdict()? {
+                return Ok(code);
+            }
+        }
+    }
+
+    fn on_event(&mut self, e: Event) -> Result<(), Failure> {
+        match e {
+            Event::Hello(stream, hello) => {
+                let i = hello.node as usize;
+                if i >= self.nodes.len() || self.nodes[i].joined {
+                    self.strangers += 1;
+                    return Ok(());
+                }
+                if self.opts.verbose {
+                    let from = stream
+                        .peer_addr()
+                        .map_or("?".to_string(), |a| a.ip().to_string());
+                    eprintln!(
+                        "charmrun: {} connected from {from} (pid {}, host {})",
+                        self.label(i),
+                        hello.pid,
+                        hello.host
+                    );
+                }
+                let n = &mut self.nodes[i];
+                n.control = Some(stream);
+                n.joined = true;
+                n.addr_info = Some(hello);
+            }
+            Event::Stranger(addr, why) => {
+                self.strangers += 1;
+                if self.opts.verbose {
+                    eprintln!("charmrun: refused a connection from {addr}: {why}");
+                }
+            }
+            Event::Frame(i, Kind::Barrier, _) => {
+                self.nodes[i].at_barrier = true;
+                if self.nodes.iter().all(|n| n.at_barrier) {
+                    for j in 0..self.nodes.len() {
+                        self.nodes[j].at_barrier = false;
+                        self.send(j, Kind::Release, &[]);
+                    }
+                }
+            }
+            Event::Frame(i, Kind::Ending, body) => {
+                let code = body
+                    .first_chunk::<4>()
+                    .map_or(1, |b| i32::from_le_bytes(*b));
+                self.nodes[i].ended = Some(code);
+            }
+            Event::Frame(i, Kind::Abort, reason) => {
+                if self.nodes[i].aborted.is_none() {
+                    let reason = String::from_utf8_lossy(&reason).into_owned();
+                    self.nodes[i].aborted = Some((reason, Instant::now()));
+                }
+            }
+            Event::Frame(..) => {}
+            Event::Closed(i) => self.nodes[i].closed_at = Some(Instant::now()),
+            Event::Exited(i, st) => {
+                self.nodes[i].status = Some(st);
+                self.nodes[i].exited_at = Some(Instant::now());
+            }
+        }
+        Ok(())
+    }
+
+    /// Decide what the nodes' states mean: `Some(code)` when every node has left normally,
+    /// an error when the job must end now, `None` to keep going.
+    ///
+    /// A node that died is reported before the nodes that noticed it and aborted: their
+    /// aborts are held for [`ABORT_GRACE`] in case the cause shows up.
+    fn verdict(&mut self) -> Result<Option<i32>, Failure> {
+        let mut done = 0;
+        for i in 0..self.nodes.len() {
+            let n = &self.nodes[i];
+            if n.settled {
+                done += 1;
+                continue;
+            }
+            if n.aborted.is_some() {
+                continue;
+            }
+            let Some(st) = n.status else {
+                if n.closed_at.is_some_and(|t| t.elapsed() > LOST_GRACE) && n.ended.is_none() {
+                    return Err(Failure::new(
+                        1,
+                        format!(
+                            "lost contact with {} (its connection to charmrun closed); ending the job",
+                            self.label_at(i)
+                        ),
+                    ));
+                }
+                continue;
+            };
+            if !n.joined {
+                return Err(Failure::new(
+                    exit_code(st).max(1),
+                    format!(
+                        "{} {} before connecting to charmrun",
+                        self.label_at(i),
+                        describe(st)
+                    ),
+                ));
+            }
+            match n.ended {
+                Some(_) if st.signal().is_none() => {
+                    if self.job_code == 0 {
+                        self.job_code = exit_code(st);
+                    }
+                    self.nodes[i].settled = true;
+                    done += 1;
+                }
+                Some(_) => {
+                    return Err(Failure::new(
+                        exit_code(st),
+                        format!(
+                            "{} {} while leaving the job; ending the job",
+                            self.label_at(i),
+                            describe(st)
+                        ),
+                    ))
+                }
+                None => {
+                    // Its last frames may still be on the way: decide once the connection has
+                    // closed too, or after a grace period.
+                    let waited = n.exited_at.map_or(Duration::ZERO, |t| t.elapsed());
+                    if n.closed_at.is_some() || waited > LOST_GRACE {
+                        let code = exit_code(st);
+                        return Err(Failure::new(
+                            if code == 0 { 1 } else { code },
+                            format!(
+                                "{} {} before the job ended; ending the job",
                                 self.label_at(i),
                                 describe(st)
-                            )),
-                        });
+                            ),
+                        ));
                     }
                 }
             }
         }
+        if let Some((i, (reason, at))) = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| n.aborted.as_ref().map(|a| (i, a)))
+            .min_by_key(|(_, (_, at))| *at)
+        {
+            if at.elapsed() > ABORT_GRACE {
+                return Err(Failure::new(
+                    1,
+                    format!("{} aborted the job: {reason}", self.label_at(i)),
+                ));
+            }
+        }
+        Ok((done == self.nodes.len()).then_some(self.job_code))
+    }
+
+    fn send_table(&mut self) -> Result<(), Failure> {
         let ppn = self.opts.ppn;
-        let table = NodeTable::new(
-            infos
-                .into_iter()
-                .enumerate()
-                .map(|(i, h)| {
-                    let h = h.unwrap_or_else(|| unreachable!("every node joined"));
-                    NodeInfo {
-                        first_pe: i * ppn,
-                        num_pes: ppn,
-                        host: h.host,
-                        addr: h.info,
-                    }
-                })
-                .collect(),
-        )
-        .map_err(|e| Failure {
-            code: 1,
-            message: Some(format!("cannot build the node table: {e}")),
-        })?
-        .encode();
+        let mut infos = Vec::with_capacity(self.nodes.len());
+        for (i, n) in self.nodes.iter_mut().enumerate() {
+            let h = n.addr_info.take().ok_or_else(|| {
+                Failure::new(1, format!("internal: node {i} has no introduction"))
+            })?;
+            infos.push(NodeInfo {
+                first_pe: i * ppn,
+                num_pes: ppn,
+                host: h.host,
+                addr: h.info,
+            });
+        }
+        let table = NodeTable::new(infos)
+            .map_err(|e| Failure::new(1, format!("cannot build the node table: {e}")))?
+            .encode();
         for i in 0..self.nodes.len() {
             self.send(i, Kind::Table, &table);
             if let Some(reader) = self.nodes[i]
@@ -346,166 +497,26 @@ impl<'a> Job<'a> {
         Ok(())
     }
 
-    /// Serve the running job until every node has exited.
-    fn serve(&mut self) -> Result<i32, Failure> {
-        let mut job_code = 0;
-        let mut aborted: Option<(usize, String, Instant)> = None;
-        loop {
-            self.check_signals_and_limit()?;
-            if let Some((i, reason, at)) = &aborted {
-                if at.elapsed() > ABORT_GRACE {
-                    return Err(Failure {
-                        code: 1,
-                        message: Some(format!("{} aborted the job: {reason}", self.label_at(*i))),
-                    });
-                }
-            }
-            match self.events.recv_timeout(TICK) {
-                Ok(Event::Frame(i, Kind::Barrier, _)) => {
-                    self.nodes[i].at_barrier = true;
-                    if self.nodes.iter().all(|n| n.at_barrier) {
-                        for j in 0..self.nodes.len() {
-                            self.nodes[j].at_barrier = false;
-                            self.send(j, Kind::Release, &[]);
-                        }
-                    }
-                }
-                Ok(Event::Frame(i, Kind::Ending, body)) => {
-                    let code = body
-                        .first_chunk::<4>()
-                        .map_or(1, |b| i32::from_le_bytes(*b));
-                    self.nodes[i].ended = Some(code);
-                }
-                Ok(Event::Frame(i, Kind::Abort, reason)) => {
-                    self.nodes[i].aborted = true;
-                    if aborted.is_none() {
-                        let reason = String::from_utf8_lossy(&reason).into_owned();
-                        aborted = Some((i, reason, Instant::now()));
-                    }
-                }
-                Ok(Event::Closed(i)) => {
-                    self.nodes[i].closed = true;
-                    if self.nodes[i].ended.is_none() && self.nodes[i].status.is_none() {
-                        self.nodes[i].lost_at = Some(Instant::now());
-                    }
-                }
-                Ok(Event::Stranger(addr, why)) => {
-                    self.strangers += 1;
-                    if self.opts.verbose {
-                        eprintln!("charmrun: refused a connection from {addr}: {why}");
-                    }
-                }
-                Ok(Event::Hello(..)) => self.strangers += 1,
-                Ok(Event::Frame(..)) | Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => {}
-            }
-            let mut running = 0;
-            for i in 0..self.nodes.len() {
-                if self.nodes[i].aborted {
-                    // It said why it is leaving; the abort is reported above, after the grace.
-                    let _ = self.poll_child(i);
-                    running += 1;
-                    continue;
-                }
-                if self.nodes[i].exited_at.is_some() && self.nodes[i].ended.is_none() {
-                    // Exited: but its last frames (ENDING) may still be on their way. Decide
-                    // once its connection has closed, or after a grace period.
-                    let waited = self.nodes[i]
-                        .exited_at
-                        .map_or(Duration::ZERO, |t| t.elapsed());
-                    if self.nodes[i].closed || waited > LOST_GRACE {
-                        let st = self.nodes[i].status.unwrap_or_else(ExitStatus::default);
-                        let code = exit_code(st);
-                        return Err(Failure {
-                            code: if code == 0 { 1 } else { code },
-                            message: Some(format!(
-                                "{} {} before the job ended; ending the job",
-                                self.label_at(i),
-                                describe(st)
-                            )),
-                        });
-                    }
-                    running += 1;
-                    continue;
-                }
-                if self.nodes[i].status.is_some() {
-                    continue;
-                }
-                let Some(st) = self.poll_child(i) else {
-                    running += 1;
-                    if let Some(t) = self.nodes[i].lost_at {
-                        if t.elapsed() > LOST_GRACE {
-                            return Err(Failure {
-                                code: 1,
-                                message: Some(format!(
-                                    "lost contact with {} (its connection to charmrun closed); ending the job",
-                                    self.label_at(i)
-                                )),
-                            });
-                        }
-                    }
-                    continue;
-                };
-                match self.nodes[i].ended {
-                    Some(_) if st.signal().is_none() => {
-                        if job_code == 0 {
-                            job_code = exit_code(st);
-                        }
-                    }
-                    Some(_) => {
-                        return Err(Failure {
-                            code: exit_code(st),
-                            message: Some(format!(
-                                "{} {} while leaving the job; ending the job",
-                                self.label_at(i),
-                                describe(st)
-                            )),
-                        })
-                    }
-                    None => {
-                        self.nodes[i].exited_at = Some(Instant::now());
-                        running += 1;
-                    }
-                }
-            }
-            if running == 0 {
-                return Ok(job_code);
-            }
-        }
-    }
-
     fn check_signals_and_limit(&self) -> Result<(), Failure> {
         let sig = SIGNALLED.load(Ordering::SeqCst);
         if sig != 0 {
-            return Err(Failure {
-                code: 128 + sig,
-                message: Some(format!("interrupted by signal {sig}; ending the job")),
-            });
+            return Err(Failure::new(
+                128 + sig,
+                format!("interrupted by signal {sig}; ending the job"),
+            ));
         }
         if let Some(limit) = self.opts.timelimit {
             if self.started.elapsed() >= limit {
-                return Err(Failure {
-                    code: 124,
-                    message: Some(format!(
+                return Err(Failure::new(
+                    124,
+                    format!(
                         "++timelimit of {} s reached; ending the job",
                         limit.as_secs_f64()
-                    )),
-                });
+                    ),
+                ));
             }
         }
         Ok(())
-    }
-
-    fn poll_child(&mut self, i: usize) -> Option<ExitStatus> {
-        let n = &mut self.nodes[i];
-        if n.status.is_none() {
-            if let Some(c) = n.child.as_mut() {
-                if let Ok(Some(st)) = c.try_wait() {
-                    n.status = Some(st);
-                }
-            }
-        }
-        n.status
     }
 
     fn send(&mut self, i: usize, kind: Kind, body: &[u8]) {
@@ -515,20 +526,27 @@ impl<'a> Job<'a> {
         }
     }
 
-    /// End the job now: tell every node to die, kill what was started here, reap everything.
+    /// End the job now: tell every node to die, kill what was started here (whole process
+    /// groups), and wait until every process has been reaped.
     fn abandon(&mut self) {
         for i in 0..self.nodes.len() {
             self.send(i, Kind::Die, &[]);
         }
-        for n in &mut self.nodes {
-            if n.status.is_some() {
-                continue;
-            }
-            if let Some(c) = n.child.as_mut() {
-                // The whole process group: the node (or the remote shell) and anything it started.
-                let pgid = nix::unistd::Pid::from_raw(c.id() as i32);
+        for n in &self.nodes {
+            if let (None, Some(pid)) = (n.status, n.pid) {
+                let pgid = nix::unistd::Pid::from_raw(pid as i32);
                 let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
-                n.status = c.wait().ok();
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self
+            .nodes
+            .iter()
+            .any(|n| n.pid.is_some() && n.status.is_none())
+            && Instant::now() < deadline
+        {
+            if let Ok(Event::Exited(i, st)) = self.events.recv_timeout(TICK) {
+                self.nodes[i].status = Some(st);
             }
         }
     }
@@ -539,7 +557,7 @@ impl<'a> Job<'a> {
         let deadline = Instant::now() + Duration::from_secs(5);
         for h in self.outputs.drain(..) {
             while !h.is_finished() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(2));
+                std::thread::sleep(Duration::from_millis(1));
             }
             if h.is_finished() {
                 let _ = h.join();

@@ -141,7 +141,7 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
     if !pes_given {
         o.pes = 1;
     }
-    if o.pes % o.ppn != 0 {
+    if !o.pes.is_multiple_of(o.ppn) {
         return Err(format!("+p {} is not a multiple of ++ppn {}", o.pes, o.ppn));
     }
     if o.quiet && o.verbose {

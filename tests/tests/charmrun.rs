@@ -71,7 +71,7 @@ fn output_can_be_prefixed_by_pe() {
 
 #[test]
 fn a_node_killed_mid_job_ends_the_job_with_no_orphans() {
-    let mut job =
+    let job =
         Running::start(&mut tcp(&[]).command(PROGRAM, 4, &["wait", "30"]), limit()).expect("start");
     let charmrun_pid = job.pid();
     // Wait until all four nodes run their start function.
@@ -110,15 +110,18 @@ fn a_node_killed_mid_job_ends_the_job_with_no_orphans() {
 #[test]
 fn a_hung_node_is_killed_by_the_time_limit() {
     let start = Instant::now();
-    let mut job = Running::start(
+    let job = Running::start(
         &mut tcp(&["++timelimit", "3"]).command(PROGRAM, 3, &["hang"]),
         limit(),
     )
     .expect("start");
     let charmrun_pid = job.pid();
-    assert!(job.wait_for_stderr("", Duration::from_millis(500)) || true);
-    std::thread::sleep(Duration::from_millis(1500));
-    let nodes = children_of(charmrun_pid);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut nodes = children_of(charmrun_pid);
+    while nodes.len() < 3 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        nodes = children_of(charmrun_pid);
+    }
     let o = job.finish();
     assert!(!o.timed_out, "{o}");
     assert_eq!(o.code, Some(124), "{o}");
@@ -291,23 +294,4 @@ fn check_one_line_error(o: &Outcome, want: &str, args: &[String]) {
     assert!(o.stderr.contains(want), "{args:?}: wanted {want:?}\n{o}");
     assert_eq!(o.stderr.lines().count(), 1, "{args:?}: {o}");
     assert!(!o.stderr.contains("panicked"), "{args:?}: {o}");
-}
-
-#[test]
-fn help_lists_the_options() {
-    let o = run_bounded(charmrun().arg("--help"), limit());
-    assert_eq!(o.code, Some(0), "{o}");
-    for opt in [
-        "+p N",
-        "++ppn",
-        "++local",
-        "++nodelist",
-        "++remote-shell",
-        "++timeout",
-        "++timelimit",
-        "++verbose",
-        "++quiet",
-    ] {
-        assert!(o.stdout.contains(opt), "{opt}\n{o}");
-    }
 }

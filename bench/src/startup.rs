@@ -1,0 +1,86 @@
+//! Start-up: the wall time of a whole trivial job under charmrun (start every node, connect
+//! back, exchange the node table, connect every pair, run, exit), next to the least any
+//! launcher must do: fork/exec N processes that each connect back to the launcher once.
+
+use anyhow::Context;
+use std::io::Read;
+use std::net::{TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+/// Runs per point; the median is reported.
+const RUNS: usize = 5;
+
+pub fn run(pes: &[usize], layer: &str) -> anyhow::Result<()> {
+    let me = std::env::current_exe().context("finding the bench executable")?;
+    let charmrun = me.with_file_name("charmrun");
+    anyhow::ensure!(
+        charmrun.is_file(),
+        "{} not found: build charmrun first",
+        charmrun.display()
+    );
+    println!(
+        "{:>5} | {:>12} | {:>14} | {:>6}",
+        "PEs", "job ms", "fork+conn ms", "ratio"
+    );
+    for &p in pes {
+        let job = median(RUNS, || {
+            let t = Instant::now();
+            let st = Command::new(&charmrun)
+                .args([format!("+p{p}"), "++quiet".into()])
+                .arg(&me)
+                .args(["pe-noop", "+machine", layer, "+quiet"])
+                .stdout(Stdio::null())
+                .status()?;
+            anyhow::ensure!(st.success(), "trivial job on {p} PEs failed: {st}");
+            Ok(t.elapsed().as_secs_f64() * 1e3)
+        })?;
+        let floor = median(RUNS, || lower_bound(&me, p))?;
+        println!(
+            "{p:>5} | {job:>12.1} | {floor:>14.1} | {:>6.2}",
+            job / floor
+        );
+    }
+    println!(
+        "(median of {RUNS} runs each; job = charmrun +pN of a program whose PE 0 exits at once)"
+    );
+    Ok(())
+}
+
+/// Fork/exec `p` copies of this program that each connect to us and exit; until all are gone.
+fn lower_bound(me: &std::path::Path, p: usize) -> anyhow::Result<f64> {
+    let t = Instant::now();
+    let l = TcpListener::bind("127.0.0.1:0")?;
+    let addr = l.local_addr()?.to_string();
+    let mut kids = Vec::with_capacity(p);
+    for _ in 0..p {
+        kids.push(
+            Command::new(me)
+                .args(["connect-back", &addr])
+                .stdout(Stdio::null())
+                .spawn()?,
+        );
+    }
+    for _ in 0..p {
+        let (mut s, _) = l.accept()?;
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b)?;
+    }
+    for mut k in kids {
+        k.wait()?;
+    }
+    Ok(t.elapsed().as_secs_f64() * 1e3)
+}
+
+/// The child side of [`lower_bound`].
+pub fn connect_back(addr: &str) -> anyhow::Result<()> {
+    use std::io::Write;
+    TcpStream::connect(addr)?.write_all(&[1])?;
+    Ok(())
+}
+
+fn median(n: usize, mut f: impl FnMut() -> anyhow::Result<f64>) -> anyhow::Result<f64> {
+    let mut v = (0..n).map(|_| f()).collect::<anyhow::Result<Vec<f64>>>()?;
+    v.sort_by(f64::total_cmp);
+    Ok(v[v.len() / 2])
+}

@@ -1,0 +1,41 @@
+//! charmrun's own command line (whole jobs are tested in tests/tests/charmrun.rs, which also
+//! relies on this package's binary being built).
+
+use std::process::Command;
+
+fn charmrun(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_charmrun"))
+        .args(args)
+        .output()
+        .expect("charmrun runs")
+}
+
+#[test]
+fn help_exits_zero_and_names_every_option() {
+    let o = charmrun(&["--help"]);
+    assert!(o.status.success());
+    let text = String::from_utf8_lossy(&o.stdout);
+    for opt in [
+        "+p N",
+        "++ppn",
+        "++local",
+        "++nodelist",
+        "++remote-shell",
+        "++timeout",
+        "++timelimit",
+        "++verbose",
+        "++quiet",
+        "++prefix",
+    ] {
+        assert!(text.contains(opt), "{opt} missing from:\n{text}");
+    }
+}
+
+#[test]
+fn no_program_is_a_usage_error() {
+    let o = charmrun(&["+p2"]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("no program to run"), "{err}");
+}

@@ -1,0 +1,221 @@
+//! Jobs across hosts: each "host" is a network namespace with its own interface, joined to the
+//! others by veth pairs on a bridge, so start-up and every message cross a real network stack.
+//! charmrun runs on one host and reaches the others through a remote-shell command that runs
+//! `ip netns exec HOST ...`, exactly as it would use ssh. Needs root (to create namespaces);
+//! without it the tests say they were skipped.
+
+use conformance::run_bounded;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+const PROGRAM: &str = env!("CARGO_BIN_EXE_conformance");
+
+/// Three hosts: 10.99.0.1 (where charmrun runs), 10.99.0.2, 10.99.0.3.
+struct Hosts {
+    prefix: String,
+    dir: PathBuf,
+}
+
+const IPS: [&str; 3] = ["10.99.0.1", "10.99.0.2", "10.99.0.3"];
+
+fn ip(args: &[&str]) -> bool {
+    Command::new("ip")
+        .args(args)
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+impl Hosts {
+    /// Build the hosts, or `None` (after saying why) when this machine cannot.
+    fn new(tag: &str) -> Option<Hosts> {
+        if !nix::unistd::geteuid().is_root() {
+            eprintln!("skipped: creating network namespaces needs root");
+            return None;
+        }
+        let prefix = format!("cv{}{tag}", std::process::id() % 100_000);
+        let dir = std::env::temp_dir().join(format!("{prefix}-multihost"));
+        let hosts = Hosts { prefix, dir };
+        let sw = hosts.ns("sw");
+        if !ip(&["netns", "add", &sw]) {
+            eprintln!("skipped: `ip netns add` failed (no iproute2 or no permission)");
+            return None;
+        }
+        let ok = ip(&["-n", &sw, "link", "add", "br0", "type", "bridge"])
+            && ip(&["-n", &sw, "link", "set", "br0", "up"])
+            && (0..IPS.len()).all(|h| hosts.add_host(h));
+        if !ok {
+            panic!(
+                "could not build the test network in namespaces {}*",
+                hosts.prefix
+            );
+        }
+        std::fs::create_dir_all(&hosts.dir).expect("temp dir");
+        Some(hosts)
+    }
+
+    fn ns(&self, name: &str) -> String {
+        format!("{}-{name}", self.prefix)
+    }
+
+    fn host_ns(&self, h: usize) -> String {
+        self.ns(&format!("h{h}"))
+    }
+
+    fn add_host(&self, h: usize) -> bool {
+        let (ns, sw) = (self.host_ns(h), self.ns("sw"));
+        let (inner, outer) = (
+            format!("{}e{h}", self.prefix),
+            format!("{}p{h}", self.prefix),
+        );
+        ip(&["netns", "add", &ns])
+            && ip(&[
+                "link", "add", &inner, "type", "veth", "peer", "name", &outer,
+            ])
+            && ip(&["link", "set", &inner, "netns", &ns])
+            && ip(&["link", "set", &outer, "netns", &sw])
+            && ip(&["-n", &sw, "link", "set", &outer, "master", "br0"])
+            && ip(&["-n", &sw, "link", "set", &outer, "up"])
+            && ip(&[
+                "-n",
+                &ns,
+                "addr",
+                "add",
+                &format!("{}/24", IPS[h]),
+                "dev",
+                &inner,
+            ])
+            && ip(&["-n", &ns, "link", "set", &inner, "up"])
+            && ip(&["-n", &ns, "link", "set", "lo", "up"])
+    }
+
+    /// A remote-shell command: `SHELL HOST COMMAND` runs COMMAND in HOST's namespace.
+    fn shell(&self) -> PathBuf {
+        let path = self.dir.join("netns-shell");
+        let mut script = String::from("#!/bin/sh\nhost=\"$1\"; shift\ncase \"$host\" in\n");
+        for (h, addr) in IPS.iter().enumerate() {
+            script.push_str(&format!("  {addr}) ns={} ;;\n", self.host_ns(h)));
+        }
+        script.push_str("  *) echo \"netns-shell: no route to host $host\" >&2; exit 255 ;;\nesac\nexec ip netns exec \"$ns\" sh -c \"$1\"\n");
+        std::fs::write(&path, script).expect("write shell");
+        Command::new("chmod")
+            .arg("+x")
+            .arg(&path)
+            .status()
+            .expect("chmod");
+        path
+    }
+
+    fn file(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.dir.join(name);
+        std::fs::write(&p, text).expect("write file");
+        p
+    }
+
+    /// charmrun, run on host 0.
+    fn charmrun(&self, args: &[String]) -> conformance::Outcome {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.host_ns(0)])
+            .arg(conformance::charmrun_path(PROGRAM))
+            .args(args);
+        run_bounded(&mut cmd, Duration::from_secs(90))
+    }
+}
+
+impl Drop for Hosts {
+    fn drop(&mut self) {
+        for h in 0..IPS.len() {
+            ip(&["netns", "del", &self.host_ns(h)]);
+        }
+        ip(&["netns", "del", &self.ns("sw")]);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn args(v: &[&str]) -> Vec<String> {
+    v.iter().map(|s| s.to_string()).collect()
+}
+
+#[test]
+fn a_job_spans_hosts_from_a_machine_file_round_robin() {
+    let Some(hosts) = Hosts::new("a") else { return };
+    let shell = hosts.shell();
+    let machines = hosts.file("machines", "10.99.0.2\n10.99.0.3\n");
+    let mut a = args(&["+p4", "++verbose", "++remote-shell"]);
+    a.push(shell.display().to_string());
+    a.push("++nodelist".into());
+    a.push(machines.display().to_string());
+    a.extend(args(&[PROGRAM, "alltoall", "100000", "+machine", "tcp"]));
+    let o = hosts.charmrun(&a);
+    assert_eq!(o.code, Some(0), "{o}");
+    assert_eq!(o.lines_with("conformance alltoall: ok"), 1, "{o}");
+    // Round-robin in file order: PEs 0 and 2 on the first host, 1 and 3 on the second.
+    for (pe, host) in [
+        (0, "10.99.0.2"),
+        (1, "10.99.0.3"),
+        (2, "10.99.0.2"),
+        (3, "10.99.0.3"),
+    ] {
+        assert!(
+            o.stderr.contains(&format!("PE {pe} connected from {host}")),
+            "PE {pe} on {host}\n{o}"
+        );
+    }
+}
+
+#[test]
+fn a_charm_nodelist_places_nodes_and_the_suite_runs_across_hosts() {
+    let Some(hosts) = Hosts::new("b") else { return };
+    let shell = hosts.shell();
+    let nodelist = hosts.file(
+        "nodelist",
+        "# two hosts, and one in another group that must not be used\ngroup main\n  host 10.99.0.3 ++cpus 2\n  host 10.99.0.2\ngroup spare\n  host 10.99.0.1\n",
+    );
+    for scenario in [
+        &["hello"][..],
+        &["broadcast"],
+        &["reduce"],
+        &["fifo"],
+        &["sizes", "8388608"],
+    ] {
+        let mut a = args(&["+p3", "++verbose", "++remote-shell"]);
+        a.push(shell.display().to_string());
+        a.push("++nodelist".into());
+        a.push(nodelist.display().to_string());
+        a.push(PROGRAM.into());
+        a.extend(args(scenario));
+        a.extend(args(&["+machine", "tcp"]));
+        let o = hosts.charmrun(&a);
+        assert_eq!(o.code, Some(0), "{scenario:?}: {o}");
+        assert_eq!(
+            o.lines_with(&format!("conformance {}: ok", scenario[0])),
+            1,
+            "{o}"
+        );
+        assert!(o.stderr.contains("PE 0 connected from 10.99.0.3"), "{o}");
+        assert!(o.stderr.contains("PE 1 connected from 10.99.0.2"), "{o}");
+        assert!(o.stderr.contains("PE 2 connected from 10.99.0.3"), "{o}");
+    }
+}
+
+#[test]
+fn an_unreachable_host_is_one_clear_error() {
+    let Some(hosts) = Hosts::new("c") else { return };
+    let shell = hosts.shell();
+    // 10.99.0.9 is on the subnet but nobody is there: the remote shell cannot reach it.
+    let machines = hosts.file("machines", "10.99.0.2\n10.99.0.9\n");
+    let mut a = args(&["+p2", "++timeout", "20", "++remote-shell"]);
+    a.push(shell.display().to_string());
+    a.push("++nodelist".into());
+    a.push(machines.display().to_string());
+    a.extend(args(&[PROGRAM, "hello", "+machine", "tcp"]));
+    let o = hosts.charmrun(&a);
+    assert_ne!(o.code, Some(0), "{o}");
+    assert!(!o.timed_out, "{o}");
+    assert!(
+        o.stderr
+            .contains("PE 1 on 10.99.0.9 exited with code 255 before connecting to charmrun"),
+        "{o}"
+    );
+}
