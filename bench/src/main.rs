@@ -59,6 +59,9 @@ enum Cmd {
     /// A PE of the trivial job `bench startup` times.
     #[command(hide = true)]
     PeNoop,
+    /// The launcher of the start-up lower bound.
+    #[command(hide = true)]
+    LaunchFloor { nodes: usize },
     /// The child of the start-up lower bound.
     #[command(hide = true)]
     ConnectBack { addr: String },
@@ -120,6 +123,7 @@ fn main() -> ExitCode {
         Cmd::Rate { messages, csv } => rate::run(messages.max(1), csv.as_deref()),
         Cmd::Startup { pes, layer } => startup::run(&pes, &layer),
         Cmd::ConnectBack { addr } => startup::connect_back(&addr),
+        Cmd::LaunchFloor { nodes } => startup::launch_floor(nodes),
         Cmd::PeNoop => converse::Runtime::from_args(argv)
             .and_then(|rt| {
                 rt.run(|pe| {

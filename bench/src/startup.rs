@@ -1,6 +1,7 @@
 //! Start-up: the wall time of a whole trivial job under charmrun (start every node, connect
 //! back, exchange the node table, connect every pair, run, exit), next to the least any
-//! launcher must do: fork/exec N processes that each connect back to the launcher once.
+//! launcher must do: start a launcher process that fork/execs N processes that each connect
+//! back to it once. Both are timed the same way, from outside, as whole commands.
 
 use anyhow::Context;
 use std::io::Read;
@@ -35,7 +36,14 @@ pub fn run(pes: &[usize], layer: &str) -> anyhow::Result<()> {
             anyhow::ensure!(st.success(), "trivial job on {p} PEs failed: {st}");
             Ok(t.elapsed().as_secs_f64() * 1e3)
         })?;
-        let floor = median(RUNS, || lower_bound(&me, p))?;
+        let floor = median(RUNS, || {
+            let t = Instant::now();
+            let st = Command::new(&me)
+                .args(["launch-floor", &p.to_string()])
+                .status()?;
+            anyhow::ensure!(st.success(), "lower bound on {p} processes failed: {st}");
+            Ok(t.elapsed().as_secs_f64() * 1e3)
+        })?;
         println!(
             "{p:>5} | {job:>12.1} | {floor:>14.1} | {:>6.2}",
             job / floor
@@ -47,15 +55,16 @@ pub fn run(pes: &[usize], layer: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Fork/exec `p` copies of this program that each connect to us and exit; until all are gone.
-fn lower_bound(me: &std::path::Path, p: usize) -> anyhow::Result<f64> {
-    let t = Instant::now();
+/// `bench launch-floor N`: fork/exec N copies of this program that each connect to us and
+/// exit; return when all are gone.
+pub fn launch_floor(p: usize) -> anyhow::Result<()> {
+    let me = std::env::current_exe()?;
     let l = TcpListener::bind("127.0.0.1:0")?;
     let addr = l.local_addr()?.to_string();
     let mut kids = Vec::with_capacity(p);
     for _ in 0..p {
         kids.push(
-            Command::new(me)
+            Command::new(&me)
                 .args(["connect-back", &addr])
                 .stdout(Stdio::null())
                 .spawn()?,
@@ -69,7 +78,7 @@ fn lower_bound(me: &std::path::Path, p: usize) -> anyhow::Result<f64> {
     for mut k in kids {
         k.wait()?;
     }
-    Ok(t.elapsed().as_secs_f64() * 1e3)
+    Ok(())
 }
 
 /// The child side of [`lower_bound`].

@@ -4,7 +4,7 @@
 
 use crate::nodelist::Host;
 use crate::opts::Opts;
-use crate::output::{self, Stream};
+use crate::output;
 use crate::protocol::{self, Hello, Kind, SECRET_LEN};
 use crate::{client, spawn};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
@@ -189,7 +189,7 @@ impl<'a> Job<'a> {
                     spawn::remote(shell, &h.name, &cwd, &opts.program, &args, &env)
                 }
             };
-            let mut child = match child {
+            let child = match child {
                 Ok(c) => c,
                 Err(e) => {
                     return Err(Box::new((
@@ -203,22 +203,16 @@ impl<'a> Job<'a> {
             } else {
                 String::new()
             };
-            if let Some(out) = child.stdout.take() {
-                job.outputs
-                    .push(output::forward(out, Stream::Out, prefix.clone()));
-            }
-            if let Some(err) = child.stderr.take() {
-                job.outputs.push(output::forward(err, Stream::Err, prefix));
-            }
             let pid = child.id();
             let tx = job.tx.clone();
-            // A waiter per process: its exit wakes the job loop at once, and it is reaped.
-            std::thread::spawn(move || {
-                let st = child
-                    .wait()
-                    .unwrap_or_else(|_| ExitStatus::from_raw(1 << 8));
+            // One thread per node passes its output on and reports its exit at once.
+            let watcher = output::watch(child, prefix, move |st| {
                 let _ = tx.send(Event::Exited(i, st));
             });
+            match watcher {
+                Ok(h) => job.outputs.push(h),
+                Err(e) => return Err(Box::new((job, format!("cannot watch node {i}: {e}")))),
+            }
             job.nodes.push(Node {
                 host: name,
                 pid: Some(pid),
@@ -316,11 +310,14 @@ impl<'a> Job<'a> {
                     return Ok(());
                 }
                 if self.opts.verbose {
-                    let from = stream
-                        .peer_addr()
-                        .map_or("?".to_string(), |a| a.ip().to_string());
+                    let from = stream.peer_addr().map_or("?".to_string(), |a| a.ip().to_string());
+                    // The info is the layer's business; shown only when it is printable text.
+                    let info = std::str::from_utf8(&hello.info)
+                        .ok()
+                        .filter(|t| t.chars().all(|c| c.is_ascii_graphic()))
+                        .map_or(String::new(), |t| format!(", info {t}"));
                     eprintln!(
-                        "charmrun: {} connected from {from} (pid {}, host {})",
+                        "charmrun: {} connected from {from} (pid {}, host {}{info})",
                         self.label(i),
                         hello.pid,
                         hello.host

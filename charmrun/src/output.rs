@@ -1,10 +1,14 @@
-//! Forwarding a node's stdout and stderr to charmrun's own, whole lines at a time.
+//! Watching a node process: its stdout and stderr are passed on to charmrun's own, whole lines
+//! at a time, and its exit is reported — all from one thread per node, which polls both pipes
+//! and a pidfd of the process.
 //!
-//! Each pipe has a thread that reads complete lines and writes each with one call under the
-//! stream's lock, so lines from different nodes never splice. A pipe is read until its end,
-//! so what a node printed just before it exited is never lost.
+//! Each complete line is written with one call under the stream's lock, so lines from different
+//! nodes never splice. Pipes are read until their end, so what a node printed just before it
+//! exited is never lost.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::process::{Child, ExitStatus};
 use std::thread::JoinHandle;
 
 /// A line longer than this is passed on in pieces rather than held in memory.
@@ -19,64 +23,171 @@ pub enum Stream {
     Err,
 }
 
-/// Start forwarding `pipe` to `stream`, each line prefixed with `prefix`.
-pub fn forward(pipe: impl Read + Send + 'static, stream: Stream, prefix: String) -> JoinHandle<()> {
-    std::thread::spawn(move || {
-        let mut r = BufReader::with_capacity(64 << 10, pipe);
-        let mut line = Vec::with_capacity(256);
-        loop {
-            line.clear();
-            line.extend_from_slice(prefix.as_bytes());
-            let start = line.len();
-            let n = match read_line(&mut r, &mut line) {
-                Ok(n) => n,
-                Err(_) => break,
-            };
-            if n == 0 {
-                break;
-            }
-            if line.last() != Some(&b'\n') && line.len() - start < MAX_LINE {
-                // The node's last line had no newline: end it so the next output starts clean.
-                line.push(b'\n');
-            }
-            let ok = match stream {
-                Stream::Out => {
-                    let mut o = std::io::stdout().lock();
-                    o.write_all(&line).and_then(|()| o.flush())
-                }
-                Stream::Err => std::io::stderr().lock().write_all(&line),
-            };
-            if ok.is_err() {
-                // Our own terminal is gone; keep draining so the node never blocks on a full pipe.
-                continue;
-            }
-        }
-    })
+/// Bytes of one pipe not yet passed on: at most a partial last line.
+struct Lines {
+    stream: Stream,
+    prefix: String,
+    pending: Vec<u8>,
 }
 
-/// Read up to and including a newline, or up to `MAX_LINE` bytes, or to the end.
-fn read_line(r: &mut impl BufRead, out: &mut Vec<u8>) -> std::io::Result<usize> {
-    let mut total = 0;
-    loop {
-        let buf = match r.fill_buf() {
-            Ok(b) => b,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        if buf.is_empty() {
-            return Ok(total);
+impl Lines {
+    fn new(stream: Stream, prefix: String) -> Lines {
+        Lines {
+            stream,
+            prefix,
+            pending: Vec::new(),
         }
-        let (take, done) = match buf.iter().position(|&b| b == b'\n') {
-            Some(i) => (i + 1, true),
-            None => (buf.len(), false),
-        };
-        let take = take.min(MAX_LINE - total.min(MAX_LINE));
-        out.extend_from_slice(&buf[..take]);
-        r.consume(take);
-        total += take;
-        if done || total >= MAX_LINE {
-            return Ok(total);
+    }
+
+    /// Take `data`; pass on every complete line (and any over-long partial one).
+    fn feed(&mut self, data: &[u8]) {
+        self.pending.extend_from_slice(data);
+        let mut start = 0;
+        while let Some(i) = self.pending[start..].iter().position(|&b| b == b'\n') {
+            let end = start + i + 1;
+            emit(self.stream, &self.prefix, &self.pending[start..end]);
+            start = end;
         }
+        if self.pending.len() - start >= MAX_LINE {
+            emit(self.stream, &self.prefix, &self.pending[start..]);
+            start = self.pending.len();
+        }
+        self.pending.drain(..start);
+    }
+
+    /// End of the pipe: pass on a last line that had no newline, ending it.
+    fn finish(&mut self) {
+        if !self.pending.is_empty() {
+            self.pending.push(b'\n');
+            emit(self.stream, &self.prefix, &self.pending);
+            self.pending.clear();
+        }
+    }
+}
+
+fn emit(stream: Stream, prefix: &str, line: &[u8]) {
+    // One write per line under the lock; an error means our own terminal is gone, and the
+    // node must still not block on a full pipe, so it is ignored and reading goes on.
+    let mut buf = Vec::with_capacity(prefix.len() + line.len());
+    buf.extend_from_slice(prefix.as_bytes());
+    buf.extend_from_slice(line);
+    let _ = match stream {
+        Stream::Out => {
+            let mut o = std::io::stdout().lock();
+            o.write_all(&buf).and_then(|()| o.flush())
+        }
+        Stream::Err => std::io::stderr().lock().write_all(&buf),
+    };
+}
+
+fn pidfd_open(pid: u32) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: the descriptor is new and ours alone.
+    Some(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Watch `child`: pass on its output (each line prefixed with `prefix`) and call `on_exit`
+/// once with its exit status.
+pub fn watch(
+    mut child: Child,
+    prefix: String,
+    on_exit: impl FnOnce(ExitStatus) + Send + 'static,
+) -> std::io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("node-watch".into())
+        .spawn(move || {
+            use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+            let mut pipes: [(Option<Box<dyn ReadFd>>, Lines); 2] = [
+                (
+                    child.stdout.take().map(|p| Box::new(p) as Box<dyn ReadFd>),
+                    Lines::new(Stream::Out, prefix.clone()),
+                ),
+                (
+                    child.stderr.take().map(|p| Box::new(p) as Box<dyn ReadFd>),
+                    Lines::new(Stream::Err, prefix),
+                ),
+            ];
+            // Without pidfd (kernels before 5.3) the exit is noticed when both pipes have ended.
+            let mut pidfd = pidfd_open(child.id());
+            let mut on_exit = Some(on_exit);
+            let mut buf = vec![0u8; 64 << 10];
+            loop {
+                let mut fds = Vec::with_capacity(3);
+                let mut who = Vec::with_capacity(3);
+                for (i, (p, _)) in pipes.iter().enumerate() {
+                    if let Some(p) = p {
+                        fds.push(PollFd::new(p.fd(), PollFlags::POLLIN));
+                        who.push(i);
+                    }
+                }
+                if let Some(fd) = &pidfd {
+                    fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
+                    who.push(2);
+                }
+                if fds.is_empty() {
+                    break;
+                }
+                if poll(&mut fds, PollTimeout::NONE).is_err() {
+                    continue;
+                }
+                let ready: Vec<usize> = fds
+                    .iter()
+                    .zip(&who)
+                    .filter(|(f, _)| f.revents().is_some_and(|r| !r.is_empty()))
+                    .map(|(_, &w)| w)
+                    .collect();
+                drop(fds);
+                for w in ready {
+                    if w == 2 {
+                        pidfd = None;
+                        let st = child.wait().unwrap_or_else(|_| exit_status(1));
+                        if let Some(f) = on_exit.take() {
+                            f(st);
+                        }
+                        continue;
+                    }
+                    let (pipe, lines) = &mut pipes[w];
+                    let n = match pipe.as_mut().map(|p| p.read(&mut buf)) {
+                        Some(Ok(n)) => n,
+                        Some(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                        _ => 0,
+                    };
+                    if n == 0 {
+                        lines.finish();
+                        *pipe = None;
+                    } else {
+                        lines.feed(&buf[..n]);
+                    }
+                }
+            }
+            if let Some(f) = on_exit.take() {
+                f(child.wait().unwrap_or_else(|_| exit_status(1)));
+            }
+        })
+}
+
+fn exit_status(code: i32) -> ExitStatus {
+    std::os::unix::process::ExitStatusExt::from_raw(code << 8)
+}
+
+/// A pipe end we can poll and read.
+trait ReadFd: Read + Send {
+    fn fd(&self) -> std::os::fd::BorrowedFd<'_>;
+}
+
+impl ReadFd for std::process::ChildStdout {
+    fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.as_fd()
+    }
+}
+
+impl ReadFd for std::process::ChildStderr {
+    fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.as_fd()
     }
 }
 
@@ -85,21 +196,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn lines_are_whole_and_long_ones_split() {
-        let text = b"one\ntwo\nlast-no-newline";
-        let mut r = BufReader::new(&text[..]);
-        let mut l = Vec::new();
-        assert_eq!(read_line(&mut r, &mut l).ok(), Some(4));
-        assert_eq!(l, b"one\n");
-        l.clear();
-        read_line(&mut r, &mut l).ok();
-        assert_eq!(l, b"two\n");
-        l.clear();
-        read_line(&mut r, &mut l).ok();
-        assert_eq!(l, b"last-no-newline");
-        let long = vec![b'x'; MAX_LINE + 10];
-        let mut r = BufReader::new(&long[..]);
-        let mut l = Vec::new();
-        assert_eq!(read_line(&mut r, &mut l).ok(), Some(MAX_LINE));
+    fn partial_lines_wait_for_their_end() {
+        let mut l = Lines::new(Stream::Err, String::new());
+        l.feed(b"one\ntw");
+        assert_eq!(l.pending, b"tw");
+        l.feed(b"o\nthree");
+        assert_eq!(l.pending, b"three");
+        l.finish();
+        assert!(l.pending.is_empty());
+    }
+
+    #[test]
+    fn over_long_lines_are_passed_on_in_pieces() {
+        let mut l = Lines::new(Stream::Err, String::new());
+        l.feed(&vec![b'x'; MAX_LINE + 5]);
+        assert!(l.pending.is_empty());
     }
 }

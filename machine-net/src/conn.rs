@@ -42,7 +42,8 @@ pub struct Conn {
     out: VecDeque<Message>,
     /// Bytes of the front frame already written.
     out_off: usize,
-    inbuf: Box<[u8]>,
+    /// Receive buffer, allocated on the first receive: a peer that never sends costs nothing.
+    inbuf: Vec<u8>,
     in_start: usize,
     in_end: usize,
     /// A large frame being read in place: its buffer and how much of it is filled.
@@ -56,7 +57,7 @@ impl Conn {
             stream,
             out: VecDeque::new(),
             out_off: 0,
-            inbuf: vec![0u8; READ_BUF].into_boxed_slice(),
+            inbuf: Vec::new(),
             in_start: 0,
             in_end: 0,
             big: None,
@@ -150,6 +151,9 @@ impl Conn {
     /// [`ConnError::Gone`] at end of stream or on a socket error; [`ConnError::Corrupt`] for a
     /// frame too short to hold an envelope.
     pub fn receive(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, ConnError> {
+        if self.inbuf.is_empty() {
+            self.inbuf = vec![0u8; READ_BUF];
+        }
         let mut n = 0;
         loop {
             n += self.cut_frames(deliver)?;

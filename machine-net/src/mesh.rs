@@ -1,23 +1,27 @@
-//! Connecting every pair of nodes at start-up.
+//! Connections between nodes, opened on first use, one per direction.
 //!
-//! Node `i` connects to every node below it and accepts one connection from every node above
-//! it. The connecting side opens with `[secret (16 B)][its node number u32 LE]`; the accepting
-//! side closes any connection that does not present the job secret and a node number it
-//! expects (a stranger, or a duplicate), and goes on waiting for the real ones. Listeners are
-//! open before the node table goes out, so a connection may arrive before its acceptor is
-//! ready: it waits in the backlog.
+//! Node `i` sends to node `j` only on a connection `i` opened, and receives from `j` only on
+//! one `j` opened. FIFO per pair then follows from TCP's, two nodes opening towards each other
+//! at once cannot collide, and a job pays only for the pairs that talk.
+//!
+//! A connection opens with `[secret (16 B)][sender's node number u32 LE]`. The accepting side
+//! reads exactly those 20 bytes (never more: frames follow at once) and closes any connection
+//! that does not present the job secret and a node number it has not seen yet: a stranger.
 
 use charmrun::protocol::{secrets_equal, SECRET_LEN};
 use machine::{MachineError, NodeTable};
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 /// Bytes a connecting node sends first.
-const INTRO: usize = SECRET_LEN + 4;
+pub const INTRO: usize = SECRET_LEN + 4;
 
-/// How long a connection may take to introduce itself.
-const INTRO_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long an accepted connection may take to introduce itself before it is closed.
+pub const INTRO_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// How long opening a connection to a peer may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A node's listening address as it travels in the node table.
 pub fn encode_addr(a: SocketAddr) -> Vec<u8> {
@@ -25,6 +29,9 @@ pub fn encode_addr(a: SocketAddr) -> Vec<u8> {
 }
 
 /// The inverse of [`encode_addr`].
+///
+/// # Errors
+/// [`MachineError::Boot`] when the table's entry is missing or malformed.
 pub fn decode_addr(table: &NodeTable, node: usize) -> Result<SocketAddr, MachineError> {
     let bad =
         |why: &str| MachineError::Boot(format!("node {node}'s address in the node table {why}"));
@@ -35,97 +42,90 @@ pub fn decode_addr(table: &NodeTable, node: usize) -> Result<SocketAddr, Machine
         .map_err(|_| bad("does not parse"))
 }
 
-/// Connections to every other node, indexed by node (`None` at `me`), and how many strangers
-/// were turned away.
-pub fn connect_all(
-    me: usize,
-    table: &NodeTable,
-    listener: &TcpListener,
-    secret: &[u8; SECRET_LEN],
-    deadline: Instant,
-) -> Result<(Vec<Option<TcpStream>>, usize), MachineError> {
-    let n = table.num_nodes();
-    let mut conns: Vec<Option<TcpStream>> = (0..n).map(|_| None).collect();
+/// Open the connection from `me` to `addr` and introduce ourselves; returned non-blocking.
+///
+/// # Errors
+/// The socket's, as text for a `PeerDead`.
+pub fn open(addr: SocketAddr, me: usize, secret: &[u8; SECRET_LEN]) -> Result<TcpStream, String> {
+    let deadline = Instant::now() + CONNECT_TIMEOUT;
+    let mut s = loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match TcpStream::connect_timeout(&addr, left.max(Duration::from_millis(1))) {
+            Ok(s) => break s,
+            Err(e) if Instant::now() >= deadline => {
+                return Err(format!("cannot connect to {addr}: {e}"))
+            }
+            // A full backlog refuses for a moment when many nodes connect at once.
+            Err(_) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    };
     let mut intro = [0u8; INTRO];
     intro[..SECRET_LEN].copy_from_slice(secret);
     intro[SECRET_LEN..].copy_from_slice(&(me as u32).to_le_bytes());
-    for (peer, slot) in conns.iter_mut().enumerate().take(me) {
-        let addr = decode_addr(table, peer)?;
-        let host = table.node(peer).map_or("?", |i| i.host.as_str()).to_owned();
-        let mut s = connect_retrying(addr, deadline).map_err(|e| MachineError::PeerDead {
-            node: peer,
-            host: host.clone(),
-            reason: format!("cannot connect to {addr}: {e}"),
-        })?;
-        s.write_all(&intro).map_err(|e| MachineError::PeerDead {
-            node: peer,
-            host,
-            reason: format!("introduction failed: {e}"),
-        })?;
-        *slot = Some(s);
-    }
-    let mut strangers = 0;
-    let mut expected = n - me - 1;
-    listener
-        .set_nonblocking(true)
-        .map_err(|e| MachineError::io("listener", e))?;
-    while expected > 0 {
-        if Instant::now() >= deadline {
-            let missing: Vec<String> = (me + 1..n)
-                .filter(|&p| conns[p].is_none())
-                .map(|p| p.to_string())
-                .collect();
-            return Err(MachineError::Boot(format!(
-                "nodes {} never connected",
-                missing.join(", ")
-            )));
+    s.set_nodelay(true)
+        .and_then(|()| s.write_all(&intro))
+        .and_then(|()| s.set_nonblocking(true))
+        .map_err(|e| format!("introducing ourselves to {addr}: {e}"))?;
+    Ok(s)
+}
+
+/// An accepted connection that has not finished introducing itself.
+pub struct Pending {
+    pub stream: TcpStream,
+    got: [u8; INTRO],
+    have: usize,
+    since: Instant,
+}
+
+/// What became of a pending connection.
+pub enum Intro {
+    /// Still waiting for bytes.
+    Waiting(Pending),
+    /// A node of the job: this one.
+    Node(usize, TcpStream),
+    /// Not one of ours (wrong secret, bad node number, silence, error): closed.
+    Stranger,
+}
+
+impl Pending {
+    /// A freshly accepted (non-blocking) connection.
+    pub fn new(stream: TcpStream) -> Pending {
+        Pending {
+            stream,
+            got: [0; INTRO],
+            have: 0,
+            since: Instant::now(),
         }
-        let (mut s, _) = match listener.accept() {
-            Ok(c) => c,
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                wait_readable(listener, Duration::from_millis(50));
-                continue;
+    }
+
+    /// Read what has come of the introduction and judge it. `known(n)` says whether node `n`
+    /// already has a connection to us.
+    pub fn advance(
+        mut self,
+        secret: &[u8; SECRET_LEN],
+        nodes: usize,
+        known: impl Fn(usize) -> bool,
+    ) -> Intro {
+        while self.have < INTRO {
+            match self.stream.read(&mut self.got[self.have..]) {
+                Ok(0) => return Intro::Stranger,
+                Ok(n) => self.have += n,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    return if self.since.elapsed() > INTRO_TIMEOUT {
+                        Intro::Stranger
+                    } else {
+                        Intro::Waiting(self)
+                    };
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => return Intro::Stranger,
             }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(MachineError::io("accepting a peer", e)),
-        };
-        let mut got = [0u8; INTRO];
-        let ok = s.set_nonblocking(false).is_ok()
-            && s.set_read_timeout(Some(INTRO_TIMEOUT)).is_ok()
-            && s.read_exact(&mut got).is_ok();
-        let peer = u32::from_le_bytes([got[16], got[17], got[18], got[19]]) as usize;
-        if !ok
-            || !secrets_equal(&got[..SECRET_LEN], secret)
-            || peer <= me
-            || peer >= n
-            || conns[peer].is_some()
-        {
-            strangers += 1;
-            continue;
         }
-        let _ = s.set_read_timeout(None);
-        conns[peer] = Some(s);
-        expected -= 1;
-    }
-    Ok((conns, strangers))
-}
-
-fn connect_retrying(addr: SocketAddr, deadline: Instant) -> std::io::Result<TcpStream> {
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match TcpStream::connect_timeout(&addr, left.max(Duration::from_millis(1))) {
-            Ok(s) => return Ok(s),
-            Err(e) if Instant::now() >= deadline => return Err(e),
-            // The backlog can be full for a moment when a whole job connects at once.
-            Err(_) => std::thread::sleep(Duration::from_millis(10)),
+        let node =
+            u32::from_le_bytes([self.got[16], self.got[17], self.got[18], self.got[19]]) as usize;
+        if !secrets_equal(&self.got[..SECRET_LEN], secret) || node >= nodes || known(node) {
+            return Intro::Stranger;
         }
+        Intro::Node(node, self.stream)
     }
-}
-
-fn wait_readable(l: &TcpListener, timeout: Duration) {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    use std::os::fd::AsFd;
-    let mut fds = [PollFd::new(l.as_fd(), PollFlags::POLLIN)];
-    let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
-    let _ = poll(&mut fds, PollTimeout::from(ms));
 }

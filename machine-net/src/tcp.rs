@@ -1,48 +1,67 @@
-//! The TCP layer: one process per node, started by charmrun, a TCP connection between every
-//! pair of nodes.
+//! The TCP layer: one process per node, started by charmrun; TCP connections between nodes,
+//! opened on first use, one per direction (see `mesh.rs`).
 //!
-//! Settings: none yet beyond the runtime's. Design: see `conn.rs` (framing) and `mesh.rs`
-//! (connection set-up). Every socket is non-blocking and driven by the scheduler's poll loop;
-//! an idle node blocks in `epoll_wait` on all its sockets.
+//! Every socket is non-blocking and driven by the scheduler's poll loop; an idle node blocks in
+//! `epoll_wait` on all of them. Framing and buffers: `conn.rs`.
 
 use crate::conn::{Conn, ConnError};
-use crate::mesh;
+use crate::mesh::{self, Intro, Pending};
 use charmrun::client::{Control, LaunchEnv};
+use charmrun::protocol::SECRET_LEN;
 use machine::{BootConfig, Layer, Machine, MachineError, Message, NodeTable};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use std::collections::VecDeque;
-use std::time::{Duration, Instant};
+use std::net::TcpListener;
+use std::time::Duration;
 
 /// The registry entry for this layer.
 pub const LAYER: Layer = Layer {
     name: "tcp",
-    summary: "one process per node started by charmrun, TCP between every pair",
+    summary: "one process per node started by charmrun, TCP between nodes",
     boot,
     launched: LaunchEnv::present,
 };
 
-/// With up to this many peers, `advance` simply tries a read on each socket (as cheap as one
-/// `epoll_wait`, and no second call when data is there); with more, it asks epoll which.
+/// With up to this many incoming connections, `advance` simply tries a read on each (as cheap
+/// as one `epoll_wait`, and no second call when data is there); with more, it asks epoll.
 const READ_ALL_UP_TO: usize = 4;
 
-/// How long the all-pairs connection set-up may take.
-const MESH_TIMEOUT: Duration = Duration::from_secs(60);
+/// In read-every-socket mode, how often (in `advance` calls) to look for new connections; an
+/// idle node's `wait` watches the listener all the time.
+const ACCEPT_EVERY: u32 = 64;
+
+/// Epoll tokens: an incoming connection is its peer's node number; these are the others.
+const LISTENER: u64 = u64::MAX;
+const PENDING: u64 = u64::MAX - 1;
+const OUTGOING: u64 = 1 << 32;
 
 /// One node of a TCP job.
 pub struct TcpMachine {
     me: usize,
     table: NodeTable,
-    conns: Vec<Option<Conn>>,
-    /// Peers whose frames wait for their socket.
+    secret: [u8; SECRET_LEN],
+    listener: TcpListener,
+    /// Connections we opened, to send on.
+    outgoing: Vec<Option<Conn>>,
+    /// Connections peers opened, to receive on.
+    incoming: Vec<Option<Conn>>,
+    /// Peers with an incoming connection.
+    readers: Vec<usize>,
+    /// Accepted connections still introducing themselves.
+    pending: Vec<Pending>,
+    /// Peers whose outgoing frames wait for their socket.
     backlog: Vec<usize>,
     loopback: VecDeque<Message>,
     epoll: Epoll,
     events: Vec<EpollEvent>,
-    read_all: bool,
+    /// A broken outgoing connection `wait` saw, reported by the next `advance`.
+    broken: Option<usize>,
+    advances: u32,
+    strangers: u64,
     ctl: Control,
 }
 
-/// Boot: connect back to charmrun, open the listener, learn the table, connect every pair.
+/// Boot: connect back to charmrun, open the listener, learn the table.
 ///
 /// # Errors
 /// [`MachineError::Boot`] when not started by charmrun or when start-up fails.
@@ -63,44 +82,37 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
             cfg.pes_per_node
         )));
     }
-    let me = env.node;
-    let (streams, _strangers) = mesh::connect_all(
-        me,
-        &table,
-        &listener,
-        &env.secret,
-        Instant::now() + MESH_TIMEOUT,
-    )?;
-    // Nobody else may connect from now on: a stranger finds the port closed.
-    drop(listener);
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| MachineError::io("configuring the listener", e))?;
     let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)
         .map_err(|e| MachineError::io("epoll_create", e.into()))?;
-    let mut conns = Vec::with_capacity(streams.len());
-    for (peer, s) in streams.into_iter().enumerate() {
-        let Some(s) = s else {
-            conns.push(None);
-            continue;
-        };
-        s.set_nonblocking(true)
-            .and_then(|()| s.set_nodelay(true))
-            .map_err(|e| MachineError::io("configuring a peer socket", e))?;
-        epoll
-            .add(&s, EpollEvent::new(EpollFlags::EPOLLIN, peer as u64))
-            .map_err(|e| MachineError::io("epoll_ctl", e.into()))?;
-        conns.push(Some(Conn::new(s)));
-    }
-    let peers = table.num_nodes() - 1;
+    epoll
+        .add(&listener, EpollEvent::new(EpollFlags::EPOLLIN, LISTENER))
+        .map_err(|e| MachineError::io("epoll_ctl", e.into()))?;
+    let n = table.num_nodes();
     Ok(vec![Box::new(TcpMachine {
-        me,
+        me: env.node,
         table,
-        conns,
+        secret: env.secret,
+        listener,
+        outgoing: (0..n).map(|_| None).collect(),
+        incoming: (0..n).map(|_| None).collect(),
+        readers: Vec::new(),
+        pending: Vec::new(),
         backlog: Vec::new(),
         loopback: VecDeque::new(),
         epoll,
         events: vec![EpollEvent::empty(); 64],
-        read_all: peers <= READ_ALL_UP_TO,
+        broken: None,
+        advances: 0,
+        strangers: 0,
         ctl,
     })])
+}
+
+fn epoll_err(e: nix::errno::Errno) -> MachineError {
+    MachineError::io("epoll_ctl", e.into())
 }
 
 impl TcpMachine {
@@ -123,27 +135,44 @@ impl TcpMachine {
         }
     }
 
-    /// Watch `peer` for writability too (its frames wait for the socket), or stop watching.
+    /// The connection to send to `peer` on, opening it on first use.
+    fn outgoing(&mut self, peer: usize) -> Result<&mut Conn, MachineError> {
+        if self.outgoing[peer].is_none() {
+            let addr = mesh::decode_addr(&self.table, peer)?;
+            let s = mesh::open(addr, self.me, &self.secret).map_err(|r| self.dead(peer, r))?;
+            // No interest until frames wait for the socket; errors are reported regardless.
+            self.epoll
+                .add(
+                    &s,
+                    EpollEvent::new(EpollFlags::empty(), OUTGOING | peer as u64),
+                )
+                .map_err(epoll_err)?;
+            self.outgoing[peer] = Some(Conn::new(s));
+        }
+        self.outgoing[peer]
+            .as_mut()
+            .ok_or_else(|| MachineError::Boot("connection vanished".into()))
+    }
+
+    /// Watch `peer`'s outgoing socket for writability (frames wait for it), or stop.
     fn watch_output(&mut self, peer: usize, on: bool) -> Result<(), MachineError> {
-        let Some(c) = self.conns[peer].as_ref() else {
+        let Some(c) = self.outgoing[peer].as_ref() else {
             return Ok(());
         };
         let flags = if on {
-            EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT
+            EpollFlags::EPOLLOUT
         } else {
-            EpollFlags::EPOLLIN
+            EpollFlags::empty()
         };
-        let mut ev = EpollEvent::new(flags, peer as u64);
-        self.epoll
-            .modify(c.stream(), &mut ev)
-            .map_err(|e| MachineError::io("epoll_ctl", e.into()))
+        let mut ev = EpollEvent::new(flags, OUTGOING | peer as u64);
+        self.epoll.modify(c.stream(), &mut ev).map_err(epoll_err)
     }
 
     fn flush_backlog(&mut self) -> Result<(), MachineError> {
         let mut i = 0;
         while i < self.backlog.len() {
             let peer = self.backlog[i];
-            let r = match self.conns[peer].as_mut() {
+            let r = match self.outgoing[peer].as_mut() {
                 Some(c) => c.flush().map(|()| c.has_output()),
                 None => Ok(false),
             };
@@ -164,11 +193,55 @@ impl TcpMachine {
         peer: usize,
         deliver: &mut dyn FnMut(Message),
     ) -> Result<usize, MachineError> {
-        let r = match self.conns[peer].as_mut() {
+        let r = match self.incoming.get_mut(peer).and_then(Option::as_mut) {
             Some(c) => c.receive(deliver),
             None => Ok(0),
         };
         r.map_err(|e| self.conn_error(peer, e))
+    }
+
+    /// Take every connection waiting on the listener.
+    fn accept_new(&mut self) -> Result<(), MachineError> {
+        loop {
+            match self.listener.accept() {
+                Ok((s, _)) => {
+                    if s.set_nonblocking(true).is_err() {
+                        continue;
+                    }
+                    self.epoll
+                        .add(&s, EpollEvent::new(EpollFlags::EPOLLIN, PENDING))
+                        .map_err(epoll_err)?;
+                    self.pending.push(Pending::new(s));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                // Out of descriptors and the like: the connection stays queued; try later.
+                Err(_) => return Ok(()),
+            }
+        }
+    }
+
+    /// Judge the introductions that have come; admit peers, close strangers.
+    fn check_pending(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
+        let mut n = 0;
+        for p in std::mem::take(&mut self.pending) {
+            let incoming = &self.incoming;
+            match p.advance(&self.secret, self.table.num_nodes(), |node| {
+                incoming[node].is_some()
+            }) {
+                Intro::Waiting(p) => self.pending.push(p),
+                Intro::Node(peer, s) => {
+                    let mut ev = EpollEvent::new(EpollFlags::EPOLLIN, peer as u64);
+                    self.epoll.modify(&s, &mut ev).map_err(epoll_err)?;
+                    self.incoming[peer] = Some(Conn::new(s));
+                    self.readers.push(peer);
+                    n += self.receive_from(peer, deliver)?;
+                }
+                // Dropping the stream closes it, which also takes it out of the epoll set.
+                Intro::Stranger => self.strangers += 1,
+            }
+        }
+        Ok(n)
     }
 }
 
@@ -190,12 +263,13 @@ impl Machine for TcpMachine {
             self.loopback.push_back(msg);
             return Ok(());
         }
-        let Some(Some(c)) = self.conns.get_mut(node) else {
+        if node >= self.outgoing.len() {
             return Err(MachineError::InvalidNode {
                 node,
                 nodes: self.table.num_nodes(),
             });
-        };
+        }
+        let c = self.outgoing(node)?;
         let had_output = c.has_output();
         let r = c.send(msg).map(|()| c.has_output());
         match r {
@@ -209,6 +283,9 @@ impl Machine for TcpMachine {
     }
 
     fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
+        if let Some(peer) = self.broken.take() {
+            return Err(self.dead(peer, "connection reset".into()));
+        }
         let mut n = 0;
         while let Some(m) = self.loopback.pop_front() {
             deliver(m);
@@ -217,9 +294,14 @@ impl Machine for TcpMachine {
         if !self.backlog.is_empty() {
             self.flush_backlog()?;
         }
-        if self.read_all {
-            for peer in 0..self.conns.len() {
-                n += self.receive_from(peer, deliver)?;
+        self.advances = self.advances.wrapping_add(1);
+        if self.readers.len() <= READ_ALL_UP_TO {
+            for i in 0..self.readers.len() {
+                n += self.receive_from(self.readers[i], deliver)?;
+            }
+            if self.advances.is_multiple_of(ACCEPT_EVERY) || !self.pending.is_empty() {
+                self.accept_new()?;
+                n += self.check_pending(deliver)?;
             }
             return Ok(n);
         }
@@ -227,9 +309,22 @@ impl Machine for TcpMachine {
             .epoll
             .wait(&mut self.events, EpollTimeout::ZERO)
             .map_err(|e| MachineError::io("epoll_wait", e.into()))?;
+        let mut accept = false;
         for i in 0..ready {
-            let peer = self.events[i].data() as usize;
-            n += self.receive_from(peer, deliver)?;
+            let (token, flags) = (self.events[i].data(), self.events[i].events());
+            match token {
+                LISTENER | PENDING => accept = true,
+                t if t & OUTGOING != 0 => {
+                    if flags.intersects(EpollFlags::EPOLLERR | EpollFlags::EPOLLHUP) {
+                        return Err(self.dead((t & !OUTGOING) as usize, "connection reset".into()));
+                    }
+                }
+                peer => n += self.receive_from(peer as usize, deliver)?,
+            }
+        }
+        if accept {
+            self.accept_new()?;
+            n += self.check_pending(deliver)?;
         }
         Ok(n)
     }
@@ -239,10 +334,29 @@ impl Machine for TcpMachine {
             return Ok(());
         }
         let ms = timeout.as_millis().clamp(1, u16::MAX as u128) as u16;
-        match self.epoll.wait(&mut self.events, EpollTimeout::from(ms)) {
-            Ok(_) | Err(nix::errno::Errno::EINTR) => Ok(()),
-            Err(e) => Err(MachineError::io("epoll_wait", e.into())),
+        let ready = match self.epoll.wait(&mut self.events, EpollTimeout::from(ms)) {
+            Ok(r) => r,
+            Err(nix::errno::Errno::EINTR) => 0,
+            Err(e) => return Err(MachineError::io("epoll_wait", e.into())),
+        };
+        for ev in &self.events[..ready] {
+            // A reset outgoing connection would wake every wait from now on: report it.
+            let t = ev.data();
+            if t & OUTGOING != 0
+                && t != LISTENER
+                && t != PENDING
+                && ev
+                    .events()
+                    .intersects(EpollFlags::EPOLLERR | EpollFlags::EPOLLHUP)
+            {
+                self.broken = Some((t & !OUTGOING) as usize);
+            }
+            if t == LISTENER {
+                // New connections are taken at the next advance.
+                self.advances = ACCEPT_EVERY - 1;
+            }
         }
+        Ok(())
     }
 
     fn barrier(&mut self) -> Result<(), MachineError> {

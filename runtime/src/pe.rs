@@ -55,13 +55,26 @@ pub struct Pe {
 impl Pe {
     pub(crate) fn new(
         machine: Box<dyn Machine>,
-        tun: Tunables,
+        mut tun: Tunables,
         args: Arc<[String]>,
         variant: &'static str,
     ) -> Pe {
         let table = machine.table().clone();
         let my_node = machine.my_node();
         let first = table.node(my_node).map_or(0, |n| n.first_pe);
+        // Spinning before blocking only pays with a core to spare: on a host running more PEs
+        // than it has cores, a spinning PE takes the core from one that has work.
+        let host = table.node(my_node).map(|n| n.host.as_str());
+        let pes_here: usize = table
+            .nodes()
+            .iter()
+            .filter(|n| Some(n.host.as_str()) == host)
+            .map(|n| n.num_pes)
+            .sum();
+        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
+        if pes_here > cores {
+            tun.spin = std::time::Duration::ZERO;
+        }
         Pe {
             my_pe: first,
             num_pes: table.num_pes(),

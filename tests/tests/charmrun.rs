@@ -208,6 +208,39 @@ fn a_stranger_without_the_secret_is_refused_and_the_job_is_unaffected() {
 }
 
 #[test]
+fn a_stranger_at_a_nodes_own_port_is_refused_and_the_job_is_unaffected() {
+    let mut job = Running::start(
+        &mut tcp(&["++verbose"]).command(PROGRAM, 2, &["wait", "2"]),
+        limit(),
+    )
+    .expect("start");
+    assert!(job.wait_for_stderr("PE 1 connected", Duration::from_secs(10)), "{}", job.stderr_so_far());
+    let err = job.stderr_so_far();
+    let addr: std::net::SocketAddr = err
+        .lines()
+        .find(|l| l.contains("PE 1 connected"))
+        .and_then(|l| l.split("info ").nth(1))
+        .and_then(|a| a.trim_end_matches(')').parse().ok())
+        .expect("node address in verbose output");
+    // Wrong secret claiming to be node 0, garbage, and a silent connection.
+    let mut intro = vec![0u8; 16];
+    intro.extend_from_slice(&0u32.to_le_bytes());
+    let mut silent = None;
+    for bytes in [intro, b"\x00\x01garbage garbage garbage".to_vec(), Vec::new()] {
+        if let Ok(mut s) = std::net::TcpStream::connect(addr) {
+            let _ = s.write_all(&bytes);
+            if bytes.is_empty() {
+                silent = Some(s);
+            }
+        }
+    }
+    let o = job.finish();
+    drop(silent);
+    assert_eq!(o.code, Some(0), "{o}");
+    assert_eq!(o.lines_with("conformance wait: ok"), 1, "{o}");
+}
+
+#[test]
 fn sixty_four_nodes_start_in_one_go() {
     let start = Instant::now();
     let o = tcp(&["++verbose"]).run(PROGRAM, 64, &["hello"], Duration::from_secs(120));
@@ -294,4 +327,26 @@ fn check_one_line_error(o: &Outcome, want: &str, args: &[String]) {
     assert!(o.stderr.contains(want), "{args:?}: wanted {want:?}\n{o}");
     assert_eq!(o.stderr.lines().count(), 1, "{args:?}: {o}");
     assert!(!o.stderr.contains("panicked"), "{args:?}: {o}");
+}
+
+#[test]
+fn ctrl_c_on_charmrun_ends_the_job_cleanly() {
+    let job = Running::start(&mut tcp(&[]).command(PROGRAM, 3, &["wait", "30"]), limit()).expect("start");
+    let charmrun_pid = job.pid();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut nodes = children_of(charmrun_pid);
+    while nodes.len() < 3 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+        nodes = children_of(charmrun_pid);
+    }
+    assert_eq!(nodes.len(), 3);
+    std::thread::sleep(Duration::from_millis(200));
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(charmrun_pid as i32), nix::sys::signal::Signal::SIGINT);
+    let o = job.finish();
+    assert!(!o.timed_out, "{o}");
+    assert_eq!(o.code, Some(130), "{o}");
+    assert!(o.stderr.contains("interrupted by signal 2; ending the job"), "{o}");
+    for pid in nodes {
+        assert!(!alive(pid), "node process {pid} survived Ctrl-C\n{o}");
+    }
 }
