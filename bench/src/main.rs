@@ -6,6 +6,7 @@
 //! bench rate [--messages N] [--csv FILE]
 //! ```
 
+mod direct;
 mod pingpong;
 mod rate;
 mod raw;
@@ -75,6 +76,18 @@ enum Cmd {
         #[arg(long)]
         csv: PathBuf,
     },
+    /// One node of a layer-only ping-pong (the Machine trait driven directly).
+    #[command(hide = true)]
+    PeDirect {
+        #[arg(long)]
+        layer: String,
+        #[arg(long, value_delimiter = ',')]
+        sizes: Vec<usize>,
+        #[arg(long)]
+        iters: u64,
+        #[arg(long)]
+        csv: PathBuf,
+    },
     /// The echoing side of the raw TCP baseline.
     #[command(hide = true)]
     RawTcpEcho {
@@ -121,6 +134,12 @@ fn main() -> ExitCode {
             csv,
         } => pingpong::run(&layer, &sizes, iters.max(1), csv.as_deref()),
         Cmd::Rate { messages, csv } => rate::run(messages.max(1), csv.as_deref()),
+        Cmd::PeDirect {
+            layer,
+            sizes,
+            iters,
+            csv,
+        } => direct::pe_main(&layer, &sizes, iters, &csv),
         Cmd::Startup { pes, layer } => startup::run(&pes, &layer),
         Cmd::ConnectBack { addr } => startup::connect_back(&addr),
         Cmd::LaunchFloor { nodes } => startup::launch_floor(nodes),

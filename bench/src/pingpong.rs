@@ -45,23 +45,36 @@ pub fn run(layer: &str, sizes: &[usize], iters: u64, csv: Option<&Path>) -> anyh
         "tcp" => raw::tcp_pingpong(sizes, iters, w)?,
         other => anyhow::bail!("no raw baseline for layer '{other}' yet (layers: local, tcp)"),
     };
-    let rows = if layer == "local" {
+    let (rows, direct) = if layer == "local" {
         let rt = Runtime::from_args(["bench", "+p2", "+quiet", "+machine", "local"])?;
-        job(rt, sizes, iters, layer)?
+        (job(rt, sizes, iters, layer)?, Vec::new())
     } else {
-        under_charmrun(layer, sizes, iters)?
+        let rows = under_charmrun(layer, sizes, iters, "pe-pingpong")?;
+        let direct = under_charmrun(layer, sizes, iters, "pe-direct")?;
+        (rows, direct)
     };
     report::print_pingpong(&rows, &raw_rows);
+    if !direct.is_empty() {
+        println!("layer alone (Machine trait driven directly, no runtime), one-way p50 us:");
+        for d in &direct {
+            println!("{:>9} | {:>9.3}", d.size, d.p50_ns as f64 / 1e3);
+        }
+    }
     println!("(one-way = round trip / 2; {iters} timed round trips per size after {w} warm-up)");
     if let Some(path) = csv {
-        let all: Vec<&Row> = rows.iter().chain(raw_rows.iter()).collect();
+        let all: Vec<&Row> = rows.iter().chain(&direct).chain(raw_rows.iter()).collect();
         report::write_csv(path, &all)?;
     }
     Ok(())
 }
 
 /// Run the layer's ping-pong as a job of its own under charmrun; read back PE 0's figures.
-fn under_charmrun(layer: &str, sizes: &[usize], iters: u64) -> anyhow::Result<Vec<Row>> {
+fn under_charmrun(
+    layer: &str,
+    sizes: &[usize],
+    iters: u64,
+    mode: &str,
+) -> anyhow::Result<Vec<Row>> {
     let me = std::env::current_exe().context("finding the bench executable")?;
     let charmrun = me.with_file_name("charmrun");
     anyhow::ensure!(
@@ -79,7 +92,7 @@ fn under_charmrun(layer: &str, sizes: &[usize], iters: u64) -> anyhow::Result<Ve
         .args(["+p2", "++quiet", "++timelimit", "600"])
         .arg(&me)
         .args([
-            "pe-pingpong",
+            mode,
             "--sizes",
             &sizes_arg,
             "--iters",
@@ -87,7 +100,11 @@ fn under_charmrun(layer: &str, sizes: &[usize], iters: u64) -> anyhow::Result<Ve
             "--csv",
         ])
         .arg(&out)
-        .args(["+machine", layer, "+quiet"])
+        .args(if mode == "pe-direct" {
+            ["--layer", layer, "+quiet"]
+        } else {
+            ["+machine", layer, "+quiet"]
+        })
         .status()
         .context("starting charmrun")?;
     anyhow::ensure!(

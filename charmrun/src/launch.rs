@@ -310,7 +310,9 @@ impl<'a> Job<'a> {
                     return Ok(());
                 }
                 if self.opts.verbose {
-                    let from = stream.peer_addr().map_or("?".to_string(), |a| a.ip().to_string());
+                    let from = stream
+                        .peer_addr()
+                        .map_or("?".to_string(), |a| a.ip().to_string());
                     // The info is the layer's business; shown only when it is printable text.
                     let info = std::str::from_utf8(&hello.info)
                         .ok()

@@ -1,12 +1,16 @@
-//! Connections between nodes, opened on first use, one per direction.
+//! Connections between nodes: one per pair, opened on first use, always by the lower-numbered
+//! node, and used both ways (so replies carry TCP's acknowledgements, and FIFO per pair is
+//! TCP's own).
 //!
-//! Node `i` sends to node `j` only on a connection `i` opened, and receives from `j` only on
-//! one `j` opened. FIFO per pair then follows from TCP's, two nodes opening towards each other
-//! at once cannot collide, and a job pays only for the pairs that talk.
+//! When the higher-numbered node is first to send, it opens a short *request* connection to
+//! the lower one and queues its messages; the lower node answers by opening the pair's
+//! connection, and the queue goes out on it. Two nodes reaching for each other at once
+//! therefore still end up with one connection.
 //!
-//! A connection opens with `[secret (16 B)][sender's node number u32 LE]`. The accepting side
-//! reads exactly those 20 bytes (never more: frames follow at once) and closes any connection
-//! that does not present the job secret and a node number it has not seen yet: a stranger.
+//! A connection opens with `[secret (16 B)][word u32 LE]`, the word being the sender's node
+//! number, with the top bit set for a request. The accepting side reads exactly those 20 bytes
+//! (never more: frames follow at once) and closes any connection that does not present the job
+//! secret and a node number that may open this kind of connection to it: a stranger.
 
 use charmrun::protocol::{secrets_equal, SECRET_LEN};
 use machine::{MachineError, NodeTable};
@@ -42,11 +46,28 @@ pub fn decode_addr(table: &NodeTable, node: usize) -> Result<SocketAddr, Machine
         .map_err(|_| bad("does not parse"))
 }
 
-/// Open the connection from `me` to `addr` and introduce ourselves; returned non-blocking.
+/// Top bit of the introduction's word: "connect back to me".
+const REQUEST: u32 = 1 << 31;
+
+/// What an introduction asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// This is the pair's connection.
+    Data,
+    /// Open the pair's connection to me.
+    Request,
+}
+
+/// Open a connection from `me` to `addr` and introduce it as `kind`; returned non-blocking.
 ///
 /// # Errors
 /// The socket's, as text for a `PeerDead`.
-pub fn open(addr: SocketAddr, me: usize, secret: &[u8; SECRET_LEN]) -> Result<TcpStream, String> {
+pub fn open(
+    addr: SocketAddr,
+    me: usize,
+    kind: Kind,
+    secret: &[u8; SECRET_LEN],
+) -> Result<TcpStream, String> {
     let deadline = Instant::now() + CONNECT_TIMEOUT;
     let mut s = loop {
         let left = deadline.saturating_duration_since(Instant::now());
@@ -61,7 +82,8 @@ pub fn open(addr: SocketAddr, me: usize, secret: &[u8; SECRET_LEN]) -> Result<Tc
     };
     let mut intro = [0u8; INTRO];
     intro[..SECRET_LEN].copy_from_slice(secret);
-    intro[SECRET_LEN..].copy_from_slice(&(me as u32).to_le_bytes());
+    let word = me as u32 | if kind == Kind::Request { REQUEST } else { 0 };
+    intro[SECRET_LEN..].copy_from_slice(&word.to_le_bytes());
     s.set_nodelay(true)
         .and_then(|()| s.write_all(&intro))
         .and_then(|()| s.set_nonblocking(true))
@@ -81,8 +103,8 @@ pub struct Pending {
 pub enum Intro {
     /// Still waiting for bytes.
     Waiting(Pending),
-    /// A node of the job: this one.
-    Node(usize, TcpStream),
+    /// A node of the job: this one, asking for this.
+    Node(usize, Kind, TcpStream),
     /// Not one of ours (wrong secret, bad node number, silence, error): closed.
     Stranger,
 }
@@ -98,13 +120,13 @@ impl Pending {
         }
     }
 
-    /// Read what has come of the introduction and judge it. `known(n)` says whether node `n`
-    /// already has a connection to us.
+    /// Read what has come of the introduction and judge it. `allowed(n, kind)` says whether
+    /// node `n` may open such a connection to us now.
     pub fn advance(
         mut self,
         secret: &[u8; SECRET_LEN],
         nodes: usize,
-        known: impl Fn(usize) -> bool,
+        allowed: impl Fn(usize, Kind) -> bool,
     ) -> Intro {
         while self.have < INTRO {
             match self.stream.read(&mut self.got[self.have..]) {
@@ -121,11 +143,17 @@ impl Pending {
                 Err(_) => return Intro::Stranger,
             }
         }
-        let node =
-            u32::from_le_bytes([self.got[16], self.got[17], self.got[18], self.got[19]]) as usize;
-        if !secrets_equal(&self.got[..SECRET_LEN], secret) || node >= nodes || known(node) {
+        let word = u32::from_le_bytes([self.got[16], self.got[17], self.got[18], self.got[19]]);
+        let kind = if word & REQUEST != 0 {
+            Kind::Request
+        } else {
+            Kind::Data
+        };
+        let node = (word & !REQUEST) as usize;
+        if !secrets_equal(&self.got[..SECRET_LEN], secret) || node >= nodes || !allowed(node, kind)
+        {
             return Intro::Stranger;
         }
-        Intro::Node(node, self.stream)
+        Intro::Node(node, kind, self.stream)
     }
 }

@@ -5,7 +5,7 @@
 //! `epoll_wait` on all of them. Framing and buffers: `conn.rs`.
 
 use crate::conn::{Conn, ConnError};
-use crate::mesh::{self, Intro, Pending};
+use crate::mesh::{self, Intro, Kind, Pending};
 use charmrun::client::{Control, LaunchEnv};
 use charmrun::protocol::SECRET_LEN;
 use machine::{BootConfig, Layer, Machine, MachineError, Message, NodeTable};
@@ -30,10 +30,20 @@ const READ_ALL_UP_TO: usize = 4;
 /// idle node's `wait` watches the listener all the time.
 const ACCEPT_EVERY: u32 = 64;
 
-/// Epoll tokens: an incoming connection is its peer's node number; these are the others.
+/// Epoll tokens: a connection is its peer's node number; these are the others.
 const LISTENER: u64 = u64::MAX;
 const PENDING: u64 = u64::MAX - 1;
-const OUTGOING: u64 = 1 << 32;
+
+/// What this node has with one peer (see `mesh.rs` for how the pair's connection comes about).
+#[derive(Default)]
+struct Link {
+    /// The pair's connection, once open.
+    conn: Option<Conn>,
+    /// Messages for the peer while we wait for it to connect back (we are the higher node).
+    waiting: VecDeque<Message>,
+    /// We asked the peer to connect back.
+    requested: bool,
+}
 
 /// One node of a TCP job.
 pub struct TcpMachine {
@@ -41,11 +51,8 @@ pub struct TcpMachine {
     table: NodeTable,
     secret: [u8; SECRET_LEN],
     listener: TcpListener,
-    /// Connections we opened, to send on.
-    outgoing: Vec<Option<Conn>>,
-    /// Connections peers opened, to receive on.
-    incoming: Vec<Option<Conn>>,
-    /// Peers with an incoming connection.
+    links: Vec<Link>,
+    /// Peers with an open connection: what `advance` reads.
     readers: Vec<usize>,
     /// Accepted connections still introducing themselves.
     pending: Vec<Pending>,
@@ -54,8 +61,6 @@ pub struct TcpMachine {
     loopback: VecDeque<Message>,
     epoll: Epoll,
     events: Vec<EpollEvent>,
-    /// A broken outgoing connection `wait` saw, reported by the next `advance`.
-    broken: Option<usize>,
     advances: u32,
     strangers: u64,
     ctl: Control,
@@ -96,15 +101,13 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
         table,
         secret: env.secret,
         listener,
-        outgoing: (0..n).map(|_| None).collect(),
-        incoming: (0..n).map(|_| None).collect(),
+        links: (0..n).map(|_| Link::default()).collect(),
         readers: Vec::new(),
         pending: Vec::new(),
         backlog: Vec::new(),
         loopback: VecDeque::new(),
         epoll,
         events: vec![EpollEvent::empty(); 64],
-        broken: None,
         advances: 0,
         strangers: 0,
         ctl,
@@ -135,36 +138,56 @@ impl TcpMachine {
         }
     }
 
-    /// The connection to send to `peer` on, opening it on first use.
-    fn outgoing(&mut self, peer: usize) -> Result<&mut Conn, MachineError> {
-        if self.outgoing[peer].is_none() {
-            let addr = mesh::decode_addr(&self.table, peer)?;
-            let s = mesh::open(addr, self.me, &self.secret).map_err(|r| self.dead(peer, r))?;
-            // No interest until frames wait for the socket; errors are reported regardless.
-            self.epoll
-                .add(
-                    &s,
-                    EpollEvent::new(EpollFlags::empty(), OUTGOING | peer as u64),
-                )
-                .map_err(epoll_err)?;
-            self.outgoing[peer] = Some(Conn::new(s));
+    /// Make `s` the pair's connection with `peer` and send what waited for it.
+    fn attach(&mut self, peer: usize, s: std::net::TcpStream) -> Result<(), MachineError> {
+        self.epoll
+            .add(&s, EpollEvent::new(EpollFlags::EPOLLIN, peer as u64))
+            .map_err(epoll_err)?;
+        self.links[peer].conn = Some(Conn::new(s));
+        self.readers.push(peer);
+        while let Some(m) = self.links[peer].waiting.pop_front() {
+            self.send_on(peer, m)?;
         }
-        self.outgoing[peer]
-            .as_mut()
-            .ok_or_else(|| MachineError::Boot("connection vanished".into()))
+        Ok(())
     }
 
-    /// Watch `peer`'s outgoing socket for writability (frames wait for it), or stop.
+    /// Open the pair's connection to `peer` (we are the lower node).
+    fn open_pair(&mut self, peer: usize) -> Result<(), MachineError> {
+        let addr = mesh::decode_addr(&self.table, peer)?;
+        let s =
+            mesh::open(addr, self.me, Kind::Data, &self.secret).map_err(|r| self.dead(peer, r))?;
+        self.attach(peer, s)
+    }
+
+    /// Send on the pair's connection, which is open.
+    fn send_on(&mut self, peer: usize, msg: Message) -> Result<(), MachineError> {
+        let Some(c) = self.links[peer].conn.as_mut() else {
+            self.links[peer].waiting.push_back(msg);
+            return Ok(());
+        };
+        let had_output = c.has_output();
+        let r = c.send(msg).map(|()| c.has_output());
+        match r {
+            Ok(true) if !had_output => {
+                self.backlog.push(peer);
+                self.watch_output(peer, true)
+            }
+            Ok(_) => Ok(()),
+            Err(e) => Err(self.conn_error(peer, e)),
+        }
+    }
+
+    /// Watch the connection to `peer` for writability too (frames wait for it), or stop.
     fn watch_output(&mut self, peer: usize, on: bool) -> Result<(), MachineError> {
-        let Some(c) = self.outgoing[peer].as_ref() else {
+        let Some(c) = self.links[peer].conn.as_ref() else {
             return Ok(());
         };
         let flags = if on {
-            EpollFlags::EPOLLOUT
+            EpollFlags::EPOLLIN | EpollFlags::EPOLLOUT
         } else {
-            EpollFlags::empty()
+            EpollFlags::EPOLLIN
         };
-        let mut ev = EpollEvent::new(flags, OUTGOING | peer as u64);
+        let mut ev = EpollEvent::new(flags, peer as u64);
         self.epoll.modify(c.stream(), &mut ev).map_err(epoll_err)
     }
 
@@ -172,7 +195,7 @@ impl TcpMachine {
         let mut i = 0;
         while i < self.backlog.len() {
             let peer = self.backlog[i];
-            let r = match self.outgoing[peer].as_mut() {
+            let r = match self.links[peer].conn.as_mut() {
                 Some(c) => c.flush().map(|()| c.has_output()),
                 None => Ok(false),
             };
@@ -193,7 +216,7 @@ impl TcpMachine {
         peer: usize,
         deliver: &mut dyn FnMut(Message),
     ) -> Result<usize, MachineError> {
-        let r = match self.incoming.get_mut(peer).and_then(Option::as_mut) {
+        let r = match self.links.get_mut(peer).and_then(|l| l.conn.as_mut()) {
             Some(c) => c.receive(deliver),
             None => Ok(0),
         };
@@ -205,7 +228,11 @@ impl TcpMachine {
         loop {
             match self.listener.accept() {
                 Ok((s, _)) => {
-                    if s.set_nonblocking(true).is_err() {
+                    // Accepted connections carry sends too (replies go back on them).
+                    if s.set_nonblocking(true)
+                        .and_then(|()| s.set_nodelay(true))
+                        .is_err()
+                    {
                         continue;
                     }
                     self.epoll
@@ -221,21 +248,32 @@ impl TcpMachine {
         }
     }
 
-    /// Judge the introductions that have come; admit peers, close strangers.
+    /// Judge the introductions that have come: attach pair connections from lower nodes,
+    /// answer requests from higher ones, close strangers.
     fn check_pending(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
         let mut n = 0;
+        let me = self.me;
         for p in std::mem::take(&mut self.pending) {
-            let incoming = &self.incoming;
-            match p.advance(&self.secret, self.table.num_nodes(), |node| {
-                incoming[node].is_some()
-            }) {
+            let links = &self.links;
+            // Only a lower node opens the pair's connection, once; only a higher one asks.
+            let allowed = |peer: usize, kind: Kind| match kind {
+                Kind::Data => peer < me && links[peer].conn.is_none(),
+                Kind::Request => peer > me,
+            };
+            match p.advance(&self.secret, self.table.num_nodes(), allowed) {
                 Intro::Waiting(p) => self.pending.push(p),
-                Intro::Node(peer, s) => {
-                    let mut ev = EpollEvent::new(EpollFlags::EPOLLIN, peer as u64);
-                    self.epoll.modify(&s, &mut ev).map_err(epoll_err)?;
-                    self.incoming[peer] = Some(Conn::new(s));
-                    self.readers.push(peer);
+                Intro::Node(peer, Kind::Data, s) => {
+                    // Re-registered under the peer's token by attach.
+                    let _ = self.epoll.delete(&s);
+                    self.attach(peer, s)?;
                     n += self.receive_from(peer, deliver)?;
+                }
+                Intro::Node(peer, Kind::Request, s) => {
+                    let _ = self.epoll.delete(&s);
+                    drop(s);
+                    if self.links[peer].conn.is_none() {
+                        self.open_pair(peer)?;
+                    }
                 }
                 // Dropping the stream closes it, which also takes it out of the epoll set.
                 Intro::Stranger => self.strangers += 1,
@@ -263,29 +301,27 @@ impl Machine for TcpMachine {
             self.loopback.push_back(msg);
             return Ok(());
         }
-        if node >= self.outgoing.len() {
+        if node >= self.links.len() {
             return Err(MachineError::InvalidNode {
                 node,
                 nodes: self.table.num_nodes(),
             });
         }
-        let c = self.outgoing(node)?;
-        let had_output = c.has_output();
-        let r = c.send(msg).map(|()| c.has_output());
-        match r {
-            Ok(true) if !had_output => {
-                self.backlog.push(node);
-                self.watch_output(node, true)
+        if self.links[node].conn.is_none() {
+            if node > self.me {
+                self.open_pair(node)?;
+            } else if !self.links[node].requested {
+                // The lower node opens the pair's connection: ask it to, and queue meanwhile.
+                let addr = mesh::decode_addr(&self.table, node)?;
+                mesh::open(addr, self.me, Kind::Request, &self.secret)
+                    .map_err(|r| self.dead(node, r))?;
+                self.links[node].requested = true;
             }
-            Ok(_) => Ok(()),
-            Err(e) => Err(self.conn_error(node, e)),
         }
+        self.send_on(node, msg)
     }
 
     fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
-        if let Some(peer) = self.broken.take() {
-            return Err(self.dead(peer, "connection reset".into()));
-        }
         let mut n = 0;
         while let Some(m) = self.loopback.pop_front() {
             deliver(m);
@@ -311,14 +347,8 @@ impl Machine for TcpMachine {
             .map_err(|e| MachineError::io("epoll_wait", e.into()))?;
         let mut accept = false;
         for i in 0..ready {
-            let (token, flags) = (self.events[i].data(), self.events[i].events());
-            match token {
+            match self.events[i].data() {
                 LISTENER | PENDING => accept = true,
-                t if t & OUTGOING != 0 => {
-                    if flags.intersects(EpollFlags::EPOLLERR | EpollFlags::EPOLLHUP) {
-                        return Err(self.dead((t & !OUTGOING) as usize, "connection reset".into()));
-                    }
-                }
                 peer => n += self.receive_from(peer as usize, deliver)?,
             }
         }
@@ -339,22 +369,9 @@ impl Machine for TcpMachine {
             Err(nix::errno::Errno::EINTR) => 0,
             Err(e) => return Err(MachineError::io("epoll_wait", e.into())),
         };
-        for ev in &self.events[..ready] {
-            // A reset outgoing connection would wake every wait from now on: report it.
-            let t = ev.data();
-            if t & OUTGOING != 0
-                && t != LISTENER
-                && t != PENDING
-                && ev
-                    .events()
-                    .intersects(EpollFlags::EPOLLERR | EpollFlags::EPOLLHUP)
-            {
-                self.broken = Some((t & !OUTGOING) as usize);
-            }
-            if t == LISTENER {
-                // New connections are taken at the next advance.
-                self.advances = ACCEPT_EVERY - 1;
-            }
+        if self.events[..ready].iter().any(|e| e.data() == LISTENER) {
+            // New connections are taken at the next advance.
+            self.advances = ACCEPT_EVERY - 1;
         }
         Ok(())
     }

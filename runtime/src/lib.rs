@@ -257,6 +257,15 @@ fn merge_results(results: Vec<Result<i32, RuntimeError>>) -> Result<i32, Runtime
     quiet_failure.map_or(Ok(code), Err)
 }
 
+/// The layer called `name`, if it is compiled into this program: for tools that drive a
+/// layer's [`Machine`](machine::Machine) directly (such as `bench`'s layer-only ping-pong).
+///
+/// # Errors
+/// [`RuntimeError::Layer`] saying whether the name is unknown or not compiled in.
+pub fn find_layer(name: &str) -> Result<&'static Layer, RuntimeError> {
+    layers::find(name)
+}
+
 /// What this program is built with: version, variant, layers.
 pub fn version_line() -> String {
     format!(

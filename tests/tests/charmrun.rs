@@ -214,7 +214,11 @@ fn a_stranger_at_a_nodes_own_port_is_refused_and_the_job_is_unaffected() {
         limit(),
     )
     .expect("start");
-    assert!(job.wait_for_stderr("PE 1 connected", Duration::from_secs(10)), "{}", job.stderr_so_far());
+    assert!(
+        job.wait_for_stderr("PE 1 connected", Duration::from_secs(10)),
+        "{}",
+        job.stderr_so_far()
+    );
     let err = job.stderr_so_far();
     let addr: std::net::SocketAddr = err
         .lines()
@@ -226,7 +230,11 @@ fn a_stranger_at_a_nodes_own_port_is_refused_and_the_job_is_unaffected() {
     let mut intro = vec![0u8; 16];
     intro.extend_from_slice(&0u32.to_le_bytes());
     let mut silent = None;
-    for bytes in [intro, b"\x00\x01garbage garbage garbage".to_vec(), Vec::new()] {
+    for bytes in [
+        intro,
+        b"\x00\x01garbage garbage garbage".to_vec(),
+        Vec::new(),
+    ] {
         if let Ok(mut s) = std::net::TcpStream::connect(addr) {
             let _ = s.write_all(&bytes);
             if bytes.is_empty() {
@@ -331,7 +339,8 @@ fn check_one_line_error(o: &Outcome, want: &str, args: &[String]) {
 
 #[test]
 fn ctrl_c_on_charmrun_ends_the_job_cleanly() {
-    let job = Running::start(&mut tcp(&[]).command(PROGRAM, 3, &["wait", "30"]), limit()).expect("start");
+    let job =
+        Running::start(&mut tcp(&[]).command(PROGRAM, 3, &["wait", "30"]), limit()).expect("start");
     let charmrun_pid = job.pid();
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut nodes = children_of(charmrun_pid);
@@ -341,11 +350,17 @@ fn ctrl_c_on_charmrun_ends_the_job_cleanly() {
     }
     assert_eq!(nodes.len(), 3);
     std::thread::sleep(Duration::from_millis(200));
-    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(charmrun_pid as i32), nix::sys::signal::Signal::SIGINT);
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(charmrun_pid as i32),
+        nix::sys::signal::Signal::SIGINT,
+    );
     let o = job.finish();
     assert!(!o.timed_out, "{o}");
     assert_eq!(o.code, Some(130), "{o}");
-    assert!(o.stderr.contains("interrupted by signal 2; ending the job"), "{o}");
+    assert!(
+        o.stderr.contains("interrupted by signal 2; ending the job"),
+        "{o}"
+    );
     for pid in nodes {
         assert!(!alive(pid), "node process {pid} survived Ctrl-C\n{o}");
     }

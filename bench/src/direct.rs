@@ -1,0 +1,65 @@
+//! Layer-only ping-pong: the `Machine` trait driven directly, with no scheduler, queue,
+//! handlers or collectives. Next to the raw baseline and the full runtime it splits a gap
+//! between the layer's own code and the runtime above it.
+
+use crate::report::{self, histogram, Row};
+use machine::{BootConfig, Message, Settings};
+use std::path::Path;
+use std::time::Instant;
+
+/// One node of `bench pe-direct`: node 0 times round trips, node 1 sends back what it gets.
+pub fn pe_main(layer: &str, sizes: &[usize], iters: u64, csv: &Path) -> anyhow::Result<()> {
+    let layer = converse::find_layer(layer)?;
+    let cfg = BootConfig {
+        num_pes: 2,
+        pes_per_node: 1,
+        settings: Settings::default(),
+    };
+    let mut nodes = (layer.boot)(&cfg)?;
+    anyhow::ensure!(
+        nodes.len() == 1,
+        "the layer-only ping-pong needs one node per process"
+    );
+    let m = &mut nodes[0];
+    let me = m.my_node();
+    let peer = 1 - me.min(1);
+    m.barrier()?;
+    let warmup = crate::pingpong::warmup(iters);
+    let mut rows = Vec::new();
+    let mut got: Option<Message> = None;
+    for &size in sizes {
+        let mut h = histogram()?;
+        let mut msg = Some(Message::new(size));
+        for i in 0..iters + warmup {
+            let t = Instant::now();
+            if me == 0 {
+                if let Some(out) = msg.take() {
+                    m.send(peer, out)?;
+                }
+            }
+            while got.is_none() {
+                m.advance(&mut |x| got = Some(x))?;
+            }
+            let back = got.take();
+            if me == 0 {
+                if i >= warmup {
+                    h.saturating_record((t.elapsed().as_nanos() as u64 / 2).max(1));
+                }
+                msg = back;
+            } else if let Some(b) = back {
+                m.send(peer, b)?;
+            }
+        }
+        rows.push(Row::from_hist(
+            &format!("{}-layer-only", layer.name),
+            size,
+            &h,
+        ));
+    }
+    m.barrier()?;
+    if me == 0 {
+        report::write_csv(csv, &rows.iter().collect::<Vec<_>>())?;
+    }
+    m.exit(0)?;
+    Ok(())
+}
