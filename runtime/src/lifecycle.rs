@@ -1,16 +1,20 @@
 //! Start-up and exit of a PE, and the runtime's system handlers.
 //!
-//! **Start-up.** When a PE first schedules, it sends the names of its handlers, in registration
-//! order, to PE 0. PE 0 compares every table with its own and answers all PEs: go, or the job
-//! fails with a message saying which PE registered what. Until the answer arrives a PE runs only
+//! **Start-up.** The handler tables are checked up the spanning tree rooted at PE 0 (the one
+//! reductions use). Once a PE has scheduled and heard from all its children, it sends its
+//! parent its own handler names (in registration order) and the first PE below it whose table
+//! differs from its own, if any. So PE 0 learns the first PE whose table differs from PE 0's,
+//! and its answer goes down the tree: go, or the job fails with a message saying which PE
+//! registered what. No PE handles more than its children's messages. Until the answer arrives a PE runs only
 //! system messages; user messages that come early are held and run, in arrival order, once the
 //! answer is "go". So handler ids agree on every PE before any user handler runs.
 //!
-//! **Exit.** [`Pe::exit`] asks PE 0 to end the job; PE 0 takes the first request and tells
-//! every PE the exit code. Each PE stops dispatching, and the runtime then meets the other
+//! **Exit.** [`Pe::exit`] asks PE 0 to end the job; PE 0 takes the first request and sends the
+//! exit code down the tree. Each PE stops dispatching, and the runtime then meets the other
 //! nodes in the layer's barrier and calls the layer's exit, so no node tears down its
 //! interconnect while another still sends.
 
+use crate::collectives::{tree_children, tree_parent};
 use crate::error::RuntimeError;
 use crate::pe::Pe;
 use machine::Message;
@@ -36,9 +40,10 @@ pub(crate) struct Lifecycle {
     pub replay: std::collections::VecDeque<Message>,
     /// How many loops that `exit_scheduler` may end are running.
     pub leavable_depth: usize,
-    /// PE 0 only: each PE's handler names, as they come in.
-    tables: Vec<Option<Vec<String>>>,
-    tables_in: usize,
+    /// Children's reports: (child, its handler names, first differing PE below it).
+    reports: Vec<(usize, Vec<String>, Option<(usize, Vec<String>)>)>,
+    /// This PE sent its report up (or, on PE 0, gave the verdict).
+    reported: bool,
     /// PE 0 only: the exit code was already announced.
     exit_announced: bool,
     /// The job is ending: every scheduler loop returns.
@@ -73,13 +78,24 @@ impl Pe {
             return;
         }
         self.life.exit_announced = true;
-        for p in 1..self.num_pes {
-            let mut m = Message::new(0).with_priority(i32::MIN);
-            m.set_handler(H_EXIT);
-            m.set_arg0(code as u32);
-            self.route(p, m);
-        }
+        self.exit_down(code);
+    }
+
+    /// Pass the exit down the tree, then stop.
+    fn exit_down(&mut self, code: i32) {
+        let mut m = Message::new(0).with_priority(i32::MIN);
+        m.set_handler(H_EXIT);
+        m.set_arg0(code as u32);
+        self.send_down(&m);
         self.stop(code);
+    }
+
+    /// Copies of `m` to this PE's children in the tree rooted at PE 0.
+    fn send_down(&mut self, m: &Message) {
+        let (me, n, k) = (self.my_pe, self.num_pes, self.tun.branching);
+        for child in tree_children(0, me, n, k) {
+            self.route(child, m.clone());
+        }
     }
 
     fn stop(&mut self, code: i32) {
@@ -89,43 +105,70 @@ impl Pe {
         self.life.replay.clear();
     }
 
-    /// Send the handshake on first scheduling.
+    /// Start-up check, on first scheduling: report once the children have.
     pub(crate) fn ensure_started(&mut self) {
         if self.life.started {
             return;
         }
         self.life.started = true;
-        if self.my_pe == 0 {
-            self.life.tables = vec![None; self.num_pes];
-            let mine = self.handler_names.clone();
-            self.take_table(0, mine);
-        } else {
-            let mut m = Message::from_payload(&encode_names(&self.handler_names));
-            m.set_handler(H_HANDSHAKE);
-            self.route(0, m);
+        self.try_report();
+    }
+
+    /// Report up the tree (PE 0: decide) once started and every child has reported.
+    fn try_report(&mut self) {
+        let (me, n, k) = (self.my_pe, self.num_pes, self.tun.branching);
+        if !self.life.started || self.life.reported {
+            return;
+        }
+        if self.life.reports.len() < tree_children(0, me, n, k).count() {
+            return;
+        }
+        self.life.reported = true;
+        let mut reports = std::mem::take(&mut self.life.reports);
+        reports.sort_by_key(|r| r.0);
+        let mine = &self.handler_names;
+        // The first PE below us whose table differs from ours: a child itself, or what its own
+        // subtree found (then it differs from the child's table, which equals ours).
+        let differs = reports.into_iter().find_map(|(child, names, below)| {
+            if &names != mine {
+                Some((child, names))
+            } else {
+                below
+            }
+        });
+        match tree_parent(0, me, n, k) {
+            Some(parent) => {
+                let mut m = Message::from_payload(&encode_report(mine, differs.as_ref()));
+                m.set_handler(H_HANDSHAKE);
+                self.route(parent, m);
+            }
+            None => {
+                let verdict = differs.map(|(pe, names)| describe_mismatch(mine, pe, &names));
+                let mut m = Message::from_payload(verdict.as_deref().unwrap_or("").as_bytes());
+                m.set_handler(H_HANDSHAKE_REPLY);
+                m.set_arg0(u32::from(verdict.is_some()));
+                self.send_down(&m);
+                self.take_verdict(verdict);
+            }
         }
     }
 
-    /// PE 0: record one PE's table; once all are in, compare and answer everyone.
-    fn take_table(&mut self, pe: usize, names: Vec<String>) {
-        let Some(slot) = self.life.tables.get_mut(pe) else {
-            return;
-        };
-        if slot.replace(names).is_none() {
-            self.life.tables_in += 1;
+    fn on_report(&mut self, msg: Message) {
+        let (me, n, k) = (self.my_pe, self.num_pes, self.tun.branching);
+        let child = msg.src_pe() as usize;
+        if !tree_children(0, me, n, k).any(|c| c == child)
+            || self.life.reports.iter().any(|r| r.0 == child)
+        {
+            return self.drop_message(&msg, "a start-up report from a PE that is not a child");
         }
-        if self.life.tables_in < self.num_pes {
-            return;
-        }
-        let tables = std::mem::take(&mut self.life.tables);
-        let verdict = compare_tables(&tables);
-        for p in 1..self.num_pes {
-            let mut m = Message::from_payload(verdict.as_deref().unwrap_or("").as_bytes());
-            m.set_handler(H_HANDSHAKE_REPLY);
-            m.set_arg0(u32::from(verdict.is_some()));
-            self.route(p, m);
-        }
-        self.take_verdict(verdict);
+        let (names, below) = decode_report(msg.payload()).unwrap_or_else(|| {
+            (
+                vec![format!("<PE {child} sent a report that does not decode>")],
+                None,
+            )
+        });
+        self.life.reports.push((child, names, below));
+        self.try_report();
     }
 
     fn take_verdict(&mut self, mismatch: Option<String>) {
@@ -167,22 +210,15 @@ impl Pe {
             return;
         }
         match h {
-            H_HANDSHAKE if self.my_pe == 0 => {
-                let from = msg.src_pe() as usize;
-                let names = decode_names(msg.payload()).unwrap_or_else(|| {
-                    vec![format!(
-                        "<PE {from} sent a handler table that does not decode>"
-                    )]
-                });
-                self.take_table(from, names);
-            }
+            H_HANDSHAKE => self.on_report(msg),
             H_HANDSHAKE_REPLY => {
+                self.send_down(&msg);
                 let mismatch =
                     (msg.arg0() != 0).then(|| String::from_utf8_lossy(msg.payload()).into_owned());
                 self.take_verdict(mismatch);
             }
             H_EXIT_REQUEST if self.my_pe == 0 => self.announce_exit(msg.arg0() as i32),
-            H_EXIT => self.stop(msg.arg0() as i32),
+            H_EXIT => self.exit_down(msg.arg0() as i32),
             H_TREE_BCAST => self.on_tree_broadcast(msg),
             H_REDUCE => self.on_reduce_contribution(msg),
             H_BARRIER_DONE => self.on_barrier_done(),
@@ -191,17 +227,16 @@ impl Pe {
     }
 }
 
-fn encode_names(names: &[String]) -> Vec<u8> {
-    let mut out = Vec::new();
+fn encode_names(out: &mut Vec<u8>, names: &[String]) {
     out.extend_from_slice(&(names.len() as u32).to_le_bytes());
     for n in names {
         out.extend_from_slice(&(n.len() as u32).to_le_bytes());
         out.extend_from_slice(n.as_bytes());
     }
-    out
 }
 
-fn decode_names(mut b: &[u8]) -> Option<Vec<String>> {
+/// Names from the front of `b`, and what follows them.
+fn decode_names(mut b: &[u8]) -> Option<(Vec<String>, &[u8])> {
     let word = |b: &mut &[u8]| -> Option<usize> {
         let (w, rest) = b.split_first_chunk::<4>()?;
         *b = rest;
@@ -218,34 +253,55 @@ fn decode_names(mut b: &[u8]) -> Option<Vec<String>> {
         names.push(String::from_utf8(s.to_vec()).ok()?);
         b = rest;
     }
-    b.is_empty().then_some(names)
+    Some((names, b))
 }
 
-/// `None` when every table equals PE 0's; else one sentence on the first difference.
-fn compare_tables(tables: &[Option<Vec<String>>]) -> Option<String> {
-    let empty = Vec::new();
-    let reference = tables.first().and_then(Option::as_ref).unwrap_or(&empty);
-    for (pe, t) in tables.iter().enumerate().skip(1) {
-        let t = t.as_ref().unwrap_or(&empty);
-        if t == reference {
-            continue;
+/// A start-up report: `[names][0]` or `[names][1][pe u32][names of pe]`.
+fn encode_report(mine: &[String], differs: Option<&(usize, Vec<String>)>) -> Vec<u8> {
+    let mut out = Vec::new();
+    encode_names(&mut out, mine);
+    match differs {
+        None => out.push(0),
+        Some((pe, names)) => {
+            out.push(1);
+            out.extend_from_slice(&(*pe as u32).to_le_bytes());
+            encode_names(&mut out, names);
         }
-        let i = reference
-            .iter()
-            .zip(t.iter())
-            .take_while(|(a, b)| a == b)
-            .count();
-        let show = |v: &Vec<String>| v.get(i).map_or("nothing".to_owned(), |n| format!("'{n}'"));
-        return Some(format!(
-            "PE 0 registered {} handlers and PE {pe} registered {}; the first difference is \
-             handler #{i}: {} on PE 0, {} on PE {pe}",
-            reference.len(),
-            t.len(),
-            show(reference),
-            show(t),
-        ));
     }
-    None
+    out
+}
+
+#[allow(clippy::type_complexity)]
+fn decode_report(b: &[u8]) -> Option<(Vec<String>, Option<(usize, Vec<String>)>)> {
+    let (names, rest) = decode_names(b)?;
+    match rest.split_first()? {
+        (0, []) => Some((names, None)),
+        (1, rest) => {
+            let (pe, rest) = rest.split_first_chunk::<4>()?;
+            let (theirs, rest) = decode_names(rest)?;
+            rest.is_empty()
+                .then(|| (names, Some((u32::from_le_bytes(*pe) as usize, theirs))))
+        }
+        _ => None,
+    }
+}
+
+/// One sentence on how PE `pe`'s table differs from PE 0's.
+fn describe_mismatch(reference: &[String], pe: usize, t: &[String]) -> String {
+    let i = reference
+        .iter()
+        .zip(t.iter())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let show = |v: &[String]| v.get(i).map_or("nothing".to_owned(), |n| format!("'{n}'"));
+    format!(
+        "PE 0 registered {} handlers and PE {pe} registered {}; the first difference is \
+         handler #{i}: {} on PE 0, {} on PE {pe}",
+        reference.len(),
+        t.len(),
+        show(reference),
+        show(t),
+    )
 }
 
 #[cfg(test)]
@@ -257,36 +313,31 @@ mod tests {
     }
 
     #[test]
-    fn names_round_trip_and_garbage_is_refused() {
+    fn reports_round_trip_and_garbage_is_refused() {
         let n = names(&["a", "", "ünï"]);
-        assert_eq!(decode_names(&encode_names(&n)), Some(n.clone()));
-        let bytes = encode_names(&n);
-        for len in 0..bytes.len() {
-            assert_eq!(decode_names(&bytes[..len]), None);
+        for differs in [None, Some((7usize, names(&["x"])))] {
+            let bytes = encode_report(&n, differs.as_ref());
+            assert_eq!(decode_report(&bytes), Some((n.clone(), differs.clone())));
+            for len in 0..bytes.len() {
+                assert_eq!(decode_report(&bytes[..len]), None, "len {len}");
+            }
         }
-        assert_eq!(decode_names(&[0xff; 8]), None);
+        assert_eq!(decode_report(&[0xff; 8]), None);
     }
 
     #[test]
     fn mismatch_names_the_pe_and_the_handler() {
-        let t = vec![
-            Some(names(&["a", "b"])),
-            Some(names(&["a", "b"])),
-            Some(names(&["a", "c", "d"])),
-        ];
-        let text = compare_tables(&t).unwrap_or_default();
+        let text = describe_mismatch(&names(&["a", "b"]), 2, &names(&["a", "c", "d"]));
         assert!(text.contains("PE 2 registered 3"), "{text}");
         assert!(
             text.contains("handler #1: 'b' on PE 0, 'c' on PE 2"),
             "{text}"
         );
-        assert_eq!(compare_tables(&t[..2]), None);
     }
 
     #[test]
     fn missing_handler_reads_as_nothing() {
-        let t = vec![Some(names(&["a"])), Some(names(&["a", "extra"]))];
-        let text = compare_tables(&t).unwrap_or_default();
+        let text = describe_mismatch(&names(&["a"]), 1, &names(&["a", "extra"]));
         assert!(text.contains("nothing on PE 0, 'extra' on PE 1"), "{text}");
     }
 }

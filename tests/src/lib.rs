@@ -334,20 +334,24 @@ macro_rules! conformance_suite {
 
         #[test]
         fn handler_mismatch_is_a_clear_error() {
-            let o = launcher().run(
-                PROGRAM,
-                3,
-                &["mismatch"],
-                std::time::Duration::from_secs(60),
-            );
-            assert_ne!(o.code, Some(0), "{o}");
-            assert!(!o.timed_out, "{o}");
-            assert!(
-                o.stderr.contains("handler tables differ between PEs")
-                    && o.stderr.contains("'only-on-the-last-pe' on PE 2"),
-                "{o}"
-            );
-            assert_eq!(o.lines_with("conformance mismatch: ok"), 0, "{o}");
+            // 3 PEs: the last is PE 0's child; 9 PEs: PE 8 is a grandchild, reported via PE 1.
+            for (pes, last) in [(3, 2), (9, 8)] {
+                let o = launcher().run(
+                    PROGRAM,
+                    pes,
+                    &["mismatch"],
+                    std::time::Duration::from_secs(60),
+                );
+                assert_ne!(o.code, Some(0), "{o}");
+                assert!(!o.timed_out, "{o}");
+                let want = format!("'only-on-the-last-pe' on PE {last}");
+                assert!(
+                    o.stderr.contains("handler tables differ between PEs")
+                        && o.stderr.contains(&want),
+                    "{want}\n{o}"
+                );
+                assert_eq!(o.lines_with("conformance mismatch: ok"), 0, "{o}");
+            }
         }
 
         #[test]
