@@ -27,6 +27,9 @@ pub(crate) const H_TREE_BCAST: u32 = 4;
 pub(crate) const H_REDUCE: u32 = 5;
 pub(crate) const H_BARRIER_DONE: u32 = 6;
 
+/// A PE whose handler table differs, with that table.
+type Differing = (usize, Vec<String>);
+
 /// Where a PE is in its life.
 #[derive(Default)]
 pub(crate) struct Lifecycle {
@@ -41,7 +44,7 @@ pub(crate) struct Lifecycle {
     /// How many loops that `exit_scheduler` may end are running.
     pub leavable_depth: usize,
     /// Children's reports: (child, its handler names, first differing PE below it).
-    reports: Vec<(usize, Vec<String>, Option<(usize, Vec<String>)>)>,
+    reports: Vec<(usize, Vec<String>, Option<Differing>)>,
     /// This PE sent its report up (or, on PE 0, gave the verdict).
     reported: bool,
     /// PE 0 only: the exit code was already announced.
@@ -257,7 +260,7 @@ fn decode_names(mut b: &[u8]) -> Option<(Vec<String>, &[u8])> {
 }
 
 /// A start-up report: `[names][0]` or `[names][1][pe u32][names of pe]`.
-fn encode_report(mine: &[String], differs: Option<&(usize, Vec<String>)>) -> Vec<u8> {
+fn encode_report(mine: &[String], differs: Option<&Differing>) -> Vec<u8> {
     let mut out = Vec::new();
     encode_names(&mut out, mine);
     match differs {
@@ -271,8 +274,7 @@ fn encode_report(mine: &[String], differs: Option<&(usize, Vec<String>)>) -> Vec
     out
 }
 
-#[allow(clippy::type_complexity)]
-fn decode_report(b: &[u8]) -> Option<(Vec<String>, Option<(usize, Vec<String>)>)> {
+fn decode_report(b: &[u8]) -> Option<(Vec<String>, Option<Differing>)> {
     let (names, rest) = decode_names(b)?;
     match rest.split_first()? {
         (0, []) => Some((names, None)),
