@@ -199,15 +199,31 @@ impl Control {
         Ok(table)
     }
 
-    /// Block until every node reached the barrier.
+    /// Block until every node reached the barrier. A layer that must keep its interconnect
+    /// moving meanwhile (flush what it queued, answer peers) uses [`Control::barrier_begin`]
+    /// and [`Control::released`] instead.
     ///
     /// # Errors
     /// [`MachineError::Io`] when the request cannot be sent.
     pub fn barrier(&self) -> Result<(), MachineError> {
+        let ticket = self.barrier_begin()?;
+        self.released.wait_past(ticket, None);
+        Ok(())
+    }
+
+    /// Tell charmrun this node reached the barrier; the ticket to wait with.
+    ///
+    /// # Errors
+    /// [`MachineError::Io`] when the request cannot be sent.
+    pub fn barrier_begin(&self) -> Result<u64, MachineError> {
         let ticket = self.released.ticket();
         self.send(Kind::Barrier, &[])?;
-        self.released.wait_past(ticket);
-        Ok(())
+        Ok(ticket)
+    }
+
+    /// Whether the barrier of `ticket` is complete, waiting for it up to `timeout`.
+    pub fn released(&self, ticket: u64, timeout: Duration) -> bool {
+        self.released.wait_past(ticket, Some(timeout))
     }
 
     /// Tell charmrun this node leaves the job normally with `code`.
@@ -242,8 +258,10 @@ fn watchdog(mut reader: TcpStream, released: Signal) {
             Ok((Kind::Release, _)) => released.raise(),
             Ok((Kind::Die, _)) | Err(_) => {
                 // The job is over (charmrun said so, or charmrun is gone): leave now, from
-                // whatever state the rest of the process is in.
-                std::process::exit(1)
+                // whatever state the rest of the process is in. `_exit` runs no exit-time
+                // handlers, which could wait for locks other threads hold.
+                // SAFETY: _exit has no preconditions; it ends the process without unwinding.
+                unsafe { libc::_exit(1) }
             }
             Ok(_) => {}
         }
@@ -275,15 +293,33 @@ mod signal {
             }
             self.0 .1.notify_all();
         }
-        /// Wait until the counter is past `ticket`.
-        pub fn wait_past(&self, ticket: u64) {
-            let Ok(mut g) = self.0 .0.lock() else { return };
+        /// Wait until the counter is past `ticket`, or `timeout` passed; whether it is.
+        pub fn wait_past(&self, ticket: u64, timeout: Option<std::time::Duration>) -> bool {
+            let deadline = timeout.map(|t| std::time::Instant::now() + t);
+            let Ok(mut g) = self.0 .0.lock() else {
+                return false;
+            };
             while *g <= ticket {
-                match self.0 .1.wait(g) {
-                    Ok(ng) => g = ng,
-                    Err(_) => return,
+                let r = match deadline {
+                    None => self.0 .1.wait(g).map(|g| (g, false)).map_err(|_| ()),
+                    Some(d) => {
+                        let left = d.saturating_duration_since(std::time::Instant::now());
+                        if left.is_zero() {
+                            return false;
+                        }
+                        self.0
+                             .1
+                            .wait_timeout(g, left)
+                            .map(|(g, t)| (g, t.timed_out()))
+                            .map_err(|_| ())
+                    }
+                };
+                match r {
+                    Ok((ng, _)) => g = ng,
+                    Err(_) => return false,
                 }
             }
+            true
         }
     }
 }

@@ -158,35 +158,51 @@ impl<'a> Job<'a> {
         if opts.ppn > 1 {
             args.extend(["+ppn".to_string(), opts.ppn.to_string()]);
         }
-        for i in 0..n {
-            let host = hosts.map(|h| &h[i % h.len()]);
-            let (name, addr) = match host {
-                None => ("localhost".to_string(), IpAddr::V4(Ipv4Addr::LOCALHOST)),
-                Some(h) => match spawn::address_towards(&h.name) {
-                    Ok(ip) => (h.name.clone(), ip),
+        // charmrun's address as each host reaches it. In a job that spans hosts, a host named
+        // for this machine's loopback (localhost, Debian's 127.0.1.1 entry) must still get an
+        // address the other hosts can reach, since its nodes listen where they reach charmrun.
+        let mut routes: Vec<IpAddr> = Vec::new();
+        if let Some(hs) = hosts {
+            for (i, h) in hs.iter().enumerate().take(n) {
+                match spawn::address_towards(&h.name) {
+                    Ok(ip) => routes.push(ip),
                     Err(e) => {
                         let msg = format!("host {} (node {i}) is unreachable: {e}", h.name);
                         return Err(Box::new((job, msg)));
                     }
-                },
+                }
+            }
+            if let Some(&outward) = routes.iter().find(|a| !a.is_loopback()) {
+                for r in routes.iter_mut().filter(|a| a.is_loopback()) {
+                    *r = outward;
+                }
+            }
+        }
+        for i in 0..n {
+            let host = hosts.map(|h| &h[i % h.len()]);
+            let (name, addr) = match host {
+                None => ("localhost".to_string(), IpAddr::V4(Ipv4Addr::LOCALHOST)),
+                Some(h) => (h.name.clone(), routes[i % routes.len()]),
             };
-            let env = vec![
+            let secret_hex = protocol::secret_to_hex(&secret);
+            let mut env = vec![
                 (
                     client::ENV_CHARMRUN.to_string(),
                     SocketAddr::new(addr, port).to_string(),
-                ),
-                (
-                    client::ENV_SECRET.to_string(),
-                    protocol::secret_to_hex(&secret),
                 ),
                 (client::ENV_NODE.to_string(), i.to_string()),
                 (client::ENV_NODES.to_string(), n.to_string()),
             ];
             let child = match host {
-                None => spawn::local(&opts.program, &args, &env),
+                None => {
+                    // Another user cannot read a local process's environment.
+                    env.push((client::ENV_SECRET.to_string(), secret_hex));
+                    spawn::local(&opts.program, &args, &env)
+                }
                 Some(h) => {
                     let shell = h.shell.as_deref().unwrap_or(&opts.remote_shell);
-                    spawn::remote(shell, &h.name, &cwd, &opts.program, &args, &env)
+                    let secret = (client::ENV_SECRET, secret_hex.as_str());
+                    spawn::remote(shell, &h.name, &cwd, &opts.program, &args, &env, secret)
                 }
             };
             let child = match child {
@@ -244,10 +260,12 @@ impl<'a> Job<'a> {
                 if let Some(m) = &f.message {
                     eprintln!("charmrun: {m}");
                 }
-                self.abandon();
                 f.code
             }
         };
+        // Whatever still runs (after a failure, or a node that left but lingers) is ended and
+        // reaped; after a normal end this finds nothing to do.
+        self.abandon();
         self.drain_output();
         if self.opts.verbose {
             eprintln!(
@@ -384,6 +402,18 @@ impl<'a> Job<'a> {
                 continue;
             }
             let Some(st) = n.status else {
+                if let (Some(code), Some(t)) = (n.ended, n.closed_at) {
+                    // It left the job but its process lingers (a child of it keeping a remote
+                    // shell open, say): count it as ended; it is killed when the job ends.
+                    if t.elapsed() > LOST_GRACE {
+                        if self.job_code == 0 {
+                            self.job_code = code;
+                        }
+                        self.nodes[i].settled = true;
+                        done += 1;
+                    }
+                    continue;
+                }
                 if n.closed_at.is_some_and(|t| t.elapsed() > LOST_GRACE) && n.ended.is_none() {
                     return Err(Failure::new(
                         1,
@@ -565,9 +595,20 @@ impl<'a> Job<'a> {
     }
 }
 
+/// Largest introduction accepted from a connection that has not proved the secret yet.
+const MAX_HELLO: usize = 64 << 10;
+
+/// How long a write to a node may block: charmrun's loop must stay responsive to signals and
+/// time limits even if a node stops reading.
+const CONTROL_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+
 fn accept_loop(listener: TcpListener, secret: [u8; SECRET_LEN], tx: Sender<Event>) {
     for conn in listener.incoming() {
-        let Ok(stream) = conn else { continue };
+        let Ok(stream) = conn else {
+            // Out of descriptors and the like: do not spin.
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        };
         let tx = tx.clone();
         // One thread per connection, so a stranger that sends nothing delays nobody.
         std::thread::spawn(move || {
@@ -576,7 +617,7 @@ fn accept_loop(listener: TcpListener, secret: [u8; SECRET_LEN], tx: Sender<Event
                 .unwrap_or_else(|_| SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 0));
             let _ = stream.set_read_timeout(Some(HELLO_TIMEOUT));
             let mut s = stream;
-            let verdict = match protocol::read_frame(&mut s) {
+            let verdict = match protocol::read_frame_limited(&mut s, MAX_HELLO) {
                 Ok((Kind::Hello, body)) => match Hello::decode(&body) {
                     Some(h) if protocol::secrets_equal(&h.secret, &secret) => Ok(h),
                     Some(_) => Err("wrong job secret".to_string()),
@@ -588,6 +629,7 @@ fn accept_loop(listener: TcpListener, secret: [u8; SECRET_LEN], tx: Sender<Event
             let _ = match verdict {
                 Ok(h) => {
                     let _ = s.set_read_timeout(None);
+                    let _ = s.set_write_timeout(Some(CONTROL_WRITE_TIMEOUT));
                     let _ = s.set_nodelay(true);
                     tx.send(Event::Hello(s, h))
                 }

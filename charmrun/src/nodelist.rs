@@ -121,6 +121,7 @@ pub fn parse(path: &str, text: &str) -> Result<Vec<Host>, NodelistError> {
         }
     } else {
         let mut group = "main".to_owned();
+        let mut group_shell: Option<String> = None;
         for (n, l) in lines {
             let mut words = l.split_whitespace();
             match words.next() {
@@ -129,8 +130,19 @@ pub fn parse(path: &str, text: &str) -> Result<Vec<Host>, NodelistError> {
                         .next()
                         .ok_or_else(|| err(n, "'group' needs a name".into()))?
                         .into();
-                    // Group options (++shell and the like) apply to the group's hosts.
-                    let _ = words;
+                    // Group options apply to the group's hosts unless a host sets its own.
+                    group_shell = None;
+                    while let Some(opt) = words.next() {
+                        match opt {
+                            "++shell" => {
+                                let v = words
+                                    .next()
+                                    .ok_or_else(|| err(n, "++shell needs a value".into()))?;
+                                group_shell = Some(v.into());
+                            }
+                            other => return Err(err(n, format!("unknown group option '{other}'"))),
+                        }
+                    }
                 }
                 Some("host") => {
                     let name = words
@@ -139,7 +151,7 @@ pub fn parse(path: &str, text: &str) -> Result<Vec<Host>, NodelistError> {
                     let mut h = Host {
                         name: name.into(),
                         cpus: 1,
-                        shell: None,
+                        shell: group_shell.clone(),
                     };
                     while let Some(opt) = words.next() {
                         let mut value = |o: &str| {
@@ -195,7 +207,9 @@ mod tests {
         let h = parse("n", text).expect("parses");
         assert_eq!(names(&h), ["a", "b"]);
         assert_eq!(h[0].cpus, 4);
+        assert_eq!(h[0].shell.as_deref(), Some("ssh"));
         assert_eq!(h[1].shell.as_deref(), Some("rsh"));
+        assert!(parse("n", "group main ++bogus x\nhost a\n").is_err());
     }
 
     #[test]

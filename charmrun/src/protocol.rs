@@ -79,10 +79,18 @@ pub fn write_frame(w: &mut impl Write, kind: Kind, body: &[u8]) -> io::Result<()
 /// # Errors
 /// The socket's; `InvalidData` for an unknown kind or a length out of range.
 pub fn read_frame(r: &mut impl Read) -> io::Result<(Kind, Vec<u8>)> {
+    read_frame_limited(r, MAX_FRAME)
+}
+
+/// Read one frame of at most `max` bytes (for peers not yet trusted).
+///
+/// # Errors
+/// As [`read_frame`].
+pub fn read_frame_limited(r: &mut impl Read, max: usize) -> io::Result<(Kind, Vec<u8>)> {
     let mut len = [0u8; 4];
     r.read_exact(&mut len)?;
     let len = u32::from_le_bytes(len) as usize;
-    if len == 0 || len > MAX_FRAME {
+    if len == 0 || len > max.min(MAX_FRAME) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
             format!("control frame of {len} bytes"),

@@ -27,7 +27,9 @@ pub fn local(program: &str, args: &[String], env: &[(String, String)]) -> io::Re
 }
 
 /// Start `program args` on `host` through `shell` (`ssh`, or any command taking
-/// `HOST COMMAND`): `cd` to `cwd`, set `env`, exec the program.
+/// `HOST COMMAND`): `cd` to `cwd`, set `env`, exec the program. `secret` (a variable) is not put
+/// on any command line, where every user of both hosts could read it: the remote shell reads it
+/// from its standard input.
 ///
 /// # Errors
 /// When the remote shell cannot be started.
@@ -38,6 +40,7 @@ pub fn remote(
     program: &str,
     args: &[String],
     env: &[(String, String)],
+    secret: (&str, &str),
 ) -> io::Result<Child> {
     let mut words = shell.split_whitespace();
     let Some(cmd_name) = words.next() else {
@@ -52,7 +55,11 @@ pub fn remote(
         // Never stop to ask for a password: a host we cannot reach is an error, not a prompt.
         cmd.args(["-o", "BatchMode=yes"]);
     }
-    let mut line = format!("cd {} && exec env", quote(cwd));
+    let (secret_var, secret_value) = secret;
+    let mut line = format!(
+        "cd {} && IFS= read -r {secret_var} && export {secret_var} && exec env",
+        quote(cwd)
+    );
     for (k, v) in env {
         line.push(' ');
         line.push_str(&quote(&format!("{k}={v}")));
@@ -65,11 +72,17 @@ pub fn remote(
     }
     cmd.arg(host)
         .arg(line)
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
-    cmd.spawn()
+    let mut child = cmd.spawn()?;
+    if let Some(mut stdin) = child.stdin.take() {
+        // Dropped at the end of this block: the remote side then sees the end of its input.
+        use std::io::Write;
+        let _ = writeln!(stdin, "{secret_value}");
+    }
+    Ok(child)
 }
 
 /// Quote a word for a POSIX shell.
@@ -89,8 +102,11 @@ pub fn quote(s: &str) -> String {
 /// # Errors
 /// When `host` does not resolve or has no route.
 pub fn address_towards(host: &str) -> io::Result<IpAddr> {
-    let target = (host, 9)
-        .to_socket_addrs()?
+    // IPv4 first: charmrun's control socket listens on IPv4.
+    let mut addrs: Vec<_> = (host, 9).to_socket_addrs()?.collect();
+    addrs.sort_by_key(|a| !a.is_ipv4());
+    let target = addrs
+        .into_iter()
         .next()
         .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, format!("{host} has no address")))?;
     if target.ip().is_loopback() {

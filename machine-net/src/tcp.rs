@@ -1,5 +1,5 @@
-//! The TCP layer: one process per node, started by charmrun; TCP connections between nodes,
-//! opened on first use, one per direction (see `mesh.rs`).
+//! The TCP layer: one process per node, started by charmrun; one TCP connection per pair of
+//! nodes, opened on first use (see `mesh.rs`).
 //!
 //! Every socket is non-blocking and driven by the scheduler's poll loop; an idle node blocks in
 //! `epoll_wait` on all of them. Framing and buffers: `conn.rs`.
@@ -30,6 +30,17 @@ const READ_ALL_UP_TO: usize = 4;
 /// idle node's `wait` watches the listener all the time.
 const ACCEPT_EVERY: u32 = 64;
 
+/// In a barrier, how long a peer's closed connection waits for the release that would explain
+/// it (the peer was released and left first) before it counts as a death.
+const BARRIER_GRACE: Duration = Duration::from_secs(2);
+
+/// How long `exit` keeps trying to send what is still queued.
+const EXIT_FLUSH: Duration = Duration::from_secs(2);
+
+/// Most accepted connections allowed to be introducing themselves at once; beyond, the oldest
+/// is closed (strangers cannot pile up descriptors).
+const MAX_PENDING: usize = 64;
+
 /// Epoll tokens: a connection is its peer's node number; these are the others.
 const LISTENER: u64 = u64::MAX;
 const PENDING: u64 = u64::MAX - 1;
@@ -58,7 +69,8 @@ pub struct TcpMachine {
     pending: Vec<Pending>,
     /// Peers whose outgoing frames wait for their socket.
     backlog: Vec<usize>,
-    loopback: VecDeque<Message>,
+    /// Messages ready to hand up: sent to ourselves, or received while waiting in a barrier.
+    ready: VecDeque<Message>,
     epoll: Epoll,
     events: Vec<EpollEvent>,
     advances: u32,
@@ -105,7 +117,7 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
         readers: Vec::new(),
         pending: Vec::new(),
         backlog: Vec::new(),
-        loopback: VecDeque::new(),
+        ready: VecDeque::new(),
         epoll,
         events: vec![EpollEvent::empty(); 64],
         advances: 0,
@@ -239,6 +251,11 @@ impl TcpMachine {
                         .add(&s, EpollEvent::new(EpollFlags::EPOLLIN, PENDING))
                         .map_err(epoll_err)?;
                     self.pending.push(Pending::new(s));
+                    if self.pending.len() > MAX_PENDING {
+                        // Dropping it closes it and takes it out of the epoll set.
+                        self.pending.remove(0);
+                        self.strangers += 1;
+                    }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -298,7 +315,7 @@ impl Machine for TcpMachine {
 
     fn send(&mut self, node: usize, msg: Message) -> Result<(), MachineError> {
         if node == self.me {
-            self.loopback.push_back(msg);
+            self.ready.push_back(msg);
             return Ok(());
         }
         if node >= self.links.len() {
@@ -323,7 +340,7 @@ impl Machine for TcpMachine {
 
     fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
         let mut n = 0;
-        while let Some(m) = self.loopback.pop_front() {
+        while let Some(m) = self.ready.pop_front() {
             deliver(m);
             n += 1;
         }
@@ -335,7 +352,9 @@ impl Machine for TcpMachine {
             for i in 0..self.readers.len() {
                 n += self.receive_from(self.readers[i], deliver)?;
             }
-            if self.advances.is_multiple_of(ACCEPT_EVERY) || !self.pending.is_empty() {
+            // New connections and introductions are looked at now and then (and at once after
+            // `wait` saw them); that also closes silent strangers when their time is up.
+            if self.advances.is_multiple_of(ACCEPT_EVERY) {
                 self.accept_new()?;
                 n += self.check_pending(deliver)?;
             }
@@ -354,13 +373,15 @@ impl Machine for TcpMachine {
         }
         if accept {
             self.accept_new()?;
+        }
+        if accept || (self.advances.is_multiple_of(ACCEPT_EVERY) && !self.pending.is_empty()) {
             n += self.check_pending(deliver)?;
         }
         Ok(n)
     }
 
     fn wait(&mut self, timeout: Duration) -> Result<(), MachineError> {
-        if !self.loopback.is_empty() {
+        if !self.ready.is_empty() {
             return Ok(());
         }
         let ms = timeout.as_millis().clamp(1, u16::MAX as u128) as u16;
@@ -369,18 +390,52 @@ impl Machine for TcpMachine {
             Err(nix::errno::Errno::EINTR) => 0,
             Err(e) => return Err(MachineError::io("epoll_wait", e.into())),
         };
-        if self.events[..ready].iter().any(|e| e.data() == LISTENER) {
-            // New connections are taken at the next advance.
+        if self.events[..ready]
+            .iter()
+            .any(|e| e.data() == LISTENER || e.data() == PENDING)
+        {
+            // New connections and introductions are taken at the next advance.
             self.advances = ACCEPT_EVERY - 1;
         }
         Ok(())
     }
 
     fn barrier(&mut self) -> Result<(), MachineError> {
-        self.ctl.barrier()
+        // Keep the interconnect moving while others catch up: frames still queued here may be
+        // what a peer needs to reach the barrier (its exit, say), and a peer may be asking us
+        // to connect. What arrives meanwhile is kept and handed up by the next `advance`.
+        let ticket = self.ctl.barrier_begin()?;
+        loop {
+            let mut held = std::mem::take(&mut self.ready);
+            let r = self.advance(&mut |m| held.push_back(m));
+            self.ready = held;
+            if let Err(e) = r {
+                // A peer released before us may already have left and closed its connection:
+                // only a peer that is gone while the barrier never completes has died.
+                if self.ctl.released(ticket, BARRIER_GRACE) {
+                    return Ok(());
+                }
+                return Err(e);
+            }
+            if self.ctl.released(ticket, Duration::ZERO) {
+                return Ok(());
+            }
+            // Wake for socket activity, or soon to look for the release (it comes through the
+            // control connection's watchdog).
+            let _ = self.epoll.wait(&mut self.events, EpollTimeout::from(1u16));
+        }
     }
 
     fn exit(&mut self, code: i32) -> Result<(), MachineError> {
+        // Frames still queued go out if the peers take them soon; the job is over, so not
+        // forever.
+        let deadline = std::time::Instant::now() + EXIT_FLUSH;
+        while !self.backlog.is_empty() && std::time::Instant::now() < deadline {
+            if self.flush_backlog().is_err() {
+                break;
+            }
+            let _ = self.epoll.wait(&mut self.events, EpollTimeout::from(1u16));
+        }
         self.ctl.ending(code)
     }
 

@@ -101,17 +101,21 @@ pub trait Machine: Send {
         Ok(())
     }
 
-    /// Block until every node of the job has called `barrier`. Used at start-up and exit; user
-    /// code gets message-driven barriers from the runtime instead. Messages may still be handed
-    /// up by `advance` after a barrier; the barrier itself hands none up.
+    /// Block until every node of the job has called `barrier`. Used at exit; user code gets
+    /// message-driven barriers from the runtime instead. While it waits, the layer must keep its
+    /// interconnect moving — push out what it has queued (a peer may need it to reach the
+    /// barrier), answer peers — and keep what arrives: messages are handed up by the next
+    /// `advance`, never by the barrier itself.
     ///
     /// # Errors
-    /// [`MachineError::PeerDead`] when a node died before reaching the barrier.
+    /// [`MachineError::PeerDead`] when a node died before reaching the barrier (a launched layer
+    /// may instead be ended by its launcher, which notices the death first).
     fn barrier(&mut self) -> Result<(), MachineError>;
 
     /// Leave the job with `code` as this node's exit code: flush what is still queued for other
-    /// nodes, tell the launcher (if any) the code, release the interconnect. No other method is
-    /// called after it. The runtime calls `barrier` before `exit`, so no peer is still sending.
+    /// nodes (for a bounded time: the job is over), tell the launcher (if any) the code,
+    /// release the interconnect. No other method is called after it. The runtime calls
+    /// `barrier` before `exit`, so no peer is still sending.
     ///
     /// # Errors
     /// [`MachineError::Io`] when the layer could not shut down cleanly; the process still exits.

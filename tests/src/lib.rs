@@ -382,6 +382,11 @@ macro_rules! conformance_suite {
         }
 
         #[test]
+        fn exit_right_after_a_large_send_does_not_hang() {
+            $crate::expect_ok(&launcher(), PROGRAM, 3, &["exit-after-send"]);
+        }
+
+        #[test]
         fn exit_during_start_up_ends_the_job() {
             let o = launcher().run(
                 PROGRAM,

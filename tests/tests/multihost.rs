@@ -93,7 +93,13 @@ impl Hosts {
     /// A remote-shell command: `SHELL HOST COMMAND` runs COMMAND in HOST's namespace.
     fn shell(&self) -> PathBuf {
         let path = self.dir.join("netns-shell");
-        let mut script = String::from("#!/bin/sh\nhost=\"$1\"; shift\ncase \"$host\" in\n");
+        // Logs its arguments, so a test can check what a remote shell's command line shows.
+        let log = self.dir.join("shell-args.log");
+        let mut script = format!(
+            "#!/bin/sh\necho \"$*\" >> {}\nhost=\"$1\"; shift\ncase \"$host\" in\n  localhost) ns={} ;;\n",
+            log.display(),
+            self.host_ns(0)
+        );
         for (h, addr) in IPS.iter().enumerate() {
             script.push_str(&format!("  {addr}) ns={} ;;\n", self.host_ns(h)));
         }
@@ -197,6 +203,47 @@ fn a_charm_nodelist_places_nodes_and_the_suite_runs_across_hosts() {
         assert!(o.stderr.contains("PE 1 connected from 10.99.0.2"), "{o}");
         assert!(o.stderr.contains("PE 2 connected from 10.99.0.3"), "{o}");
     }
+}
+
+#[test]
+fn a_host_named_localhost_next_to_remote_ones_gets_a_routable_address() {
+    let Some(hosts) = Hosts::new("d") else { return };
+    let shell = hosts.shell();
+    // "localhost" is charmrun's own host (10.99.0.1); its node must listen where the node on
+    // 10.99.0.2 can reach it, not on 127.0.0.1.
+    let machines = hosts.file("machines", "localhost\n10.99.0.2\n");
+    let mut a = args(&["+p2", "++verbose", "++remote-shell"]);
+    a.push(shell.display().to_string());
+    a.push("++nodelist".into());
+    a.push(machines.display().to_string());
+    a.extend(args(&[PROGRAM, "alltoall", "20000", "+machine", "tcp"]));
+    let o = hosts.charmrun(&a);
+    assert_eq!(o.code, Some(0), "{o}");
+    assert!(o.stderr.contains("PE 0 connected from 10.99.0.1"), "{o}");
+    assert_eq!(o.lines_with("conformance alltoall: ok"), 1, "{o}");
+}
+
+#[test]
+fn the_job_secret_is_not_on_the_remote_command_line() {
+    let Some(hosts) = Hosts::new("e") else { return };
+    let shell = hosts.shell();
+    let machines = hosts.file("machines", "10.99.0.2\n");
+    let mut a = args(&["+p1", "++remote-shell"]);
+    a.push(shell.display().to_string());
+    a.push("++nodelist".into());
+    a.push(machines.display().to_string());
+    a.extend(args(&[PROGRAM, "hello", "+machine", "tcp"]));
+    let o = hosts.charmrun(&a);
+    assert_eq!(o.code, Some(0), "{o}");
+    let logged = std::fs::read_to_string(hosts.dir.join("shell-args.log")).unwrap_or_default();
+    assert!(
+        logged.contains("CONVERSE_NODE=0"),
+        "the log shows the command: {logged}"
+    );
+    assert!(
+        !logged.contains("CONVERSE_SECRET="),
+        "secret on the command line: {logged}"
+    );
 }
 
 #[test]

@@ -20,6 +20,8 @@
 //! | scheduling | exit_scheduler inside a nested barrier, after, barrier_then, handlers that  |
 //! |            | schedule while they wait                                                    |
 //! | exit-early | PE 0 ends the job (code 5) before start-up completes; nobody hangs          |
+//! | exit-after-send | PE 0 sends 64 MiB to the last PE and exits at once: the exit must not   |
+//! |            | be stuck behind the unsent rest of the big message                          |
 //! | proc-exit  | the last PE calls `std::process::exit(3)` itself, past the runtime          |
 //! | hang       | the last PE stops polling for good (a launcher's time limit must end it)    |
 //! | wait       | every PE idles for SECS (default 2) seconds, then the job exits 0           |
@@ -64,6 +66,7 @@ fn main() -> ExitCode {
         "panic" => Box::new(panic),
         "scheduling" => Box::new(scheduling),
         "exit-early" => Box::new(exit_early),
+        "exit-after-send" => Box::new(exit_after_send),
         "proc-exit" => Box::new(proc_exit),
         "hang" => Box::new(hang),
         "wait" => {
@@ -74,7 +77,7 @@ fn main() -> ExitCode {
         _ => {
             eprintln!(
                 "conformance: unknown scenario '{scenario}' (hello, fifo, broadcast, reduce, \
-                 priority, exit-code, mismatch, alltoall, sizes, idle, panic, scheduling, exit-early, proc-exit, hang, wait)"
+                 priority, exit-code, mismatch, alltoall, sizes, idle, panic, scheduling, exit-early, exit-after-send, proc-exit, hang, wait)"
             );
             return ExitCode::from(2);
         }
@@ -736,5 +739,16 @@ fn wait(pe: &mut Pe, secs: f64) {
             println!("conformance wait: ok");
             pe.exit(0);
         });
+    }
+}
+
+fn exit_after_send(pe: &mut Pe) {
+    let sink = pe.register("sink", |_, _| {});
+    pe.barrier();
+    if pe.my_pe() == 0 {
+        let last = pe.num_pes() - 1;
+        pe.send_msg(last, sink, Message::new(64 << 20));
+        println!("conformance exit-after-send: ok");
+        pe.exit(0);
     }
 }
