@@ -29,6 +29,8 @@ pub const ENV_SECRET: &str = "CONVERSE_SECRET";
 pub const ENV_NODE: &str = "CONVERSE_NODE";
 /// Environment variable: number of nodes in the job.
 pub const ENV_NODES: &str = "CONVERSE_NODES";
+/// Environment variable: the job's tag (see [`LaunchEnv::shm_path`]).
+pub const ENV_JOB: &str = "CONVERSE_JOB";
 
 /// What charmrun told a node through its environment.
 #[derive(Debug, Clone)]
@@ -41,9 +43,17 @@ pub struct LaunchEnv {
     pub node: usize,
     /// Nodes in the job.
     pub num_nodes: usize,
+    /// The job's tag.
+    pub job: String,
 }
 
 impl LaunchEnv {
+    /// A path in /dev/shm for a file of this job named `name`: charmrun removes it when the job
+    /// ends, however it ends (a layer should still remove it as soon as it can).
+    pub fn shm_path(&self, name: &str) -> String {
+        format!("/dev/shm/{}{name}", crate::protocol::shm_prefix(&self.job))
+    }
+
     /// Whether this process was started by charmrun.
     pub fn present() -> bool {
         std::env::var_os(ENV_CHARMRUN).is_some()
@@ -73,7 +83,11 @@ impl LaunchEnv {
             secret,
             node: num(ENV_NODE)?,
             num_nodes: num(ENV_NODES)?,
+            job: var(ENV_JOB)?,
         };
+        if !env.job.bytes().all(|b| b.is_ascii_hexdigit()) || env.job.is_empty() {
+            return Err(MachineError::Boot(format!("{ENV_JOB} is malformed")));
+        }
         if env.num_nodes == 0 || env.node >= env.num_nodes {
             return Err(MachineError::Boot(format!(
                 "node {} of {} makes no sense",

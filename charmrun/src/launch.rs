@@ -111,6 +111,8 @@ struct Job<'a> {
     started: Instant,
     strangers: usize,
     job_code: i32,
+    /// The job's tag: its files in /dev/shm carry it.
+    tag: String,
 }
 
 impl<'a> Job<'a> {
@@ -128,6 +130,11 @@ impl<'a> Job<'a> {
             started: Instant::now(),
             strangers: 0,
             job_code: 0,
+            tag: String::new(),
+        };
+        job.tag = match protocol::new_tag() {
+            Ok(t) => t,
+            Err(e) => return Err(Box::new((job, format!("cannot make a job tag: {e}")))),
         };
         let secret = match protocol::new_secret() {
             Ok(s) => s,
@@ -192,6 +199,7 @@ impl<'a> Job<'a> {
                 ),
                 (client::ENV_NODE.to_string(), i.to_string()),
                 (client::ENV_NODES.to_string(), n.to_string()),
+                (client::ENV_JOB.to_string(), job.tag.clone()),
             ];
             let child = match host {
                 None => {
@@ -266,6 +274,7 @@ impl<'a> Job<'a> {
         // Whatever still runs (after a failure, or a node that left but lingers) is ended and
         // reaped; after a normal end this finds nothing to do.
         self.abandon();
+        self.remove_job_files();
         self.drain_output();
         if self.opts.verbose {
             eprintln!(
@@ -576,6 +585,23 @@ impl<'a> Job<'a> {
         {
             if let Ok(Event::Exited(i, st)) = self.events.recv_timeout(TICK) {
                 self.nodes[i].status = Some(st);
+            }
+        }
+    }
+
+    /// Remove the job's files from /dev/shm: whatever a layer made there under the job's tag
+    /// and did not remove, because a node died or because it never got that far.
+    fn remove_job_files(&self) {
+        let prefix = protocol::shm_prefix(&self.tag);
+        let Ok(dir) = std::fs::read_dir("/dev/shm") else {
+            return;
+        };
+        for e in dir.flatten() {
+            if e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with(&prefix))
+            {
+                let _ = std::fs::remove_file(e.path());
             }
         }
     }

@@ -179,6 +179,22 @@ pub fn secret_from_hex(h: &str) -> Option<[u8; SECRET_LEN]> {
     Some(s)
 }
 
+/// A fresh job tag: 8 random bytes in hex. Not secret: it names the job's files.
+///
+/// # Errors
+/// When the system's random source cannot be read.
+pub fn new_tag() -> io::Result<String> {
+    let mut t = [0u8; 8];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut t)?;
+    Ok(t.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// The prefix of the files in /dev/shm that belong to the job tagged `tag`: charmrun removes
+/// whatever still carries it when the job ends, however it ends.
+pub fn shm_prefix(tag: &str) -> String {
+    format!("converse-{tag}-")
+}
+
 /// A fresh random secret.
 ///
 /// # Errors

@@ -1,1 +1,19 @@
-//! The Simple Interconnect of the porting slides, on shared memory, and the machine layer on it. Not built yet: it arrives with issue 5. Until then this crate exports nothing, and the runtime has no `si` layer to select.
+//! The Simple Interconnect (SI) of the porting slides, made real on shared memory, and the
+//! machine layer on it — the worked example of porting (see docs/porting.md).
+//!
+//! - [`interconnect`]: the SI API (`init`, `open`, `id`, `write`, `read`, `close`): each node
+//!   has a port, a shared-memory file with a lock-free ring per sender; messages are received
+//!   whole; a full ring makes a writer wait, never drops.
+//! - [`layer`]: the machine layer, `CmiMachineInit` / `DeliverViaNetwork` /
+//!   `CommunicationServer` / `CmiMachineExit` as the slides write them.
+//!
+//! One host only (the layer refuses a job that spans hosts); processes are started by charmrun
+//! and find each other's ports through the node table. Ports are removed from the file system
+//! as soon as every node has mapped them, so a crash leaves nothing in /dev/shm.
+
+pub mod interconnect;
+pub mod layer;
+mod ring;
+mod segment;
+
+pub use layer::LAYER;

@@ -14,6 +14,8 @@ pub const COMPILED: &[Layer] = &[
     machine::local::LAYER,
     #[cfg(feature = "tcp")]
     net::tcp::LAYER,
+    #[cfg(feature = "si")]
+    si::LAYER,
 ];
 
 /// The layer to run on when `+machine` is not given: if a launcher started this process, the

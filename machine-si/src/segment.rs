@@ -1,0 +1,182 @@
+//! A node's *port*: one shared-memory file (under /dev/shm) holding a ring per sender and a
+//! doorbell, a futex word writers ring when the owner may be asleep.
+//!
+//! ```text
+//! | magic u64 | nodes u64 | ring capacity u64 | doorbell u32 | sleeping u32 | ...  (128 B)
+//! | ring from node 0 | ring from node 1 | ...            (each ring::HEADER + capacity)
+//! ```
+
+use crate::ring::{self, Ring};
+use memmap2::{MmapOptions, MmapRaw};
+use std::fs::OpenOptions;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+const MAGIC: u64 = 0x5349_5f50_4f52_5431; // "SI_PORT1"
+const HEADER: usize = 128;
+
+/// A mapped port.
+pub struct Segment {
+    path: PathBuf,
+    map: MmapRaw,
+    nodes: usize,
+    cap: usize,
+}
+
+fn size(nodes: usize, cap: usize) -> usize {
+    HEADER + nodes * (ring::HEADER + cap)
+}
+
+impl Segment {
+    /// Create the port file at `path` (it must not exist) for `nodes` senders with rings of
+    /// `cap` bytes (a power of two), readable and writable by this user only.
+    ///
+    /// # Errors
+    /// The file system's.
+    pub fn create(path: &Path, nodes: usize, cap: usize) -> std::io::Result<Segment> {
+        let f = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(path)?;
+        // A fresh file reads as zeros: every ring starts empty. Pages are allocated on first
+        // touch, so unused rings cost nothing.
+        f.set_len(size(nodes, cap) as u64)?;
+        let map = MmapOptions::new().map_raw(&f)?;
+        let seg = Segment {
+            path: path.to_owned(),
+            map,
+            nodes,
+            cap,
+        };
+        // SAFETY: the mapping is at least HEADER bytes and page aligned; we are its only user.
+        unsafe {
+            let p = seg.map.as_mut_ptr() as *mut u64;
+            p.add(1).write(nodes as u64);
+            p.add(2).write(cap as u64);
+            std::sync::atomic::fence(Ordering::Release);
+            p.write(MAGIC);
+        }
+        Ok(seg)
+    }
+
+    /// Map a port another node created.
+    ///
+    /// # Errors
+    /// The file system's, or `InvalidData` when the file is not a port of this shape.
+    pub fn open(path: &Path, nodes: usize) -> std::io::Result<Segment> {
+        let f = OpenOptions::new().read(true).write(true).open(path)?;
+        let map = MmapOptions::new().map_raw(&f)?;
+        let bad = |why: &str| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("{}: {why}", path.display()),
+            )
+        };
+        if map.len() < HEADER {
+            return Err(bad("too small to be a port"));
+        }
+        // SAFETY: at least HEADER bytes are mapped.
+        let (magic, n, cap) = unsafe {
+            let p = map.as_ptr() as *const u64;
+            (p.read(), p.add(1).read() as usize, p.add(2).read() as usize)
+        };
+        if magic != MAGIC
+            || n != nodes
+            || !cap.is_power_of_two()
+            || cap < 64
+            || map.len() < size(n, cap)
+        {
+            return Err(bad("not a port of this job"));
+        }
+        Ok(Segment {
+            path: path.to_owned(),
+            map,
+            nodes,
+            cap,
+        })
+    }
+
+    /// The ring that node `from` writes into.
+    pub fn ring(&self, from: usize) -> Ring {
+        assert!(from < self.nodes);
+        // SAFETY: the ring lies inside the mapping (checked at open/create), 64-byte aligned
+        // (HEADER, ring::HEADER and cap are multiples of 64), and the mapping lives as long as
+        // self; the caller keeps to one producer and one consumer per ring.
+        unsafe {
+            let off = HEADER + from * (ring::HEADER + self.cap);
+            Ring::new(self.map.as_mut_ptr().add(off), self.cap)
+        }
+    }
+
+    fn word(&self, index: usize) -> &AtomicU32 {
+        // SAFETY: offsets 24 and 28 are inside the header, 4-aligned; atomics may alias shared
+        // memory.
+        unsafe { &*(self.map.as_mut_ptr().add(24 + 4 * index) as *const AtomicU32) }
+    }
+
+    fn doorbell(&self) -> &AtomicU32 {
+        self.word(0)
+    }
+
+    fn sleeping(&self) -> &AtomicU32 {
+        self.word(1)
+    }
+
+    /// Writer side, after publishing a record: wake the owner if it sleeps.
+    pub fn ring_doorbell(&self) {
+        // Orders the record's publication before reading `sleeping` (the owner does the
+        // mirror image), so either it sees the record or we see it asleep.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.sleeping().load(Ordering::Relaxed) != 0 {
+            self.doorbell().fetch_add(1, Ordering::SeqCst);
+            futex_wake(self.doorbell());
+        }
+    }
+
+    /// Owner side: sleep until a writer rings or `timeout` passes, unless `has_work` says there
+    /// is already something to read.
+    pub fn sleep(&self, timeout: Duration, has_work: impl Fn() -> bool) {
+        self.sleeping().store(1, Ordering::SeqCst);
+        let seen = self.doorbell().load(Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if !has_work() {
+            futex_wait(self.doorbell(), seen, timeout);
+        }
+        self.sleeping().store(0, Ordering::Relaxed);
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: the futex word is a valid, aligned u32 in a shared mapping; a shared (not
+    // PRIVATE) futex, since the waker is another process. Any return (woken, timed out,
+    // interrupted, value already changed) is fine: callers re-check.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+        );
+    }
+}
+
+fn futex_wake(word: &AtomicU32) {
+    // SAFETY: as for futex_wait.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, 1);
+    }
+}
