@@ -159,7 +159,10 @@ impl<'a> Job<'a> {
             Err(e) => return Err(Box::new((job, format!("no current directory: {e}")))),
         };
         if opts.verbose {
-            eprintln!("charmrun: control port {port}, starting {n} node(s)");
+            eprintln!(
+                "charmrun: control port {port}, job tag {}, starting {n} node(s)",
+                job.tag
+            );
         }
         let mut args = opts.args.clone();
         if opts.ppn > 1 {

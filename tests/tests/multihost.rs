@@ -103,7 +103,8 @@ impl Hosts {
         for (h, addr) in IPS.iter().enumerate() {
             script.push_str(&format!("  {addr}) ns={} ;;\n", self.host_ns(h)));
         }
-        script.push_str("  *) echo \"netns-shell: no route to host $host\" >&2; exit 255 ;;\nesac\nexec ip netns exec \"$ns\" sh -c \"$1\"\n");
+        // Each host also gets a host name of its own, as real hosts have.
+        script.push_str("  *) echo \"netns-shell: no route to host $host\" >&2; exit 255 ;;\nesac\nexec ip netns exec \"$ns\" unshare --uts sh -c \"hostname $ns && $1\"\n");
         std::fs::write(&path, script).expect("write shell");
         Command::new("chmod")
             .arg("+x")
@@ -263,6 +264,26 @@ fn an_unreachable_host_is_one_clear_error() {
     assert!(
         o.stderr
             .contains("PE 1 on 10.99.0.9 exited with code 255 before connecting to charmrun"),
+        "{o}"
+    );
+}
+
+#[test]
+fn the_si_layer_refuses_a_job_that_spans_hosts() {
+    let Some(hosts) = Hosts::new("f") else { return };
+    let shell = hosts.shell();
+    let machines = hosts.file("machines", "10.99.0.2\n10.99.0.3\n");
+    let mut a = args(&["+p2", "++remote-shell"]);
+    a.push(shell.display().to_string());
+    a.push("++nodelist".into());
+    a.push(machines.display().to_string());
+    a.extend(args(&[PROGRAM, "hello", "+machine", "si"]));
+    let o = hosts.charmrun(&a);
+    assert_ne!(o.code, Some(0), "{o}");
+    assert!(!o.timed_out, "{o}");
+    assert!(
+        o.stderr
+            .contains("the si layer is shared memory on one host, but this job spans hosts"),
         "{o}"
     );
 }

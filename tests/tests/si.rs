@@ -1,0 +1,100 @@
+//! The conformance suite on the SI layer (shared memory), every job started by charmrun, and
+//! what is particular to it: nothing of a job stays in /dev/shm, whatever happens.
+
+conformance::conformance_suite!(conformance::Launcher::Charmrun {
+    machine: "si",
+    opts: vec![]
+});
+
+mod particular {
+    use conformance::{alive, children_of, run_bounded, Launcher, Running};
+    use std::process::Command;
+    use std::time::Duration;
+
+    const PROGRAM: &str = env!("CARGO_BIN_EXE_conformance");
+
+    /// The job tag charmrun's verbose output names.
+    fn tag(stderr: &str) -> String {
+        stderr
+            .split("job tag ")
+            .nth(1)
+            .and_then(|r| r.split(',').next())
+            .map(str::to_owned)
+            .unwrap_or_else(|| panic!("no job tag in: {stderr}"))
+    }
+
+    /// This job's files in /dev/shm.
+    fn files_of(tag: &str) -> Vec<String> {
+        let prefix = format!("converse-{tag}-");
+        std::fs::read_dir("/dev/shm")
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| e.file_name().into_string().ok())
+                    .filter(|n| n.starts_with(&prefix))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn a_node_killed_mid_job_leaves_no_segment_and_no_process() {
+        let si = Launcher::Charmrun {
+            machine: "si",
+            opts: vec!["++verbose".into()],
+        };
+        let mut job = Running::start(
+            &mut si.command(PROGRAM, 4, &["wait", "30"]),
+            Duration::from_secs(60),
+        )
+        .expect("start");
+        assert!(
+            job.wait_for_stderr("all 4 node(s) connected", Duration::from_secs(20)),
+            "{}",
+            job.stderr_so_far()
+        );
+        let nodes = children_of(job.pid());
+        assert_eq!(nodes.len(), 4);
+        std::thread::sleep(Duration::from_millis(300));
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(nodes[1] as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let o = job.finish();
+        assert_ne!(o.code, Some(0), "{o}");
+        assert!(o.stderr.contains("was killed by signal 9 (SIGKILL)"), "{o}");
+        for pid in nodes {
+            assert!(!alive(pid), "node {pid} survived\n{o}");
+        }
+        let t = tag(&o.stderr);
+        assert_eq!(files_of(&t), Vec::<String>::new(), "{o}");
+    }
+
+    #[test]
+    fn charmrun_removes_the_files_of_a_node_that_died_before_removing_them() {
+        // A "node" that makes a segment under the job's tag, as a layer does, then dies.
+        let dir = std::env::temp_dir().join(format!("si-crash-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let script = dir.join("crash.sh");
+        std::fs::write(
+            &script,
+            "#!/bin/sh\ntouch /dev/shm/converse-$CONVERSE_JOB-si-$CONVERSE_NODE\nkill -9 $$\n",
+        )
+        .expect("write");
+        Command::new("chmod")
+            .arg("+x")
+            .arg(&script)
+            .status()
+            .expect("chmod");
+        let charmrun = conformance::charmrun_path(PROGRAM);
+        let o = run_bounded(
+            Command::new(charmrun)
+                .args(["+p2", "++verbose"])
+                .arg(&script),
+            Duration::from_secs(30),
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_ne!(o.code, Some(0), "{o}");
+        let t = tag(&o.stderr);
+        assert_eq!(files_of(&t), Vec::<String>::new(), "{o}");
+    }
+}
