@@ -88,6 +88,14 @@ enum Cmd {
         #[arg(long)]
         csv: PathBuf,
     },
+    /// The echoing side of the raw shared-memory baseline.
+    #[command(hide = true)]
+    RawShmEcho {
+        path: String,
+        #[arg(value_delimiter = ',')]
+        sizes: Vec<usize>,
+        rounds: u64,
+    },
     /// The echoing side of the raw TCP baseline.
     #[command(hide = true)]
     RawTcpEcho {
@@ -134,6 +142,11 @@ fn main() -> ExitCode {
             csv,
         } => pingpong::run(&layer, &sizes, iters.max(1), csv.as_deref()),
         Cmd::Rate { messages, csv } => rate::run(messages.max(1), csv.as_deref()),
+        Cmd::RawShmEcho {
+            path,
+            sizes,
+            rounds,
+        } => raw::shm_echo(&path, &sizes, rounds),
         Cmd::PeDirect {
             layer,
             sizes,

@@ -133,3 +133,141 @@ fn spin_write(s: &mut TcpStream, buf: &[u8]) -> std::io::Result<()> {
     }
     Ok(())
 }
+
+/// Layout of the raw shared-memory baseline's mapping: a flag per direction, each on its own
+/// cache line, then a payload buffer per direction.
+const SHM_FLAGS: usize = 4096;
+
+fn shm_len(max: usize) -> usize {
+    SHM_FLAGS + 2 * max.max(1)
+}
+
+struct Shm {
+    map: memmap2::MmapRaw,
+    max: usize,
+}
+
+impl Shm {
+    fn flag(&self, i: usize) -> &std::sync::atomic::AtomicU64 {
+        // SAFETY: offsets 0 and 64 are inside the mapping and 8-aligned; atomics may alias
+        // memory shared with the other process.
+        unsafe { &*(self.map.as_mut_ptr().add(64 * i) as *const std::sync::atomic::AtomicU64) }
+    }
+
+    fn buf(&self, i: usize) -> *mut u8 {
+        // SAFETY: both buffers lie inside the mapping (see shm_len).
+        unsafe { self.map.as_mut_ptr().add(SHM_FLAGS + i * self.max.max(1)) }
+    }
+
+    /// Copy `from` into buffer `i` (the other side reads it only after the flag says so).
+    fn put(&self, i: usize, from: &[u8]) {
+        // SAFETY: `from.len() <= max`; the other process does not touch buffer `i` until we
+        // publish it with the flag (release), and we do not until it answers.
+        unsafe { std::ptr::copy_nonoverlapping(from.as_ptr(), self.buf(i), from.len()) }
+    }
+
+    fn get(&self, i: usize, to: &mut [u8]) {
+        // SAFETY: as for `put`, the flag (acquire) said the buffer is ours to read.
+        unsafe { std::ptr::copy_nonoverlapping(self.buf(i), to.as_mut_ptr(), to.len()) }
+    }
+
+    fn spin_until(&self, i: usize, value: u64) {
+        while self.flag(i).load(std::sync::atomic::Ordering::Acquire) != value {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// Ping-pong between this process and a child `bench raw-shm-echo` through one shared mapping:
+/// a cache-line flag per direction and a payload buffer, busy-polling; each side copies the
+/// payload in and out, as a shared-memory layer must.
+pub fn shm_pingpong(sizes: &[usize], iters: u64, warmup: u64) -> anyhow::Result<Vec<Row>> {
+    use std::sync::atomic::Ordering;
+    let max = sizes.iter().copied().max().unwrap_or(1);
+    let path = format!("/dev/shm/converse-bench-raw-{}", std::process::id());
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .open(&path)?;
+    f.set_len(shm_len(max) as u64)?;
+    let shm = Shm {
+        map: memmap2::MmapOptions::new().map_raw(&f)?,
+        max,
+    };
+    let me = std::env::current_exe()?;
+    let sizes_arg = sizes
+        .iter()
+        .map(|s| s.to_string())
+        .collect::<Vec<_>>()
+        .join(",");
+    let child = std::process::Command::new(me)
+        .args([
+            "raw-shm-echo",
+            &path,
+            &sizes_arg,
+            &(iters + warmup).to_string(),
+        ])
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => {
+            let _ = std::fs::remove_file(&path);
+            return Err(e.into());
+        }
+    };
+    // The child maps the file and raises flag 1 to 1; then the name can go.
+    shm.spin_until(1, 1);
+    let _ = std::fs::remove_file(&path);
+    let mut seq = 1u64;
+    let mut rows = Vec::new();
+    for &size in sizes {
+        let mut mine = vec![7u8; size];
+        let mut h = histogram()?;
+        for i in 0..iters + warmup {
+            seq += 1;
+            let t = Instant::now();
+            shm.put(0, &mine);
+            shm.flag(0).store(seq, Ordering::Release);
+            shm.spin_until(1, seq);
+            shm.get(1, &mut mine);
+            if i >= warmup {
+                h.saturating_record((t.elapsed().as_nanos() as u64 / 2).max(1));
+            }
+        }
+        rows.push(Row::from_hist("raw-shm", size, &h));
+    }
+    let _ = child.wait();
+    Ok(rows)
+}
+
+/// The child side of [`shm_pingpong`].
+pub fn shm_echo(path: &str, sizes: &[usize], rounds: u64) -> anyhow::Result<()> {
+    use std::sync::atomic::Ordering;
+    let max = sizes.iter().copied().max().unwrap_or(1);
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)?;
+    anyhow::ensure!(
+        f.metadata()?.len() as usize >= shm_len(max),
+        "mapping too small"
+    );
+    let shm = Shm {
+        map: memmap2::MmapOptions::new().map_raw(&f)?,
+        max,
+    };
+    shm.flag(1).store(1, Ordering::Release);
+    let mut seq = 1u64;
+    for &size in sizes {
+        let mut mine = vec![0u8; size];
+        for _ in 0..rounds {
+            seq += 1;
+            shm.spin_until(0, seq);
+            shm.get(0, &mut mine);
+            shm.put(1, &mine);
+            shm.flag(1).store(seq, Ordering::Release);
+        }
+    }
+    Ok(())
+}

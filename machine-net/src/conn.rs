@@ -222,8 +222,7 @@ impl Conn {
                 deliver(Message::from_frame(buf, HEADROOM).map_err(ConnError::Corrupt)?);
                 n += 1;
             } else if len >= BIG || FRAME_HEADER + len > READ_BUF {
-                // Zeroed allocation of a large buffer comes from fresh pages: no extra pass.
-                let mut buf = vec![0u8; HEADROOM + len];
+                let mut buf = machine::zeroed(HEADROOM + len);
                 buf[HEADROOM..HEADROOM + rest.len()].copy_from_slice(rest);
                 let filled = HEADROOM + rest.len();
                 self.in_start = 0;

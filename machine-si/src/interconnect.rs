@@ -14,7 +14,9 @@
 //! control: a full ring makes `write` wait (and `try_write` say no); nothing is dropped or
 //! overwritten. Learning where the other ports are ([`Si::attach`]) is the start-up's job.
 
+use crate::ring::{Consumer, Producer};
 use crate::segment::Segment;
+use std::cell::Cell;
 use std::path::Path;
 use std::time::Duration;
 
@@ -24,6 +26,10 @@ pub struct Si {
     nodes: usize,
     port: Option<Segment>,
     peers: Vec<Option<Segment>>,
+    /// Our state as the producer of our ring in each node's port.
+    tx: Vec<Cell<Producer>>,
+    /// Our state as the consumer of each sender's ring in our port.
+    rx: Vec<Cell<Consumer>>,
 }
 
 impl Si {
@@ -34,6 +40,8 @@ impl Si {
             nodes,
             port: None,
             peers: (0..nodes).map(|_| None).collect(),
+            tx: (0..nodes).map(|_| Cell::default()).collect(),
+            rx: (0..nodes).map(|_| Cell::default()).collect(),
         }
     }
 
@@ -83,13 +91,16 @@ impl Si {
         } else {
             self.peers.get(node).and_then(Option::as_ref)
         };
-        let Some(seg) = seg else { return false };
-        if seg.ring(self.me).try_push(parts) {
+        let (Some(seg), Some(tx)) = (seg, self.tx.get(node)) else {
+            return false;
+        };
+        let mut p = tx.get();
+        let pushed = seg.ring(self.me).try_push(&mut p, parts);
+        tx.set(p);
+        if pushed {
             seg.ring_doorbell();
-            true
-        } else {
-            false
         }
+        pushed
     }
 
     /// `si_write`: append one record to `node`'s port, waiting for room.
@@ -107,13 +118,19 @@ impl Si {
 
     /// `si_read`, first half: the length of the next record from `sender`, if there is one.
     pub fn peek(&self, sender: usize) -> Option<usize> {
-        self.port.as_ref()?.ring(sender).peek_len()
+        let rx = self.rx.get(sender)?;
+        let mut c = rx.get();
+        let len = self.port.as_ref()?.ring(sender).peek_len(&mut c);
+        rx.set(c);
+        len
     }
 
     /// `si_read`, second half: copy that record into `out` (exactly its length).
     pub fn read(&self, sender: usize, out: &mut [u8]) {
-        if let Some(p) = self.port.as_ref() {
-            p.ring(sender).pop_into(out);
+        if let (Some(p), Some(rx)) = (self.port.as_ref(), self.rx.get(sender)) {
+            let mut c = rx.get();
+            p.ring(sender).pop_into(&mut c, out);
+            rx.set(c);
         }
     }
 
@@ -121,7 +138,7 @@ impl Si {
     pub fn any_waiting(&self) -> bool {
         self.port
             .as_ref()
-            .is_some_and(|p| (0..self.nodes).any(|s| !p.ring(s).is_empty()))
+            .is_some_and(|p| (0..self.nodes).any(|s| !p.ring(s).is_empty(&self.rx[s].get())))
     }
 
     /// Sleep until a writer rings this node's doorbell, or `timeout`.

@@ -224,7 +224,7 @@ impl SiMachine {
                     if len > HEADER {
                         // Header and whole message in one record: read it so that the header
                         // lands in the headroom and the message's wire bytes right after.
-                        let mut buf = vec![0u8; HEADROOM - HEADER + len];
+                        let mut buf = machine::zeroed(HEADROOM - HEADER + len);
                         self.si.read(s, &mut buf[HEADROOM - HEADER..]);
                         let size = u64::from_le_bytes(
                             buf[HEADROOM - HEADER..HEADROOM - 4]
@@ -253,7 +253,7 @@ impl SiMachine {
                             ));
                         }
                         self.incoming[s] = Some(Incoming {
-                            buf: vec![0u8; HEADROOM + size as usize],
+                            buf: machine::zeroed(HEADROOM + size as usize),
                             filled: 0,
                         });
                     }

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! | tail (producer, cache line) | head (consumer, cache line) | data: CAP bytes ... |
-//! record: [len u32][pad u32][len bytes][padding to 8]    wrap marker: len = u32::MAX
+//! record: [len u32][pad u32][len bytes][padding to 64]   wrap marker: len = u32::MAX
 //! ```
 //!
 //! `head` and `tail` only grow (byte counts); a position is the count modulo `CAP`. The producer
@@ -10,6 +10,12 @@
 //! the consumer reads the tail with acquire ordering, copies the record out, then frees the
 //! space by storing the new head with release ordering. A record never wraps: if it does not fit
 //! before the end, the producer leaves a wrap marker there and starts again at 0.
+//!
+//! Each side keeps the other's counter in a local copy and shares its own sparingly, because
+//! every read of a line the other side wrote is a cache-line transfer between cores: the
+//! producer re-reads `head` only when the ring looks full; the consumer publishes `head` only
+//! when it finds the ring empty or has freed a quarter of it. Per message that leaves the
+//! record and `tail`, as a plain flag-and-buffer exchange has.
 //!
 //! All `unsafe` of the SI interconnect is here: the ring is raw memory shared with another
 //! process, so it can only be reached through pointers.
@@ -32,8 +38,13 @@ pub struct Ring {
 // mapping alive); the protocol above, not Rust ownership, keeps producer and consumer apart.
 unsafe impl Send for Ring {}
 
-fn round8(n: usize) -> usize {
-    (n + 7) & !7
+/// Records start on cache-line boundaries: a small message then travels in one line, never
+/// straddling two (each line is a transfer between cores).
+const ALIGN: usize = 64;
+
+/// Bytes a record of `len` bytes takes, with its 8-byte length word.
+fn footprint(len: usize) -> usize {
+    (8 + len + ALIGN - 1) & !(ALIGN - 1)
 }
 
 impl Ring {
@@ -65,28 +76,31 @@ impl Ring {
 
     /// Largest record the ring takes.
     pub fn max_record(&self) -> usize {
-        self.cap / 2 - 8
+        self.cap / 2 - ALIGN
     }
 
-    /// Whether nothing is waiting to be read.
-    pub fn is_empty(&self) -> bool {
-        self.head().load(Ordering::Relaxed) == self.tail().load(Ordering::Acquire)
+    /// Consumer: whether nothing is waiting to be read (`head`: the consumer's own count).
+    pub fn is_empty(&self, head: &Consumer) -> bool {
+        head.head == self.tail().load(Ordering::Acquire)
     }
 
     /// Producer: append a record made of `parts` (concatenated), if there is room now.
-    /// Returns `false` when the ring is too full: nothing was written.
-    pub fn try_push(&self, parts: &[&[u8]]) -> bool {
+    /// Returns `false` when the ring is too full: nothing was written. `p` is the producer's
+    /// local state for this ring.
+    pub fn try_push(&self, p: &mut Producer, parts: &[&[u8]]) -> bool {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         debug_assert!(len <= self.max_record());
-        let need = 8 + round8(len);
+        let need = footprint(len);
         let tail = self.tail().load(Ordering::Relaxed);
-        let head = self.head().load(Ordering::Acquire);
-        let free = self.cap - (tail - head) as usize;
         let pos = (tail as usize) & (self.cap - 1);
         let to_end = self.cap - pos;
         let (skip, at) = if need > to_end { (to_end, 0) } else { (0, pos) };
-        if skip + need > free {
-            return false;
+        if skip + need > self.cap - (tail - p.head) as usize {
+            // Looks full with what we knew: learn how far the consumer really is.
+            p.head = self.head().load(Ordering::Acquire);
+            if skip + need > self.cap - (tail - p.head) as usize {
+                return false;
+            }
         }
         // SAFETY: [pos, pos + 8) and [at, at + need) are inside the data area and free: the
         // consumer does not read past the published tail, and `free` counted them.
@@ -107,38 +121,65 @@ impl Ring {
         true
     }
 
-    /// Consumer: the length of the next record, if one is there.
-    pub fn peek_len(&self) -> Option<usize> {
-        let mut head = self.head().load(Ordering::Relaxed);
+    /// Consumer: the length of the next record, if one is there. Finding the ring empty
+    /// publishes what was freed, so a producer waiting for room learns of it.
+    pub fn peek_len(&self, c: &mut Consumer) -> Option<usize> {
         loop {
-            let tail = self.tail().load(Ordering::Acquire);
-            if head == tail {
-                return None;
+            if c.head == c.tail {
+                c.tail = self.tail().load(Ordering::Acquire);
+                if c.head == c.tail {
+                    self.publish(c);
+                    return None;
+                }
             }
-            let pos = (head as usize) & (self.cap - 1);
+            let pos = (c.head as usize) & (self.cap - 1);
             // SAFETY: a published record (or wrap marker) starts at `pos`.
             let len = unsafe { (self.data().add(pos) as *const u32).read() };
             if len != WRAP {
                 return Some(len as usize);
             }
-            head += (self.cap - pos) as u64;
-            self.head().store(head, Ordering::Release);
+            c.head += (self.cap - pos) as u64;
         }
     }
 
     /// Consumer: copy the next record (whose length [`peek_len`](Self::peek_len) gave) into
     /// `out`, which must be exactly that long, and free its space.
-    pub fn pop_into(&self, out: &mut [u8]) {
-        let head = self.head().load(Ordering::Relaxed);
-        let pos = (head as usize) & (self.cap - 1);
+    pub fn pop_into(&self, c: &mut Consumer, out: &mut [u8]) {
+        let pos = (c.head as usize) & (self.cap - 1);
         // SAFETY: peek_len returned this record's length and skipped any wrap marker, so a
         // published record of `out.len()` bytes starts at `pos + 8`.
         unsafe {
             std::ptr::copy_nonoverlapping(self.data().add(pos + 8), out.as_mut_ptr(), out.len());
         }
-        self.head()
-            .store(head + (8 + round8(out.len())) as u64, Ordering::Release);
+        c.head += footprint(out.len()) as u64;
+        if (c.head - c.published) as usize >= self.cap / 4 {
+            self.publish(c);
+        }
     }
+
+    fn publish(&self, c: &mut Consumer) {
+        if c.published != c.head {
+            self.head().store(c.head, Ordering::Release);
+            c.published = c.head;
+        }
+    }
+}
+
+/// The producer's local state for one ring: how far it knows the consumer is.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Producer {
+    head: u64,
+}
+
+/// The consumer's local state for one ring.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Consumer {
+    /// How far it has read.
+    head: u64,
+    /// How far it has told the producer.
+    published: u64,
+    /// How far it knows the producer has written.
+    tail: u64,
 }
 
 #[cfg(test)]
@@ -153,17 +194,18 @@ mod tests {
         let mut mem = Box::new(Mem([0; HEADER + 256]));
         // SAFETY: zeroed, aligned, lives for the test.
         let r = unsafe { Ring::new(mem.0.as_mut_ptr(), 256) };
+        let (mut p, mut c) = (Producer::default(), Consumer::default());
         let mut next_in = 0u8;
         let mut next_out = 0u8;
         for round in 0..200usize {
             let len = (round * 37) % r.max_record();
             let rec = vec![next_in; len];
-            if r.try_push(&[&rec]) {
+            if r.try_push(&mut p, &[&rec]) {
                 next_in = next_in.wrapping_add(1);
             }
-            while let Some(l) = r.peek_len() {
+            while let Some(l) = r.peek_len(&mut c) {
                 let mut out = vec![0; l];
-                r.pop_into(&mut out);
+                r.pop_into(&mut c, &mut out);
                 assert!(out.iter().all(|&b| b == next_out), "round {round}");
                 next_out = next_out.wrapping_add(1);
             }
@@ -176,17 +218,25 @@ mod tests {
         let mut mem = Box::new(Mem([0; HEADER + 256]));
         // SAFETY: zeroed, aligned, lives for the test.
         let r = unsafe { Ring::new(mem.0.as_mut_ptr(), 256) };
+        let (mut p, mut c) = (Producer::default(), Consumer::default());
         let mut pushed = 0u8;
-        while r.try_push(&[&[pushed; 20]]) {
+        while r.try_push(&mut p, &[&[pushed; 20]]) {
             pushed += 1;
         }
         assert!(pushed > 0);
         for i in 0..pushed {
-            let l = r.peek_len().expect("record");
+            let l = r.peek_len(&mut c).expect("record");
             let mut out = vec![0; l];
-            r.pop_into(&mut out);
+            r.pop_into(&mut c, &mut out);
             assert_eq!(out, vec![i; 20]);
         }
-        assert!(r.is_empty());
+        assert!(r.peek_len(&mut c).is_none());
+        assert!(r.is_empty(&c));
+        // What the consumer freed reaches the producer: the ring takes as much again.
+        let mut again = 0u8;
+        while r.try_push(&mut p, &[&[again; 20]]) {
+            again += 1;
+        }
+        assert_eq!(again, pushed);
     }
 }

@@ -17,6 +17,6 @@ mod settings;
 
 pub use contract::{BootConfig, BootFn, Layer, Machine};
 pub use error::{MachineError, WireError};
-pub use message::{Message, ENVELOPE_LEN, HEADROOM};
+pub use message::{zeroed, Message, ENVELOPE_LEN, HEADROOM};
 pub use node_table::{NodeInfo, NodeTable};
 pub use settings::Settings;
