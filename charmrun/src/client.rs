@@ -240,6 +240,37 @@ impl Control {
         self.released.wait_past(ticket, Some(timeout))
     }
 
+    /// A barrier for a layer that must keep its interconnect moving while it waits: calls
+    /// `step` (push queued sends, answer peers, keep what arrives, then wait a moment for
+    /// activity) until every node has arrived.
+    ///
+    /// A `step` error right when peers are released is expected: a peer released first may
+    /// already have left and closed its end. It counts only if the release does not follow
+    /// within `grace`.
+    ///
+    /// # Errors
+    /// `step`'s error when the barrier did not complete; [`MachineError::Io`] when charmrun
+    /// cannot be told.
+    pub fn barrier_while(
+        &self,
+        grace: Duration,
+        mut step: impl FnMut() -> Result<(), MachineError>,
+    ) -> Result<(), MachineError> {
+        let ticket = self.barrier_begin()?;
+        loop {
+            if let Err(e) = step() {
+                return if self.released(ticket, grace) {
+                    Ok(())
+                } else {
+                    Err(e)
+                };
+            }
+            if self.released(ticket, Duration::ZERO) {
+                return Ok(());
+            }
+        }
+    }
+
     /// Tell charmrun this node leaves the job normally with `code`.
     ///
     /// # Errors

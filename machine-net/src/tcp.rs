@@ -75,7 +75,7 @@ pub struct TcpMachine {
     events: Vec<EpollEvent>,
     advances: u32,
     strangers: u64,
-    ctl: Control,
+    ctl: std::sync::Arc<Control>,
 }
 
 /// Boot: connect back to charmrun, open the listener, learn the table.
@@ -122,7 +122,7 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
         events: vec![EpollEvent::empty(); 64],
         advances: 0,
         strangers: 0,
-        ctl,
+        ctl: std::sync::Arc::new(ctl),
     })])
 }
 
@@ -402,28 +402,16 @@ impl Machine for TcpMachine {
 
     fn barrier(&mut self) -> Result<(), MachineError> {
         // Keep the interconnect moving while others catch up: frames still queued here may be
-        // what a peer needs to reach the barrier (its exit, say), and a peer may be asking us
-        // to connect. What arrives meanwhile is kept and handed up by the next `advance`.
-        let ticket = self.ctl.barrier_begin()?;
-        loop {
+        // what a peer needs to reach the barrier (its exit, say). What arrives meanwhile is kept
+        // and handed up by the next `advance`.
+        let ctl = std::sync::Arc::clone(&self.ctl);
+        ctl.barrier_while(BARRIER_GRACE, || {
             let mut held = std::mem::take(&mut self.ready);
             let r = self.advance(&mut |m| held.push_back(m));
             self.ready = held;
-            if let Err(e) = r {
-                // A peer released before us may already have left and closed its connection:
-                // only a peer that is gone while the barrier never completes has died.
-                if self.ctl.released(ticket, BARRIER_GRACE) {
-                    return Ok(());
-                }
-                return Err(e);
-            }
-            if self.ctl.released(ticket, Duration::ZERO) {
-                return Ok(());
-            }
-            // Wake for socket activity, or soon to look for the release (it comes through the
-            // control connection's watchdog).
             let _ = self.epoll.wait(&mut self.events, EpollTimeout::from(1u16));
-        }
+            r.map(|_| ())
+        })
     }
 
     fn exit(&mut self, code: i32) -> Result<(), MachineError> {

@@ -39,6 +39,9 @@ const DEFAULT_RING_KIB: usize = 256;
 /// Largest message size a header may announce (the runtime's frames are far smaller).
 const MAX_MESSAGE: u64 = 1 << 40;
 
+/// In the exit barrier, how long a failure waits for the release that would explain it.
+const BARRIER_GRACE: Duration = Duration::from_secs(2);
+
 /// How long an idle node with queued output sleeps before trying again: the peer frees ring
 /// space without telling us.
 const BACKLOG_NAP: Duration = Duration::from_micros(50);
@@ -62,7 +65,7 @@ pub struct SiMachine {
     me: usize,
     table: NodeTable,
     si: Si,
-    ctl: Control,
+    ctl: std::sync::Arc<Control>,
     chunk: usize,
     out: Vec<VecDeque<Outgoing>>,
     backlog: Vec<usize>,
@@ -128,7 +131,7 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
         me,
         table,
         si,
-        ctl,
+        ctl: std::sync::Arc::new(ctl),
         chunk,
         out: (0..n).map(|_| VecDeque::new()).collect(),
         backlog: Vec::new(),
@@ -351,19 +354,17 @@ impl Machine for SiMachine {
     }
 
     fn barrier(&mut self) -> Result<(), MachineError> {
-        // Keep writing what is queued (a peer may need it to reach the barrier) and keep what
-        // arrives for the next advance.
-        let ticket = self.ctl.barrier_begin()?;
-        loop {
+        // Keep the interconnect moving while others catch up: frames still queued here may be
+        // what a peer needs to reach the barrier (its exit, say). What arrives meanwhile is kept
+        // and handed up by the next `advance`.
+        let ctl = std::sync::Arc::clone(&self.ctl);
+        ctl.barrier_while(BARRIER_GRACE, || {
             let mut held = std::mem::take(&mut self.ready);
             let r = self.advance(&mut |m| held.push_back(m));
             self.ready = held;
-            r?;
-            if self.ctl.released(ticket, Duration::ZERO) {
-                return Ok(());
-            }
             self.si.wait(Duration::from_millis(1));
-        }
+            r.map(|_| ())
+        })
     }
 
     fn exit(&mut self, code: i32) -> Result<(), MachineError> {

@@ -251,6 +251,19 @@ pub fn children_of(parent: u32) -> Vec<u32> {
         .collect()
 }
 
+/// Wait until `parent` has `n` child processes (a launcher's nodes), up to `limit`; returns
+/// them (fewer if the time ran out).
+pub fn wait_for_children(parent: u32, n: usize, limit: Duration) -> Vec<u32> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let kids = children_of(parent);
+        if kids.len() >= n || Instant::now() >= deadline {
+            return kids;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Whether process `pid` still exists (and is not a zombie).
 pub fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))

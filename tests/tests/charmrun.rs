@@ -2,7 +2,7 @@
 //! multi-process jobs over the TCP layer. Every job is bounded in time and its process group
 //! killed at the end.
 
-use conformance::{alive, children_of, run_bounded, Launcher, Outcome, Running};
+use conformance::{alive, run_bounded, wait_for_children, Launcher, Outcome, Running};
 use std::io::Write;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -75,15 +75,7 @@ fn a_node_killed_mid_job_ends_the_job_with_no_orphans() {
         Running::start(&mut tcp(&[]).command(PROGRAM, 4, &["wait", "30"]), limit()).expect("start");
     let charmrun_pid = job.pid();
     // Wait until all four nodes run their start function.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let mut nodes = Vec::new();
-    while Instant::now() < deadline {
-        nodes = children_of(charmrun_pid);
-        if nodes.len() == 4 {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let nodes = wait_for_children(charmrun_pid, 4, Duration::from_secs(20));
     assert_eq!(nodes.len(), 4, "nodes: {nodes:?}\n{}", job.stderr_so_far());
     std::thread::sleep(Duration::from_millis(300));
     let victim = nodes[2];
@@ -116,12 +108,7 @@ fn a_hung_node_is_killed_by_the_time_limit() {
     )
     .expect("start");
     let charmrun_pid = job.pid();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut nodes = children_of(charmrun_pid);
-    while nodes.len() < 3 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-        nodes = children_of(charmrun_pid);
-    }
+    let nodes = wait_for_children(charmrun_pid, 3, Duration::from_secs(10));
     let o = job.finish();
     assert!(!o.timed_out, "{o}");
     assert_eq!(o.code, Some(124), "{o}");
@@ -342,12 +329,7 @@ fn ctrl_c_on_charmrun_ends_the_job_cleanly() {
     let job =
         Running::start(&mut tcp(&[]).command(PROGRAM, 3, &["wait", "30"]), limit()).expect("start");
     let charmrun_pid = job.pid();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut nodes = children_of(charmrun_pid);
-    while nodes.len() < 3 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-        nodes = children_of(charmrun_pid);
-    }
+    let nodes = wait_for_children(charmrun_pid, 3, Duration::from_secs(10));
     assert_eq!(nodes.len(), 3);
     std::thread::sleep(Duration::from_millis(200));
     let _ = nix::sys::signal::kill(
