@@ -172,6 +172,32 @@ impl Running {
         self.err.lock().map(|s| s.clone()).unwrap_or_default()
     }
 
+    /// Stdout so far.
+    pub fn stdout_so_far(&self) -> String {
+        self.out.lock().map(|s| s.clone()).unwrap_or_default()
+    }
+
+    /// Wait until stdout has `count` lines containing `needle` (true), or the job ends or
+    /// `limit` passes (false).
+    pub fn wait_for_stdout_lines(&mut self, needle: &str, count: usize, limit: Duration) -> bool {
+        let end = Instant::now() + limit;
+        loop {
+            if self
+                .stdout_so_far()
+                .lines()
+                .filter(|l| l.contains(needle))
+                .count()
+                >= count
+            {
+                return true;
+            }
+            if Instant::now() >= end || matches!(self.child.try_wait(), Ok(Some(_))) {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
     /// Wait until stderr contains `needle` (true) or the job ends or `limit` passes (false).
     pub fn wait_for_stderr(&mut self, needle: &str, limit: Duration) -> bool {
         let end = Instant::now() + limit;

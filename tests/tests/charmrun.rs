@@ -71,13 +71,18 @@ fn output_can_be_prefixed_by_pe() {
 
 #[test]
 fn a_node_killed_mid_job_ends_the_job_with_no_orphans() {
-    let job =
+    let mut job =
         Running::start(&mut tcp(&[]).command(PROGRAM, 4, &["wait", "30"]), limit()).expect("start");
     let charmrun_pid = job.pid();
     // Wait until all four nodes run their start function.
     let nodes = wait_for_children(charmrun_pid, 4, Duration::from_secs(20));
     assert_eq!(nodes.len(), 4, "nodes: {nodes:?}\n{}", job.stderr_so_far());
-    std::thread::sleep(Duration::from_millis(300));
+    // Every PE is past start-up and waiting once it has said so.
+    assert!(
+        job.wait_for_stdout_lines("conformance wait: PE", 4, Duration::from_secs(20)),
+        "{}",
+        job.stderr_so_far()
+    );
     let victim = nodes[2];
     let _ = nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(victim as i32),
@@ -326,12 +331,17 @@ fn check_one_line_error(o: &Outcome, want: &str, args: &[String]) {
 
 #[test]
 fn ctrl_c_on_charmrun_ends_the_job_cleanly() {
-    let job =
+    let mut job =
         Running::start(&mut tcp(&[]).command(PROGRAM, 3, &["wait", "30"]), limit()).expect("start");
     let charmrun_pid = job.pid();
     let nodes = wait_for_children(charmrun_pid, 3, Duration::from_secs(10));
     assert_eq!(nodes.len(), 3);
-    std::thread::sleep(Duration::from_millis(200));
+    // Every PE is past start-up and waiting once it has said so.
+    assert!(
+        job.wait_for_stdout_lines("conformance wait: PE", 3, Duration::from_secs(20)),
+        "{}",
+        job.stderr_so_far()
+    );
     let _ = nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(charmrun_pid as i32),
         nix::sys::signal::Signal::SIGINT,

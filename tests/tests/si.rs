@@ -54,7 +54,12 @@ mod particular {
         );
         let nodes = children_of(job.pid());
         assert_eq!(nodes.len(), 4);
-        std::thread::sleep(Duration::from_millis(300));
+        // Every PE is past start-up and waiting once it has said so.
+        assert!(
+            job.wait_for_stdout_lines("conformance wait: PE", 4, Duration::from_secs(20)),
+            "{}",
+            job.stderr_so_far()
+        );
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(nodes[1] as i32),
             nix::sys::signal::Signal::SIGKILL,
