@@ -84,11 +84,7 @@ fn under_charmrun(
         charmrun.display()
     );
     let out = std::env::temp_dir().join(format!("bench-pingpong-{}.csv", std::process::id()));
-    let sizes_arg = sizes
-        .iter()
-        .map(|s| s.to_string())
-        .collect::<Vec<_>>()
-        .join(",");
+    let sizes_arg = crate::report::size_list(sizes);
     let status = std::process::Command::new(&charmrun)
         .args(["+p2", "++quiet", "++timelimit", "600"])
         .arg(&me)

@@ -56,11 +56,7 @@ pub fn tcp_pingpong(sizes: &[usize], iters: u64, warmup: u64) -> anyhow::Result<
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let addr = listener.local_addr()?;
     let me = std::env::current_exe()?;
-    let sizes_arg = sizes
-        .iter()
-        .map(|s| s.to_string())
-        .collect::<Vec<_>>()
-        .join(",");
+    let sizes_arg = crate::report::size_list(sizes);
     let mut child = std::process::Command::new(me)
         .args([
             "raw-tcp-echo",
@@ -196,11 +192,7 @@ pub fn shm_pingpong(sizes: &[usize], iters: u64, warmup: u64) -> anyhow::Result<
         max,
     };
     let me = std::env::current_exe()?;
-    let sizes_arg = sizes
-        .iter()
-        .map(|s| s.to_string())
-        .collect::<Vec<_>>()
-        .join(",");
+    let sizes_arg = crate::report::size_list(sizes);
     let child = std::process::Command::new(me)
         .args([
             "raw-shm-echo",

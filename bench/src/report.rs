@@ -130,3 +130,12 @@ pub fn read_csv(path: &Path) -> anyhow::Result<Vec<Row>> {
     }
     Ok(rows)
 }
+
+/// Sizes as the comma-separated list the hidden subcommands take.
+pub fn size_list(sizes: &[usize]) -> String {
+    sizes
+        .iter()
+        .map(|s| s.to_string())
+        .collect::<Vec<_>>()
+        .join(",")
+}

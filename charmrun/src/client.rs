@@ -107,6 +107,10 @@ pub struct Control {
     node: usize,
 }
 
+/// In a barrier, how long a layer's failure (a peer's connection closing, say) waits for the
+/// release that would explain it: peers released first leave first, and that is no death.
+pub const BARRIER_GRACE: Duration = Duration::from_secs(2);
+
 /// How long a node tries to reach charmrun before giving up.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -246,20 +250,19 @@ impl Control {
     ///
     /// A `step` error right when peers are released is expected: a peer released first may
     /// already have left and closed its end. It counts only if the release does not follow
-    /// within `grace`.
+    /// within [`BARRIER_GRACE`].
     ///
     /// # Errors
     /// `step`'s error when the barrier did not complete; [`MachineError::Io`] when charmrun
     /// cannot be told.
     pub fn barrier_while(
         &self,
-        grace: Duration,
         mut step: impl FnMut() -> Result<(), MachineError>,
     ) -> Result<(), MachineError> {
         let ticket = self.barrier_begin()?;
         loop {
             if let Err(e) = step() {
-                return if self.released(ticket, grace) {
+                return if self.released(ticket, BARRIER_GRACE) {
                     Ok(())
                 } else {
                     Err(e)

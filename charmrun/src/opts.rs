@@ -88,19 +88,19 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
         let mut value = |name: &str| -> Result<String, String> {
             it.next().ok_or_else(|| format!("{name} needs a value"))
         };
-        if !o.program.is_empty() {
-            // After PROGRAM only +p is charmrun's.
-            if let Some(v) = pe_flag(&a) {
-                let v = if v.is_empty() {
-                    value("+p")?
-                } else {
-                    v.to_owned()
-                };
-                o.pes = count("+p", &v, MAX_PES)?;
-                pes_given = true;
+        // `+p` is charmrun's anywhere, before or after PROGRAM (as Charm++'s charmrun has it).
+        if let Some(v) = pe_flag(&a) {
+            let v = if v.is_empty() {
+                value("+p")?
             } else {
-                o.args.push(a);
-            }
+                v.to_owned()
+            };
+            o.pes = count("+p", &v, MAX_PES)?;
+            pes_given = true;
+            continue;
+        }
+        if !o.program.is_empty() {
+            o.args.push(a);
             continue;
         }
         match a.as_str() {
@@ -119,16 +119,6 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
             "++prefix" => o.prefix = true,
             "++verbose" => o.verbose = true,
             "++quiet" => o.quiet = true,
-            _ if pe_flag(&a).is_some() => {
-                let v = pe_flag(&a).unwrap_or_default();
-                let v = if v.is_empty() {
-                    value("+p")?
-                } else {
-                    v.to_owned()
-                };
-                o.pes = count("+p", &v, MAX_PES)?;
-                pes_given = true;
-            }
             _ if a.starts_with("++") || (a.starts_with('-') && a.len() > 1) => {
                 return Err(format!("unknown option '{a}' (charmrun --help lists them)"))
             }

@@ -30,10 +30,6 @@ const READ_ALL_UP_TO: usize = 4;
 /// idle node's `wait` watches the listener all the time.
 const ACCEPT_EVERY: u32 = 64;
 
-/// In a barrier, how long a peer's closed connection waits for the release that would explain
-/// it (the peer was released and left first) before it counts as a death.
-const BARRIER_GRACE: Duration = Duration::from_secs(2);
-
 /// How long `exit` keeps trying to send what is still queued.
 const EXIT_FLUSH: Duration = Duration::from_secs(2);
 
@@ -405,7 +401,7 @@ impl Machine for TcpMachine {
         // what a peer needs to reach the barrier (its exit, say). What arrives meanwhile is kept
         // and handed up by the next `advance`.
         let ctl = std::sync::Arc::clone(&self.ctl);
-        ctl.barrier_while(BARRIER_GRACE, || {
+        ctl.barrier_while(|| {
             let mut held = std::mem::take(&mut self.ready);
             let r = self.advance(&mut |m| held.push_back(m));
             self.ready = held;

@@ -39,9 +39,6 @@ const DEFAULT_RING_KIB: usize = 256;
 /// Largest message size a header may announce (the runtime's frames are far smaller).
 const MAX_MESSAGE: u64 = 1 << 40;
 
-/// In the exit barrier, how long a failure waits for the release that would explain it.
-const BARRIER_GRACE: Duration = Duration::from_secs(2);
-
 /// How long an idle node with queued output sleeps before trying again: the peer frees ring
 /// space without telling us.
 const BACKLOG_NAP: Duration = Duration::from_micros(50);
@@ -358,7 +355,7 @@ impl Machine for SiMachine {
         // what a peer needs to reach the barrier (its exit, say). What arrives meanwhile is kept
         // and handed up by the next `advance`.
         let ctl = std::sync::Arc::clone(&self.ctl);
-        ctl.barrier_while(BARRIER_GRACE, || {
+        ctl.barrier_while(|| {
             let mut held = std::mem::take(&mut self.ready);
             let r = self.advance(&mut |m| held.push_back(m));
             self.ready = held;
