@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! bench pingpong [--layer local] [--sizes 8,64,...] [--iters N] [--csv FILE]
+//!     (--layer mpi needs `--features mpi` and starts its jobs with mpirun)
 //! bench rate [--messages N] [--csv FILE]
 //! ```
 
@@ -10,6 +11,8 @@ mod direct;
 mod pingpong;
 mod rate;
 mod raw;
+#[cfg(feature = "mpi")]
+mod raw_mpi;
 mod report;
 mod startup;
 
@@ -68,25 +71,14 @@ enum Cmd {
     ConnectBack { addr: String },
     /// One PE of a launched ping-pong job (started by `bench pingpong` through charmrun).
     #[command(hide = true)]
-    PePingpong {
-        #[arg(long, value_delimiter = ',')]
-        sizes: Vec<usize>,
-        #[arg(long)]
-        iters: u64,
-        #[arg(long)]
-        csv: PathBuf,
-    },
+    PePingpong(Job),
     /// One node of a layer-only ping-pong (the Machine trait driven directly).
     #[command(hide = true)]
     PeDirect {
         #[arg(long)]
         layer: String,
-        #[arg(long, value_delimiter = ',')]
-        sizes: Vec<usize>,
-        #[arg(long)]
-        iters: u64,
-        #[arg(long)]
-        csv: PathBuf,
+        #[command(flatten)]
+        job: Job,
     },
     /// The echoing side of the raw shared-memory baseline.
     #[command(hide = true)]
@@ -96,6 +88,10 @@ enum Cmd {
         sizes: Vec<usize>,
         rounds: u64,
     },
+    /// One rank of the raw MPI baseline (started by `bench pingpong --layer mpi` via mpirun).
+    #[cfg(feature = "mpi")]
+    #[command(hide = true)]
+    RawMpi(Job),
     /// The echoing side of the raw TCP baseline.
     #[command(hide = true)]
     RawTcpEcho {
@@ -115,6 +111,18 @@ enum Cmd {
     },
 }
 
+/// What `bench pingpong` tells each 2-node job it launches: sizes, round trips, where node 0
+/// writes its figures.
+#[derive(clap::Args)]
+struct Job {
+    #[arg(long, value_delimiter = ',')]
+    sizes: Vec<usize>,
+    #[arg(long)]
+    iters: u64,
+    #[arg(long)]
+    csv: PathBuf,
+}
+
 fn main() -> ExitCode {
     // Runtime arguments (+machine, +p...) are for the launched job; clap sees the rest.
     let argv: Vec<String> = std::env::args().collect();
@@ -127,9 +135,9 @@ fn main() -> ExitCode {
     };
     let cli = Cli::parse_from(program_args);
     let result = match cli.cmd {
-        Cmd::PePingpong { sizes, iters, csv } => converse::Runtime::from_args(argv)
+        Cmd::PePingpong(j) => converse::Runtime::from_args(argv)
             .map_err(anyhow::Error::from)
-            .and_then(|rt| pingpong::pe_main(rt, &sizes, iters, &csv)),
+            .and_then(|rt| pingpong::pe_main(rt, &j.sizes, j.iters, &j.csv)),
         Cmd::RawTcpEcho {
             addr,
             sizes,
@@ -141,18 +149,15 @@ fn main() -> ExitCode {
             iters,
             csv,
         } => pingpong::run(&layer, &sizes, iters.max(1), csv.as_deref()),
+        #[cfg(feature = "mpi")]
+        Cmd::RawMpi(j) => raw_mpi::rank_main(&j.sizes, j.iters, &j.csv),
         Cmd::Rate { messages, csv } => rate::run(messages.max(1), csv.as_deref()),
         Cmd::RawShmEcho {
             path,
             sizes,
             rounds,
         } => raw::shm_echo(&path, &sizes, rounds),
-        Cmd::PeDirect {
-            layer,
-            sizes,
-            iters,
-            csv,
-        } => direct::pe_main(&layer, &sizes, iters, &csv),
+        Cmd::PeDirect { layer, job } => direct::pe_main(&layer, &job.sizes, job.iters, &job.csv),
         Cmd::Startup { pes, layer } => startup::run(&pes, &layer),
         Cmd::ConnectBack { addr } => startup::connect_back(&addr),
         Cmd::LaunchFloor { nodes } => startup::launch_floor(nodes),

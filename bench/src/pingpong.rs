@@ -44,14 +44,17 @@ pub fn run(layer: &str, sizes: &[usize], iters: u64, csv: Option<&Path>) -> anyh
             .collect::<anyhow::Result<_>>()?,
         "tcp" => raw::tcp_pingpong(sizes, iters, w)?,
         "si" => raw::shm_pingpong(sizes, iters, w)?,
-        other => anyhow::bail!("no raw baseline for layer '{other}' yet (layers: local, tcp, si)"),
+        "mpi" => launched(layer, sizes, iters, "raw-mpi")?,
+        other => {
+            anyhow::bail!("no raw baseline for layer '{other}' yet (layers: local, tcp, si, mpi)")
+        }
     };
     let (rows, direct) = if layer == "local" {
         let rt = Runtime::from_args(["bench", "+p2", "+quiet", "+machine", "local"])?;
         (job(rt, sizes, iters, layer)?, Vec::new())
     } else {
-        let rows = under_charmrun(layer, sizes, iters, "pe-pingpong")?;
-        let direct = under_charmrun(layer, sizes, iters, "pe-direct")?;
+        let rows = launched(layer, sizes, iters, "pe-pingpong")?;
+        let direct = launched(layer, sizes, iters, "pe-direct")?;
         (rows, direct)
     };
     report::print_pingpong(&rows, &raw_rows);
@@ -69,24 +72,42 @@ pub fn run(layer: &str, sizes: &[usize], iters: u64, csv: Option<&Path>) -> anyh
     Ok(())
 }
 
-/// Run the layer's ping-pong as a job of its own under charmrun; read back PE 0's figures.
-fn under_charmrun(
-    layer: &str,
-    sizes: &[usize],
-    iters: u64,
-    mode: &str,
-) -> anyhow::Result<Vec<Row>> {
-    let me = std::env::current_exe().context("finding the bench executable")?;
+/// The command that starts a 2-node job of this program on `layer`: `mpirun -n 2` for MPI,
+/// else `charmrun +p2`.
+fn launcher(layer: &str, me: &Path) -> anyhow::Result<std::process::Command> {
+    if layer == "mpi" {
+        let mut c = std::process::Command::new("mpirun");
+        let version = std::process::Command::new("mpirun")
+            .arg("--version")
+            .output()
+            .context("running mpirun (is an MPI installed?)")?;
+        if String::from_utf8_lossy(&version.stdout).contains("Open MPI") {
+            // Open MPI counts cores, not hardware threads, and refuses root without these.
+            c.arg("--oversubscribe")
+                .env("OMPI_ALLOW_RUN_AS_ROOT", "1")
+                .env("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+        }
+        c.args(["-n", "2"]);
+        return Ok(c);
+    }
     let charmrun = me.with_file_name("charmrun");
     anyhow::ensure!(
         charmrun.is_file(),
         "{} not found: build it (cargo build --release -p charmrun)",
         charmrun.display()
     );
+    let mut c = std::process::Command::new(&charmrun);
+    c.args(["+p2", "++quiet", "++timelimit", "600"]);
+    Ok(c)
+}
+
+/// Run `mode` (the layer's ping-pong, the layer alone, or a raw baseline) as a 2-node job of
+/// its own; read back node 0's figures.
+fn launched(layer: &str, sizes: &[usize], iters: u64, mode: &str) -> anyhow::Result<Vec<Row>> {
+    let me = std::env::current_exe().context("finding the bench executable")?;
     let out = std::env::temp_dir().join(format!("bench-pingpong-{}.csv", std::process::id()));
     let sizes_arg = crate::report::size_list(sizes);
-    let status = std::process::Command::new(&charmrun)
-        .args(["+p2", "++quiet", "++timelimit", "600"])
+    let status = launcher(layer, &me)?
         .arg(&me)
         .args([
             mode,
@@ -97,13 +118,13 @@ fn under_charmrun(
             "--csv",
         ])
         .arg(&out)
-        .args(if mode == "pe-direct" {
-            ["--layer", layer, "+quiet"]
-        } else {
-            ["+machine", layer, "+quiet"]
+        .args(match mode {
+            "pe-direct" => vec!["--layer", layer, "+quiet"],
+            "raw-mpi" => vec![],
+            _ => vec!["+machine", layer, "+quiet"],
         })
         .status()
-        .context("starting charmrun")?;
+        .context("starting the job")?;
     anyhow::ensure!(
         status.success(),
         "the {layer} ping-pong job failed: {status}"

@@ -211,7 +211,7 @@ impl<'a> Job<'a> {
                     spawn::local(&opts.program, &args, &env)
                 }
                 Some(h) => {
-                    let shell = h.shell.as_deref().unwrap_or(&opts.remote_shell);
+                    let shell = h.shell.as_deref().unwrap_or(opts.remote_shell());
                     let secret = (client::ENV_SECRET, secret_hex.as_str());
                     spawn::remote(shell, &h.name, &cwd, &opts.program, &args, &env, secret)
                 }

@@ -9,6 +9,7 @@
 
 pub mod client;
 pub mod launch;
+pub mod mpiexec;
 pub mod net;
 pub mod nodelist;
 pub mod opts;

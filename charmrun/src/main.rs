@@ -21,6 +21,10 @@ fn main() -> ExitCode {
         eprintln!("charmrun: {e}");
         return ExitCode::from(2);
     }
+    if o.mpiexec {
+        let code = charmrun::mpiexec::run(&o);
+        return ExitCode::from(code.clamp(0, 255) as u8);
+    }
     let hosts = match (&o.nodelist, o.local) {
         (Some(path), false) => match charmrun::nodelist::load(std::path::Path::new(path)) {
             Ok(h) => Some(h),

@@ -13,7 +13,10 @@ shell), connects them into one job, forwards their output, and exits with the jo
   ++ppn K              PEs per node process (default 1)
   ++local              start every node on this host, ignoring any nodelist
   ++nodelist FILE      hosts to start nodes on: Charm++ nodelist or one host per line
-  ++remote-shell CMD   how to reach a host (default: ssh, run as `CMD HOST COMMAND`)
+  ++remote-shell CMD   how to reach a host (default: ssh, run as `CMD HOST COMMAND`);
+                       with ++mpiexec, the MPI launcher to run (default: mpiexec)
+  ++mpiexec            hand the job to the MPI launcher: `mpiexec -n N PROGRAM ARGS`
+                       (for programs built with the MPI layer)
   ++timeout SECS       how long nodes may take to connect back (default 60)
   ++timelimit SECS     end the job, killing every process, after SECS seconds
   ++prefix             prefix every output line with the PE that printed it
@@ -33,8 +36,10 @@ pub struct Opts {
     pub local: bool,
     /// `++nodelist`.
     pub nodelist: Option<String>,
-    /// `++remote-shell`.
-    pub remote_shell: String,
+    /// `++remote-shell`, if given (the default depends on `++mpiexec`).
+    pub remote_shell: Option<String>,
+    /// `++mpiexec`.
+    pub mpiexec: bool,
     /// `++timeout`.
     pub timeout: Duration,
     /// `++timelimit`.
@@ -49,6 +54,13 @@ pub struct Opts {
     pub program: String,
     /// Its arguments.
     pub args: Vec<String>,
+}
+
+impl Opts {
+    /// The remote shell for starting nodes on other hosts.
+    pub fn remote_shell(&self) -> &str {
+        self.remote_shell.as_deref().unwrap_or("ssh")
+    }
 }
 
 /// What the command line asks for.
@@ -73,7 +85,8 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
         ppn: 1,
         local: false,
         nodelist: None,
-        remote_shell: "ssh".into(),
+        remote_shell: None,
+        mpiexec: false,
         timeout: Duration::from_secs(60),
         timelimit: None,
         prefix: false,
@@ -109,11 +122,13 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
             "++local" => o.local = true,
             "++nodelist" => o.nodelist = Some(value("++nodelist")?),
             "++remote-shell" => {
-                o.remote_shell = value("++remote-shell")?;
-                if o.remote_shell.trim().is_empty() {
+                let shell = value("++remote-shell")?;
+                if shell.trim().is_empty() {
                     return Err("++remote-shell needs a command".into());
                 }
+                o.remote_shell = Some(shell);
             }
+            "++mpiexec" => o.mpiexec = true,
             "++timeout" => o.timeout = secs("++timeout", &value("++timeout")?)?,
             "++timelimit" => o.timelimit = Some(secs("++timelimit", &value("++timelimit")?)?),
             "++prefix" => o.prefix = true,

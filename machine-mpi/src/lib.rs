@@ -1,1 +1,35 @@
-//! The machine layer on MPI (rsmpi), started by mpirun. Not built yet: it arrives with issue 6. Until then this crate exports nothing, and the runtime has no `mpi` layer to select.
+//! The machine layer on MPI (through rsmpi), started by `mpirun`/`mpiexec`: node = rank.
+//!
+//! Compiled only with the `mpi` feature (which needs an MPI library and libclang to build); a
+//! default build of the workspace has none of it and needs no MPI. See this crate's README.md
+//! for the design, what it was tested with and how to run it.
+//!
+//! ```text
+//! cargo run -p conv-mach -- build mpi
+//! mpirun -n 4 target/mpi/release/examples/hello
+//! ```
+
+pub mod launcher_env;
+
+#[cfg(feature = "mpi")]
+mod layer;
+#[cfg(feature = "mpi")]
+mod sends;
+
+#[cfg(feature = "mpi")]
+pub use layer::{boot, MpiMachine, LAYER};
+
+/// Turn an MPI return code into a result. With MPI's default error handler
+/// (`MPI_ERRORS_ARE_FATAL`) a failing call never returns, so this matters only where a
+/// program installed another handler.
+#[cfg(feature = "mpi")]
+fn mpi_call(what: &str, rc: std::os::raw::c_int) -> Result<(), machine::MachineError> {
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(machine::MachineError::io(
+            what,
+            std::io::Error::other(format!("MPI error code {rc}")),
+        ))
+    }
+}

@@ -20,6 +20,10 @@ pub enum RuntimeError {
     /// The job failed and another PE reported why.
     #[error("the job failed (reported by PE 0)")]
     FailedElsewhere,
+    /// An error this process already printed (before leaving the layer, so that a launcher
+    /// that ends the job when one process fails cannot cut the report off).
+    #[error(transparent)]
+    Reported(Box<RuntimeError>),
     /// A PE thread ended without reporting (it cannot: a panic aborts the job first).
     #[error("the thread of node {0} ended abnormally")]
     Panicked(usize),
@@ -28,6 +32,9 @@ pub enum RuntimeError {
 impl RuntimeError {
     /// Whether another PE already told the user; the process should exit non-zero quietly.
     pub fn reported_elsewhere(&self) -> bool {
-        matches!(self, RuntimeError::FailedElsewhere)
+        matches!(
+            self,
+            RuntimeError::FailedElsewhere | RuntimeError::Reported(_)
+        )
     }
 }

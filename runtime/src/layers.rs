@@ -16,6 +16,8 @@ pub const COMPILED: &[Layer] = &[
     net::tcp::LAYER,
     #[cfg(feature = "si")]
     si::LAYER,
+    #[cfg(feature = "mpi")]
+    machine_mpi::LAYER,
 ];
 
 /// The layer to run on when `+machine` is not given: if a launcher started this process, the
@@ -29,7 +31,20 @@ pub fn choose(default: &str) -> Result<&'static Layer, RuntimeError> {
     if (default.launched)() {
         return Ok(default);
     }
-    Ok(COMPILED.iter().find(|l| (l.launched)()).unwrap_or(default))
+    if let Some(l) = COMPILED.iter().find(|l| (l.launched)()) {
+        return Ok(l);
+    }
+    // Started by mpirun without the MPI layer: every rank would run alone as a one-PE job.
+    if machine_mpi::launcher_env::launched() {
+        if let Some((n, var)) = machine_mpi::launcher_env::announced_size().filter(|s| s.0 > 1) {
+            return Err(RuntimeError::Layer(format!(
+                "started by an MPI launcher ({var}={n}) but this program has no MPI layer \
+                 (compiled in: {}); build the mpi variant (cargo run -p conv-mach -- build mpi)",
+                names()
+            )));
+        }
+    }
+    Ok(default)
 }
 
 /// The layer called `name`.

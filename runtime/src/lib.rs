@@ -232,6 +232,16 @@ impl Pe {
     /// Meet every node in the layer's barrier, then leave the layer.
     fn finish(mut self) -> Result<i32, RuntimeError> {
         let code = self.life.exit_code;
+        // Say why the job failed before leaving the layer: once a process exits non-zero, some
+        // launchers (mpirun) kill the others at once, and the report would be lost.
+        if let Some(e) = self.life.failure.take() {
+            self.life.failure = Some(if e.reported_elsewhere() {
+                e
+            } else {
+                eprintln!("{}: error: {e}", program_name());
+                RuntimeError::Reported(Box::new(e))
+            });
+        }
         self.machine.barrier()?;
         self.machine.exit(code)?;
         match self.life.failure.take() {
@@ -292,15 +302,19 @@ pub fn run<F>(start: F) -> ExitCode
 where
     F: Fn(&mut Pe) + Sync,
 {
-    let prog = std::env::args().next().unwrap_or_else(|| "program".into());
     match Runtime::from_env().and_then(|rt| rt.run(start)) {
         Ok(code) => exit_code(code),
         Err(e) if e.reported_elsewhere() => ExitCode::from(1),
         Err(e) => {
-            eprintln!("{prog}: error: {e}");
+            eprintln!("{}: error: {e}", program_name());
             ExitCode::from(1)
         }
     }
+}
+
+/// This program's name as errors show it.
+fn program_name() -> String {
+    std::env::args().next().unwrap_or_else(|| "program".into())
 }
 
 /// A job exit code as a process exit code: the low byte, but never 0 for a non-zero code.

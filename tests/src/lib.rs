@@ -25,6 +25,11 @@ pub enum Launcher {
         /// Extra charmrun options (`++verbose`, `++nodelist FILE`, ...).
         opts: Vec<String>,
     },
+    /// `mpirun -n N PROGRAM ARGS` (the MPI layer), with the MPI launcher's own options.
+    Mpirun {
+        /// Extra mpirun options.
+        opts: Vec<String>,
+    },
 }
 
 /// What a finished (or killed) job left.
@@ -95,6 +100,15 @@ impl Launcher {
                     .args(["+machine", machine]);
                 c
             }
+            Launcher::Mpirun { opts } => {
+                let mut c = Command::new("mpirun");
+                c.args(mpirun_options())
+                    .args(["-n", &pes.to_string()])
+                    .args(opts)
+                    .arg(program)
+                    .args(args);
+                c
+            }
         }
     }
 
@@ -102,6 +116,31 @@ impl Launcher {
     pub fn run(&self, program: &str, pes: usize, args: &[&str], limit: Duration) -> Outcome {
         run_bounded(&mut self.command(program, pes, args), limit)
     }
+}
+
+/// Options every test passes to `mpirun`: Open MPI must be told to place more ranks than
+/// cores (tests run 8 ranks on 2 cores); other MPIs need nothing.
+pub fn mpirun_options() -> Vec<String> {
+    let version = Command::new("mpirun")
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    if version.contains("Open MPI") || version.contains("OpenRTE") {
+        vec!["--oversubscribe".into()]
+    } else {
+        Vec::new()
+    }
+}
+
+/// Whether an `mpirun` is on the PATH.
+pub fn have_mpirun() -> bool {
+    Command::new("mpirun")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// A job running in the background, its output collected as it comes.

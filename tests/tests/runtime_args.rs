@@ -1,4 +1,8 @@
 //! Runtime arguments, layer choice and start-up output, on whole programs.
+//!
+//! Written for a build without the MPI layer (the default): its expectations name the default
+//! variant and layers.
+#![cfg(not(feature = "mpi"))]
 
 use conformance::run_bounded;
 use std::process::Command;
@@ -84,4 +88,24 @@ fn settings_from_the_command_line_are_accepted() {
     ]);
     assert_eq!(o.code, Some(0), "{o}");
     assert_eq!(o.lines_with("conformance sizes: ok"), 1, "{o}");
+}
+
+#[test]
+fn started_by_mpirun_without_the_mpi_layer_is_a_clear_error() {
+    // What Open MPI's mpirun puts in each rank's environment; without the MPI layer every rank
+    // would otherwise run alone as a one-PE job.
+    let o = run_bounded(
+        Command::new(PROGRAM)
+            .arg("hello")
+            .env("OMPI_COMM_WORLD_SIZE", "4")
+            .env("OMPI_COMM_WORLD_RANK", "1"),
+        Duration::from_secs(30),
+    );
+    assert_ne!(o.code, Some(0), "{o}");
+    assert!(
+        o.stderr.contains("started by an MPI launcher") && o.stderr.contains("has no MPI layer"),
+        "{o}"
+    );
+    assert_eq!(o.stderr.lines().count(), 1, "one line: {o}");
+    assert_eq!(o.lines_with("hello from PE"), 0, "{o}");
 }

@@ -1,0 +1,43 @@
+//! The raw MPI baseline: plain rsmpi blocking send/receive between ranks 0 and 1 of a job
+//! started by `mpirun -n 2 bench raw-mpi ...`, one reused buffer per size, no runtime.
+
+use crate::report::{self, histogram, Row};
+use mpi::collective::CommunicatorCollectives;
+use mpi::point_to_point::{Destination, Source};
+use mpi::topology::Communicator;
+use std::path::Path;
+use std::time::Instant;
+
+/// One rank of the baseline; rank 0 times round trips and writes the CSV.
+pub fn rank_main(sizes: &[usize], iters: u64, csv: &Path) -> anyhow::Result<()> {
+    let universe = mpi::initialize().ok_or_else(|| anyhow::anyhow!("MPI already initialized"))?;
+    let world = universe.world();
+    anyhow::ensure!(world.size() == 2, "the raw MPI ping-pong wants 2 ranks");
+    let me = world.rank();
+    let peer = world.process_at_rank(1 - me);
+    let warmup = crate::pingpong::warmup(iters);
+    let mut rows = Vec::new();
+    for &size in sizes {
+        let mut buf = vec![0u8; size];
+        let mut h = histogram()?;
+        world.barrier();
+        for i in 0..iters + warmup {
+            let t = Instant::now();
+            if me == 0 {
+                peer.send(&buf[..]);
+                peer.receive_into(&mut buf[..]);
+                if i >= warmup {
+                    h.saturating_record((t.elapsed().as_nanos() as u64 / 2).max(1));
+                }
+            } else {
+                peer.receive_into(&mut buf[..]);
+                peer.send(&buf[..]);
+            }
+        }
+        rows.push(Row::from_hist("raw-mpi", size, &h));
+    }
+    if me == 0 {
+        report::write_csv(csv, &rows.iter().collect::<Vec<_>>())?;
+    }
+    Ok(())
+}

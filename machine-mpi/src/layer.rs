@@ -1,0 +1,674 @@
+//! The machine layer on MPI: node = rank of `MPI_COMM_WORLD`.
+//!
+//! ```text
+//! send(node, msg):   MPI_Isend(msg.wire()) ; keep (request, msg) until MPI_Testsome says done
+//! advance():         MPI_Testsome(sends) ; while MPI_Improbe(ANY_SOURCE) finds a message:
+//!                        allocate its exact size, MPI_Mrecv into it, hand it up
+//! wait(t):           MPI_Iprobe, napping between probes (MPI has no blocking wait that
+//!                    does not spin), the nap growing while nothing comes
+//! barrier():         MPI_Ibarrier, keeping sends and receives moving until it completes
+//! exit():            finish the sends (2 s at most), a second MPI_Ibarrier, MPI_Finalize
+//! abort():           print the reason, MPI_Abort
+//! ```
+//!
+//! MPI gives the source and the size of every message, so unlike the slides' layers this one
+//! sends no header: the wire bytes (envelope + payload) are the MPI message.
+//!
+//! **Flow control.** MPI completes a small send as soon as it has copied it, whether or not the
+//! receiver is receiving, so a fast sender could pile up any number of messages at a slow
+//! receiver — memory without bound, and Open MPI's ob1 (16-bit sequence numbers per peer)
+//! mis-orders a peer's messages once more than 65,536 are pending. So each pair has a window
+//! (`mpi.window` messages): the receiver returns a credit (its cumulative count) after every
+//! quarter window it takes off MPI's queue, and a sender past its window queues messages in the
+//! layer until credit comes back. A message longer
+//! than `mpi.piece_bytes` (MPI counts are `int`) goes as a small "huge" header carrying its
+//! length followed by pieces; MPI's non-overtaking rule keeps a sender's messages in order, so
+//! the receiver reassembles per source.
+//!
+//! All MPI calls come from the thread that booted the layer (the runtime runs a one-node
+//! process on its calling thread): the layer asks for `MPI_THREAD_FUNNELED`.
+
+use crate::launcher_env;
+use crate::mpi_call;
+use crate::sends::{InFlight, Keep};
+use machine::{
+    BootConfig, Layer, Machine, MachineError, Message, NodeInfo, NodeTable, WireError, HEADROOM,
+};
+use mpi::ffi;
+use mpi::topology::Communicator;
+use mpi::traits::CommunicatorCollectives;
+use mpi::Threading;
+use std::collections::VecDeque;
+use std::os::raw::{c_int, c_void};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The registry entry for this layer.
+pub const LAYER: Layer = Layer {
+    name: "mpi",
+    summary: "MPI (rsmpi): one process per rank, started by mpirun/mpiexec",
+    boot,
+    launched: launcher_env::launched,
+};
+
+/// A whole message.
+const TAG_MSG: c_int = 1;
+/// The start of a message sent in pieces: 8 bytes, its wire length (LE).
+const TAG_HUGE: c_int = 2;
+/// One piece of a message announced by [`TAG_HUGE`].
+const TAG_PIECE: c_int = 3;
+/// Credit: 8 bytes, how many data messages (the three tags above) the sender of the credit has
+/// received from its receiver so far (LE).
+const TAG_CREDIT: c_int = 4;
+
+/// Default for `mpi.piece_bytes`: messages above it go in pieces (MPI counts are `int`).
+const DEFAULT_PIECE: usize = 1 << 30;
+
+/// Default for `mpi.window`: data messages a sender may have unacknowledged per receiver.
+/// Measured (4 ranks on 2 cores, a million messages all-to-all): 64 takes 0.7 s, 1024 1.7 s,
+/// 4096 5.9 s — a deep window only piles sends into Open MPI's pending list, which each
+/// progress call walks.
+const DEFAULT_WINDOW: u64 = 64;
+
+/// Messages handed up per `advance` at most, so the scheduler gets to dispatch.
+const BATCH: usize = 64;
+
+/// How long `exit` tries to finish sends that are still in flight.
+const EXIT_FLUSH: Duration = Duration::from_secs(2);
+
+/// How long `exit` waits for the other ranks before leaving without them.
+const EXIT_WAIT: Duration = Duration::from_secs(10);
+
+/// Naps between probes while idle: the first, and the longest (which bounds how late an idle
+/// node notices a message).
+const NAP_MIN: Duration = Duration::from_micros(20);
+const NAP_MAX: Duration = Duration::from_millis(1);
+
+/// For this long after the last message in or out, an idle node yields instead of napping: an
+/// answer is likely on its way, and a nap would delay it by up to the nap's length (measured:
+/// a loaded machine's ping-pong at 1.4 ms p50 with naps, against 0.4 us raw).
+const YIELD_FOR: Duration = Duration::from_millis(2);
+
+/// Host names exchanged at boot are cut to this many bytes.
+const HOST_LEN: usize = 64;
+
+/// A message arriving in pieces.
+struct Incoming {
+    buf: Vec<u8>,
+    /// Wire bytes still to come.
+    missing: usize,
+}
+
+/// One node (rank) of an MPI job.
+pub struct MpiMachine {
+    me: usize,
+    table: NodeTable,
+    /// Finalizes MPI when dropped: kept until `exit`.
+    universe: Option<mpi::environment::Universe>,
+    comm: ffi::MPI_Comm,
+    byte: ffi::MPI_Datatype,
+    sends: InFlight,
+    piece: usize,
+    /// Per source: a message arriving in pieces.
+    incoming: Vec<Option<Incoming>>,
+    /// Flow control, see the module docs.
+    window: u64,
+    /// Per peer: data messages posted to it, and how many it said it has received.
+    sent: Vec<u64>,
+    credit: Vec<u64>,
+    /// Per peer: messages waiting for credit, in send order.
+    backlog: Vec<VecDeque<Message>>,
+    /// Per source: data messages received from it, and the count last sent back as credit.
+    received: Vec<u64>,
+    reported: Vec<u64>,
+    /// Messages received while waiting in the barrier, handed up by the next `advance`.
+    held: VecDeque<Message>,
+    /// The current idle nap; grows while nothing arrives, back to the minimum when something does.
+    nap: Duration,
+    /// When `wait` last found that a message had gone out or come in since its previous call.
+    last_activity: Instant,
+    /// A message went out or came in since `wait` last looked (a flag, so that the hot path
+    /// does not read the clock).
+    active: bool,
+}
+
+// SAFETY: the MPI handles are plain values valid in the whole process (pointers into Open
+// MPI's globals, integers in MPICH). The runtime moves a one-node machine at most from boot to
+// the thread that runs it — the calling thread, the one that initialized MPI — and calls it
+// from that thread only, as MPI_THREAD_FUNNELED requires.
+unsafe impl Send for MpiMachine {}
+
+/// `MPI_Init_thread`, check what the launcher and the library give, build the node table from
+/// every rank's host name.
+///
+/// # Errors
+/// [`MachineError::Boot`] when MPI is already initialized, gives less than
+/// `MPI_THREAD_FUNNELED`, disagrees with its launcher about the job size (a program built
+/// against another MPI), or when `+p` disagrees with the number of ranks.
+pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
+    let piece: usize = cfg.settings.get_or("mpi.piece_bytes", DEFAULT_PIECE)?;
+    if !(4096..=i32::MAX as usize).contains(&piece) {
+        return Err(MachineError::Setting {
+            key: "mpi.piece_bytes".into(),
+            reason: format!("{piece} is outside 4096 ..= {}", i32::MAX),
+        });
+    }
+    let window: u64 = cfg.settings.get_or("mpi.window", DEFAULT_WINDOW)?;
+    if !(4..=32768).contains(&window) {
+        return Err(MachineError::Setting {
+            key: "mpi.window".into(),
+            reason: format!("{window} is outside 4 ..= 32768"),
+        });
+    }
+    let (universe, provided) = mpi::initialize_with_threading(Threading::Funneled)
+        .ok_or_else(|| MachineError::Boot("MPI was already initialized".into()))?;
+    match check_start(&universe, provided, cfg) {
+        Ok(table) => {
+            let me = universe.world().rank() as usize;
+            // SAFETY: reading MPI's predefined handles once MPI is initialized.
+            let (comm, byte) = unsafe { (ffi::RSMPI_COMM_WORLD, ffi::RSMPI_UINT8_T) };
+            let n = table.num_nodes();
+            Ok(vec![Box::new(MpiMachine {
+                me,
+                table,
+                universe: Some(universe),
+                comm,
+                byte,
+                sends: InFlight::new(),
+                piece,
+                incoming: (0..n).map(|_| None).collect(),
+                window,
+                sent: vec![0; n],
+                credit: vec![0; n],
+                backlog: (0..n).map(|_| VecDeque::new()).collect(),
+                received: vec![0; n],
+                reported: vec![0; n],
+                held: VecDeque::new(),
+                nap: NAP_MIN,
+                last_activity: Instant::now(),
+                active: false,
+            })])
+        }
+        Err(e) => {
+            // Every rank sees the same checks fail, but MPI_Finalize could still wait for a
+            // rank that got further: leave without it; mpirun sees the error exit.
+            std::mem::forget(universe);
+            Err(e)
+        }
+    }
+}
+
+/// The checks of `boot` once MPI is up, and the node table.
+fn check_start(
+    universe: &mpi::environment::Universe,
+    provided: Threading,
+    cfg: &BootConfig,
+) -> Result<NodeTable, MachineError> {
+    let library = mpi::environment::library_version()
+        .ok()
+        .and_then(|v| v.lines().next().map(|l| l.trim().to_owned()))
+        .unwrap_or_else(|| "an unknown MPI".into());
+    if provided < Threading::Funneled {
+        return Err(MachineError::Boot(format!(
+            "the MPI library ({library}) gives thread level {provided:?}; the layer needs \
+             Funneled (MPI_THREAD_FUNNELED)"
+        )));
+    }
+    let world = universe.world();
+    let size = world.size() as usize;
+    launcher_env::check_size(size, &library).map_err(MachineError::Boot)?;
+    if cfg.num_pes != 1 && cfg.num_pes != size {
+        return Err(MachineError::Boot(format!(
+            "+p{} asks for {} PEs but the MPI job has {size} rank(s): start it with \
+             `mpirun -n {}` (one PE per rank)",
+            cfg.num_pes, cfg.num_pes, cfg.num_pes
+        )));
+    }
+    let mut mine = [0u8; HOST_LEN];
+    let name = mpi::environment::processor_name().unwrap_or_else(|_| "?".into());
+    let cut = name.len().min(HOST_LEN);
+    mine[..cut].copy_from_slice(&name.as_bytes()[..cut]);
+    let mut all = vec![0u8; HOST_LEN * size];
+    world.all_gather_into(&mine[..], &mut all[..]);
+    let nodes = all
+        .chunks(HOST_LEN)
+        .enumerate()
+        .map(|(i, h)| {
+            let end = h.iter().position(|&b| b == 0).unwrap_or(HOST_LEN);
+            NodeInfo {
+                first_pe: i,
+                num_pes: 1,
+                host: String::from_utf8_lossy(&h[..end]).into_owned(),
+                addr: Vec::new(),
+            }
+        })
+        .collect();
+    NodeTable::new(nodes).map_err(|e| MachineError::Boot(format!("node table: {e}")))
+}
+
+impl MpiMachine {
+    /// Post `msg` to `node`: one MPI message, or a header and pieces for a huge one.
+    fn post_message(&mut self, node: usize, msg: Message) -> Result<(), MachineError> {
+        let len = msg.wire_len();
+        if len <= self.piece {
+            let ptr = msg.wire().as_ptr();
+            // One MPI call per message; the buffer moves into the in-flight set (its heap
+            // bytes do not move), so nothing is copied.
+            self.sent[node] += 1;
+            return self.post(ptr, len, node, TAG_MSG, Keep::One(msg));
+        }
+        let header = Message::from_payload(&(len as u64).to_le_bytes());
+        let hptr = header.payload().as_ptr();
+        self.sent[node] += 1;
+        self.post(hptr, 8, node, TAG_HUGE, Keep::One(header))?;
+        let msg = Arc::new(msg);
+        let base = msg.wire().as_ptr();
+        let mut off = 0;
+        while off < len {
+            let n = self.piece.min(len - off);
+            // SAFETY: `off + n <= len`, inside the wire bytes `msg` holds.
+            let ptr = unsafe { base.add(off) };
+            self.sent[node] += 1;
+            self.post(ptr, n, node, TAG_PIECE, Keep::Shared(msg.clone()))?;
+            off += n;
+        }
+        Ok(())
+    }
+
+    /// Post what waits for `node` as far as its window allows.
+    fn pump(&mut self, node: usize) -> Result<(), MachineError> {
+        while self.sent[node] - self.credit[node] < self.window {
+            let Some(m) = self.backlog[node].pop_front() else {
+                break;
+            };
+            self.post_message(node, m)?;
+        }
+        Ok(())
+    }
+
+    /// Count a data message from `src`; return credit once a quarter window has come.
+    fn count_received(&mut self, src: usize) -> Result<(), MachineError> {
+        self.received[src] += 1;
+        if self.received[src] - self.reported[src] >= self.window / 4 {
+            self.reported[src] = self.received[src];
+            // A few bytes per quarter window: the allocation is not per message.
+            let credit = Message::from_payload(&self.received[src].to_le_bytes());
+            let ptr = credit.payload().as_ptr();
+            self.post(ptr, 8, src, TAG_CREDIT, Keep::One(credit))?;
+        }
+        Ok(())
+    }
+
+    /// Whether anything waits for credit.
+    fn backlogged(&self) -> bool {
+        self.backlog.iter().any(|b| !b.is_empty())
+    }
+
+    /// Post one non-blocking send of `len` bytes at `ptr` and keep `keep` alive until it is done.
+    fn post(
+        &mut self,
+        ptr: *const u8,
+        len: usize,
+        node: usize,
+        tag: c_int,
+        keep: Keep,
+    ) -> Result<(), MachineError> {
+        // SAFETY: MPI_REQUEST_NULL is a predefined handle.
+        let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
+        // SAFETY: `ptr..ptr+len` lies in a buffer owned by `keep`, which the in-flight set holds
+        // until MPI reports the request complete; `len` fits an int (checked by the callers).
+        mpi_call("MPI_Isend", unsafe {
+            ffi::MPI_Isend(
+                ptr as *const c_void,
+                len as c_int,
+                self.byte,
+                node as c_int,
+                tag,
+                self.comm,
+                &mut req,
+            )
+        })?;
+        self.sends.push(req, keep);
+        Ok(())
+    }
+
+    /// Take one MPI message off MPI's queue if one has arrived.
+    fn receive(&mut self) -> Result<Received, MachineError> {
+        let mut flag: c_int = 0;
+        // SAFETY: MPI_Status is plain old data; MPI fills it.
+        let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
+        // SAFETY: predefined handle.
+        let mut handle = unsafe { ffi::RSMPI_MESSAGE_NULL };
+        // SAFETY: out-pointers to locals; the matched probe takes the message off MPI's queue
+        // so that only the Mrecv below can receive it.
+        mpi_call("MPI_Improbe", unsafe {
+            ffi::MPI_Improbe(
+                ffi::RSMPI_ANY_SOURCE,
+                ffi::RSMPI_ANY_TAG,
+                self.comm,
+                &mut flag,
+                &mut handle,
+                &mut status,
+            )
+        })?;
+        if flag == 0 {
+            return Ok(Received::Nothing);
+        }
+        let src = status.MPI_SOURCE as usize;
+        let tag = status.MPI_TAG;
+        let mut count: c_int = 0;
+        // SAFETY: `status` was filled by the probe.
+        mpi_call("MPI_Get_count", unsafe {
+            ffi::MPI_Get_count(&status, self.byte, &mut count)
+        })?;
+        let count = usize::try_from(count).map_err(|_| corrupt(src, "negative count"))?;
+        if tag == TAG_CREDIT {
+            let mut bytes = Vec::with_capacity(8);
+            self.mrecv(&mut handle, &mut bytes, count.min(8))?;
+            let total = <[u8; 8]>::try_from(&bytes[..])
+                .map(u64::from_le_bytes)
+                .map_err(|_| corrupt(src, "a credit is not 8 bytes"))?;
+            if total > self.sent[src] {
+                return Err(corrupt(src, "credit for more messages than were sent"));
+            }
+            self.credit[src] = self.credit[src].max(total);
+            self.pump(src)?;
+            return Ok(Received::Other);
+        }
+        if matches!(tag, TAG_MSG | TAG_HUGE | TAG_PIECE) {
+            self.count_received(src)?;
+        }
+        match tag {
+            TAG_MSG => {
+                let mut buf = Vec::with_capacity(HEADROOM + count);
+                buf.resize(HEADROOM, 0);
+                self.mrecv(&mut handle, &mut buf, count)?;
+                Message::from_frame(buf, HEADROOM)
+                    .map(Received::Message)
+                    .map_err(|source| MachineError::Corrupt { node: src, source })
+            }
+            TAG_HUGE => {
+                let mut len = Vec::with_capacity(8);
+                self.mrecv(&mut handle, &mut len, count.min(8))?;
+                let total = <[u8; 8]>::try_from(&len[..])
+                    .map(u64::from_le_bytes)
+                    .map_err(|_| corrupt(src, "a huge-message header is not 8 bytes"))?;
+                let total = usize::try_from(total)
+                    .map_err(|_| corrupt(src, "huge message larger than memory"))?;
+                if self.incoming.get(src).is_some_and(Option::is_some) {
+                    return Err(corrupt(src, "a huge message started inside another"));
+                }
+                let mut buf = Vec::new();
+                buf.try_reserve_exact(HEADROOM + total).map_err(|_| {
+                    corrupt(src, &format!("cannot allocate a {total}-byte message"))
+                })?;
+                buf.resize(HEADROOM, 0);
+                self.incoming[src] = Some(Incoming {
+                    buf,
+                    missing: total,
+                });
+                Ok(Received::Other)
+            }
+            TAG_PIECE => {
+                let mut inc = self.incoming[src]
+                    .take()
+                    .ok_or_else(|| corrupt(src, "a piece with no huge message started"))?;
+                if count > inc.missing {
+                    return Err(corrupt(src, "a piece longer than its message"));
+                }
+                self.mrecv(&mut handle, &mut inc.buf, count)?;
+                inc.missing -= count;
+                if inc.missing > 0 {
+                    self.incoming[src] = Some(inc);
+                    return Ok(Received::Other);
+                }
+                Message::from_frame(inc.buf, HEADROOM)
+                    .map(Received::Message)
+                    .map_err(|source| MachineError::Corrupt { node: src, source })
+            }
+            t => Err(corrupt(src, &format!("unknown tag {t}"))),
+        }
+    }
+
+    /// `MPI_Mrecv` of `count` bytes appended to `buf` (whose capacity must allow it).
+    fn mrecv(
+        &self,
+        handle: &mut ffi::MPI_Message,
+        buf: &mut Vec<u8>,
+        count: usize,
+    ) -> Result<(), MachineError> {
+        debug_assert!(buf.capacity() - buf.len() >= count);
+        let start = buf.len();
+        // SAFETY: `buf` has room for `count` more bytes; MPI writes exactly the matched
+        // message's `count` bytes there, after which they are initialized.
+        unsafe {
+            mpi_call(
+                "MPI_Mrecv",
+                ffi::MPI_Mrecv(
+                    buf.as_mut_ptr().add(start) as *mut c_void,
+                    count as c_int,
+                    self.byte,
+                    handle,
+                    ffi::RSMPI_STATUS_IGNORE,
+                ),
+            )?;
+            buf.set_len(start + count);
+        }
+        Ok(())
+    }
+
+    /// Whether a message is waiting in MPI, without receiving it.
+    fn probe(&mut self) -> Result<bool, MachineError> {
+        let mut flag: c_int = 0;
+        // SAFETY: out-pointer to a local; status ignored.
+        mpi_call("MPI_Iprobe", unsafe {
+            ffi::MPI_Iprobe(
+                ffi::RSMPI_ANY_SOURCE,
+                ffi::RSMPI_ANY_TAG,
+                self.comm,
+                &mut flag,
+                ffi::RSMPI_STATUS_IGNORE,
+            )
+        })?;
+        Ok(flag != 0)
+    }
+
+    /// Start a non-blocking barrier.
+    fn ibarrier(&self) -> Result<ffi::MPI_Request, MachineError> {
+        // SAFETY: predefined handle; out-pointer to a local.
+        let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
+        mpi_call("MPI_Ibarrier", unsafe {
+            ffi::MPI_Ibarrier(self.comm, &mut req)
+        })?;
+        Ok(req)
+    }
+
+    /// Wait for `req` until `deadline`, keeping sends moving and receiving what arrives: kept in
+    /// `held` if `keep`, dropped otherwise. Returns whether the request completed.
+    fn wait_moving(
+        &mut self,
+        req: &mut ffi::MPI_Request,
+        keep: bool,
+        deadline: Option<Instant>,
+    ) -> Result<bool, MachineError> {
+        let mut nap = Duration::from_micros(1);
+        loop {
+            self.sends.complete()?;
+            loop {
+                match self.receive()? {
+                    Received::Message(m) if keep => self.held.push_back(m),
+                    Received::Nothing => break,
+                    _ => {}
+                }
+            }
+            let mut flag: c_int = 0;
+            // SAFETY: `req` is an active request owned by the caller.
+            mpi_call("MPI_Test", unsafe {
+                ffi::MPI_Test(req, &mut flag, ffi::RSMPI_STATUS_IGNORE)
+            })?;
+            if flag != 0 {
+                return Ok(true);
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(false);
+            }
+            std::thread::sleep(nap);
+            nap = (nap * 2).min(NAP_MAX);
+        }
+    }
+}
+
+/// What [`MpiMachine::receive`] took off MPI's queue.
+enum Received {
+    /// Nothing had arrived.
+    Nothing,
+    /// A whole message, to hand up.
+    Message(Message),
+    /// Credit, or a piece of a message not complete yet.
+    Other,
+}
+
+fn corrupt(node: usize, what: &str) -> MachineError {
+    MachineError::Corrupt {
+        node,
+        source: WireError::BadLength(what.to_owned()),
+    }
+}
+
+impl Machine for MpiMachine {
+    fn layer(&self) -> &'static str {
+        "mpi"
+    }
+
+    fn my_node(&self) -> usize {
+        self.me
+    }
+
+    fn table(&self) -> &NodeTable {
+        &self.table
+    }
+
+    fn send(&mut self, node: usize, msg: Message) -> Result<(), MachineError> {
+        let nodes = self.table.num_nodes();
+        if node >= nodes {
+            return Err(MachineError::InvalidNode { node, nodes });
+        }
+        self.active = true;
+        if self.backlog[node].is_empty() && self.sent[node] - self.credit[node] < self.window {
+            self.post_message(node, msg)
+        } else {
+            self.backlog[node].push_back(msg);
+            Ok(())
+        }
+    }
+
+    fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
+        // Completing sends frees their buffers; the call also drives MPI's progress engine.
+        self.sends.complete()?;
+        let mut n = 0;
+        while n < BATCH {
+            let Some(m) = self.held.pop_front() else {
+                break;
+            };
+            deliver(m);
+            n += 1;
+        }
+        // Bounded, so a stream of credits or pieces cannot keep the scheduler out.
+        let mut taken = 0;
+        while n < BATCH && taken < 4 * BATCH {
+            match self.receive()? {
+                Received::Message(m) => {
+                    deliver(m);
+                    n += 1;
+                }
+                Received::Other => {}
+                Received::Nothing => break,
+            }
+            taken += 1;
+        }
+        if taken > 0 {
+            self.nap = NAP_MIN;
+            self.active = true;
+        }
+        Ok(n)
+    }
+
+    fn wait(&mut self, timeout: Duration) -> Result<(), MachineError> {
+        // MPI offers no wait-for-any-message that does not spin, so an idle node probes and
+        // naps. The nap grows while nothing comes (bounding an idle node's wake-ups to about
+        // one per NAP_MAX) and drops back when a message is handed up.
+        let deadline = Instant::now() + timeout;
+        if std::mem::take(&mut self.active) {
+            self.last_activity = Instant::now();
+        }
+        loop {
+            self.sends.complete()?;
+            if !self.held.is_empty() || self.probe()? {
+                return Ok(());
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return Ok(());
+            }
+            if self.backlogged() || now - self.last_activity < YIELD_FOR {
+                // Not idle yet: credit or an answer is likely on its way. Yield rather than
+                // sleep, so it is seen as soon as it lands, while a process sharing this core
+                // still gets to run.
+                std::thread::yield_now();
+                continue;
+            }
+            std::thread::sleep(self.nap.min(deadline - now));
+            self.nap = (self.nap * 2).min(NAP_MAX);
+        }
+    }
+
+    fn barrier(&mut self) -> Result<(), MachineError> {
+        let mut req = self.ibarrier()?;
+        self.wait_moving(&mut req, true, None)?;
+        Ok(())
+    }
+
+    fn exit(&mut self, _code: i32) -> Result<(), MachineError> {
+        // Every rank is past the runtime's barrier: what still arrives is not wanted, but it is
+        // received (and dropped) so that a peer's large send — which MPI completes only once it
+        // is matched — can finish.
+        let flush_end = Instant::now() + EXIT_FLUSH;
+        while (!self.sends.is_empty() || self.backlogged()) && Instant::now() < flush_end {
+            self.sends.complete()?;
+            while !matches!(self.receive()?, Received::Nothing) {}
+            std::thread::yield_now();
+        }
+        // A second barrier: nobody finalizes while a peer's sends may still need it.
+        let mut req = self.ibarrier()?;
+        let done = self.wait_moving(&mut req, false, Some(Instant::now() + EXIT_WAIT))?;
+        let left = self.sends.abandon() + self.backlog.iter().map(VecDeque::len).sum::<usize>();
+        if left > 0 {
+            eprintln!(
+                "converse: node {}: {left} send(s) still in flight at exit were dropped",
+                self.me
+            );
+        }
+        if done {
+            drop(self.universe.take());
+        } else {
+            // Some rank never reached the barrier; finalizing could wait for it forever.
+            eprintln!(
+                "converse: node {}: the other ranks did not reach the exit barrier within {} s; \
+                 leaving without MPI_Finalize",
+                self.me,
+                EXIT_WAIT.as_secs()
+            );
+            std::mem::forget(self.universe.take());
+        }
+        Ok(())
+    }
+
+    fn abort(&mut self, reason: &str) -> ! {
+        eprintln!("converse: node {} aborting the job: {reason}", self.me);
+        // SAFETY: MPI is initialized; MPI_Abort ends every rank of the communicator.
+        unsafe {
+            ffi::MPI_Abort(self.comm, 1);
+        }
+        std::process::exit(1)
+    }
+}

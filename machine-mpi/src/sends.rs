@@ -1,0 +1,114 @@
+//! Sends in flight: each posted `MPI_Isend` with the message whose buffer it reads.
+//!
+//! MPI reads a send buffer until the request completes, so the [`Message`] stays here, next to
+//! its request, until `MPI_Testsome` reports the request done; only then is the buffer freed.
+//! Requests sit in one contiguous array so a single `MPI_Testsome` call checks them all.
+
+use crate::mpi_call;
+use machine::{MachineError, Message};
+use mpi::ffi;
+use std::os::raw::c_int;
+use std::sync::Arc;
+
+/// What a send request reads from, kept alive until the request completes. Never read: holding
+/// it is the point.
+#[allow(dead_code)]
+pub enum Keep {
+    /// A whole message.
+    One(Message),
+    /// A message sent in pieces: each piece's request holds a reference, and the buffer is
+    /// freed when the last piece completes, whatever order MPI completes them in.
+    Shared(Arc<Message>),
+}
+
+/// The posted sends of one node.
+pub struct InFlight {
+    requests: Vec<ffi::MPI_Request>,
+    /// `messages[i]` holds the buffer `requests[i]` reads.
+    messages: Vec<Keep>,
+    /// Scratch for `MPI_Testsome`'s answer, kept to avoid an allocation per call.
+    done: Vec<c_int>,
+}
+
+impl InFlight {
+    /// An empty set.
+    pub fn new() -> InFlight {
+        InFlight {
+            requests: Vec::new(),
+            messages: Vec::new(),
+            done: Vec::new(),
+        }
+    }
+
+    /// Whether every send has completed.
+    pub fn is_empty(&self) -> bool {
+        self.requests.is_empty()
+    }
+
+    /// Keep `request` (already posted) and the message it reads until it completes.
+    pub fn push(&mut self, request: ffi::MPI_Request, msg: Keep) {
+        self.requests.push(request);
+        self.messages.push(msg);
+    }
+
+    /// Ask MPI which sends have completed (this also drives MPI's progress engine) and free
+    /// their buffers. Returns how many completed.
+    ///
+    /// # Errors
+    /// [`MachineError::Io`] if `MPI_Testsome` fails.
+    pub fn complete(&mut self) -> Result<usize, MachineError> {
+        if self.requests.is_empty() {
+            return Ok(0);
+        }
+        let n = self.requests.len();
+        self.done.resize(n, 0);
+        let mut count: c_int = 0;
+        // SAFETY: both arrays hold `n` elements; statuses are ignored.
+        mpi_call("MPI_Testsome", unsafe {
+            ffi::MPI_Testsome(
+                n as c_int,
+                self.requests.as_mut_ptr(),
+                &mut count,
+                self.done.as_mut_ptr(),
+                ffi::RSMPI_STATUSES_IGNORE,
+            )
+        })?;
+        // MPI_UNDEFINED (negative) means no active request was left: every one was done.
+        if count <= 0 {
+            return Ok(0);
+        }
+        let done = &mut self.done[..count as usize];
+        // Remove from the back so earlier indices stay valid under swap_remove.
+        done.sort_unstable_by(|a, b| b.cmp(a));
+        for &i in done.iter() {
+            let i = i as usize;
+            self.requests.swap_remove(i);
+            self.messages.swap_remove(i);
+        }
+        Ok(count as usize)
+    }
+
+    /// Give up on what is still in flight at exit: cancel the requests and leak their buffers,
+    /// since MPI may still read them until it is finalized.
+    pub fn abandon(&mut self) -> usize {
+        let n = self.requests.len();
+        for r in &mut self.requests {
+            // SAFETY: a valid, active request. Cancelling a send may not be supported; the
+            // request is then left to MPI_Finalize.
+            unsafe {
+                ffi::MPI_Cancel(r);
+            }
+        }
+        self.requests.clear();
+        for m in self.messages.drain(..) {
+            std::mem::forget(m);
+        }
+        n
+    }
+}
+
+impl Default for InFlight {
+    fn default() -> Self {
+        InFlight::new()
+    }
+}

@@ -1,0 +1,165 @@
+//! The conformance suite on the MPI layer, every job started by `mpirun -n N`, and what is
+//! particular to it. Built only with `--features mpi` (it needs an MPI installed):
+//!
+//! ```text
+//! cargo test --release -p converse-tests --features mpi --test mpi
+//! ```
+//!
+//! Open MPI refuses to start as root unless told it may: these tests set
+//! `OMPI_ALLOW_RUN_AS_ROOT` for the jobs they start.
+#![cfg(feature = "mpi")]
+
+fn allow_root() {
+    // Set once, before any job starts; every test in this binary wants the same values.
+    std::env::set_var("OMPI_ALLOW_RUN_AS_ROOT", "1");
+    std::env::set_var("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
+}
+
+conformance::conformance_suite!({
+    allow_root();
+    assert!(
+        conformance::have_mpirun(),
+        "these tests need mpirun on the PATH"
+    );
+    conformance::Launcher::Mpirun { opts: vec![] }
+});
+
+mod particular {
+    use conformance::{mpirun_options, run_bounded, wait_for_children, Running};
+    use std::process::Command;
+    use std::time::Duration;
+
+    const PROGRAM: &str = env!("CARGO_BIN_EXE_conformance");
+
+    fn mpirun(ranks: usize, args: &[&str]) -> Command {
+        super::allow_root();
+        let mut c = Command::new("mpirun");
+        c.args(mpirun_options())
+            .args(["-n", &ranks.to_string()])
+            .arg(PROGRAM)
+            .args(args);
+        c
+    }
+
+    #[test]
+    fn messages_longer_than_a_piece_arrive_whole() {
+        // 4 KiB pieces: every size from 4 KiB up to 4 MiB goes as a header and pieces.
+        let o = run_bounded(
+            &mut mpirun(2, &["sizes", "4194304", "+set", "mpi.piece_bytes=4096"]),
+            Duration::from_secs(120),
+        );
+        assert_eq!(o.code, Some(0), "{o}");
+        assert_eq!(o.lines_with("conformance sizes: ok"), 1, "{o}");
+    }
+
+    #[test]
+    fn a_tiny_window_still_delivers_everything_in_order() {
+        let o = run_bounded(
+            &mut mpirun(3, &["alltoall", "100000", "+set", "mpi.window=4"]),
+            Duration::from_secs(120),
+        );
+        assert_eq!(o.code, Some(0), "{o}");
+        assert_eq!(o.lines_with("conformance alltoall: ok"), 1, "{o}");
+    }
+
+    #[test]
+    fn plus_p_must_match_the_number_of_ranks() {
+        let o = run_bounded(&mut mpirun(2, &["hello", "+p4"]), Duration::from_secs(60));
+        assert_ne!(o.code, Some(0), "{o}");
+        assert!(
+            o.stderr
+                .contains("+p4 asks for 4 PEs but the MPI job has 2 rank(s)"),
+            "{o}"
+        );
+        assert_eq!(o.lines_with("hello from PE"), 0, "{o}");
+    }
+
+    #[test]
+    fn bad_settings_are_refused() {
+        let o = run_bounded(
+            &mut mpirun(2, &["hello", "+set", "mpi.window=1"]),
+            Duration::from_secs(60),
+        );
+        assert_ne!(o.code, Some(0), "{o}");
+        assert!(o.stderr.contains("setting mpi.window"), "{o}");
+    }
+
+    #[test]
+    fn run_without_mpirun_it_is_a_one_rank_job() {
+        let o = run_bounded(
+            Command::new(PROGRAM).args(["hello", "+machine", "mpi"]),
+            Duration::from_secs(60),
+        );
+        assert_eq!(o.code, Some(0), "{o}");
+        assert_eq!(o.lines_with("hello from PE 0 of 1"), 1, "{o}");
+    }
+
+    #[test]
+    fn a_killed_rank_ends_the_job_and_leaves_no_process() {
+        let mut job = Running::start(&mut mpirun(4, &["wait", "60"]), Duration::from_secs(60))
+            .expect("start mpirun");
+        assert!(
+            job.wait_for_stdout_lines("conformance wait: PE", 4, Duration::from_secs(30)),
+            "{}",
+            job.stderr_so_far()
+        );
+        let ranks = wait_for_children(job.pid(), 4, Duration::from_secs(10));
+        assert_eq!(ranks.len(), 4, "ranks: {ranks:?}");
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(ranks[2] as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let o = job.finish();
+        assert!(!o.timed_out, "{o}");
+        assert_ne!(o.code, Some(0), "{o}");
+        for pid in ranks {
+            assert!(!conformance::alive(pid), "rank {pid} survived\n{o}");
+        }
+    }
+
+    fn charmrun(args: &[&str]) -> Command {
+        super::allow_root();
+        let mut c = Command::new(conformance::charmrun_path(PROGRAM));
+        c.arg("++mpiexec");
+        let launcher = ["mpirun"]
+            .into_iter()
+            .map(String::from)
+            .chain(mpirun_options())
+            .collect::<Vec<_>>()
+            .join(" ");
+        c.args(["++remote-shell", &launcher]).args(args);
+        c
+    }
+
+    #[test]
+    fn charmrun_mpiexec_hands_the_job_to_mpirun() {
+        let o = run_bounded(
+            &mut charmrun(&["+p4", PROGRAM, "hello"]),
+            Duration::from_secs(60),
+        );
+        assert_eq!(o.code, Some(0), "{o}");
+        for pe in 0..4 {
+            assert_eq!(o.lines_with(&format!("hello from PE {pe} of 4")), 1, "{o}");
+        }
+        assert_eq!(o.lines_with("layer mpi: 4 PEs on 4 nodes"), 1, "{o}");
+    }
+
+    #[test]
+    fn charmrun_mpiexec_passes_the_exit_code_on() {
+        let o = run_bounded(
+            &mut charmrun(&["+p2", PROGRAM, "exit-code", "42"]),
+            Duration::from_secs(60),
+        );
+        assert_eq!(o.code, Some(42), "{o}");
+    }
+
+    #[test]
+    fn charmrun_mpiexec_timelimit_ends_a_hung_job() {
+        let o = run_bounded(
+            &mut charmrun(&["+p2", "++timelimit", "2", PROGRAM, "hang"]),
+            Duration::from_secs(60),
+        );
+        assert_eq!(o.code, Some(124), "{o}");
+        assert!(o.stderr.contains("++timelimit of 2 s reached"), "{o}");
+    }
+}
