@@ -52,6 +52,26 @@ pub struct Pe {
     pub(crate) dropped: u64,
 }
 
+/// The cores this host gives the job. Usually what the process may run on (its affinity and
+/// CPU quota); but a process that a launcher bound to fewer cores than the host has (`mpirun`
+/// binds each rank to a core) says nothing about the host, so then the host's online count.
+fn host_cores() -> usize {
+    let allowed = std::thread::available_parallelism().map_or(1, |c| c.get());
+    // SAFETY: sysconf has no preconditions; cpu_set_t is plain data that
+    // sched_getaffinity fills.
+    let (online, affinity) = unsafe {
+        let online = libc::sysconf(libc::_SC_NPROCESSORS_ONLN);
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        let ok = libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set);
+        let affinity = if ok == 0 { libc::CPU_COUNT(&set) } else { -1 };
+        (online, affinity)
+    };
+    match (usize::try_from(online), usize::try_from(affinity)) {
+        (Ok(online), Ok(affinity)) if affinity < online => online.max(allowed),
+        _ => allowed,
+    }
+}
+
 impl Pe {
     pub(crate) fn new(
         machine: Box<dyn Machine>,
@@ -71,8 +91,7 @@ impl Pe {
             .filter(|n| Some(n.host.as_str()) == host)
             .map(|n| n.num_pes)
             .sum();
-        let cores = std::thread::available_parallelism().map_or(1, |c| c.get());
-        if pes_here > cores {
+        if pes_here > host_cores() {
             tun.spin = std::time::Duration::ZERO;
         }
         Pe {
