@@ -78,6 +78,21 @@ pub struct TopologyLocalInfo {
     pub depth: u32,
 }
 
+impl Default for TopologyLocalInfo {
+    /// A process outside the tree (a spare PE).
+    fn default() -> TopologyLocalInfo {
+        TopologyLocalInfo {
+            rank: Rank::MAX,
+            parent: None,
+            children: Vec::new(),
+            num_backends_below: 0,
+            num_nodes: 0,
+            num_backends: 0,
+            depth: 0,
+        }
+    }
+}
+
 impl TopologyLocalInfo {
     /// Whether this process is the front-end.
     pub fn is_root(&self) -> bool {
@@ -210,7 +225,7 @@ pub(crate) fn builtin(id: FilterId) -> Option<Rc<dyn Filter>> {
         TFILTER_MIN => |i, o, info| fold(i, o, info, Op::Min),
         TFILTER_MAX => |i, o, info| fold(i, o, info, Op::Max),
         TFILTER_AVG => |i, o, info| fold(i, o, info, Op::Avg),
-        TFILTER_ARRAY_CONCAT => concat,
+        TFILTER_ARRAY_CONCAT => |i, o, info| concat(i, o, info),
         _ => return None,
     };
     Some(Rc::new(FnFilter {
@@ -446,7 +461,7 @@ fn fold_wave(packets: &[Packet], op: Op) -> Result<Packet, FilterError> {
 }
 
 fn fold(
-    packets_in: &mut Vec<Packet>,
+    packets_in: &[Packet],
     packets_out: &mut Vec<Packet>,
     info: &TopologyLocalInfo,
     op: Op,
@@ -462,7 +477,7 @@ fn fold(
 }
 
 fn concat(
-    packets_in: &mut Vec<Packet>,
+    packets_in: &[Packet],
     packets_out: &mut Vec<Packet>,
     info: &TopologyLocalInfo,
 ) -> Result<(), FilterError> {

@@ -843,7 +843,13 @@ pub struct Packet {
     src: u32,
     weight: u32,
     nelems: u8,
+    /// The route trailer says another packet of the same batch follows (see `sync.rs`).
+    more: bool,
 }
+
+/// The route trailer's bit for "another packet of this batch follows"; the rest is the count
+/// of destinations.
+const MORE: u32 = 1 << 31;
 
 impl Packet {
     /// A packet for stream `stream_id` with `tag`, holding `values` as `format` describes.
@@ -899,6 +905,7 @@ impl Packet {
             src: 0,
             weight: 1,
             nelems: format.len() as u8,
+            more: false,
         }
     }
 
@@ -920,7 +927,9 @@ impl Packet {
         let (rest, n) = p
             .split_last_chunk::<4>()
             .ok_or_else(|| bad("shorter than its route trailer"))?;
-        let n = u32::from_le_bytes(*n) as usize;
+        let word = u32::from_le_bytes(*n);
+        let more = word & MORE != 0;
+        let n = (word & !MORE) as usize;
         let route = n
             .checked_mul(4)
             .filter(|&r| r <= rest.len())
@@ -951,6 +960,7 @@ impl Packet {
             src,
             weight,
             nelems,
+            more,
         })
     }
 
@@ -1067,13 +1077,25 @@ impl Packet {
     }
 
     /// The message, its route trailer replaced by `dests` (empty: none), ready to send.
-    pub(crate) fn into_message(mut self, dests: &[u32]) -> Message {
+    pub(crate) fn into_message(self, dests: &[u32]) -> Message {
+        self.into_message_with(dests, false)
+    }
+
+    /// The message, its route trailer replaced by `dests` and the "more of this batch
+    /// follows" mark.
+    pub(crate) fn into_message_with(mut self, dests: &[u32], more: bool) -> Message {
         self.msg.truncate_payload(self.end);
         for d in dests {
             self.msg.extend_payload(&d.to_le_bytes());
         }
-        self.msg.extend_payload(&(dests.len() as u32).to_le_bytes());
+        let word = dests.len() as u32 | if more { MORE } else { 0 };
+        self.msg.extend_payload(&word.to_le_bytes());
         self.msg
+    }
+
+    /// Whether another packet of the same batch follows this one.
+    pub(crate) fn more(&self) -> bool {
+        self.more
     }
 
     /// The route trailer's destinations (empty: every end-point of the stream).
@@ -1120,6 +1142,21 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    type Everything = (
+        i8,
+        u8,
+        i16,
+        u16,
+        i32,
+        u32,
+        i64,
+        u64,
+        f32,
+        f64,
+        String,
+        Vec<i32>,
+    );
+
     #[test]
     fn every_type_round_trips() {
         let p = Packet::new(
@@ -1142,20 +1179,7 @@ mod tests {
             ),
         )
         .expect("pack");
-        let got: (
-            i8,
-            u8,
-            i16,
-            u16,
-            i32,
-            u32,
-            i64,
-            u64,
-            f32,
-            f64,
-            String,
-            Vec<i32>,
-        ) = p
+        let got: Everything = p
             .unpack("%c %uc %hd %uhd %d %ud %ld %uld %f %lf %s %ad")
             .expect("unpack");
         assert_eq!(got.0, -1);
@@ -1247,6 +1271,10 @@ mod tests {
         let p = Packet::from_message(p.into_message(&[])).expect("decode");
         assert!(!p.has_route());
         assert_eq!(p.unpack::<String>("%s").ok().as_deref(), Some("data"));
+        assert!(!p.more());
+        let p = Packet::from_message(p.into_message_with(&[4], true)).expect("decode");
+        assert!(p.more());
+        assert_eq!(p.route().collect::<Vec<_>>(), [4]);
     }
 
     #[test]

@@ -72,15 +72,31 @@ pub const SFILTER_DONTWAIT: SyncMode = SyncMode::DontWait;
 /// The MRNet name of [`SyncMode::Timeout`].
 pub const SFILTER_TIMEOUT: SyncMode = SyncMode::Timeout;
 
+/// What one child has sent that is not in a wave yet.
+#[derive(Debug, Default)]
+struct ChildQueue {
+    packets: VecDeque<Packet>,
+    /// Sizes of the complete batches at the front of `packets`.
+    batches: VecDeque<usize>,
+    /// Packets after those: a batch still coming.
+    open: usize,
+}
+
 /// Groups one process's incoming packets of one stream into waves.
+///
+/// A child's contribution to a wave is a *batch*: the packets its own filter gave for one
+/// wave of its own, in one go (a back-end's batch is one packet; a null filter passes a whole
+/// wave on as one batch). Every packet of a batch but the last says "more follows", so a
+/// parent waits for whole batches: with wait-for-all, a wave is one batch from each child,
+/// however many packets each one holds, and waves stay aligned on trees of uneven depth.
 #[derive(Debug)]
 pub struct Synchronizer {
     mode: SyncMode,
     timeout: Duration,
-    queues: Vec<VecDeque<Packet>>,
-    /// Children whose queue is not empty.
+    queues: Vec<ChildQueue>,
+    /// Children with at least one complete batch.
     waiting: usize,
-    /// When the first packet since the last output came (timeout mode).
+    /// When the first batch since the last output came (timeout mode).
     first_at: Option<Instant>,
 }
 
@@ -90,7 +106,7 @@ impl Synchronizer {
         Synchronizer {
             mode,
             timeout: Duration::ZERO,
-            queues: (0..children).map(|_| VecDeque::new()).collect(),
+            queues: (0..children).map(|_| ChildQueue::default()).collect(),
             waiting: 0,
             first_at: None,
         }
@@ -108,15 +124,22 @@ impl Synchronizer {
 
     /// Packets held, over all children.
     pub fn held(&self) -> usize {
-        self.queues.iter().map(VecDeque::len).sum()
+        self.queues.iter().map(|q| q.packets.len()).sum()
     }
 
-    /// Take packet `p` from child `slot`; a wave that is complete goes to `out` (appended), and
-    /// the return says whether one did.
-    pub fn push(&mut self, slot: usize, p: Packet, now: Instant, out: &mut Vec<Packet>) -> bool {
+    /// Take packet `p` from child `slot` (`more`: another packet of the same batch follows);
+    /// a wave that is complete goes to `out` (appended), and the return says whether one did.
+    pub fn push(
+        &mut self,
+        slot: usize,
+        p: Packet,
+        more: bool,
+        now: Instant,
+        out: &mut Vec<Packet>,
+    ) -> bool {
         let no_wait = self.mode == SyncMode::DontWait
             || (self.mode == SyncMode::Timeout && self.timeout.is_zero());
-        if no_wait || self.queues.len() <= 1 && self.held() == 0 {
+        if no_wait || (self.queues.len() <= 1 && self.held() == 0 && !more) {
             out.push(p);
             return true;
         }
@@ -125,14 +148,19 @@ impl Synchronizer {
             out.push(p);
             return true;
         };
-        if q.is_empty() {
+        q.packets.push_back(p);
+        q.open += 1;
+        if more {
+            return false;
+        }
+        if q.batches.is_empty() {
             self.waiting += 1;
         }
-        q.push_back(p);
+        q.batches.push_back(std::mem::take(&mut q.open));
         if self.waiting == self.queues.len() {
             self.pop_wave(out);
             if self.mode == SyncMode::Timeout {
-                self.first_at = (self.held() > 0).then_some(now);
+                self.first_at = (self.waiting > 0).then_some(now);
             }
             return true;
         }
@@ -142,13 +170,14 @@ impl Synchronizer {
         false
     }
 
+    /// One batch from every child.
     fn pop_wave(&mut self, out: &mut Vec<Packet>) {
         for q in &mut self.queues {
-            if let Some(p) = q.pop_front() {
-                out.push(p);
+            if let Some(n) = q.batches.pop_front() {
+                out.extend(q.packets.drain(..n));
             }
         }
-        self.waiting = self.queues.iter().filter(|q| !q.is_empty()).count();
+        self.waiting = self.queues.iter().filter(|q| !q.batches.is_empty()).count();
     }
 
     /// When [`poll`](Synchronizer::poll) will have something to give, if ever.
@@ -159,8 +188,8 @@ impl Synchronizer {
         }
     }
 
-    /// At `now`: if the timeout has passed, everything held goes to `out`, child by child in
-    /// the order each sent; whether anything did.
+    /// At `now`: if the timeout has passed, every complete batch held goes to `out`, child by
+    /// child in the order each sent; whether anything did.
     pub fn poll(&mut self, now: Instant, out: &mut Vec<Packet>) -> bool {
         match self.deadline() {
             Some(d) if d <= now => {}
@@ -169,7 +198,8 @@ impl Synchronizer {
         self.first_at = None;
         let before = out.len();
         for q in &mut self.queues {
-            out.extend(q.drain(..));
+            let n: usize = q.batches.drain(..).sum();
+            out.extend(q.packets.drain(..n));
         }
         self.waiting = 0;
         out.len() > before
@@ -178,7 +208,9 @@ impl Synchronizer {
     /// Whatever is held, for a stream that closes.
     pub fn drain(&mut self, out: &mut Vec<Packet>) {
         for q in &mut self.queues {
-            out.extend(q.drain(..));
+            out.extend(q.packets.drain(..));
+            q.batches.clear();
+            q.open = 0;
         }
         self.waiting = 0;
         self.first_at = None;
@@ -204,17 +236,37 @@ mod tests {
         let now = Instant::now();
         let mut s = Synchronizer::new(SyncMode::WaitForAll, 3);
         let mut out = Vec::new();
-        assert!(!s.push(0, pkt(1), now, &mut out));
-        assert!(!s.push(0, pkt(11), now, &mut out));
-        assert!(!s.push(2, pkt(3), now, &mut out));
-        assert!(s.push(1, pkt(2), now, &mut out));
+        assert!(!s.push(0, pkt(1), false, now, &mut out));
+        assert!(!s.push(0, pkt(11), false, now, &mut out));
+        assert!(!s.push(2, pkt(3), false, now, &mut out));
+        assert!(s.push(1, pkt(2), false, now, &mut out));
         assert_eq!(vals(&out), [1, 2, 3]);
         out.clear();
-        assert!(!s.push(2, pkt(13), now, &mut out));
-        assert!(s.push(1, pkt(12), now, &mut out));
+        assert!(!s.push(2, pkt(13), false, now, &mut out));
+        assert!(s.push(1, pkt(12), false, now, &mut out));
         assert_eq!(vals(&out), [11, 12, 13]);
         assert_eq!(s.held(), 0);
         assert_eq!(s.deadline(), None);
+    }
+
+    #[test]
+    fn a_batch_counts_as_one_contribution() {
+        let now = Instant::now();
+        let mut s = Synchronizer::new(SyncMode::WaitForAll, 2);
+        let mut out = Vec::new();
+        // Child 0 passes on a wave of three packets; child 1 sends one.
+        assert!(!s.push(0, pkt(1), true, now, &mut out));
+        assert!(!s.push(0, pkt(2), true, now, &mut out));
+        assert!(!s.push(1, pkt(10), false, now, &mut out));
+        assert!(s.push(0, pkt(3), false, now, &mut out));
+        assert_eq!(vals(&out), [1, 2, 3, 10]);
+        assert_eq!(s.held(), 0);
+        // A lone child's batch also waits for its end.
+        let mut one = Synchronizer::new(SyncMode::WaitForAll, 1);
+        out.clear();
+        assert!(!one.push(0, pkt(1), true, now, &mut out));
+        assert!(one.push(0, pkt(2), false, now, &mut out));
+        assert_eq!(vals(&out), [1, 2]);
     }
 
     #[test]
@@ -222,7 +274,7 @@ mod tests {
         let mut s = Synchronizer::new(SyncMode::DontWait, 4);
         let mut out = Vec::new();
         for i in 0..4 {
-            assert!(s.push(i, pkt(i as i32), Instant::now(), &mut out));
+            assert!(s.push(i, pkt(i as i32), false, Instant::now(), &mut out));
         }
         assert_eq!(vals(&out), [0, 1, 2, 3]);
     }
@@ -233,8 +285,8 @@ mod tests {
         let mut s = Synchronizer::new(SyncMode::Timeout, 3);
         s.set_timeout(Duration::from_millis(100));
         let mut out = Vec::new();
-        assert!(!s.push(0, pkt(1), t0, &mut out));
-        assert!(!s.push(2, pkt(3), t0 + Duration::from_millis(50), &mut out));
+        assert!(!s.push(0, pkt(1), false, t0, &mut out));
+        assert!(!s.push(2, pkt(3), false, t0 + Duration::from_millis(50), &mut out));
         assert_eq!(s.deadline(), Some(t0 + Duration::from_millis(100)));
         assert!(!s.poll(t0 + Duration::from_millis(99), &mut out));
         assert!(s.poll(t0 + Duration::from_millis(100), &mut out));
@@ -243,9 +295,9 @@ mod tests {
         out.clear();
         // A complete wave does not wait for the timeout.
         let t1 = t0 + Duration::from_secs(1);
-        assert!(!s.push(0, pkt(4), t1, &mut out));
-        assert!(!s.push(1, pkt(5), t1, &mut out));
-        assert!(s.push(2, pkt(6), t1, &mut out));
+        assert!(!s.push(0, pkt(4), false, t1, &mut out));
+        assert!(!s.push(1, pkt(5), false, t1, &mut out));
+        assert!(s.push(2, pkt(6), false, t1, &mut out));
         assert_eq!(vals(&out), [4, 5, 6]);
         assert_eq!(s.deadline(), None);
     }
@@ -254,7 +306,7 @@ mod tests {
     fn a_zero_timeout_does_not_wait() {
         let mut s = Synchronizer::new(SyncMode::Timeout, 2);
         let mut out = Vec::new();
-        assert!(s.push(1, pkt(7), Instant::now(), &mut out));
+        assert!(s.push(1, pkt(7), false, Instant::now(), &mut out));
         assert_eq!(vals(&out), [7]);
     }
 
