@@ -16,6 +16,7 @@
 //! How it runs: see `node.rs` (the handlers) and `protocol.rs` (the control messages).
 
 pub mod communicator;
+pub mod create;
 pub mod dynfilter;
 pub mod error;
 pub mod events;
@@ -34,6 +35,7 @@ pub mod topology;
 pub mod topology_file;
 
 pub use communicator::Communicator;
+pub use create::{create_network_fe, create_network_fe_with, run_backend, run_backend_with};
 pub use error::{TbonError, FIRST_APPLICATION_TAG};
 pub use events::{CallbackId, Event, EventClass, EventKind};
 pub use filter::{
