@@ -368,7 +368,8 @@ pub fn generate(spec: &TreeSpec, placement: &Placement) -> Result<Topology, Topo
             if internal != (pass == 0) {
                 continue;
             }
-            let which = usize::from(!internal);
+            // Back-ends share the internal list (and its place in it) unless they have one.
+            let which = usize::from(!internal && placement.backend_hosts.is_some());
             let name = namer.take(which).ok_or_else(|| {
                 let list = namer.lists[which].map_or(0, HostList::slots);
                 TopologyError::at(
@@ -378,11 +379,7 @@ pub fn generate(spec: &TreeSpec, placement: &Placement) -> Result<Topology, Topo
                          {list} slot(s) of the {} host list",
                         has_children[1..].iter().filter(|&&c| c).count(),
                         has_children[1..].iter().filter(|&&c| !c).count(),
-                        if which == 0 || placement.backend_hosts.is_none() {
-                            "internal"
-                        } else {
-                            "back-end"
-                        }
+                        if which == 0 { "internal" } else { "back-end" }
                     ),
                 )
             })?;
