@@ -1,5 +1,6 @@
 //! The tree overlay on whole jobs: every scenario of the `tbon` program on flat, two- and
-//! three-level and k-nomial trees, on the in-process layer and on TCP under charmrun; bad
+//! three-level and k-nomial trees, on the in-process layer, on TCP and on shared memory under
+//! charmrun; bad
 //! topologies; a front-end that makes its own network (IntegerAddition, and 200 networks of
 //! 32 back-ends made and torn down in one process).
 
@@ -131,6 +132,16 @@ mod tcp {
     );
 }
 
+mod si {
+    overlay_suite!(
+        conformance::Launcher::Charmrun {
+            machine: "si",
+            opts: vec![]
+        },
+        [("g:2x3", 9)]
+    );
+}
+
 #[test]
 fn a_bad_topology_file_names_its_line() {
     let dir = std::env::temp_dir().join(format!("tbon-test-{}", std::process::id()));
@@ -246,6 +257,16 @@ fn two_hundred_networks_of_32_back_ends_made_and_torn_down() {
         Duration::from_secs(600),
     );
     assert!(!o.timed_out, "{o}");
+    assert_eq!(o.code, Some(0), "{o}");
+    assert_eq!(o.lines_with("tbon_create: ok"), 1, "{o}");
+}
+
+#[test]
+fn networks_on_shared_memory_made_and_torn_down() {
+    let o = run_bounded(
+        Command::new(CREATE).args(["teardown", "g:4x8", "50", "si"]),
+        Duration::from_secs(300),
+    );
     assert_eq!(o.code, Some(0), "{o}");
     assert_eq!(o.lines_with("tbon_create: ok"), 1, "{o}");
 }

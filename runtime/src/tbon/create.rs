@@ -39,6 +39,9 @@ pub struct Settings {
     pub remote_shell: String,
     /// Say what the launcher does, on standard error.
     pub verbose: bool,
+    /// The layer the network's job runs on: `tcp` (the default, any hosts) or `si` (shared
+    /// memory, every process on this host); any layer charmrun starts.
+    pub layer: String,
 }
 
 impl Settings {
@@ -51,6 +54,7 @@ impl Settings {
             timeout: Duration::from_secs(60),
             remote_shell: "ssh".into(),
             verbose: false,
+            layer: "tcp".into(),
         }
     }
 }
@@ -110,7 +114,8 @@ pub fn create_network_fe_with<T: Send>(
         )));
     }
     let mut args = settings.args.clone();
-    args.extend(["+machine", "tcp", "+quiet"].map(String::from));
+    let layer = settings.layer.clone();
+    args.extend(["+machine".to_string(), layer.clone(), "+quiet".into()]);
     let plan: Vec<NodeStart> = topology
         .nodes()
         .iter()
@@ -150,7 +155,7 @@ pub fn create_network_fe_with<T: Send>(
         "+p".into(),
         n.to_string(),
         "+machine".into(),
-        "tcp".into(),
+        layer,
         "+quiet".into(),
     ];
     let result: Mutex<Option<Result<T, TbonError>>> = Mutex::new(None);

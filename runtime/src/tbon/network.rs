@@ -53,6 +53,9 @@ pub struct Network<'p> {
     node: Rc<RefCell<Node>>,
     /// The tree, once known (every PE has it after `attach`).
     topo: Option<Rc<Topology>>,
+    /// The last format string sent and its parse: a program sends the same few formats over
+    /// and over, and parsing allocates.
+    last_format: Option<(String, super::format::Format)>,
 }
 
 /// Lay a tree over the job this PE belongs to (MRNet's back-end attach mode: the processes are
@@ -114,6 +117,7 @@ pub fn attach<'p>(
         pe,
         node,
         topo: None,
+        last_format: None,
     };
     if net.pe.my_pe() == 0 {
         let plan = topology(net.pe).and_then(|t| {
@@ -128,7 +132,8 @@ pub fn attach<'p>(
             Ok(Ctl::Plan { tree, pes })
         });
         match plan {
-            Ok(plan) => net.pe.broadcast_all(ctl, &plan.encode()),
+            // The front-end takes the plan first; it goes down the tree from there.
+            Ok(plan) => net.pe.send(0, ctl, &plan.encode()),
             Err(e) => {
                 let reason = Ctl::Abandon {
                     reason: e.to_string(),
@@ -171,6 +176,25 @@ impl<'p> Network<'p> {
             Ok(())
         } else {
             Err(TbonError::JobEnded)
+        }
+    }
+
+    /// A packet of `values` as `format` says, the format parsed once for repeated sends.
+    fn packet(
+        &mut self,
+        id: u32,
+        tag: i32,
+        format: &str,
+        values: &dyn Pack,
+    ) -> Result<Packet, TbonError> {
+        if self.last_format.as_ref().is_none_or(|(s, _)| s != format) {
+            let f =
+                super::format::Format::parse(format).map_err(super::packet::PacketError::from)?;
+            self.last_format = Some((format.to_owned(), f));
+        }
+        match &self.last_format {
+            Some((_, f)) => Ok(Packet::with_format(id, tag, f, values)?),
+            None => Err(TbonError::Usage("no format".into())),
         }
     }
 
@@ -428,7 +452,7 @@ impl<'p> Network<'p> {
         values: impl Pack,
     ) -> Result<(), TbonError> {
         check_tag(tag)?;
-        let p = Packet::new(s.id, tag, format, values)?;
+        let p = self.packet(s.id, tag, format, &values)?;
         self.send_packet(s, p, &[])
     }
 
@@ -463,7 +487,7 @@ impl<'p> Network<'p> {
         if dests.is_empty() {
             return Ok(());
         }
-        let p = Packet::new(s.id, tag, format, values)?;
+        let p = self.packet(s.id, tag, format, &values)?;
         self.send_packet(s, p, dests)
     }
 
@@ -916,6 +940,44 @@ impl<'p> Network<'p> {
     /// Make the descriptor of `class` unreadable until the next event.
     pub fn clear_event_fd(&mut self, class: EventClass) {
         self.node.borrow_mut().events.clear_fd(class);
+    }
+
+    /// A file descriptor that becomes readable when a packet for the program arrives on
+    /// stream `s` (MRNet's `Stream::get_DataNotificationFd`); clear it with
+    /// [`clear_stream_fd`](Network::clear_stream_fd) before acting on it.
+    ///
+    /// # Errors
+    /// [`TbonError::Os`] when no descriptor can be made.
+    pub fn stream_fd(&mut self, s: &Stream) -> Result<RawFd, TbonError> {
+        use nix::sys::eventfd::{EfdFlags, EventFd};
+        use std::os::fd::AsRawFd;
+        let mut n = self.node.borrow_mut();
+        if let Some(fd) = n.stream_fds.get(&s.id) {
+            return Ok(fd.as_raw_fd());
+        }
+        let fd =
+            EventFd::from_flags(EfdFlags::EFD_NONBLOCK | EfdFlags::EFD_CLOEXEC).map_err(|e| {
+                TbonError::Os {
+                    what: "eventfd",
+                    reason: e.desc().into(),
+                }
+            })?;
+        let raw = fd.as_raw_fd();
+        n.stream_fds.insert(s.id, fd);
+        Ok(raw)
+    }
+
+    /// Make stream `s`'s descriptor unreadable until its next packet.
+    pub fn clear_stream_fd(&mut self, s: &Stream) {
+        if let Some(fd) = self.node.borrow().stream_fds.get(&s.id) {
+            // Non-blocking: a clear descriptor answers EAGAIN, which is fine.
+            let _ = fd.read();
+        }
+    }
+
+    /// Close stream `s`'s descriptor.
+    pub fn close_stream_fd(&mut self, s: &Stream) {
+        self.node.borrow_mut().stream_fds.remove(&s.id);
     }
 
     /// Close the descriptor of `class`.

@@ -185,6 +185,8 @@ pub(crate) struct Node {
     pub failures: HashMap<u32, VecDeque<TbonError>>,
     /// Packets dropped because they did not decode or named no stream here.
     pub refused: u64,
+    /// Per-stream data notification descriptors (MRNet's `Stream::get_DataNotificationFd`).
+    pub stream_fds: HashMap<u32, nix::sys::eventfd::EventFd>,
     /// Scratch vectors reused for every wave, so a wave allocates no vector.
     wave: Vec<Packet>,
     out: Vec<Packet>,
@@ -213,6 +215,7 @@ impl Node {
             next_filter: super::filter::FIRST_USER_FILTER,
             failures: HashMap::new(),
             refused: 0,
+            stream_fds: HashMap::new(),
             wave: Vec::new(),
             out: Vec::new(),
             rev: Vec::new(),
@@ -302,11 +305,14 @@ impl Node {
 
     // ----- the plan -----
 
+    /// Take the plan, and pass it (`raw`) on down the tree: the connections it opens, from
+    /// each parent to its children, are the ones the tree's traffic uses.
     fn take_plan(
         &mut self,
         pe: &mut Pe,
         tree: Vec<(super::topology::ProcName, Option<usize>)>,
         pes: Vec<usize>,
+        raw: &[u8],
     ) {
         if self.place.is_some() {
             return;
@@ -367,6 +373,16 @@ impl Node {
             }
         };
         let spare = place.role == Role::Spare;
+        for c in &place.children {
+            pe.send(c.pe, self.h.ctl, raw);
+        }
+        if place.role == Role::FrontEnd {
+            // PEs outside the tree learn that they are spares straight from the front-end.
+            let used: std::collections::HashSet<usize> = place.pes.iter().copied().collect();
+            for p in (0..pe.num_pes()).filter(|p| !used.contains(p)) {
+                pe.send(p, self.h.ctl, raw);
+            }
+        }
         self.place = Some(place);
         if !spare {
             self.maybe_ready(pe);
@@ -705,10 +721,9 @@ impl Node {
         let bytes = p.data_len() as u64;
         st.perf.count(Context::Recv, 1, bytes);
         st.perf.count(Context::SyncFilterIn, 1, bytes);
-        let now = Instant::now();
         let more = p.more();
         let mut wave = std::mem::take(&mut self.wave);
-        if st.sync.push(slot, p, more, now, &mut wave) {
+        if st.sync.push(slot, p, more, &mut wave) {
             self.wave_up(pe, sid, &mut wave);
         } else if let Some(due) = st.sync.deadline() {
             if !st.timer {
@@ -828,6 +843,10 @@ impl Node {
                 .unwrap_or((Rank::MAX, "a filter failed".into()));
             return self.record_error(sid, rank, why, EventKind::FilterFailed);
         }
+        if let Some(fd) = self.stream_fds.get(&sid) {
+            // A failed write loses a wake-up (the counter is full), never the packet.
+            let _ = fd.write(1);
+        }
         if self.events.data_wanted() {
             let rank = p.src_rank();
             let tag = p.tag();
@@ -875,7 +894,7 @@ impl Node {
             );
         };
         match ctl {
-            Ctl::Plan { tree, pes } => self.take_plan(pe, tree, pes),
+            Ctl::Plan { tree, pes } => self.take_plan(pe, tree, pes, msg.payload()),
             Ctl::Abandon { reason } => self.abandoned = Some(reason),
             Ctl::Ready => {
                 self.ready_from += 1;

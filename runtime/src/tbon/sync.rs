@@ -129,12 +129,22 @@ impl Synchronizer {
 
     /// Take packet `p` from child `slot` (`more`: another packet of the same batch follows);
     /// a wave that is complete goes to `out` (appended), and the return says whether one did.
-    pub fn push(
+    /// Reads the clock only in timeout mode (a clock read is not free in every VM).
+    pub fn push(&mut self, slot: usize, p: Packet, more: bool, out: &mut Vec<Packet>) -> bool {
+        let now = match self.mode {
+            SyncMode::Timeout => Some(Instant::now()),
+            _ => None,
+        };
+        self.push_at(slot, p, more, now, out)
+    }
+
+    /// As [`push`](Synchronizer::push), at time `now` (which timeout mode needs).
+    pub fn push_at(
         &mut self,
         slot: usize,
         p: Packet,
         more: bool,
-        now: Instant,
+        now: Option<Instant>,
         out: &mut Vec<Packet>,
     ) -> bool {
         let no_wait = self.mode == SyncMode::DontWait
@@ -160,12 +170,12 @@ impl Synchronizer {
         if self.waiting == self.queues.len() {
             self.pop_wave(out);
             if self.mode == SyncMode::Timeout {
-                self.first_at = (self.waiting > 0).then_some(now);
+                self.first_at = now.filter(|_| self.waiting > 0);
             }
             return true;
         }
         if self.mode == SyncMode::Timeout && self.first_at.is_none() {
-            self.first_at = Some(now);
+            self.first_at = now;
         }
         false
     }
@@ -236,14 +246,14 @@ mod tests {
         let now = Instant::now();
         let mut s = Synchronizer::new(SyncMode::WaitForAll, 3);
         let mut out = Vec::new();
-        assert!(!s.push(0, pkt(1), false, now, &mut out));
-        assert!(!s.push(0, pkt(11), false, now, &mut out));
-        assert!(!s.push(2, pkt(3), false, now, &mut out));
-        assert!(s.push(1, pkt(2), false, now, &mut out));
+        assert!(!s.push_at(0, pkt(1), false, Some(now), &mut out));
+        assert!(!s.push_at(0, pkt(11), false, Some(now), &mut out));
+        assert!(!s.push_at(2, pkt(3), false, Some(now), &mut out));
+        assert!(s.push_at(1, pkt(2), false, Some(now), &mut out));
         assert_eq!(vals(&out), [1, 2, 3]);
         out.clear();
-        assert!(!s.push(2, pkt(13), false, now, &mut out));
-        assert!(s.push(1, pkt(12), false, now, &mut out));
+        assert!(!s.push_at(2, pkt(13), false, Some(now), &mut out));
+        assert!(s.push_at(1, pkt(12), false, Some(now), &mut out));
         assert_eq!(vals(&out), [11, 12, 13]);
         assert_eq!(s.held(), 0);
         assert_eq!(s.deadline(), None);
@@ -255,17 +265,17 @@ mod tests {
         let mut s = Synchronizer::new(SyncMode::WaitForAll, 2);
         let mut out = Vec::new();
         // Child 0 passes on a wave of three packets; child 1 sends one.
-        assert!(!s.push(0, pkt(1), true, now, &mut out));
-        assert!(!s.push(0, pkt(2), true, now, &mut out));
-        assert!(!s.push(1, pkt(10), false, now, &mut out));
-        assert!(s.push(0, pkt(3), false, now, &mut out));
+        assert!(!s.push_at(0, pkt(1), true, Some(now), &mut out));
+        assert!(!s.push_at(0, pkt(2), true, Some(now), &mut out));
+        assert!(!s.push_at(1, pkt(10), false, Some(now), &mut out));
+        assert!(s.push_at(0, pkt(3), false, Some(now), &mut out));
         assert_eq!(vals(&out), [1, 2, 3, 10]);
         assert_eq!(s.held(), 0);
         // A lone child's batch also waits for its end.
         let mut one = Synchronizer::new(SyncMode::WaitForAll, 1);
         out.clear();
-        assert!(!one.push(0, pkt(1), true, now, &mut out));
-        assert!(one.push(0, pkt(2), false, now, &mut out));
+        assert!(!one.push_at(0, pkt(1), true, Some(now), &mut out));
+        assert!(one.push_at(0, pkt(2), false, Some(now), &mut out));
         assert_eq!(vals(&out), [1, 2]);
     }
 
@@ -274,7 +284,7 @@ mod tests {
         let mut s = Synchronizer::new(SyncMode::DontWait, 4);
         let mut out = Vec::new();
         for i in 0..4 {
-            assert!(s.push(i, pkt(i as i32), false, Instant::now(), &mut out));
+            assert!(s.push_at(i, pkt(i as i32), false, Some(Instant::now()), &mut out));
         }
         assert_eq!(vals(&out), [0, 1, 2, 3]);
     }
@@ -285,8 +295,14 @@ mod tests {
         let mut s = Synchronizer::new(SyncMode::Timeout, 3);
         s.set_timeout(Duration::from_millis(100));
         let mut out = Vec::new();
-        assert!(!s.push(0, pkt(1), false, t0, &mut out));
-        assert!(!s.push(2, pkt(3), false, t0 + Duration::from_millis(50), &mut out));
+        assert!(!s.push_at(0, pkt(1), false, Some(t0), &mut out));
+        assert!(!s.push_at(
+            2,
+            pkt(3),
+            false,
+            Some(t0 + Duration::from_millis(50)),
+            &mut out
+        ));
         assert_eq!(s.deadline(), Some(t0 + Duration::from_millis(100)));
         assert!(!s.poll(t0 + Duration::from_millis(99), &mut out));
         assert!(s.poll(t0 + Duration::from_millis(100), &mut out));
@@ -295,9 +311,9 @@ mod tests {
         out.clear();
         // A complete wave does not wait for the timeout.
         let t1 = t0 + Duration::from_secs(1);
-        assert!(!s.push(0, pkt(4), false, t1, &mut out));
-        assert!(!s.push(1, pkt(5), false, t1, &mut out));
-        assert!(s.push(2, pkt(6), false, t1, &mut out));
+        assert!(!s.push_at(0, pkt(4), false, Some(t1), &mut out));
+        assert!(!s.push_at(1, pkt(5), false, Some(t1), &mut out));
+        assert!(s.push_at(2, pkt(6), false, Some(t1), &mut out));
         assert_eq!(vals(&out), [4, 5, 6]);
         assert_eq!(s.deadline(), None);
     }
@@ -306,7 +322,7 @@ mod tests {
     fn a_zero_timeout_does_not_wait() {
         let mut s = Synchronizer::new(SyncMode::Timeout, 2);
         let mut out = Vec::new();
-        assert!(s.push(1, pkt(7), false, Instant::now(), &mut out));
+        assert!(s.push_at(1, pkt(7), false, Some(Instant::now()), &mut out));
         assert_eq!(vals(&out), [7]);
     }
 

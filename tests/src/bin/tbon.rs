@@ -553,6 +553,9 @@ fn events(net: &mut Network<'_>) -> Check {
     })
     .map_err(e2s)?;
     let fd = net.event_fd(EventClass::Data).map_err(e2s)?;
+    let comm0 = net.broadcast_communicator();
+    let quiet = stream(net, &comm0, TFILTER_SUM, SyncMode::WaitForAll)?;
+    let quiet_fd = net.stream_fd(&quiet).map_err(e2s)?;
     let pending_before = net.num_events_pending();
     let comm = net.broadcast_communicator();
     let s = stream(net, &comm, TFILTER_SUM, SyncMode::WaitForAll)?;
@@ -574,6 +577,26 @@ fn events(net: &mut Network<'_>) -> Check {
         nix::poll::poll(&mut pfd, nix::poll::PollTimeout::ZERO),
         Ok(0),
     )?;
+    // The descriptor of a stream that got nothing stays quiet; after a packet it is readable.
+    let mut qfd = [nix::poll::PollFd::new(
+        // SAFETY: the network keeps the descriptor open until close_stream_fd.
+        unsafe { std::os::fd::BorrowedFd::borrow_raw(quiet_fd) },
+        nix::poll::PollFlags::POLLIN,
+    )];
+    expect(
+        "a quiet stream's descriptor",
+        nix::poll::poll(&mut qfd, nix::poll::PollTimeout::ZERO),
+        Ok(0),
+    )?;
+    net.send(&quiet, REPLY_INT, "", ()).map_err(e2s)?;
+    net.recv_on(&quiet).map_err(e2s)?;
+    expect(
+        "its descriptor after a packet",
+        nix::poll::poll(&mut qfd, nix::poll::PollTimeout::ZERO),
+        Ok(1),
+    )?;
+    net.clear_stream_fd(&quiet);
+    net.close_stream_fd(&quiet);
     let kinds: Vec<EventKind> = std::iter::from_fn(|| net.next_event())
         .map(|e| e.kind)
         .collect();

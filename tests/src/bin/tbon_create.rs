@@ -1,7 +1,7 @@
 //! A front-end that makes its network itself, and its back-end, in one program:
 //!
 //! ```text
-//! tbon_create teardown SPEC TIMES    make and tear down the network TIMES times
+//! tbon_create teardown SPEC TIMES [LAYER]   make and tear down the network TIMES times
 //! tbon_create be                     (the back-end; the front-end starts it)
 //! ```
 //!
@@ -54,14 +54,23 @@ fn teardown(argv: &[String]) -> Result<(), String> {
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
     let me = me.to_string_lossy().into_owned();
     let b = topo.num_backends() as i32;
+    let mut settings = tbon::create::Settings::new(&me, &["be"]);
+    if let Some(layer) = argv.get(4) {
+        settings.layer = layer.clone();
+    }
     let mut baseline = None;
     for round in 0..times {
-        let sum = tbon::create_network_fe(&topo, &me, &["be"], |net| -> Result<i32, TbonError> {
-            let comm = net.broadcast_communicator();
-            let s = net.new_stream(&comm, TFILTER_SUM, SyncMode::WaitForAll, TFILTER_NULL)?;
-            net.send(&s, ASK, "", ())?;
-            Ok(net.recv_on(&s)?.unpack("%d")?)
-        })
+        let sum = tbon::create_network_fe_with(
+            &topo,
+            &settings,
+            tbon::Options::default,
+            |net| -> Result<i32, TbonError> {
+                let comm = net.broadcast_communicator();
+                let s = net.new_stream(&comm, TFILTER_SUM, SyncMode::WaitForAll, TFILTER_NULL)?;
+                net.send(&s, ASK, "", ())?;
+                Ok(net.recv_on(&s)?.unpack("%d")?)
+            },
+        )
         .and_then(|r| r)
         .map_err(|e| format!("round {round}: {e}"))?;
         if sum != b * (b + 1) / 2 {
