@@ -67,13 +67,13 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 /// network is shut down and every process it started has ended.
 ///
 /// ```no_run
-/// use converse::tbon::{create::create_network_fe, topology_file, SyncMode, TFILTER_SUM};
+/// use converse::tbon::{create::create_network_fe, topology_file, SyncMode, TbonError};
 /// let topo = topology_file::load("tree.top".as_ref()).unwrap();
-/// let sum = create_network_fe(&topo, "./my_backend", &[], |net| {
+/// let sum = create_network_fe(&topo, "./my_backend", &[], |net| -> Result<i32, TbonError> {
 ///     let comm = net.broadcast_communicator();
-///     let s = net.new_stream(&comm, TFILTER_SUM, SyncMode::WaitForAll, 0)?;
+///     let s = net.new_stream(&comm, converse::tbon::TFILTER_SUM, SyncMode::WaitForAll, 0)?;
 ///     net.send(&s, 100, "%d", 1)?;
-///     net.recv_on(&s)?.unpack::<i32>("%d").map_err(Into::into)
+///     Ok(net.recv_on(&s)?.unpack("%d")?)
 /// });
 /// ```
 ///
