@@ -109,6 +109,11 @@ macro_rules! overlay_suite {
         }
 
         #[test]
+        fn user_filters_with_state_parameters_and_reverse_packets() {
+            on_every_tree("userfilters");
+        }
+
+        #[test]
         fn shutdown_reaches_every_process() {
             on_every_tree("shutdown");
         }

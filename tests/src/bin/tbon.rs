@@ -20,6 +20,7 @@ const SINGLECAST: i32 = 105;
 const WATCH_CLOSE: i32 = 106;
 const MIXED_FORMATS: i32 = 107;
 const WAVES: i32 = 108;
+const FORMAT_SEEN: i32 = 109;
 
 type Check = Result<(), String>;
 
@@ -41,8 +42,10 @@ fn main() -> ExitCode {
             Ok(())
         });
         let mut opts = Options::default();
-        if let Ok(f) = count {
-            opts = opts.filter("count", f);
+        for (name, f) in [("count", count)].into_iter().chain(user_filters()) {
+            if let Ok(f) = f {
+                opts = opts.filter(name, f);
+            }
         }
         let failed = match tbon::attach(pe, opts, |_| topology(&spec)) {
             Ok(mut net) => {
@@ -56,6 +59,58 @@ fn main() -> ExitCode {
             pe.exit(3);
         }
     })
+}
+
+/// Filters compiled into the program, with the guide's whole shape: per-stream state,
+/// configuration parameters, packets sent back the way they came.
+fn user_filters() -> Vec<(&'static str, Result<FnFilter, tbon::FilterError>)> {
+    vec![
+        // Packets seen on this stream so far, here: state kept between waves.
+        (
+            "running",
+            FnFilter::new("", |input, out, _, state, _, _| {
+                let seen = state.get_or_insert_with(|| Box::new(0u32));
+                let seen = seen
+                    .downcast_mut::<u32>()
+                    .ok_or_else(|| tbon::FilterError("the state is not a count".into()))?;
+                *seen += input.len() as u32;
+                let first = &input[0];
+                out.push(Packet::new(first.stream_id(), first.tag(), "%ud", *seen)?);
+                Ok(())
+            }),
+        ),
+        // The wave's sum of `%d`, times the factor the front-end set (1 until it does).
+        (
+            "scaled",
+            FnFilter::new("%d", |input, out, _, _, params, _| {
+                let factor = match params {
+                    Some(p) => p.unpack::<i32>("%d")?,
+                    None => 1,
+                };
+                let mut sum = 0i32;
+                for p in input.iter() {
+                    sum += p.unpack::<i32>("%d")?;
+                }
+                let first = &input[0];
+                out.push(Packet::new(
+                    first.stream_id(),
+                    first.tag(),
+                    "%d",
+                    sum * factor,
+                )?);
+                Ok(())
+            }),
+        ),
+        // Everything goes on, and a copy goes back the way it came.
+        (
+            "echo",
+            FnFilter::new("", |input, out, reverse, _, _, _| {
+                reverse.extend(input.iter().cloned());
+                out.append(input);
+                Ok(())
+            }),
+        ),
+    ]
 }
 
 fn run_role(scenario: &str, extra: &str, net: &mut Network<'_>) {
@@ -163,6 +218,7 @@ fn back_end(scenario: &str, net: &mut Network<'_>) {
                     net.send(&s, MIXED_FORMATS, "%d", 1)
                 }
             }
+            FORMAT_SEEN => net.send(&s, FORMAT_SEEN, "%s", p.format_string()),
             WAVES => {
                 let (v, n): (i32, i32) = p.unpack("%d %d").unwrap_or((0, 0));
                 (0..n)
@@ -194,6 +250,7 @@ fn front_end(scenario: &str, extra: &str, net: &mut Network<'_>) -> Check {
         "perf" => perf(net),
         "topology" => topology_queries(net),
         "shutdown" => Ok(()),
+        "userfilters" => user_filter_shape(net),
         other => Err(format!("unknown scenario '{other}'")),
     }
 }
@@ -273,6 +330,55 @@ fn reduce(net: &mut Network<'_>) -> Check {
         n as usize,
         net.topology().num_backends(),
     )
+}
+
+fn user_filter_shape(net: &mut Network<'_>) -> Check {
+    let b = net.topology().num_backends();
+    let fe = net.rank().unwrap_or(0);
+    let comm = net.broadcast_communicator();
+    // State: the root's running count grows by every back-end's packet each wave.
+    let s = net
+        .new_stream_placed(&comm, &format!("running => {fe}"), "", "")
+        .map_err(e2s)?;
+    for wave in 1..=3 {
+        net.send(&s, REPLY_INT, "", ()).map_err(e2s)?;
+        let n: u32 = recv_as(net, &s, "%ud")?;
+        expect(
+            &format!("running count after wave {wave}"),
+            n as usize,
+            wave * b,
+        )?;
+    }
+    // Parameters: the factor the front-end sets reaches the filter.
+    let s = net
+        .new_stream_placed(&comm, &format!("scaled => {fe}"), "", "")
+        .map_err(e2s)?;
+    let all = (b * (b + 1) / 2) as i32;
+    net.send(&s, REPLY_INT, "", ()).map_err(e2s)?;
+    expect("unscaled", recv_as::<i32>(net, &s, "%d")?, all)?;
+    net.set_filter_params(&s, FilterType::UpstreamTrans, "%d", 10)
+        .map_err(e2s)?;
+    net.send(&s, REPLY_INT, "", ()).map_err(e2s)?;
+    expect("scaled by 10", recv_as::<i32>(net, &s, "%d")?, all * 10)?;
+    // Reverse: a downstream filter at the root sends a copy of what goes down back up.
+    let s = net
+        .new_stream_placed(&comm, "", "dontwait => *", &format!("echo => {fe}"))
+        .map_err(e2s)?;
+    net.send(&s, REPLY_INT, "", ()).map_err(e2s)?;
+    let mut from_root = 0;
+    for _ in 0..=b {
+        if net.recv_on(&s).map_err(e2s)?.src_rank() == fe {
+            from_root += 1;
+        }
+    }
+    expect("the copy sent back by the root's filter", from_root, 1)?;
+    // Downstream transformation everywhere: back-ends get what the count filter made.
+    let s = net
+        .new_stream_placed(&comm, "concat => *", "", "count => *")
+        .map_err(e2s)?;
+    net.send(&s, FORMAT_SEEN, "%d", 5).map_err(e2s)?;
+    let seen: Vec<String> = recv_as(net, &s, "%as")?;
+    expect("back-ends saw", seen, vec!["%ud".to_string(); b])
 }
 
 fn sync(net: &mut Network<'_>) -> Check {
