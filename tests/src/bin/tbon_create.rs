@@ -1,7 +1,9 @@
 //! A front-end that makes its network itself, and its back-end, in one program:
 //!
 //! ```text
-//! tbon_create teardown SPEC TIMES [LAYER]   make and tear down the network TIMES times
+//! tbon_create teardown TREE TIMES [LAYER [REMOTE_SHELL]]
+//!                                    make and tear down the network TIMES times; TREE is a
+//!                                    spec (`g:4x8`) or `file:PATH`
 //! tbon_create be                     (the back-end; the front-end starts it)
 //! ```
 //!
@@ -48,15 +50,21 @@ fn count(dir: &str) -> usize {
 fn teardown(argv: &[String]) -> Result<(), String> {
     let spec = argv.get(2).ok_or("no tree spec")?;
     let times: usize = argv.get(3).and_then(|t| t.parse().ok()).ok_or("no count")?;
-    let topo = topgen::TreeSpec::parse(spec)
-        .and_then(|s| topgen::generate(&s, &topgen::Placement::default()))
-        .map_err(|e| e.to_string())?;
+    let topo = match spec.strip_prefix("file:") {
+        Some(path) => tbon::topology_file::load(std::path::Path::new(path)),
+        None => topgen::TreeSpec::parse(spec)
+            .and_then(|s| topgen::generate(&s, &topgen::Placement::default())),
+    }
+    .map_err(|e| e.to_string())?;
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
     let me = me.to_string_lossy().into_owned();
     let b = topo.num_backends() as i32;
     let mut settings = tbon::create::Settings::new(&me, &["be"]);
     if let Some(layer) = argv.get(4) {
         settings.layer = layer.clone();
+    }
+    if let Some(shell) = argv.get(5) {
+        settings.remote_shell = shell.clone();
     }
     let mut baseline = None;
     for round in 0..times {
