@@ -281,6 +281,7 @@ impl Node {
                     stream,
                     rank,
                     reason,
+                    kind,
                 };
                 pe.send(parent, self.h.ctl, &ctl.encode());
             }
@@ -927,21 +928,10 @@ impl Node {
                 stream,
                 rank,
                 reason,
+                kind,
             } => match self.place.as_ref().and_then(|p| p.parent_pe) {
                 Some(parent) => pe.send(parent, self.h.ctl, msg.payload()),
-                None => {
-                    let kind = if reason.contains("not loaded") {
-                        EventKind::FilterLoadFailed
-                    } else if reason.starts_with("a packet")
-                        || reason.starts_with("a control")
-                        || reason.starts_with("filter parameters")
-                    {
-                        EventKind::PacketRefused
-                    } else {
-                        EventKind::FilterFailed
-                    };
-                    self.record_error(stream, rank, reason, kind);
-                }
+                None => self.record_error(stream, rank, reason, kind),
             },
         }
     }

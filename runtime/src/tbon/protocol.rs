@@ -10,6 +10,7 @@
 //! | `Request` / `Ack` | down every process in scope, acknowledgements folded up | filter loading, shutdown, performance data |
 //! | `Error` | up to the front-end | a filter failed, or a packet was refused |
 
+use super::events::EventKind;
 use super::perf::{Aggregate, Context, Metric, PerfData, Report};
 use super::stream::{Assign, FilterType, StreamSpec};
 use super::topology::{ProcName, Rank};
@@ -91,8 +92,16 @@ pub(crate) enum Ctl {
         stream: u32,
         rank: Rank,
         reason: String,
+        kind: EventKind,
     },
 }
+
+/// The error kinds an `Error` message carries, by their number on the wire.
+const ERROR_KINDS: [EventKind; 3] = [
+    EventKind::FilterFailed,
+    EventKind::FilterLoadFailed,
+    EventKind::PacketRefused,
+];
 
 /// Appends little-endian fields.
 #[derive(Default)]
@@ -274,8 +283,10 @@ impl Ctl {
                 stream,
                 rank,
                 reason,
+                kind,
             } => {
-                e.u8(ERROR).u32(*stream).u32(*rank).str(reason);
+                let k = ERROR_KINDS.iter().position(|x| x == kind).unwrap_or(0);
+                e.u8(ERROR).u32(*stream).u32(*rank).str(reason).u8(k as u8);
             }
         }
         e.0
@@ -382,6 +393,7 @@ impl Ctl {
                 stream: d.u32()?,
                 rank: d.u32()?,
                 reason: d.str()?,
+                kind: *ERROR_KINDS.get(d.u8()? as usize)?,
             },
             _ => return None,
         };
@@ -461,6 +473,7 @@ mod tests {
                 stream: 9,
                 rank: 2,
                 reason: "bad".into(),
+                kind: EventKind::PacketRefused,
             },
         ]
     }
