@@ -656,12 +656,13 @@ impl<'p> Network<'p> {
         Ok(None)
     }
 
-    /// Run the scheduler once through, serving the tree: for programs that poll with the
-    /// non-blocking receives.
-    pub fn progress(&mut self) {
-        let mut once = false;
-        self.pe
-            .run_until(move |_| std::mem::replace(&mut once, true));
+    /// Take in and run whatever has arrived, without waiting: for programs that poll with the
+    /// non-blocking receives (or watch a notification descriptor) from a loop of their own.
+    /// Returns how many messages it handled.
+    pub fn progress(&mut self) -> usize {
+        let n = self.pe.run_ready();
+        after_handler(&self.node);
+        n
     }
 
     // ----- filters -----

@@ -702,6 +702,31 @@ fn events(net: &mut Network<'_>) -> Check {
         Ok(1),
     )?;
     net.clear_stream_fd(&quiet);
+    // A loop of the program's own: non-blocking receives and progress, bounded in time.
+    net.send(&quiet, REPLY_INT, "", ()).map_err(e2s)?;
+    let until = Instant::now() + Duration::from_secs(20);
+    let polled = loop {
+        if let Some(p) = net.try_recv_on(&quiet).map_err(e2s)? {
+            break p;
+        }
+        if Instant::now() > until {
+            return Err("progress: nothing came in 20 s".into());
+        }
+        net.progress();
+    };
+    expect(
+        "polled sum",
+        polled.unpack::<i32>("%d").map_err(|e| e.to_string())?,
+        {
+            let b = net.topology().num_backends() as i32;
+            b * (b + 1) / 2
+        },
+    )?;
+    expect(
+        "its descriptor after the polled packet",
+        nix::poll::poll(&mut qfd, nix::poll::PollTimeout::ZERO),
+        Ok(1),
+    )?;
     net.close_stream_fd(&quiet);
     let kinds: Vec<EventKind> = std::iter::from_fn(|| net.next_event())
         .map(|e| e.kind)
