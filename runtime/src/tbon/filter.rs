@@ -249,12 +249,9 @@ fn fold_data(acc: &mut [u8], x: &[u8], codes: &[u8], op: Op) -> Result<(), Filte
     for (i, &c) in codes.iter().enumerate() {
         let t = ElemType::from_code(c)
             .ok_or_else(|| FilterError(format!("element {} has an unknown type", i + 1)))?;
+        // `fold_wave` refused non-numbers already.
         let Some(w) = t.base.width() else {
-            return Err(FilterError(format!(
-                "element {} is {t} ({}), and only numbers can be combined",
-                i + 1,
-                t.describe()
-            )));
+            return Err(FilterError(format!("element {} is not a number", i + 1)));
         };
         let head = match t.shape {
             Shape::Scalar => 0,
@@ -368,6 +365,29 @@ fn fold_items(a: &mut [u8], b: &[u8], base: BaseType, op: Op) {
     }
 }
 
+/// Refuse formats with an element that is not a number.
+fn numeric_only(codes: &[u8]) -> Result<(), FilterError> {
+    for (i, &c) in codes.iter().enumerate() {
+        match ElemType::from_code(c) {
+            Some(t) if t.base.is_numeric() => {}
+            Some(t) => {
+                return Err(FilterError(format!(
+                    "element {} is {t} ({}), and only numbers can be combined",
+                    i + 1,
+                    t.describe()
+                )))
+            }
+            None => {
+                return Err(FilterError(format!(
+                    "element {} has an unknown type",
+                    i + 1
+                )))
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Divide every number of `data` by `d` (integers truncate).
 fn divide_data(data: &mut [u8], codes: &[u8], d: u32) {
     macro_rules! div_as {
@@ -433,6 +453,7 @@ fn fold_wave(packets: &[Packet], op: Op) -> Result<Packet, FilterError> {
         return Err(FilterError("an empty wave".into()));
     };
     let codes = first.codes();
+    numeric_only(codes)?;
     let mut acc = first.clone();
     let mut weight = first.weight();
     for p in &packets[1..] {
@@ -450,11 +471,6 @@ fn fold_wave(packets: &[Packet], op: Op) -> Result<Packet, FilterError> {
         }
         fold_data(acc.data_mut(), p.data(), codes, op)?;
         weight = weight.saturating_add(p.weight());
-    }
-    if packets.len() == 1 {
-        // Check the format anyway: a lone packet of strings must fail as a wave of two would.
-        let mut scratch = first.data().to_vec();
-        fold_data(&mut scratch, first.data(), codes, Op::Max)?;
     }
     acc.set_weight(weight);
     Ok(acc)
