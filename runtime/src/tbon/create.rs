@@ -42,6 +42,9 @@ pub struct Settings {
     /// The layer the network's job runs on: `tcp` (the default, any hosts) or `si` (shared
     /// memory, every process on this host); any layer charmrun starts.
     pub layer: String,
+    /// Runtime arguments for every process of the network, the front-end included
+    /// (`+set KEY=VALUE`, ...).
+    pub runtime_args: Vec<String>,
 }
 
 impl Settings {
@@ -55,6 +58,7 @@ impl Settings {
             remote_shell: "ssh".into(),
             verbose: false,
             layer: "tcp".into(),
+            runtime_args: Vec::new(),
         }
     }
 }
@@ -116,6 +120,7 @@ pub fn create_network_fe_with<T: Send>(
     let mut args = settings.args.clone();
     let layer = settings.layer.clone();
     args.extend(["+machine".to_string(), layer.clone(), "+quiet".into()]);
+    args.extend(settings.runtime_args.iter().cloned());
     let plan: Vec<NodeStart> = topology
         .nodes()
         .iter()
@@ -150,14 +155,17 @@ pub fn create_network_fe_with<T: Send>(
         return Err(TbonError::Create("the job has no front-end".into()));
     };
     charmrun::client::set_in_process(Some(env));
-    let argv = [
+    let argv: Vec<String> = [
         "tbon-front-end".to_string(),
         "+p".into(),
         n.to_string(),
         "+machine".into(),
         layer,
         "+quiet".into(),
-    ];
+    ]
+    .into_iter()
+    .chain(settings.runtime_args.iter().cloned())
+    .collect();
     let result: Mutex<Option<Result<T, TbonError>>> = Mutex::new(None);
     let f = Mutex::new(Some(f));
     let ran = crate::Runtime::from_args(argv).and_then(|rt| {
