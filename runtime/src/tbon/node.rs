@@ -105,6 +105,14 @@ pub(crate) struct StreamState {
     timer: bool,
 }
 
+impl Drop for StreamState {
+    /// Filters whose state is not Rust-owned (loaded ones) free it, however the stream ends.
+    fn drop(&mut self) {
+        self.up.drop_state(&mut self.up_state);
+        self.down.drop_state(&mut self.down_state);
+    }
+}
+
 /// Packets delivered to the program, per stream, numbered in arrival order so that a receive
 /// on any stream takes the oldest: it looks at each stream's first packet (programs have few
 /// streams), which keeps delivery free of any structure that allocates per packet.
@@ -526,6 +534,7 @@ impl Node {
         self.to_kids(pe, &kids, &Ctl::Close { id }.encode());
         if role == Role::Internal {
             // The front-end and back-ends keep theirs: the program may still ask about it.
+            // (Its filters' state was freed above; dropping it frees nothing twice.)
             self.streams.remove(&id);
         }
     }
