@@ -15,6 +15,7 @@ mod raw;
 mod raw_mpi;
 mod report;
 mod startup;
+mod tbon;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -100,6 +101,35 @@ enum Cmd {
         sizes: Vec<usize>,
         rounds: u64,
     },
+    /// The MRNet paper's micro-benchmarks on the tree overlay (instantiation, broadcast+sum
+    /// round trip, reduction throughput) for flat and 2-level trees, next to a raw flat TCP
+    /// baseline.
+    Tbon {
+        /// Numbers of back-ends, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "8,16,32,64")]
+        backends: Vec<usize>,
+        /// The layers the networks run on (`si`: every process on this host).
+        #[arg(long, value_delimiter = ',', default_value = "tcp,si")]
+        layers: Vec<String>,
+        /// Runs per point; the best is reported (as the paper does).
+        #[arg(long, default_value_t = 9)]
+        runs: usize,
+        /// Round trips per run.
+        #[arg(long, default_value_t = 200)]
+        rounds: usize,
+        /// Waves per throughput run.
+        #[arg(long, default_value_t = 2000)]
+        waves: usize,
+        /// Write the figures as CSV here too.
+        #[arg(long)]
+        csv: Option<PathBuf>,
+    },
+    /// The back-end program of `bench tbon`.
+    #[command(hide = true)]
+    TbonBe,
+    /// A back-end of the raw baseline of `bench tbon`.
+    #[command(hide = true)]
+    TbonRawChild { addr: String },
     /// Messages sent and dispatched per second on one PE, next to a bare queue + call.
     Rate {
         /// Messages per measurement.
@@ -135,6 +165,23 @@ fn main() -> ExitCode {
     };
     let cli = Cli::parse_from(program_args);
     let result = match cli.cmd {
+        Cmd::TbonBe => return tbon::backend(),
+        Cmd::TbonRawChild { addr } => tbon::raw_child(&addr),
+        Cmd::Tbon {
+            backends,
+            layers,
+            runs,
+            rounds,
+            waves,
+            csv,
+        } => tbon::run(&tbon::Params {
+            backends: &backends,
+            layers: &layers,
+            runs: runs.max(1),
+            rounds: rounds.max(10),
+            waves: waves.max(1),
+            csv: csv.as_deref(),
+        }),
         Cmd::PePingpong(j) => converse::Runtime::from_args(argv)
             .map_err(anyhow::Error::from)
             .and_then(|rt| pingpong::pe_main(rt, &j.sizes, j.iters, &j.csv)),

@@ -45,6 +45,28 @@ pub struct LaunchEnv {
     pub num_nodes: usize,
     /// The job's tag.
     pub job: String,
+    /// The launcher runs in this very process (see
+    /// [`launch::start_embedded`](crate::launch::start_embedded)): once this node has said it
+    /// leaves, the end of the job must not end the process.
+    pub embedded: bool,
+}
+
+/// The launch environment of a node that runs in the launcher's own process, which the
+/// layers' boot takes instead of the process environment.
+static IN_PROCESS: Mutex<Option<LaunchEnv>> = Mutex::new(None);
+
+/// Make `env` what [`LaunchEnv::from_env`] gives in this process (`None`: the process
+/// environment again). A program that embeds the launcher sets it for its node before booting
+/// the runtime, so that no environment variable of the process changes (which is not
+/// thread-safe).
+pub fn set_in_process(env: Option<LaunchEnv>) {
+    if let Ok(mut g) = IN_PROCESS.lock() {
+        *g = env;
+    }
+}
+
+fn in_process() -> Option<LaunchEnv> {
+    IN_PROCESS.lock().ok().and_then(|g| g.clone())
 }
 
 impl LaunchEnv {
@@ -54,9 +76,9 @@ impl LaunchEnv {
         format!("/dev/shm/{}{name}", crate::protocol::shm_prefix(&self.job))
     }
 
-    /// Whether this process was started by charmrun.
+    /// Whether this process was started by charmrun (or joins an embedded launcher's job).
     pub fn present() -> bool {
-        std::env::var_os(ENV_CHARMRUN).is_some()
+        std::env::var_os(ENV_CHARMRUN).is_some() || in_process().is_some()
     }
 
     /// Read the environment charmrun set.
@@ -64,6 +86,9 @@ impl LaunchEnv {
     /// # Errors
     /// [`MachineError::Boot`] when a variable is missing or malformed.
     pub fn from_env() -> Result<LaunchEnv, MachineError> {
+        if let Some(env) = in_process() {
+            return Ok(env);
+        }
         let var = |k: &str| {
             std::env::var(k).map_err(|_| {
                 MachineError::Boot(format!(
@@ -84,6 +109,7 @@ impl LaunchEnv {
             node: num(ENV_NODE)?,
             num_nodes: num(ENV_NODES)?,
             job: var(ENV_JOB)?,
+            embedded: false,
         };
         if !env.job.bytes().all(|b| b.is_ascii_hexdigit()) || env.job.is_empty() {
             return Err(MachineError::Boot(format!("{ENV_JOB} is malformed")));
@@ -105,6 +131,8 @@ pub struct Control {
     local_ip: IpAddr,
     released: Signal,
     node: usize,
+    /// For a node in the launcher's process: set once it said it leaves.
+    leaving: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
 }
 
 /// In a barrier, how long a layer's failure (a peer's connection closing, say) waits for the
@@ -157,6 +185,9 @@ impl Control {
             local_ip,
             released: Signal::default(),
             node: env.node,
+            leaving: env
+                .embedded
+                .then(|| std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false))),
         })
     }
 
@@ -210,9 +241,10 @@ impl Control {
             )));
         }
         let released = self.released.clone();
+        let leaving = self.leaving.clone();
         std::thread::Builder::new()
             .name("charmrun-watchdog".into())
-            .spawn(move || watchdog(reader, released))
+            .spawn(move || watchdog(reader, released, leaving))
             .map_err(|e| MachineError::io("starting the charmrun watchdog", e))?;
         Ok(table)
     }
@@ -279,6 +311,9 @@ impl Control {
     /// # Errors
     /// [`MachineError::Io`] when it cannot be told.
     pub fn ending(&self, code: i32) -> Result<(), MachineError> {
+        if let Some(l) = &self.leaving {
+            l.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
         self.send(Kind::Ending, &code.to_le_bytes())
     }
 
@@ -300,10 +335,37 @@ impl Control {
     }
 }
 
-fn watchdog(mut reader: TcpStream, released: Signal) {
+impl Drop for Control {
+    /// A node in the launcher's own process closes its control connection for good, so that
+    /// its watchdog and the launcher's reader (which each hold the connection open while they
+    /// wait for the other's end) both see it end. A node in a process of its own closes it by
+    /// exiting.
+    fn drop(&mut self) {
+        if self.leaving.is_some() {
+            if let Ok(w) = self.writer.lock() {
+                let _ = w.shutdown(std::net::Shutdown::Both);
+            }
+        }
+    }
+}
+
+fn watchdog(
+    mut reader: TcpStream,
+    released: Signal,
+    leaving: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+) {
     loop {
         match protocol::read_frame(&mut reader) {
             Ok((Kind::Release, _)) => released.raise(),
+            Ok((Kind::Die, _)) | Err(_)
+                if leaving
+                    .as_ref()
+                    .is_some_and(|l| l.load(std::sync::atomic::Ordering::SeqCst)) =>
+            {
+                // A node in the launcher's own process that has left: the job ending is no
+                // reason to end the process.
+                return;
+            }
             Ok((Kind::Die, _)) | Err(_) => {
                 // The job is over (charmrun said so, or charmrun is gone): leave now, from
                 // whatever state the rest of the process is in. `_exit` runs no exit-time

@@ -44,6 +44,8 @@ extern "C" fn on_signal(sig: libc::c_int) {
 }
 
 enum Event {
+    /// The program that embeds the launcher gives up on the job.
+    Cancel(String),
     Hello(TcpStream, Hello),
     Stranger(SocketAddr, String),
     Frame(usize, Kind, Vec<u8>),
@@ -71,6 +73,9 @@ struct Node {
     settled: bool,
     /// Its introduction, until the table is built.
     addr_info: Option<Hello>,
+    /// It is the process that runs the launcher (see [`start_embedded`]): there is no child
+    /// to watch, kill or reap.
+    in_process: bool,
 }
 
 /// Why the job ended early.
@@ -88,10 +93,47 @@ impl Failure {
     }
 }
 
+/// What to start for one node of a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeStart {
+    /// A process running `program args`, on `host` through its remote shell, or here
+    /// (`None`).
+    Process {
+        /// The program.
+        program: String,
+        /// Its arguments.
+        args: Vec<String>,
+        /// Where.
+        host: Option<Host>,
+    },
+    /// The process that runs the launcher joins the job as this node itself (see
+    /// [`start_embedded`]).
+    InProcess,
+}
+
+/// What every node of a job started from a command line runs: `opts.program` on the hosts
+/// round-robin (or all here).
+pub fn plan_of(opts: &Opts, hosts: Option<&[Host]>) -> Vec<NodeStart> {
+    let mut args = opts.args.clone();
+    if opts.ppn > 1 {
+        args.extend(["+ppn".to_string(), opts.ppn.to_string()]);
+    }
+    (0..opts.pes / opts.ppn)
+        .map(|i| NodeStart::Process {
+            program: opts.program.clone(),
+            args: args.clone(),
+            host: hosts
+                .filter(|h| !h.is_empty())
+                .map(|h| h[i % h.len()].clone()),
+        })
+        .collect()
+}
+
 /// Run the job; returns the exit code charmrun should exit with.
 pub fn run(opts: &Opts, hosts: Option<&[Host]>) -> i32 {
     install_signal_handlers();
-    match Job::start(opts, hosts) {
+    let plan = plan_of(opts, hosts);
+    match Job::start(opts, &plan) {
         Ok(mut job) => job.run(),
         Err(failed) => {
             let (mut job, e) = *failed;
@@ -113,14 +155,20 @@ struct Job<'a> {
     job_code: i32,
     /// The job's tag: its files in /dev/shm carry it.
     tag: String,
+    /// What each in-process node joins with.
+    in_process: Vec<client::LaunchEnv>,
+    /// Cleared to end the accepting thread.
+    accepting: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// The control socket's port.
+    port: u16,
 }
 
 impl<'a> Job<'a> {
     /// Open the control socket and start every node. On failure, the job so far is returned
     /// with the error so that what was started can be ended.
-    fn start(opts: &'a Opts, hosts: Option<&[Host]>) -> Result<Job<'a>, Box<(Job<'a>, String)>> {
+    fn start(opts: &'a Opts, plan: &[NodeStart]) -> Result<Job<'a>, Box<(Job<'a>, String)>> {
         let (tx, events) = crossbeam_channel::unbounded();
-        let n = opts.pes / opts.ppn;
+        let n = plan.len();
         let mut job = Job {
             opts,
             nodes: Vec::with_capacity(n),
@@ -131,6 +179,9 @@ impl<'a> Job<'a> {
             strangers: 0,
             job_code: 0,
             tag: String::new(),
+            in_process: Vec::new(),
+            accepting: std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true)),
+            port: 0,
         };
         job.tag = match protocol::new_tag() {
             Ok(t) => t,
@@ -150,9 +201,11 @@ impl<'a> Job<'a> {
             }
         };
         let port = listener.local_addr().map_or(0, |a| a.port());
+        job.port = port;
         {
             let tx = job.tx.clone();
-            std::thread::spawn(move || accept_loop(listener, secret, tx));
+            let accepting = job.accepting.clone();
+            std::thread::spawn(move || accept_loop(listener, secret, tx, accepting));
         }
         let cwd = match std::env::current_dir() {
             Ok(d) => d.display().to_string(),
@@ -164,36 +217,61 @@ impl<'a> Job<'a> {
                 job.tag
             );
         }
-        let mut args = opts.args.clone();
-        if opts.ppn > 1 {
-            args.extend(["+ppn".to_string(), opts.ppn.to_string()]);
-        }
         // charmrun's address as each host reaches it. In a job that spans hosts, a host named
         // for this machine's loopback (localhost, Debian's 127.0.1.1 entry) must still get an
         // address the other hosts can reach, since its nodes listen where they reach charmrun.
-        let mut routes: Vec<IpAddr> = Vec::new();
-        if let Some(hs) = hosts {
-            for (i, h) in hs.iter().enumerate().take(n) {
-                match spawn::address_towards(&h.name) {
-                    Ok(ip) => routes.push(ip),
-                    Err(e) => {
-                        let msg = format!("host {} (node {i}) is unreachable: {e}", h.name);
-                        return Err(Box::new((job, msg)));
-                    }
-                }
-            }
-            if let Some(&outward) = routes.iter().find(|a| !a.is_loopback()) {
-                for r in routes.iter_mut().filter(|a| a.is_loopback()) {
-                    *r = outward;
-                }
+        let mut routes: Vec<IpAddr> = Vec::with_capacity(n);
+        let mut known: std::collections::HashMap<&str, IpAddr> = std::collections::HashMap::new();
+        for (i, start) in plan.iter().enumerate() {
+            let ip = match start {
+                NodeStart::Process { host: Some(h), .. } => match known.get(h.name.as_str()) {
+                    Some(ip) => *ip,
+                    None => match spawn::address_towards(&h.name) {
+                        Ok(ip) => {
+                            known.insert(&h.name, ip);
+                            ip
+                        }
+                        Err(e) => {
+                            let msg = format!("host {} (node {i}) is unreachable: {e}", h.name);
+                            return Err(Box::new((job, msg)));
+                        }
+                    },
+                },
+                _ => IpAddr::V4(Ipv4Addr::LOCALHOST),
+            };
+            routes.push(ip);
+        }
+        if let Some(&outward) = routes.iter().find(|a| !a.is_loopback()) {
+            for r in routes.iter_mut().filter(|a| a.is_loopback()) {
+                *r = outward;
             }
         }
-        for i in 0..n {
-            let host = hosts.map(|h| &h[i % h.len()]);
-            let (name, addr) = match host {
-                None => ("localhost".to_string(), IpAddr::V4(Ipv4Addr::LOCALHOST)),
-                Some(h) => (h.name.clone(), routes[i % routes.len()]),
+        for (i, start) in plan.iter().enumerate() {
+            let addr = routes[i];
+            let (program, args, host) = match start {
+                NodeStart::InProcess => {
+                    job.in_process.push(client::LaunchEnv {
+                        charmrun: SocketAddr::new(addr, port).to_string(),
+                        secret,
+                        node: i,
+                        num_nodes: n,
+                        job: job.tag.clone(),
+                        embedded: true,
+                    });
+                    job.nodes.push(Node {
+                        host: "localhost".into(),
+                        in_process: true,
+                        ..Node::default()
+                    });
+                    continue;
+                }
+                NodeStart::Process {
+                    program,
+                    args,
+                    host,
+                } => (program, args, host.as_ref()),
             };
+            let name = host.map_or_else(|| "localhost".to_string(), |h| h.name.clone());
             let secret_hex = protocol::secret_to_hex(&secret);
             let mut env = vec![
                 (
@@ -208,12 +286,12 @@ impl<'a> Job<'a> {
                 None => {
                     // Another user cannot read a local process's environment.
                     env.push((client::ENV_SECRET.to_string(), secret_hex));
-                    spawn::local(&opts.program, &args, &env)
+                    spawn::local(program, args, &env)
                 }
                 Some(h) => {
                     let shell = h.shell.as_deref().unwrap_or(opts.remote_shell());
                     let secret = (client::ENV_SECRET, secret_hex.as_str());
-                    spawn::remote(shell, &h.name, &cwd, &opts.program, &args, &env, secret)
+                    spawn::remote(shell, &h.name, &cwd, program, args, &env, secret)
                 }
             };
             let child = match child {
@@ -277,6 +355,7 @@ impl<'a> Job<'a> {
         // Whatever still runs (after a failure, or a node that left but lingers) is ended and
         // reaped; after a normal end this finds nothing to do.
         self.abandon();
+        self.stop_accepting();
         self.remove_job_files();
         self.drain_output();
         if self.opts.verbose {
@@ -333,6 +412,7 @@ impl<'a> Job<'a> {
 
     fn on_event(&mut self, e: Event) -> Result<(), Failure> {
         match e {
+            Event::Cancel(why) => return Err(Failure::new(1, why)),
             Event::Hello(stream, hello) => {
                 let i = hello.node as usize;
                 if i >= self.nodes.len() || self.nodes[i].joined {
@@ -411,6 +491,22 @@ impl<'a> Job<'a> {
                 continue;
             }
             if n.aborted.is_some() {
+                continue;
+            }
+            if n.in_process {
+                // No process to wait for: its word that it leaves is all there will be.
+                if let Some(code) = n.ended {
+                    if self.job_code == 0 {
+                        self.job_code = code;
+                    }
+                    self.nodes[i].settled = true;
+                    done += 1;
+                } else if n.closed_at.is_some_and(|t| t.elapsed() > LOST_GRACE) {
+                    return Err(Failure::new(
+                        1,
+                        format!("lost contact with {} (in this process)", self.label_at(i)),
+                    ));
+                }
                 continue;
             }
             let Some(st) = n.status else {
@@ -571,6 +667,11 @@ impl<'a> Job<'a> {
     /// groups), and wait until every process has been reaped.
     fn abandon(&mut self) {
         for i in 0..self.nodes.len() {
+            // A node in this very process that is leaving normally must not be told to die:
+            // that would end the process the job was embedded in.
+            if self.nodes[i].in_process && self.nodes[i].ended.is_some() {
+                continue;
+            }
             self.send(i, Kind::Die, &[]);
         }
         for n in &self.nodes {
@@ -590,6 +691,18 @@ impl<'a> Job<'a> {
                 self.nodes[i].status = Some(st);
             }
         }
+    }
+
+    /// End the accepting thread and close the control socket: a launcher embedded in a
+    /// program that runs many jobs must not keep one of each.
+    fn stop_accepting(&self) {
+        self.accepting.store(false, Ordering::SeqCst);
+        // Wake the thread blocked in `accept` with a connection of our own; it sees the flag
+        // and leaves, closing the socket.
+        let _ = TcpStream::connect_timeout(
+            &SocketAddr::new(Ipv4Addr::LOCALHOST.into(), self.port),
+            Duration::from_secs(1),
+        );
     }
 
     /// Remove the job's files from /dev/shm: whatever a layer made there under the job's tag
@@ -631,8 +744,16 @@ const MAX_HELLO: usize = 64 << 10;
 /// time limits even if a node stops reading.
 const CONTROL_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
-fn accept_loop(listener: TcpListener, secret: [u8; SECRET_LEN], tx: Sender<Event>) {
+fn accept_loop(
+    listener: TcpListener,
+    secret: [u8; SECRET_LEN],
+    tx: Sender<Event>,
+    accepting: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) {
     for conn in listener.incoming() {
+        if !accepting.load(Ordering::SeqCst) {
+            return;
+        }
         let Ok(stream) = conn else {
             // Out of descriptors and the like: do not spin.
             std::thread::sleep(Duration::from_millis(10));
@@ -680,6 +801,90 @@ fn read_loop(node: usize, mut r: TcpStream, tx: Sender<Event>) {
                 let _ = tx.send(Event::Closed(node));
                 return;
             }
+        }
+    }
+}
+
+/// A job run by a launcher inside the calling program, which joins it as one or more of its
+/// nodes ([`NodeStart::InProcess`]): what a front-end that makes its own network uses
+/// (MRNet's `CreateNetworkFE`). Nodes in this process join through [`client`] with the
+/// [`LaunchEnv`](client::LaunchEnv)s of [`Embedded::envs`] (see [`client::set_in_process`]).
+///
+/// The launcher runs on a thread of its own; no signal handler is installed (the program's
+/// are its own). At the end it does what charmrun does, except that it never tells a node in
+/// this process that leaves normally to die.
+pub struct Embedded {
+    envs: Vec<client::LaunchEnv>,
+    cancel: Sender<Event>,
+    handle: Option<JoinHandle<i32>>,
+}
+
+impl Embedded {
+    /// What each in-process node joins with, in node order.
+    pub fn envs(&self) -> &[client::LaunchEnv] {
+        &self.envs
+    }
+
+    /// End the job now (the program could not join it, say): every process started is
+    /// ended; `why` is printed.
+    pub fn cancel(&self, why: &str) {
+        let _ = self.cancel.send(Event::Cancel(why.to_owned()));
+    }
+
+    /// Wait until the job is over and every process it started has been reaped; its code.
+    pub fn wait(mut self) -> i32 {
+        self.handle.take().map_or(1, |h| h.join().unwrap_or(1))
+    }
+}
+
+impl Drop for Embedded {
+    /// A job nobody waits for is cancelled and waited for: no process outlives it.
+    fn drop(&mut self) {
+        if let Some(h) = self.handle.take() {
+            let _ = self
+                .cancel
+                .send(Event::Cancel("the job was dropped".into()));
+            let _ = h.join();
+        }
+    }
+}
+
+/// Start a job of `plan.len()` nodes run by a launcher on a thread of this process.
+///
+/// # Errors
+/// A sentence saying why the job could not start (a program that cannot be started, a host
+/// that cannot be reached); whatever was started is ended first.
+pub fn start_embedded(opts: Opts, plan: Vec<NodeStart>) -> Result<Embedded, String> {
+    let (ready_tx, ready_rx) = crossbeam_channel::bounded(1);
+    let handle = std::thread::Builder::new()
+        .name("launcher".into())
+        .spawn(move || match Job::start(&opts, &plan) {
+            Ok(mut job) => {
+                let _ = ready_tx.send(Ok((job.in_process.clone(), job.tx.clone())));
+                job.run()
+            }
+            Err(failed) => {
+                let (mut job, e) = *failed;
+                job.abandon();
+                job.stop_accepting();
+                let _ = ready_tx.send(Err(e));
+                1
+            }
+        })
+        .map_err(|e| format!("cannot start the launcher thread: {e}"))?;
+    match ready_rx.recv() {
+        Ok(Ok((envs, cancel))) => Ok(Embedded {
+            envs,
+            cancel,
+            handle: Some(handle),
+        }),
+        Ok(Err(e)) => {
+            let _ = handle.join();
+            Err(e)
+        }
+        Err(_) => {
+            let _ = handle.join();
+            Err("the launcher thread ended before starting the job".into())
         }
     }
 }

@@ -56,13 +56,6 @@ pub struct Opts {
     pub args: Vec<String>,
 }
 
-impl Opts {
-    /// The remote shell for starting nodes on other hosts.
-    pub fn remote_shell(&self) -> &str {
-        self.remote_shell.as_deref().unwrap_or("ssh")
-    }
-}
-
 /// What the command line asks for.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Parsed {
@@ -75,26 +68,39 @@ pub enum Parsed {
 /// Largest `+p`.
 pub const MAX_PES: usize = 1 << 16;
 
+impl Opts {
+    /// The defaults, for a job of `pes` PEs (one per node) whose nodes a program plans itself
+    /// (see [`launch::start_embedded`](crate::launch::start_embedded)).
+    pub fn with_pes(pes: usize) -> Opts {
+        Opts {
+            pes,
+            ppn: 1,
+            local: false,
+            nodelist: None,
+            remote_shell: None,
+            mpiexec: false,
+            timeout: Duration::from_secs(60),
+            timelimit: None,
+            prefix: false,
+            verbose: false,
+            quiet: false,
+            program: String::new(),
+            args: Vec::new(),
+        }
+    }
+
+    /// The remote shell for starting nodes on other hosts.
+    pub fn remote_shell(&self) -> &str {
+        self.remote_shell.as_deref().unwrap_or("ssh")
+    }
+}
+
 /// Parse `args` (without `argv[0]`).
 ///
 /// # Errors
 /// One line saying which argument is wrong.
 pub fn parse(args: &[String]) -> Result<Parsed, String> {
-    let mut o = Opts {
-        pes: 0,
-        ppn: 1,
-        local: false,
-        nodelist: None,
-        remote_shell: None,
-        mpiexec: false,
-        timeout: Duration::from_secs(60),
-        timelimit: None,
-        prefix: false,
-        verbose: false,
-        quiet: false,
-        program: String::new(),
-        args: Vec::new(),
-    };
+    let mut o = Opts::with_pes(0);
     let mut it = args.iter().cloned().peekable();
     let mut pes_given = false;
     while let Some(a) = it.next() {

@@ -203,6 +203,18 @@ impl Pe {
         }
     }
 
+    /// Poll the layer and dispatch up to a batch of what is queued, never waiting: for code
+    /// that drives the scheduler from a loop of its own (the overlay's `Network::progress`).
+    /// Returns how many messages were taken in and run.
+    pub(crate) fn run_ready(&mut self) -> usize {
+        self.ensure_started();
+        if self.life.stopping {
+            return 0;
+        }
+        let got = self.poll();
+        got + self.dispatch_some()
+    }
+
     /// The communication server: move everything the layer has for us into the queue.
     #[inline]
     pub(crate) fn poll(&mut self) -> usize {

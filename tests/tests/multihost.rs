@@ -287,3 +287,72 @@ fn the_si_layer_refuses_a_job_that_spans_hosts() {
         "{o}"
     );
 }
+
+const TBON: &str = env!("CARGO_BIN_EXE_tbon");
+const TBON_CREATE: &str = env!("CARGO_BIN_EXE_tbon_create");
+
+#[test]
+fn a_tree_overlay_follows_the_hosts_its_topology_file_names() {
+    let Some(hosts) = Hosts::new("g") else { return };
+    let shell = hosts.shell();
+    let machines = hosts.file("machines", "10.99.0.2\n10.99.0.3\n");
+    // Nodes take their namespace's name as host name: h1 is 10.99.0.2, h2 is 10.99.0.3.
+    let (h1, h2) = (hosts.host_ns(1), hosts.host_ns(2));
+    let topo = hosts.file(
+        "tree.top",
+        &format!("{h1}:0 => {h2}:0 {h1}:1 ;\n{h2}:0 => {h2}:1 {h1}:2 ;\n{h1}:1 => {h2}:2 ;\n"),
+    );
+    // charmrun on host 0 runs `tbon SCENARIO file:TOPOLOGY` on the machines.
+    let run = |scenario: &str, pes: usize, topo: &std::path::Path| {
+        let mut a = args(&[&format!("+p{pes}"), "++remote-shell"]);
+        a.push(shell.display().to_string());
+        a.push("++nodelist".into());
+        a.push(machines.display().to_string());
+        a.push(TBON.into());
+        a.push(scenario.into());
+        a.push(format!("file:{}", topo.display()));
+        a.extend(args(&["+machine", "tcp", "+quiet"]));
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &hosts.host_ns(0)])
+            .arg(conformance::charmrun_path(TBON))
+            .args(&a);
+        run_bounded(&mut cmd, Duration::from_secs(90))
+    };
+    for (scenario, pes) in [("reduce", 6), ("subset", 6), ("topology", 7)] {
+        let o = run(scenario, pes, &topo);
+        assert_eq!(o.code, Some(0), "{scenario}: {o}");
+        assert_eq!(o.lines_with(&format!("tbon {scenario}: ok")), 1, "{o}");
+    }
+    // A topology naming a host the job is not on is refused, naming it.
+    let stranger = hosts.file("stranger.top", &format!("{h1}:0 => elsewhere:0 ;\n"));
+    let o = run("reduce", 2, &stranger);
+    assert_eq!(o.code, Some(3), "{o}");
+    assert!(
+        o.stderr
+            .contains("elsewhere:0 is on host elsewhere, which has no PE"),
+        "{o}"
+    );
+}
+
+#[test]
+fn a_front_end_makes_its_network_on_the_hosts_of_its_topology() {
+    let Some(hosts) = Hosts::new("h") else { return };
+    let shell = hosts.shell();
+    // The front-end runs on host 0; internal processes on 10.99.0.2, back-ends on both.
+    let topo = hosts.file(
+        "tree.top",
+        "localhost:0 => 10.99.0.2:0 10.99.0.2:1 ;\n10.99.0.2:0 => 10.99.0.3:0 10.99.0.3:1 ;\n10.99.0.2:1 => 10.99.0.2:2 10.99.0.3:2 ;\n",
+    );
+    let mut cmd = Command::new("ip");
+    cmd.args(["netns", "exec", &hosts.host_ns(0), TBON_CREATE, "teardown"])
+        .arg(format!("file:{}", topo.display()))
+        .args(["3", "tcp"])
+        .arg(&shell);
+    let o = run_bounded(&mut cmd, Duration::from_secs(120));
+    assert_eq!(o.code, Some(0), "{o}");
+    assert_eq!(o.lines_with("tbon_create: ok"), 1, "{o}");
+    let logged = std::fs::read_to_string(hosts.dir.join("shell-args.log")).unwrap_or_default();
+    for host in ["10.99.0.2", "10.99.0.3"] {
+        assert!(logged.contains(host), "nothing started on {host}: {logged}");
+    }
+}

@@ -1,0 +1,354 @@
+//! The MRNet paper's micro-benchmarks (section 4.1) on the tree overlay: instantiation latency
+//! (from the front-end's call until every process is started and connected), one broadcast
+//! followed by one sum reduction (round trip), and reduction throughput over a stream of waves;
+//! for a flat tree and two-level trees of fan-out 4 and 8, over growing numbers of back-ends.
+//! The front-end makes each network itself (`create_network_fe`) with `bench tbon-be` as the
+//! back-end program; best of N runs, as the paper reports.
+//!
+//! Next to it, measured in the same run, the raw flat baseline: what a tool without an overlay
+//! does — start B processes that connect back over TCP, write a request to each and read each
+//! one's answer, and read a stream of values from each.
+
+use anyhow::Context;
+use converse::tbon::{
+    self, topology::Entry, ProcName, SyncMode, TbonError, Topology, TFILTER_NULL, TFILTER_SUM,
+};
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+const ROUND: i32 = 100;
+const WAVES: i32 = 101;
+
+/// A tree shape the benchmark compares.
+#[derive(Clone, Copy)]
+enum Shape {
+    Flat,
+    TwoLevel(usize),
+}
+
+impl Shape {
+    fn name(self) -> String {
+        match self {
+            Shape::Flat => "flat".into(),
+            Shape::TwoLevel(k) => format!("2-level/{k}"),
+        }
+    }
+
+    /// The tree for `b` back-ends: flat, or ceil(b/k) internal processes of up to k back-ends.
+    fn tree(self, b: usize) -> Result<Topology, TbonError> {
+        let fe = ProcName::new("localhost", 0);
+        let mut next = 1;
+        let mut name = || {
+            next += 1;
+            ProcName::new("localhost", next - 1)
+        };
+        let entries = match self {
+            Shape::Flat => vec![Entry {
+                parent: fe,
+                children: (0..b).map(|_| name()).collect(),
+                line: None,
+            }],
+            Shape::TwoLevel(k) => {
+                let groups = b.div_ceil(k);
+                let internal: Vec<ProcName> = (0..groups).map(|_| name()).collect();
+                let mut e = vec![Entry {
+                    parent: fe,
+                    children: internal.clone(),
+                    line: None,
+                }];
+                for (g, p) in internal.into_iter().enumerate() {
+                    let here = k.min(b - g * k);
+                    e.push(Entry {
+                        parent: p,
+                        children: (0..here).map(|_| name()).collect(),
+                        line: None,
+                    });
+                }
+                e
+            }
+        };
+        Ok(Topology::from_entries(&entries)?)
+    }
+}
+
+/// One run's figures.
+#[derive(Clone, Copy, Default)]
+struct Figures {
+    create_ms: f64,
+    round_trip_us: f64,
+    waves_per_s: f64,
+}
+
+/// Keep the best of each figure.
+fn best(runs: &[Figures]) -> Figures {
+    Figures {
+        create_ms: runs
+            .iter()
+            .map(|f| f.create_ms)
+            .fold(f64::INFINITY, f64::min),
+        round_trip_us: runs
+            .iter()
+            .map(|f| f.round_trip_us)
+            .fold(f64::INFINITY, f64::min),
+        waves_per_s: runs.iter().map(|f| f.waves_per_s).fold(0.0, f64::max),
+    }
+}
+
+pub struct Params<'a> {
+    pub backends: &'a [usize],
+    pub layers: &'a [String],
+    pub runs: usize,
+    pub rounds: usize,
+    pub waves: usize,
+    pub csv: Option<&'a Path>,
+}
+
+pub fn run(p: &Params<'_>) -> anyhow::Result<()> {
+    let me = std::env::current_exe().context("finding the bench executable")?;
+    let me = me.to_string_lossy().into_owned();
+    let shapes = [Shape::Flat, Shape::TwoLevel(4), Shape::TwoLevel(8)];
+    let mut rows: Vec<(String, String, usize, Figures, Figures)> = Vec::new();
+    println!(
+        "{:>5} {:>10} {:>4} | {:>9} {:>9} | {:>10} {:>10} | {:>10} {:>10}",
+        "layer", "tree", "BEs", "create ms", "raw ms", "rtt us", "raw us", "waves/s", "raw /s"
+    );
+    for &b in p.backends {
+        let raw = best(
+            &(0..p.runs)
+                .map(|_| raw_flat(&me, b, p.rounds, p.waves))
+                .collect::<anyhow::Result<Vec<_>>>()?,
+        );
+        for (layer, shape) in p
+            .layers
+            .iter()
+            .flat_map(|l| shapes.iter().map(move |s| (l, *s)))
+        {
+            if let Shape::TwoLevel(k) = shape {
+                if b <= k {
+                    continue;
+                }
+            }
+            let topo = shape.tree(b)?;
+            let runs = (0..p.runs)
+                .map(|_| overlay(&topo, &me, layer, p.rounds, p.waves))
+                .collect::<anyhow::Result<Vec<_>>>()?;
+            let f = best(&runs);
+            println!(
+                "{:>5} {:>10} {:>4} | {:>9.1} {:>9.1} | {:>10.1} {:>10.1} | {:>10.0} {:>10.0}",
+                layer,
+                shape.name(),
+                b,
+                f.create_ms,
+                raw.create_ms,
+                f.round_trip_us,
+                raw.round_trip_us,
+                f.waves_per_s,
+                raw.waves_per_s
+            );
+            rows.push((layer.clone(), shape.name(), b, f, raw));
+        }
+    }
+    println!(
+        "(best of {} runs; rtt: median of {} broadcast+sum round trips; waves/s: {} waves of one \
+         int per back-end; raw: B processes connected to the front-end by TCP, no overlay)",
+        p.runs, p.rounds, p.waves
+    );
+    if let Some(path) = p.csv {
+        let mut f =
+            std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
+        writeln!(
+            f,
+            "layer,tree,backends,create_ms,raw_create_ms,round_trip_us,raw_round_trip_us,waves_per_s,raw_waves_per_s"
+        )?;
+        for (l, t, b, o, r) in &rows {
+            writeln!(
+                f,
+                "{l},{t},{b},{:.2},{:.2},{:.1},{:.1},{:.0},{:.0}",
+                o.create_ms,
+                r.create_ms,
+                o.round_trip_us,
+                r.round_trip_us,
+                o.waves_per_s,
+                r.waves_per_s
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// One run on the overlay: make the network, time round trips and waves, tear it down.
+fn overlay(
+    topo: &Topology,
+    me: &str,
+    layer: &str,
+    rounds: usize,
+    waves: usize,
+) -> anyhow::Result<Figures> {
+    let t0 = Instant::now();
+    let b = topo.num_backends() as i32;
+    let mut settings = tbon::create::Settings::new(me, &["tbon-be"]);
+    settings.layer = layer.to_owned();
+    let f = tbon::create_network_fe_with(
+        topo,
+        &settings,
+        tbon::Options::default,
+        |net| -> Result<Figures, TbonError> {
+            let create_ms = t0.elapsed().as_secs_f64() * 1e3;
+            let comm = net.broadcast_communicator();
+            let s = net.new_stream(&comm, TFILTER_SUM, SyncMode::WaitForAll, TFILTER_NULL)?;
+            let round_trip_us = median_us(rounds, || {
+                net.send(&s, ROUND, "", ())?;
+                let v: i32 = net.recv_on(&s)?.unpack("%d")?;
+                if v != b {
+                    return Err(TbonError::Usage(format!("round trip sum {v}, want {b}")));
+                }
+                Ok(())
+            })?;
+            let t = Instant::now();
+            net.send(&s, WAVES, "%d", waves as i32)?;
+            for _ in 0..waves {
+                let v: i32 = net.recv_on(&s)?.unpack("%d")?;
+                if v != b {
+                    return Err(TbonError::Usage(format!("wave sum {v}, want {b}")));
+                }
+            }
+            let waves_per_s = waves as f64 / t.elapsed().as_secs_f64();
+            Ok(Figures {
+                create_ms,
+                round_trip_us,
+                waves_per_s,
+            })
+        },
+    );
+    Ok(f.and_then(|r| r)?)
+}
+
+/// `bench tbon-be`: the back-end program. Answers a round with 1, a wave request with that
+/// many 1s.
+pub fn backend() -> std::process::ExitCode {
+    tbon::run_backend(|net| loop {
+        let (s, p) = net.recv()?;
+        match p.tag() {
+            ROUND => net.send(&s, ROUND, "%d", 1)?,
+            WAVES => {
+                let n: i32 = p.unpack("%d")?;
+                for _ in 0..n {
+                    net.send(&s, WAVES, "%d", 1)?;
+                }
+            }
+            _ => {}
+        }
+    })
+}
+
+/// The median time of `rounds` calls of `one`, in microseconds, after a tenth as many to warm
+/// up (connections open on first use).
+fn median_us<E>(rounds: usize, mut one: impl FnMut() -> Result<(), E>) -> Result<f64, E> {
+    let mut times = Vec::with_capacity(rounds);
+    for i in 0..rounds + rounds / 10 {
+        let t = Instant::now();
+        one()?;
+        if i >= rounds / 10 {
+            times.push(t.elapsed());
+        }
+    }
+    times.sort_unstable();
+    Ok(times
+        .get(times.len() / 2)
+        .map_or(0.0, |d| d.as_secs_f64() * 1e6))
+}
+
+/// One run of the raw flat baseline.
+fn raw_flat(me: &str, b: usize, rounds: usize, waves: usize) -> anyhow::Result<Figures> {
+    let t0 = Instant::now();
+    let l = TcpListener::bind("127.0.0.1:0")?;
+    let addr = l.local_addr()?.to_string();
+    let mut kids = Vec::with_capacity(b);
+    for _ in 0..b {
+        kids.push(
+            Command::new(me)
+                .args(["tbon-raw-child", &addr])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .spawn()?,
+        );
+    }
+    let mut socks = Vec::with_capacity(b);
+    for _ in 0..b {
+        let (s, _) = l.accept()?;
+        s.set_nodelay(true)?;
+        socks.push(s);
+    }
+    let create_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let mut word = [0u8; 4];
+    let round_trip_us = median_us(rounds, || -> anyhow::Result<()> {
+        for s in &mut socks {
+            s.write_all(&[1, 0, 0, 0, 0])?;
+        }
+        let mut sum = 0u32;
+        for s in &mut socks {
+            s.read_exact(&mut word)?;
+            sum += u32::from_le_bytes(word);
+        }
+        anyhow::ensure!(sum as usize == b, "raw round trip sum {sum}");
+        Ok(())
+    })?;
+    let t = Instant::now();
+    let mut cmd = [2u8, 0, 0, 0, 0];
+    cmd[1..].copy_from_slice(&(waves as u32).to_le_bytes());
+    for s in &mut socks {
+        s.write_all(&cmd)?;
+    }
+    // Each child streams its values; the front-end folds wave i from every child's i-th value,
+    // reading through a buffer per child as a tool would.
+    let mut readers: Vec<std::io::BufReader<&TcpStream>> =
+        socks.iter().map(std::io::BufReader::new).collect();
+    for _ in 0..waves {
+        let mut sum = 0u32;
+        for r in &mut readers {
+            r.read_exact(&mut word)?;
+            sum += u32::from_le_bytes(word);
+        }
+        anyhow::ensure!(sum as usize == b, "raw wave sum {sum}");
+    }
+    let waves_per_s = waves as f64 / t.elapsed().as_secs_f64();
+    drop(readers);
+    for s in &mut socks {
+        s.write_all(&[0, 0, 0, 0, 0])?;
+    }
+    for mut k in kids {
+        k.wait()?;
+    }
+    Ok(Figures {
+        create_ms,
+        round_trip_us,
+        waves_per_s,
+    })
+}
+
+/// `bench tbon-raw-child ADDR`: the raw baseline's back-end. Commands are 5 bytes: 1 (answer
+/// one value), 2 + count (stream that many values), 0 (leave).
+pub fn raw_child(addr: &str) -> anyhow::Result<()> {
+    let mut s = TcpStream::connect(addr)?;
+    s.set_nodelay(true)?;
+    s.set_read_timeout(Some(Duration::from_secs(600)))?;
+    let mut cmd = [0u8; 5];
+    loop {
+        s.read_exact(&mut cmd)?;
+        match cmd[0] {
+            1 => s.write_all(&1u32.to_le_bytes())?,
+            2 => {
+                let n = u32::from_le_bytes([cmd[1], cmd[2], cmd[3], cmd[4]]) as usize;
+                let mut w = std::io::BufWriter::new(&s);
+                for _ in 0..n {
+                    w.write_all(&1u32.to_le_bytes())?;
+                }
+                w.flush()?;
+            }
+            _ => return Ok(()),
+        }
+    }
+}

@@ -1,0 +1,292 @@
+//! The tree overlay on whole jobs: every scenario of the `tbon` program on flat, two- and
+//! three-level and k-nomial trees, on the in-process layer, on TCP and on shared memory under
+//! charmrun; bad
+//! topologies; a front-end that makes its own network (IntegerAddition, and 200 networks of
+//! 32 back-ends made and torn down in one process).
+
+use conformance::{run_bounded, Launcher, Outcome};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+const TBON: &str = env!("CARGO_BIN_EXE_tbon");
+const CREATE: &str = env!("CARGO_BIN_EXE_tbon_create");
+
+/// `target/<profile>/examples/NAME`: the runtime's examples (the filter library, the
+/// IntegerAddition programs), built by `cargo test --workspace` or
+/// `cargo build --release -p converse --examples`.
+fn example(name: &str) -> String {
+    let p: PathBuf = std::path::Path::new(TBON)
+        .with_file_name("examples")
+        .join(name);
+    assert!(
+        p.exists(),
+        "{} is not built: run `cargo build --release -p converse --examples` (or test the whole \
+         workspace)",
+        p.display()
+    );
+    p.to_string_lossy().into_owned()
+}
+
+fn filters() -> String {
+    example("libtbon_filters.so")
+}
+
+/// Run a scenario and require its "ok".
+fn scenario(l: &Launcher, name: &str, topo: &str, pes: usize) -> Outcome {
+    let lib = filters();
+    let o = l.run(TBON, pes, &[name, topo, &lib], Duration::from_secs(120));
+    assert!(
+        o.code == Some(0) && o.lines_with(&format!("tbon {name}: ok")) == 1,
+        "{name} on {topo} ({pes} PEs) via {l:?}:\n{o}"
+    );
+    o
+}
+
+/// Flat, two-level, three-level and k-nomial trees, with the PEs each needs (one spare).
+const TREES: [(&str, usize); 4] = [("g:6", 8), ("g:2x3", 9), ("g:2x2x2", 16), ("k:2@8", 8)];
+
+macro_rules! overlay_suite {
+    ($launcher:expr, $trees:expr) => {
+        fn launcher() -> conformance::Launcher {
+            $launcher
+        }
+
+        fn on_every_tree(name: &str) {
+            for (topo, pes) in $trees {
+                super::scenario(&launcher(), name, topo, pes);
+            }
+        }
+
+        #[test]
+        fn every_built_in_filter_reduces_right() {
+            on_every_tree("reduce");
+        }
+
+        #[test]
+        fn wait_for_all_dont_wait_and_timeout() {
+            on_every_tree("sync");
+        }
+
+        #[test]
+        fn filters_placed_per_rank() {
+            on_every_tree("hetero");
+        }
+
+        #[test]
+        fn destination_subsets_singlecast_and_communicators() {
+            on_every_tree("subset");
+        }
+
+        #[test]
+        fn back_ends_see_a_stream_closed() {
+            on_every_tree("close");
+        }
+
+        #[test]
+        fn a_user_filter_loaded_from_a_library() {
+            on_every_tree("load");
+        }
+
+        #[test]
+        fn bad_tags_formats_and_failing_filters_are_clear_errors() {
+            on_every_tree("errors");
+        }
+
+        #[test]
+        fn events_callbacks_and_notification_descriptors() {
+            on_every_tree("events");
+        }
+
+        #[test]
+        fn performance_data_through_the_tree() {
+            on_every_tree("perf");
+        }
+
+        #[test]
+        fn topology_queries_and_files() {
+            on_every_tree("topology");
+        }
+
+        #[test]
+        fn user_filters_with_state_parameters_and_reverse_packets() {
+            on_every_tree("userfilters");
+        }
+
+        #[test]
+        fn shutdown_reaches_every_process() {
+            on_every_tree("shutdown");
+        }
+    };
+}
+
+mod local {
+    overlay_suite!(
+        conformance::Launcher::Direct { machine: "local" },
+        super::TREES
+    );
+}
+
+mod tcp {
+    overlay_suite!(
+        conformance::Launcher::Charmrun {
+            machine: "tcp",
+            opts: vec![]
+        },
+        [("g:2x3", 9), ("g:2x2x2", 15)]
+    );
+}
+
+mod si {
+    overlay_suite!(
+        conformance::Launcher::Charmrun {
+            machine: "si",
+            opts: vec![]
+        },
+        [("g:2x3", 9)]
+    );
+}
+
+#[test]
+fn a_bad_topology_file_names_its_line() {
+    let dir = std::env::temp_dir().join(format!("tbon-test-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let cases = [
+        ("fe:0 => a:0 b:0 ;\nb:0 => c:0\n", ":3: expected ';'"),
+        (
+            "fe:0 => x:0 ;\na:0 => b:0 ;\nb:0 => a:0 ;\n",
+            "a:0 is its own descendant",
+        ),
+        (
+            "fe:0 => a:0 ;\nx:0 => a:0 ;\n",
+            ":2: a:0 already has the parent fe:0 (line 1)",
+        ),
+        ("fe:0 => a:0 ;\nx:0 => y:0 ;\n", "2 roots"),
+        ("fe:0 => a:zero ;\n", ":1: expected an instance number"),
+    ];
+    for (i, (text, want)) in cases.iter().enumerate() {
+        let f = dir.join(format!("bad{i}.top"));
+        let _ = std::fs::write(&f, text);
+        let topo = format!("file:{}", f.display());
+        let o = Launcher::Direct { machine: "local" }.run(
+            TBON,
+            4,
+            &["reduce", &topo],
+            Duration::from_secs(60),
+        );
+        assert_eq!(o.code, Some(3), "{text:?}\n{o}");
+        assert!(o.stderr.contains(want), "{text:?}: want {want:?}\n{o}");
+        assert!(o.stderr.contains(&f.display().to_string()), "{o}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_tree_larger_than_the_job_is_refused() {
+    let o = Launcher::Direct { machine: "local" }.run(
+        TBON,
+        5,
+        &["reduce", "b:4x4"],
+        Duration::from_secs(60),
+    );
+    assert_eq!(o.code, Some(3), "{o}");
+    assert!(
+        o.stderr
+            .contains("it has 21 processes but the job has 5 PE(s)"),
+        "{o}"
+    );
+}
+
+#[test]
+fn integer_addition_as_in_appendix_b() {
+    let (fe, be) = (
+        example("integer_addition_fe"),
+        example("integer_addition_be"),
+    );
+    for (topo, backends) in [("g:4x8", 32), ("g:3", 3), ("k:2@6", 4)] {
+        let o = run_bounded(
+            Command::new(&fe).args([topo, &be, &filters()]),
+            Duration::from_secs(120),
+        );
+        assert_eq!(o.code, Some(0), "{topo}\n{o}");
+        assert_eq!(o.lines_with("Success!"), 5, "{topo}\n{o}");
+        assert_eq!(
+            o.lines_with("Processing PROT_EXIT"),
+            backends,
+            "{topo}\n{o}"
+        );
+    }
+}
+
+#[test]
+fn the_front_end_says_clearly_why_it_cannot_make_its_network() {
+    let (fe, be) = (
+        example("integer_addition_fe"),
+        example("integer_addition_be"),
+    );
+    let cases: [(&[&str], &str); 4] = [
+        (
+            &["g:2", &be, "/nonexistent/lib.so"],
+            "cannot load filter library /nonexistent/lib.so",
+        ),
+        (
+            &["g:2", "/nonexistent/be", "x.so"],
+            "cannot start node 1 on localhost",
+        ),
+        (
+            &["/nonexistent.top", &be, "x.so"],
+            "cannot read topology file /nonexistent.top",
+        ),
+        (&["g:0", &be, "x.so"], "bad tree spec 'g:0'"),
+    ];
+    for (args, want) in cases {
+        let o = run_bounded(Command::new(&fe).args(args), Duration::from_secs(60));
+        assert!(o.code.is_some_and(|c| c != 0), "{args:?}\n{o}");
+        assert!(o.stderr.contains(want), "{args:?}: want {want:?}\n{o}");
+        assert_eq!(
+            o.stderr.trim().lines().count(),
+            1,
+            "one line: {args:?}\n{o}"
+        );
+    }
+    // A back-end program started by hand says what it is.
+    let o = run_bounded(Command::new(&be).arg("+quiet"), Duration::from_secs(60));
+    assert_eq!(o.code, Some(1), "{o}");
+    assert!(o.stderr.contains("its front-end starts it"), "{o}");
+}
+
+#[test]
+fn two_hundred_networks_of_32_back_ends_made_and_torn_down() {
+    let o = run_bounded(
+        Command::new(CREATE).args(["teardown", "g:4x8", "200"]),
+        Duration::from_secs(600),
+    );
+    assert!(!o.timed_out, "{o}");
+    assert_eq!(o.code, Some(0), "{o}");
+    assert_eq!(o.lines_with("tbon_create: ok"), 1, "{o}");
+}
+
+#[test]
+fn networks_on_shared_memory_made_and_torn_down() {
+    let o = run_bounded(
+        Command::new(CREATE).args(["teardown", "g:4x8", "50", "si"]),
+        Duration::from_secs(300),
+    );
+    assert_eq!(o.code, Some(0), "{o}");
+    assert_eq!(o.lines_with("tbon_create: ok"), 1, "{o}");
+}
+
+#[test]
+fn the_equivalence_class_filter_of_the_paper() {
+    let o = run_bounded(
+        Command::new(example("tbon_equivalence")).args(["+p13", "+quiet"]),
+        Duration::from_secs(60),
+    );
+    assert_eq!(o.code, Some(0), "{o}");
+    assert_eq!(
+        o.lines_with("9 back-ends in 3 equivalence classes"),
+        1,
+        "{o}"
+    );
+    assert_eq!(o.lines_with("checksum matches"), 3, "{o}");
+}
