@@ -57,7 +57,17 @@ pub fn run(layer: &str, sizes: &[usize], iters: u64, csv: Option<&Path>) -> anyh
         let direct = launched(layer, sizes, iters, "pe-direct")?;
         (rows, direct)
     };
+    // A second raw series (MPI's receive of an unknown size) is printed below the table.
+    let (raw_rows, other_raw): (Vec<Row>, Vec<Row>) = raw_rows
+        .into_iter()
+        .partition(|r| !r.what.ends_with("-probe"));
     report::print_pingpong(&rows, &raw_rows);
+    if !other_raw.is_empty() {
+        println!("raw MPI receiving an unknown size (matched probe + receive), one-way p50 us:");
+        for r in &other_raw {
+            println!("{:>9} | {:>9.3}", r.size, r.p50_ns as f64 / 1e3);
+        }
+    }
     if !direct.is_empty() {
         println!("layer alone (Machine trait driven directly, no runtime), one-way p50 us:");
         for d in &direct {
@@ -66,7 +76,12 @@ pub fn run(layer: &str, sizes: &[usize], iters: u64, csv: Option<&Path>) -> anyh
     }
     println!("(one-way = round trip / 2; {iters} timed round trips per size after {w} warm-up)");
     if let Some(path) = csv {
-        let all: Vec<&Row> = rows.iter().chain(&direct).chain(raw_rows.iter()).collect();
+        let all: Vec<&Row> = rows
+            .iter()
+            .chain(&direct)
+            .chain(raw_rows.iter())
+            .chain(other_raw.iter())
+            .collect();
         report::write_csv(path, &all)?;
     }
     Ok(())

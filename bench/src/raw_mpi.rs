@@ -1,9 +1,12 @@
-//! The raw MPI baseline: plain rsmpi blocking send/receive between ranks 0 and 1 of a job
-//! started by `mpirun -n 2 bench raw-mpi ...`, one reused buffer per size, no runtime.
+//! The raw MPI baselines, between ranks 0 and 1 of a job started by `mpirun -n 2 bench
+//! raw-mpi ...`, no runtime: `raw-mpi`, plain rsmpi blocking send and receive into one reused
+//! buffer per size; and `raw-mpi-probe`, the same receiving as a program must when it does not
+//! know the size coming (matched probe, allocate, matched receive), which is what a layer
+//! under a message-driven runtime does.
 
 use crate::report::{self, histogram, Row};
 use mpi::collective::CommunicatorCollectives;
-use mpi::point_to_point::{Destination, Source};
+use mpi::point_to_point::{Destination, MatchedReceiveVec, Source};
 use mpi::topology::Communicator;
 use std::path::Path;
 use std::time::Instant;
@@ -35,6 +38,25 @@ pub fn rank_main(sizes: &[usize], iters: u64, csv: &Path) -> anyhow::Result<()> 
             }
         }
         rows.push(Row::from_hist("raw-mpi", size, &h));
+    }
+    for &size in sizes {
+        let mut buf = vec![0u8; size];
+        let mut h = histogram()?;
+        world.barrier();
+        for i in 0..iters + warmup {
+            let t = Instant::now();
+            if me == 0 {
+                peer.send(&buf[..]);
+                (buf, _) = peer.matched_probe().matched_receive_vec::<u8>();
+                if i >= warmup {
+                    h.saturating_record((t.elapsed().as_nanos() as u64 / 2).max(1));
+                }
+            } else {
+                (buf, _) = peer.matched_probe().matched_receive_vec::<u8>();
+                peer.send(&buf[..]);
+            }
+        }
+        rows.push(Row::from_hist("raw-mpi-probe", size, &h));
     }
     if me == 0 {
         report::write_csv(csv, &rows.iter().collect::<Vec<_>>())?;
