@@ -24,6 +24,8 @@
 //! |            | be stuck behind the unsent rest of the big message                          |
 //! | proc-exit  | the last PE calls `std::process::exit(3)` itself, past the runtime          |
 //! | hang       | the last PE stops polling for good (a launcher's time limit must end it)    |
+//! | silent     | the last PE stops polling for good, then PE 0 sends it a message: a layer   |
+//! |            | that waits for answers must give up on it                                  |
 //! | wait       | every PE idles for SECS (default 2) seconds, then the job exits 0           |
 
 use converse::{ops, HandlerId, Message, Pe, ReduceTarget};
@@ -69,6 +71,7 @@ fn main() -> ExitCode {
         "exit-after-send" => Box::new(exit_after_send),
         "proc-exit" => Box::new(proc_exit),
         "hang" => Box::new(hang),
+        "silent" => Box::new(silent),
         "wait" => {
             let secs = arg.and_then(|a| a.parse().ok()).unwrap_or(2.0);
             Box::new(move |pe: &mut Pe| wait(pe, secs))
@@ -77,7 +80,7 @@ fn main() -> ExitCode {
         _ => {
             eprintln!(
                 "conformance: unknown scenario '{scenario}' (hello, fifo, broadcast, reduce, \
-                 priority, exit-code, mismatch, alltoall, sizes, idle, panic, scheduling, exit-early, exit-after-send, proc-exit, hang, wait)"
+                 priority, exit-code, mismatch, alltoall, sizes, idle, panic, scheduling, exit-early, exit-after-send, proc-exit, hang, silent, wait)"
             );
             return ExitCode::from(2);
         }
@@ -729,6 +732,24 @@ fn hang(pe: &mut Pe) {
         loop {
             std::thread::sleep(Duration::from_secs(3600));
         }
+    }
+}
+
+fn silent(pe: &mut Pe) {
+    let sink = pe.register("sink", |_, _| {});
+    pe.barrier();
+    let last = pe.num_pes() - 1;
+    if pe.my_pe() == last {
+        println!("conformance silent: PE {last} stops polling");
+        loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        }
+    }
+    if pe.my_pe() == 0 {
+        // After the last PE has surely stopped: nobody will ever read this.
+        pe.after(Duration::from_millis(200), move |pe| {
+            pe.send(last, sink, b"anyone?")
+        });
     }
 }
 
