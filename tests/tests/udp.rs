@@ -291,7 +291,7 @@ mod relay {
 }
 
 mod particular {
-    use super::stats_field;
+    use super::{retransmitted, stats_field};
     use conformance::{wait_for_children, Launcher, Running};
     use net::udp::wire::{self, Header, Kind};
     use std::net::{SocketAddr, UdpSocket};
@@ -322,6 +322,26 @@ mod particular {
             "{o}"
         );
         assert!(started.elapsed() < Duration::from_secs(30), "{o}");
+    }
+
+    #[test]
+    fn a_fast_sender_waits_for_a_slow_receiver_without_a_retransmission_storm() {
+        // With the default buffers, and with buffers so small that the window must follow
+        // them: every message arrives (the sender queues, never drops), and a receiver that
+        // is slow to answer does not make the sender resend what it sent.
+        for sockbuf in ["udp.sockbuf_kib=16384", "udp.sockbuf_kib=64"] {
+            let o = udp().run(
+                PROGRAM,
+                2,
+                &["slow", "3000", "+set", sockbuf, "+set", "udp.stats=1"],
+                Duration::from_secs(120),
+            );
+            assert!(
+                o.code == Some(0) && o.lines_with("conformance slow: ok") == 1,
+                "{sockbuf}: {o}"
+            );
+            assert!(retransmitted(&o.stderr) <= 150, "{sockbuf}: {o}");
+        }
     }
 
     #[test]

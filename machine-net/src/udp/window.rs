@@ -24,8 +24,13 @@ use machine::Message;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-/// Initial congestion window, in packets of the largest size (RFC 6928's ten).
+/// Initial congestion window, in packets (RFC 6928's ten).
 const INITIAL_CWND_PACKETS: usize = 10;
+
+/// What a datagram costs in a socket buffer beyond its bytes (Linux charges each its
+/// `sk_buff` and shared info, about this much): a small datagram takes far more buffer than
+/// its size, and flow control must count it so.
+const SKB_OVERHEAD: usize = 768;
 
 /// A message, queued or partly acknowledged.
 struct OutMsg {
@@ -52,7 +57,8 @@ enum State {
 struct Pkt {
     /// When it was last sent.
     sent_at: Instant,
-    /// Datagram bytes.
+    /// What it occupies in the receiver's socket buffer: its bytes and the kernel's
+    /// bookkeeping.
     len: u32,
     /// Times retransmitted.
     retx: u16,
@@ -87,7 +93,7 @@ pub struct SendWindow {
     pkts: VecDeque<Pkt>,
     /// Packets to retransmit, oldest first (entries may be stale: checked when taken).
     lost: VecDeque<u64>,
-    /// Datagram bytes in flight (sent, not acknowledged, not deemed lost).
+    /// Socket-buffer bytes in flight (sent, not acknowledged, not deemed lost).
     flight: usize,
     /// Packets in flight.
     in_flight: usize,
@@ -288,7 +294,7 @@ impl SendWindow {
                 continue;
             }
             if self.nxt < self.end && self.nxt - self.una < self.window {
-                let len = self.datagram_len(self.nxt);
+                let len = self.datagram_len(self.nxt) + SKB_OVERHEAD;
                 if !self.room(len) {
                     break;
                 }
