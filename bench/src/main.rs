@@ -96,6 +96,14 @@ enum Cmd {
         sizes: Vec<usize>,
         rounds: u64,
     },
+    /// The echoing side of the raw UDP baseline.
+    #[command(hide = true)]
+    RawUdpEcho {
+        addr: String,
+        #[arg(value_delimiter = ',')]
+        sizes: Vec<usize>,
+        rounds: u64,
+    },
     /// The echoing side of the raw TCP baseline.
     #[command(hide = true)]
     RawTcpEcho {
@@ -135,6 +143,11 @@ fn main() -> ExitCode {
             sizes,
             rounds,
         } => raw::tcp_echo(&addr, &sizes, rounds),
+        Cmd::RawUdpEcho {
+            addr,
+            sizes,
+            rounds,
+        } => raw::udp_echo(&addr, &sizes, rounds),
         Cmd::Pingpong {
             layer,
             sizes,

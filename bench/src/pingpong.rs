@@ -43,8 +43,11 @@ pub fn run(layer: &str, sizes: &[usize], iters: u64, csv: Option<&Path>) -> anyh
             .map(|&s| raw::crossbeam_pingpong(s, iters, w))
             .collect::<anyhow::Result<_>>()?,
         "tcp" => raw::tcp_pingpong(sizes, iters, w)?,
+        "udp" => raw::udp_pingpong(sizes, iters, w)?,
         "si" => raw::shm_pingpong(sizes, iters, w)?,
-        other => anyhow::bail!("no raw baseline for layer '{other}' yet (layers: local, tcp, si)"),
+        other => {
+            anyhow::bail!("no raw baseline for layer '{other}' yet (layers: local, tcp, udp, si)")
+        }
     };
     let (rows, direct) = if layer == "local" {
         let rt = Runtime::from_args(["bench", "+p2", "+quiet", "+machine", "local"])?;

@@ -121,7 +121,7 @@ pub struct Endpoint {
     next_timer: Option<Instant>,
     /// The socket refused datagrams: some peers wait for it to drain.
     blocked: bool,
-    /// Acknowledge every packet at once (in the exit barrier and after: peers wait on it).
+    /// Acknowledge every packet at once (in a barrier and at exit: peers wait on it).
     eager: bool,
     /// KiB this node can buffer for each peer (advertised in every datagram).
     wnd_kib: u16,
@@ -188,9 +188,10 @@ impl Endpoint {
         self.blocked
     }
 
-    /// Acknowledge every packet at once from now on.
-    pub fn set_eager(&mut self) {
-        self.eager = true;
+    /// Acknowledge every packet at once (`true`: in a barrier and at exit, where peers wait on
+    /// our acknowledgements), or let them wait for data to ride on (`false`).
+    pub fn set_eager(&mut self, eager: bool) {
+        self.eager = eager;
     }
 
     fn arm(&mut self, t: Instant) {

@@ -9,7 +9,7 @@
 
 use super::config::Config;
 use super::endpoint::{Endpoint, Failure};
-use super::socket::{Socket, RECV_BATCH};
+use super::socket::Socket;
 use super::wire;
 use crate::mesh;
 use charmrun::client::{Control, LaunchEnv};
@@ -128,7 +128,7 @@ impl UdpMachine {
         let mut n = 0;
         let mut now = None;
         for _ in 0..MAX_BATCHES {
-            let k = self.sock.recv_batch()?;
+            let k = self.sock.recv()?;
             if k == 0 {
                 break;
             }
@@ -141,7 +141,7 @@ impl UdpMachine {
                     None => self.ep.stats.garbage += 1,
                 }
             }
-            if k < RECV_BATCH {
+            if !self.sock.more() {
                 break;
             }
         }
@@ -248,22 +248,24 @@ impl Machine for UdpMachine {
         // Keep the protocol moving while others catch up: our retransmissions and our
         // acknowledgements may be what a peer needs to reach the barrier. What arrives is
         // kept for the next `advance`.
-        self.ep.set_eager();
+        self.ep.set_eager(true);
         let ctl = Arc::clone(&self.ctl);
-        ctl.barrier_while(|| {
+        let r = ctl.barrier_while(|| {
             let mut held = std::mem::take(&mut self.ready);
             let r = self.progress(&mut |m| held.push_back(m));
             self.ready = held;
             r.map_err(|f| self.failure(f))?;
             self.pause(NAP)
-        })
+        });
+        self.ep.set_eager(false);
+        r
     }
 
     fn exit(&mut self, code: i32) -> Result<(), MachineError> {
         // Get what we sent acknowledged if the peers answer soon (a peer that says goodbye
         // answers for everything); keep acknowledging theirs meanwhile. The job is over:
         // what arrives now is dropped, and not forever.
-        self.ep.set_eager();
+        self.ep.set_eager(true);
         let deadline = Instant::now() + EXIT_FLUSH;
         while !self.ep.settled() && Instant::now() < deadline {
             if self.progress(&mut |_| {}).is_err() {

@@ -1,6 +1,6 @@
-//! The node's one UDP socket: non-blocking, large buffers, datagrams in and out in batches
-//! (`recvmmsg` / `sendmmsg`: one system call for many datagrams), each datagram sent from two
-//! pieces (header, then the message's own bytes) so no payload is copied to prepend a header.
+//! The node's one UDP socket: non-blocking, large buffers, datagrams sent from two pieces
+//! (header, then the message's own bytes) so no payload is copied to prepend a header, and
+//! received in batches (`recvmmsg`: one system call for many datagrams) while a burst lasts.
 
 use super::endpoint::Transmit;
 use std::io;
@@ -21,39 +21,85 @@ const MAX_UDP_PAYLOAD: usize = 65507;
 /// The node's socket.
 pub struct Socket {
     sock: UdpSocket,
-    /// `RECV_BATCH` buffers of `RECV_BUF` bytes, allocated once.
-    bufs: Vec<u8>,
-    lens: [usize; RECV_BATCH],
-    from: [Option<SocketAddr>; RECV_BATCH],
+    ring: RecvRing,
+    /// The last receive found datagrams: take the next ones in a batch. After a receive that
+    /// found none, the next asks for one datagram only: waiting for a ping-pong's answer,
+    /// that is cheaper (`recvmmsg` tries again for a second datagram after the first).
+    burst: bool,
     /// Largest IP packet to send (`udp.mtu`).
     mtu: usize,
 }
 
-/// A socket address as the kernel takes it.
-struct RawAddr {
-    storage: libc::sockaddr_storage,
-    len: libc::socklen_t,
+/// The receive buffers and the kernel's descriptors of them, made once: `recvmmsg` gets the
+/// same headers on every call instead of freshly zeroed arrays.
+struct RecvRing {
+    /// `RECV_BATCH` buffers of `RECV_BUF` bytes.
+    bufs: Vec<u8>,
+    /// Held for `hdrs`, which point at it.
+    _iov: Box<[libc::iovec; RECV_BATCH]>,
+    hdrs: Box<[libc::mmsghdr; RECV_BATCH]>,
+    names: Box<[libc::sockaddr_storage; RECV_BATCH]>,
+    lens: [usize; RECV_BATCH],
+    from: [Option<SocketAddr>; RECV_BATCH],
+    /// Datagrams the last receive took.
+    got: usize,
 }
 
-fn raw_addr(a: &SocketAddr) -> RawAddr {
-    // SAFETY: sockaddr_storage is plain old data; all zeroes is a valid value.
-    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let len = match a {
-        SocketAddr::V4(v4) => {
-            let sin = libc::sockaddr_in {
+// SAFETY: the raw pointers in `iov` and `hdrs` point only into `bufs`, `iov` and `names`:
+// heap memory this struct owns and never reallocates. Moving the struct to another thread
+// moves that ownership with it.
+unsafe impl Send for RecvRing {}
+
+impl RecvRing {
+    fn new() -> RecvRing {
+        let mut bufs = vec![0u8; RECV_BATCH * RECV_BUF];
+        let mut iov: Box<[libc::iovec; RECV_BATCH]> = Box::new(zeroed_array());
+        let mut hdrs: Box<[libc::mmsghdr; RECV_BATCH]> = Box::new(zeroed_array());
+        let mut names: Box<[libc::sockaddr_storage; RECV_BATCH]> = Box::new(zeroed_array());
+        for i in 0..RECV_BATCH {
+            iov[i].iov_base = bufs[i * RECV_BUF..].as_mut_ptr().cast();
+            iov[i].iov_len = RECV_BUF;
+            hdrs[i].msg_hdr.msg_iov = &mut iov[i];
+            hdrs[i].msg_hdr.msg_iovlen = 1;
+            hdrs[i].msg_hdr.msg_name = std::ptr::addr_of_mut!(names[i]).cast();
+        }
+        RecvRing {
+            bufs,
+            _iov: iov,
+            hdrs,
+            names,
+            lens: [0; RECV_BATCH],
+            from: [None; RECV_BATCH],
+            got: 0,
+        }
+    }
+}
+
+/// An array of a plain C struct, all zero (null pointers, zero lengths): a valid value for
+/// the kernel's iovec, mmsghdr and sockaddr_storage, whose pointers are set before use.
+fn zeroed_array<T: Copy, const N: usize>() -> [T; N] {
+    // SAFETY: used only for libc's plain structs, for which all-zero bytes are a valid value.
+    unsafe { std::mem::zeroed() }
+}
+
+/// A socket address as the kernel takes it.
+enum RawAddr {
+    V4(libc::sockaddr_in),
+    V6(libc::sockaddr_in6),
+}
+
+impl RawAddr {
+    fn new(a: &SocketAddr) -> RawAddr {
+        match a {
+            SocketAddr::V4(v4) => RawAddr::V4(libc::sockaddr_in {
                 sin_family: libc::AF_INET as libc::sa_family_t,
                 sin_port: v4.port().to_be(),
                 sin_addr: libc::in_addr {
                     s_addr: u32::from_ne_bytes(v4.ip().octets()),
                 },
                 sin_zero: [0; 8],
-            };
-            // SAFETY: sockaddr_storage is large and aligned enough for any sockaddr.
-            unsafe { std::ptr::write(std::ptr::addr_of_mut!(storage).cast(), sin) };
-            std::mem::size_of::<libc::sockaddr_in>()
-        }
-        SocketAddr::V6(v6) => {
-            let sin6 = libc::sockaddr_in6 {
+            }),
+            SocketAddr::V6(v6) => RawAddr::V6(libc::sockaddr_in6 {
                 sin6_family: libc::AF_INET6 as libc::sa_family_t,
                 sin6_port: v6.port().to_be(),
                 sin6_flowinfo: v6.flowinfo(),
@@ -61,15 +107,22 @@ fn raw_addr(a: &SocketAddr) -> RawAddr {
                     s6_addr: v6.ip().octets(),
                 },
                 sin6_scope_id: v6.scope_id(),
-            };
-            // SAFETY: as above.
-            unsafe { std::ptr::write(std::ptr::addr_of_mut!(storage).cast(), sin6) };
-            std::mem::size_of::<libc::sockaddr_in6>()
+            }),
         }
-    };
-    RawAddr {
-        storage,
-        len: len as libc::socklen_t,
+    }
+
+    /// Pointer and length, for a `msghdr`.
+    fn parts(&self) -> (*mut libc::c_void, libc::socklen_t) {
+        match self {
+            RawAddr::V4(a) => (
+                std::ptr::addr_of!(*a) as *mut libc::c_void,
+                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+            ),
+            RawAddr::V6(a) => (
+                std::ptr::addr_of!(*a) as *mut libc::c_void,
+                std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
+            ),
+        }
     }
 }
 
@@ -136,6 +189,22 @@ fn getsockopt_int(fd: i32, level: i32, name: i32) -> io::Result<i32> {
     }
 }
 
+/// What a receive system call said: `Some(n)` datagrams (or bytes), `None` for nothing now.
+fn received(r: isize) -> io::Result<Option<usize>> {
+    if r >= 0 {
+        return Ok(Some(r as usize));
+    }
+    let e = io::Error::last_os_error();
+    match e.kind() {
+        // Interrupted, or an ICMP error for an earlier send (a peer's port closed): nothing
+        // now, the next call tries again. Silence from that peer is what the protocol watches.
+        io::ErrorKind::WouldBlock
+        | io::ErrorKind::Interrupted
+        | io::ErrorKind::ConnectionRefused => Ok(None),
+        _ => Err(e),
+    }
+}
+
 impl Socket {
     /// A non-blocking UDP socket on `ip`, any port; `mtu` caps the datagrams it sends.
     ///
@@ -146,9 +215,8 @@ impl Socket {
         sock.set_nonblocking(true)?;
         Ok(Socket {
             sock,
-            bufs: vec![0; RECV_BATCH * RECV_BUF],
-            lens: [0; RECV_BATCH],
-            from: [None; RECV_BATCH],
+            ring: RecvRing::new(),
+            burst: false,
             mtu,
         })
     }
@@ -182,72 +250,80 @@ impl Socket {
         Ok(usize::try_from(got).unwrap_or(0) / 2)
     }
 
-    /// Receive what has arrived, up to a batch; how many datagrams (0: none). Look at them
-    /// with [`datagram`](Self::datagram).
+    /// Receive what has arrived: one datagram, or a batch while a burst lasts. Returns how
+    /// many (0: none); look at them with [`datagram`](Self::datagram).
     ///
     /// # Errors
     /// The OS's, except "nothing there" and interruptions.
-    pub fn recv_batch(&mut self) -> io::Result<usize> {
-        // SAFETY: zeroed iovec / mmsghdr / sockaddr_storage are valid (null pointers, zero
-        // lengths) and every pointer is set below before the call.
-        let mut iov: [libc::iovec; RECV_BATCH] = unsafe { std::mem::zeroed() };
-        let mut hdrs: [libc::mmsghdr; RECV_BATCH] = unsafe { std::mem::zeroed() };
-        let mut names: [MaybeUninit<libc::sockaddr_storage>; RECV_BATCH] =
-            [MaybeUninit::zeroed(); RECV_BATCH];
-        let base = self.bufs.as_mut_ptr();
-        for i in 0..RECV_BATCH {
-            // SAFETY: the buffer holds RECV_BATCH * RECV_BUF bytes.
-            iov[i].iov_base = unsafe { base.add(i * RECV_BUF) }.cast();
-            iov[i].iov_len = RECV_BUF;
-            hdrs[i].msg_hdr.msg_iov = &mut iov[i];
-            hdrs[i].msg_hdr.msg_iovlen = 1;
-            hdrs[i].msg_hdr.msg_name = names[i].as_mut_ptr().cast();
-            hdrs[i].msg_hdr.msg_namelen =
-                std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-        }
-        let n = loop {
-            // SAFETY: the headers point at live buffers of the lengths given.
-            let r = unsafe {
+    pub fn recv(&mut self) -> io::Result<usize> {
+        let fd = self.sock.as_raw_fd();
+        let r = &mut self.ring;
+        let n = if self.burst {
+            for h in r.hdrs.iter_mut() {
+                h.msg_hdr.msg_namelen =
+                    std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            }
+            // SAFETY: the headers point at live buffers of the lengths they give (RecvRing).
+            let k = unsafe {
                 libc::recvmmsg(
-                    self.sock.as_raw_fd(),
-                    hdrs.as_mut_ptr(),
+                    fd,
+                    r.hdrs.as_mut_ptr(),
                     RECV_BATCH as libc::c_uint,
                     libc::MSG_DONTWAIT,
                     std::ptr::null_mut(),
                 )
             };
-            if r >= 0 {
-                break r as usize;
+            let k = received(k as isize)?.unwrap_or(0);
+            for i in 0..k {
+                let h = &r.hdrs[i];
+                let truncated = h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
+                r.lens[i] = if truncated { 0 } else { h.msg_len as usize };
+                r.from[i] = from_raw(&r.names[i]);
             }
-            let e = io::Error::last_os_error();
-            match e.kind() {
-                io::ErrorKind::WouldBlock => return Ok(0),
-                io::ErrorKind::Interrupted => continue,
-                // An ICMP error for an earlier send (a peer's port closed): not ours to act
-                // on here; silence from that peer is what the protocol watches.
-                io::ErrorKind::ConnectionRefused => continue,
-                _ => return Err(e),
+            k
+        } else {
+            let mut namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            // SAFETY: buffer 0 has RECV_BUF bytes; names[0] is a sockaddr_storage of the
+            // length given.
+            let len = unsafe {
+                libc::recvfrom(
+                    fd,
+                    r.bufs.as_mut_ptr().cast(),
+                    RECV_BUF,
+                    libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+                    std::ptr::addr_of_mut!(r.names[0]).cast(),
+                    &mut namelen,
+                )
+            };
+            match received(len)? {
+                Some(len) => {
+                    // With MSG_TRUNC the length is the datagram's, even beyond the buffer.
+                    r.lens[0] = if len > RECV_BUF { 0 } else { len };
+                    r.from[0] = from_raw(&r.names[0]);
+                    1
+                }
+                None => 0,
             }
         };
-        for i in 0..n {
-            let truncated = hdrs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
-            self.lens[i] = if truncated {
-                0
-            } else {
-                hdrs[i].msg_len as usize
-            };
-            // SAFETY: zero-initialized and possibly filled by the kernel: initialized either way.
-            self.from[i] = from_raw(unsafe { names[i].assume_init_ref() });
-        }
+        r.got = n;
+        self.burst = n > 0;
         Ok(n)
     }
 
-    /// Datagram `i` of the last batch and where it came from; `None` when it was truncated
-    /// (larger than any of ours) or came from an address family we do not speak.
+    /// Whether the last receive filled its batch: more may be waiting.
+    pub fn more(&self) -> bool {
+        self.ring.got == RECV_BATCH
+    }
+
+    /// Datagram `i` of the last receive and where it came from; `None` when it was truncated
+    /// (larger than any of ours), empty, or from an address family we do not speak.
     pub fn datagram(&self, i: usize) -> Option<(&[u8], SocketAddr)> {
-        let from = (*self.from.get(i)?)?;
-        let len = self.lens[i];
-        (len > 0).then(|| (&self.bufs[i * RECV_BUF..i * RECV_BUF + len], from))
+        if i >= self.ring.got {
+            return None;
+        }
+        let from = self.ring.from[i]?;
+        let len = self.ring.lens[i];
+        (len > 0).then(|| (&self.ring.bufs[i * RECV_BUF..i * RECV_BUF + len], from))
     }
 
     /// Block until a datagram arrives (or, with `writable`, the socket can take more), or
@@ -275,53 +351,78 @@ impl Socket {
         }
         Ok(())
     }
+
+    /// Send up to [`SEND_BATCH`] datagrams in one system call; how many the socket took.
+    fn send_some(&self, to: &RawAddr, dgrams: &[[&[u8]; 2]]) -> io::Result<usize> {
+        let fd = self.sock.as_raw_fd();
+        let (name, namelen) = to.parts();
+        let k = dgrams.len().min(SEND_BATCH);
+        // Only the entries used are written: no array is zeroed per call.
+        let mut iov = [MaybeUninit::<[libc::iovec; 2]>::uninit(); SEND_BATCH];
+        let mut hdrs = [MaybeUninit::<libc::mmsghdr>::uninit(); SEND_BATCH];
+        for i in 0..k {
+            let [a, b] = dgrams[i];
+            let v = iov[i].write([
+                libc::iovec {
+                    iov_base: a.as_ptr() as *mut libc::c_void,
+                    iov_len: a.len(),
+                },
+                libc::iovec {
+                    iov_base: b.as_ptr() as *mut libc::c_void,
+                    iov_len: b.len(),
+                },
+            ]);
+            // SAFETY: all-zero is a valid msghdr; the fields that matter are set below.
+            let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            h.msg_hdr.msg_name = name;
+            h.msg_hdr.msg_namelen = namelen;
+            h.msg_hdr.msg_iov = v.as_mut_ptr();
+            h.msg_hdr.msg_iovlen = if b.is_empty() { 1 } else { 2 };
+            hdrs[i].write(h);
+        }
+        let r = if k == 1 {
+            // SAFETY: entry 0 was written; it points at live buffers and a valid address.
+            unsafe { libc::sendmsg(fd, &hdrs[0].assume_init_ref().msg_hdr, libc::MSG_DONTWAIT) }
+                .min(1)
+        } else {
+            // SAFETY: entries 0..k were written; they point at live buffers and a valid
+            // address; the kernel only reads them (and writes msg_len).
+            let n = unsafe {
+                libc::sendmmsg(
+                    fd,
+                    hdrs.as_mut_ptr().cast(),
+                    k as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            n as isize
+        };
+        if r >= 0 {
+            return Ok(r as usize);
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            // Full, or interrupted: the caller tries the rest later.
+            Some(libc::EAGAIN) | Some(libc::ENOBUFS) | Some(libc::EINTR) => Ok(0),
+            // A local firewall dropped it, or an ICMP error of an earlier datagram surfaced:
+            // as good as lost on the way, which the protocol repairs.
+            Some(libc::EPERM) | Some(libc::ECONNREFUSED) => Ok(1),
+            _ => Err(e),
+        }
+    }
 }
 
 impl Transmit for Socket {
     fn transmit(&mut self, to: &SocketAddr, dgrams: &[[&[u8]; 2]]) -> io::Result<usize> {
-        let addr = raw_addr(to);
+        let addr = RawAddr::new(to);
         let mut done = 0;
         while done < dgrams.len() {
-            let batch = &dgrams[done..dgrams.len().min(done + SEND_BATCH)];
-            // SAFETY: zeroed iovec / mmsghdr are valid; every pointer is set below.
-            let mut iov: [[libc::iovec; 2]; SEND_BATCH] = unsafe { std::mem::zeroed() };
-            let mut hdrs: [libc::mmsghdr; SEND_BATCH] = unsafe { std::mem::zeroed() };
-            for (i, d) in batch.iter().enumerate() {
-                for (j, part) in d.iter().enumerate() {
-                    iov[i][j].iov_base = part.as_ptr() as *mut libc::c_void;
-                    iov[i][j].iov_len = part.len();
-                }
-                hdrs[i].msg_hdr.msg_iov = iov[i].as_mut_ptr();
-                hdrs[i].msg_hdr.msg_iovlen = 2;
-                hdrs[i].msg_hdr.msg_name = std::ptr::addr_of!(addr.storage) as *mut libc::c_void;
-                hdrs[i].msg_hdr.msg_namelen = addr.len;
-            }
-            // SAFETY: the headers point at live, readable buffers of the lengths given and at
-            // a valid address; the kernel only reads them.
-            let r = unsafe {
-                libc::sendmmsg(
-                    self.sock.as_raw_fd(),
-                    hdrs.as_mut_ptr(),
-                    batch.len() as libc::c_uint,
-                    libc::MSG_DONTWAIT,
-                )
-            };
-            if r > 0 {
-                done += r as usize;
-                if (r as usize) < batch.len() {
-                    // The socket took part of the batch: the rest is for later.
-                    return Ok(done);
-                }
-                continue;
-            }
-            let e = io::Error::last_os_error();
-            match e.raw_os_error() {
-                Some(libc::EAGAIN) | Some(libc::ENOBUFS) => return Ok(done),
-                Some(libc::EINTR) => {}
-                // A local firewall dropped it, or an ICMP error of an earlier datagram
-                // surfaced: as good as lost on the way, which the protocol repairs.
-                Some(libc::EPERM) | Some(libc::ECONNREFUSED) => done += 1,
-                _ => return Err(e),
+            let rest = &dgrams[done..];
+            let n = self.send_some(&addr, rest)?;
+            done += n;
+            if n < rest.len().min(SEND_BATCH) {
+                // The socket took part of the batch: the rest is for later.
+                break;
             }
         }
         Ok(done)
@@ -360,7 +461,19 @@ mod tests {
     fn addresses_survive_the_kernel_form() {
         for a in ["127.0.0.1:4000", "[::1]:5000", "10.1.2.3:65535"] {
             let a: SocketAddr = a.parse().expect("address");
-            assert_eq!(from_raw(&raw_addr(&a).storage), Some(a));
+            let raw = RawAddr::new(&a);
+            // SAFETY: sockaddr_storage is large enough for either address, all zero is valid.
+            let mut st: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+            let (p, len) = raw.parts();
+            // SAFETY: `p` points at `len` readable bytes, which fit in the storage.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    p as *const u8,
+                    std::ptr::addr_of_mut!(st).cast::<u8>(),
+                    len as usize,
+                )
+            };
+            assert_eq!(from_raw(&st), Some(a));
         }
     }
 
@@ -377,7 +490,7 @@ mod tests {
         b.wait(false, Duration::from_secs(5)).expect("wait");
         let mut got = Vec::new();
         while got.len() < 2 {
-            let n = b.recv_batch().expect("recv");
+            let n = b.recv().expect("recv");
             for i in 0..n {
                 let (d, from) = b.datagram(i).expect("whole datagram");
                 assert_eq!(from, a.local_addr().expect("addr"));
