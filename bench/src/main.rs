@@ -4,6 +4,7 @@
 //! ```text
 //! bench pingpong [--layer local] [--sizes 8,64,...] [--iters N] [--csv FILE]
 //! bench rate [--messages N] [--csv FILE]
+//! bench udp [--iters N] [--runs R]
 //! ```
 
 mod direct;
@@ -12,6 +13,7 @@ mod rate;
 mod raw;
 mod report;
 mod startup;
+mod udp;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -112,6 +114,19 @@ enum Cmd {
         sizes: Vec<usize>,
         rounds: u64,
     },
+    /// The UDP layer: 1 MiB bandwidth next to the TCP layer, goodput under 1% and 5% loss
+    /// (root), latency with a busy process on the last core.
+    Udp {
+        /// Round trips per measurement.
+        #[arg(long, default_value_t = 2000)]
+        iters: u64,
+        /// Repetitions of the bandwidth and contention measurements.
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+    },
+    /// A busy process on the last core (for `bench udp`).
+    #[command(hide = true)]
+    Spin,
     /// Messages sent and dispatched per second on one PE, next to a bare queue + call.
     Rate {
         /// Messages per measurement.
@@ -155,6 +170,8 @@ fn main() -> ExitCode {
             csv,
         } => pingpong::run(&layer, &sizes, iters.max(1), csv.as_deref()),
         Cmd::Rate { messages, csv } => rate::run(messages.max(1), csv.as_deref()),
+        Cmd::Udp { iters, runs } => udp::run(iters.max(1), runs.max(1)),
+        Cmd::Spin => udp::spin(),
         Cmd::RawShmEcho {
             path,
             sizes,

@@ -79,6 +79,19 @@ fn under_charmrun(
     iters: u64,
     mode: &str,
 ) -> anyhow::Result<Vec<Row>> {
+    under_charmrun_with(layer, sizes, iters, mode, &[], &[])
+}
+
+/// As [`under_charmrun`], with charmrun started through `prefix` (`ip netns exec NS`, say)
+/// and `extra` runtime arguments (`+set KEY=VALUE`) for the job.
+pub fn under_charmrun_with(
+    layer: &str,
+    sizes: &[usize],
+    iters: u64,
+    mode: &str,
+    prefix: &[&str],
+    extra: &[&str],
+) -> anyhow::Result<Vec<Row>> {
     let me = std::env::current_exe().context("finding the bench executable")?;
     let charmrun = me.with_file_name("charmrun");
     anyhow::ensure!(
@@ -88,7 +101,15 @@ fn under_charmrun(
     );
     let out = std::env::temp_dir().join(format!("bench-pingpong-{}.csv", std::process::id()));
     let sizes_arg = crate::report::size_list(sizes);
-    let status = std::process::Command::new(&charmrun)
+    let mut cmd = match prefix.split_first() {
+        Some((first, rest)) => {
+            let mut c = std::process::Command::new(first);
+            c.args(rest).arg(&charmrun);
+            c
+        }
+        None => std::process::Command::new(&charmrun),
+    };
+    let status = cmd
         .args(["+p2", "++quiet", "++timelimit", "600"])
         .arg(&me)
         .args([
@@ -105,6 +126,7 @@ fn under_charmrun(
         } else {
             ["+machine", layer, "+quiet"]
         })
+        .args(extra)
         .status()
         .context("starting charmrun")?;
     anyhow::ensure!(

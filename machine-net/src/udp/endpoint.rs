@@ -10,7 +10,7 @@
 //! carries the acknowledgement for free.
 
 use super::config::Config;
-use super::reassembly::{sacked, Arrival, RecvWindow};
+use super::reassembly::{sacked, Arrival, Body, RecvWindow};
 use super::rtt::RtoBounds;
 use super::window::SendWindow;
 use super::wire::{self, Expect, Header, Kind, Reject, BASE, MAX_DATA_HEADER, MAX_SACK_EXT};
@@ -45,6 +45,8 @@ pub struct Stats {
     pub acks: u64,
     /// Datagrams received and accepted as this job's.
     pub received: u64,
+    /// Of those, fragments the kernel wrote straight into their message's buffer.
+    pub placed: u64,
     /// Data packets that had already arrived.
     pub duplicates: u64,
     /// Data packets beyond the receive window.
@@ -128,8 +130,43 @@ pub struct Endpoint {
     seqs: Vec<u64>,
     headers: Vec<[u8; MAX_DATA_HEADER]>,
     ackbuf: Vec<u8>,
+    /// The peer whose fragments arrive: where the next datagrams will likely go.
+    filling: Option<usize>,
     /// Counters.
     pub stats: Stats,
+}
+
+/// A place where a datagram is expected: the missing fragment `index` (packet `seq`) of a
+/// message from node `src` at `from`, to be received straight into `ptr .. ptr + len`.
+#[derive(Debug, Clone, Copy)]
+pub struct Landing {
+    /// The peer's address.
+    pub from: SocketAddr,
+    /// The peer's node number.
+    pub src: u16,
+    /// The packet's sequence number (low 32 bits).
+    pub seq: u32,
+    /// Its fragment index.
+    pub index: u32,
+    /// Its place in the message's buffer, valid until the endpoint is next changed.
+    pub ptr: *mut u8,
+    /// Its exact length.
+    pub len: usize,
+}
+
+impl Landing {
+    /// No place.
+    pub const NONE: Landing = Landing {
+        from: SocketAddr::V4(std::net::SocketAddrV4::new(
+            std::net::Ipv4Addr::UNSPECIFIED,
+            0,
+        )),
+        src: 0,
+        seq: 0,
+        index: 0,
+        ptr: std::ptr::null_mut(),
+        len: 0,
+    };
 }
 
 impl Endpoint {
@@ -173,6 +210,7 @@ impl Endpoint {
             seqs: Vec::with_capacity(crate::udp::socket::SEND_BATCH),
             headers: vec![[0; MAX_DATA_HEADER]; crate::udp::socket::SEND_BATCH],
             ackbuf: vec![0; BASE + 2 + MAX_SACK_EXT],
+            filling: None,
             stats: Stats::default(),
             cfg,
         }
@@ -257,18 +295,61 @@ impl Endpoint {
         now: Instant,
         deliver: &mut dyn FnMut(Message),
     ) -> usize {
-        let d = match wire::decode(bytes, &self.exp) {
-            Ok(d) => d,
-            Err(Reject::Foreign) => {
-                self.stats.foreign += 1;
-                return 0;
+        match wire::decode(bytes, &self.exp) {
+            Ok(d) => self.accept(&d.hdr, Body::Bytes(d.body), d.body, from, now, deliver),
+            Err(r) => {
+                self.reject(r);
+                0
             }
-            Err(Reject::Garbage) => {
+        }
+    }
+
+    /// Take a data fragment the socket received straight into its place (one of the
+    /// [`landing`](Self::landing) zones): `head` is its header, `len` its whole length.
+    /// Returns how many messages were handed up.
+    pub fn receive_placed(
+        &mut self,
+        head: &[u8],
+        len: usize,
+        from: SocketAddr,
+        now: Instant,
+        deliver: &mut dyn FnMut(Message),
+    ) -> usize {
+        match wire::decode_header(head, len, &self.exp) {
+            Ok((h, _)) if h.kind == Kind::Data && h.frag.is_some() => {
+                self.stats.placed += 1;
+                self.accept(&h, Body::Placed, &[], from, now, deliver)
+            }
+            Ok(_) => {
                 self.stats.garbage += 1;
-                return 0;
+                0
             }
-        };
-        let p = usize::from(d.hdr.src);
+            Err(r) => {
+                self.reject(r);
+                0
+            }
+        }
+    }
+
+    fn reject(&mut self, r: Reject) {
+        match r {
+            Reject::Foreign => self.stats.foreign += 1,
+            Reject::Garbage => self.stats.garbage += 1,
+        }
+    }
+
+    /// A checked datagram from `from`: data (`body`), acknowledgements (`ext`: an ACK's
+    /// SACK extension), farewell.
+    fn accept(
+        &mut self,
+        h: &Header,
+        body: Body<'_>,
+        ext: &[u8],
+        from: SocketAddr,
+        now: Instant,
+        deliver: &mut dyn FnMut(Message),
+    ) -> usize {
+        let p = usize::from(h.src);
         if from != self.peers[p].from {
             self.stats.foreign += 1;
             return 0;
@@ -277,9 +358,9 @@ impl Endpoint {
         let peer = &mut self.peers[p];
         peer.heard = now;
         let mut delivered = 0;
-        match d.hdr.kind {
+        match h.kind {
             Kind::Data => {
-                let (arrival, n) = peer.rx.on_data(d.hdr.seq, d.hdr.frag, d.body, deliver);
+                let (arrival, n) = peer.rx.on_data(h.seq, h.frag, body, deliver);
                 delivered = n;
                 match arrival {
                     Arrival::Accepted => {}
@@ -287,9 +368,12 @@ impl Endpoint {
                     Arrival::OutOfWindow => self.stats.out_of_window += 1,
                     Arrival::Inconsistent => self.stats.garbage += 1,
                 }
-                self.on_ack_fields(p, &d.hdr, &[], now);
+                if h.frag.is_some() {
+                    self.filling = Some(p);
+                }
+                self.on_ack_fields(p, h, &[], now);
             }
-            Kind::Ack => self.on_ack_fields(p, &d.hdr, d.body, now),
+            Kind::Ack => self.on_ack_fields(p, h, ext, now),
             Kind::Bye => {
                 let peer = &mut self.peers[p];
                 peer.gone = true;
@@ -300,6 +384,32 @@ impl Endpoint {
         }
         self.mark(p);
         delivered
+    }
+
+    /// Where the next datagrams are likely to belong: the missing fragments of the peer that
+    /// sent the last fragment, written to `out`; returns how many. The socket receives
+    /// datagrams there, so a large message's payload is copied once, by the kernel.
+    pub fn landing(&mut self, out: &mut [Landing]) -> usize {
+        let Some(p) = self.filling else {
+            return 0;
+        };
+        let from = self.peers[p].from;
+        let mut n = 0;
+        self.peers[p].rx.holes(out.len(), |h| {
+            out[n] = Landing {
+                from,
+                src: p as u16,
+                seq: h.seq as u32,
+                index: h.index,
+                ptr: h.ptr,
+                len: h.len,
+            };
+            n += 1;
+        });
+        if n == 0 {
+            self.filling = None;
+        }
+        n
     }
 
     fn on_ack_fields(&mut self, p: usize, h: &Header, ext: &[u8], now: Instant) {

@@ -8,8 +8,8 @@
 //! next timer is due (no timer runs while nothing is outstanding, so an idle job sleeps).
 
 use super::config::Config;
-use super::endpoint::{Endpoint, Failure};
-use super::socket::Socket;
+use super::endpoint::{Endpoint, Failure, Landing};
+use super::socket::{Arrived, Socket, RECV_BATCH};
 use super::wire;
 use crate::mesh;
 use charmrun::client::{Control, LaunchEnv};
@@ -127,8 +127,12 @@ impl UdpMachine {
     fn progress(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, Failure> {
         let mut n = 0;
         let mut now = None;
+        let mut landings = [Landing::NONE; RECV_BATCH];
         for _ in 0..MAX_BATCHES {
-            let k = self.sock.recv()?;
+            let zones = self.ep.landing(&mut landings);
+            // SAFETY: the zones are the endpoint's, untouched by it until the datagrams are
+            // handed to it below.
+            let k = unsafe { self.sock.recv(&landings[..zones]) }?;
             if k == 0 {
                 break;
             }
@@ -136,10 +140,16 @@ impl UdpMachine {
             let t = Instant::now();
             now = Some(t);
             for i in 0..k {
-                match self.sock.datagram(i) {
-                    Some((bytes, from)) => n += self.ep.receive(bytes, from, t, deliver),
-                    None => self.ep.stats.garbage += 1,
-                }
+                n += match self.sock.datagram(i) {
+                    Some(Arrived::Bytes(bytes, from)) => self.ep.receive(bytes, from, t, deliver),
+                    Some(Arrived::Placed { head, len, from }) => {
+                        self.ep.receive_placed(head, len, from, t, deliver)
+                    }
+                    None => {
+                        self.ep.stats.garbage += 1;
+                        0
+                    }
+                };
             }
             if !self.sock.more() {
                 break;
@@ -181,13 +191,14 @@ impl UdpMachine {
         let (retransmits, timeouts) = self.ep.retransmissions();
         eprintln!(
             "udp node {}: sent {} datagrams ({} acks, {} retransmitted, {} timeouts), received {} \
-             ({} duplicates, {} beyond the window), dropped {} foreign and {} garbage",
+             ({} in place, {} duplicates, {} beyond the window), dropped {} foreign and {} garbage",
             self.me,
             s.sent,
             s.acks,
             retransmits,
             timeouts,
             s.received,
+            s.placed,
             s.duplicates,
             s.out_of_window,
             s.foreign,

@@ -30,8 +30,92 @@ struct Partial {
     n: u64,
     chunk: u32,
     total: u64,
-    /// `HEADROOM` bytes, then the message's wire bytes.
+    /// `HEADROOM` zero bytes, then room reserved for the message's wire bytes: filled
+    /// fragment by fragment (never zeroed first: every byte is written by exactly one
+    /// fragment before the buffer's length covers it).
     buf: Vec<u8>,
+    /// Wire bytes written so far.
+    filled: u64,
+}
+
+impl Partial {
+    /// Room for a message of `total` wire bytes, or `None` when memory cannot be had (the
+    /// size comes from outside: it must not abort the process).
+    fn new(first: u64, f: &Frag) -> Option<Partial> {
+        let total = usize::try_from(f.total).ok()?;
+        let mut buf = Vec::new();
+        buf.try_reserve_exact(HEADROOM.checked_add(total)?).ok()?;
+        buf.resize(HEADROOM, 0);
+        Some(Partial {
+            first,
+            n: f.count(),
+            chunk: f.chunk,
+            total: f.total,
+            buf,
+            filled: 0,
+        })
+    }
+
+    /// Where fragment `index` goes: a pointer into the reserved room and its length.
+    fn region(&mut self, index: u64) -> (*mut u8, usize) {
+        let f = Frag {
+            index: index as u32,
+            chunk: self.chunk,
+            total: self.total,
+        };
+        let (off, len) = f.range();
+        // SAFETY: `off + len <= total` (fragment geometry), inside the reserved capacity.
+        let p = unsafe { self.buf.as_mut_ptr().add(HEADROOM + off as usize) };
+        (p, len as usize)
+    }
+
+    /// Copy fragment `index` (`bytes`, its exact length) into its place.
+    fn put(&mut self, index: u64, bytes: &[u8]) {
+        let (p, len) = self.region(index);
+        debug_assert_eq!(len, bytes.len());
+        // SAFETY: `p` has room for `len` bytes (see `region`); `bytes` is another buffer.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), p, len.min(bytes.len())) };
+        self.filled += len as u64;
+    }
+
+    /// Fragment `index` was written in place (by the kernel, straight from the socket).
+    fn placed(&mut self, index: u64) {
+        self.filled += self.region(index).1 as u64;
+    }
+
+    /// The whole message, once every byte is there.
+    fn finish(mut self) -> Option<Message> {
+        if self.filled != self.total {
+            return None;
+        }
+        // SAFETY: every fragment of the message was written once (each packet is accepted
+        // once, and the fragments of one geometry tile `0..total` exactly): all `total` bytes
+        // after the headroom are initialized, within the reserved capacity.
+        unsafe { self.buf.set_len(HEADROOM + self.total as usize) };
+        Message::from_frame(self.buf, HEADROOM).ok()
+    }
+}
+
+/// How a data packet's bytes came.
+#[derive(Debug, Clone, Copy)]
+pub enum Body<'a> {
+    /// In the receive buffer: to be copied where they belong.
+    Bytes(&'a [u8]),
+    /// Already in place: the kernel wrote the fragment where [`RecvWindow::holes`] said.
+    Placed,
+}
+
+/// Where a missing fragment goes: for the socket to receive it there.
+#[derive(Debug, Clone, Copy)]
+pub struct Hole {
+    /// The packet.
+    pub seq: u64,
+    /// Its fragment index.
+    pub index: u32,
+    /// Its place in the message's buffer.
+    pub ptr: *mut u8,
+    /// Its exact length.
+    pub len: usize,
 }
 
 /// What became of a data packet.
@@ -86,7 +170,7 @@ impl RecvWindow {
         &mut self,
         seq: u32,
         frag: Option<Frag>,
-        body: &[u8],
+        body: Body<'_>,
         deliver: &mut dyn FnMut(Message),
     ) -> (Arrival, usize) {
         let seq = widen(seq, self.nxt);
@@ -103,8 +187,8 @@ impl RecvWindow {
             self.ack_now = true;
             return (Arrival::Duplicate, 0);
         }
-        let slot = match frag {
-            None => {
+        let slot = match (frag, body) {
+            (None, Body::Bytes(body)) => {
                 if self.partial_covering(seq).is_some() {
                     return (Arrival::Inconsistent, 0);
                 }
@@ -116,15 +200,17 @@ impl RecvWindow {
                     Err(_) => return (Arrival::Inconsistent, 0),
                 }
             }
-            Some(f) => {
+            (Some(f), body) => {
                 let Some(i) = self.partial_for(seq, &f) else {
                     return (Arrival::Inconsistent, 0);
                 };
-                let (start, len) = f.range();
-                let at = HEADROOM + start as usize;
-                self.partials[i].buf[at..at + len as usize].copy_from_slice(body);
+                match body {
+                    Body::Bytes(b) => self.partials[i].put(u64::from(f.index), b),
+                    Body::Placed => self.partials[i].placed(u64::from(f.index)),
+                }
                 Slot::Frag
             }
+            (None, Body::Placed) => return (Arrival::Inconsistent, 0),
         };
         if self.slots.len() <= off {
             self.slots.resize_with(off + 1, || Slot::Empty);
@@ -137,6 +223,35 @@ impl RecvWindow {
             self.ack_now = true;
         }
         (Arrival::Accepted, delivered)
+    }
+
+    /// The next fragments still missing of the messages being put together, up to `max`,
+    /// each given to `f`: for the socket to receive them straight into place.
+    pub fn holes(&mut self, max: usize, mut f: impl FnMut(Hole)) {
+        let end = self.nxt + self.window;
+        let mut given = 0;
+        for p in self.partials.iter_mut() {
+            let from = p.first.max(self.nxt);
+            let to = (p.first + p.n).min(end);
+            for seq in from..to {
+                if given >= max {
+                    return;
+                }
+                let off = (seq - self.nxt) as usize;
+                if off < self.slots.len() && !matches!(self.slots[off], Slot::Empty) {
+                    continue;
+                }
+                let index = seq - p.first;
+                let (ptr, len) = p.region(index);
+                f(Hole {
+                    seq,
+                    index: index as u32,
+                    ptr,
+                    len,
+                });
+                given += 1;
+            }
+        }
     }
 
     /// The partial message packet `seq` belongs to, if any.
@@ -176,18 +291,9 @@ impl RecvWindow {
             return None;
         }
         // A size no allocation can hold cannot be a real message's: dropped like garbage.
-        let buf = try_zeroed(HEADROOM + usize::try_from(f.total).ok()?)?;
+        let partial = Partial::new(first, f)?;
         let at = self.partials.partition_point(|p| p.first < first);
-        self.partials.insert(
-            at,
-            Partial {
-                first,
-                n,
-                chunk: f.chunk,
-                total: f.total,
-                buf,
-            },
-        );
+        self.partials.insert(at, partial);
         Some(at)
     }
 
@@ -210,13 +316,11 @@ impl RecvWindow {
                         .front()
                         .is_some_and(|p| p.first <= seq && seq + 1 == p.first + p.n);
                     if last {
-                        if let Some(p) = self.partials.pop_front() {
-                            // Every packet of it came before this one (delivery is in order),
-                            // each checked against the same geometry: the buffer is full.
-                            if let Ok(m) = Message::from_frame(p.buf, HEADROOM) {
-                                deliver(m);
-                                n += 1;
-                            }
+                        // Every packet of it came before this one (delivery is in order), each
+                        // checked against the same geometry: the buffer is full.
+                        if let Some(m) = self.partials.pop_front().and_then(Partial::finish) {
+                            deliver(m);
+                            n += 1;
                         }
                     }
                 }
@@ -266,23 +370,6 @@ impl RecvWindow {
     }
 }
 
-/// A zero-filled buffer of `n` bytes, or `None` when memory cannot be had (a fragment's
-/// claim is outside input: it must not abort the process).
-fn try_zeroed(n: usize) -> Option<Vec<u8>> {
-    if n < 1 << 20 {
-        return Some(machine::zeroed(n));
-    }
-    let layout = std::alloc::Layout::array::<u8>(n).ok()?;
-    // SAFETY: the layout's size is non-zero; `alloc_zeroed` returns null or `n` zeroed bytes.
-    let p = unsafe { std::alloc::alloc_zeroed(layout) };
-    if p.is_null() {
-        return None;
-    }
-    // SAFETY: `p` came from the global allocator with exactly this size and alignment 1, and
-    // all `n` bytes are initialized (zero).
-    Some(unsafe { Vec::from_raw_parts(p, n, n) })
-}
-
 /// The packets an acknowledgement says arrived beyond the cumulative one, in order: bit `i`
 /// of `sack` is packet `ack + 1 + i`, bit `j` of `ext` is packet `ack + 33 + j`.
 pub fn sacked(ack: u64, sack: u32, ext: &[u8]) -> impl Iterator<Item = u64> + '_ {
@@ -309,7 +396,7 @@ mod tests {
 
     fn collect(w: &mut RecvWindow, seq: u32, frag: Option<Frag>, body: &[u8]) -> Vec<Message> {
         let mut got = Vec::new();
-        w.on_data(seq, frag, body, &mut |m| got.push(m));
+        w.on_data(seq, frag, Body::Bytes(body), &mut |m| got.push(m));
         got
     }
 
@@ -340,20 +427,29 @@ mod tests {
         let m = msg(1, 5);
         collect(&mut w, 0, None, m.wire());
         w.acked();
-        let (a, n) = w.on_data(0, None, m.wire(), &mut |_| panic!("delivered twice"));
+        let (a, n) = w.on_data(0, None, Body::Bytes(m.wire()), &mut |_| {
+            panic!("delivered twice")
+        });
         assert_eq!((a, n), (Arrival::Duplicate, 0));
         assert!(w.ack_now);
         collect(&mut w, 5, None, m.wire());
-        let (a, _) = w.on_data(5, None, m.wire(), &mut |_| panic!("delivered twice"));
+        let (a, _) = w.on_data(5, None, Body::Bytes(m.wire()), &mut |_| {
+            panic!("delivered twice")
+        });
         assert_eq!(a, Arrival::Duplicate);
     }
 
     #[test]
     fn packets_beyond_the_window_are_dropped() {
         let mut w = RecvWindow::new(4);
-        let (a, _) = w.on_data(4, None, msg(1, 1).wire(), &mut |_| {});
+        let (a, _) = w.on_data(4, None, Body::Bytes(msg(1, 1).wire()), &mut |_| {});
         assert_eq!(a, Arrival::OutOfWindow);
-        let (a, _) = w.on_data(u32::MAX / 4, None, msg(1, 1).wire(), &mut |_| {});
+        let (a, _) = w.on_data(
+            u32::MAX / 4,
+            None,
+            Body::Bytes(msg(1, 1).wire()),
+            &mut |_| {},
+        );
         assert_eq!(a, Arrival::OutOfWindow);
     }
 
@@ -393,13 +489,23 @@ mod tests {
         };
         collect(&mut w, 3, Some(f), &[0; 100]);
         let other = Frag { total: 260, ..f };
-        let (a, _) = w.on_data(4, Some(Frag { index: 2, ..other }), &[0; 60], &mut |_| {});
+        let (a, _) = w.on_data(
+            4,
+            Some(Frag { index: 2, ..other }),
+            Body::Bytes(&[0; 60]),
+            &mut |_| {},
+        );
         assert_eq!(a, Arrival::Inconsistent);
         // A whole message where the fragmented one's packets go.
-        let (a, _) = w.on_data(2, None, msg(1, 1).wire(), &mut |_| {});
+        let (a, _) = w.on_data(2, None, Body::Bytes(msg(1, 1).wire()), &mut |_| {});
         assert_eq!(a, Arrival::Inconsistent);
         // A fragment claiming its message started before what was already delivered.
-        let (a, _) = w.on_data(0, Some(Frag { index: 5, ..f }), &[0; 0], &mut |_| {});
+        let (a, _) = w.on_data(
+            0,
+            Some(Frag { index: 5, ..f }),
+            Body::Bytes(&[]),
+            &mut |_| {},
+        );
         assert_eq!(a, Arrival::Inconsistent);
     }
 

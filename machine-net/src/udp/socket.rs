@@ -2,7 +2,8 @@
 //! (header, then the message's own bytes) so no payload is copied to prepend a header, and
 //! received in batches (`recvmmsg`: one system call for many datagrams) while a burst lasts.
 
-use super::endpoint::Transmit;
+use super::endpoint::{Landing, Transmit};
+use super::wire::{self, MAX_DATA_HEADER};
 use std::io;
 use std::mem::MaybeUninit;
 use std::net::{IpAddr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
@@ -35,43 +36,108 @@ pub struct Socket {
 struct RecvRing {
     /// `RECV_BATCH` buffers of `RECV_BUF` bytes.
     bufs: Vec<u8>,
-    /// Held for `hdrs`, which point at it.
-    _iov: Box<[libc::iovec; RECV_BATCH]>,
+    /// Per datagram up to three pieces: the whole buffer; or, for a datagram expected to be a
+    /// fragment whose place is known, its header, its place, and the buffer for the rest.
+    iov: Box<[[libc::iovec; 3]; RECV_BATCH]>,
     hdrs: Box<[libc::mmsghdr; RECV_BATCH]>,
     names: Box<[libc::sockaddr_storage; RECV_BATCH]>,
+    /// Where an expected fragment's header lands.
+    heads: Box<[[u8; MAX_DATA_HEADER]; RECV_BATCH]>,
     lens: [usize; RECV_BATCH],
     from: [Option<SocketAddr>; RECV_BATCH],
+    /// The datagram landed in its place (the expected fragment came).
+    placed: [bool; RECV_BATCH],
     /// Datagrams the last receive took.
     got: usize,
 }
 
-// SAFETY: the raw pointers in `iov` and `hdrs` point only into `bufs`, `iov` and `names`:
-// heap memory this struct owns and never reallocates. Moving the struct to another thread
-// moves that ownership with it.
+// SAFETY: the raw pointers in `iov` and `hdrs` point into `bufs`, `iov`, `names` and
+// `heads` (heap memory this struct owns and never reallocates), or, during one receive call
+// only, into a landing zone the caller vouches for. Moving the struct to another thread moves
+// that ownership with it.
 unsafe impl Send for RecvRing {}
 
 impl RecvRing {
     fn new() -> RecvRing {
-        let mut bufs = vec![0u8; RECV_BATCH * RECV_BUF];
-        let mut iov: Box<[libc::iovec; RECV_BATCH]> = Box::new(zeroed_array());
-        let mut hdrs: Box<[libc::mmsghdr; RECV_BATCH]> = Box::new(zeroed_array());
-        let mut names: Box<[libc::sockaddr_storage; RECV_BATCH]> = Box::new(zeroed_array());
-        for i in 0..RECV_BATCH {
-            iov[i].iov_base = bufs[i * RECV_BUF..].as_mut_ptr().cast();
-            iov[i].iov_len = RECV_BUF;
-            hdrs[i].msg_hdr.msg_iov = &mut iov[i];
-            hdrs[i].msg_hdr.msg_iovlen = 1;
-            hdrs[i].msg_hdr.msg_name = std::ptr::addr_of_mut!(names[i]).cast();
-        }
-        RecvRing {
-            bufs,
-            _iov: iov,
-            hdrs,
-            names,
+        let mut r = RecvRing {
+            bufs: vec![0u8; RECV_BATCH * RECV_BUF],
+            iov: Box::new(zeroed_array()),
+            hdrs: Box::new(zeroed_array()),
+            names: Box::new(zeroed_array()),
+            heads: Box::new([[0; MAX_DATA_HEADER]; RECV_BATCH]),
             lens: [0; RECV_BATCH],
             from: [None; RECV_BATCH],
+            placed: [false; RECV_BATCH],
             got: 0,
+        };
+        for i in 0..RECV_BATCH {
+            let name = std::ptr::addr_of_mut!(r.names[i]).cast();
+            let iov = r.iov[i].as_mut_ptr();
+            let h = &mut r.hdrs[i].msg_hdr;
+            h.msg_iov = iov;
+            h.msg_name = name;
         }
+        r
+    }
+
+    /// Aim slot `i` at its own buffer, or, with a landing zone, at the zone.
+    fn aim(&mut self, i: usize, land: Option<&Landing>) {
+        let buf = self.bufs[i * RECV_BUF..].as_mut_ptr();
+        let h = &mut self.hdrs[i].msg_hdr;
+        h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        h.msg_flags = 0;
+        let iov = &mut self.iov[i];
+        match land {
+            None => {
+                iov[0] = libc::iovec {
+                    iov_base: buf.cast(),
+                    iov_len: RECV_BUF,
+                };
+                h.msg_iovlen = 1;
+            }
+            Some(l) => {
+                let rest = MAX_DATA_HEADER + l.len;
+                iov[0] = libc::iovec {
+                    iov_base: self.heads[i].as_mut_ptr().cast(),
+                    iov_len: MAX_DATA_HEADER,
+                };
+                iov[1] = libc::iovec {
+                    iov_base: l.ptr.cast(),
+                    iov_len: l.len,
+                };
+                // SAFETY: `rest <= RECV_BUF` (a fragment's place is less than a datagram).
+                iov[2] = libc::iovec {
+                    iov_base: unsafe { buf.add(rest) }.cast(),
+                    iov_len: RECV_BUF - rest,
+                };
+                h.msg_iovlen = 3;
+            }
+        }
+    }
+
+    /// After a receive into slot `i` aimed at `land`: whether the expected fragment came (its
+    /// payload is in place). If another datagram came, its pieces are moved together into the
+    /// slot's own buffer, to be read like any other. Every slot must be settled before any
+    /// datagram is acted on: acting on one may write into a zone another slot's stray
+    /// datagram landed in.
+    fn settle(&mut self, i: usize, land: &Landing) -> bool {
+        let n = self.lens[i];
+        let head = &self.heads[i];
+        if n == MAX_DATA_HEADER + land.len
+            && self.from[i] == Some(land.from)
+            && wire::fragment_of(head) == Some((land.src, land.seq, land.index))
+        {
+            return true;
+        }
+        let buf = &mut self.bufs[i * RECV_BUF..(i + 1) * RECV_BUF];
+        let h = n.min(MAX_DATA_HEADER);
+        buf[..h].copy_from_slice(&head[..h]);
+        let in_zone = n.saturating_sub(MAX_DATA_HEADER).min(land.len);
+        // SAFETY: the zone holds `land.len >= in_zone` bytes the kernel just wrote; it is not
+        // this buffer.
+        let zone = unsafe { std::slice::from_raw_parts(land.ptr, in_zone) };
+        buf[MAX_DATA_HEADER..MAX_DATA_HEADER + in_zone].copy_from_slice(zone);
+        false
     }
 }
 
@@ -80,6 +146,22 @@ impl RecvRing {
 fn zeroed_array<T: Copy, const N: usize>() -> [T; N] {
     // SAFETY: used only for libc's plain structs, for which all-zero bytes are a valid value.
     unsafe { std::mem::zeroed() }
+}
+
+/// A datagram received.
+#[derive(Debug)]
+pub enum Arrived<'a> {
+    /// Its bytes, and who sent it.
+    Bytes(&'a [u8], SocketAddr),
+    /// An expected fragment, received in its place: its header, its length, who sent it.
+    Placed {
+        /// The header.
+        head: &'a [u8],
+        /// The whole datagram's length.
+        len: usize,
+        /// Who sent it.
+        from: SocketAddr,
+    },
 }
 
 /// A socket address as the kernel takes it.
@@ -250,20 +332,27 @@ impl Socket {
         Ok(usize::try_from(got).unwrap_or(0) / 2)
     }
 
-    /// Receive what has arrived: one datagram, or a batch while a burst lasts. Returns how
-    /// many (0: none); look at them with [`datagram`](Self::datagram).
+    /// Receive what has arrived: one datagram, or a batch while a burst lasts. The first
+    /// datagrams go to the `landings` given, if they are the fragments expected there.
+    /// Returns how many datagrams (0: none); look at them with [`datagram`](Self::datagram).
+    ///
+    /// # Safety
+    /// Every landing zone must be writable for its length and not otherwise accessed until
+    /// this returns (the endpoint's [`landing`](super::endpoint::Endpoint::landing) zones are,
+    /// until the endpoint is next changed).
     ///
     /// # Errors
     /// The OS's, except "nothing there" and interruptions.
-    pub fn recv(&mut self) -> io::Result<usize> {
+    pub unsafe fn recv(&mut self, landings: &[Landing]) -> io::Result<usize> {
         let fd = self.sock.as_raw_fd();
         let r = &mut self.ring;
+        let slots = if self.burst { RECV_BATCH } else { 1 };
+        for i in 0..slots {
+            r.aim(i, landings.get(i));
+        }
         let n = if self.burst {
-            for h in r.hdrs.iter_mut() {
-                h.msg_hdr.msg_namelen =
-                    std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            }
-            // SAFETY: the headers point at live buffers of the lengths they give (RecvRing).
+            // SAFETY: the headers point at live buffers of the lengths they give (RecvRing,
+            // and the landing zones the caller vouches for).
             let k = unsafe {
                 libc::recvmmsg(
                     fd,
@@ -275,36 +364,33 @@ impl Socket {
             };
             let k = received(k as isize)?.unwrap_or(0);
             for i in 0..k {
-                let h = &r.hdrs[i];
-                let truncated = h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
-                r.lens[i] = if truncated { 0 } else { h.msg_len as usize };
-                r.from[i] = from_raw(&r.names[i]);
+                r.lens[i] = r.hdrs[i].msg_len as usize;
             }
             k
         } else {
-            let mut namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
-            // SAFETY: buffer 0 has RECV_BUF bytes; names[0] is a sockaddr_storage of the
-            // length given.
-            let len = unsafe {
-                libc::recvfrom(
-                    fd,
-                    r.bufs.as_mut_ptr().cast(),
-                    RECV_BUF,
-                    libc::MSG_DONTWAIT | libc::MSG_TRUNC,
-                    std::ptr::addr_of_mut!(r.names[0]).cast(),
-                    &mut namelen,
-                )
-            };
+            // SAFETY: as above, for the first header.
+            let len = unsafe { libc::recvmsg(fd, &mut r.hdrs[0].msg_hdr, libc::MSG_DONTWAIT) };
             match received(len)? {
                 Some(len) => {
-                    // With MSG_TRUNC the length is the datagram's, even beyond the buffer.
-                    r.lens[0] = if len > RECV_BUF { 0 } else { len };
-                    r.from[0] = from_raw(&r.names[0]);
+                    r.lens[0] = len;
                     1
                 }
                 None => 0,
             }
         };
+        for i in 0..n {
+            if r.hdrs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                r.lens[i] = 0;
+            }
+            r.from[i] = from_raw(&r.names[i]);
+        }
+        // Settle every slot before any datagram is acted on (see `settle`).
+        for i in 0..n {
+            r.placed[i] = match landings.get(i) {
+                Some(l) if r.lens[i] > 0 => r.settle(i, l),
+                _ => false,
+            };
+        }
         r.got = n;
         self.burst = n > 0;
         Ok(n)
@@ -315,15 +401,27 @@ impl Socket {
         self.ring.got == RECV_BATCH
     }
 
-    /// Datagram `i` of the last receive and where it came from; `None` when it was truncated
-    /// (larger than any of ours), empty, or from an address family we do not speak.
-    pub fn datagram(&self, i: usize) -> Option<(&[u8], SocketAddr)> {
-        if i >= self.ring.got {
+    /// Datagram `i` of the last receive; `None` when it was truncated (larger than any of
+    /// ours), empty, or from an address family we do not speak.
+    pub fn datagram(&self, i: usize) -> Option<Arrived<'_>> {
+        let r = &self.ring;
+        if i >= r.got {
             return None;
         }
-        let from = self.ring.from[i]?;
-        let len = self.ring.lens[i];
-        (len > 0).then(|| (&self.ring.bufs[i * RECV_BUF..i * RECV_BUF + len], from))
+        let from = r.from[i]?;
+        let len = r.lens[i];
+        if len == 0 {
+            return None;
+        }
+        Some(if r.placed[i] {
+            Arrived::Placed {
+                head: &r.heads[i],
+                len,
+                from,
+            }
+        } else {
+            Arrived::Bytes(&r.bufs[i * RECV_BUF..i * RECV_BUF + len], from)
+        })
     }
 
     /// Block until a datagram arrives (or, with `writable`, the socket can take more), or
@@ -490,9 +588,12 @@ mod tests {
         b.wait(false, Duration::from_secs(5)).expect("wait");
         let mut got = Vec::new();
         while got.len() < 2 {
-            let n = b.recv().expect("recv");
+            // SAFETY: no landing zone.
+            let n = unsafe { b.recv(&[]) }.expect("recv");
             for i in 0..n {
-                let (d, from) = b.datagram(i).expect("whole datagram");
+                let Some(Arrived::Bytes(d, from)) = b.datagram(i) else {
+                    panic!("a whole datagram");
+                };
                 assert_eq!(from, a.local_addr().expect("addr"));
                 got.push(d.to_vec());
             }

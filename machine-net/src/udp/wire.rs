@@ -180,7 +180,22 @@ fn u64_at(b: &[u8], o: usize) -> u64 {
 /// [`Reject::Foreign`] for a datagram not of this job, [`Reject::Garbage`] for one that is
 /// but cannot be right.
 pub fn decode<'a>(b: &'a [u8], exp: &Expect) -> Result<Datagram<'a>, Reject> {
-    if b.len() < BASE || b[0] != MAGIC || u64_at(b, 8) != exp.tag {
+    let (hdr, at) = decode_header(b, b.len(), exp)?;
+    Ok(Datagram {
+        hdr,
+        body: &b[at..],
+    })
+}
+
+/// As [`decode`], for a datagram of `len` bytes of which only the first ones, `head` (at
+/// least the header), are at hand: the rest was received elsewhere. Returns the header and
+/// where the body starts.
+///
+/// # Errors
+/// As [`decode`].
+pub fn decode_header(head: &[u8], len: usize, exp: &Expect) -> Result<(Header, usize), Reject> {
+    let b = head;
+    if b.len() < BASE || len < b.len() || b[0] != MAGIC || u64_at(b, 8) != exp.tag {
         return Err(Reject::Foreign);
     }
     let (src, dst) = (u16_at(b, 2), u16_at(b, 4));
@@ -210,7 +225,7 @@ pub fn decode<'a>(b: &'a [u8], exp: &Expect) -> Result<Datagram<'a>, Reject> {
         sack: u32_at(b, 24),
         frag: None,
     };
-    let body = match kind {
+    let at = match kind {
         Kind::Data if is_frag => {
             if b.len() < MAX_DATA_HEADER {
                 return Err(Reject::Garbage);
@@ -225,36 +240,43 @@ pub fn decode<'a>(b: &'a [u8], exp: &Expect) -> Result<Datagram<'a>, Reject> {
                 && f.total <= MAX_MESSAGE
                 && f.count() <= u64::from(u32::MAX)
                 && u64::from(f.index) < f.count();
-            if !ok_geometry || f.range().1 != (b.len() - MAX_DATA_HEADER) as u64 {
+            if !ok_geometry || f.range().1 != (len - MAX_DATA_HEADER) as u64 {
                 return Err(Reject::Garbage);
             }
             hdr.frag = Some(f);
-            &b[MAX_DATA_HEADER..]
+            MAX_DATA_HEADER
         }
         Kind::Data => {
-            if b.len() < BASE + ENVELOPE_LEN {
+            if len < BASE + ENVELOPE_LEN {
                 return Err(Reject::Garbage);
             }
-            &b[BASE..]
+            BASE
         }
         Kind::Ack => {
             if b.len() < BASE + 2 {
                 return Err(Reject::Garbage);
             }
             let n = usize::from(u16_at(b, BASE));
-            if n > MAX_SACK_EXT || b.len() != BASE + 2 + n {
+            if n > MAX_SACK_EXT || len != BASE + 2 + n {
                 return Err(Reject::Garbage);
             }
-            &b[BASE + 2..]
+            BASE + 2
         }
         Kind::Bye => {
-            if b.len() != BASE {
+            if len != BASE {
                 return Err(Reject::Garbage);
             }
-            &b[BASE..]
+            BASE
         }
     };
-    Ok(Datagram { hdr, body })
+    Ok((hdr, at))
+}
+
+/// The source node, sequence number and fragment index of a data fragment's header, without
+/// checking the rest: what tells whether a fragment is the one expected.
+pub fn fragment_of(head: &[u8]) -> Option<(u16, u32, u32)> {
+    (head.len() >= MAX_DATA_HEADER && head[0] == MAGIC && head[1] == Kind::Data as u8 | FLAG_FRAG)
+        .then(|| (u16_at(head, 2), u32_at(head, 16), u32_at(head, 28)))
 }
 
 /// The source and destination nodes of a datagram of this protocol, without checking the
