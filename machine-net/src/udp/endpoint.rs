@@ -256,7 +256,7 @@ impl Endpoint {
         let to = peer.to;
         peer.tx.get_or_insert_with(|| {
             let max = tx.max_datagram(&to).max(MAX_DATA_HEADER + 64);
-            SendWindow::new(cfg.window, max, cfg.rto, now)
+            SendWindow::new(cfg.window, max, cfg.rto, cfg.ack_delay, now)
         })
     }
 
@@ -518,7 +518,7 @@ impl Endpoint {
                 break;
             }
         }
-        if let Some(t) = self.peers[p].tx.as_ref().and_then(|w| w.rto_deadline()) {
+        if let Some(t) = self.peers[p].tx.as_ref().and_then(|w| w.deadline()) {
             self.arm(t);
             self.arm(self.peers[p].heard.max(self.progress_at(p)) + self.cfg.dead_after);
         }
@@ -602,8 +602,8 @@ impl Endpoint {
                     ),
                 });
             }
-            if w.rto_deadline().is_some_and(|t| t <= now) {
-                w.on_timeout(now);
+            if w.deadline().is_some_and(|t| t <= now) {
+                w.on_timer(now);
             }
             self.pump(p, now, tx)?;
         }

@@ -53,6 +53,15 @@ enum State {
     Lost,
 }
 
+/// RACK's reference: the packet sent last (by time, then number) of those known to have
+/// arrived, and its round trip.
+#[derive(Debug, Clone, Copy)]
+struct Rack {
+    sent_at: Instant,
+    seq: u64,
+    rtt: Duration,
+}
+
 /// A packet that has been sent at least once.
 struct Pkt {
     /// When it was last sent.
@@ -110,8 +119,16 @@ pub struct SendWindow {
     window: u64,
     /// Largest datagram to this peer.
     dgram_max: usize,
-    /// Send time of the most recently sent packet known to have arrived (RACK).
-    rack: Option<Instant>,
+    /// The most recently sent packet known to have arrived (RACK).
+    rack: Option<Rack>,
+    /// When packets that RACK suspects will have had time to arrive, if any.
+    reo_timer: Option<Instant>,
+    /// Since when the tail-loss probe timer runs (the last send or progress), if it does.
+    tlp_from: Option<Instant>,
+    /// A tail-loss probe went out and nothing has been acknowledged since.
+    tlp_sent: bool,
+    /// The peer's longest acknowledgement delay: a lone packet's answer may take that long.
+    ack_delay: Duration,
     /// No further congestion cut until `una` passes this (one cut per window of loss).
     recovery_end: u64,
     /// When the retransmission timer started, if packets are outstanding.
@@ -131,8 +148,15 @@ pub struct SendWindow {
 }
 
 impl SendWindow {
-    /// A window towards a peer whose datagrams may be `dgram_max` bytes long.
-    pub fn new(window: usize, dgram_max: usize, bounds: RtoBounds, now: Instant) -> SendWindow {
+    /// A window towards a peer whose datagrams may be `dgram_max` bytes long and who delays
+    /// its acknowledgements by up to `ack_delay`.
+    pub fn new(
+        window: usize,
+        dgram_max: usize,
+        bounds: RtoBounds,
+        ack_delay: Duration,
+        now: Instant,
+    ) -> SendWindow {
         let cwnd = INITIAL_CWND_PACKETS.min(window);
         SendWindow {
             msgs: VecDeque::new(),
@@ -151,6 +175,10 @@ impl SendWindow {
             window: window as u64,
             dgram_max,
             rack: None,
+            reo_timer: None,
+            tlp_from: None,
+            tlp_sent: false,
+            ack_delay,
             recovery_end: 0,
             rto_from: None,
             progress_at: now,
@@ -215,6 +243,63 @@ impl SendWindow {
     /// When the retransmission timer expires, if it runs.
     pub fn rto_deadline(&self) -> Option<Instant> {
         self.rto_from.map(|t| t + self.rtt.rto())
+    }
+
+    /// When the tail-loss probe is due, if it may go: about two round trips after the last
+    /// packet went or the last acknowledgement came (plus the peer's acknowledgement delay
+    /// when a lone packet is out), once per flight.
+    fn tlp_deadline(&self) -> Option<Instant> {
+        if self.tlp_sent || self.una == self.nxt {
+            return None;
+        }
+        let srtt = self.rtt.srtt()?;
+        let lone = if self.in_flight <= 1 {
+            self.ack_delay
+        } else {
+            Duration::ZERO
+        };
+        self.tlp_from.map(|t| t + 2 * srtt + lone)
+    }
+
+    /// The earliest of this window's timers: retransmission timeout, tail-loss probe,
+    /// RACK's reordering allowance.
+    pub fn deadline(&self) -> Option<Instant> {
+        [self.rto_deadline(), self.tlp_deadline(), self.reo_timer]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Run the timers that are due at `now`.
+    pub fn on_timer(&mut self, now: Instant) {
+        if self.reo_timer.is_some_and(|t| t <= now) {
+            self.reo_timer = None;
+            if self.detect_losses(now) {
+                self.congestion_cut();
+            }
+        }
+        if self.rto_deadline().is_some_and(|t| t <= now) {
+            self.on_timeout(now);
+        } else if self.tlp_deadline().is_some_and(|t| t <= now) {
+            self.tail_probe();
+        }
+    }
+
+    /// The tail-loss probe: nothing has been heard for two round trips, so the last packet
+    /// in flight goes again (whatever the windows say). Its acknowledgement tells which of
+    /// the packets before it are missing, and RACK resends those, long before the
+    /// retransmission timeout would. Not a sign of congestion: the window stays.
+    fn tail_probe(&mut self) {
+        self.tlp_sent = true;
+        let Some(i) = self.pkts.iter().rposition(|p| p.state == State::InFlight) else {
+            return;
+        };
+        let p = &mut self.pkts[i];
+        p.state = State::Lost;
+        self.flight -= p.len as usize;
+        self.in_flight -= 1;
+        self.lost.push_front(self.una + i as u64);
+        self.probe = true;
     }
 
     /// The last progress: an acknowledgement that advanced, or the first packet sent after
@@ -315,8 +400,11 @@ impl SendWindow {
             }
             break;
         }
-        if out.len() > start && self.rto_from.is_none() {
-            self.rto_from = Some(now);
+        if out.len() > start {
+            if self.rto_from.is_none() {
+                self.rto_from = Some(now);
+            }
+            self.tlp_from = Some(now);
         }
     }
 
@@ -363,8 +451,7 @@ impl SendWindow {
             return fx;
         }
         self.peer_wnd = wnd.max(self.dgram_max);
-        let rack_before = self.rack;
-        let min_rtt = self.rtt.min_rtt().unwrap_or(Duration::ZERO);
+        let rack_before = self.rack.map(|r| (r.sent_at, r.seq));
         // Packets this acknowledgement newly reports.
         let mut acked = 0usize;
         if ack > self.una {
@@ -391,7 +478,7 @@ impl SendWindow {
                 if p.retx == 0 && probe.is_some_and(|s| self.una > s) {
                     original_after_probe = true;
                 }
-                self.note_delivered_at(p.sent_at, p.retx);
+                self.note_delivered(p.sent_at, self.una, p.retx, now);
                 self.una += 1;
             }
             self.rtt.reset_backoff();
@@ -410,6 +497,8 @@ impl SendWindow {
             }
             self.progress_at = now;
             self.rto_from = (self.una < self.nxt).then_some(now);
+            self.tlp_from = Some(now);
+            self.tlp_sent = false;
             fx.progress = true;
         }
         for seq in sacked {
@@ -434,18 +523,16 @@ impl SendWindow {
             if sample.is_none_or(|(t, _)| sent_at > t) {
                 sample = Some((sent_at, retx));
             }
-            self.note_delivered_at(sent_at, retx);
+            self.note_delivered(sent_at, seq, retx, now);
         }
         if let Some((t, 0)) = sample {
             self.rtt.sample(now.saturating_duration_since(t));
         }
-        if self.rack != rack_before {
-            fx.lost = self.detect_losses(min_rtt);
+        if self.rack.map(|r| (r.sent_at, r.seq)) != rack_before {
+            fx.lost = self.detect_losses(now);
         }
-        if fx.lost && self.una >= self.recovery_end {
-            self.ssthresh = (self.cwnd / 2).max(2);
-            self.cwnd = self.ssthresh;
-            self.recovery_end = self.nxt;
+        if fx.lost {
+            self.congestion_cut();
         } else if acked > 0 && self.una >= self.recovery_end {
             if self.cwnd < self.ssthresh {
                 self.cwnd += acked;
@@ -462,34 +549,63 @@ impl SendWindow {
         fx
     }
 
-    /// RACK: remember the send time of the latest-sent packet known to have arrived. Only a
-    /// packet sent once counts: the answer to a retransmitted one may be the original's (a
-    /// descheduled peer reading it late), and taking the retransmission's time would condemn
-    /// every original still on its way. A lost retransmission is found when a packet sent
-    /// once after it arrives, or by the timeout.
-    fn note_delivered_at(&mut self, sent_at: Instant, retx: u16) {
-        if retx == 0 && self.rack.is_none_or(|r| sent_at > r) {
-            self.rack = Some(sent_at);
+    /// Loss: halve the congestion window, once per window of packets (the losses of one
+    /// flight are one event).
+    fn congestion_cut(&mut self) {
+        if self.una >= self.recovery_end {
+            self.ssthresh = (self.cwnd / 2).max(2);
+            self.cwnd = self.ssthresh;
+            self.recovery_end = self.nxt;
         }
     }
 
-    /// Mark lost every packet in flight sent before the RACK time by more than the reordering
-    /// allowance; whether any was.
-    fn detect_losses(&mut self, min_rtt: Duration) -> bool {
+    /// RACK: remember the packet sent last (by time, then number) of those known to have
+    /// arrived, and its round trip. Only a packet sent once counts: the answer to a
+    /// retransmitted one may be the original's (a descheduled peer reading it late), and
+    /// taking the retransmission's time would condemn every original still on its way. A lost
+    /// retransmission is found when a packet sent once after it arrives, or by the timeout.
+    fn note_delivered(&mut self, sent_at: Instant, seq: u64, retx: u16, now: Instant) {
+        if retx == 0
+            && self
+                .rack
+                .is_none_or(|r| (sent_at, seq) > (r.sent_at, r.seq))
+        {
+            self.rack = Some(Rack {
+                sent_at,
+                seq,
+                rtt: now.saturating_duration_since(sent_at),
+            });
+        }
+    }
+
+    /// RACK (RFC 8985): a packet in flight sent before the reference packet (by time, then
+    /// number) is lost once it has had the reference's round trip plus a reordering allowance
+    /// (a quarter of the minimum RTT) to arrive; one that still has time sets the reordering
+    /// timer. Whether any was found lost.
+    fn detect_losses(&mut self, now: Instant) -> bool {
         let Some(rack) = self.rack else {
             return false;
         };
-        let allowance = min_rtt / 4;
+        let allowance = self.rtt.min_rtt().unwrap_or(Duration::ZERO) / 4;
         let mut any = false;
+        let mut timer: Option<Instant> = None;
         for (i, p) in self.pkts.iter_mut().enumerate() {
-            if p.state == State::InFlight && p.sent_at + allowance < rack {
+            let seq = self.una + i as u64;
+            if p.state != State::InFlight || (p.sent_at, seq) >= (rack.sent_at, rack.seq) {
+                continue;
+            }
+            let due = p.sent_at + rack.rtt + allowance;
+            if due <= now {
                 p.state = State::Lost;
                 self.flight -= p.len as usize;
                 self.in_flight -= 1;
-                self.lost.push_back(self.una + i as u64);
+                self.lost.push_back(seq);
                 any = true;
+            } else if timer.is_none_or(|t| due < t) {
+                timer = Some(due);
             }
         }
+        self.reo_timer = timer;
         any
     }
 
@@ -505,6 +621,7 @@ impl SendWindow {
         }
         self.timeouts += 1;
         self.rtt.back_off();
+        self.reo_timer = None;
         self.lost.clear();
         for (i, p) in self.pkts.iter_mut().enumerate() {
             if p.state == State::InFlight {
@@ -552,6 +669,8 @@ impl SendWindow {
         self.in_flight = 0;
         self.sacked = 0;
         self.rto_from = None;
+        self.reo_timer = None;
+        self.tlp_from = None;
     }
 }
 
@@ -575,7 +694,10 @@ mod tests {
 
     fn window(dgram_max: usize) -> (SendWindow, Instant) {
         let now = Instant::now();
-        (SendWindow::new(64, dgram_max, BOUNDS, now), now)
+        (
+            SendWindow::new(64, dgram_max, BOUNDS, Duration::from_micros(500), now),
+            now,
+        )
     }
 
     fn take_all(w: &mut SendWindow, now: Instant) -> Vec<u64> {
@@ -666,7 +788,7 @@ mod tests {
     #[test]
     fn the_window_bounds_packets_in_flight_and_queued_ones_wait() {
         let now = Instant::now();
-        let mut w = SendWindow::new(4, 1000, BOUNDS, now);
+        let mut w = SendWindow::new(4, 1000, BOUNDS, Duration::from_micros(500), now);
         for _ in 0..10 {
             w.push(Message::from_payload(&[1; 10])).expect("fits");
         }
@@ -702,5 +824,45 @@ mod tests {
         // With none in flight, one goes however small the window.
         w.on_ack(2, std::iter::empty(), 10, now);
         assert_eq!(take_all(&mut w, now), vec![2]);
+    }
+
+    #[test]
+    fn a_lost_tail_is_probed_after_two_round_trips_not_the_timeout() {
+        let (mut w, t0) = window(1000);
+        for _ in 0..4 {
+            w.push(Message::from_payload(&[1; 10])).expect("fits");
+        }
+        let mut first = Vec::new();
+        w.take(&mut first, 1, t0);
+        let t1 = t0 + Duration::from_micros(100);
+        w.on_ack(1, std::iter::empty(), 1 << 20, t1);
+        assert_eq!(take_all(&mut w, t1), vec![1, 2, 3]);
+        // Nothing more is heard: the probe is due long before the 1 ms timeout.
+        let due = w.deadline().expect("a timer runs");
+        assert!(due < w.rto_deadline().expect("timeout runs"));
+        assert_eq!(due - t1, Duration::from_micros(200));
+        w.on_timer(due);
+        assert_eq!(take_all(&mut w, due), vec![3], "the last packet goes again");
+        assert_eq!((w.retransmits, w.timeouts), (1, 0));
+        // Once per flight: the next timer is the timeout.
+        assert_eq!(w.deadline(), w.rto_deadline());
+    }
+
+    #[test]
+    fn a_packet_overtaken_in_the_same_burst_is_lost_once_it_had_its_round_trip() {
+        let (mut w, t0) = window(1000);
+        for _ in 0..4 {
+            w.push(Message::from_payload(&[1; 10])).expect("fits");
+        }
+        assert_eq!(take_all(&mut w, t0).len(), 4);
+        // 0 arrived, 1 not (yet), 2 and 3 did: all four went at the same instant, so 1 is
+        // suspect but gets a reordering allowance (a quarter of the minimum RTT) first.
+        let t1 = t0 + Duration::from_micros(100);
+        let fx = w.on_ack(1, [2, 3].into_iter(), 1 << 20, t1);
+        assert!(!fx.lost);
+        let due = w.deadline().expect("the reordering timer");
+        assert_eq!(due - t0, Duration::from_micros(125));
+        w.on_timer(due);
+        assert_eq!(take_all(&mut w, due), vec![1]);
     }
 }
