@@ -29,7 +29,7 @@ fn version_flag_says_what_is_compiled_in() {
     assert_eq!(o.code, Some(0), "{o}");
     assert!(
         o.stdout
-            .contains("variant multicore, layers compiled in: local, tcp, si (default: local)"),
+            .contains("variant multicore, layers compiled in: local, tcp, udp, si (default: local)"),
         "{o}"
     );
 }
