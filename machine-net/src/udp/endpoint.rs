@@ -28,6 +28,15 @@ pub trait Transmit {
     /// A failure that is not "full" (the OS's).
     fn transmit(&mut self, to: &SocketAddr, dgrams: &[[&[u8]; 2]]) -> io::Result<usize>;
 
+    /// Send one datagram held in one piece; whether the socket took it. (A socket may do
+    /// this more cheaply than a batch: no descriptor array for the kernel to copy in.)
+    ///
+    /// # Errors
+    /// As [`transmit`](Self::transmit).
+    fn transmit_one(&mut self, to: &SocketAddr, dgram: &[u8]) -> io::Result<bool> {
+        self.transmit(to, &[[dgram, &[]]]).map(|n| n == 1)
+    }
+
     /// The largest datagram (UDP payload) worth sending to `to`.
     fn max_datagram(&mut self, to: &SocketAddr) -> usize;
 }
@@ -489,9 +498,27 @@ impl Endpoint {
                 sack,
                 frag: None,
             };
+            let k = self.seqs.len();
+            if k == 1 {
+                // The common case, a message of one datagram: its header goes into the
+                // message's headroom and the datagram leaves in one piece from its buffer.
+                hdr.seq = self.seqs[0] as u32;
+                if let Some(frame) = w.frame(self.seqs[0], &hdr) {
+                    let sent = tx.transmit_one(&peer.to, frame)?;
+                    if sent {
+                        self.stats.sent += 1;
+                        peer.rx.acked();
+                        peer.ack_due = None;
+                    } else {
+                        w.unsend(&self.seqs);
+                        self.blocked = true;
+                        break;
+                    }
+                    continue;
+                }
+            }
             let mut dgrams: [[&[u8]; 2]; crate::udp::socket::SEND_BATCH] =
                 [[&[], &[]]; crate::udp::socket::SEND_BATCH];
-            let k = self.seqs.len();
             for (i, &seq) in self.seqs.iter().enumerate() {
                 hdr.seq = seq as u32;
                 hdr.frag = w.datagram(seq).0;
@@ -551,7 +578,7 @@ impl Endpoint {
         h.write(&mut self.ackbuf);
         let n = peer.rx.sack_ext(&mut self.ackbuf[BASE + 2..]);
         self.ackbuf[BASE..BASE + 2].copy_from_slice(&(n as u16).to_le_bytes());
-        if tx.transmit(&peer.to, &[[&self.ackbuf[..BASE + 2 + n], &[]]])? == 1 {
+        if tx.transmit_one(&peer.to, &self.ackbuf[..BASE + 2 + n])? {
             peer.rx.acked();
             peer.ack_due = None;
             self.stats.sent += 1;

@@ -271,19 +271,39 @@ fn getsockopt_int(fd: i32, level: i32, name: i32) -> io::Result<i32> {
     }
 }
 
+/// The calling thread's last error number.
+fn errno() -> i32 {
+    // SAFETY: __errno_location returns this thread's errno, always valid to read.
+    unsafe { *libc::__errno_location() }
+}
+
 /// What a receive system call said: `Some(n)` datagrams (or bytes), `None` for nothing now.
+/// (The error number is read directly: "nothing there" is the common answer of a poll, and
+/// building an `io::Error` for it costs more than the check.)
 fn received(r: isize) -> io::Result<Option<usize>> {
     if r >= 0 {
         return Ok(Some(r as usize));
     }
-    let e = io::Error::last_os_error();
-    match e.kind() {
+    match errno() {
         // Interrupted, or an ICMP error for an earlier send (a peer's port closed): nothing
         // now, the next call tries again. Silence from that peer is what the protocol watches.
-        io::ErrorKind::WouldBlock
-        | io::ErrorKind::Interrupted
-        | io::ErrorKind::ConnectionRefused => Ok(None),
-        _ => Err(e),
+        libc::EAGAIN | libc::EINTR | libc::ECONNREFUSED => Ok(None),
+        e => Err(io::Error::from_raw_os_error(e)),
+    }
+}
+
+/// What a send system call said: how many went (0: none now).
+fn sent(r: isize) -> io::Result<usize> {
+    if r >= 0 {
+        return Ok(r as usize);
+    }
+    match errno() {
+        // Full, or interrupted: the caller tries the rest later.
+        libc::EAGAIN | libc::ENOBUFS | libc::EINTR => Ok(0),
+        // A local firewall dropped it, or an ICMP error of an earlier datagram surfaced: as
+        // good as lost on the way, which the protocol repairs.
+        libc::EPERM | libc::ECONNREFUSED => Ok(1),
+        e => Err(io::Error::from_raw_os_error(e)),
     }
 }
 
@@ -367,6 +387,32 @@ impl Socket {
                 r.lens[i] = r.hdrs[i].msg_len as usize;
             }
             k
+        } else if landings.is_empty() {
+            // The plain poll: `recvfrom` has the kernel copy in no descriptors.
+            let h = &mut r.hdrs[0].msg_hdr;
+            // SAFETY: buffer 0 has RECV_BUF bytes; the name is a sockaddr_storage of the
+            // length given.
+            let len = unsafe {
+                libc::recvfrom(
+                    fd,
+                    r.bufs.as_mut_ptr().cast(),
+                    RECV_BUF,
+                    libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+                    h.msg_name.cast(),
+                    &mut h.msg_namelen,
+                )
+            };
+            match received(len)? {
+                Some(len) => {
+                    // With MSG_TRUNC the length is the datagram's, even beyond the buffer.
+                    if len > RECV_BUF {
+                        h.msg_flags = libc::MSG_TRUNC;
+                    }
+                    r.lens[0] = len;
+                    1
+                }
+                None => 0,
+            }
         } else {
             // SAFETY: as above, for the first header.
             let len = unsafe { libc::recvmsg(fd, &mut r.hdrs[0].msg_hdr, libc::MSG_DONTWAIT) };
@@ -495,18 +541,7 @@ impl Socket {
             };
             n as isize
         };
-        if r >= 0 {
-            return Ok(r as usize);
-        }
-        let e = io::Error::last_os_error();
-        match e.raw_os_error() {
-            // Full, or interrupted: the caller tries the rest later.
-            Some(libc::EAGAIN) | Some(libc::ENOBUFS) | Some(libc::EINTR) => Ok(0),
-            // A local firewall dropped it, or an ICMP error of an earlier datagram surfaced:
-            // as good as lost on the way, which the protocol repairs.
-            Some(libc::EPERM) | Some(libc::ECONNREFUSED) => Ok(1),
-            _ => Err(e),
-        }
+        sent(r)
     }
 }
 
@@ -524,6 +559,24 @@ impl Transmit for Socket {
             }
         }
         Ok(done)
+    }
+
+    fn transmit_one(&mut self, to: &SocketAddr, dgram: &[u8]) -> io::Result<bool> {
+        let addr = RawAddr::new(to);
+        let (name, namelen) = addr.parts();
+        // SAFETY: a live buffer of the length given and a valid address of the length given
+        // (`addr` lives until the call returns).
+        let r = unsafe {
+            libc::sendto(
+                self.sock.as_raw_fd(),
+                dgram.as_ptr().cast(),
+                dgram.len(),
+                libc::MSG_DONTWAIT,
+                name.cast(),
+                namelen,
+            )
+        };
+        Ok(sent(r)? > 0)
     }
 
     fn max_datagram(&mut self, to: &SocketAddr) -> usize {

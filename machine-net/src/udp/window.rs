@@ -19,7 +19,7 @@
 //! the originals had arrived, the cut and the loss marks are undone.
 
 use super::rtt::{RtoBounds, Rtt};
-use super::wire::{Frag, BASE, MAX_DATA_HEADER, MAX_MESSAGE};
+use super::wire::{Frag, Header, BASE, MAX_DATA_HEADER, MAX_MESSAGE};
 use machine::Message;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -343,6 +343,19 @@ impl SendWindow {
         let f = frag_of(m, i);
         let (off, len) = f.range();
         (Some(f), &m.msg.wire()[off as usize..(off + len) as usize])
+    }
+
+    /// Packet `seq` as one datagram, `hdr` written into its message's headroom, when it is a
+    /// whole message (`None` for a fragment, whose header goes separately).
+    pub fn frame(&mut self, seq: u64, hdr: &Header) -> Option<&[u8]> {
+        let i = self.msgs.partition_point(|m| m.first <= seq) - 1;
+        let m = &mut self.msgs[i];
+        if m.n != 1 {
+            return None;
+        }
+        let f = m.msg.frame_with_header(BASE);
+        hdr.write(&mut f[..BASE]);
+        Some(f)
     }
 
     fn room(&self, len: usize) -> bool {
