@@ -105,6 +105,8 @@ enum Cmd {
         #[arg(value_delimiter = ',')]
         sizes: Vec<usize>,
         rounds: u64,
+        #[arg(long)]
+        unconnected: bool,
     },
     /// The echoing side of the raw TCP baseline.
     #[command(hide = true)]
@@ -162,7 +164,8 @@ fn main() -> ExitCode {
             addr,
             sizes,
             rounds,
-        } => raw::udp_echo(&addr, &sizes, rounds),
+            unconnected,
+        } => raw::udp_echo(&addr, &sizes, rounds, !unconnected),
         Cmd::Pingpong {
             layer,
             sizes,

@@ -43,7 +43,7 @@ pub fn run(layer: &str, sizes: &[usize], iters: u64, csv: Option<&Path>) -> anyh
             .map(|&s| raw::crossbeam_pingpong(s, iters, w))
             .collect::<anyhow::Result<_>>()?,
         "tcp" => raw::tcp_pingpong(sizes, iters, w)?,
-        "udp" => raw::udp_pingpong(sizes, iters, w)?,
+        "udp" => raw::udp_pingpong(sizes, iters, w, true)?,
         "si" => raw::shm_pingpong(sizes, iters, w)?,
         other => {
             anyhow::bail!("no raw baseline for layer '{other}' yet (layers: local, tcp, udp, si)")
@@ -57,6 +57,13 @@ pub fn run(layer: &str, sizes: &[usize], iters: u64, csv: Option<&Path>) -> anyh
         let direct = under_charmrun(layer, sizes, iters, "pe-direct")?;
         (rows, direct)
     };
+    // A layer with one socket for all its peers cannot connect it: the same exchange on
+    // unconnected sockets is its floor, shown next to the connected baseline.
+    let floor = if layer == "udp" {
+        raw::udp_pingpong(sizes, iters, w, false)?
+    } else {
+        Vec::new()
+    };
     report::print_pingpong(&rows, &raw_rows);
     if !direct.is_empty() {
         println!("layer alone (Machine trait driven directly, no runtime), one-way p50 us:");
@@ -64,9 +71,20 @@ pub fn run(layer: &str, sizes: &[usize], iters: u64, csv: Option<&Path>) -> anyh
             println!("{:>9} | {:>9.3}", d.size, d.p50_ns as f64 / 1e3);
         }
     }
+    if !floor.is_empty() {
+        println!("raw UDP on unconnected sockets (sendto/recvfrom), one-way p50 us:");
+        for f in &floor {
+            println!("{:>9} | {:>9.3}", f.size, f.p50_ns as f64 / 1e3);
+        }
+    }
     println!("(one-way = round trip / 2; {iters} timed round trips per size after {w} warm-up)");
     if let Some(path) = csv {
-        let all: Vec<&Row> = rows.iter().chain(&direct).chain(raw_rows.iter()).collect();
+        let all: Vec<&Row> = rows
+            .iter()
+            .chain(&direct)
+            .chain(raw_rows.iter())
+            .chain(&floor)
+            .collect();
         report::write_csv(path, &all)?;
     }
     Ok(())

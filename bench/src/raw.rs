@@ -294,9 +294,43 @@ fn udp_socket() -> anyhow::Result<UdpSocket> {
     Ok(s)
 }
 
+/// One end of the raw UDP baseline: a connected socket (`send` / `recv`), or, as a layer
+/// with one socket for all its peers must do, an unconnected one (`sendto` / `recvfrom`).
+struct UdpEnd {
+    s: UdpSocket,
+    /// The peer, for an unconnected socket.
+    to: Option<std::net::SocketAddr>,
+}
+
+impl UdpEnd {
+    fn new(s: UdpSocket, peer: std::net::SocketAddr, connected: bool) -> anyhow::Result<UdpEnd> {
+        if connected {
+            s.connect(peer)?;
+        }
+        Ok(UdpEnd {
+            s,
+            to: (!connected).then_some(peer),
+        })
+    }
+
+    fn send(&self, d: &[u8]) -> std::io::Result<usize> {
+        match self.to {
+            Some(to) => self.s.send_to(d, to),
+            None => self.s.send(d),
+        }
+    }
+
+    fn recv(&self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self.to {
+            Some(_) => self.s.recv_from(buf).map(|(n, _)| n),
+            None => self.s.recv(buf),
+        }
+    }
+}
+
 /// Send `buf` as datagrams of at most [`UDP_CHUNK`] bytes (one empty datagram for an empty
 /// message), spinning while the socket is full.
-fn udp_spin_send(s: &UdpSocket, buf: &[u8]) -> std::io::Result<()> {
+fn udp_spin_send(s: &UdpEnd, buf: &[u8]) -> std::io::Result<()> {
     let mut chunks = buf.chunks(UDP_CHUNK).peekable();
     if chunks.peek().is_none() {
         return udp_spin_send_one(s, &[]);
@@ -307,7 +341,7 @@ fn udp_spin_send(s: &UdpSocket, buf: &[u8]) -> std::io::Result<()> {
     Ok(())
 }
 
-fn udp_spin_send_one(s: &UdpSocket, d: &[u8]) -> std::io::Result<()> {
+fn udp_spin_send_one(s: &UdpEnd, d: &[u8]) -> std::io::Result<()> {
     loop {
         match s.send(d) {
             Ok(_) => return Ok(()),
@@ -318,7 +352,7 @@ fn udp_spin_send_one(s: &UdpSocket, d: &[u8]) -> std::io::Result<()> {
 }
 
 /// Receive a message of `buf.len()` bytes sent by [`udp_spin_send`], busy-polling.
-fn udp_spin_recv(s: &UdpSocket, buf: &mut [u8]) -> anyhow::Result<()> {
+fn udp_spin_recv(s: &UdpEnd, buf: &mut [u8]) -> anyhow::Result<()> {
     let mut got = 0;
     let mut first = true;
     let mut since = Instant::now();
@@ -349,10 +383,17 @@ fn udp_spin_recv(s: &UdpSocket, buf: &mut [u8]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Ping-pong between this process and a child `bench raw-udp-echo` over a pair of connected
-/// UDP sockets on loopback, busy polling on both sides; a message larger than a datagram goes
-/// as several (no header, no acknowledgement, no retransmission: the fastest UDP gets here).
-pub fn udp_pingpong(sizes: &[usize], iters: u64, warmup: u64) -> anyhow::Result<Vec<Row>> {
+/// Ping-pong between this process and a child `bench raw-udp-echo` over a pair of UDP sockets
+/// on loopback, busy polling on both sides; a message larger than a datagram goes as several
+/// (no header, no acknowledgement, no retransmission: the fastest UDP gets here). With
+/// `connected`, each socket is connected to the other (the fastest there is); without, they
+/// use `sendto` / `recvfrom`, as one socket serving every peer must.
+pub fn udp_pingpong(
+    sizes: &[usize],
+    iters: u64,
+    warmup: u64,
+    connected: bool,
+) -> anyhow::Result<Vec<Row>> {
     let s = udp_socket()?;
     let me = std::env::current_exe()?;
     let mut child = std::process::Command::new(me)
@@ -362,6 +403,7 @@ pub fn udp_pingpong(sizes: &[usize], iters: u64, warmup: u64) -> anyhow::Result<
             &crate::report::size_list(sizes),
             &(iters + warmup).to_string(),
         ])
+        .args((!connected).then_some("--unconnected"))
         .spawn()?;
     let result = (|| {
         // The child says hello from its socket: that is its address.
@@ -377,20 +419,25 @@ pub fn udp_pingpong(sizes: &[usize], iters: u64, warmup: u64) -> anyhow::Result<
                 Err(e) => return Err(e.into()),
             }
         };
-        s.connect(peer)?;
+        let end = UdpEnd::new(s, peer, connected)?;
+        let label = if connected {
+            "raw-udp"
+        } else {
+            "raw-udp-unconnected"
+        };
         let mut rows = Vec::new();
         for &size in sizes {
             let mut buf = vec![0u8; size];
             let mut h = histogram()?;
             for i in 0..iters + warmup {
                 let t = Instant::now();
-                udp_spin_send(&s, &buf)?;
-                udp_spin_recv(&s, &mut buf)?;
+                udp_spin_send(&end, &buf)?;
+                udp_spin_recv(&end, &mut buf)?;
                 if i >= warmup {
                     h.saturating_record((t.elapsed().as_nanos() as u64 / 2).max(1));
                 }
             }
-            rows.push(Row::from_hist("raw-udp", size, &h));
+            rows.push(Row::from_hist(label, size, &h));
         }
         Ok(rows)
     })();
@@ -402,15 +449,15 @@ pub fn udp_pingpong(sizes: &[usize], iters: u64, warmup: u64) -> anyhow::Result<
 }
 
 /// The child side of [`udp_pingpong`].
-pub fn udp_echo(addr: &str, sizes: &[usize], rounds: u64) -> anyhow::Result<()> {
+pub fn udp_echo(addr: &str, sizes: &[usize], rounds: u64, connected: bool) -> anyhow::Result<()> {
     let s = udp_socket()?;
-    s.connect(addr)?;
-    udp_spin_send_one(&s, b"h")?;
+    let end = UdpEnd::new(s, addr.parse()?, connected)?;
+    udp_spin_send_one(&end, b"h")?;
     for &size in sizes {
         let mut buf = vec![0u8; size];
         for _ in 0..rounds {
-            udp_spin_recv(&s, &mut buf)?;
-            udp_spin_send(&s, &buf)?;
+            udp_spin_recv(&end, &mut buf)?;
+            udp_spin_send(&end, &buf)?;
         }
     }
     Ok(())

@@ -44,7 +44,7 @@ fn bandwidth(iters: u64, runs: usize) -> anyhow::Result<()> {
     for r in 0..runs {
         let udp = ping("udp", iters, &[])?;
         let tcp = ping("tcp", iters, &[])?;
-        let rawr = raw::udp_pingpong(&[MIB], iters, w)?;
+        let rawr = raw::udp_pingpong(&[MIB], iters, w, true)?;
         let raw = rawr
             .first()
             .ok_or_else(|| anyhow::anyhow!("raw UDP measured nothing"))?;
