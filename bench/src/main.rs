@@ -143,8 +143,8 @@ enum Cmd {
 fn main() -> ExitCode {
     // Runtime arguments (+machine, +p...) are for the launched job; clap sees the rest.
     let argv: Vec<String> = std::env::args().collect();
-    let program_args = match converse::parse_args(argv.clone()) {
-        Ok(a) => a.program,
+    let (program_args, settings) = match converse::parse_args(argv.clone()) {
+        Ok(a) => (a.program, a.settings),
         Err(e) => {
             eprintln!("bench: error: {e}");
             return ExitCode::from(2);
@@ -185,7 +185,7 @@ fn main() -> ExitCode {
             sizes,
             iters,
             csv,
-        } => direct::pe_main(&layer, &sizes, iters, &csv),
+        } => direct::pe_main(&layer, &sizes, iters, &csv, settings),
         Cmd::Startup { pes, layer } => startup::run(&pes, &layer),
         Cmd::ConnectBack { addr } => startup::connect_back(&addr),
         Cmd::LaunchFloor { nodes } => startup::launch_floor(nodes),

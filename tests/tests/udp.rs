@@ -114,17 +114,20 @@ mod loss {
         let Some(net) = Lossy::new(percent) else {
             return;
         };
+        let mut repaired = 0;
         for scenario in DAMAGE_SCENARIOS {
             let o = net.run(4, scenario);
             assert!(
                 o.code == Some(0) && o.lines_with(&format!("conformance {}: ok", scenario[0])) == 1,
                 "{scenario:?} at {percent}% loss:\n{o}"
             );
-            assert!(
-                retransmitted(&o.stderr) > 0,
-                "{scenario:?} at {percent}% loss: nothing was retransmitted, so nothing was lost\n{o}"
-            );
+            repaired += retransmitted(&o.stderr);
         }
+        // Over some 60,000 datagrams losses are certain (one scenario alone may be lucky).
+        assert!(
+            repaired > 0,
+            "at {percent}% loss nothing was retransmitted, so nothing was lost"
+        );
     }
 
     #[test]

@@ -10,6 +10,7 @@
 //! carries the acknowledgement for free.
 
 use super::config::Config;
+use super::pool::Pool;
 use super::reassembly::{sacked, Arrival, Body, RecvWindow};
 use super::rtt::RtoBounds;
 use super::window::SendWindow;
@@ -141,6 +142,8 @@ pub struct Endpoint {
     ackbuf: Vec<u8>,
     /// The peer whose fragments arrive: where the next datagrams will likely go.
     filling: Option<usize>,
+    /// Large buffers of messages sent and acknowledged, for large messages received.
+    pool: Pool,
     /// Counters.
     pub stats: Stats,
 }
@@ -220,6 +223,7 @@ impl Endpoint {
             headers: vec![[0; MAX_DATA_HEADER]; crate::udp::socket::SEND_BATCH],
             ackbuf: vec![0; BASE + 2 + MAX_SACK_EXT],
             filling: None,
+            pool: Pool::default(),
             stats: Stats::default(),
             cfg,
         }
@@ -369,7 +373,9 @@ impl Endpoint {
         let mut delivered = 0;
         match h.kind {
             Kind::Data => {
-                let (arrival, n) = peer.rx.on_data(h.seq, h.frag, body, deliver);
+                let (arrival, n) = peer
+                    .rx
+                    .on_data(h.seq, h.frag, body, &mut self.pool, deliver);
                 delivered = n;
                 match arrival {
                     Arrival::Accepted => {}
@@ -428,7 +434,7 @@ impl Endpoint {
         let (una, _) = tx.bounds();
         let ack = wire::widen(h.ack, una);
         let wnd = usize::from(h.wnd) << 10;
-        let fx = tx.on_ack(ack, sacked(ack, h.sack, ext), wnd, now);
+        let fx = tx.on_ack(ack, sacked(ack, h.sack, ext), wnd, now, &mut self.pool);
         if fx.invalid {
             self.stats.garbage += 1;
         }
@@ -534,6 +540,8 @@ impl Endpoint {
                 dgrams[i] = [&self.headers[i][..hlen], body];
             }
             let sent = tx.transmit(&peer.to, &dgrams[..k])?;
+            // A second clock reading for a batch (not for a lone datagram): see `left`.
+            w.left(Instant::now());
             self.stats.sent += sent as u64;
             if sent > 0 {
                 peer.rx.acked();
@@ -716,12 +724,14 @@ impl Endpoint {
         tx.transmit(&via, &[[&b, &[]]]).map(|_| ())
     }
 
-    /// Packets retransmitted and timeouts, summed over peers.
-    pub fn retransmissions(&self) -> (u64, u64) {
+    /// Packets retransmitted, timeouts and tail-loss probes, summed over peers.
+    pub fn retransmissions(&self) -> (u64, u64, u64) {
         self.peers
             .iter()
             .filter_map(|p| p.tx.as_ref())
-            .fold((0, 0), |(r, t), w| (r + w.retransmits, t + w.timeouts))
+            .fold((0, 0, 0), |(r, t, p), w| {
+                (r + w.retransmits, t + w.timeouts, p + w.probes)
+            })
     }
 
     /// The retransmission bounds in use.
@@ -896,7 +906,7 @@ mod tests {
             },
             1,
         );
-        assert_eq!(eps[0].retransmissions(), (0, 0));
+        assert_eq!(eps[0].retransmissions(), (0, 0, 0));
     }
 
     #[test]
@@ -953,7 +963,7 @@ mod tests {
             other => panic!("{other:?}"),
         }
         // Backoff: a few dozen retransmissions in 3 s, not thousands.
-        let (retx, _) = ep.retransmissions();
+        let (retx, _, _) = ep.retransmissions();
         assert!((2..=20).contains(&retx), "{retx} retransmissions");
     }
 

@@ -188,15 +188,17 @@ impl UdpMachine {
 
     fn print_stats(&self) {
         let s = self.ep.stats;
-        let (retransmits, timeouts) = self.ep.retransmissions();
+        let (retransmits, timeouts, probes) = self.ep.retransmissions();
         eprintln!(
-            "udp node {}: sent {} datagrams ({} acks, {} retransmitted, {} timeouts), received {} \
+            "udp node {}: sent {} datagrams ({} acks, {} retransmitted, {} timeouts, {} tail \
+             probes), received {} \
              ({} in place, {} duplicates, {} beyond the window), dropped {} foreign and {} garbage",
             self.me,
             s.sent,
             s.acks,
             retransmits,
             timeouts,
+            probes,
             s.received,
             s.placed,
             s.duplicates,

@@ -7,6 +7,7 @@
 //!   retransmission, congestion and flow control.
 //! - `reassembly`: the receive side per peer: duplicates, reordering, fragments, delivery.
 //! - `rtt`: the retransmission timeout from measured round trips (RFC 6298).
+//! - `pool`: large buffers of messages sent, kept to receive large messages into.
 //! - [`endpoint`]: one node's protocol with all peers, timers, dead peers; no socket in it.
 //! - `socket`: the node's one UDP socket, batched system calls.
 //! - [`config`]: the `udp.*` settings.
@@ -15,6 +16,7 @@
 pub mod config;
 pub mod endpoint;
 pub mod layer;
+mod pool;
 mod reassembly;
 mod rtt;
 mod socket;

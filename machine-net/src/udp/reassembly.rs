@@ -11,6 +11,7 @@
 //! so out-of-order fragments cost no extra copy. Delivery walks the filled slots from `nxt`
 //! and hands up a message when its last packet is passed: FIFO per sender, exactly once.
 
+use super::pool::Pool;
 use super::wire::{widen, Frag};
 use machine::{Message, HEADROOM};
 use std::collections::VecDeque;
@@ -39,12 +40,20 @@ struct Partial {
 }
 
 impl Partial {
-    /// Room for a message of `total` wire bytes, or `None` when memory cannot be had (the
-    /// size comes from outside: it must not abort the process).
-    fn new(first: u64, f: &Frag) -> Option<Partial> {
+    /// Room for a message of `total` wire bytes (a kept buffer from `pool` if one fits), or
+    /// `None` when memory cannot be had (the size comes from outside: it must not abort the
+    /// process).
+    fn new(first: u64, f: &Frag, pool: &mut Pool) -> Option<Partial> {
         let total = usize::try_from(f.total).ok()?;
-        let mut buf = Vec::new();
-        buf.try_reserve_exact(HEADROOM.checked_add(total)?).ok()?;
+        let need = HEADROOM.checked_add(total)?;
+        let mut buf = match pool.take(need) {
+            Some(b) => b,
+            None => {
+                let mut b = Vec::new();
+                b.try_reserve_exact(need).ok()?;
+                b
+            }
+        };
         buf.resize(HEADROOM, 0);
         Some(Partial {
             first,
@@ -165,12 +174,14 @@ impl RecvWindow {
     }
 
     /// A data packet with sequence number `seq` (low 32 bits) arrived. Hands up, in order,
-    /// every message it completes.
+    /// every message it completes. A large message being put together takes its buffer from
+    /// `pool` when one fits.
     pub fn on_data(
         &mut self,
         seq: u32,
         frag: Option<Frag>,
         body: Body<'_>,
+        pool: &mut Pool,
         deliver: &mut dyn FnMut(Message),
     ) -> (Arrival, usize) {
         let seq = widen(seq, self.nxt);
@@ -201,7 +212,7 @@ impl RecvWindow {
                 }
             }
             (Some(f), body) => {
-                let Some(i) = self.partial_for(seq, &f) else {
+                let Some(i) = self.partial_for(seq, &f, pool) else {
                     return (Arrival::Inconsistent, 0);
                 };
                 match body {
@@ -263,7 +274,7 @@ impl RecvWindow {
 
     /// The partial message fragment `f` (packet `seq`) belongs to, made when it is the first
     /// of its message to arrive; `None` when the fragment contradicts what is known.
-    fn partial_for(&mut self, seq: u64, f: &Frag) -> Option<usize> {
+    fn partial_for(&mut self, seq: u64, f: &Frag, pool: &mut Pool) -> Option<usize> {
         let first = seq.checked_sub(u64::from(f.index))?;
         let n = f.count();
         if let Some(i) = self.partial_covering(seq) {
@@ -291,7 +302,7 @@ impl RecvWindow {
             return None;
         }
         // A size no allocation can hold cannot be a real message's: dropped like garbage.
-        let partial = Partial::new(first, f)?;
+        let partial = Partial::new(first, f, pool)?;
         let at = self.partials.partition_point(|p| p.first < first);
         self.partials.insert(at, partial);
         Some(at)
@@ -396,7 +407,13 @@ mod tests {
 
     fn collect(w: &mut RecvWindow, seq: u32, frag: Option<Frag>, body: &[u8]) -> Vec<Message> {
         let mut got = Vec::new();
-        w.on_data(seq, frag, Body::Bytes(body), &mut |m| got.push(m));
+        w.on_data(
+            seq,
+            frag,
+            Body::Bytes(body),
+            &mut Pool::default(),
+            &mut |m| got.push(m),
+        );
         got
     }
 
@@ -427,27 +444,42 @@ mod tests {
         let m = msg(1, 5);
         collect(&mut w, 0, None, m.wire());
         w.acked();
-        let (a, n) = w.on_data(0, None, Body::Bytes(m.wire()), &mut |_| {
-            panic!("delivered twice")
-        });
+        let (a, n) = w.on_data(
+            0,
+            None,
+            Body::Bytes(m.wire()),
+            &mut Pool::default(),
+            &mut |_| panic!("delivered twice"),
+        );
         assert_eq!((a, n), (Arrival::Duplicate, 0));
         assert!(w.ack_now);
         collect(&mut w, 5, None, m.wire());
-        let (a, _) = w.on_data(5, None, Body::Bytes(m.wire()), &mut |_| {
-            panic!("delivered twice")
-        });
+        let (a, _) = w.on_data(
+            5,
+            None,
+            Body::Bytes(m.wire()),
+            &mut Pool::default(),
+            &mut |_| panic!("delivered twice"),
+        );
         assert_eq!(a, Arrival::Duplicate);
     }
 
     #[test]
     fn packets_beyond_the_window_are_dropped() {
         let mut w = RecvWindow::new(4);
-        let (a, _) = w.on_data(4, None, Body::Bytes(msg(1, 1).wire()), &mut |_| {});
+        let (a, _) = w.on_data(
+            4,
+            None,
+            Body::Bytes(msg(1, 1).wire()),
+            &mut Pool::default(),
+            &mut |_| {},
+        );
         assert_eq!(a, Arrival::OutOfWindow);
         let (a, _) = w.on_data(
             u32::MAX / 4,
             None,
             Body::Bytes(msg(1, 1).wire()),
+            &mut Pool::default(),
             &mut |_| {},
         );
         assert_eq!(a, Arrival::OutOfWindow);
@@ -493,17 +525,25 @@ mod tests {
             4,
             Some(Frag { index: 2, ..other }),
             Body::Bytes(&[0; 60]),
+            &mut Pool::default(),
             &mut |_| {},
         );
         assert_eq!(a, Arrival::Inconsistent);
         // A whole message where the fragmented one's packets go.
-        let (a, _) = w.on_data(2, None, Body::Bytes(msg(1, 1).wire()), &mut |_| {});
+        let (a, _) = w.on_data(
+            2,
+            None,
+            Body::Bytes(msg(1, 1).wire()),
+            &mut Pool::default(),
+            &mut |_| {},
+        );
         assert_eq!(a, Arrival::Inconsistent);
         // A fragment claiming its message started before what was already delivered.
         let (a, _) = w.on_data(
             0,
             Some(Frag { index: 5, ..f }),
             Body::Bytes(&[]),
+            &mut Pool::default(),
             &mut |_| {},
         );
         assert_eq!(a, Arrival::Inconsistent);

@@ -18,6 +18,7 @@
 //! two packets per timeout, not a window of retransmissions; when its acknowledgement shows
 //! the originals had arrived, the cut and the loss marks are undone.
 
+use super::pool::Pool;
 use super::rtt::{RtoBounds, Rtt};
 use super::wire::{Frag, Header, BASE, MAX_DATA_HEADER, MAX_MESSAGE};
 use machine::Message;
@@ -145,6 +146,8 @@ pub struct SendWindow {
     pub retransmits: u64,
     /// Timeouts, for the statistics.
     pub timeouts: u64,
+    /// Tail-loss probes, for the statistics.
+    pub probes: u64,
 }
 
 impl SendWindow {
@@ -187,6 +190,7 @@ impl SendWindow {
             rtt: Rtt::new(bounds),
             retransmits: 0,
             timeouts: 0,
+            probes: 0,
         }
     }
 
@@ -291,6 +295,7 @@ impl SendWindow {
     /// retransmission timeout would. Not a sign of congestion: the window stays.
     fn tail_probe(&mut self) {
         self.tlp_sent = true;
+        self.probes += 1;
         let Some(i) = self.pkts.iter().rposition(|p| p.state == State::InFlight) else {
             return;
         };
@@ -421,6 +426,15 @@ impl SendWindow {
         }
     }
 
+    /// The packets taken last have left: a batch of large datagrams takes the kernel a while
+    /// to copy, and the tail-loss probe must count its two round trips from when the last
+    /// one went, not from before the system call.
+    pub fn left(&mut self, now: Instant) {
+        if self.tlp_from.is_some() {
+            self.tlp_from = Some(now);
+        }
+    }
+
     /// Give back packets [`take`](Self::take) chose but the socket did not take (in the order
     /// they were taken).
     pub fn unsend(&mut self, seqs: &[u64]) {
@@ -445,13 +459,15 @@ impl SendWindow {
     }
 
     /// Take an acknowledgement: every packet below `ack` has arrived, and so have the packets
-    /// `sacked` yields (in increasing order); the peer can buffer `wnd` bytes for us.
+    /// `sacked` yields (in increasing order); the peer can buffer `wnd` bytes for us. Messages
+    /// now wholly acknowledged give their buffers to `pool`.
     pub fn on_ack(
         &mut self,
         ack: u64,
         sacked: impl Iterator<Item = u64>,
         wnd: usize,
         now: Instant,
+        pool: &mut Pool,
     ) -> AckEffect {
         let mut fx = AckEffect::default();
         // The RTT sample: from the latest-sent packet this acknowledgement newly reports (the
@@ -506,7 +522,9 @@ impl SendWindow {
                 }
             }
             while self.msgs.front().is_some_and(|m| m.first + m.n <= self.una) {
-                self.msgs.pop_front();
+                if let Some(m) = self.msgs.pop_front() {
+                    pool.put(m.msg);
+                }
             }
             self.progress_at = now;
             self.rto_from = (self.una < self.nxt).then_some(now);
@@ -744,6 +762,7 @@ mod tests {
             std::iter::empty(),
             1 << 20,
             now + Duration::from_micros(50),
+            &mut Pool::default(),
         );
         assert!(fx.progress && !fx.lost);
         assert!(w.is_idle());
@@ -756,7 +775,10 @@ mod tests {
         let (mut w, now) = window(1000);
         w.push(Message::from_payload(&[1; 10])).expect("fits");
         take_all(&mut w, now);
-        assert!(w.on_ack(5, std::iter::empty(), 1 << 20, now).invalid);
+        assert!(
+            w.on_ack(5, std::iter::empty(), 1 << 20, now, &mut Pool::default())
+                .invalid
+        );
         assert_eq!(w.bounds(), (0, 1));
     }
 
@@ -772,11 +794,11 @@ mod tests {
         }
         let later = now + Duration::from_millis(10);
         // 0 arrived, 1 did not, 2 and 3 did.
-        let fx = w.on_ack(1, [2, 3].into_iter(), 1 << 20, later);
+        let fx = w.on_ack(1, [2, 3].into_iter(), 1 << 20, later, &mut Pool::default());
         assert!(fx.lost);
         assert_eq!(take_all(&mut w, later), vec![1]);
         assert_eq!(w.retransmits, 1);
-        w.on_ack(4, std::iter::empty(), 1 << 20, later);
+        w.on_ack(4, std::iter::empty(), 1 << 20, later, &mut Pool::default());
         assert!(w.is_idle());
     }
 
@@ -807,7 +829,7 @@ mod tests {
         }
         assert_eq!(take_all(&mut w, now).len(), 4);
         assert!(w.has_work());
-        w.on_ack(2, std::iter::empty(), 1 << 20, now);
+        w.on_ack(2, std::iter::empty(), 1 << 20, now, &mut Pool::default());
         assert_eq!(take_all(&mut w, now), vec![4, 5]);
     }
 
@@ -831,11 +853,11 @@ mod tests {
         }
         assert_eq!(take_all(&mut w, now), vec![0, 1]);
         // The peer can buffer almost nothing: with a packet in flight, no other goes.
-        w.on_ack(1, std::iter::empty(), 10, now);
+        w.on_ack(1, std::iter::empty(), 10, now, &mut Pool::default());
         w.push(Message::from_payload(&[1; 900])).expect("fits");
         assert_eq!(take_all(&mut w, now), Vec::<u64>::new());
         // With none in flight, one goes however small the window.
-        w.on_ack(2, std::iter::empty(), 10, now);
+        w.on_ack(2, std::iter::empty(), 10, now, &mut Pool::default());
         assert_eq!(take_all(&mut w, now), vec![2]);
     }
 
@@ -848,7 +870,7 @@ mod tests {
         let mut first = Vec::new();
         w.take(&mut first, 1, t0);
         let t1 = t0 + Duration::from_micros(100);
-        w.on_ack(1, std::iter::empty(), 1 << 20, t1);
+        w.on_ack(1, std::iter::empty(), 1 << 20, t1, &mut Pool::default());
         assert_eq!(take_all(&mut w, t1), vec![1, 2, 3]);
         // Nothing more is heard: the probe is due long before the 1 ms timeout.
         let due = w.deadline().expect("a timer runs");
@@ -871,7 +893,7 @@ mod tests {
         // 0 arrived, 1 not (yet), 2 and 3 did: all four went at the same instant, so 1 is
         // suspect but gets a reordering allowance (a quarter of the minimum RTT) first.
         let t1 = t0 + Duration::from_micros(100);
-        let fx = w.on_ack(1, [2, 3].into_iter(), 1 << 20, t1);
+        let fx = w.on_ack(1, [2, 3].into_iter(), 1 << 20, t1, &mut Pool::default());
         assert!(!fx.lost);
         let due = w.deadline().expect("the reordering timer");
         assert_eq!(due - t0, Duration::from_micros(125));
