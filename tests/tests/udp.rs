@@ -439,6 +439,7 @@ mod particular {
                     ack: 0,
                     sack: 0,
                     frag: None,
+                    dup: false,
                 };
                 let mut d = vec![0u8; 28 + 40];
                 h.write(&mut d);

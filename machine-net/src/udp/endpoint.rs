@@ -435,6 +435,9 @@ impl Endpoint {
         let ack = wire::widen(h.ack, una);
         let wnd = usize::from(h.wnd) << 10;
         let fx = tx.on_ack(ack, sacked(ack, h.sack, ext), wnd, now, &mut self.pool);
+        if h.dup {
+            tx.on_duplicate_report();
+        }
         if fx.invalid {
             self.stats.garbage += 1;
         }
@@ -503,6 +506,7 @@ impl Endpoint {
                 ack: ack as u32,
                 sack,
                 frag: None,
+                dup: peer.rx.dup_seen,
             };
             let k = self.seqs.len();
             if k == 1 {
@@ -582,6 +586,7 @@ impl Endpoint {
             ack: ack as u32,
             sack,
             frag: None,
+            dup: peer.rx.dup_seen,
         };
         h.write(&mut self.ackbuf);
         let n = peer.rx.sack_ext(&mut self.ackbuf[BASE + 2..]);
@@ -687,6 +692,7 @@ impl Endpoint {
                 ack: peer.rx.nxt() as u32,
                 sack: 0,
                 frag: None,
+                dup: false,
             };
             let mut b = [0u8; BASE];
             h.write(&mut b);
@@ -718,6 +724,7 @@ impl Endpoint {
             ack: 0,
             sack: 0,
             frag: None,
+            dup: false,
         };
         let mut b = [0u8; BASE];
         h.write(&mut b);

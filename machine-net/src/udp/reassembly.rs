@@ -153,6 +153,8 @@ pub struct RecvWindow {
     pub unacked: u32,
     /// An acknowledgement should go at once (a duplicate or a gap was seen).
     pub ack_now: bool,
+    /// A packet came twice since an acknowledgement last went: the next one says so.
+    pub dup_seen: bool,
 }
 
 impl RecvWindow {
@@ -165,6 +167,7 @@ impl RecvWindow {
             partials: VecDeque::new(),
             unacked: 0,
             ack_now: false,
+            dup_seen: false,
         }
     }
 
@@ -187,6 +190,7 @@ impl RecvWindow {
         let seq = widen(seq, self.nxt);
         if seq < self.nxt || seq.wrapping_sub(self.nxt) >= 1 << 63 {
             self.ack_now = true;
+            self.dup_seen = true;
             return (Arrival::Duplicate, 0);
         }
         let off = seq - self.nxt;
@@ -196,6 +200,7 @@ impl RecvWindow {
         let off = off as usize;
         if off < self.slots.len() && !matches!(self.slots[off], Slot::Empty) {
             self.ack_now = true;
+            self.dup_seen = true;
             return (Arrival::Duplicate, 0);
         }
         let slot = match (frag, body) {
@@ -373,6 +378,7 @@ impl RecvWindow {
     pub fn acked(&mut self) {
         self.unacked = 0;
         self.ack_now = false;
+        self.dup_seen = false;
     }
 
     /// Whether anything received is not yet acknowledged.

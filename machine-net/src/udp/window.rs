@@ -124,6 +124,13 @@ pub struct SendWindow {
     rack: Option<Rack>,
     /// When packets that RACK suspects will have had time to arrive, if any.
     reo_timer: Option<Instant>,
+    /// RACK's reordering allowance in quarters of the minimum RTT (RFC 8985's reo_wnd_mult):
+    /// widened when the peer reports duplicates, back to one after 16 recoveries.
+    reo_mult: u32,
+    /// No further widening until `una` passes this (once per window).
+    reo_widened_until: u64,
+    /// Congestion cuts since the allowance was last widened.
+    recoveries: u32,
     /// Since when the tail-loss probe timer runs (the last send or progress), if it does.
     tlp_from: Option<Instant>,
     /// A tail-loss probe went out and nothing has been acknowledged since.
@@ -179,6 +186,9 @@ impl SendWindow {
             dgram_max,
             rack: None,
             reo_timer: None,
+            reo_mult: 1,
+            reo_widened_until: 0,
+            recoveries: 0,
             tlp_from: None,
             tlp_sent: false,
             ack_delay,
@@ -587,6 +597,22 @@ impl SendWindow {
             self.ssthresh = (self.cwnd / 2).max(2);
             self.cwnd = self.ssthresh;
             self.recovery_end = self.nxt;
+            self.recoveries += 1;
+            if self.recoveries >= 16 {
+                self.reo_mult = 1;
+                self.recoveries = 0;
+            }
+        }
+    }
+
+    /// The peer received a packet twice: one we deemed lost was only late (or a probe went
+    /// early). Widen RACK's reordering allowance by a quarter of the minimum RTT, once per
+    /// window, up to the smoothed RTT (RFC 8985's DSACK rule).
+    pub fn on_duplicate_report(&mut self) {
+        if self.una >= self.reo_widened_until {
+            self.reo_mult = (self.reo_mult + 1).min(64);
+            self.reo_widened_until = self.nxt;
+            self.recoveries = 0;
         }
     }
 
@@ -611,13 +637,15 @@ impl SendWindow {
 
     /// RACK (RFC 8985): a packet in flight sent before the reference packet (by time, then
     /// number) is lost once it has had the reference's round trip plus a reordering allowance
-    /// (a quarter of the minimum RTT) to arrive; one that still has time sets the reordering
-    /// timer. Whether any was found lost.
+    /// (a quarter of the minimum RTT, widened when the peer reports duplicates, never above
+    /// the smoothed RTT) to arrive; one that still has time sets the reordering timer.
+    /// Whether any was found lost.
     fn detect_losses(&mut self, now: Instant) -> bool {
         let Some(rack) = self.rack else {
             return false;
         };
-        let allowance = self.rtt.min_rtt().unwrap_or(Duration::ZERO) / 4;
+        let quarter = self.rtt.min_rtt().unwrap_or(Duration::ZERO) / 4;
+        let allowance = (quarter * self.reo_mult).min(self.rtt.srtt().unwrap_or(Duration::ZERO));
         let mut any = false;
         let mut timer: Option<Instant> = None;
         for (i, p) in self.pkts.iter_mut().enumerate() {
@@ -899,5 +927,32 @@ mod tests {
         assert_eq!(due - t0, Duration::from_micros(125));
         w.on_timer(due);
         assert_eq!(take_all(&mut w, due), vec![1]);
+    }
+
+    #[test]
+    fn reported_duplicates_widen_the_reordering_allowance() {
+        let (mut w, t0) = window(1000);
+        for _ in 0..4 {
+            w.push(Message::from_payload(&[1; 10])).expect("fits");
+        }
+        take_all(&mut w, t0);
+        let mut pool = Pool::default();
+        // One round trip measured, then the peer says a packet came twice.
+        w.on_ack(
+            1,
+            std::iter::empty(),
+            1 << 20,
+            t0 + Duration::from_micros(100),
+            &mut pool,
+        );
+        w.on_duplicate_report();
+        w.on_duplicate_report(); // once per window: no further widening
+        let t1 = t0 + Duration::from_micros(100);
+        w.on_ack(2, [3].into_iter(), 1 << 20, t1, &mut pool);
+        // Two quarters of the 100 µs minimum RTT now, not one.
+        assert_eq!(
+            w.deadline().map(|d| d - t0),
+            Some(Duration::from_micros(150))
+        );
     }
 }

@@ -3,7 +3,7 @@
 //! ```text
 //! offset size field
 //!  0     1    magic (0xC5: this protocol, version 1)
-//!  1     1    kind (low nibble: DATA, ACK, BYE) | flags (high nibble: FRAG)
+//!  1     1    kind (low nibble: DATA, ACK, BYE) | flags (high nibble: FRAG, DUP)
 //!  2     2    source node
 //!  4     2    destination node
 //!  6     2    window: KiB the sender of this datagram can buffer for the receiver's data
@@ -38,6 +38,9 @@ pub const MAX_SACK_EXT: usize = 512;
 pub const MAX_MESSAGE: u64 = 1 << 40;
 
 const FLAG_FRAG: u8 = 0x10;
+/// The sender of this datagram received a packet twice since it last said so: a packet was
+/// resent that had only been late (RACK widens its reordering allowance).
+const FLAG_DUP: u8 = 0x20;
 
 /// What a datagram is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,6 +98,8 @@ pub struct Header {
     pub sack: u32,
     /// Fragment position (DATA of a message that spans datagrams).
     pub frag: Option<Frag>,
+    /// The sender received a packet twice since it last said so (DATA and ACK).
+    pub dup: bool,
 }
 
 impl Header {
@@ -112,7 +117,8 @@ impl Header {
     /// # Panics
     /// If `out` is shorter than [`Header::size`]: callers size their buffers from it.
     pub fn write(&self, out: &mut [u8]) {
-        let flags = if self.frag.is_some() { FLAG_FRAG } else { 0 };
+        let flags =
+            if self.frag.is_some() { FLAG_FRAG } else { 0 } | if self.dup { FLAG_DUP } else { 0 };
         out[0] = MAGIC;
         out[1] = self.kind as u8 | flags;
         out[2..4].copy_from_slice(&self.src.to_le_bytes());
@@ -209,11 +215,15 @@ pub fn decode_header(head: &[u8], len: usize, exp: &Expect) -> Result<(Header, u
         _ => return Err(Reject::Garbage),
     };
     let flags = b[1] & 0xF0;
-    let is_frag = match (kind, flags) {
-        (_, 0) => false,
-        (Kind::Data, FLAG_FRAG) => true,
-        _ => return Err(Reject::Garbage),
+    let allowed = match kind {
+        Kind::Data => FLAG_FRAG | FLAG_DUP,
+        Kind::Ack => FLAG_DUP,
+        Kind::Bye => 0,
     };
+    if flags & !allowed != 0 {
+        return Err(Reject::Garbage);
+    }
+    let is_frag = flags & FLAG_FRAG != 0;
     let mut hdr = Header {
         kind,
         src,
@@ -224,6 +234,7 @@ pub fn decode_header(head: &[u8], len: usize, exp: &Expect) -> Result<(Header, u
         ack: u32_at(b, 20),
         sack: u32_at(b, 24),
         frag: None,
+        dup: flags & FLAG_DUP != 0,
     };
     let at = match kind {
         Kind::Data if is_frag => {
@@ -275,7 +286,9 @@ pub fn decode_header(head: &[u8], len: usize, exp: &Expect) -> Result<(Header, u
 /// The source node, sequence number and fragment index of a data fragment's header, without
 /// checking the rest: what tells whether a fragment is the one expected.
 pub fn fragment_of(head: &[u8]) -> Option<(u16, u32, u32)> {
-    (head.len() >= MAX_DATA_HEADER && head[0] == MAGIC && head[1] == Kind::Data as u8 | FLAG_FRAG)
+    (head.len() >= MAX_DATA_HEADER
+        && head[0] == MAGIC
+        && head[1] & !FLAG_DUP == Kind::Data as u8 | FLAG_FRAG)
         .then(|| (u16_at(head, 2), u32_at(head, 16), u32_at(head, 28)))
 }
 
@@ -326,6 +339,7 @@ mod tests {
             ack: 9,
             sack: 0b101,
             frag,
+            dup: false,
         }
     }
 
@@ -390,6 +404,23 @@ mod tests {
         bad_kind[1] = 9;
         assert_eq!(decode(&bad_kind, &EXP).err(), Some(Reject::Garbage));
         assert_eq!(decode(&good[..5], &EXP).err(), Some(Reject::Foreign));
+    }
+
+    #[test]
+    fn the_duplicate_flag_travels_on_data_and_acks_only() {
+        for kind in [Kind::Data, Kind::Ack] {
+            let mut h = header(kind, None);
+            h.dup = true;
+            let mut b = datagram(&h, &[0; ENVELOPE_LEN]);
+            if kind == Kind::Ack {
+                b.truncate(BASE);
+                b.extend_from_slice(&0u16.to_le_bytes());
+            }
+            assert!(decode(&b, &EXP).expect("valid").hdr.dup);
+        }
+        let mut bye = datagram(&header(Kind::Bye, None), &[]);
+        bye[1] |= FLAG_DUP;
+        assert_eq!(decode(&bye, &EXP).err(), Some(Reject::Garbage));
     }
 
     #[test]
