@@ -348,6 +348,11 @@ mod particular {
     }
 
     #[test]
+    fn sixty_four_nodes_on_one_socket_each_all_to_all() {
+        conformance::expect_ok(&udp(), PROGRAM, 64, &["alltoall", "200000"]);
+    }
+
+    #[test]
     fn a_bad_setting_is_one_clear_error() {
         let o = udp().run(
             PROGRAM,

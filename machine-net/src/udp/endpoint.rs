@@ -12,7 +12,6 @@
 use super::config::Config;
 use super::pool::Pool;
 use super::reassembly::{sacked, Arrival, Body, RecvWindow};
-use super::rtt::RtoBounds;
 use super::window::SendWindow;
 use super::wire::{self, Expect, Header, Kind, Reject, BASE, MAX_DATA_HEADER, MAX_SACK_EXT};
 use machine::Message;
@@ -68,9 +67,10 @@ pub struct Stats {
 }
 
 /// Why the endpoint cannot go on.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum Failure {
     /// A peer with data outstanding has not been heard from for too long.
+    #[error("node {node} is gone: {reason}")]
     Dead {
         /// The peer.
         node: usize,
@@ -78,6 +78,7 @@ pub enum Failure {
         reason: String,
     },
     /// A message to `node` is larger than the protocol can carry.
+    #[error("a message of {len} bytes to node {node} is larger than the udp layer carries")]
     TooLarge {
         /// The peer.
         node: usize,
@@ -85,13 +86,8 @@ pub enum Failure {
         len: usize,
     },
     /// The socket failed.
-    Io(io::Error),
-}
-
-impl From<io::Error> for Failure {
-    fn from(e: io::Error) -> Failure {
-        Failure::Io(e)
-    }
+    #[error("the UDP socket: {0}")]
+    Io(#[from] io::Error),
 }
 
 /// Shortest delayed-ACK timer.
@@ -739,11 +735,6 @@ impl Endpoint {
             .fold((0, 0, 0), |(r, t, p), w| {
                 (r + w.retransmits, t + w.timeouts, p + w.probes)
             })
-    }
-
-    /// The retransmission bounds in use.
-    pub fn rto_bounds(&self) -> RtoBounds {
-        self.cfg.rto
     }
 }
 
