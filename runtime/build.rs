@@ -8,7 +8,7 @@ use std::fmt::Write as _;
 const LAYER_FEATURES: &[&str] = &["tcp", "udp", "si", "mpi"];
 
 /// Layer features on by default: every variant has them, so they do not make a build "custom".
-const BASE_FEATURES: &[&str] = &["tcp", "si"];
+const BASE_FEATURES: &[&str] = &["tcp", "udp", "si"];
 
 fn main() {
     println!("cargo:rerun-if-env-changed=CONV_MACH_VARIANT");

@@ -8,12 +8,19 @@ use std::path::Path;
 use std::time::Instant;
 
 /// One node of `bench pe-direct`: node 0 times round trips, node 1 sends back what it gets.
-pub fn pe_main(layer: &str, sizes: &[usize], iters: u64, csv: &Path) -> anyhow::Result<()> {
+/// `settings` are the `+set` ones of the command line.
+pub fn pe_main(
+    layer: &str,
+    sizes: &[usize],
+    iters: u64,
+    csv: &Path,
+    settings: Settings,
+) -> anyhow::Result<()> {
     let layer = converse::find_layer(layer)?;
     let cfg = BootConfig {
         num_pes: 2,
         pes_per_node: 1,
-        settings: Settings::default(),
+        settings,
     };
     let mut nodes = (layer.boot)(&cfg)?;
     anyhow::ensure!(

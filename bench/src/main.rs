@@ -5,6 +5,7 @@
 //! bench pingpong [--layer local] [--sizes 8,64,...] [--iters N] [--csv FILE]
 //!     (--layer mpi needs `--features mpi` and starts its jobs with mpirun)
 //! bench rate [--messages N] [--csv FILE]
+//! bench udp [--iters N] [--runs R]
 //! ```
 
 mod direct;
@@ -16,6 +17,7 @@ mod raw_mpi;
 mod report;
 mod startup;
 mod tbon;
+mod udp;
 
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
@@ -93,6 +95,16 @@ enum Cmd {
     #[cfg(feature = "mpi")]
     #[command(hide = true)]
     RawMpi(Job),
+    /// The echoing side of the raw UDP baseline.
+    #[command(hide = true)]
+    RawUdpEcho {
+        addr: String,
+        #[arg(value_delimiter = ',')]
+        sizes: Vec<usize>,
+        rounds: u64,
+        #[arg(long)]
+        unconnected: bool,
+    },
     /// The echoing side of the raw TCP baseline.
     #[command(hide = true)]
     RawTcpEcho {
@@ -130,6 +142,19 @@ enum Cmd {
     /// A back-end of the raw baseline of `bench tbon`.
     #[command(hide = true)]
     TbonRawChild { addr: String },
+    /// The UDP layer: 1 MiB bandwidth next to the TCP layer, goodput under 1% and 5% loss
+    /// (root), latency with a busy process on the last core.
+    Udp {
+        /// Round trips per measurement.
+        #[arg(long, default_value_t = 2000)]
+        iters: u64,
+        /// Repetitions of the bandwidth and contention measurements.
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+    },
+    /// A busy process on the last core (for `bench udp`).
+    #[command(hide = true)]
+    Spin,
     /// Messages sent and dispatched per second on one PE, next to a bare queue + call.
     Rate {
         /// Messages per measurement.
@@ -156,8 +181,8 @@ struct Job {
 fn main() -> ExitCode {
     // Runtime arguments (+machine, +p...) are for the launched job; clap sees the rest.
     let argv: Vec<String> = std::env::args().collect();
-    let program_args = match converse::parse_args(argv.clone()) {
-        Ok(a) => a.program,
+    let (program_args, settings) = match converse::parse_args(argv.clone()) {
+        Ok(a) => (a.program, a.settings),
         Err(e) => {
             eprintln!("bench: error: {e}");
             return ExitCode::from(2);
@@ -190,6 +215,12 @@ fn main() -> ExitCode {
             sizes,
             rounds,
         } => raw::tcp_echo(&addr, &sizes, rounds),
+        Cmd::RawUdpEcho {
+            addr,
+            sizes,
+            rounds,
+            unconnected,
+        } => raw::udp_echo(&addr, &sizes, rounds, !unconnected),
         Cmd::Pingpong {
             layer,
             sizes,
@@ -199,12 +230,16 @@ fn main() -> ExitCode {
         #[cfg(feature = "mpi")]
         Cmd::RawMpi(j) => raw_mpi::rank_main(&j.sizes, j.iters, &j.csv),
         Cmd::Rate { messages, csv } => rate::run(messages.max(1), csv.as_deref()),
+        Cmd::Udp { iters, runs } => udp::run(iters.max(1), runs.max(1)),
+        Cmd::Spin => udp::spin(),
         Cmd::RawShmEcho {
             path,
             sizes,
             rounds,
         } => raw::shm_echo(&path, &sizes, rounds),
-        Cmd::PeDirect { layer, job } => direct::pe_main(&layer, &job.sizes, job.iters, &job.csv),
+        Cmd::PeDirect { layer, job } => {
+            direct::pe_main(&layer, &job.sizes, job.iters, &job.csv, settings)
+        }
         Cmd::Startup { pes, layer } => startup::run(&pes, &layer),
         Cmd::ConnectBack { addr } => startup::connect_back(&addr),
         Cmd::LaunchFloor { nodes } => startup::launch_floor(nodes),

@@ -43,11 +43,12 @@ pub fn run(layer: &str, sizes: &[usize], iters: u64, csv: Option<&Path>) -> anyh
             .map(|&s| raw::crossbeam_pingpong(s, iters, w))
             .collect::<anyhow::Result<_>>()?,
         "tcp" => raw::tcp_pingpong(sizes, iters, w)?,
+        "udp" => raw::udp_pingpong(sizes, iters, w, true)?,
         "si" => raw::shm_pingpong(sizes, iters, w)?,
         "mpi" => launched(layer, sizes, iters, "raw-mpi")?,
-        other => {
-            anyhow::bail!("no raw baseline for layer '{other}' yet (layers: local, tcp, si, mpi)")
-        }
+        other => anyhow::bail!(
+            "no raw baseline for layer '{other}' yet (layers: local, tcp, udp, si, mpi)"
+        ),
     };
     let (rows, direct) = if layer == "local" {
         let rt = Runtime::from_args(["bench", "+p2", "+quiet", "+machine", "local"])?;
@@ -58,20 +59,32 @@ pub fn run(layer: &str, sizes: &[usize], iters: u64, csv: Option<&Path>) -> anyh
         (rows, direct)
     };
     // A second raw series (MPI's receive of an unknown size) is printed below the table.
-    let (raw_rows, other_raw): (Vec<Row>, Vec<Row>) = raw_rows
+    let (raw_rows, mut floor): (Vec<Row>, Vec<Row>) = raw_rows
         .into_iter()
         .partition(|r| !r.what.ends_with("-probe"));
-    report::print_pingpong(&rows, &raw_rows);
-    if !other_raw.is_empty() {
-        println!("raw MPI receiving an unknown size (matched probe + receive), one-way p50 us:");
-        for r in &other_raw {
-            println!("{:>9} | {:>9.3}", r.size, r.p50_ns as f64 / 1e3);
-        }
+    // A layer with one socket for all its peers cannot connect it: the same exchange on
+    // unconnected sockets is its floor, shown next to the connected baseline.
+    if layer == "udp" {
+        floor = raw::udp_pingpong(sizes, iters, w, false)?;
     }
+    report::print_pingpong(&rows, &raw_rows);
     if !direct.is_empty() {
         println!("layer alone (Machine trait driven directly, no runtime), one-way p50 us:");
         for d in &direct {
             println!("{:>9} | {:>9.3}", d.size, d.p50_ns as f64 / 1e3);
+        }
+    }
+    if !floor.is_empty() {
+        println!(
+            "{}, one-way p50 us:",
+            if layer == "udp" {
+                "raw UDP on unconnected sockets (sendto/recvfrom)"
+            } else {
+                "raw MPI receiving an unknown size (matched probe + receive)"
+            }
+        );
+        for f in &floor {
+            println!("{:>9} | {:>9.3}", f.size, f.p50_ns as f64 / 1e3);
         }
     }
     println!("(one-way = round trip / 2; {iters} timed round trips per size after {w} warm-up)");
@@ -80,7 +93,7 @@ pub fn run(layer: &str, sizes: &[usize], iters: u64, csv: Option<&Path>) -> anyh
             .iter()
             .chain(&direct)
             .chain(raw_rows.iter())
-            .chain(other_raw.iter())
+            .chain(&floor)
             .collect();
         report::write_csv(path, &all)?;
     }
@@ -119,10 +132,35 @@ fn launcher(layer: &str, me: &Path) -> anyhow::Result<std::process::Command> {
 /// Run `mode` (the layer's ping-pong, the layer alone, or a raw baseline) as a 2-node job of
 /// its own; read back node 0's figures.
 fn launched(layer: &str, sizes: &[usize], iters: u64, mode: &str) -> anyhow::Result<Vec<Row>> {
+    under_charmrun_with(layer, sizes, iters, mode, &[], &[])
+}
+
+/// As [`launched`], with the launcher started through `prefix` (`ip netns exec NS`, say) and
+/// `extra` runtime arguments (`+set KEY=VALUE`) for the job.
+pub fn under_charmrun_with(
+    layer: &str,
+    sizes: &[usize],
+    iters: u64,
+    mode: &str,
+    prefix: &[&str],
+    extra: &[&str],
+) -> anyhow::Result<Vec<Row>> {
     let me = std::env::current_exe().context("finding the bench executable")?;
     let out = std::env::temp_dir().join(format!("bench-pingpong-{}.csv", std::process::id()));
     let sizes_arg = crate::report::size_list(sizes);
-    let status = launcher(layer, &me)?
+    let launch = launcher(layer, &me)?;
+    let mut cmd = match prefix.split_first() {
+        Some((first, rest)) => {
+            let mut c = std::process::Command::new(first);
+            c.args(rest)
+                .arg(launch.get_program())
+                .args(launch.get_args())
+                .envs(launch.get_envs().filter_map(|(k, v)| Some((k, v?))));
+            c
+        }
+        None => launch,
+    };
+    let status = cmd
         .arg(&me)
         .args([
             mode,
@@ -138,6 +176,7 @@ fn launched(layer: &str, sizes: &[usize], iters: u64, mode: &str) -> anyhow::Res
             "raw-mpi" => vec![],
             _ => vec!["+machine", layer, "+quiet"],
         })
+        .args(extra)
         .status()
         .context("starting the job")?;
     anyhow::ensure!(

@@ -5,8 +5,8 @@
 use crate::report::{histogram, Row};
 use crossbeam_channel::TryRecvError;
 use std::io::{ErrorKind, Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::time::Instant;
+use std::net::{TcpListener, TcpStream, UdpSocket};
+use std::time::{Duration, Instant};
 
 /// Ping-pong between two threads over crossbeam channels, moving the buffer (as the in-process
 /// layer does), busy-polling on both sides.
@@ -259,6 +259,205 @@ pub fn shm_echo(path: &str, sizes: &[usize], rounds: u64) -> anyhow::Result<()> 
             shm.get(0, &mut mine);
             shm.put(1, &mine);
             shm.flag(1).store(seq, Ordering::Release);
+        }
+    }
+    Ok(())
+}
+
+/// Largest UDP payload on loopback: what the raw UDP baseline cuts messages into.
+const UDP_CHUNK: usize = 65507;
+
+/// Socket buffers of the raw UDP baseline: a whole message in flight must fit.
+const UDP_SOCKBUF: i32 = 16 << 20;
+
+/// How long the raw UDP baseline waits for a datagram before calling it lost (it has no
+/// retransmission; with large buffers and a busy-polling reader, loopback loses nothing).
+const UDP_PATIENCE: Duration = Duration::from_secs(5);
+
+/// A connected, non-blocking UDP socket on loopback with large buffers.
+fn udp_socket() -> anyhow::Result<UdpSocket> {
+    let s = UdpSocket::bind("127.0.0.1:0")?;
+    s.set_nonblocking(true)?;
+    let size = UDP_SOCKBUF;
+    for opt in [libc::SO_RCVBUFFORCE, libc::SO_SNDBUFFORCE] {
+        // SAFETY: a valid descriptor and a pointer to an int of the size given.
+        unsafe {
+            libc::setsockopt(
+                std::os::fd::AsRawFd::as_raw_fd(&s),
+                libc::SOL_SOCKET,
+                opt,
+                std::ptr::addr_of!(size).cast(),
+                std::mem::size_of::<i32>() as libc::socklen_t,
+            )
+        };
+    }
+    Ok(s)
+}
+
+/// One end of the raw UDP baseline: a connected socket (`send` / `recv`), or, as a layer
+/// with one socket for all its peers must do, an unconnected one (`sendto` / `recvfrom`).
+struct UdpEnd {
+    s: UdpSocket,
+    /// The peer, for an unconnected socket.
+    to: Option<std::net::SocketAddr>,
+}
+
+impl UdpEnd {
+    fn new(s: UdpSocket, peer: std::net::SocketAddr, connected: bool) -> anyhow::Result<UdpEnd> {
+        if connected {
+            s.connect(peer)?;
+        }
+        Ok(UdpEnd {
+            s,
+            to: (!connected).then_some(peer),
+        })
+    }
+
+    fn send(&self, d: &[u8]) -> std::io::Result<usize> {
+        match self.to {
+            Some(to) => self.s.send_to(d, to),
+            None => self.s.send(d),
+        }
+    }
+
+    fn recv(&self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self.to {
+            Some(_) => self.s.recv_from(buf).map(|(n, _)| n),
+            None => self.s.recv(buf),
+        }
+    }
+}
+
+/// Send `buf` as datagrams of at most [`UDP_CHUNK`] bytes (one empty datagram for an empty
+/// message), spinning while the socket is full.
+fn udp_spin_send(s: &UdpEnd, buf: &[u8]) -> std::io::Result<()> {
+    let mut chunks = buf.chunks(UDP_CHUNK).peekable();
+    if chunks.peek().is_none() {
+        return udp_spin_send_one(s, &[]);
+    }
+    for c in chunks {
+        udp_spin_send_one(s, c)?;
+    }
+    Ok(())
+}
+
+fn udp_spin_send_one(s: &UdpEnd, d: &[u8]) -> std::io::Result<()> {
+    loop {
+        match s.send(d) {
+            Ok(_) => return Ok(()),
+            Err(e) if e.kind() == ErrorKind::WouldBlock => std::hint::spin_loop(),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// Receive a message of `buf.len()` bytes sent by [`udp_spin_send`], busy-polling.
+fn udp_spin_recv(s: &UdpEnd, buf: &mut [u8]) -> anyhow::Result<()> {
+    let mut got = 0;
+    let mut first = true;
+    let mut since = Instant::now();
+    let mut polls = 0u32;
+    while first || got < buf.len() {
+        let end = (got + UDP_CHUNK).min(buf.len());
+        match s.recv(&mut buf[got..end]) {
+            Ok(n) => {
+                got += n;
+                first = false;
+                polls = 0;
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                std::hint::spin_loop();
+                polls = polls.wrapping_add(1);
+                if polls.is_multiple_of(1 << 16) {
+                    anyhow::ensure!(
+                        since.elapsed() < UDP_PATIENCE,
+                        "the raw UDP baseline lost a datagram"
+                    );
+                } else if polls == 1 {
+                    since = Instant::now();
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Ping-pong between this process and a child `bench raw-udp-echo` over a pair of UDP sockets
+/// on loopback, busy polling on both sides; a message larger than a datagram goes as several
+/// (no header, no acknowledgement, no retransmission: the fastest UDP gets here). With
+/// `connected`, each socket is connected to the other (the fastest there is); without, they
+/// use `sendto` / `recvfrom`, as one socket serving every peer must.
+pub fn udp_pingpong(
+    sizes: &[usize],
+    iters: u64,
+    warmup: u64,
+    connected: bool,
+) -> anyhow::Result<Vec<Row>> {
+    let s = udp_socket()?;
+    let me = std::env::current_exe()?;
+    let mut child = std::process::Command::new(me)
+        .args([
+            "raw-udp-echo",
+            &s.local_addr()?.to_string(),
+            &crate::report::size_list(sizes),
+            &(iters + warmup).to_string(),
+        ])
+        .args((!connected).then_some("--unconnected"))
+        .spawn()?;
+    let result = (|| {
+        // The child says hello from its socket: that is its address.
+        let mut hello = [0u8; 1];
+        let deadline = Instant::now() + UDP_PATIENCE;
+        let peer = loop {
+            match s.recv_from(&mut hello) {
+                Ok((_, from)) => break from,
+                Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                    anyhow::ensure!(Instant::now() < deadline, "the UDP echo child is silent");
+                    std::thread::sleep(Duration::from_micros(100));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
+        let end = UdpEnd::new(s, peer, connected)?;
+        let label = if connected {
+            "raw-udp"
+        } else {
+            "raw-udp-unconnected"
+        };
+        let mut rows = Vec::new();
+        for &size in sizes {
+            let mut buf = vec![0u8; size];
+            let mut h = histogram()?;
+            for i in 0..iters + warmup {
+                let t = Instant::now();
+                udp_spin_send(&end, &buf)?;
+                udp_spin_recv(&end, &mut buf)?;
+                if i >= warmup {
+                    h.saturating_record((t.elapsed().as_nanos() as u64 / 2).max(1));
+                }
+            }
+            rows.push(Row::from_hist(label, size, &h));
+        }
+        Ok(rows)
+    })();
+    if result.is_err() {
+        let _ = child.kill();
+    }
+    let _ = child.wait();
+    result
+}
+
+/// The child side of [`udp_pingpong`].
+pub fn udp_echo(addr: &str, sizes: &[usize], rounds: u64, connected: bool) -> anyhow::Result<()> {
+    let s = udp_socket()?;
+    let end = UdpEnd::new(s, addr.parse()?, connected)?;
+    udp_spin_send_one(&end, b"h")?;
+    for &size in sizes {
+        let mut buf = vec![0u8; size];
+        for _ in 0..rounds {
+            udp_spin_recv(&end, &mut buf)?;
+            udp_spin_send(&end, &buf)?;
         }
     }
     Ok(())

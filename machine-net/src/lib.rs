@@ -4,9 +4,16 @@
 //! - [`tcp`]: a TCP connection between every pair of nodes, length-prefixed frames,
 //!   `TCP_NODELAY`, non-blocking sockets driven by the scheduler's poll loop, connections
 //!   accepted only with the job secret.
-//!
-//! The UDP layer (packetization, windows, acknowledgements, retransmission) is to come.
+//! - [`udp`]: one UDP socket per node; packetization, sliding windows, cumulative and
+//!   selective acknowledgements, retransmission on a timer from measured round trips,
+//!   congestion and flow control, dead-peer detection, every datagram checked.
 
+#[cfg(feature = "tcp")]
 mod conn;
+// Addresses in the node table serve both layers; connection set-up only TCP.
+#[cfg_attr(not(feature = "tcp"), allow(dead_code))]
 mod mesh;
+#[cfg(feature = "tcp")]
 pub mod tcp;
+#[cfg(feature = "udp")]
+pub mod udp;

@@ -128,15 +128,7 @@ fn epoll_err(e: nix::errno::Errno) -> MachineError {
 
 impl TcpMachine {
     fn dead(&self, node: usize, reason: String) -> MachineError {
-        MachineError::PeerDead {
-            node,
-            host: self
-                .table
-                .node(node)
-                .map_or("?", |n| n.host.as_str())
-                .to_owned(),
-            reason,
-        }
+        MachineError::peer_dead(&self.table, node, reason)
     }
 
     fn conn_error(&self, node: usize, e: ConnError) -> MachineError {

@@ -71,6 +71,19 @@ impl MachineError {
             source,
         }
     }
+
+    /// Shorthand for a [`MachineError::PeerDead`] naming the node's host from `table`.
+    pub fn peer_dead(
+        table: &crate::NodeTable,
+        node: usize,
+        reason: impl Into<String>,
+    ) -> MachineError {
+        MachineError::PeerDead {
+            node,
+            host: table.node(node).map_or("?", |n| n.host.as_str()).to_owned(),
+            reason: reason.into(),
+        }
+    }
 }
 
 /// Bytes that do not decode as what they claim to be.

@@ -14,6 +14,8 @@ pub const COMPILED: &[Layer] = &[
     machine::local::LAYER,
     #[cfg(feature = "tcp")]
     net::tcp::LAYER,
+    #[cfg(feature = "udp")]
+    net::udp::LAYER,
     #[cfg(feature = "si")]
     si::LAYER,
     #[cfg(feature = "mpi")]

@@ -337,6 +337,15 @@ pub fn alive(pid: u32) -> bool {
         .unwrap_or(false)
 }
 
+/// Run `ip ARGS` (iproute2); whether it succeeded.
+pub fn ip(args: &[&str]) -> bool {
+    Command::new("ip")
+        .args(args)
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
 /// Run a conformance scenario and require success with PE 0's "ok" line.
 pub fn expect_ok(launcher: &Launcher, program: &str, pes: usize, args: &[&str]) -> Outcome {
     let o = launcher.run(program, pes, args, Duration::from_secs(120));

@@ -4,7 +4,7 @@
 //! `ip netns exec HOST ...`, exactly as it would use ssh. Needs root (to create namespaces);
 //! without it the tests say they were skipped.
 
-use conformance::run_bounded;
+use conformance::{ip, run_bounded};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
@@ -18,14 +18,6 @@ struct Hosts {
 }
 
 const IPS: [&str; 3] = ["10.99.0.1", "10.99.0.2", "10.99.0.3"];
-
-fn ip(args: &[&str]) -> bool {
-    Command::new("ip")
-        .args(args)
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
-}
 
 impl Hosts {
     /// Build the hosts, or `None` (after saying why) when this machine cannot.

@@ -32,8 +32,9 @@ fn version_flag_says_what_is_compiled_in() {
     let o = run(&["+version"]);
     assert_eq!(o.code, Some(0), "{o}");
     assert!(
-        o.stdout
-            .contains("variant multicore, layers compiled in: local, tcp, si (default: local)"),
+        o.stdout.contains(
+            "variant multicore, layers compiled in: local, tcp, udp, si (default: local)"
+        ),
         "{o}"
     );
 }

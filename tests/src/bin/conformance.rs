@@ -24,6 +24,10 @@
 //! |            | be stuck behind the unsent rest of the big message                          |
 //! | proc-exit  | the last PE calls `std::process::exit(3)` itself, past the runtime          |
 //! | hang       | the last PE stops polling for good (a launcher's time limit must end it)    |
+//! | slow       | PE 0 sends N (ARGS, default 3000) 2 KiB messages to PE 1 at once; PE 1    |
+//! |            | takes 100 µs over each: all arrive, in order, intact                        |
+//! | silent     | the last PE stops polling for good, then PE 0 sends it a message: a layer   |
+//! |            | that waits for answers must give up on it                                  |
 //! | wait       | every PE idles for SECS (default 2) seconds, then the job exits 0           |
 
 use converse::{ops, HandlerId, Message, Pe, ReduceTarget};
@@ -69,6 +73,11 @@ fn main() -> ExitCode {
         "exit-after-send" => Box::new(exit_after_send),
         "proc-exit" => Box::new(proc_exit),
         "hang" => Box::new(hang),
+        "silent" => Box::new(silent),
+        "slow" => {
+            let n = arg.and_then(|a| a.parse().ok()).unwrap_or(3000);
+            Box::new(move |pe: &mut Pe| slow(pe, n))
+        }
         "wait" => {
             let secs = arg.and_then(|a| a.parse().ok()).unwrap_or(2.0);
             Box::new(move |pe: &mut Pe| wait(pe, secs))
@@ -77,7 +86,7 @@ fn main() -> ExitCode {
         _ => {
             eprintln!(
                 "conformance: unknown scenario '{scenario}' (hello, fifo, broadcast, reduce, \
-                 priority, exit-code, mismatch, alltoall, sizes, idle, panic, scheduling, exit-early, exit-after-send, proc-exit, hang, wait)"
+                 priority, exit-code, mismatch, alltoall, sizes, idle, panic, scheduling, exit-early, exit-after-send, proc-exit, hang, silent, slow, wait)"
             );
             return ExitCode::from(2);
         }
@@ -729,6 +738,62 @@ fn hang(pe: &mut Pe) {
         loop {
             std::thread::sleep(Duration::from_secs(3600));
         }
+    }
+}
+
+/// A fast sender and a slow receiver: PE 0 queues all its messages to PE 1 at once; PE 1
+/// spends 100 µs on each. The layer must hold what the receiver cannot take yet, never drop.
+fn slow(pe: &mut Pe, count: u64) {
+    let v = verdict(pe, "slow", move |_| {
+        format!("({count} messages to a slow receiver)")
+    });
+    let next = Rc::new(Cell::new(0u64));
+    let errors = Rc::new(Cell::new(0u64));
+    let (nx, er) = (next.clone(), errors.clone());
+    let h = pe.register("slowly", move |pe, msg| {
+        let seq = word(msg.payload(), 0);
+        if seq != nx.get() || !check_fill(&msg.payload()[8..], seq) {
+            er.set(er.get() + 1);
+            complain(pe, format!("got #{seq}, expected #{}", nx.get()));
+        }
+        nx.set(seq + 1);
+        let busy = Instant::now();
+        while busy.elapsed() < Duration::from_micros(100) {
+            std::hint::spin_loop();
+        }
+    });
+    pe.barrier();
+    if pe.num_pes() > 1 && pe.my_pe() == 0 {
+        for seq in 0..count {
+            let mut m = Message::new(2048);
+            m.payload_mut()[..8].copy_from_slice(&seq.to_le_bytes());
+            fill(&mut m.payload_mut()[8..], seq);
+            pe.send_msg(1, h, m);
+        }
+    }
+    if pe.num_pes() > 1 && pe.my_pe() == 1 {
+        let nx = next.clone();
+        pe.run_until(move |_| nx.get() >= count);
+    }
+    pe.barrier();
+    report(pe, errors.get(), v);
+}
+
+fn silent(pe: &mut Pe) {
+    let sink = pe.register("sink", |_, _| {});
+    pe.barrier();
+    let last = pe.num_pes() - 1;
+    if pe.my_pe() == last {
+        println!("conformance silent: PE {last} stops polling");
+        loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        }
+    }
+    if pe.my_pe() == 0 {
+        // After the last PE has surely stopped: nobody will ever read this.
+        pe.after(Duration::from_millis(200), move |pe| {
+            pe.send(last, sink, b"anyone?")
+        });
     }
 }
 

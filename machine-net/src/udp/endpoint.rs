@@ -1,0 +1,1046 @@
+//! One node's side of the protocol with every peer: datagrams in, messages out in order,
+//! acknowledgements, timers, dead peers. It touches no socket: datagrams leave through a
+//! [`Transmit`] (the real socket, or a simulated link in tests), and the caller says what time
+//! it is, so the whole protocol runs the same in a unit test as in a job.
+//!
+//! Acknowledgements ride on data whenever data goes back. A pure ACK goes when a gap or a
+//! duplicate was seen (the sender needs to know now), when two or more packets came in one
+//! receive batch with nothing going back, or when the delayed-ACK timer expires: half the RTT
+//! measured to that peer, at most `udp.ack_delay_us`, so a reply computed within that time
+//! carries the acknowledgement for free.
+
+use super::config::Config;
+use super::pool::Pool;
+use super::reassembly::{sacked, Arrival, Body, RecvWindow};
+use super::window::SendWindow;
+use super::wire::{self, Expect, Header, Kind, Reject, BASE, MAX_DATA_HEADER, MAX_SACK_EXT};
+use machine::Message;
+use std::io;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+/// Where datagrams go.
+pub trait Transmit {
+    /// Send datagrams to `to`, each the concatenation of its two parts, in order. Returns how
+    /// many were taken (a prefix of `dgrams`); fewer than all means the socket is full for now.
+    ///
+    /// # Errors
+    /// A failure that is not "full" (the OS's).
+    fn transmit(&mut self, to: &SocketAddr, dgrams: &[[&[u8]; 2]]) -> io::Result<usize>;
+
+    /// Send one datagram held in one piece; whether the socket took it. (A socket may do
+    /// this more cheaply than a batch: no descriptor array for the kernel to copy in.)
+    ///
+    /// # Errors
+    /// As [`transmit`](Self::transmit).
+    fn transmit_one(&mut self, to: &SocketAddr, dgram: &[u8]) -> io::Result<bool> {
+        self.transmit(to, &[[dgram, &[]]]).map(|n| n == 1)
+    }
+
+    /// The largest datagram (UDP payload) worth sending to `to`.
+    fn max_datagram(&mut self, to: &SocketAddr) -> usize;
+}
+
+/// Counters, printed with `udp.stats`.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Stats {
+    /// Datagrams sent (data, acknowledgements, farewells).
+    pub sent: u64,
+    /// Data packets sent again.
+    pub retransmits: u64,
+    /// Retransmission timeouts.
+    pub timeouts: u64,
+    /// Pure acknowledgements sent.
+    pub acks: u64,
+    /// Datagrams received and accepted as this job's.
+    pub received: u64,
+    /// Of those, fragments the kernel wrote straight into their message's buffer.
+    pub placed: u64,
+    /// Data packets that had already arrived.
+    pub duplicates: u64,
+    /// Data packets beyond the receive window.
+    pub out_of_window: u64,
+    /// Datagrams not of this job (magic, tag, node numbers, source address): dropped.
+    pub foreign: u64,
+    /// Datagrams with this job's tag but impossible fields: dropped.
+    pub garbage: u64,
+}
+
+/// Why the endpoint cannot go on.
+#[derive(Debug, thiserror::Error)]
+pub enum Failure {
+    /// A peer with data outstanding has not been heard from for too long.
+    #[error("node {node} is gone: {reason}")]
+    Dead {
+        /// The peer.
+        node: usize,
+        /// What was seen.
+        reason: String,
+    },
+    /// A message to `node` is larger than the protocol can carry.
+    #[error("a message of {len} bytes to node {node} is larger than the udp layer carries")]
+    TooLarge {
+        /// The peer.
+        node: usize,
+        /// Its wire bytes.
+        len: usize,
+    },
+    /// The socket failed.
+    #[error("the UDP socket: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// Shortest delayed-ACK timer.
+const MIN_ACK_DELAY: Duration = Duration::from_micros(20);
+
+/// Packets received from a peer in one batch that earn a pure ACK at once.
+const ACK_EVERY: u32 = 2;
+
+/// Copies of a farewell sent (it is not acknowledged: a lost one costs a peer its exit wait).
+const BYE_COPIES: usize = 2;
+
+/// One peer.
+struct Peer {
+    /// Where its datagrams go.
+    to: SocketAddr,
+    /// Where its datagrams must come from.
+    from: SocketAddr,
+    /// Created on first use (it needs the path's datagram size).
+    tx: Option<SendWindow>,
+    rx: RecvWindow,
+    /// When a datagram of it last arrived.
+    heard: Instant,
+    /// When a delayed acknowledgement is due.
+    ack_due: Option<Instant>,
+    /// It said goodbye.
+    gone: bool,
+    /// It is on the list of peers to look at after this batch.
+    dirty: bool,
+}
+
+/// One node's protocol state with all its peers.
+pub struct Endpoint {
+    exp: Expect,
+    cfg: Config,
+    peers: Vec<Peer>,
+    /// Peers to look at after a receive batch (acknowledgements owed, windows opened).
+    dirty: Vec<usize>,
+    /// The earliest timer of any peer, if one runs (may be early: then nothing is due).
+    next_timer: Option<Instant>,
+    /// The socket refused datagrams: some peers wait for it to drain.
+    blocked: bool,
+    /// Acknowledge every packet at once (in a barrier and at exit: peers wait on it).
+    eager: bool,
+    /// KiB this node can buffer for each peer (advertised in every datagram).
+    wnd_kib: u16,
+    seqs: Vec<u64>,
+    headers: Vec<[u8; MAX_DATA_HEADER]>,
+    ackbuf: Vec<u8>,
+    /// The peer whose fragments arrive: where the next datagrams will likely go.
+    filling: Option<usize>,
+    /// Large buffers of messages sent and acknowledged, for large messages received.
+    pool: Pool,
+    /// Counters.
+    pub stats: Stats,
+}
+
+/// A place where a datagram is expected: the missing fragment `index` (packet `seq`) of a
+/// message from node `src` at `from`, to be received straight into `ptr .. ptr + len`.
+#[derive(Debug, Clone, Copy)]
+pub struct Landing {
+    /// The peer's address.
+    pub from: SocketAddr,
+    /// The peer's node number.
+    pub src: u16,
+    /// The packet's sequence number (low 32 bits).
+    pub seq: u32,
+    /// Its fragment index.
+    pub index: u32,
+    /// Its place in the message's buffer, valid until the endpoint is next changed.
+    pub ptr: *mut u8,
+    /// Its exact length.
+    pub len: usize,
+}
+
+impl Landing {
+    /// No place.
+    pub const NONE: Landing = Landing {
+        from: SocketAddr::V4(std::net::SocketAddrV4::new(
+            std::net::Ipv4Addr::UNSPECIFIED,
+            0,
+        )),
+        src: 0,
+        seq: 0,
+        index: 0,
+        ptr: std::ptr::null_mut(),
+        len: 0,
+    };
+}
+
+impl Endpoint {
+    /// Node `me` of a job whose nodes are at `addrs` (`me`'s own entry unused), stamping and
+    /// checking `tag`; `rcvbuf` is the data the socket's receive buffer holds.
+    pub fn new(
+        me: u16,
+        addrs: &[SocketAddr],
+        tag: u64,
+        cfg: Config,
+        rcvbuf: usize,
+        now: Instant,
+    ) -> Endpoint {
+        let peers = addrs
+            .iter()
+            .map(|&a| Peer {
+                to: cfg.via.unwrap_or(a),
+                from: cfg.via.unwrap_or(a),
+                tx: None,
+                rx: RecvWindow::new(cfg.window),
+                heard: now,
+                ack_due: None,
+                gone: false,
+                dirty: false,
+            })
+            .collect();
+        // The socket's buffer is shared by every peer that may send at once.
+        let share = rcvbuf / addrs.len().saturating_sub(1).max(1);
+        Endpoint {
+            exp: Expect {
+                tag,
+                me,
+                nodes: addrs.len(),
+            },
+            peers,
+            dirty: Vec::new(),
+            next_timer: None,
+            blocked: false,
+            eager: false,
+            wnd_kib: (share >> 10).clamp(1, usize::from(u16::MAX)) as u16,
+            seqs: Vec::with_capacity(crate::udp::socket::SEND_BATCH),
+            headers: vec![[0; MAX_DATA_HEADER]; crate::udp::socket::SEND_BATCH],
+            ackbuf: vec![0; BASE + 2 + MAX_SACK_EXT],
+            filling: None,
+            pool: Pool::default(),
+            stats: Stats::default(),
+            cfg,
+        }
+    }
+
+    /// The earliest time a timer may need attention.
+    pub fn next_timer(&self) -> Option<Instant> {
+        self.next_timer
+    }
+
+    /// Whether sends wait for the socket to drain.
+    pub fn blocked(&self) -> bool {
+        self.blocked
+    }
+
+    /// Acknowledge every packet at once (`true`: in a barrier and at exit, where peers wait on
+    /// our acknowledgements), or let them wait for data to ride on (`false`).
+    pub fn set_eager(&mut self, eager: bool) {
+        self.eager = eager;
+    }
+
+    fn arm(&mut self, t: Instant) {
+        if self.next_timer.is_none_or(|n| t < n) {
+            self.next_timer = Some(t);
+        }
+    }
+
+    fn mark(&mut self, p: usize) {
+        if !self.peers[p].dirty {
+            self.peers[p].dirty = true;
+            self.dirty.push(p);
+        }
+    }
+
+    fn window_of<'a>(
+        peers: &'a mut [Peer],
+        cfg: &Config,
+        p: usize,
+        tx: &mut dyn Transmit,
+        now: Instant,
+    ) -> &'a mut SendWindow {
+        let peer = &mut peers[p];
+        let to = peer.to;
+        peer.tx.get_or_insert_with(|| {
+            let max = tx.max_datagram(&to).max(MAX_DATA_HEADER + 64);
+            SendWindow::new(cfg.window, max, cfg.rto, cfg.ack_delay, now)
+        })
+    }
+
+    /// Queue `msg` for peer `p` and send what the windows allow now.
+    ///
+    /// # Errors
+    /// [`Failure::Dead`] when the peer has left the job, [`Failure::TooLarge`],
+    /// [`Failure::Io`].
+    pub fn send(
+        &mut self,
+        p: usize,
+        msg: Message,
+        now: Instant,
+        tx: &mut dyn Transmit,
+    ) -> Result<(), Failure> {
+        if self.peers[p].gone {
+            return Err(Failure::Dead {
+                node: p,
+                reason: "it has left the job".into(),
+            });
+        }
+        let len = msg.wire_len();
+        Self::window_of(&mut self.peers, &self.cfg, p, tx, now)
+            .push(msg)
+            .map_err(|_| Failure::TooLarge { node: p, len })?;
+        self.pump(p, now, tx)
+    }
+
+    /// Take one datagram that arrived from `from`; hand up the messages it completes.
+    /// Returns how many were handed up. Anything wrong with the datagram is counted and
+    /// dropped, never an error.
+    pub fn receive(
+        &mut self,
+        bytes: &[u8],
+        from: SocketAddr,
+        now: Instant,
+        deliver: &mut dyn FnMut(Message),
+    ) -> usize {
+        match wire::decode(bytes, &self.exp) {
+            Ok(d) => self.accept(&d.hdr, Body::Bytes(d.body), d.body, from, now, deliver),
+            Err(r) => {
+                self.reject(r);
+                0
+            }
+        }
+    }
+
+    /// Take a data fragment the socket received straight into its place (one of the
+    /// [`landing`](Self::landing) zones): `head` is its header, `len` its whole length.
+    /// Returns how many messages were handed up.
+    pub fn receive_placed(
+        &mut self,
+        head: &[u8],
+        len: usize,
+        from: SocketAddr,
+        now: Instant,
+        deliver: &mut dyn FnMut(Message),
+    ) -> usize {
+        match wire::decode_header(head, len, &self.exp) {
+            Ok((h, _)) if h.kind == Kind::Data && h.frag.is_some() => {
+                self.stats.placed += 1;
+                self.accept(&h, Body::Placed, &[], from, now, deliver)
+            }
+            Ok(_) => {
+                self.stats.garbage += 1;
+                0
+            }
+            Err(r) => {
+                self.reject(r);
+                0
+            }
+        }
+    }
+
+    fn reject(&mut self, r: Reject) {
+        match r {
+            Reject::Foreign => self.stats.foreign += 1,
+            Reject::Garbage => self.stats.garbage += 1,
+        }
+    }
+
+    /// A checked datagram from `from`: data (`body`), acknowledgements (`ext`: an ACK's
+    /// SACK extension), farewell.
+    fn accept(
+        &mut self,
+        h: &Header,
+        body: Body<'_>,
+        ext: &[u8],
+        from: SocketAddr,
+        now: Instant,
+        deliver: &mut dyn FnMut(Message),
+    ) -> usize {
+        let p = usize::from(h.src);
+        if from != self.peers[p].from {
+            self.stats.foreign += 1;
+            return 0;
+        }
+        self.stats.received += 1;
+        let peer = &mut self.peers[p];
+        peer.heard = now;
+        let mut delivered = 0;
+        match h.kind {
+            Kind::Data => {
+                let (arrival, n) = peer
+                    .rx
+                    .on_data(h.seq, h.frag, body, &mut self.pool, deliver);
+                delivered = n;
+                match arrival {
+                    Arrival::Accepted => {}
+                    Arrival::Duplicate => self.stats.duplicates += 1,
+                    Arrival::OutOfWindow => self.stats.out_of_window += 1,
+                    Arrival::Inconsistent => self.stats.garbage += 1,
+                }
+                if h.frag.is_some() {
+                    self.filling = Some(p);
+                }
+                self.on_ack_fields(p, h, &[], now);
+            }
+            Kind::Ack => self.on_ack_fields(p, h, ext, now),
+            Kind::Bye => {
+                let peer = &mut self.peers[p];
+                peer.gone = true;
+                if let Some(tx) = peer.tx.as_mut() {
+                    tx.clear();
+                }
+            }
+        }
+        self.mark(p);
+        delivered
+    }
+
+    /// Where the next datagrams are likely to belong: the missing fragments of the peer that
+    /// sent the last fragment, written to `out`; returns how many. The socket receives
+    /// datagrams there, so a large message's payload is copied once, by the kernel.
+    pub fn landing(&mut self, out: &mut [Landing]) -> usize {
+        let Some(p) = self.filling else {
+            return 0;
+        };
+        let from = self.peers[p].from;
+        let mut n = 0;
+        self.peers[p].rx.holes(out.len(), |h| {
+            out[n] = Landing {
+                from,
+                src: p as u16,
+                seq: h.seq as u32,
+                index: h.index,
+                ptr: h.ptr,
+                len: h.len,
+            };
+            n += 1;
+        });
+        if n == 0 {
+            self.filling = None;
+        }
+        n
+    }
+
+    fn on_ack_fields(&mut self, p: usize, h: &Header, ext: &[u8], now: Instant) {
+        let Some(tx) = self.peers[p].tx.as_mut() else {
+            return;
+        };
+        let (una, _) = tx.bounds();
+        let ack = wire::widen(h.ack, una);
+        let wnd = usize::from(h.wnd) << 10;
+        let fx = tx.on_ack(ack, sacked(ack, h.sack, ext), wnd, now, &mut self.pool);
+        if h.dup {
+            tx.on_duplicate_report();
+        }
+        if fx.invalid {
+            self.stats.garbage += 1;
+        }
+    }
+
+    /// After a batch of datagrams: send what acknowledgements opened the windows for,
+    /// acknowledgements owed, and start delayed-ACK timers.
+    ///
+    /// # Errors
+    /// [`Failure::Io`].
+    pub fn flush(&mut self, now: Instant, tx: &mut dyn Transmit) -> Result<(), Failure> {
+        while let Some(p) = self.dirty.pop() {
+            self.peers[p].dirty = false;
+            if self.peers[p].gone {
+                continue;
+            }
+            self.pump(p, now, tx)?;
+            let peer = &mut self.peers[p];
+            if !peer.rx.owes_ack() {
+                continue;
+            }
+            if self.eager || peer.rx.ack_now || peer.rx.unacked >= ACK_EVERY {
+                self.send_ack(p, tx)?;
+            } else if peer.ack_due.is_none() {
+                let delay = self.ack_delay(p);
+                self.peers[p].ack_due = Some(now + delay);
+                self.arm(now + delay);
+            }
+        }
+        Ok(())
+    }
+
+    fn ack_delay(&self, p: usize) -> Duration {
+        let srtt = self.peers[p]
+            .tx
+            .as_ref()
+            .and_then(|t| t.rtt().srtt())
+            .unwrap_or(self.cfg.ack_delay);
+        (srtt / 2).clamp(MIN_ACK_DELAY.min(self.cfg.ack_delay), self.cfg.ack_delay)
+    }
+
+    /// Send to peer `p` what the windows allow: retransmissions, then new packets, in batches,
+    /// each carrying our acknowledgement of its data.
+    fn pump(&mut self, p: usize, now: Instant, tx: &mut dyn Transmit) -> Result<(), Failure> {
+        loop {
+            let peer = &mut self.peers[p];
+            let Some(w) = peer.tx.as_mut() else {
+                return Ok(());
+            };
+            if !w.has_work() {
+                break;
+            }
+            self.seqs.clear();
+            w.take(&mut self.seqs, self.headers.len(), now);
+            if self.seqs.is_empty() {
+                break;
+            }
+            let (ack, sack) = peer.rx.ack_fields();
+            let mut hdr = Header {
+                kind: Kind::Data,
+                src: self.exp.me,
+                dst: p as u16,
+                wnd: self.wnd_kib,
+                tag: self.exp.tag,
+                seq: 0,
+                ack: ack as u32,
+                sack,
+                frag: None,
+                dup: peer.rx.dup_seen,
+            };
+            let k = self.seqs.len();
+            if k == 1 {
+                // The common case, a message of one datagram: its header goes into the
+                // message's headroom and the datagram leaves in one piece from its buffer.
+                hdr.seq = self.seqs[0] as u32;
+                if let Some(frame) = w.frame(self.seqs[0], &hdr) {
+                    let sent = tx.transmit_one(&peer.to, frame)?;
+                    if sent {
+                        self.stats.sent += 1;
+                        peer.rx.acked();
+                        peer.ack_due = None;
+                    } else {
+                        w.unsend(&self.seqs);
+                        self.blocked = true;
+                        break;
+                    }
+                    continue;
+                }
+            }
+            let mut dgrams: [[&[u8]; 2]; crate::udp::socket::SEND_BATCH] =
+                [[&[], &[]]; crate::udp::socket::SEND_BATCH];
+            for (i, &seq) in self.seqs.iter().enumerate() {
+                hdr.seq = seq as u32;
+                hdr.frag = w.datagram(seq).0;
+                hdr.write(&mut self.headers[i]);
+            }
+            for (i, &seq) in self.seqs.iter().enumerate() {
+                let (frag, body) = w.datagram(seq);
+                let hlen = if frag.is_some() {
+                    MAX_DATA_HEADER
+                } else {
+                    BASE
+                };
+                dgrams[i] = [&self.headers[i][..hlen], body];
+            }
+            let sent = tx.transmit(&peer.to, &dgrams[..k])?;
+            // A second clock reading for a batch (not for a lone datagram): see `left`.
+            w.left(Instant::now());
+            self.stats.sent += sent as u64;
+            if sent > 0 {
+                peer.rx.acked();
+                peer.ack_due = None;
+            }
+            if sent < k {
+                w.unsend(&self.seqs[sent..]);
+                self.blocked = true;
+                break;
+            }
+        }
+        if let Some(t) = self.peers[p].tx.as_ref().and_then(|w| w.deadline()) {
+            self.arm(t);
+            self.arm(self.peers[p].heard.max(self.progress_at(p)) + self.cfg.dead_after);
+        }
+        Ok(())
+    }
+
+    fn progress_at(&self, p: usize) -> Instant {
+        self.peers[p]
+            .tx
+            .as_ref()
+            .map_or(self.peers[p].heard, |w| w.progress_at())
+    }
+
+    /// A pure acknowledgement to peer `p`, with SACK bits for everything held.
+    fn send_ack(&mut self, p: usize, tx: &mut dyn Transmit) -> Result<(), Failure> {
+        let peer = &mut self.peers[p];
+        let (ack, sack) = peer.rx.ack_fields();
+        let nxt = peer.tx.as_ref().map_or(0, |w| w.bounds().1);
+        let h = Header {
+            kind: Kind::Ack,
+            src: self.exp.me,
+            dst: p as u16,
+            wnd: self.wnd_kib,
+            tag: self.exp.tag,
+            seq: nxt as u32,
+            ack: ack as u32,
+            sack,
+            frag: None,
+            dup: peer.rx.dup_seen,
+        };
+        h.write(&mut self.ackbuf);
+        let n = peer.rx.sack_ext(&mut self.ackbuf[BASE + 2..]);
+        self.ackbuf[BASE..BASE + 2].copy_from_slice(&(n as u16).to_le_bytes());
+        if tx.transmit_one(&peer.to, &self.ackbuf[..BASE + 2 + n])? {
+            peer.rx.acked();
+            peer.ack_due = None;
+            self.stats.sent += 1;
+            self.stats.acks += 1;
+        } else {
+            self.blocked = true;
+        }
+        Ok(())
+    }
+
+    /// Run the timers that are due: delayed acknowledgements, retransmission timeouts, dead
+    /// peers. Cheap when none is: call it whenever convenient.
+    ///
+    /// # Errors
+    /// [`Failure::Dead`] naming the first silent peer; [`Failure::Io`].
+    pub fn on_timers(&mut self, now: Instant, tx: &mut dyn Transmit) -> Result<(), Failure> {
+        if self.next_timer.is_none_or(|t| t > now) {
+            return Ok(());
+        }
+        self.next_timer = None;
+        for p in 0..self.peers.len() {
+            if self.peers[p].gone {
+                continue;
+            }
+            if self.peers[p].ack_due.is_some_and(|t| t <= now) {
+                self.send_ack(p, tx)?;
+            }
+            if let Some(t) = self.peers[p].ack_due {
+                self.arm(t);
+            }
+            let heard = self.peers[p].heard;
+            let Some(w) = self.peers[p].tx.as_mut() else {
+                continue;
+            };
+            if !w.outstanding() {
+                continue;
+            }
+            let silent_since = heard.max(w.progress_at());
+            let silence = now.saturating_duration_since(silent_since);
+            if silence >= self.cfg.dead_after {
+                let (una, nxt) = w.bounds();
+                return Err(Failure::Dead {
+                    node: p,
+                    reason: format!(
+                        "no answer for {:.1} s with {} packet(s) unacknowledged",
+                        silence.as_secs_f64(),
+                        nxt - una
+                    ),
+                });
+            }
+            if w.deadline().is_some_and(|t| t <= now) {
+                w.on_timer(now);
+            }
+            self.pump(p, now, tx)?;
+        }
+        Ok(())
+    }
+
+    /// Try again the peers that waited for the socket to drain.
+    ///
+    /// # Errors
+    /// [`Failure::Io`].
+    pub fn retry(&mut self, now: Instant, tx: &mut dyn Transmit) -> Result<(), Failure> {
+        self.blocked = false;
+        for p in 0..self.peers.len() {
+            let work = self.peers[p].tx.as_ref().is_some_and(|w| w.has_work());
+            if work && !self.peers[p].gone {
+                self.pump(p, now, tx)?;
+            }
+            if self.peers[p].rx.ack_now {
+                self.send_ack(p, tx)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Every message sent has been acknowledged, or its peer has left.
+    pub fn settled(&self) -> bool {
+        self.peers
+            .iter()
+            .all(|p| p.gone || p.tx.as_ref().is_none_or(|w| w.is_idle()))
+    }
+
+    /// Tell every peer we exchanged anything with that we leave.
+    pub fn say_bye(&mut self, tx: &mut dyn Transmit) {
+        for p in 0..self.peers.len() {
+            let peer = &self.peers[p];
+            if peer.gone || (peer.tx.is_none() && peer.rx.nxt() == 0) {
+                continue;
+            }
+            let h = Header {
+                kind: Kind::Bye,
+                src: self.exp.me,
+                dst: p as u16,
+                wnd: 0,
+                tag: self.exp.tag,
+                seq: 0,
+                ack: peer.rx.nxt() as u32,
+                sack: 0,
+                frag: None,
+                dup: false,
+            };
+            let mut b = [0u8; BASE];
+            h.write(&mut b);
+            for _ in 0..BYE_COPIES {
+                // Best effort: the job is over.
+                if tx.transmit(&peer.to, &[[&b, &[]]]).is_ok() {
+                    self.stats.sent += 1;
+                }
+            }
+        }
+    }
+
+    /// A datagram through the relay (`udp.via`) that tells it where this node is: from us,
+    /// to us. The relay learns our address from it and forwards nothing.
+    ///
+    /// # Errors
+    /// The socket's.
+    pub fn announce(&mut self, tx: &mut dyn Transmit) -> io::Result<()> {
+        let Some(via) = self.cfg.via else {
+            return Ok(());
+        };
+        let h = Header {
+            kind: Kind::Bye,
+            src: self.exp.me,
+            dst: self.exp.me,
+            wnd: 0,
+            tag: self.exp.tag,
+            seq: 0,
+            ack: 0,
+            sack: 0,
+            frag: None,
+            dup: false,
+        };
+        let mut b = [0u8; BASE];
+        h.write(&mut b);
+        tx.transmit(&via, &[[&b, &[]]]).map(|_| ())
+    }
+
+    /// Packets retransmitted, timeouts and tail-loss probes, summed over peers.
+    pub fn retransmissions(&self) -> (u64, u64, u64) {
+        self.peers
+            .iter()
+            .filter_map(|p| p.tx.as_ref())
+            .fold((0, 0, 0), |(r, t, p), w| {
+                (r + w.retransmits, t + w.timeouts, p + w.probes)
+            })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const TAG: u64 = 0x005E_C2E7;
+
+    /// A link that keeps what is sent, for the simulation to deliver.
+    struct Wire {
+        out: Vec<(SocketAddr, Vec<u8>)>,
+        max: usize,
+    }
+
+    impl Transmit for Wire {
+        fn transmit(&mut self, to: &SocketAddr, dgrams: &[[&[u8]; 2]]) -> io::Result<usize> {
+            for d in dgrams {
+                self.out.push((*to, [d[0], d[1]].concat()));
+            }
+            Ok(dgrams.len())
+        }
+        fn max_datagram(&mut self, _: &SocketAddr) -> usize {
+            self.max
+        }
+    }
+
+    /// xorshift64*: reproducible randomness for the simulated network.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        }
+        fn percent(&mut self, p: u64) -> bool {
+            self.next() % 100 < p
+        }
+    }
+
+    fn addrs() -> [SocketAddr; 2] {
+        [
+            "127.0.0.1:1000".parse().expect("addr"),
+            "127.0.0.1:2000".parse().expect("addr"),
+        ]
+    }
+
+    fn numbered(i: u32, len: usize) -> Message {
+        let mut m = Message::from_payload(&vec![i as u8; len]);
+        m.set_handler(i);
+        m
+    }
+
+    struct Net {
+        loss: u64,
+        dup: u64,
+        reorder: u64,
+    }
+
+    /// Node 0 sends `sizes.len()` numbered messages to node 1 and node 1 answers every tenth,
+    /// over a network that loses, duplicates and reorders as `net` says. Returns what each
+    /// side received, and the endpoints.
+    fn simulate(net: Net, sizes: &[usize], seed: u64) -> (Vec<u32>, Vec<u32>, [Endpoint; 2]) {
+        let a = addrs();
+        let mut t = Instant::now();
+        let cfg = Config::default();
+        let mut eps = [
+            Endpoint::new(0, &a, TAG, cfg.clone(), 1 << 20, t),
+            Endpoint::new(1, &a, TAG, cfg, 1 << 20, t),
+        ];
+        let mut wires = [
+            Wire {
+                out: Vec::new(),
+                max: 1400,
+            },
+            Wire {
+                out: Vec::new(),
+                max: 1400,
+            },
+        ];
+        let mut rng = Rng(seed | 1);
+        let mut got: [Vec<u32>; 2] = [Vec::new(), Vec::new()];
+        // (due, to node, from address, bytes)
+        let mut flight: Vec<(Instant, usize, SocketAddr, Vec<u8>)> = Vec::new();
+        let mut next = 0;
+        let tick = Duration::from_micros(50);
+        for _ in 0..2_000_000 {
+            // Node 0 sends a few messages per tick.
+            for _ in 0..4 {
+                if next < sizes.len() {
+                    let m = numbered(next as u32, sizes[next]);
+                    eps[0].send(1, m, t, &mut wires[0]).expect("send");
+                    next += 1;
+                }
+            }
+            for (n, w) in wires.iter_mut().enumerate() {
+                for (_, bytes) in w.out.drain(..) {
+                    if rng.percent(net.loss) {
+                        continue;
+                    }
+                    let copies = if rng.percent(net.dup) { 2 } else { 1 };
+                    for _ in 0..copies {
+                        let late = if rng.percent(net.reorder) {
+                            Duration::from_micros(rng.next() % 400)
+                        } else {
+                            Duration::ZERO
+                        };
+                        flight.push((t + tick + late, 1 - n, a[n], bytes.clone()));
+                    }
+                }
+            }
+            t += tick;
+            let (due, later): (Vec<_>, Vec<_>) = flight.into_iter().partition(|f| f.0 <= t);
+            flight = later;
+            for (_, to, from, bytes) in due {
+                let mut answers = Vec::new();
+                eps[to].receive(&bytes, from, t, &mut |m| {
+                    if to == 1 && m.handler() % 10 == 0 {
+                        answers.push(m.handler());
+                    }
+                    got[to].push(m.handler());
+                });
+                for h in answers {
+                    eps[1]
+                        .send(0, numbered(h, 8), t, &mut wires[1])
+                        .expect("answer");
+                }
+            }
+            for n in 0..2 {
+                eps[n].flush(t, &mut wires[n]).expect("flush");
+                eps[n].on_timers(t, &mut wires[n]).expect("no peer dies");
+            }
+            let answers = sizes.len().div_ceil(10);
+            if got[1].len() == sizes.len()
+                && got[0].len() == answers
+                && eps.iter().all(|e| e.settled())
+            {
+                break;
+            }
+        }
+        let [g0, g1] = got;
+        (g0, g1, eps)
+    }
+
+    fn check(net: Net, seed: u64) -> [Endpoint; 2] {
+        let sizes: Vec<usize> = (0..600)
+            .map(|i| [0usize, 10, 1300, 1400, 5000, 40_000][i % 6])
+            .collect();
+        let (back, there, eps) = simulate(net, &sizes, seed);
+        let want: Vec<u32> = (0..sizes.len() as u32).collect();
+        assert_eq!(there, want, "node 1 got every message once, in order");
+        let want_back: Vec<u32> = (0..sizes.len() as u32).filter(|h| h % 10 == 0).collect();
+        assert_eq!(back, want_back, "node 0 got every answer once, in order");
+        eps
+    }
+
+    #[test]
+    fn a_clean_network_needs_no_retransmission() {
+        let eps = check(
+            Net {
+                loss: 0,
+                dup: 0,
+                reorder: 0,
+            },
+            1,
+        );
+        assert_eq!(eps[0].retransmissions(), (0, 0, 0));
+    }
+
+    #[test]
+    fn loss_duplication_and_reordering_still_give_exactly_once_in_order() {
+        for (seed, net) in [
+            (2, (5, 0, 0)),
+            (3, (20, 0, 0)),
+            (4, (0, 10, 0)),
+            (5, (0, 0, 30)),
+            (6, (10, 10, 30)),
+        ] {
+            let eps = check(
+                Net {
+                    loss: net.0,
+                    dup: net.1,
+                    reorder: net.2,
+                },
+                seed,
+            );
+            if net.1 > 0 {
+                assert!(eps[1].stats.duplicates > 0, "{net:?}: duplicates seen");
+            }
+        }
+    }
+
+    #[test]
+    fn a_silent_peer_is_declared_dead_in_time() {
+        let a = addrs();
+        let t0 = Instant::now();
+        let cfg = Config {
+            dead_after: Duration::from_secs(3),
+            ..Config::default()
+        };
+        let mut ep = Endpoint::new(0, &a, TAG, cfg, 1 << 20, t0);
+        let mut w = Wire {
+            out: Vec::new(),
+            max: 1400,
+        };
+        ep.send(1, numbered(1, 10), t0, &mut w).expect("send");
+        let mut t = t0;
+        let err = loop {
+            t += Duration::from_millis(10);
+            assert!(t - t0 < Duration::from_secs(4), "still alive after 4 s");
+            if let Err(e) = ep.on_timers(t, &mut w) {
+                break e;
+            }
+        };
+        assert!(t - t0 >= Duration::from_secs(3));
+        match err {
+            Failure::Dead { node, reason } => {
+                assert_eq!(node, 1);
+                assert!(reason.contains("no answer for 3.0 s"), "{reason}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Backoff: a few dozen retransmissions in 3 s, not thousands.
+        let (retx, _, _) = ep.retransmissions();
+        assert!((2..=20).contains(&retx), "{retx} retransmissions");
+    }
+
+    #[test]
+    fn an_idle_endpoint_runs_no_timer() {
+        let a = addrs();
+        let t = Instant::now();
+        let mut eps = [
+            Endpoint::new(0, &a, TAG, Config::default(), 1 << 20, t),
+            Endpoint::new(1, &a, TAG, Config::default(), 1 << 20, t),
+        ];
+        let mut w = Wire {
+            out: Vec::new(),
+            max: 1400,
+        };
+        eps[0].send(1, numbered(1, 10), t, &mut w).expect("send");
+        let (to, d) = w.out.remove(0);
+        assert_eq!(to, a[1]);
+        let mut n = 0;
+        eps[1].receive(&d, a[0], t, &mut |_| n += 1);
+        assert_eq!(n, 1);
+        eps[1].flush(t, &mut w).expect("flush");
+        // One packet: the ACK waits for data to ride on, then goes alone.
+        assert!(w.out.is_empty());
+        let due = eps[1].next_timer().expect("a delayed ACK");
+        eps[1].on_timers(due, &mut w).expect("timers");
+        let (_, ack) = w.out.remove(0);
+        eps[0].receive(&ack, a[1], due, &mut |_| {});
+        eps[0]
+            .on_timers(due + Duration::from_secs(60), &mut w)
+            .expect("no timers");
+        assert!(eps[0].settled());
+        assert!(w.out.is_empty(), "nothing more was sent");
+    }
+
+    /// A node receiving from peer 1 at `a[1]`, and a valid data datagram from it.
+    fn receiver_and_sample() -> (Endpoint, Vec<u8>) {
+        let a = addrs();
+        let t = Instant::now();
+        let mut sender = Endpoint::new(1, &a, TAG, Config::default(), 1 << 20, t);
+        let mut w = Wire {
+            out: Vec::new(),
+            max: 1400,
+        };
+        sender.send(0, numbered(3, 3000), t, &mut w).expect("send");
+        let d = w.out.remove(1);
+        let rx = Endpoint::new(0, &a, TAG, Config::default(), 1 << 20, t);
+        (rx, d.1)
+    }
+
+    proptest! {
+        #[test]
+        fn random_bytes_never_panic_and_never_deliver(bytes in proptest::collection::vec(any::<u8>(), 0..2000)) {
+            let (mut rx, _) = receiver_and_sample();
+            let mut n = 0;
+            rx.receive(&bytes, addrs()[1], Instant::now(), &mut |_| n += 1);
+            prop_assert_eq!(n, 0);
+        }
+
+        #[test]
+        fn mutated_datagrams_never_panic(
+            flips in proptest::collection::vec((0usize..2000, any::<u8>()), 1..8),
+            cut in 0usize..2000,
+        ) {
+            let (mut rx, mut d) = receiver_and_sample();
+            for (at, v) in flips {
+                let i = at % d.len();
+                d[i] = v;
+            }
+            d.truncate(cut.max(1));
+            let mut n = 0;
+            rx.receive(&d, addrs()[1], Instant::now(), &mut |_| n += 1);
+            // A fragment alone completes nothing.
+            prop_assert_eq!(n, 0);
+            // From the wrong address, nothing is accepted.
+            let before = (rx.stats.foreign + rx.stats.garbage, rx.stats.received);
+            rx.receive(&d, addrs()[0], Instant::now(), &mut |_| n += 1);
+            prop_assert_eq!((rx.stats.foreign + rx.stats.garbage, rx.stats.received), (before.0 + 1, before.1));
+            prop_assert_eq!(n, 0);
+        }
+    }
+}

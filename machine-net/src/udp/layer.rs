@@ -1,0 +1,299 @@
+//! The UDP layer as a [`Machine`]: one process per node, started by charmrun, one UDP socket
+//! per node, the protocol of [`super::endpoint`] on it.
+//!
+//! Start-up is the TCP layer's: connect back to charmrun, bind the socket on the address that
+//! routes to charmrun, send that address as this node's info, receive the node table. The
+//! scheduler's poll loop drives everything else: `advance` takes datagrams in batches and runs
+//! due timers; an idle node blocks in `ppoll` on its one socket until a datagram comes or its
+//! next timer is due (no timer runs while nothing is outstanding, so an idle job sleeps).
+
+use super::config::Config;
+use super::endpoint::{Endpoint, Failure, Landing};
+use super::socket::{Arrived, Socket, RECV_BATCH};
+use super::wire;
+use crate::mesh;
+use charmrun::client::{Control, LaunchEnv};
+use machine::{BootConfig, Layer, Machine, MachineError, Message, NodeTable};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The registry entry for this layer.
+pub const LAYER: Layer = Layer {
+    name: "udp",
+    summary: "one process per node started by charmrun, UDP datagrams with retransmission",
+    boot,
+    launched: LaunchEnv::present,
+};
+
+/// Receive batches taken by one `advance` at most: then the scheduler gets to dispatch.
+const MAX_BATCHES: usize = 8;
+
+/// How long `exit` keeps trying to get what it sent acknowledged.
+const EXIT_FLUSH: Duration = Duration::from_secs(2);
+
+/// Longest single sleep while waiting in the exit barrier or in `exit`.
+const NAP: Duration = Duration::from_millis(1);
+
+/// One node of a UDP job.
+pub struct UdpMachine {
+    me: usize,
+    table: NodeTable,
+    sock: Socket,
+    ep: Endpoint,
+    /// Messages ready to hand up: sent to ourselves, or received while in a barrier.
+    ready: VecDeque<Message>,
+    stats: bool,
+    ctl: Arc<Control>,
+}
+
+/// Boot: connect back to charmrun, bind the socket, learn the table.
+///
+/// # Errors
+/// [`MachineError::Boot`] when not started by charmrun or when start-up fails;
+/// [`MachineError::Setting`] for a bad `udp.*` setting.
+pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
+    let conf = Config::from_settings(&cfg.settings)?;
+    let env = LaunchEnv::from_env()?;
+    if env.num_nodes > usize::from(u16::MAX) {
+        return Err(MachineError::Boot(format!(
+            "the udp layer numbers nodes in 16 bits; {} nodes are too many",
+            env.num_nodes
+        )));
+    }
+    let mut ctl = Control::connect(&env)?;
+    let mut sock = Socket::bind(ctl.local_ip(), conf.mtu)
+        .map_err(|e| MachineError::io("opening the node's UDP socket", e))?;
+    let rcvbuf = sock
+        .set_buffers(conf.sockbuf)
+        .map_err(|e| MachineError::io("sizing the UDP socket's buffers", e))?;
+    let addr = sock
+        .local_addr()
+        .map_err(|e| MachineError::io("the UDP socket's address", e))?;
+    let table = ctl.join(&env, mesh::encode_addr(addr))?;
+    if table.num_pes() != table.num_nodes() * cfg.pes_per_node {
+        return Err(MachineError::Boot(format!(
+            "the node table has {} PEs on {} nodes, but +ppn is {}",
+            table.num_pes(),
+            table.num_nodes(),
+            cfg.pes_per_node
+        )));
+    }
+    let addrs = (0..table.num_nodes())
+        .map(|n| {
+            if n == env.node {
+                Ok(addr)
+            } else {
+                mesh::decode_addr(&table, n)
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let stats = conf.stats;
+    let mut ep = Endpoint::new(
+        env.node as u16,
+        &addrs,
+        wire::tag(&env.secret),
+        conf,
+        rcvbuf,
+        Instant::now(),
+    );
+    ep.announce(&mut sock)
+        .map_err(|e| MachineError::io("announcing this node to the relay", e))?;
+    Ok(vec![Box::new(UdpMachine {
+        me: env.node,
+        table,
+        sock,
+        ep,
+        ready: VecDeque::new(),
+        stats,
+        ctl: Arc::new(ctl),
+    })])
+}
+
+impl UdpMachine {
+    fn failure(&self, f: Failure) -> MachineError {
+        match f {
+            Failure::Dead { node, reason } => MachineError::peer_dead(&self.table, node, reason),
+            Failure::TooLarge { node, len } => MachineError::Io {
+                context: format!("sending a message of {len} bytes to node {node}"),
+                source: std::io::Error::other("larger than the udp layer carries (1 TiB)"),
+            },
+            Failure::Io(e) => MachineError::io("the UDP socket", e),
+        }
+    }
+
+    /// Take what the socket has (a bounded number of batches), run due timers, retry sends
+    /// the socket refused. Messages completed go to `deliver`.
+    fn progress(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, Failure> {
+        let mut n = 0;
+        let mut now = None;
+        let mut landings = [Landing::NONE; RECV_BATCH];
+        for _ in 0..MAX_BATCHES {
+            let zones = self.ep.landing(&mut landings);
+            // SAFETY: the zones are the endpoint's, untouched by it until the datagrams are
+            // handed to it below.
+            let k = unsafe { self.sock.recv(&landings[..zones]) }?;
+            if k == 0 {
+                break;
+            }
+            // One clock reading per batch: for RTT samples and the peers' last-heard times.
+            let t = Instant::now();
+            now = Some(t);
+            for i in 0..k {
+                n += match self.sock.datagram(i) {
+                    Some(Arrived::Bytes(bytes, from)) => self.ep.receive(bytes, from, t, deliver),
+                    Some(Arrived::Placed { head, len, from }) => {
+                        self.ep.receive_placed(head, len, from, t, deliver)
+                    }
+                    None => {
+                        self.ep.stats.garbage += 1;
+                        0
+                    }
+                };
+            }
+            if !self.sock.more() {
+                break;
+            }
+        }
+        if let Some(t) = now {
+            self.ep.flush(t, &mut self.sock)?;
+        }
+        if let Some(due) = self.ep.next_timer() {
+            // The clock is read only while a timer runs (data outstanding or an ACK owed).
+            let t = now.unwrap_or_else(Instant::now);
+            if t >= due {
+                self.ep.on_timers(t, &mut self.sock)?;
+            }
+        }
+        if self.ep.blocked() {
+            self.ep
+                .retry(now.unwrap_or_else(Instant::now), &mut self.sock)?;
+        }
+        Ok(n)
+    }
+
+    /// Sleep until a datagram comes, the next timer, or `limit`.
+    fn pause(&mut self, limit: Duration) -> Result<(), MachineError> {
+        let mut t = limit;
+        if let Some(due) = self.ep.next_timer() {
+            t = t.min(due.saturating_duration_since(Instant::now()));
+        }
+        if t.is_zero() {
+            return Ok(());
+        }
+        self.sock
+            .wait(self.ep.blocked(), t)
+            .map_err(|e| MachineError::io("waiting on the UDP socket", e))
+    }
+
+    fn print_stats(&self) {
+        let s = self.ep.stats;
+        let (retransmits, timeouts, probes) = self.ep.retransmissions();
+        eprintln!(
+            "udp node {}: sent {} datagrams ({} acks, {} retransmitted, {} timeouts, {} tail \
+             probes), received {} \
+             ({} in place, {} duplicates, {} beyond the window), dropped {} foreign and {} garbage",
+            self.me,
+            s.sent,
+            s.acks,
+            retransmits,
+            timeouts,
+            probes,
+            s.received,
+            s.placed,
+            s.duplicates,
+            s.out_of_window,
+            s.foreign,
+            s.garbage
+        );
+    }
+}
+
+impl Machine for UdpMachine {
+    fn layer(&self) -> &'static str {
+        "udp"
+    }
+
+    fn my_node(&self) -> usize {
+        self.me
+    }
+
+    fn table(&self) -> &NodeTable {
+        &self.table
+    }
+
+    fn send(&mut self, node: usize, msg: Message) -> Result<(), MachineError> {
+        if node == self.me {
+            self.ready.push_back(msg);
+            return Ok(());
+        }
+        if node >= self.table.num_nodes() {
+            return Err(MachineError::InvalidNode {
+                node,
+                nodes: self.table.num_nodes(),
+            });
+        }
+        // The clock stamps the packets for RTT samples and the retransmission timer.
+        let r = self.ep.send(node, msg, Instant::now(), &mut self.sock);
+        r.map_err(|f| self.failure(f))
+    }
+
+    fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
+        let mut n = 0;
+        while let Some(m) = self.ready.pop_front() {
+            deliver(m);
+            n += 1;
+        }
+        match self.progress(deliver) {
+            Ok(k) => Ok(n + k),
+            Err(f) => Err(self.failure(f)),
+        }
+    }
+
+    fn wait(&mut self, timeout: Duration) -> Result<(), MachineError> {
+        if !self.ready.is_empty() {
+            return Ok(());
+        }
+        self.pause(timeout)
+    }
+
+    fn barrier(&mut self) -> Result<(), MachineError> {
+        // Keep the protocol moving while others catch up: our retransmissions and our
+        // acknowledgements may be what a peer needs to reach the barrier. What arrives is
+        // kept for the next `advance`.
+        self.ep.set_eager(true);
+        let ctl = Arc::clone(&self.ctl);
+        let r = ctl.barrier_while(|| {
+            let mut held = std::mem::take(&mut self.ready);
+            let r = self.progress(&mut |m| held.push_back(m));
+            self.ready = held;
+            r.map_err(|f| self.failure(f))?;
+            self.pause(NAP)
+        });
+        self.ep.set_eager(false);
+        r
+    }
+
+    fn exit(&mut self, code: i32) -> Result<(), MachineError> {
+        // Get what we sent acknowledged if the peers answer soon (a peer that says goodbye
+        // answers for everything); keep acknowledging theirs meanwhile. The job is over:
+        // what arrives now is dropped, and not forever.
+        self.ep.set_eager(true);
+        let deadline = Instant::now() + EXIT_FLUSH;
+        while !self.ep.settled() && Instant::now() < deadline {
+            if self.progress(&mut |_| {}).is_err() {
+                break;
+            }
+            let _ = self.pause(NAP);
+        }
+        self.ep.say_bye(&mut self.sock);
+        if self.stats {
+            self.print_stats();
+        }
+        self.ctl.ending(code)
+    }
+
+    fn abort(&mut self, reason: &str) -> ! {
+        self.ctl.abort(reason)
+    }
+}

@@ -1,0 +1,26 @@
+//! The UDP layer: the net layer over an unreliable interconnect, as Charm++'s net layer does
+//! it. Datagrams get lost, duplicated and reordered; the layer still hands up every message
+//! exactly once, in order per sender.
+//!
+//! - [`wire`]: the datagram header, and the checks every arriving datagram passes.
+//! - `window`: the send side per peer: packets, sliding window, SACK, loss detection,
+//!   retransmission, congestion and flow control.
+//! - `reassembly`: the receive side per peer: duplicates, reordering, fragments, delivery.
+//! - `rtt`: the retransmission timeout from measured round trips (RFC 6298).
+//! - `pool`: large buffers of messages sent, kept to receive large messages into.
+//! - [`endpoint`]: one node's protocol with all peers, timers, dead peers; no socket in it.
+//! - `socket`: the node's one UDP socket, batched system calls.
+//! - [`config`]: the `udp.*` settings.
+//! - [`layer`]: the `Machine` implementation and boot through charmrun.
+
+pub mod config;
+pub mod endpoint;
+pub mod layer;
+mod pool;
+mod reassembly;
+mod rtt;
+mod socket;
+mod window;
+pub mod wire;
+
+pub use layer::LAYER;

@@ -1,0 +1,657 @@
+//! The node's one UDP socket: non-blocking, large buffers, datagrams sent from two pieces
+//! (header, then the message's own bytes) so no payload is copied to prepend a header, and
+//! received in batches (`recvmmsg`: one system call for many datagrams) while a burst lasts.
+
+use super::endpoint::{Landing, Transmit};
+use super::wire::{self, MAX_DATA_HEADER};
+use std::io;
+use std::mem::MaybeUninit;
+use std::net::{IpAddr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+/// Datagrams taken by one `recvmmsg`.
+pub const RECV_BATCH: usize = 8;
+/// Datagrams given to one `sendmmsg`.
+pub const SEND_BATCH: usize = 32;
+/// Receive buffer per datagram: the largest UDP payload there is.
+const RECV_BUF: usize = 65536;
+/// Largest UDP payload over IPv4.
+const MAX_UDP_PAYLOAD: usize = 65507;
+
+/// The node's socket.
+pub struct Socket {
+    sock: UdpSocket,
+    ring: RecvRing,
+    /// The last receive found datagrams: take the next ones in a batch. After a receive that
+    /// found none, the next asks for one datagram only: waiting for a ping-pong's answer,
+    /// that is cheaper (`recvmmsg` tries again for a second datagram after the first).
+    burst: bool,
+    /// Largest IP packet to send (`udp.mtu`).
+    mtu: usize,
+}
+
+/// The receive buffers and the kernel's descriptors of them, made once: `recvmmsg` gets the
+/// same headers on every call instead of freshly zeroed arrays.
+struct RecvRing {
+    /// `RECV_BATCH` buffers of `RECV_BUF` bytes.
+    bufs: Vec<u8>,
+    /// Per datagram up to three pieces: the whole buffer; or, for a datagram expected to be a
+    /// fragment whose place is known, its header, its place, and the buffer for the rest.
+    iov: Box<[[libc::iovec; 3]; RECV_BATCH]>,
+    hdrs: Box<[libc::mmsghdr; RECV_BATCH]>,
+    names: Box<[libc::sockaddr_storage; RECV_BATCH]>,
+    /// Where an expected fragment's header lands.
+    heads: Box<[[u8; MAX_DATA_HEADER]; RECV_BATCH]>,
+    lens: [usize; RECV_BATCH],
+    from: [Option<SocketAddr>; RECV_BATCH],
+    /// The datagram landed in its place (the expected fragment came).
+    placed: [bool; RECV_BATCH],
+    /// Datagrams the last receive took.
+    got: usize,
+}
+
+// SAFETY: the raw pointers in `iov` and `hdrs` point into `bufs`, `iov`, `names` and
+// `heads` (heap memory this struct owns and never reallocates), or, during one receive call
+// only, into a landing zone the caller vouches for. Moving the struct to another thread moves
+// that ownership with it.
+unsafe impl Send for RecvRing {}
+
+impl RecvRing {
+    fn new() -> RecvRing {
+        let mut r = RecvRing {
+            bufs: vec![0u8; RECV_BATCH * RECV_BUF],
+            iov: Box::new(zeroed_array()),
+            hdrs: Box::new(zeroed_array()),
+            names: Box::new(zeroed_array()),
+            heads: Box::new([[0; MAX_DATA_HEADER]; RECV_BATCH]),
+            lens: [0; RECV_BATCH],
+            from: [None; RECV_BATCH],
+            placed: [false; RECV_BATCH],
+            got: 0,
+        };
+        for i in 0..RECV_BATCH {
+            let name = std::ptr::addr_of_mut!(r.names[i]).cast();
+            let iov = r.iov[i].as_mut_ptr();
+            let h = &mut r.hdrs[i].msg_hdr;
+            h.msg_iov = iov;
+            h.msg_name = name;
+        }
+        r
+    }
+
+    /// Aim slot `i` at its own buffer, or, with a landing zone, at the zone.
+    fn aim(&mut self, i: usize, land: Option<&Landing>) {
+        let buf = self.bufs[i * RECV_BUF..].as_mut_ptr();
+        let h = &mut self.hdrs[i].msg_hdr;
+        h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+        h.msg_flags = 0;
+        let iov = &mut self.iov[i];
+        match land {
+            None => {
+                iov[0] = libc::iovec {
+                    iov_base: buf.cast(),
+                    iov_len: RECV_BUF,
+                };
+                h.msg_iovlen = 1;
+            }
+            Some(l) => {
+                let rest = MAX_DATA_HEADER + l.len;
+                iov[0] = libc::iovec {
+                    iov_base: self.heads[i].as_mut_ptr().cast(),
+                    iov_len: MAX_DATA_HEADER,
+                };
+                iov[1] = libc::iovec {
+                    iov_base: l.ptr.cast(),
+                    iov_len: l.len,
+                };
+                // SAFETY: `rest <= RECV_BUF` (a fragment's place is less than a datagram).
+                iov[2] = libc::iovec {
+                    iov_base: unsafe { buf.add(rest) }.cast(),
+                    iov_len: RECV_BUF - rest,
+                };
+                h.msg_iovlen = 3;
+            }
+        }
+    }
+
+    /// After a receive into slot `i` aimed at `land`: whether the expected fragment came (its
+    /// payload is in place). If another datagram came, its pieces are moved together into the
+    /// slot's own buffer, to be read like any other. Every slot must be settled before any
+    /// datagram is acted on: acting on one may write into a zone another slot's stray
+    /// datagram landed in.
+    fn settle(&mut self, i: usize, land: &Landing) -> bool {
+        let n = self.lens[i];
+        let head = &self.heads[i];
+        if n == MAX_DATA_HEADER + land.len
+            && self.from[i] == Some(land.from)
+            && wire::fragment_of(head) == Some((land.src, land.seq, land.index))
+        {
+            return true;
+        }
+        let buf = &mut self.bufs[i * RECV_BUF..(i + 1) * RECV_BUF];
+        let h = n.min(MAX_DATA_HEADER);
+        buf[..h].copy_from_slice(&head[..h]);
+        let in_zone = n.saturating_sub(MAX_DATA_HEADER).min(land.len);
+        // SAFETY: the zone holds `land.len >= in_zone` bytes the kernel just wrote; it is not
+        // this buffer.
+        let zone = unsafe { std::slice::from_raw_parts(land.ptr, in_zone) };
+        buf[MAX_DATA_HEADER..MAX_DATA_HEADER + in_zone].copy_from_slice(zone);
+        false
+    }
+}
+
+/// An array of a plain C struct, all zero (null pointers, zero lengths): a valid value for
+/// the kernel's iovec, mmsghdr and sockaddr_storage, whose pointers are set before use.
+fn zeroed_array<T: Copy, const N: usize>() -> [T; N] {
+    // SAFETY: used only for libc's plain structs, for which all-zero bytes are a valid value.
+    unsafe { std::mem::zeroed() }
+}
+
+/// A datagram received.
+#[derive(Debug)]
+pub enum Arrived<'a> {
+    /// Its bytes, and who sent it.
+    Bytes(&'a [u8], SocketAddr),
+    /// An expected fragment, received in its place: its header, its length, who sent it.
+    Placed {
+        /// The header.
+        head: &'a [u8],
+        /// The whole datagram's length.
+        len: usize,
+        /// Who sent it.
+        from: SocketAddr,
+    },
+}
+
+/// A socket address as the kernel takes it.
+enum RawAddr {
+    V4(libc::sockaddr_in),
+    V6(libc::sockaddr_in6),
+}
+
+impl RawAddr {
+    fn new(a: &SocketAddr) -> RawAddr {
+        match a {
+            SocketAddr::V4(v4) => RawAddr::V4(libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: v4.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(v4.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            }),
+            SocketAddr::V6(v6) => RawAddr::V6(libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: v6.port().to_be(),
+                sin6_flowinfo: v6.flowinfo(),
+                sin6_addr: libc::in6_addr {
+                    s6_addr: v6.ip().octets(),
+                },
+                sin6_scope_id: v6.scope_id(),
+            }),
+        }
+    }
+
+    /// Pointer and length, for a `msghdr`.
+    fn parts(&self) -> (*mut libc::c_void, libc::socklen_t) {
+        match self {
+            RawAddr::V4(a) => (
+                std::ptr::addr_of!(*a) as *mut libc::c_void,
+                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+            ),
+            RawAddr::V6(a) => (
+                std::ptr::addr_of!(*a) as *mut libc::c_void,
+                std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
+            ),
+        }
+    }
+}
+
+fn from_raw(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
+    match i32::from(s.ss_family) {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in.
+            let sin: &libc::sockaddr_in = unsafe { &*(s as *const _ as *const libc::sockaddr_in) };
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                sin.sin_addr.s_addr.to_ne_bytes().into(),
+                u16::from_be(sin.sin_port),
+            )))
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says the storage holds a sockaddr_in6.
+            let sin6: &libc::sockaddr_in6 =
+                unsafe { &*(s as *const _ as *const libc::sockaddr_in6) };
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                sin6.sin6_addr.s6_addr.into(),
+                u16::from_be(sin6.sin6_port),
+                sin6.sin6_flowinfo,
+                sin6.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+fn setsockopt_int(fd: i32, level: i32, name: i32, value: i32) -> io::Result<()> {
+    // SAFETY: a valid fd and a pointer to an int of the size given.
+    let r = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            std::ptr::addr_of!(value).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn getsockopt_int(fd: i32, level: i32, name: i32) -> io::Result<i32> {
+    let mut value: i32 = 0;
+    let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
+    // SAFETY: a valid fd, an int to write and its size.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            level,
+            name,
+            std::ptr::addr_of_mut!(value).cast(),
+            &mut len,
+        )
+    };
+    if r == 0 {
+        Ok(value)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The calling thread's last error number.
+fn errno() -> i32 {
+    // SAFETY: __errno_location returns this thread's errno, always valid to read.
+    unsafe { *libc::__errno_location() }
+}
+
+/// What a receive system call said: `Some(n)` datagrams (or bytes), `None` for nothing now.
+/// (The error number is read directly: "nothing there" is the common answer of a poll, and
+/// building an `io::Error` for it costs more than the check.)
+fn received(r: isize) -> io::Result<Option<usize>> {
+    if r >= 0 {
+        return Ok(Some(r as usize));
+    }
+    match errno() {
+        // Interrupted, or an ICMP error for an earlier send (a peer's port closed): nothing
+        // now, the next call tries again. Silence from that peer is what the protocol watches.
+        libc::EAGAIN | libc::EINTR | libc::ECONNREFUSED => Ok(None),
+        e => Err(io::Error::from_raw_os_error(e)),
+    }
+}
+
+/// What a send system call said: how many went (0: none now).
+fn sent(r: isize) -> io::Result<usize> {
+    if r >= 0 {
+        return Ok(r as usize);
+    }
+    match errno() {
+        // Full, or interrupted: the caller tries the rest later.
+        libc::EAGAIN | libc::ENOBUFS | libc::EINTR => Ok(0),
+        // A local firewall dropped it, or an ICMP error of an earlier datagram surfaced: as
+        // good as lost on the way, which the protocol repairs.
+        libc::EPERM | libc::ECONNREFUSED => Ok(1),
+        e => Err(io::Error::from_raw_os_error(e)),
+    }
+}
+
+impl Socket {
+    /// A non-blocking UDP socket on `ip`, any port; `mtu` caps the datagrams it sends.
+    ///
+    /// # Errors
+    /// The OS's, when the socket cannot be made.
+    pub fn bind(ip: IpAddr, mtu: usize) -> io::Result<Socket> {
+        let sock = UdpSocket::bind(SocketAddr::new(ip, 0))?;
+        sock.set_nonblocking(true)?;
+        Ok(Socket {
+            sock,
+            ring: RecvRing::new(),
+            burst: false,
+            mtu,
+        })
+    }
+
+    /// The address peers send to.
+    ///
+    /// # Errors
+    /// The OS's.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.sock.local_addr()
+    }
+
+    /// Ask for `bytes` of send and receive buffer (beyond the system's limit when allowed:
+    /// root may), and return the receive buffer granted, in bytes of data it holds.
+    ///
+    /// # Errors
+    /// The OS's, when even the plain request fails.
+    pub fn set_buffers(&self, bytes: usize) -> io::Result<usize> {
+        let fd = self.sock.as_raw_fd();
+        let want = i32::try_from(bytes).unwrap_or(i32::MAX);
+        for (force, plain) in [
+            (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
+            (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
+        ] {
+            if setsockopt_int(fd, libc::SOL_SOCKET, force, want).is_err() {
+                setsockopt_int(fd, libc::SOL_SOCKET, plain, want)?;
+            }
+        }
+        // The kernel reports twice what holds data (the rest is its bookkeeping).
+        let got = getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF)?;
+        Ok(usize::try_from(got).unwrap_or(0) / 2)
+    }
+
+    /// Receive what has arrived: one datagram, or a batch while a burst lasts. The first
+    /// datagrams go to the `landings` given, if they are the fragments expected there.
+    /// Returns how many datagrams (0: none); look at them with [`datagram`](Self::datagram).
+    ///
+    /// # Safety
+    /// Every landing zone must be writable for its length and not otherwise accessed until
+    /// this returns (the endpoint's [`landing`](super::endpoint::Endpoint::landing) zones are,
+    /// until the endpoint is next changed).
+    ///
+    /// # Errors
+    /// The OS's, except "nothing there" and interruptions.
+    pub unsafe fn recv(&mut self, landings: &[Landing]) -> io::Result<usize> {
+        let fd = self.sock.as_raw_fd();
+        let r = &mut self.ring;
+        let slots = if self.burst { RECV_BATCH } else { 1 };
+        for i in 0..slots {
+            r.aim(i, landings.get(i));
+        }
+        let n = if self.burst {
+            // SAFETY: the headers point at live buffers of the lengths they give (RecvRing,
+            // and the landing zones the caller vouches for).
+            let k = unsafe {
+                libc::recvmmsg(
+                    fd,
+                    r.hdrs.as_mut_ptr(),
+                    RECV_BATCH as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                    std::ptr::null_mut(),
+                )
+            };
+            let k = received(k as isize)?.unwrap_or(0);
+            for i in 0..k {
+                r.lens[i] = r.hdrs[i].msg_len as usize;
+            }
+            k
+        } else if landings.is_empty() {
+            // The plain poll: `recvfrom` has the kernel copy in no descriptors.
+            let h = &mut r.hdrs[0].msg_hdr;
+            // SAFETY: buffer 0 has RECV_BUF bytes; the name is a sockaddr_storage of the
+            // length given.
+            let len = unsafe {
+                libc::recvfrom(
+                    fd,
+                    r.bufs.as_mut_ptr().cast(),
+                    RECV_BUF,
+                    libc::MSG_DONTWAIT | libc::MSG_TRUNC,
+                    h.msg_name.cast(),
+                    &mut h.msg_namelen,
+                )
+            };
+            match received(len)? {
+                Some(len) => {
+                    // With MSG_TRUNC the length is the datagram's, even beyond the buffer.
+                    if len > RECV_BUF {
+                        h.msg_flags = libc::MSG_TRUNC;
+                    }
+                    r.lens[0] = len;
+                    1
+                }
+                None => 0,
+            }
+        } else {
+            // SAFETY: as above, for the first header.
+            let len = unsafe { libc::recvmsg(fd, &mut r.hdrs[0].msg_hdr, libc::MSG_DONTWAIT) };
+            match received(len)? {
+                Some(len) => {
+                    r.lens[0] = len;
+                    1
+                }
+                None => 0,
+            }
+        };
+        for i in 0..n {
+            if r.hdrs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                r.lens[i] = 0;
+            }
+            r.from[i] = from_raw(&r.names[i]);
+        }
+        // Settle every slot before any datagram is acted on (see `settle`).
+        for i in 0..n {
+            r.placed[i] = match landings.get(i) {
+                Some(l) if r.lens[i] > 0 => r.settle(i, l),
+                _ => false,
+            };
+        }
+        r.got = n;
+        self.burst = n > 0;
+        Ok(n)
+    }
+
+    /// Whether the last receive filled its batch: more may be waiting.
+    pub fn more(&self) -> bool {
+        self.ring.got == RECV_BATCH
+    }
+
+    /// Datagram `i` of the last receive; `None` when it was truncated (larger than any of
+    /// ours), empty, or from an address family we do not speak.
+    pub fn datagram(&self, i: usize) -> Option<Arrived<'_>> {
+        let r = &self.ring;
+        if i >= r.got {
+            return None;
+        }
+        let from = r.from[i]?;
+        let len = r.lens[i];
+        if len == 0 {
+            return None;
+        }
+        Some(if r.placed[i] {
+            Arrived::Placed {
+                head: &r.heads[i],
+                len,
+                from,
+            }
+        } else {
+            Arrived::Bytes(&r.bufs[i * RECV_BUF..i * RECV_BUF + len], from)
+        })
+    }
+
+    /// Block until a datagram arrives (or, with `writable`, the socket can take more), or
+    /// `timeout` passes.
+    ///
+    /// # Errors
+    /// The OS's, except interruptions.
+    pub fn wait(&self, writable: bool, timeout: Duration) -> io::Result<()> {
+        let mut pfd = libc::pollfd {
+            fd: self.sock.as_raw_fd(),
+            events: libc::POLLIN | if writable { libc::POLLOUT } else { 0 },
+            revents: 0,
+        };
+        let ts = libc::timespec {
+            tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
+            tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
+        };
+        // SAFETY: one valid pollfd, a valid timespec, no signal mask.
+        let r = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() != io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    /// Send up to [`SEND_BATCH`] datagrams in one system call; how many the socket took.
+    fn send_some(&self, to: &RawAddr, dgrams: &[[&[u8]; 2]]) -> io::Result<usize> {
+        let fd = self.sock.as_raw_fd();
+        let (name, namelen) = to.parts();
+        let k = dgrams.len().min(SEND_BATCH);
+        // Only the entries used are written: no array is zeroed per call.
+        let mut iov = [MaybeUninit::<[libc::iovec; 2]>::uninit(); SEND_BATCH];
+        let mut hdrs = [MaybeUninit::<libc::mmsghdr>::uninit(); SEND_BATCH];
+        for i in 0..k {
+            let [a, b] = dgrams[i];
+            let v = iov[i].write([
+                libc::iovec {
+                    iov_base: a.as_ptr() as *mut libc::c_void,
+                    iov_len: a.len(),
+                },
+                libc::iovec {
+                    iov_base: b.as_ptr() as *mut libc::c_void,
+                    iov_len: b.len(),
+                },
+            ]);
+            // SAFETY: all-zero is a valid msghdr; the fields that matter are set below.
+            let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
+            h.msg_hdr.msg_name = name;
+            h.msg_hdr.msg_namelen = namelen;
+            h.msg_hdr.msg_iov = v.as_mut_ptr();
+            h.msg_hdr.msg_iovlen = if b.is_empty() { 1 } else { 2 };
+            hdrs[i].write(h);
+        }
+        let r = if k == 1 {
+            // SAFETY: entry 0 was written; it points at live buffers and a valid address.
+            unsafe { libc::sendmsg(fd, &hdrs[0].assume_init_ref().msg_hdr, libc::MSG_DONTWAIT) }
+                .min(1)
+        } else {
+            // SAFETY: entries 0..k were written; they point at live buffers and a valid
+            // address; the kernel only reads them (and writes msg_len).
+            let n = unsafe {
+                libc::sendmmsg(
+                    fd,
+                    hdrs.as_mut_ptr().cast(),
+                    k as libc::c_uint,
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            n as isize
+        };
+        sent(r)
+    }
+}
+
+impl Transmit for Socket {
+    fn transmit(&mut self, to: &SocketAddr, dgrams: &[[&[u8]; 2]]) -> io::Result<usize> {
+        let addr = RawAddr::new(to);
+        let mut done = 0;
+        while done < dgrams.len() {
+            let rest = &dgrams[done..];
+            let n = self.send_some(&addr, rest)?;
+            done += n;
+            if n < rest.len().min(SEND_BATCH) {
+                // The socket took part of the batch: the rest is for later.
+                break;
+            }
+        }
+        Ok(done)
+    }
+
+    fn transmit_one(&mut self, to: &SocketAddr, dgram: &[u8]) -> io::Result<bool> {
+        let addr = RawAddr::new(to);
+        let (name, namelen) = addr.parts();
+        // SAFETY: a live buffer of the length given and a valid address of the length given
+        // (`addr` lives until the call returns).
+        let r = unsafe {
+            libc::sendto(
+                self.sock.as_raw_fd(),
+                dgram.as_ptr().cast(),
+                dgram.len(),
+                libc::MSG_DONTWAIT,
+                name.cast(),
+                namelen,
+            )
+        };
+        Ok(sent(r)? > 0)
+    }
+
+    fn max_datagram(&mut self, to: &SocketAddr) -> usize {
+        let ip_header = if to.is_ipv4() { 20 } else { 40 };
+        let path = path_mtu(to).unwrap_or(self.mtu);
+        (self.mtu.min(path) - ip_header - 8).min(MAX_UDP_PAYLOAD)
+    }
+}
+
+/// The MTU of the route to `to`, as the kernel knows it (a connected socket's `IP_MTU`).
+fn path_mtu(to: &SocketAddr) -> io::Result<usize> {
+    let any: SocketAddr = if to.is_ipv4() {
+        (std::net::Ipv4Addr::UNSPECIFIED, 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let s = UdpSocket::bind(any)?;
+    s.connect(to)?;
+    let (level, name) = if to.is_ipv4() {
+        (libc::IPPROTO_IP, libc::IP_MTU)
+    } else {
+        (libc::IPPROTO_IPV6, libc::IPV6_MTU)
+    };
+    let mtu = getsockopt_int(s.as_raw_fd(), level, name)?;
+    usize::try_from(mtu).map_err(|_| io::Error::other("negative MTU"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_survive_the_kernel_form() {
+        for a in ["127.0.0.1:4000", "[::1]:5000", "10.1.2.3:65535"] {
+            let a: SocketAddr = a.parse().expect("address");
+            let raw = RawAddr::new(&a);
+            // SAFETY: sockaddr_storage is large enough for either address, all zero is valid.
+            let mut st: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+            let (p, len) = raw.parts();
+            // SAFETY: `p` points at `len` readable bytes, which fit in the storage.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    p as *const u8,
+                    std::ptr::addr_of_mut!(st).cast::<u8>(),
+                    len as usize,
+                )
+            };
+            assert_eq!(from_raw(&st), Some(a));
+        }
+    }
+
+    #[test]
+    fn datagrams_go_through_in_two_pieces() {
+        let ip: IpAddr = "127.0.0.1".parse().expect("ip");
+        let mut a = Socket::bind(ip, 65535).expect("bind");
+        let mut b = Socket::bind(ip, 65535).expect("bind");
+        let to = b.local_addr().expect("addr");
+        let sent = a
+            .transmit(&to, &[[b"head", b"body"], [b"x", b""]])
+            .expect("send");
+        assert_eq!(sent, 2);
+        b.wait(false, Duration::from_secs(5)).expect("wait");
+        let mut got = Vec::new();
+        while got.len() < 2 {
+            // SAFETY: no landing zone.
+            let n = unsafe { b.recv(&[]) }.expect("recv");
+            for i in 0..n {
+                let Some(Arrived::Bytes(d, from)) = b.datagram(i) else {
+                    panic!("a whole datagram");
+                };
+                assert_eq!(from, a.local_addr().expect("addr"));
+                got.push(d.to_vec());
+            }
+        }
+        assert_eq!(got, vec![b"headbody".to_vec(), b"x".to_vec()]);
+        assert_eq!(a.max_datagram(&to), 65507);
+    }
+}

@@ -1,0 +1,477 @@
+//! The conformance suite on the UDP layer, every job started by charmrun; then what is
+//! particular to it: real loss (a network namespace whose firewall drops UDP at random),
+//! reordering and duplication (a relay between the nodes), a silent peer, hostile datagrams.
+
+conformance::conformance_suite!(conformance::Launcher::Charmrun {
+    machine: "udp",
+    opts: vec![]
+});
+
+/// The scenarios a damaged network must not break: FIFO with content checks, a count- and
+/// checksum-checked all-to-all, messages of every size up to 4 MiB (fragmented) both ways.
+const DAMAGE_SCENARIOS: [&[&str]; 3] = [&["fifo"], &["alltoall", "200000"], &["sizes", "4194304"]];
+
+/// Packets retransmitted by all nodes, from their `udp.stats` lines.
+fn retransmitted(stderr: &str) -> u64 {
+    stats_field(stderr, " retransmitted")
+}
+
+/// The sum over the nodes' `udp.stats` lines of the number before `label`.
+fn stats_field(stderr: &str, label: &str) -> u64 {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("udp node "))
+        .filter_map(|l| {
+            let before = &l[..l.find(label)?];
+            before
+                .rsplit(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+mod loss {
+    use super::{retransmitted, DAMAGE_SCENARIOS};
+    use conformance::{ip, run_bounded, Outcome};
+    use std::process::Command;
+    use std::time::Duration;
+
+    const PROGRAM: &str = env!("CARGO_BIN_EXE_conformance");
+
+    /// A network namespace whose firewall drops incoming UDP at random: on its loopback, every
+    /// datagram between two nodes has that chance of being lost. Deleted when dropped.
+    struct Lossy {
+        ns: String,
+    }
+
+    fn nft(ns: &str, rule: &str) -> bool {
+        Command::new("ip")
+            .args(["netns", "exec", ns, "nft"])
+            .args(rule.split(' '))
+            .output()
+            .map(|o| o.status.success())
+            .unwrap_or(false)
+    }
+
+    impl Lossy {
+        /// The namespace, or `None` (after saying why) when this machine cannot make it.
+        fn new(percent: u32) -> Option<Lossy> {
+            if !nix::unistd::geteuid().is_root() {
+                eprintln!("skipped: network namespaces and nftables need root");
+                return None;
+            }
+            if Command::new("nft").arg("--version").output().is_err() {
+                eprintln!("skipped: no nft (apt-get install nftables)");
+                return None;
+            }
+            let ns = format!("cvu{}l{percent}", std::process::id() % 100_000);
+            if !ip(&["netns", "add", &ns]) {
+                eprintln!("skipped: `ip netns add` failed (no iproute2 or no permission)");
+                return None;
+            }
+            let lossy = Lossy { ns };
+            // Dropped on input, not output: a firewall dropping output makes `sendmsg` fail
+            // with EPERM, which real loss never does.
+            let ok = ip(&["-n", &lossy.ns, "link", "set", "lo", "up"])
+                && nft(&lossy.ns, "add table inet loss")
+                && nft(
+                    &lossy.ns,
+                    "add chain inet loss in { type filter hook input priority 0 ; }",
+                )
+                && nft(
+                    &lossy.ns,
+                    &format!(
+                        "add rule inet loss in meta l4proto udp numgen random mod 100 < {percent} drop"
+                    ),
+                );
+            assert!(ok, "could not set up the lossy namespace {}", lossy.ns);
+            Some(lossy)
+        }
+
+        fn run(&self, pes: usize, scenario: &[&str]) -> Outcome {
+            let mut cmd = Command::new("ip");
+            cmd.args(["netns", "exec", &self.ns])
+                .arg(conformance::charmrun_path(PROGRAM))
+                .arg(format!("+p{pes}"))
+                .arg(PROGRAM)
+                .args(scenario)
+                .args(["+machine", "udp", "+set", "udp.stats=1"]);
+            run_bounded(&mut cmd, Duration::from_secs(180))
+        }
+    }
+
+    impl Drop for Lossy {
+        fn drop(&mut self) {
+            ip(&["netns", "del", &self.ns]);
+        }
+    }
+
+    /// Every damage scenario passes at `percent` loss (so every message arrived exactly once,
+    /// in order, intact), and the layer did repair losses.
+    fn survives(percent: u32) {
+        let Some(net) = Lossy::new(percent) else {
+            return;
+        };
+        let mut repaired = 0;
+        for scenario in DAMAGE_SCENARIOS {
+            let o = net.run(4, scenario);
+            assert!(
+                o.code == Some(0) && o.lines_with(&format!("conformance {}: ok", scenario[0])) == 1,
+                "{scenario:?} at {percent}% loss:\n{o}"
+            );
+            repaired += retransmitted(&o.stderr);
+        }
+        // Over some 60,000 datagrams losses are certain (one scenario alone may be lucky).
+        assert!(
+            repaired > 0,
+            "at {percent}% loss nothing was retransmitted, so nothing was lost"
+        );
+    }
+
+    #[test]
+    fn one_percent_loss() {
+        survives(1);
+    }
+
+    #[test]
+    fn five_percent_loss() {
+        survives(5);
+    }
+
+    #[test]
+    fn twenty_percent_loss() {
+        survives(20);
+    }
+}
+
+mod relay {
+    use super::{stats_field, DAMAGE_SCENARIOS};
+    use conformance::Launcher;
+    use net::udp::wire;
+    use std::collections::HashMap;
+    use std::net::{SocketAddr, UdpSocket};
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    const PROGRAM: &str = env!("CARGO_BIN_EXE_conformance");
+
+    /// What the relay did.
+    #[derive(Default)]
+    struct Counts {
+        forwarded: AtomicU64,
+        duplicated: AtomicU64,
+        delayed: AtomicU64,
+    }
+
+    /// A UDP relay between the nodes of a job: every node sends every datagram to it
+    /// (`+set udp.via=ADDR`), and it forwards each to the node the header names — some twice,
+    /// some held back for up to a millisecond so that later ones overtake them. It learns
+    /// where each node is from the datagrams it sends (a node announces itself at boot).
+    struct Relay {
+        addr: SocketAddr,
+        stop: Arc<AtomicBool>,
+        counts: Arc<Counts>,
+        thread: Option<std::thread::JoinHandle<()>>,
+    }
+
+    /// xorshift64*: reproducible randomness.
+    struct Rng(u64);
+
+    impl Rng {
+        fn percent(&mut self, p: u64) -> bool {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % 100 < p
+        }
+    }
+
+    impl Relay {
+        fn start(dup_percent: u64, delay_percent: u64) -> Relay {
+            let sock = UdpSocket::bind("127.0.0.1:0").expect("relay socket");
+            sock.set_read_timeout(Some(Duration::from_micros(200)))
+                .expect("timeout");
+            let addr = sock.local_addr().expect("relay address");
+            let stop = Arc::new(AtomicBool::new(false));
+            let counts = Arc::new(Counts::default());
+            let (s, c) = (stop.clone(), counts.clone());
+            let thread = std::thread::spawn(move || {
+                let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+                let mut nodes: HashMap<u16, SocketAddr> = HashMap::new();
+                // Datagrams for nodes not yet heard from, and datagrams held back.
+                let mut waiting: Vec<(u16, Vec<u8>)> = Vec::new();
+                let mut held: Vec<(Instant, u16, Vec<u8>)> = Vec::new();
+                let mut buf = vec![0u8; 65536];
+                let send = |nodes: &HashMap<u16, SocketAddr>, dst: u16, d: &[u8]| {
+                    if let Some(to) = nodes.get(&dst) {
+                        let _ = sock.send_to(d, to);
+                        c.forwarded.fetch_add(1, Ordering::Relaxed);
+                    }
+                };
+                while !s.load(Ordering::Relaxed) {
+                    if let Ok((n, from)) = sock.recv_from(&mut buf) {
+                        if let Some((src, dst)) = wire::route(&buf[..n]) {
+                            nodes.insert(src, from);
+                            if src != dst {
+                                waiting.push((dst, buf[..n].to_vec()));
+                            }
+                        }
+                    }
+                    let now = Instant::now();
+                    let mut i = 0;
+                    while i < waiting.len() {
+                        if !nodes.contains_key(&waiting[i].0) {
+                            i += 1;
+                            continue;
+                        }
+                        let (dst, d) = waiting.swap_remove(i);
+                        if rng.percent(delay_percent) {
+                            let late = Duration::from_micros(100 + (d.len() as u64 % 900));
+                            held.push((now + late, dst, d));
+                            c.delayed.fetch_add(1, Ordering::Relaxed);
+                            continue;
+                        }
+                        send(&nodes, dst, &d);
+                        if rng.percent(dup_percent) {
+                            send(&nodes, dst, &d);
+                            c.duplicated.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                    let (due, later): (Vec<_>, Vec<_>) =
+                        held.drain(..).partition(|(t, _, _)| *t <= now);
+                    held = later;
+                    for (_, dst, d) in due {
+                        send(&nodes, dst, &d);
+                    }
+                }
+            });
+            Relay {
+                addr,
+                stop,
+                counts,
+                thread: Some(thread),
+            }
+        }
+    }
+
+    impl Drop for Relay {
+        fn drop(&mut self) {
+            self.stop.store(true, Ordering::Relaxed);
+            if let Some(t) = self.thread.take() {
+                let _ = t.join();
+            }
+        }
+    }
+
+    #[test]
+    fn reordered_and_duplicated_datagrams_still_give_exactly_once_in_order() {
+        for scenario in DAMAGE_SCENARIOS {
+            let relay = Relay::start(10, 20);
+            let via = format!("udp.via={}", relay.addr);
+            let mut args: Vec<&str> = scenario.to_vec();
+            args.extend(["+set", &via, "+set", "udp.stats=1"]);
+            let launcher = Launcher::Charmrun {
+                machine: "udp",
+                opts: vec![],
+            };
+            let o = launcher.run(PROGRAM, 4, &args, Duration::from_secs(120));
+            assert!(
+                o.code == Some(0) && o.lines_with(&format!("conformance {}: ok", scenario[0])) == 1,
+                "{scenario:?} through the relay:\n{o}"
+            );
+            let c = &relay.counts;
+            assert!(
+                c.duplicated.load(Ordering::Relaxed) > 0 && c.delayed.load(Ordering::Relaxed) > 0,
+                "the relay did its job"
+            );
+            // The duplicates reached the nodes, and were dropped there.
+            assert!(stats_field(&o.stderr, " duplicates") > 0, "{o}");
+        }
+    }
+}
+
+mod particular {
+    use super::{retransmitted, stats_field};
+    use conformance::{wait_for_children, Launcher, Running};
+    use net::udp::wire::{self, Header, Kind};
+    use std::net::{SocketAddr, UdpSocket};
+    use std::time::{Duration, Instant};
+
+    const PROGRAM: &str = env!("CARGO_BIN_EXE_conformance");
+
+    fn udp() -> Launcher {
+        Launcher::Charmrun {
+            machine: "udp",
+            opts: vec![],
+        }
+    }
+
+    #[test]
+    fn a_peer_that_stops_answering_ends_the_job_naming_it() {
+        let started = Instant::now();
+        let o = udp().run(
+            PROGRAM,
+            3,
+            &["silent", "+set", "udp.dead_after_s=2"],
+            Duration::from_secs(60),
+        );
+        assert!(!o.timed_out, "{o}");
+        assert_ne!(o.code, Some(0), "{o}");
+        assert!(
+            o.stderr.contains("node 2 (") && o.stderr.contains("is gone: no answer for 2."),
+            "{o}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(30), "{o}");
+    }
+
+    #[test]
+    fn a_fast_sender_waits_for_a_slow_receiver_without_a_retransmission_storm() {
+        // With the default buffers, and with buffers so small that the window must follow
+        // them: every message arrives (the sender queues, never drops), and a receiver that
+        // is slow to answer does not make the sender resend what it sent.
+        for sockbuf in ["udp.sockbuf_kib=16384", "udp.sockbuf_kib=64"] {
+            let o = udp().run(
+                PROGRAM,
+                2,
+                &["slow", "3000", "+set", sockbuf, "+set", "udp.stats=1"],
+                Duration::from_secs(120),
+            );
+            assert!(
+                o.code == Some(0) && o.lines_with("conformance slow: ok") == 1,
+                "{sockbuf}: {o}"
+            );
+            assert!(retransmitted(&o.stderr) <= 150, "{sockbuf}: {o}");
+        }
+    }
+
+    #[test]
+    fn sixty_four_nodes_on_one_socket_each_all_to_all() {
+        conformance::expect_ok(&udp(), PROGRAM, 64, &["alltoall", "200000"]);
+    }
+
+    #[test]
+    fn a_bad_setting_is_one_clear_error() {
+        let o = udp().run(
+            PROGRAM,
+            2,
+            &["hello", "+set", "udp.window=1"],
+            Duration::from_secs(30),
+        );
+        assert_ne!(o.code, Some(0), "{o}");
+        assert!(!o.timed_out, "{o}");
+        assert!(
+            o.stderr
+                .contains("setting udp.window: 1 is outside 4..=4096"),
+            "{o}"
+        );
+    }
+
+    /// The UDP ports process `pid` has open (from its descriptors and /proc/net/udp).
+    fn udp_ports(pid: u32) -> Vec<u16> {
+        let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| std::fs::read_link(e.path()).ok())
+                    .filter_map(|l| {
+                        let l = l.to_string_lossy().into_owned();
+                        Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let table = std::fs::read_to_string(format!("/proc/{pid}/net/udp")).unwrap_or_default();
+        table
+            .lines()
+            .skip(1)
+            .filter_map(|l| {
+                let f: Vec<&str> = l.split_whitespace().collect();
+                let port = u16::from_str_radix(f.get(1)?.rsplit(':').next()?, 16).ok()?;
+                inodes.contains(&(*f.get(9)?).to_owned()).then_some(port)
+            })
+            .collect()
+    }
+
+    /// The job secret in process `pid`'s environment.
+    fn secret_of(pid: u32) -> Vec<u8> {
+        let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        env.split(|&b| b == 0)
+            .filter_map(|v| v.strip_prefix(b"CONVERSE_SECRET="))
+            .filter_map(|h| charmrun::protocol::secret_from_hex(std::str::from_utf8(h).ok()?))
+            .map(|s| s.to_vec())
+            .next()
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn foreign_and_garbage_datagrams_are_counted_and_dropped() {
+        let mut job = Running::start(
+            &mut udp().command(PROGRAM, 3, &["wait", "3", "+set", "udp.stats=1", "+quiet"]),
+            Duration::from_secs(60),
+        )
+        .expect("start");
+        assert!(
+            job.wait_for_stdout_lines("conformance wait: PE", 3, Duration::from_secs(20)),
+            "{}",
+            job.stderr_so_far()
+        );
+        let nodes = wait_for_children(job.pid(), 3, Duration::from_secs(5));
+        assert_eq!(nodes.len(), 3);
+        let tag = wire::tag(&secret_of(nodes[0]));
+        let stranger = UdpSocket::bind("127.0.0.1:0").expect("socket");
+        let mut sent = 0;
+        for &pid in &nodes {
+            for port in udp_ports(pid) {
+                let to: SocketAddr = ([127, 0, 0, 1], port).into();
+                let mut send = |d: &[u8]| {
+                    if stranger.send_to(d, to).is_ok() {
+                        sent += 1;
+                    }
+                };
+                // Noise, and datagrams of another job.
+                for len in [0usize, 1, 27, 28, 100, 1500, 65000] {
+                    send(&vec![0xC5; len]);
+                }
+                let mut h = Header {
+                    kind: Kind::Data,
+                    src: 1,
+                    dst: 0,
+                    wnd: 64,
+                    tag: tag ^ 1,
+                    seq: 0,
+                    ack: 0,
+                    sack: 0,
+                    frag: None,
+                    dup: false,
+                };
+                let mut d = vec![0u8; 28 + 40];
+                h.write(&mut d);
+                send(&d);
+                // This job's tag, impossible fields: a kind that does not exist, a truncated
+                // fragment header.
+                h.tag = tag;
+                for dst in 0..3u16 {
+                    h.dst = dst;
+                    h.src = (dst + 1) % 3;
+                    h.write(&mut d);
+                    d[1] = 9;
+                    send(&d);
+                    h.write(&mut d);
+                    d[1] |= 0x10;
+                    send(&d[..30]);
+                    // A perfect data packet, but from a stranger's address.
+                    h.write(&mut d);
+                    send(&d);
+                }
+            }
+        }
+        assert!(sent > 0, "found no UDP port to send to");
+        let o = job.finish();
+        assert_eq!(o.code, Some(0), "{o}");
+        assert_eq!(o.lines_with("conformance wait: ok"), 1, "{o}");
+        assert!(stats_field(&o.stderr, " foreign") >= 3 * 8, "{o}");
+        assert!(stats_field(&o.stderr, " garbage") >= 3 * 2, "{o}");
+    }
+}
