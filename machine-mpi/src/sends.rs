@@ -40,6 +40,11 @@ impl InFlight {
         }
     }
 
+    /// How many sends are in flight.
+    pub fn len(&self) -> usize {
+        self.requests.len()
+    }
+
     /// Whether every send has completed.
     pub fn is_empty(&self) -> bool {
         self.requests.is_empty()
