@@ -77,6 +77,9 @@ enum Cmd {
         iters: u64,
         #[arg(long)]
         csv: PathBuf,
+        /// Pin this node's process to core (node number mod cores).
+        #[arg(long)]
+        pin: bool,
     },
     /// One node of a layer-only ping-pong (the Machine trait driven directly).
     #[command(hide = true)]
@@ -125,6 +128,13 @@ enum Cmd {
         /// Repetitions of the bandwidth and contention measurements.
         #[arg(long, default_value_t = 3)]
         runs: usize,
+        /// Which parts to run (bandwidth, loss, contention).
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "bandwidth,loss,contention"
+        )]
+        parts: Vec<String>,
     },
     /// A busy process on the last core (for `bench udp`).
     #[command(hide = true)]
@@ -152,9 +162,19 @@ fn main() -> ExitCode {
     };
     let cli = Cli::parse_from(program_args);
     let result = match cli.cmd {
-        Cmd::PePingpong { sizes, iters, csv } => converse::Runtime::from_args(argv)
-            .map_err(anyhow::Error::from)
-            .and_then(|rt| pingpong::pe_main(rt, &sizes, iters, &csv)),
+        Cmd::PePingpong {
+            sizes,
+            iters,
+            csv,
+            pin,
+        } => {
+            if pin {
+                udp::pin_to_node_core();
+            }
+            converse::Runtime::from_args(argv)
+                .map_err(anyhow::Error::from)
+                .and_then(|rt| pingpong::pe_main(rt, &sizes, iters, &csv))
+        }
         Cmd::RawTcpEcho {
             addr,
             sizes,
@@ -173,7 +193,7 @@ fn main() -> ExitCode {
             csv,
         } => pingpong::run(&layer, &sizes, iters.max(1), csv.as_deref()),
         Cmd::Rate { messages, csv } => rate::run(messages.max(1), csv.as_deref()),
-        Cmd::Udp { iters, runs } => udp::run(iters.max(1), runs.max(1)),
+        Cmd::Udp { iters, runs, parts } => udp::run(iters.max(1), runs.max(1), &parts),
         Cmd::Spin => udp::spin(),
         Cmd::RawShmEcho {
             path,
