@@ -74,7 +74,13 @@ enum Cmd {
     ConnectBack { addr: String },
     /// One PE of a launched ping-pong job (started by `bench pingpong` through charmrun).
     #[command(hide = true)]
-    PePingpong(Job),
+    PePingpong {
+        #[command(flatten)]
+        job: Job,
+        /// Pin this node's process to core (node number mod cores).
+        #[arg(long)]
+        pin: bool,
+    },
     /// One node of a layer-only ping-pong (the Machine trait driven directly).
     #[command(hide = true)]
     PeDirect {
@@ -151,6 +157,13 @@ enum Cmd {
         /// Repetitions of the bandwidth and contention measurements.
         #[arg(long, default_value_t = 3)]
         runs: usize,
+        /// Which parts to run (bandwidth, loss, contention).
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "bandwidth,loss,contention"
+        )]
+        parts: Vec<String>,
     },
     /// A busy process on the last core (for `bench udp`).
     #[command(hide = true)]
@@ -207,9 +220,14 @@ fn main() -> ExitCode {
             waves: waves.max(1),
             csv: csv.as_deref(),
         }),
-        Cmd::PePingpong(j) => converse::Runtime::from_args(argv)
-            .map_err(anyhow::Error::from)
-            .and_then(|rt| pingpong::pe_main(rt, &j.sizes, j.iters, &j.csv)),
+        Cmd::PePingpong { job, pin } => {
+            if pin {
+                udp::pin_to_node_core();
+            }
+            converse::Runtime::from_args(argv)
+                .map_err(anyhow::Error::from)
+                .and_then(|rt| pingpong::pe_main(rt, &job.sizes, job.iters, &job.csv))
+        }
         Cmd::RawTcpEcho {
             addr,
             sizes,
@@ -230,7 +248,7 @@ fn main() -> ExitCode {
         #[cfg(feature = "mpi")]
         Cmd::RawMpi(j) => raw_mpi::rank_main(&j.sizes, j.iters, &j.csv),
         Cmd::Rate { messages, csv } => rate::run(messages.max(1), csv.as_deref()),
-        Cmd::Udp { iters, runs } => udp::run(iters.max(1), runs.max(1)),
+        Cmd::Udp { iters, runs, parts } => udp::run(iters.max(1), runs.max(1), &parts),
         Cmd::Spin => udp::spin(),
         Cmd::RawShmEcho {
             path,

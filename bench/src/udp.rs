@@ -4,8 +4,9 @@
 //! - **goodput under loss**: the same in a network namespace whose firewall drops 1% and 5%
 //!   of UDP datagrams, as a fraction of the loss-free figure measured there (needs root and
 //!   nftables; skipped with a message otherwise);
-//! - **latency under CPU contention**: the median of 1 MiB round trips with a busy process
-//!   pinned to the last core, next to the quiet median, for the UDP and TCP layers.
+//! - **latency under CPU contention**: the median of 1 MiB round trips with the nodes pinned to
+//!   cores 0 and 1 and a busy process on core 1, next to the quiet median, for the UDP and TCP
+//!   layers.
 
 use crate::pingpong::under_charmrun_with;
 use crate::raw;
@@ -15,11 +16,16 @@ use std::process::Command;
 /// The message size of every figure here.
 const MIB: usize = 1 << 20;
 
-/// `bench udp`.
-pub fn run(iters: u64, runs: usize) -> anyhow::Result<()> {
-    bandwidth(iters, runs)?;
-    goodput_under_loss(iters)?;
-    contention(iters, runs)?;
+/// `bench udp`: the `parts` named (bandwidth, loss, contention).
+pub fn run(iters: u64, runs: usize, parts: &[String]) -> anyhow::Result<()> {
+    for p in parts {
+        match p.as_str() {
+            "bandwidth" => bandwidth(iters, runs)?,
+            "loss" => goodput_under_loss(iters)?,
+            "contention" => contention(iters, runs)?,
+            other => anyhow::bail!("no part '{other}' (bandwidth, loss, contention)"),
+        }
+    }
     Ok(())
 }
 
@@ -169,36 +175,66 @@ impl Drop for Spinner {
     }
 }
 
-/// `bench spin`: pin to the last core and spin until killed.
-pub fn spin() -> anyhow::Result<()> {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+/// Pin the calling process (its threads to come) to one core.
+fn pin_to(core: usize) {
     // SAFETY: a zeroed cpu_set_t is empty; CPU_SET writes inside it; sched_setaffinity reads
     // a set of the size given.
     unsafe {
         let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(cores - 1, &mut set);
+        libc::CPU_SET(core, &mut set);
         libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
     }
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Pin a node of a launched job to core (its node number mod the cores): node 0 on the first
+/// core, node 1 on the second...
+pub fn pin_to_node_core() {
+    let node: usize = std::env::var("CONVERSE_NODE")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    pin_to(node % cores());
+}
+
+/// `bench spin`: pin to the last core and spin until killed.
+pub fn spin() -> anyhow::Result<()> {
+    pin_to(cores() - 1);
     let mut x = 0u64;
     loop {
         x = std::hint::black_box(x.wrapping_add(1));
     }
 }
 
-/// 1 MiB ping-pong medians with and without a busy process on the last core.
+/// 1 MiB ping-pong medians with and without a busy process on the last core. The two nodes
+/// are pinned to different cores (node 1 to the last), so the busy process competes with one
+/// of them for its core: the peer is descheduled now and then, as on a loaded machine.
+/// (Unpinned, the scheduler would put both nodes on the free core, and on this machine two
+/// processes sharing a core exchange a megabyte faster than across cores: the "busy" figure
+/// would be the better one, for a reason that has nothing to do with the layer.)
 fn contention(iters: u64, runs: usize) -> anyhow::Result<()> {
-    println!("1 MiB ping-pong, one-way, quiet vs with a busy process pinned to the last core");
+    println!(
+        "1 MiB ping-pong, one-way, nodes pinned to cores 0 and 1: quiet vs a busy process on core 1"
+    );
     println!(
         "{:>6} {:>4} | {:>10} {:>10} | {:>10} {:>10} | {:>6}",
         "layer", "run", "quiet p50", "max", "busy p50", "max", "ratio"
     );
+    let pinned = |layer: &str| -> anyhow::Result<Row> {
+        under_charmrun_with(layer, &[MIB], iters, "pe-pingpong", &[], &["--pin"])?
+            .pop()
+            .ok_or_else(|| anyhow::anyhow!("the {layer} job measured nothing"))
+    };
     for layer in ["udp", "tcp"] {
         let mut ratios = Vec::new();
         for r in 0..runs {
-            let calm = ping(layer, iters, &[])?;
+            let calm = pinned(layer)?;
             let busy = {
                 let _spinner = Spinner::start()?;
-                ping(layer, iters, &[])?
+                pinned(layer)?
             };
             let ratio = busy.p50_ns as f64 / calm.p50_ns.max(1) as f64;
             ratios.push(ratio);

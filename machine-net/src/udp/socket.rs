@@ -29,6 +29,8 @@ pub struct Socket {
     burst: bool,
     /// Largest IP packet to send (`udp.mtu`).
     mtu: usize,
+    /// The one address this node sends to, when the socket is connected to it.
+    connected: Option<SocketAddr>,
 }
 
 /// The receive buffers and the kernel's descriptors of them, made once: `recvmmsg` gets the
@@ -320,7 +322,21 @@ impl Socket {
             ring: RecvRing::new(),
             burst: false,
             mtu,
+            connected: None,
         })
+    }
+
+    /// Connect the socket to `peer`, the only address this node sends to (a job of two nodes,
+    /// or every datagram through a relay): the kernel then keeps the route instead of looking
+    /// it up for every datagram, about 0.4 µs a message. Datagrams from elsewhere are then
+    /// dropped by the kernel instead of counted by the layer.
+    ///
+    /// # Errors
+    /// The OS's.
+    pub fn connect(&mut self, peer: SocketAddr) -> io::Result<()> {
+        self.sock.connect(peer)?;
+        self.connected = Some(peer);
+        Ok(())
     }
 
     /// The address peers send to.
@@ -388,18 +404,23 @@ impl Socket {
             }
             k
         } else if landings.is_empty() {
-            // The plain poll: `recvfrom` has the kernel copy in no descriptors.
+            // The plain poll: `recvfrom` has the kernel copy in no descriptors. A connected
+            // socket gets only its peer's datagrams: it asks for no source address.
             let h = &mut r.hdrs[0].msg_hdr;
-            // SAFETY: buffer 0 has RECV_BUF bytes; the name is a sockaddr_storage of the
-            // length given.
+            let (name, namelen) = match self.connected {
+                Some(_) => (std::ptr::null_mut(), std::ptr::null_mut()),
+                None => (h.msg_name.cast(), std::ptr::addr_of_mut!(h.msg_namelen)),
+            };
+            // SAFETY: buffer 0 has RECV_BUF bytes; the name, if asked for, is a
+            // sockaddr_storage of the length given.
             let len = unsafe {
                 libc::recvfrom(
                     fd,
                     r.bufs.as_mut_ptr().cast(),
                     RECV_BUF,
                     libc::MSG_DONTWAIT | libc::MSG_TRUNC,
-                    h.msg_name.cast(),
-                    &mut h.msg_namelen,
+                    name,
+                    namelen,
                 )
             };
             match received(len)? {
@@ -424,11 +445,16 @@ impl Socket {
                 None => 0,
             }
         };
+        let named = self.burst || !landings.is_empty() || self.connected.is_none();
         for i in 0..n {
             if r.hdrs[i].msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
                 r.lens[i] = 0;
             }
-            r.from[i] = from_raw(&r.names[i]);
+            r.from[i] = if named {
+                from_raw(&r.names[i])
+            } else {
+                self.connected
+            };
         }
         // Settle every slot before any datagram is acted on (see `settle`).
         for i in 0..n {
@@ -497,9 +523,9 @@ impl Socket {
     }
 
     /// Send up to [`SEND_BATCH`] datagrams in one system call; how many the socket took.
-    fn send_some(&self, to: &RawAddr, dgrams: &[[&[u8]; 2]]) -> io::Result<usize> {
+    fn send_some(&self, to: Option<&RawAddr>, dgrams: &[[&[u8]; 2]]) -> io::Result<usize> {
         let fd = self.sock.as_raw_fd();
-        let (name, namelen) = to.parts();
+        let (name, namelen) = to.map_or((std::ptr::null_mut(), 0), RawAddr::parts);
         let k = dgrams.len().min(SEND_BATCH);
         // Only the entries used are written: no array is zeroed per call.
         let mut iov = [MaybeUninit::<[libc::iovec; 2]>::uninit(); SEND_BATCH];
@@ -547,11 +573,12 @@ impl Socket {
 
 impl Transmit for Socket {
     fn transmit(&mut self, to: &SocketAddr, dgrams: &[[&[u8]; 2]]) -> io::Result<usize> {
-        let addr = RawAddr::new(to);
+        // No address for a connected socket's peer: the kernel uses the route it keeps.
+        let addr = (self.connected != Some(*to)).then(|| RawAddr::new(to));
         let mut done = 0;
         while done < dgrams.len() {
             let rest = &dgrams[done..];
-            let n = self.send_some(&addr, rest)?;
+            let n = self.send_some(addr.as_ref(), rest)?;
             done += n;
             if n < rest.len().min(SEND_BATCH) {
                 // The socket took part of the batch: the rest is for later.
@@ -562,10 +589,12 @@ impl Transmit for Socket {
     }
 
     fn transmit_one(&mut self, to: &SocketAddr, dgram: &[u8]) -> io::Result<bool> {
-        let addr = RawAddr::new(to);
-        let (name, namelen) = addr.parts();
-        // SAFETY: a live buffer of the length given and a valid address of the length given
-        // (`addr` lives until the call returns).
+        let addr = (self.connected != Some(*to)).then(|| RawAddr::new(to));
+        let (name, namelen) = addr
+            .as_ref()
+            .map_or((std::ptr::null_mut(), 0), RawAddr::parts);
+        // SAFETY: a live buffer of the length given, and a valid address of the length given
+        // (`addr` lives until the call returns) or none.
         let r = unsafe {
             libc::sendto(
                 self.sock.as_raw_fd(),
@@ -653,5 +682,31 @@ mod tests {
         }
         assert_eq!(got, vec![b"headbody".to_vec(), b"x".to_vec()]);
         assert_eq!(a.max_datagram(&to), 65507);
+    }
+
+    #[test]
+    fn a_connected_socket_sends_without_an_address_and_names_its_peer() {
+        let ip: IpAddr = "127.0.0.1".parse().expect("ip");
+        let mut a = Socket::bind(ip, 65535).expect("bind");
+        let mut b = Socket::bind(ip, 65535).expect("bind");
+        let (aa, ba) = (a.local_addr().expect("addr"), b.local_addr().expect("addr"));
+        a.connect(ba).expect("connect");
+        b.connect(aa).expect("connect");
+        assert!(a.transmit_one(&ba, b"one").expect("send"));
+        assert_eq!(a.transmit(&ba, &[[b"t", b"wo"]]).expect("send"), 1);
+        let mut got = Vec::new();
+        while got.len() < 2 {
+            b.wait(false, Duration::from_secs(5)).expect("wait");
+            // SAFETY: no landing zone.
+            let n = unsafe { b.recv(&[]) }.expect("recv");
+            for i in 0..n {
+                let Some(Arrived::Bytes(d, from)) = b.datagram(i) else {
+                    panic!("a whole datagram");
+                };
+                assert_eq!(from, aa);
+                got.push(d.to_vec());
+            }
+        }
+        assert_eq!(got, vec![b"one".to_vec(), b"two".to_vec()]);
     }
 }
