@@ -155,7 +155,7 @@ enum Cmd {
         #[arg(long, default_value_t = 2000)]
         iters: u64,
         /// Repetitions of the bandwidth and contention measurements.
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = 5)]
         runs: usize,
         /// Which parts to run (bandwidth, loss, contention).
         #[arg(

@@ -448,8 +448,22 @@ pub fn udp_pingpong(
     result
 }
 
+/// Whether this process may run on one core only.
+fn is_pinned() -> bool {
+    // SAFETY: a zeroed cpu_set_t is a valid (empty) set; sched_getaffinity fills it.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: a set of the size given.
+    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    // SAFETY: CPU_COUNT reads the set.
+    r == 0 && unsafe { libc::CPU_COUNT(&set) } == 1
+}
+
 /// The child side of [`udp_pingpong`].
 pub fn udp_echo(addr: &str, sizes: &[usize], rounds: u64, connected: bool) -> anyhow::Result<()> {
+    if crate::udp::cores() > 1 && is_pinned() {
+        // The parent is pinned (by `bench udp`): take the next core, not its.
+        crate::udp::pin_to(1);
+    }
     let s = udp_socket()?;
     let end = UdpEnd::new(s, addr.parse()?, connected)?;
     udp_spin_send_one(&end, b"h")?;

@@ -1,5 +1,7 @@
 //! `bench udp`: what is particular to the UDP layer, each figure next to its reference from
-//! the same run:
+//! the same run. Every exchange runs between processes pinned to the first two cores: on a
+//! two-core virtual machine, whether two processes share a core changes the time of a 1 MiB
+//! exchange some threefold, and the scheduler flips between the two placements.
 //! - **bandwidth** of 1 MiB ping-pong on the UDP layer next to the TCP layer and raw UDP;
 //! - **goodput under loss**: the same in a network namespace whose firewall drops 1% and 5%
 //!   of UDP datagrams, as a fraction of the loss-free figure measured there (needs root and
@@ -21,7 +23,7 @@ pub fn run(iters: u64, runs: usize, parts: &[String]) -> anyhow::Result<()> {
     for p in parts {
         match p.as_str() {
             "bandwidth" => bandwidth(iters, runs)?,
-            "loss" => goodput_under_loss(iters)?,
+            "loss" => goodput_under_loss(iters, runs)?,
             "contention" => contention(iters, runs)?,
             other => anyhow::bail!("no part '{other}' (bandwidth, loss, contention)"),
         }
@@ -29,8 +31,9 @@ pub fn run(iters: u64, runs: usize, parts: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The layer's 1 MiB ping-pong as a job, its two nodes pinned to the first two cores.
 fn ping(layer: &str, iters: u64, prefix: &[&str]) -> anyhow::Result<Row> {
-    under_charmrun_with(layer, &[MIB], iters, "pe-pingpong", prefix, &[])?
+    under_charmrun_with(layer, &[MIB], iters, "pe-pingpong", prefix, &["--pin"])?
         .pop()
         .ok_or_else(|| anyhow::anyhow!("the {layer} job measured nothing"))
 }
@@ -39,23 +42,33 @@ fn us(ns: u64) -> f64 {
     ns as f64 / 1e3
 }
 
+/// Median and smallest of some per-run figures.
+fn summary(mut v: Vec<f64>) -> (f64, f64) {
+    v.sort_by(f64::total_cmp);
+    let median = v.get(v.len() / 2).copied().unwrap_or(0.0);
+    (median, v.first().copied().unwrap_or(0.0))
+}
+
 /// 1 MiB ping-pong: UDP layer, TCP layer, raw UDP, `runs` times in turn.
 fn bandwidth(iters: u64, runs: usize) -> anyhow::Result<()> {
-    println!("1 MiB ping-pong, one-way: UDP layer vs TCP layer vs raw UDP (busy polling)");
     println!(
-        "{:>4} | {:>10} {:>9} | {:>10} {:>9} | {:>10} {:>9}",
+        "1 MiB ping-pong, one-way, pinned to cores 0 and 1: UDP layer vs TCP layer vs raw UDP"
+    );
+    println!(
+        "{:>6} | {:>10} {:>9} | {:>10} {:>9} | {:>10} {:>9}",
         "run", "udp p50 us", "MB/s", "tcp p50 us", "MB/s", "raw p50 us", "MB/s"
     );
     let w = crate::pingpong::warmup(iters);
+    let mut p50s: [Vec<f64>; 3] = Default::default();
     for r in 0..runs {
         let udp = ping("udp", iters, &[])?;
         let tcp = ping("tcp", iters, &[])?;
-        let rawr = raw::udp_pingpong(&[MIB], iters, w, true)?;
+        let rawr = pinned_to(0, || raw::udp_pingpong(&[MIB], iters, w, true))?;
         let raw = rawr
             .first()
             .ok_or_else(|| anyhow::anyhow!("raw UDP measured nothing"))?;
         println!(
-            "{:>4} | {:>10.1} {:>9.0} | {:>10.1} {:>9.0} | {:>10.1} {:>9.0}",
+            "{:>6} | {:>10.1} {:>9.0} | {:>10.1} {:>9.0} | {:>10.1} {:>9.0}",
             r + 1,
             us(udp.p50_ns),
             udp.mb_per_s(),
@@ -64,8 +77,19 @@ fn bandwidth(iters: u64, runs: usize) -> anyhow::Result<()> {
             us(raw.p50_ns),
             raw.mb_per_s()
         );
+        for (v, row) in p50s.iter_mut().zip([&udp, &tcp, raw]) {
+            v.push(us(row.p50_ns));
+        }
     }
-    println!("(MB/s from the mean one-way time; {iters} round trips per run after {w} warm-up)\n");
+    let [u, t, r] = p50s.map(summary);
+    println!(
+        "median | {:>10.1} {:>9} | {:>10.1} {:>9} | {:>10.1}\n  best | {:>10.1} {:>9} | {:>10.1} {:>9} | {:>10.1}",
+        u.0, "", t.0, "", r.0, u.1, "", t.1, "", r.1
+    );
+    println!(
+        "(MB/s from the mean one-way time; {iters} round trips per run after {w} warm-up; \
+         median and best of the runs' p50s)\n"
+    );
     Ok(())
 }
 
@@ -130,31 +154,45 @@ impl Drop for LossyNet {
     }
 }
 
-/// 1 MiB ping-pong on the UDP layer at 0%, 1% and 5% loss.
-fn goodput_under_loss(iters: u64) -> anyhow::Result<()> {
+/// 1 MiB ping-pong on the UDP layer at 0%, 1% and 5% loss, `runs` rounds in turn.
+fn goodput_under_loss(iters: u64, runs: usize) -> anyhow::Result<()> {
     let Some(net) = LossyNet::new() else {
         return Ok(());
     };
-    println!("1 MiB ping-pong on the UDP layer with random loss of incoming UDP datagrams");
+    const RATES: [u32; 3] = [0, 1, 5];
     println!(
-        "{:>6} | {:>10} | {:>10} | {:>9} | {:>8}",
-        "loss", "p50 us", "max us", "MB/s", "fraction"
+        "1 MiB ping-pong on the UDP layer, pinned to cores 0 and 1, with random loss of \
+         incoming UDP datagrams"
     );
-    let mut clean = None;
-    for percent in [0u32, 1, 5] {
-        net.set_loss(percent)?;
-        let r = ping("udp", iters, &net.prefix())?;
-        let base = *clean.get_or_insert(r.mb_per_s());
-        println!(
-            "{:>5}% | {:>10.1} | {:>10.1} | {:>9.0} | {:>8.2}",
-            percent,
-            us(r.p50_ns),
-            us(r.max_ns),
-            r.mb_per_s(),
-            r.mb_per_s() / base
-        );
+    println!(
+        "{:>6} | {:>21} | {:>21} | {:>21}",
+        "run", "0%: p50 us  MB/s", "1%: p50 us  MB/s", "5%: p50 us  MB/s"
+    );
+    let mut goodput: [Vec<f64>; 3] = Default::default();
+    for r in 0..runs {
+        let mut line = format!("{:>6} |", r + 1);
+        for (i, percent) in RATES.into_iter().enumerate() {
+            net.set_loss(percent)?;
+            let row = ping("udp", iters, &net.prefix())?;
+            goodput[i].push(row.mb_per_s());
+            line.push_str(&format!(
+                " {:>10.1} {:>9.0} |",
+                us(row.p50_ns),
+                row.mb_per_s()
+            ));
+        }
+        println!("{}", line.trim_end_matches('|'));
     }
-    println!("(one-way, in a network namespace; MB/s from the mean; fraction of the 0% figure)\n");
+    let medians = goodput.map(|v| summary(v).0);
+    println!(
+        "goodput (median MB/s): 0% {:.0}, 1% {:.0} ({:.2} of it), 5% {:.0} ({:.2} of it)",
+        medians[0],
+        medians[1],
+        medians[1] / medians[0].max(1.0),
+        medians[2],
+        medians[2] / medians[0].max(1.0)
+    );
+    println!("(one-way, in a network namespace; MB/s from the mean one-way time)\n");
     Ok(())
 }
 
@@ -176,7 +214,7 @@ impl Drop for Spinner {
 }
 
 /// Pin the calling process (its threads to come) to one core.
-fn pin_to(core: usize) {
+pub fn pin_to(core: usize) {
     // SAFETY: a zeroed cpu_set_t is empty; CPU_SET writes inside it; sched_setaffinity reads
     // a set of the size given.
     unsafe {
@@ -186,8 +224,29 @@ fn pin_to(core: usize) {
     }
 }
 
-fn cores() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+/// Cores online (not the ones this process may use: a pinned parent's children inherit its
+/// single core, and must still see the others).
+pub fn cores() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
+    usize::try_from(n).unwrap_or(1).max(1)
+}
+
+/// Run `f` with this process pinned to `core` (its children too: the raw baseline's echo
+/// pins itself to the second core), then restore the affinity it had.
+fn pinned_to<T>(core: usize, f: impl FnOnce() -> T) -> T {
+    // SAFETY: a zeroed cpu_set_t is a valid (empty) set; sched_getaffinity fills it.
+    let mut old: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: a set of the size given.
+    let got =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut old) };
+    pin_to(core);
+    let r = f();
+    if got == 0 {
+        // SAFETY: the set read above.
+        unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &old) };
+    }
+    r
 }
 
 /// Pin a node of a launched job to core (its node number mod the cores): node 0 on the first
@@ -223,11 +282,7 @@ fn contention(iters: u64, runs: usize) -> anyhow::Result<()> {
         "{:>6} {:>4} | {:>10} {:>10} | {:>10} {:>10} | {:>6}",
         "layer", "run", "quiet p50", "max", "busy p50", "max", "ratio"
     );
-    let pinned = |layer: &str| -> anyhow::Result<Row> {
-        under_charmrun_with(layer, &[MIB], iters, "pe-pingpong", &[], &["--pin"])?
-            .pop()
-            .ok_or_else(|| anyhow::anyhow!("the {layer} job measured nothing"))
-    };
+    let pinned = |layer: &str| ping(layer, iters, &[]);
     for layer in ["udp", "tcp"] {
         let mut ratios = Vec::new();
         for r in 0..runs {
