@@ -9,15 +9,24 @@
 //! | `si_read(port, size, buf)`     | [`Si::peek`] + [`Si::read`], per sender |
 //! | `si_close(port)`, `si_done()`  | [`Si::close`], drop                   |
 //!
+//! One extension, for large messages: a writer may *lend* a buffer instead of copying it
+//! (it writes only the buffer's address), and the reader [`Si::pull`]s the bytes straight out
+//! of the writer's memory, then says so with [`Si::mark_pulled`]; the writer learns how many
+//! of its loans are done from [`Si::pulled_by`]. Whether a pair can do this is probed at
+//! start-up ([`Si::enable_pull`], [`Si::can_lend_to`]).
+//!
 //! As in the slides, each node has a port, other nodes write messages to it, a node reads its
 //! port, messages are received whole, the interconnect is reliable and does its own flow
 //! control: a full ring makes `write` wait (and `try_write` say no); nothing is dropped or
 //! overwritten. Learning where the other ports are ([`Si::attach`]) is the start-up's job.
 
+use crate::pull::{self, ProbeWord, PullError};
 use crate::ring::{Consumer, Producer};
 use crate::segment::Segment;
 use std::cell::Cell;
+use std::mem::MaybeUninit;
 use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// A node's use of the interconnect.
@@ -30,6 +39,10 @@ pub struct Si {
     tx: Vec<Cell<Producer>>,
     /// Our state as the consumer of each sender's ring in our port.
     rx: Vec<Cell<Consumer>>,
+    /// What peers read to check they may pull from us.
+    probe: ProbeWord,
+    /// Each port owner's process id (for pulls), learnt when attaching it.
+    pids: Vec<i32>,
 }
 
 impl Si {
@@ -42,6 +55,8 @@ impl Si {
             peers: (0..nodes).map(|_| None).collect(),
             tx: (0..nodes).map(|_| Cell::default()).collect(),
             rx: (0..nodes).map(|_| Cell::default()).collect(),
+            probe: ProbeWord::new(),
+            pids: vec![0; nodes],
         }
     }
 
@@ -51,7 +66,10 @@ impl Si {
     /// # Errors
     /// The file system's.
     pub fn open(&mut self, path: &Path, ring_bytes: usize) -> std::io::Result<()> {
-        self.port = Some(Segment::create(path, self.nodes, ring_bytes)?);
+        self.port = Some(Segment::create(path, self.nodes, ring_bytes, &self.probe)?);
+        if let Some(pid) = self.pids.get_mut(self.me) {
+            *pid = std::process::id() as i32;
+        }
         Ok(())
     }
 
@@ -66,10 +84,92 @@ impl Si {
     /// The file system's, or `InvalidData` for a file that is not such a port.
     pub fn attach(&mut self, node: usize, path: &Path) -> std::io::Result<()> {
         let seg = Segment::open(path, self.nodes)?;
-        if let Some(slot) = self.peers.get_mut(node) {
+        if let (Some(slot), Some(pid)) = (self.peers.get_mut(node), self.pids.get_mut(node)) {
+            *pid = seg.owner_pid();
             *slot = Some(seg);
         }
         Ok(())
+    }
+
+    /// `node`'s port (ours for `node == id()`), if open or attached.
+    fn port_of(&self, node: usize) -> Option<&Segment> {
+        if node == self.me {
+            self.port.as_ref()
+        } else {
+            self.peers.get(node).and_then(Option::as_ref)
+        }
+    }
+
+    /// Find out whether we may pull from `node` (attached, or ourselves) and, if so, tell it
+    /// through our port that it may lend to us. Whether it worked.
+    ///
+    /// # Errors
+    /// [`PullError`]: `Denied` when this host forbids reading another process's memory.
+    pub fn enable_pull(&self, node: usize) -> Result<bool, PullError> {
+        let (Some(theirs), Some(mine)) = (self.port_of(node), self.port.as_ref()) else {
+            return Ok(false);
+        };
+        let (addr, nonce) = theirs.probe();
+        let ok = pull::probe(theirs.owner_pid(), addr, nonce)?;
+        if ok {
+            // Read by `node` only after the start-up barrier that follows.
+            mine.ring(node).pull_ok().store(1, Ordering::Release);
+        }
+        Ok(ok)
+    }
+
+    /// Whether `node` said it can pull from us (after every node's [`Si::enable_pull`]).
+    pub fn can_lend_to(&self, node: usize) -> bool {
+        self.port_of(node)
+            .is_some_and(|p| p.ring(self.me).pull_ok().load(Ordering::Acquire) != 0)
+    }
+
+    /// Copy `into.len()` bytes at `addr` in `sender`'s memory (a buffer it lent us) into
+    /// `into`.
+    ///
+    /// # Errors
+    /// [`PullError::Gone`] when the sender's process is gone; the others as [`pull::pull`].
+    pub fn pull(
+        &self,
+        sender: usize,
+        addr: u64,
+        into: &mut [MaybeUninit<u8>],
+    ) -> Result<(), PullError> {
+        let pid = self.pids.get(sender).copied().unwrap_or(0);
+        if pid <= 0 {
+            return Err(PullError::Gone);
+        }
+        pull::pull(pid, addr, into)
+    }
+
+    /// Tell `sender` we are done with one more of its loans (they are done in order).
+    pub fn mark_pulled(&self, sender: usize) {
+        if let Some(p) = self.port.as_ref() {
+            let r = p.ring(sender);
+            // We are the only writer of this word: a plain increment, published with release
+            // so the sender frees the buffer only after our copy.
+            let n = r.pulled().load(Ordering::Relaxed);
+            r.pulled().store(n + 1, Ordering::Release);
+        }
+    }
+
+    /// How many of our loans `node` has finished with.
+    pub fn pulled_by(&self, node: usize) -> u64 {
+        self.port_of(node)
+            .map_or(0, |p| p.ring(self.me).pulled().load(Ordering::Acquire))
+    }
+
+    /// Whether `node` has left (closed its port for reading): nothing written to it will be
+    /// read, nothing lent to it will be pulled.
+    pub fn peer_closed(&self, node: usize) -> bool {
+        self.port_of(node).is_none_or(Segment::is_closed)
+    }
+
+    /// Say that this node reads nothing more (at exit).
+    pub fn mark_closed(&self) {
+        if let Some(p) = self.port.as_ref() {
+            p.mark_closed();
+        }
     }
 
     /// Largest record one write carries.
@@ -86,12 +186,7 @@ impl Si {
     /// `si_write` without waiting: append one record made of `parts` to `node`'s port if its
     /// ring from us has room now.
     pub fn try_write(&self, node: usize, parts: &[&[u8]]) -> bool {
-        let seg = if node == self.me {
-            self.port.as_ref()
-        } else {
-            self.peers.get(node).and_then(Option::as_ref)
-        };
-        let (Some(seg), Some(tx)) = (seg, self.tx.get(node)) else {
+        let (Some(seg), Some(tx)) = (self.port_of(node), self.tx.get(node)) else {
             return false;
         };
         let mut p = tx.get();
@@ -127,11 +222,23 @@ impl Si {
 
     /// `si_read`, second half: copy that record into `out` (exactly its length).
     pub fn read(&self, sender: usize, out: &mut [u8]) {
-        if let (Some(p), Some(rx)) = (self.port.as_ref(), self.rx.get(sender)) {
-            let mut c = rx.get();
-            p.ring(sender).pop_into(&mut c, out);
-            rx.set(c);
-        }
+        // SAFETY: viewing initialised bytes as maybe-uninitialised ones is sound as long as
+        // only initialised values are written through the view, which `read_uninit` does.
+        let out = unsafe { &mut *(std::ptr::from_mut::<[u8]>(out) as *mut [MaybeUninit<u8>]) };
+        self.read_uninit(sender, out);
+    }
+
+    /// [`Si::read`] into fresh memory (a message's buffer not yet zeroed: writing zeros first
+    /// would be one more pass over a large message). Every byte of `out` is initialised
+    /// afterwards if it returns `true`; `false` when there is no such sender or port.
+    pub fn read_uninit(&self, sender: usize, out: &mut [MaybeUninit<u8>]) -> bool {
+        let (Some(p), Some(rx)) = (self.port.as_ref(), self.rx.get(sender)) else {
+            return false;
+        };
+        let mut c = rx.get();
+        p.ring(sender).pop_into(&mut c, out);
+        rx.set(c);
+        true
     }
 
     /// Whether any sender's ring holds a record.
@@ -150,7 +257,7 @@ impl Si {
 
     /// `si_close`: remove this node's port file. Mappings (ours and the peers') stay valid, so
     /// this is done as soon as every peer has attached: a crash later leaves nothing behind.
-    pub fn close(&mut self) {
+    pub fn close(&self) {
         if let Some(p) = self.port.as_ref() {
             let _ = std::fs::remove_file(p.path());
         }

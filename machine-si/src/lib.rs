@@ -13,6 +13,7 @@
 
 pub mod interconnect;
 pub mod layer;
+pub mod pull;
 mod ring;
 mod segment;
 

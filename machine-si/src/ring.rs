@@ -1,7 +1,7 @@
 //! A single-producer single-consumer ring of variable-length records, living in shared memory.
 //!
 //! ```text
-//! | tail (producer, cache line) | head (consumer, cache line) | data: CAP bytes ... |
+//! | tail (producer, cache line) | head, pulled, pull_ok (consumer, cache line) | data: CAP bytes |
 //! record: [len u32][pad u32][len bytes][padding to 64]   wrap marker: len = u32::MAX
 //! ```
 //!
@@ -11,16 +11,18 @@
 //! space by storing the new head with release ordering. A record never wraps: if it does not fit
 //! before the end, the producer leaves a wrap marker there and starts again at 0.
 //!
-//! Each side keeps the other's counter in a local copy and shares its own sparingly, because
-//! every read of a line the other side wrote is a cache-line transfer between cores: the
-//! producer re-reads `head` only when the ring looks full; the consumer publishes `head` only
-//! when it finds the ring empty or has freed a quarter of it. Per message that leaves the
-//! record and `tail`, as a plain flag-and-buffer exchange has.
+//! Each side keeps both counters in local copies and shares its own sparingly, because
+//! every read of a line the other side touched is a cache-line transfer between cores: the
+//! producer never reads `tail` back (the consumer polling it takes the line away) and re-reads
+//! `head` only when the ring looks full; the consumer publishes `head` only when it finds the
+//! ring empty or has freed a quarter of it. Per message that leaves the record and `tail`, as
+//! a plain flag-and-buffer exchange has.
 //!
 //! All `unsafe` of the SI interconnect is here: the ring is raw memory shared with another
 //! process, so it can only be reached through pointers.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 /// Bytes of a ring's two counters (each on its own cache line, so producer and consumer do not
 /// share one).
@@ -69,6 +71,20 @@ impl Ring {
         unsafe { &*(self.base.add(64) as *const AtomicU64) }
     }
 
+    /// How many of the producer's lent messages (see `pull.rs`) the consumer has copied out of
+    /// the producer's memory: the producer may free them. Written by the consumer only.
+    pub fn pulled(&self) -> &AtomicU64 {
+        // SAFETY: as for `tail`, at offset 72, on the consumer's line.
+        unsafe { &*(self.base.add(72) as *const AtomicU64) }
+    }
+
+    /// Non-zero when the consumer can read the producer's memory (its start-up probe worked),
+    /// so the producer may lend it large messages instead of copying them into the ring.
+    pub fn pull_ok(&self) -> &AtomicU32 {
+        // SAFETY: as for `tail`, at offset 80, on the consumer's line.
+        unsafe { &*(self.base.add(80) as *const AtomicU32) }
+    }
+
     fn data(&self) -> *mut u8 {
         // SAFETY: the data area follows the header inside the mapping.
         unsafe { self.base.add(HEADER) }
@@ -91,7 +107,9 @@ impl Ring {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         debug_assert!(len <= self.max_record());
         let need = footprint(len);
-        let tail = self.tail().load(Ordering::Relaxed);
+        // Our own copy: reading the shared counter would wait for the line to come back from
+        // the consumer, who polls it (a cache miss before every record).
+        let tail = p.tail;
         let pos = (tail as usize) & (self.cap - 1);
         let to_end = self.cap - pos;
         let (skip, at) = if need > to_end { (to_end, 0) } else { (0, pos) };
@@ -116,8 +134,8 @@ impl Ring {
                 off += p.len();
             }
         }
-        self.tail()
-            .store(tail + (skip + need) as u64, Ordering::Release);
+        p.tail = tail + (skip + need) as u64;
+        self.tail().store(p.tail, Ordering::Release);
         true
     }
 
@@ -143,13 +161,18 @@ impl Ring {
     }
 
     /// Consumer: copy the next record (whose length [`peek_len`](Self::peek_len) gave) into
-    /// `out`, which must be exactly that long, and free its space.
-    pub fn pop_into(&self, c: &mut Consumer, out: &mut [u8]) {
+    /// `out`, which must be exactly that long, and free its space. Every byte of `out` is
+    /// initialised afterwards (so it may be fresh, unzeroed memory).
+    pub fn pop_into(&self, c: &mut Consumer, out: &mut [MaybeUninit<u8>]) {
         let pos = (c.head as usize) & (self.cap - 1);
         // SAFETY: peek_len returned this record's length and skipped any wrap marker, so a
         // published record of `out.len()` bytes starts at `pos + 8`.
         unsafe {
-            std::ptr::copy_nonoverlapping(self.data().add(pos + 8), out.as_mut_ptr(), out.len());
+            std::ptr::copy_nonoverlapping(
+                self.data().add(pos + 8),
+                out.as_mut_ptr().cast::<u8>(),
+                out.len(),
+            );
         }
         c.head += footprint(out.len()) as u64;
         if (c.head - c.published) as usize >= self.cap / 4 {
@@ -165,10 +188,13 @@ impl Ring {
     }
 }
 
-/// The producer's local state for one ring: how far it knows the consumer is.
+/// The producer's local state for one ring.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Producer {
+    /// How far it knows the consumer is.
     head: u64,
+    /// How far it has written (the shared `tail` is only ever stored, never read back).
+    tail: u64,
 }
 
 /// The consumer's local state for one ring.
@@ -204,8 +230,10 @@ mod tests {
                 next_in = next_in.wrapping_add(1);
             }
             while let Some(l) = r.peek_len(&mut c) {
-                let mut out = vec![0; l];
+                let mut out = vec![MaybeUninit::uninit(); l];
                 r.pop_into(&mut c, &mut out);
+                // SAFETY: pop_into initialised every byte.
+                let out: Vec<u8> = out.iter().map(|b| unsafe { b.assume_init() }).collect();
                 assert!(out.iter().all(|&b| b == next_out), "round {round}");
                 next_out = next_out.wrapping_add(1);
             }
@@ -226,8 +254,10 @@ mod tests {
         assert!(pushed > 0);
         for i in 0..pushed {
             let l = r.peek_len(&mut c).expect("record");
-            let mut out = vec![0; l];
+            let mut out = vec![MaybeUninit::uninit(); l];
             r.pop_into(&mut c, &mut out);
+            // SAFETY: pop_into initialised every byte.
+            let out: Vec<u8> = out.iter().map(|b| unsafe { b.assume_init() }).collect();
             assert_eq!(out, vec![i; 20]);
         }
         assert!(r.peek_len(&mut c).is_none());

@@ -2,10 +2,15 @@
 //! doorbell, a futex word writers ring when the owner may be asleep.
 //!
 //! ```text
-//! | magic u64 | nodes u64 | ring capacity u64 | doorbell u32 | sleeping u32 | ...  (128 B)
+//! | magic u64 | nodes u64 | ring capacity u64 | doorbell u32 | sleeping u32 |
+//! | owner pid u32 | closed u32 | probe nonce u64 | probe address u64 | ...        (128 B)
 //! | ring from node 0 | ring from node 1 | ...            (each ring::HEADER + capacity)
 //! ```
+//!
+//! The owner's pid and probe word let peers read its memory for the single-copy path
+//! (`pull.rs`); `closed` tells writers the owner has left and reads nothing more.
 
+use crate::pull::ProbeWord;
 use crate::ring::{self, Ring};
 use memmap2::{MmapOptions, MmapRaw};
 use std::fs::OpenOptions;
@@ -35,7 +40,12 @@ impl Segment {
     ///
     /// # Errors
     /// The file system's.
-    pub fn create(path: &Path, nodes: usize, cap: usize) -> std::io::Result<Segment> {
+    pub fn create(
+        path: &Path,
+        nodes: usize,
+        cap: usize,
+        probe: &ProbeWord,
+    ) -> std::io::Result<Segment> {
         let f = OpenOptions::new()
             .read(true)
             .write(true)
@@ -57,6 +67,9 @@ impl Segment {
             let p = seg.map.as_mut_ptr() as *mut u64;
             p.add(1).write(nodes as u64);
             p.add(2).write(cap as u64);
+            (p.add(4) as *mut u32).write(std::process::id());
+            p.add(5).write(probe.nonce());
+            p.add(6).write(probe.addr());
             std::sync::atomic::fence(Ordering::Release);
             p.write(MAGIC);
         }
@@ -113,7 +126,7 @@ impl Segment {
     }
 
     fn word(&self, index: usize) -> &AtomicU32 {
-        // SAFETY: offsets 24 and 28 are inside the header, 4-aligned; atomics may alias shared
+        // SAFETY: offsets 24 to 36 are inside the header, 4-aligned; atomics may alias shared
         // memory.
         unsafe { &*(self.map.as_mut_ptr().add(24 + 4 * index) as *const AtomicU32) }
     }
@@ -124,6 +137,34 @@ impl Segment {
 
     fn sleeping(&self) -> &AtomicU32 {
         self.word(1)
+    }
+
+    /// The owner's process id.
+    pub fn owner_pid(&self) -> i32 {
+        self.word(2).load(Ordering::Relaxed) as i32
+    }
+
+    /// Where the owner's probe word is and what it holds.
+    pub fn probe(&self) -> (u64, u64) {
+        // SAFETY: offsets 40 and 48 are inside the header, 8-aligned; written before the magic
+        // was published (release), which `open` read.
+        unsafe {
+            let p = self.map.as_ptr() as *const u64;
+            (p.add(6).read(), p.add(5).read())
+        }
+    }
+
+    /// Owner side: say that nothing more will be read from this port. Ordered before whatever
+    /// the owner reads next, so a writer either sees the flag or has its record read.
+    pub fn mark_closed(&self) {
+        self.word(3).store(1, Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
+    }
+
+    /// Writer side: whether the owner has left. Ordered after the writer's last record.
+    pub fn is_closed(&self) -> bool {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        self.word(3).load(Ordering::SeqCst) != 0
     }
 
     /// Writer side, after publishing a record: wake the owner if it sleeps.
