@@ -2,7 +2,7 @@
 //! raw baseline measured in the same run.
 //!
 //! ```text
-//! bench pingpong [--layer local] [--sizes 8,64,...] [--iters N] [--csv FILE]
+//! bench pingpong [--layer local] [--sizes 8,64,...] [--iters N] [--csv FILE] [+set K=V ...]
 //!     (--layer mpi needs `--features mpi` and starts its jobs with mpirun)
 //! bench rate [--messages N] [--csv FILE]
 //! bench udp [--iters N] [--runs R]
@@ -86,6 +86,14 @@ enum Cmd {
     /// The echoing side of the raw shared-memory baseline.
     #[command(hide = true)]
     RawShmEcho {
+        path: String,
+        #[arg(value_delimiter = ',')]
+        sizes: Vec<usize>,
+        rounds: u64,
+    },
+    /// The echoing side of the raw copy-once (process_vm_readv) baseline.
+    #[command(hide = true)]
+    RawCmaEcho {
         path: String,
         #[arg(value_delimiter = ',')]
         sizes: Vec<usize>,
@@ -226,7 +234,7 @@ fn main() -> ExitCode {
             sizes,
             iters,
             csv,
-        } => pingpong::run(&layer, &sizes, iters.max(1), csv.as_deref()),
+        } => pingpong::run(&layer, &sizes, iters.max(1), csv.as_deref(), &settings),
         #[cfg(feature = "mpi")]
         Cmd::RawMpi(j) => raw_mpi::rank_main(&j.sizes, j.iters, &j.csv),
         Cmd::Rate { messages, csv } => rate::run(messages.max(1), csv.as_deref()),
@@ -237,6 +245,11 @@ fn main() -> ExitCode {
             sizes,
             rounds,
         } => raw::shm_echo(&path, &sizes, rounds),
+        Cmd::RawCmaEcho {
+            path,
+            sizes,
+            rounds,
+        } => raw::cma_echo(&path, &sizes, rounds),
         Cmd::PeDirect { layer, job } => {
             direct::pe_main(&layer, &job.sizes, job.iters, &job.csv, settings)
         }

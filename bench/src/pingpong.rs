@@ -34,9 +34,21 @@ pub fn warmup(iters: u64) -> u64 {
     (iters / 10).max(10)
 }
 
-/// `bench pingpong`: baseline, then the layer, then the table (and CSV).
-pub fn run(layer: &str, sizes: &[usize], iters: u64, csv: Option<&Path>) -> anyhow::Result<()> {
+/// `bench pingpong`: baseline, then the layer, then the table (and CSV). `settings` (the
+/// `+set` ones of bench's command line) go to every job of the layer.
+pub fn run(
+    layer: &str,
+    sizes: &[usize],
+    iters: u64,
+    csv: Option<&Path>,
+    settings: &machine::Settings,
+) -> anyhow::Result<()> {
     let w = warmup(iters);
+    let set: Vec<String> = settings
+        .iter()
+        .flat_map(|(k, v)| ["+set".to_owned(), format!("{k}={v}")])
+        .collect();
+    let set: Vec<&str> = set.iter().map(String::as_str).collect();
     let raw_rows: Vec<Row> = match layer {
         "local" => sizes
             .iter()
@@ -51,11 +63,12 @@ pub fn run(layer: &str, sizes: &[usize], iters: u64, csv: Option<&Path>) -> anyh
         ),
     };
     let (rows, direct) = if layer == "local" {
-        let rt = Runtime::from_args(["bench", "+p2", "+quiet", "+machine", "local"])?;
+        let args = ["bench", "+p2", "+quiet", "+machine", "local"];
+        let rt = Runtime::from_args(args.iter().chain(&set).copied())?;
         (job(rt, sizes, iters, layer)?, Vec::new())
     } else {
-        let rows = launched(layer, sizes, iters, "pe-pingpong")?;
-        let direct = launched(layer, sizes, iters, "pe-direct")?;
+        let rows = under_charmrun_with(layer, sizes, iters, "pe-pingpong", &[], &set)?;
+        let direct = under_charmrun_with(layer, sizes, iters, "pe-direct", &[], &set)?;
         (rows, direct)
     };
     // A second raw series (MPI's receive of an unknown size) is printed below the table.
@@ -67,6 +80,14 @@ pub fn run(layer: &str, sizes: &[usize], iters: u64, csv: Option<&Path>) -> anyh
     if layer == "udp" {
         floor = raw::udp_pingpong(sizes, iters, w, false)?;
     }
+    // A shared-memory layer's large messages are copied once, straight from the sender's
+    // memory: the floor of that path, next to the copy-in-copy-out baseline.
+    if layer == "si" {
+        floor = raw::cma_pingpong(sizes, iters, w).unwrap_or_else(|e| {
+            eprintln!("bench: no copy-once baseline here: {e:#}");
+            Vec::new()
+        });
+    }
     report::print_pingpong(&rows, &raw_rows);
     if !direct.is_empty() {
         println!("layer alone (Machine trait driven directly, no runtime), one-way p50 us:");
@@ -76,15 +97,20 @@ pub fn run(layer: &str, sizes: &[usize], iters: u64, csv: Option<&Path>) -> anyh
     }
     if !floor.is_empty() {
         println!(
-            "{}, one-way p50 us:",
-            if layer == "udp" {
-                "raw UDP on unconnected sockets (sendto/recvfrom)"
-            } else {
-                "raw MPI receiving an unknown size (matched probe + receive)"
+            "{}, one-way p50 us, MB/s:",
+            match layer {
+                "udp" => "raw UDP on unconnected sockets (sendto/recvfrom)",
+                "si" => "raw copy-once (process_vm_readv from the peer's buffer into a reused one)",
+                _ => "raw MPI receiving an unknown size (matched probe + receive)",
             }
         );
         for f in &floor {
-            println!("{:>9} | {:>9.3}", f.size, f.p50_ns as f64 / 1e3);
+            println!(
+                "{:>9} | {:>9.3} | {:>10.1}",
+                f.size,
+                f.p50_ns as f64 / 1e3,
+                f.mb_per_s()
+            );
         }
     }
     println!("(one-way = round trip / 2; {iters} timed round trips per size after {w} warm-up)");
