@@ -331,27 +331,31 @@ pub fn shm_echo(path: &str, sizes: &[usize], rounds: u64) -> anyhow::Result<()> 
     Ok(())
 }
 
-/// One `process_vm_readv` of `into.len()` bytes at `from` in `pid`: the copy-once baseline's
-/// whole transfer.
+/// Copy `into.len()` bytes at `from` in `pid` with `process_vm_readv`: the copy-once
+/// baseline's whole transfer (one call, or more when the kernel stops short).
 fn vm_read(pid: i32, from: u64, into: &mut [u8]) -> anyhow::Result<()> {
-    let local = libc::iovec {
-        iov_base: into.as_mut_ptr().cast(),
-        iov_len: into.len(),
-    };
-    let remote = libc::iovec {
-        iov_base: from as usize as *mut libc::c_void,
-        iov_len: into.len(),
-    };
-    // SAFETY: `local` is memory we own; the kernel checks the remote range.
-    let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
-    if n < 0 {
-        anyhow::bail!("process_vm_readv: {}", std::io::Error::last_os_error());
+    let mut done = 0;
+    while done < into.len() {
+        let local = libc::iovec {
+            iov_base: into[done..].as_mut_ptr().cast(),
+            iov_len: into.len() - done,
+        };
+        let remote = libc::iovec {
+            iov_base: (from as usize + done) as *mut libc::c_void,
+            iov_len: into.len() - done,
+        };
+        // SAFETY: `local` is memory we own; the kernel checks the remote range.
+        let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+        if n < 0 {
+            anyhow::bail!("process_vm_readv: {}", std::io::Error::last_os_error());
+        }
+        anyhow::ensure!(
+            n > 0,
+            "process_vm_readv stopped at {done} of {} bytes",
+            into.len()
+        );
+        done += n as usize;
     }
-    anyhow::ensure!(
-        n as usize == into.len(),
-        "process_vm_readv read {n} of {} bytes",
-        into.len()
-    );
     Ok(())
 }
 

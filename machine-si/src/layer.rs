@@ -11,13 +11,13 @@
 //! A message goes one of three ways, the header's `kind` saying which:
 //! - **whole**: one that fits a record goes as a single record (header then wire bytes), read
 //!   straight into the message's own buffer with the header landing in its headroom;
-//! - **lent** (single copy): from `si.single_copy_from` bytes, when the receiver can read our
-//!   memory (probed at start-up), the record holds the header and the address of our buffer;
-//!   the receiver allocates the message and copies the bytes straight out of our buffer
-//!   (`process_vm_readv`), then counts it pulled. We keep the message until that count covers
-//!   it, so nothing is freed while it may be read;
-//! - **pieces**: any other larger one goes as the header record followed by pieces of at most
-//!   one record, read straight into its buffer (two copies: into the ring, out of it).
+//! - **lent** (single copy): from `si.single_copy_from` bytes (1 MiB), when the receiver can
+//!   read our memory (probed at start-up), the record holds the header and the address of our
+//!   buffer; the receiver allocates the message and copies the bytes straight out of our
+//!   buffer (`process_vm_readv`), then counts it pulled. We keep the message until that count
+//!   covers it, so nothing is freed while it may be read;
+//! - **pieces**: any other larger one goes as the header record followed by pieces of 16 KiB,
+//!   read straight into its buffer (two copies, into the ring and out of it, overlapping).
 //!
 //! Per pair, records are read in the order they were written and a loan is pulled when its
 //! record is read, so FIFO holds across the three ways. A full ring never blocks `send`: what
@@ -50,7 +50,7 @@ const LENT_RECORD: usize = HEADER + 8;
 /// How a message travels (the header's `kind`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
-    /// Header and wire bytes in one record.
+    /// Header and wire bytes in one record (up to a piece).
     Whole = 1,
     /// The header alone; pieces of the wire bytes follow.
     Pieces = 2,
@@ -62,9 +62,16 @@ enum Kind {
 const DEFAULT_RING_KIB: usize = 256;
 
 /// Default size, in wire bytes, from which messages are lent instead of copied through the
-/// ring (`si.single_copy_from`). Below it the two copies through the ring cost less than the
-/// system call and the page pinning of a pull (docs/benchmarks.md, SI).
-const DEFAULT_SINGLE_COPY_FROM: usize = 16 << 10;
+/// ring (`si.single_copy_from`). Below it the two copies through the ring, the receiver's
+/// overlapping the sender's piece by piece, take less time than the kernel's one copy (which
+/// copies slower than user space here and pins every page); from about 1 MiB the single copy
+/// wins (docs/benchmarks.md, SI).
+const DEFAULT_SINGLE_COPY_FROM: usize = 1 << 20;
+
+/// Largest record the layer writes: a larger message goes as pieces of this size, so that the
+/// receiver copies one piece out while the sender copies the next one in (16 KiB measured best
+/// from 64 KiB to 4 MiB; one record per message would copy in, then out, with no overlap).
+const PIECE: usize = 16 << 10;
 
 /// Largest message size a header may announce (the runtime's frames are far smaller).
 const MAX_MESSAGE: u64 = 1 << 40;
@@ -224,7 +231,7 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
     let lend_to = (0..n)
         .map(|node| lend_from != usize::MAX && si.can_lend_to(node))
         .collect();
-    let chunk = si.max_write() - HEADER;
+    let chunk = si.max_write().min(PIECE) - HEADER;
     Ok(vec![Box::new(SiMachine {
         me,
         table,
@@ -289,6 +296,19 @@ impl SiMachine {
     /// `DeliverViaNetwork`: write as much of `o` to `node` as its ring takes now; whether it
     /// all went.
     fn deliver(&self, node: usize, o: &mut Outgoing) -> bool {
+        if !o.header_sent && !o.lend && o.msg.wire_len() <= self.chunk {
+            // The whole message in one record, the header written into the message's headroom
+            // so that the record is one contiguous copy.
+            let size = o.msg.wire_len();
+            let frame = o.msg.frame_with_header(HEADER);
+            frame[..HEADER].copy_from_slice(&header(Kind::Whole, size, self.me));
+            if !self.si.try_write(node, &[frame]) {
+                return false;
+            }
+            o.header_sent = true;
+            o.offset = size;
+            return true;
+        }
         let wire = o.msg.wire();
         if !o.header_sent {
             if o.lend {
@@ -296,16 +316,6 @@ impl SiMachine {
                 rec[..HEADER].copy_from_slice(&header(Kind::Lent, wire.len(), self.me));
                 rec[HEADER..].copy_from_slice(&(wire.as_ptr() as u64).to_le_bytes());
                 if !self.si.try_write(node, &[&rec]) {
-                    return false;
-                }
-                o.header_sent = true;
-                o.offset = wire.len();
-                return true;
-            }
-            if wire.len() <= self.chunk {
-                // The whole message in one record.
-                let h = header(Kind::Whole, wire.len(), self.me);
-                if !self.si.try_write(node, &[&h, wire]) {
                     return false;
                 }
                 o.header_sent = true;

@@ -100,7 +100,7 @@ impl Segment {
         if magic != MAGIC
             || n != nodes
             || !cap.is_power_of_two()
-            || cap < 64
+            || cap < 256
             || map.len() < size(n, cap)
         {
             return Err(bad("not a port of this job"));
