@@ -2,7 +2,8 @@
 //! raw baseline measured in the same run.
 //!
 //! ```text
-//! bench pingpong [--layer local] [--sizes 8,64,...] [--iters N] [--csv FILE] [+set K=V ...]
+//! bench pingpong [--layer local] [--sizes 8,64,...] [--iters N] [--csv FILE] [--mpi-too]
+//!     [+set K=V ...]
 //!     (--layer mpi needs `--features mpi` and starts its jobs with mpirun)
 //! bench rate [--messages N] [--csv FILE]
 //! bench udp [--iters N] [--runs R]
@@ -53,6 +54,10 @@ enum Cmd {
         /// Write the figures as CSV here too.
         #[arg(long)]
         csv: Option<PathBuf>,
+        /// Also measure raw MPI (`mpirun -n 2`) in the same run (bench built with
+        /// `--features mpi`).
+        #[arg(long)]
+        mpi_too: bool,
     },
     /// Wall time of a whole trivial job under charmrun, next to fork/exec + connect-back.
     Startup {
@@ -234,7 +239,15 @@ fn main() -> ExitCode {
             sizes,
             iters,
             csv,
-        } => pingpong::run(&layer, &sizes, iters.max(1), csv.as_deref(), &settings),
+            mpi_too,
+        } => pingpong::run(
+            &layer,
+            &sizes,
+            iters.max(1),
+            csv.as_deref(),
+            &settings,
+            mpi_too,
+        ),
         #[cfg(feature = "mpi")]
         Cmd::RawMpi(j) => raw_mpi::rank_main(&j.sizes, j.iters, &j.csv),
         Cmd::Rate { messages, csv } => rate::run(messages.max(1), csv.as_deref()),

@@ -390,6 +390,8 @@ pub fn cma_pingpong(sizes: &[usize], iters: u64, warmup: u64) -> anyhow::Result<
             }
             rows.push(Row::from_hist("raw-copy-once", size, &h));
         }
+        // The child's buffer is read until here: now it may exit.
+        shm.flag(0).store(seq + 1, Ordering::Release);
         Ok(rows)
     })();
     finish_child(child, result)
@@ -414,6 +416,8 @@ pub fn cma_echo(path: &str, sizes: &[usize], rounds: u64) -> anyhow::Result<()> 
             shm.flag(1).store(seq, Ordering::Release);
         }
     }
+    // Our buffer must outlive the parent's last read of it.
+    shm.spin_until(0, seq + 1)?;
     Ok(())
 }
 
