@@ -21,8 +21,8 @@
 //! overwritten. Learning where the other ports are ([`Si::attach`]) is the start-up's job.
 
 use crate::pull::{self, ProbeWord, PullError};
-use crate::ring::{Consumer, Producer};
-use crate::segment::Segment;
+use crate::ring::{Consumer, Producer, Ring};
+use crate::segment::{Bell, Segment};
 use std::cell::Cell;
 use std::mem::MaybeUninit;
 use std::path::Path;
@@ -35,14 +35,37 @@ pub struct Si {
     nodes: usize,
     port: Option<Segment>,
     peers: Vec<Option<Segment>>,
-    /// Our state as the producer of our ring in each node's port.
-    tx: Vec<Cell<Producer>>,
-    /// Our state as the consumer of each sender's ring in our port.
-    rx: Vec<Cell<Consumer>>,
+    /// Per node, once its port is attached (ours once open): our ring in it.
+    tx: Vec<Option<Tx>>,
+    /// Per sender, once our port is open: its ring in our port.
+    rx: Vec<Option<Rx>>,
     /// What peers read to check they may pull from us.
     probe: ProbeWord,
     /// Each port owner's process id (for pulls), learnt when attaching it.
     pids: Vec<i32>,
+}
+
+/// Our ring in a node's port, as its producer. The views point into mappings `Si` keeps.
+struct Tx {
+    ring: Ring,
+    bell: Bell,
+    state: Cell<Producer>,
+}
+
+/// A sender's ring in our port, as its consumer.
+struct Rx {
+    ring: Ring,
+    state: Cell<Consumer>,
+}
+
+impl Tx {
+    fn new(port: &Segment, me: usize) -> Tx {
+        Tx {
+            ring: port.ring(me),
+            bell: port.bell(),
+            state: Cell::default(),
+        }
+    }
 }
 
 impl Si {
@@ -53,8 +76,8 @@ impl Si {
             nodes,
             port: None,
             peers: (0..nodes).map(|_| None).collect(),
-            tx: (0..nodes).map(|_| Cell::default()).collect(),
-            rx: (0..nodes).map(|_| Cell::default()).collect(),
+            tx: (0..nodes).map(|_| None).collect(),
+            rx: (0..nodes).map(|_| None).collect(),
             probe: ProbeWord::new(),
             pids: vec![0; nodes],
         }
@@ -66,10 +89,18 @@ impl Si {
     /// # Errors
     /// The file system's.
     pub fn open(&mut self, path: &Path, ring_bytes: usize) -> std::io::Result<()> {
-        self.port = Some(Segment::create(path, self.nodes, ring_bytes, &self.probe)?);
-        if let Some(pid) = self.pids.get_mut(self.me) {
+        let port = Segment::create(path, self.nodes, ring_bytes, &self.probe)?;
+        for (sender, rx) in self.rx.iter_mut().enumerate() {
+            *rx = Some(Rx {
+                ring: port.ring(sender),
+                state: Cell::default(),
+            });
+        }
+        if let (Some(tx), Some(pid)) = (self.tx.get_mut(self.me), self.pids.get_mut(self.me)) {
+            *tx = Some(Tx::new(&port, self.me));
             *pid = std::process::id() as i32;
         }
+        self.port = Some(port);
         Ok(())
     }
 
@@ -84,8 +115,13 @@ impl Si {
     /// The file system's, or `InvalidData` for a file that is not such a port.
     pub fn attach(&mut self, node: usize, path: &Path) -> std::io::Result<()> {
         let seg = Segment::open(path, self.nodes)?;
-        if let (Some(slot), Some(pid)) = (self.peers.get_mut(node), self.pids.get_mut(node)) {
+        if let (Some(slot), Some(tx), Some(pid)) = (
+            self.peers.get_mut(node),
+            self.tx.get_mut(node),
+            self.pids.get_mut(node),
+        ) {
             *pid = seg.owner_pid();
+            *tx = Some(Tx::new(&seg, self.me));
             *slot = Some(seg);
         }
         Ok(())
@@ -100,28 +136,38 @@ impl Si {
         }
     }
 
+    /// Our ring in `node`'s port, once attached.
+    fn tx(&self, node: usize) -> Option<&Tx> {
+        self.tx.get(node).and_then(Option::as_ref)
+    }
+
+    /// `sender`'s ring in our port, once open.
+    fn rx(&self, sender: usize) -> Option<&Rx> {
+        self.rx.get(sender).and_then(Option::as_ref)
+    }
+
     /// Find out whether we may pull from `node` (attached, or ourselves) and, if so, tell it
     /// through our port that it may lend to us. Whether it worked.
     ///
     /// # Errors
     /// [`PullError`]: `Denied` when this host forbids reading another process's memory.
     pub fn enable_pull(&self, node: usize) -> Result<bool, PullError> {
-        let (Some(theirs), Some(mine)) = (self.port_of(node), self.port.as_ref()) else {
+        let (Some(theirs), Some(rx)) = (self.port_of(node), self.rx(node)) else {
             return Ok(false);
         };
         let (addr, nonce) = theirs.probe();
         let ok = pull::probe(theirs.owner_pid(), addr, nonce)?;
         if ok {
             // Read by `node` only after the start-up barrier that follows.
-            mine.ring(node).pull_ok().store(1, Ordering::Release);
+            rx.ring.pull_ok().store(1, Ordering::Release);
         }
         Ok(ok)
     }
 
     /// Whether `node` said it can pull from us (after every node's [`Si::enable_pull`]).
     pub fn can_lend_to(&self, node: usize) -> bool {
-        self.port_of(node)
-            .is_some_and(|p| p.ring(self.me).pull_ok().load(Ordering::Acquire) != 0)
+        self.tx(node)
+            .is_some_and(|tx| tx.ring.pull_ok().load(Ordering::Acquire) != 0)
     }
 
     /// Copy `into.len()` bytes at `addr` in `sender`'s memory (a buffer it lent us) into
@@ -144,19 +190,18 @@ impl Si {
 
     /// Tell `sender` we are done with one more of its loans (they are done in order).
     pub fn mark_pulled(&self, sender: usize) {
-        if let Some(p) = self.port.as_ref() {
-            let r = p.ring(sender);
+        if let Some(rx) = self.rx(sender) {
             // We are the only writer of this word: a plain increment, published with release
             // so the sender frees the buffer only after our copy.
-            let n = r.pulled().load(Ordering::Relaxed);
-            r.pulled().store(n + 1, Ordering::Release);
+            let n = rx.ring.pulled().load(Ordering::Relaxed);
+            rx.ring.pulled().store(n + 1, Ordering::Release);
         }
     }
 
     /// How many of our loans `node` has finished with.
     pub fn pulled_by(&self, node: usize) -> u64 {
-        self.port_of(node)
-            .map_or(0, |p| p.ring(self.me).pulled().load(Ordering::Acquire))
+        self.tx(node)
+            .map_or(0, |tx| tx.ring.pulled().load(Ordering::Acquire))
     }
 
     /// Whether `node` has left (closed its port for reading): nothing written to it will be
@@ -174,11 +219,10 @@ impl Si {
 
     /// Largest record one write carries.
     pub fn max_write(&self) -> usize {
-        self.peers
+        self.tx
             .iter()
             .flatten()
-            .chain(self.port.iter())
-            .map(|s| s.ring(0).max_record())
+            .map(|tx| tx.ring.max_record())
             .min()
             .unwrap_or(0)
     }
@@ -186,14 +230,14 @@ impl Si {
     /// `si_write` without waiting: append one record made of `parts` to `node`'s port if its
     /// ring from us has room now.
     pub fn try_write(&self, node: usize, parts: &[&[u8]]) -> bool {
-        let (Some(seg), Some(tx)) = (self.port_of(node), self.tx.get(node)) else {
+        let Some(tx) = self.tx(node) else {
             return false;
         };
-        let mut p = tx.get();
-        let pushed = seg.ring(self.me).try_push(&mut p, parts);
-        tx.set(p);
+        let mut p = tx.state.get();
+        let pushed = tx.ring.try_push(&mut p, parts);
+        tx.state.set(p);
         if pushed {
-            seg.ring_doorbell();
+            tx.bell.ring();
         }
         pushed
     }
@@ -213,10 +257,10 @@ impl Si {
 
     /// `si_read`, first half: the length of the next record from `sender`, if there is one.
     pub fn peek(&self, sender: usize) -> Option<usize> {
-        let rx = self.rx.get(sender)?;
-        let mut c = rx.get();
-        let len = self.port.as_ref()?.ring(sender).peek_len(&mut c);
-        rx.set(c);
+        let rx = self.rx(sender)?;
+        let mut c = rx.state.get();
+        let len = rx.ring.peek_len(&mut c);
+        rx.state.set(c);
         len
     }
 
@@ -232,20 +276,21 @@ impl Si {
     /// would be one more pass over a large message). Every byte of `out` is initialised
     /// afterwards if it returns `true`; `false` when there is no such sender or port.
     pub fn read_uninit(&self, sender: usize, out: &mut [MaybeUninit<u8>]) -> bool {
-        let (Some(p), Some(rx)) = (self.port.as_ref(), self.rx.get(sender)) else {
+        let Some(rx) = self.rx(sender) else {
             return false;
         };
-        let mut c = rx.get();
-        p.ring(sender).pop_into(&mut c, out);
-        rx.set(c);
+        let mut c = rx.state.get();
+        rx.ring.pop_into(&mut c, out);
+        rx.state.set(c);
         true
     }
 
     /// Whether any sender's ring holds a record.
     pub fn any_waiting(&self) -> bool {
-        self.port
-            .as_ref()
-            .is_some_and(|p| (0..self.nodes).any(|s| !p.ring(s).is_empty(&self.rx[s].get())))
+        self.rx
+            .iter()
+            .flatten()
+            .any(|rx| !rx.ring.is_empty(&rx.state.get()))
     }
 
     /// Sleep until a writer rings this node's doorbell, or `timeout`.

@@ -84,6 +84,10 @@ const BACKLOG_NAP: Duration = Duration::from_micros(50);
 /// what we lent): the job is over, so not forever.
 const EXIT_FLUSH: Duration = Duration::from_secs(2);
 
+/// Buffers of sent messages kept for receiving (each at most a piece): a node that sends as
+/// much as it receives then allocates and frees nothing per small message.
+const SPARES: usize = 16;
+
 /// Most messages handed up from one sender per `advance`, so one busy sender cannot starve
 /// the others or the scheduler.
 const BUDGET: usize = 256;
@@ -129,6 +133,8 @@ pub struct SiMachine {
     incoming: Vec<Option<Incoming>>,
     /// Messages received while waiting in a barrier, handed up by the next `advance`.
     ready: VecDeque<Message>,
+    /// Buffers of small messages sent, kept to receive small messages into.
+    spares: Vec<Vec<u8>>,
 }
 
 /// The wire size from which messages are lent (`si.single_copy_from`: bytes, or `off`).
@@ -247,6 +253,7 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
         lending: Vec::new(),
         incoming: (0..n).map(|_| None).collect(),
         ready: VecDeque::new(),
+        spares: Vec::with_capacity(SPARES),
     })])
 }
 
@@ -348,6 +355,24 @@ impl SiMachine {
             }
             self.lent[node].push_back(o.msg);
             self.loans[node] += 1;
+        } else if self.spares.len() < SPARES && o.msg.wire_len() <= PIECE {
+            // Its buffer receives the next small message: no free now, no malloc then.
+            self.spares.push(o.msg.into_frame().0);
+        }
+    }
+
+    /// A buffer with room for `need` bytes, empty: a spare one when the last kept fits.
+    fn spare(&mut self, need: usize) -> Vec<u8> {
+        match self.spares.pop() {
+            Some(mut b) if b.capacity() >= need => {
+                b.clear();
+                b
+            }
+            other => {
+                // Too small for this one: kept for the next.
+                self.spares.extend(other);
+                Vec::with_capacity(need)
+            }
         }
     }
 
@@ -472,7 +497,8 @@ impl SiMachine {
                 None if len > HEADER => {
                     // Header and whole message in one record: read it so that the header
                     // lands in the headroom and the message's wire bytes right after.
-                    let mut buf = Vec::with_capacity(HEADROOM - HEADER + len);
+                    // `len` is at most a record, never more than the ring: a size we chose.
+                    let mut buf = self.spare(HEADROOM - HEADER + len);
                     buf.resize(HEADROOM - HEADER, 0);
                     self.read_into(s, &mut buf, len)?;
                     let size =

@@ -37,6 +37,7 @@ pub const HEADER: usize = 128;
 const WRAP: u32 = u32::MAX;
 
 /// A view of one ring inside a mapping.
+#[derive(Clone, Copy)]
 pub struct Ring {
     base: *mut u8,
     cap: usize,

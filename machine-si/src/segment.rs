@@ -167,14 +167,10 @@ impl Segment {
         self.word(3).load(Ordering::SeqCst) != 0
     }
 
-    /// Writer side, after publishing a record: wake the owner if it sleeps.
-    pub fn ring_doorbell(&self) {
-        // Orders the record's publication before reading `sleeping` (the owner does the
-        // mirror image), so either it sees the record or we see it asleep.
-        std::sync::atomic::fence(Ordering::SeqCst);
-        if self.sleeping().load(Ordering::Relaxed) != 0 {
-            self.doorbell().fetch_add(1, Ordering::SeqCst);
-            futex_wake(self.doorbell());
+    /// Writer side: the owner's doorbell, to ring after each record.
+    pub fn bell(&self) -> Bell {
+        Bell {
+            base: self.map.as_mut_ptr(),
         }
     }
 
@@ -193,6 +189,35 @@ impl Segment {
     /// The file's path.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+/// A port's doorbell as its writers hold it: a pointer into the mapping, valid as long as the
+/// [`Segment`] it came from (the interconnect keeps both).
+#[derive(Clone, Copy)]
+pub struct Bell {
+    base: *mut u8,
+}
+
+// SAFETY: a pointer into a shared mapping that outlives it; only atomics are reached through
+// it.
+unsafe impl Send for Bell {}
+
+impl Bell {
+    fn word(&self, index: usize) -> &AtomicU32 {
+        // SAFETY: as for `Segment::word`: the header of a live mapping.
+        unsafe { &*(self.base.add(24 + 4 * index) as *const AtomicU32) }
+    }
+
+    /// After publishing a record: wake the owner if it sleeps.
+    pub fn ring(&self) {
+        // Orders the record's publication before reading `sleeping` (the owner does the
+        // mirror image), so either it sees the record or we see it asleep.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.word(1).load(Ordering::Relaxed) != 0 {
+            self.word(0).fetch_add(1, Ordering::SeqCst);
+            futex_wake(self.word(0));
+        }
     }
 }
 
