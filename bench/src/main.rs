@@ -6,10 +6,12 @@
 //!     [+set K=V ...]
 //!     (--layer mpi needs `--features mpi` and starts its jobs with mpirun)
 //! bench rate [--messages N] [--csv FILE]
+//! bench idle [--layer si] [--secs S]
 //! bench udp [--iters N] [--runs R]
 //! ```
 
 mod direct;
+mod idle;
 mod pingpong;
 mod rate;
 mod raw;
@@ -58,6 +60,23 @@ enum Cmd {
         /// `--features mpi`).
         #[arg(long)]
         mpi_too: bool,
+    },
+    /// CPU used by each node of a 2-node job that has nothing to do (should be about 0%).
+    Idle {
+        /// The layer.
+        #[arg(long, default_value = "si")]
+        layer: String,
+        /// Idle seconds measured.
+        #[arg(long, default_value_t = 10.0)]
+        secs: f64,
+    },
+    /// One PE of the job `bench idle` measures.
+    #[command(hide = true)]
+    PeWait {
+        #[arg(long)]
+        secs: f64,
+        #[arg(long)]
+        out: PathBuf,
     },
     /// Wall time of a whole trivial job under charmrun, next to fork/exec + connect-back.
     Startup {
@@ -267,6 +286,10 @@ fn main() -> ExitCode {
             direct::pe_main(&layer, &job.sizes, job.iters, &job.csv, settings)
         }
         Cmd::Startup { pes, layer } => startup::run(&pes, &layer),
+        Cmd::Idle { layer, secs } => idle::run(&layer, secs.max(1.0)),
+        Cmd::PeWait { secs, out } => converse::Runtime::from_args(argv)
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| idle::pe_main(rt, secs, &out)),
         Cmd::ConnectBack { addr } => startup::connect_back(&addr),
         Cmd::LaunchFloor { nodes } => startup::launch_floor(nodes),
         Cmd::PeNoop => converse::Runtime::from_args(argv)

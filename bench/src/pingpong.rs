@@ -150,15 +150,20 @@ fn launcher(layer: &str, me: &Path) -> anyhow::Result<std::process::Command> {
         c.args(["-n", "2"]);
         return Ok(c);
     }
+    let mut c = std::process::Command::new(charmrun_beside(me)?);
+    c.args(["+p2", "++quiet", "++timelimit", "600"]);
+    Ok(c)
+}
+
+/// The charmrun built with this bench (next to it).
+pub fn charmrun_beside(me: &Path) -> anyhow::Result<std::path::PathBuf> {
     let charmrun = me.with_file_name("charmrun");
     anyhow::ensure!(
         charmrun.is_file(),
         "{} not found: build it (cargo build --release -p charmrun)",
         charmrun.display()
     );
-    let mut c = std::process::Command::new(&charmrun);
-    c.args(["+p2", "++quiet", "++timelimit", "600"]);
-    Ok(c)
+    Ok(charmrun)
 }
 
 /// Run `mode` (the layer's ping-pong, the layer alone, or a raw baseline) as a 2-node job of
