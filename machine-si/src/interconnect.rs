@@ -20,6 +20,7 @@
 //! control: a full ring makes `write` wait (and `try_write` say no); nothing is dropped or
 //! overwritten. Learning where the other ports are ([`Si::attach`]) is the start-up's job.
 
+use crate::coop::{self, Offer};
 use crate::pull::{self, ProbeWord, PullError};
 use crate::ring::{Consumer, Producer, Ring};
 use crate::segment::{Bell, Segment};
@@ -164,6 +165,13 @@ impl Si {
         Ok(ok)
     }
 
+    /// Whether we can pull from `node` (our [`Si::enable_pull`] of it worked); then we may
+    /// also write into its memory, as the kernel allows both or neither.
+    pub fn can_pull_from(&self, node: usize) -> bool {
+        self.rx(node)
+            .is_some_and(|rx| rx.ring.pull_ok().load(Ordering::Relaxed) != 0)
+    }
+
     /// Whether `node` said it can pull from us (after every node's [`Si::enable_pull`]).
     pub fn can_lend_to(&self, node: usize) -> bool {
         self.tx(node)
@@ -186,6 +194,54 @@ impl Si {
             return Err(PullError::Gone);
         }
         pull::pull(pid, addr, into)
+    }
+
+    /// [`Si::pull`] with the sender's help: the copy is offered in chunks that it takes too,
+    /// when it can (see `coop.rs`). Only for a sender that may write into our memory
+    /// ([`Si::can_lend_to`] it).
+    ///
+    /// # Errors
+    /// As [`Si::pull`].
+    pub fn pull_together(
+        &self,
+        sender: usize,
+        addr: u64,
+        into: &mut [MaybeUninit<u8>],
+    ) -> Result<(), PullError> {
+        let (Some(rx), Some(tx), Some(&pid)) =
+            (self.rx(sender), self.tx(sender), self.pids.get(sender))
+        else {
+            return Err(PullError::Gone);
+        };
+        coop::receive(
+            rx.ring.coop(),
+            pid,
+            addr,
+            into,
+            || tx.bell.ring(),
+            || self.peer_gone(sender),
+        )
+    }
+
+    /// The copy `node` offers to share, if it has chunks left.
+    pub fn offered(&self, node: usize) -> Option<Offer> {
+        self.tx(node)?.ring.coop().offered()
+    }
+
+    /// Copy chunks of `offer` into `node`'s memory; `src` is what the offer names, in ours.
+    /// Whether any chunk was copied.
+    pub fn help(&self, node: usize, offer: Offer, src: &[u8]) -> bool {
+        match (self.tx(node), self.pids.get(node)) {
+            (Some(tx), Some(&pid)) => coop::help(tx.ring.coop(), pid, offer, src),
+            _ => false,
+        }
+    }
+
+    /// Whether `node`'s process has left or is gone.
+    fn peer_gone(&self, node: usize) -> bool {
+        let pid = self.pids.get(node).copied().unwrap_or(0);
+        // SAFETY: signal 0 only checks that the process exists.
+        self.peer_closed(node) || pid <= 0 || unsafe { libc::kill(pid, 0) } != 0
     }
 
     /// Tell `sender` we are done with one more of its loans (they are done in order).

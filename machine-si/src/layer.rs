@@ -11,7 +11,7 @@
 //! A message goes one of three ways, the header's `kind` saying which:
 //! - **whole**: one that fits a record goes as a single record (header then wire bytes), read
 //!   straight into the message's own buffer with the header landing in its headroom;
-//! - **lent** (single copy): from `si.single_copy_from` bytes (1 MiB), when the receiver can
+//! - **lent** (single copy): from `si.single_copy_from` bytes (1.25 MiB), when the receiver can
 //!   read our memory (probed at start-up), the record holds the header and the address of our
 //!   buffer; the receiver allocates the message and copies the bytes straight out of our
 //!   buffer (`process_vm_readv`), then counts it pulled. We keep the message until that count
@@ -61,12 +61,16 @@ enum Kind {
 /// Default ring size per sender, in KiB (`si.ring_kib`).
 const DEFAULT_RING_KIB: usize = 256;
 
-/// Default size, in wire bytes, from which messages are lent instead of copied through the
-/// ring (`si.single_copy_from`). Below it the two copies through the ring, the receiver's
-/// overlapping the sender's piece by piece, take less time than the kernel's one copy (which
-/// copies slower than user space here and pins every page); from about 1 MiB the single copy
-/// wins (docs/benchmarks.md, SI).
-const DEFAULT_SINGLE_COPY_FROM: usize = 1 << 20;
+/// Size, in wire bytes, from which messages are lent instead of copied through the ring,
+/// unless `si.single_copy_from` says otherwise, when the receiver copies alone. Below it the
+/// two copies through the ring, the receiver's overlapping the sender's piece by piece, take
+/// less time than the kernel's one copy (which copies slower than user space here and pins
+/// every page); from 1.25 MiB the single copy wins (measured: docs/benchmarks.md, SI).
+const LEND_FROM_ALONE: usize = 1280 << 10;
+
+/// The same when the sender helps with the copy (`coop.rs`): from there, the two cores copying
+/// halves each once beat the ring's two copies (measured, as above).
+const LEND_FROM_TOGETHER: usize = COOP_FROM;
 
 /// Largest record the layer writes: a larger message goes as pieces of this size, so that the
 /// receiver copies one piece out while the sender copies the next one in (16 KiB measured best
@@ -83,6 +87,10 @@ const BACKLOG_NAP: Duration = Duration::from_micros(50);
 /// How long `exit` keeps pushing what is still queued for peers (and waiting for them to pull
 /// what we lent): the job is over, so not forever.
 const EXIT_FLUSH: Duration = Duration::from_secs(2);
+
+/// Size from which a lent message is copied with the sender's help, when it may write into
+/// our memory: two chunks, so that there is something to share.
+const COOP_FROM: usize = 2 * crate::coop::MIN_CHUNK;
 
 /// Buffers of sent messages kept for receiving (each at most a piece): a node that sends as
 /// much as it receives then allocates and frees nothing per small message.
@@ -117,10 +125,11 @@ pub struct SiMachine {
     si: Si,
     ctl: std::sync::Arc<Control>,
     chunk: usize,
-    /// Wire size from which a message is lent, for peers that can pull from us.
-    lend_from: usize,
-    /// Per peer: whether it can pull from us.
-    lend_to: Vec<bool>,
+    /// Per peer: the wire size from which a message to it is lent (`usize::MAX`: never, it
+    /// cannot pull from us).
+    lend_from: Vec<usize>,
+    /// Whether large copies are shared with their senders (`si.copy_together`).
+    coop: bool,
     out: Vec<VecDeque<Outgoing>>,
     /// Peers with something in `out`.
     backlog: Vec<usize>,
@@ -137,16 +146,17 @@ pub struct SiMachine {
     spares: Vec<Vec<u8>>,
 }
 
-/// The wire size from which messages are lent (`si.single_copy_from`: bytes, or `off`).
-fn single_copy_from(cfg: &BootConfig) -> Result<usize, MachineError> {
+/// `si.single_copy_from`: the wire size from which messages are lent (`Some(usize::MAX)` for
+/// `off`), or `None` for the measured default.
+fn single_copy_from(cfg: &BootConfig) -> Result<Option<usize>, MachineError> {
     match cfg
         .settings
         .get::<String>("si.single_copy_from")?
         .as_deref()
     {
-        None => Ok(DEFAULT_SINGLE_COPY_FROM),
-        Some("off") => Ok(usize::MAX),
-        Some(v) => v.parse().map_err(|_| MachineError::Setting {
+        None => Ok(None),
+        Some("off") => Ok(Some(usize::MAX)),
+        Some(v) => v.parse().map(Some).map_err(|_| MachineError::Setting {
             key: "si.single_copy_from".into(),
             reason: format!("'{v}' is neither a size in bytes nor 'off'"),
         }),
@@ -183,6 +193,7 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
             reason: format!("{ring_kib} is not a power of two of at least 4"),
         })?;
     let lend_from = single_copy_from(cfg)?;
+    let coop: bool = cfg.settings.get_or("si.copy_together", true)?;
     let mut ctl = Control::connect(&env)?;
     // Named with the job's tag: charmrun removes it if this node dies before it does.
     let path = env.shm_path(&format!("si-{}", env.node));
@@ -216,7 +227,7 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
             .map_err(|e| MachineError::io(format!("attaching node {node}'s SI port {p}"), e))?;
     }
     let n = table.num_nodes();
-    if lend_from != usize::MAX {
+    if lend_from != Some(usize::MAX) {
         for node in 0..n {
             match si.enable_pull(node) {
                 Ok(_) => {}
@@ -234,8 +245,14 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
     // longer needed, and the pull permissions can be read.
     ctl.barrier()?;
     si.close();
-    let lend_to = (0..n)
-        .map(|node| lend_from != usize::MAX && si.can_lend_to(node))
+    let lend_from = (0..n)
+        .map(|node| match lend_from {
+            _ if !si.can_lend_to(node) => usize::MAX,
+            Some(from) => from,
+            // It will take chunks of the copy with us when we can write into its memory too.
+            None if coop && si.can_pull_from(node) => LEND_FROM_TOGETHER,
+            None => LEND_FROM_ALONE,
+        })
         .collect();
     let chunk = si.max_write().min(PIECE) - HEADER;
     Ok(vec![Box::new(SiMachine {
@@ -245,7 +262,7 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
         ctl: std::sync::Arc::new(ctl),
         chunk,
         lend_from,
-        lend_to,
+        coop,
         out: (0..n).map(|_| VecDeque::new()).collect(),
         backlog: Vec::new(),
         lent: (0..n).map(|_| VecDeque::new()).collect(),
@@ -451,22 +468,27 @@ impl SiMachine {
         let size = size as usize;
         let need = HEADROOM + size;
         let mut buf = self.buffer(s, size)?;
-        self.si
-            .pull(s, addr, &mut buf.spare_capacity_mut()[..size])
-            .map_err(|e| match e {
-                PullError::Gone => MachineError::peer_dead(
-                    &self.table,
-                    s,
-                    "its process is gone (while copying a message it lent)",
-                ),
-                PullError::Fault(e) => {
-                    self.corrupt(s, format!("it lent {size} bytes we cannot read: {e}"))
-                }
-                e => MachineError::io(
-                    format!("copying a message node {s} lent"),
-                    std::io::Error::other(e),
-                ),
-            })?;
+        let into = &mut buf.spare_capacity_mut()[..size];
+        // A sender that may write into our memory takes chunks of a large copy too.
+        let copied = if size >= COOP_FROM && self.coop && self.si.can_lend_to(s) {
+            self.si.pull_together(s, addr, into)
+        } else {
+            self.si.pull(s, addr, into)
+        };
+        copied.map_err(|e| match e {
+            PullError::Gone => MachineError::peer_dead(
+                &self.table,
+                s,
+                "its process is gone (while copying a message it lent)",
+            ),
+            PullError::Fault(e) => {
+                self.corrupt(s, format!("it lent {size} bytes we cannot read: {e}"))
+            }
+            e => MachineError::io(
+                format!("copying a message node {s} lent"),
+                std::io::Error::other(e),
+            ),
+        })?;
         // SAFETY: `pull` initialised the `size` bytes after the headroom.
         unsafe { buf.set_len(need) };
         Message::from_frame(buf, HEADROOM).map_err(|e| MachineError::Corrupt { node: s, source: e })
@@ -557,6 +579,26 @@ impl SiMachine {
         Ok(n)
     }
 
+    /// Take chunks of the copies our receivers offer to share (of messages we lent them).
+    /// Whether any was copied.
+    fn help_receivers(&self) -> bool {
+        let mut helped = false;
+        for &node in &self.lending {
+            let Some(offer) = self.si.offered(node) else {
+                continue;
+            };
+            // Only ever our own loan to that node, whatever the block says.
+            let loan = self.lent[node]
+                .iter()
+                .map(Message::wire)
+                .find(|w| w.as_ptr() as u64 == offer.src && w.len() == offer.len);
+            if let Some(src) = loan {
+                helped |= self.si.help(node, offer, src);
+            }
+        }
+        helped
+    }
+
     /// Whether something is still queued for, or lent to, a peer that has not left.
     fn owes_peers(&self) -> bool {
         self.backlog
@@ -588,14 +630,14 @@ impl Machine for SiMachine {
     }
 
     fn send(&mut self, node: usize, msg: Message) -> Result<(), MachineError> {
-        let Some(&lend_to) = self.lend_to.get(node) else {
+        let Some(&lend_from) = self.lend_from.get(node) else {
             return Err(MachineError::InvalidNode {
                 node,
                 nodes: self.table.num_nodes(),
             });
         };
         let mut o = Outgoing {
-            lend: lend_to && msg.wire_len() >= self.lend_from,
+            lend: msg.wire_len() >= lend_from,
             msg,
             header_sent: false,
             offset: 0,
@@ -622,6 +664,7 @@ impl Machine for SiMachine {
             self.flush_backlog();
         }
         if !self.lending.is_empty() {
+            self.help_receivers();
             self.reclaim();
         }
         for s in 0..self.incoming.len() {
@@ -631,7 +674,8 @@ impl Machine for SiMachine {
     }
 
     fn wait(&mut self, timeout: Duration) -> Result<(), MachineError> {
-        if !self.ready.is_empty() {
+        // Idle is when a receiver's copy of our loan gets our help (it rings us to offer it).
+        if !self.ready.is_empty() || (!self.lending.is_empty() && self.help_receivers()) {
             return Ok(());
         }
         let t = if self.backlog.is_empty() {
@@ -665,6 +709,7 @@ impl Machine for SiMachine {
             if !self.backlog.is_empty() {
                 self.flush_backlog();
             }
+            self.help_receivers();
             self.reclaim();
             self.drain_and_drop();
             if !self.owes_peers() || Instant::now() >= deadline {

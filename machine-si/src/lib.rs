@@ -11,6 +11,7 @@
 //! and find each other's ports through the node table. Ports are removed from the file system
 //! as soon as every node has mapped them, so a crash leaves nothing in /dev/shm.
 
+pub mod coop;
 pub mod interconnect;
 pub mod layer;
 pub mod pull;

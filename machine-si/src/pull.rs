@@ -24,7 +24,7 @@ pub enum PullError {
     #[error("the range it named is not readable ({0})")]
     Fault(std::io::Error),
     /// Anything else the call reported.
-    #[error("process_vm_readv: {0}")]
+    #[error("process_vm_readv/writev: {0}")]
     Other(std::io::Error),
 }
 
@@ -45,28 +45,52 @@ impl PullError {
 /// # Errors
 /// [`PullError`], by what the kernel said.
 pub fn pull(pid: i32, from: u64, into: &mut [MaybeUninit<u8>]) -> Result<(), PullError> {
+    transfer(pid, into.as_mut_ptr().cast(), from, into.len(), false)
+}
+
+/// Copy `from` into process `pid`'s memory at address `to` (`process_vm_writev`): how a
+/// sender helps its receiver copy a message it lent (see `coop.rs`).
+///
+/// # Errors
+/// [`PullError`], by what the kernel said.
+pub fn push(pid: i32, from: &[u8], to: u64) -> Result<(), PullError> {
+    transfer(pid, from.as_ptr().cast_mut(), to, from.len(), true)
+}
+
+/// Move `len` bytes between `local` (ours) and `remote` (in `pid`), in either direction.
+fn transfer(
+    pid: i32,
+    local: *mut u8,
+    remote: u64,
+    len: usize,
+    write: bool,
+) -> Result<(), PullError> {
     let mut done = 0usize;
-    // The kernel may copy less than asked (it stops at the first page it cannot read): go on
-    // from there, so a short read that is not a fault still completes.
-    while done < into.len() {
-        let left = into.len() - done;
-        let local = libc::iovec {
-            iov_base: into[done..].as_mut_ptr().cast(),
-            iov_len: left,
+    // The kernel may copy less than asked (it stops at the first page it cannot reach): go on
+    // from there, so a short copy that is not a fault still completes.
+    while done < len {
+        let l = libc::iovec {
+            iov_base: local.wrapping_add(done).cast(),
+            iov_len: len - done,
         };
-        let remote = libc::iovec {
-            iov_base: (from as usize).wrapping_add(done) as *mut libc::c_void,
-            iov_len: left,
+        let r = libc::iovec {
+            iov_base: (remote as usize).wrapping_add(done) as *mut libc::c_void,
+            iov_len: len - done,
         };
-        // SAFETY: `local` describes writable memory we own (`into[done..]`); the remote range
-        // is only read, by the kernel, which checks it.
-        let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+        // SAFETY: `l` describes memory we own, writable when we read into it (the callers
+        // hold it borrowed for the call); the kernel checks the remote range.
+        let n = unsafe {
+            if write {
+                libc::process_vm_writev(pid, &l, 1, &r, 1, 0)
+            } else {
+                libc::process_vm_readv(pid, &l, 1, &r, 1, 0)
+            }
+        };
         match n {
             n if n > 0 => done += n as usize,
             0 => {
                 return Err(PullError::Fault(std::io::Error::other(format!(
-                    "read stopped after {done} of {} bytes",
-                    into.len()
+                    "copy stopped after {done} of {len} bytes"
                 ))))
             }
             _ => {

@@ -1,7 +1,7 @@
 //! A single-producer single-consumer ring of variable-length records, living in shared memory.
 //!
 //! ```text
-//! | head, pulled, pull_ok (the consumer's cache line) | (unused line) | data: CAP bytes ... |
+//! | head, pulled, pull_ok (the consumer's line) | copy block (coop.rs) | data: CAP bytes ... |
 //! record: [word u32][pad u32][len bytes][padding to 64]
 //!         word: 0 = nothing here yet, len + 1 = a record, u32::MAX = wrap marker
 //! ```
@@ -29,8 +29,9 @@
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-/// Bytes in front of a ring's data: the consumer's line, and one line to keep it off the data
-/// (CPUs fetch lines in pairs).
+/// Bytes in front of a ring's data: the consumer's line, and the pair's copy block (used for
+/// large messages only, and keeping the consumer's line off the data: CPUs fetch lines in
+/// pairs).
 pub const HEADER: usize = 128;
 
 /// A word that says: the next record is at position 0.
@@ -85,6 +86,15 @@ impl Ring {
     pub fn pull_ok(&self) -> &AtomicU32 {
         // SAFETY: as for `head`, at offset 16, on the consumer's line.
         unsafe { &*(self.base.add(16) as *const AtomicU32) }
+    }
+
+    /// The block through which the consumer shares the copy of a large lent message with the
+    /// producer.
+    pub fn coop(&self) -> &crate::coop::Block {
+        const _: () = assert!(std::mem::size_of::<crate::coop::Block>() <= 64);
+        // SAFETY: the second line of the header, 64-aligned, inside the mapping; the block is
+        // atomics only, which may alias shared memory (zeroed: no copy offered).
+        unsafe { &*(self.base.add(64) as *const crate::coop::Block) }
     }
 
     /// The word at data position `pos` (a multiple of 64).

@@ -92,6 +92,17 @@ mod particular {
     }
 
     #[test]
+    fn large_messages_arrive_whole_when_the_receiver_copies_alone() {
+        // Lent, without the sender's help with the copy.
+        conformance::expect_ok(
+            &si(),
+            PROGRAM,
+            2,
+            &["sizes", "67108864", "+set", "si.copy_together=false"],
+        );
+    }
+
+    #[test]
     fn every_message_lent_keeps_fifo_and_exactly_once() {
         // Every message, however small, through the single-copy path: loans are pulled in
         // order, each once, between every pair and with a node to itself.
