@@ -52,6 +52,11 @@ pub fn pe_main(
             }
             while got.is_none() {
                 m.advance(&mut |x| got = Some(x))?;
+                if got.is_none() {
+                    // As the raw baselines and the scheduler poll: a core shared with the
+                    // other side (SMT) is left to it between polls.
+                    std::hint::spin_loop();
+                }
             }
             let back = got.take();
             if me == 0 {
