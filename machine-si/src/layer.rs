@@ -100,7 +100,7 @@ const SPARES: usize = 16;
 /// the others or the scheduler.
 const BUDGET: usize = 256;
 
-/// A message being written in pieces.
+/// A message on its way out: whole, in pieces, or lent.
 struct Outgoing {
     msg: Message,
     /// Lend it (single copy) rather than copy it into the ring.
@@ -124,6 +124,7 @@ pub struct SiMachine {
     table: NodeTable,
     si: Si,
     ctl: std::sync::Arc<Control>,
+    /// Most wire bytes one record carries after the header (a piece).
     chunk: usize,
     /// Per peer: the wire size from which a message to it is lent (`usize::MAX`: never, it
     /// cannot pull from us).
