@@ -2,13 +2,16 @@
 //! raw baseline measured in the same run.
 //!
 //! ```text
-//! bench pingpong [--layer local] [--sizes 8,64,...] [--iters N] [--csv FILE]
+//! bench pingpong [--layer local] [--sizes 8,64,...] [--iters N] [--csv FILE] [--mpi-too]
+//!     [+set K=V ...]
 //!     (--layer mpi needs `--features mpi` and starts its jobs with mpirun)
 //! bench rate [--messages N] [--csv FILE]
+//! bench idle [--layer si] [--secs S]
 //! bench udp [--iters N] [--runs R]
 //! ```
 
 mod direct;
+mod idle;
 mod pingpong;
 mod rate;
 mod raw;
@@ -53,6 +56,27 @@ enum Cmd {
         /// Write the figures as CSV here too.
         #[arg(long)]
         csv: Option<PathBuf>,
+        /// Also measure raw MPI (`mpirun -n 2`) in the same run (bench built with
+        /// `--features mpi`).
+        #[arg(long)]
+        mpi_too: bool,
+    },
+    /// CPU used by each node of a 2-node job that has nothing to do (should be about 0%).
+    Idle {
+        /// The layer.
+        #[arg(long, default_value = "si")]
+        layer: String,
+        /// Idle seconds measured.
+        #[arg(long, default_value_t = 10.0)]
+        secs: f64,
+    },
+    /// One PE of the job `bench idle` measures.
+    #[command(hide = true)]
+    PeWait {
+        #[arg(long)]
+        secs: f64,
+        #[arg(long)]
+        out: PathBuf,
     },
     /// Wall time of a whole trivial job under charmrun, next to fork/exec + connect-back.
     Startup {
@@ -92,6 +116,14 @@ enum Cmd {
     /// The echoing side of the raw shared-memory baseline.
     #[command(hide = true)]
     RawShmEcho {
+        path: String,
+        #[arg(value_delimiter = ',')]
+        sizes: Vec<usize>,
+        rounds: u64,
+    },
+    /// The echoing side of the raw copy-once (process_vm_readv) baseline.
+    #[command(hide = true)]
+    RawCmaEcho {
         path: String,
         #[arg(value_delimiter = ',')]
         sizes: Vec<usize>,
@@ -244,7 +276,15 @@ fn main() -> ExitCode {
             sizes,
             iters,
             csv,
-        } => pingpong::run(&layer, &sizes, iters.max(1), csv.as_deref()),
+            mpi_too,
+        } => pingpong::run(
+            &layer,
+            &sizes,
+            iters.max(1),
+            csv.as_deref(),
+            &settings,
+            mpi_too,
+        ),
         #[cfg(feature = "mpi")]
         Cmd::RawMpi(j) => raw_mpi::rank_main(&j.sizes, j.iters, &j.csv),
         Cmd::Rate { messages, csv } => rate::run(messages.max(1), csv.as_deref()),
@@ -255,10 +295,19 @@ fn main() -> ExitCode {
             sizes,
             rounds,
         } => raw::shm_echo(&path, &sizes, rounds),
+        Cmd::RawCmaEcho {
+            path,
+            sizes,
+            rounds,
+        } => raw::cma_echo(&path, &sizes, rounds),
         Cmd::PeDirect { layer, job } => {
             direct::pe_main(&layer, &job.sizes, job.iters, &job.csv, settings)
         }
         Cmd::Startup { pes, layer } => startup::run(&pes, &layer),
+        Cmd::Idle { layer, secs } => idle::run(&layer, secs.max(1.0)),
+        Cmd::PeWait { secs, out } => converse::Runtime::from_args(argv)
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| idle::pe_main(rt, secs, &out)),
         Cmd::ConnectBack { addr } => startup::connect_back(&addr),
         Cmd::LaunchFloor { nodes } => startup::launch_floor(nodes),
         Cmd::PeNoop => converse::Runtime::from_args(argv)

@@ -34,9 +34,23 @@ pub fn warmup(iters: u64) -> u64 {
     (iters / 10).max(10)
 }
 
-/// `bench pingpong`: baseline, then the layer, then the table (and CSV).
-pub fn run(layer: &str, sizes: &[usize], iters: u64, csv: Option<&Path>) -> anyhow::Result<()> {
+/// `bench pingpong`: baseline, then the layer, then the table (and CSV). `settings` (the
+/// `+set` ones of bench's command line) go to every job of the layer; `mpi_too` adds raw
+/// Open MPI (or whichever MPI `mpirun` starts) from the same run.
+pub fn run(
+    layer: &str,
+    sizes: &[usize],
+    iters: u64,
+    csv: Option<&Path>,
+    settings: &machine::Settings,
+    mpi_too: bool,
+) -> anyhow::Result<()> {
     let w = warmup(iters);
+    let set: Vec<String> = settings
+        .iter()
+        .flat_map(|(k, v)| ["+set".to_owned(), format!("{k}={v}")])
+        .collect();
+    let set: Vec<&str> = set.iter().map(String::as_str).collect();
     let raw_rows: Vec<Row> = match layer {
         "local" => sizes
             .iter()
@@ -51,41 +65,59 @@ pub fn run(layer: &str, sizes: &[usize], iters: u64, csv: Option<&Path>) -> anyh
         ),
     };
     let (rows, direct) = if layer == "local" {
-        let rt = Runtime::from_args(["bench", "+p2", "+quiet", "+machine", "local"])?;
+        let args = ["bench", "+p2", "+quiet", "+machine", "local"];
+        let rt = Runtime::from_args(args.iter().chain(&set).copied())?;
         (job(rt, sizes, iters, layer)?, Vec::new())
     } else {
-        let rows = launched(layer, sizes, iters, "pe-pingpong")?;
-        let direct = launched(layer, sizes, iters, "pe-direct")?;
+        let rows = under_charmrun_with(layer, sizes, iters, "pe-pingpong", &[], &set)?;
+        let direct = under_charmrun_with(layer, sizes, iters, "pe-direct", &[], &set)?;
         (rows, direct)
     };
-    // A second raw series (MPI's receive of an unknown size) is printed below the table.
-    let (raw_rows, mut floor): (Vec<Row>, Vec<Row>) = raw_rows
+    // Further series, printed below the table: MPI's receive of an unknown size; UDP on
+    // unconnected sockets (a layer with one socket for all its peers cannot connect it); for
+    // shared memory, the copy-once floor of a single-copy path; raw Open MPI if asked.
+    let (raw_rows, probe): (Vec<Row>, Vec<Row>) = raw_rows
         .into_iter()
         .partition(|r| !r.what.ends_with("-probe"));
-    // A layer with one socket for all its peers cannot connect it: the same exchange on
-    // unconnected sockets is its floor, shown next to the connected baseline.
+    let mut more = vec![(
+        "raw MPI receiving an unknown size (matched probe + receive)",
+        probe,
+    )];
     if layer == "udp" {
-        floor = raw::udp_pingpong(sizes, iters, w, false)?;
+        more.push((
+            "raw UDP on unconnected sockets (sendto/recvfrom)",
+            raw::udp_pingpong(sizes, iters, w, false)?,
+        ));
+    }
+    if layer == "si" {
+        let cma = raw::cma_pingpong(sizes, iters, w).unwrap_or_else(|e| {
+            eprintln!("bench: no copy-once baseline here: {e:#}");
+            Vec::new()
+        });
+        more.push((
+            "raw copy-once (process_vm_readv from the peer's buffer into a reused one)",
+            cma,
+        ));
+    }
+    if mpi_too && layer != "mpi" {
+        anyhow::ensure!(
+            cfg!(feature = "mpi"),
+            "--mpi-too needs bench built with --features mpi"
+        );
+        let (known, unknown): (Vec<Row>, Vec<Row>) = launched("mpi", sizes, iters, "raw-mpi")?
+            .into_iter()
+            .partition(|r| !r.what.ends_with("-probe"));
+        more.push(("raw MPI (mpirun -n 2, blocking send and receive)", known));
+        more.push(("raw MPI receiving an unknown size", unknown));
     }
     report::print_pingpong(&rows, &raw_rows);
     if !direct.is_empty() {
-        println!("layer alone (Machine trait driven directly, no runtime), one-way p50 us:");
-        for d in &direct {
-            println!("{:>9} | {:>9.3}", d.size, d.p50_ns as f64 / 1e3);
-        }
+        println!("layer alone (Machine trait driven directly, no runtime), one-way p50 us, MB/s:");
+        report::print_series(&direct);
     }
-    if !floor.is_empty() {
-        println!(
-            "{}, one-way p50 us:",
-            if layer == "udp" {
-                "raw UDP on unconnected sockets (sendto/recvfrom)"
-            } else {
-                "raw MPI receiving an unknown size (matched probe + receive)"
-            }
-        );
-        for f in &floor {
-            println!("{:>9} | {:>9.3}", f.size, f.p50_ns as f64 / 1e3);
-        }
+    for (title, series) in more.iter().filter(|(_, s)| !s.is_empty()) {
+        println!("{title}, one-way p50 us, MB/s:");
+        report::print_series(series);
     }
     println!("(one-way = round trip / 2; {iters} timed round trips per size after {w} warm-up)");
     if let Some(path) = csv {
@@ -93,7 +125,7 @@ pub fn run(layer: &str, sizes: &[usize], iters: u64, csv: Option<&Path>) -> anyh
             .iter()
             .chain(&direct)
             .chain(raw_rows.iter())
-            .chain(&floor)
+            .chain(more.iter().flat_map(|(_, s)| s))
             .collect();
         report::write_csv(path, &all)?;
     }
@@ -118,15 +150,20 @@ fn launcher(layer: &str, me: &Path) -> anyhow::Result<std::process::Command> {
         c.args(["-n", "2"]);
         return Ok(c);
     }
+    let mut c = std::process::Command::new(charmrun_beside(me)?);
+    c.args(["+p2", "++quiet", "++timelimit", "600"]);
+    Ok(c)
+}
+
+/// The charmrun built with this bench (next to it).
+pub fn charmrun_beside(me: &Path) -> anyhow::Result<std::path::PathBuf> {
     let charmrun = me.with_file_name("charmrun");
     anyhow::ensure!(
         charmrun.is_file(),
         "{} not found: build it (cargo build --release -p charmrun)",
         charmrun.display()
     );
-    let mut c = std::process::Command::new(&charmrun);
-    c.args(["+p2", "++quiet", "++timelimit", "600"]);
-    Ok(c)
+    Ok(charmrun)
 }
 
 /// Run `mode` (the layer's ping-pong, the layer alone, or a raw baseline) as a 2-node job of

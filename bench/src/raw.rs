@@ -134,6 +134,9 @@ fn spin_write(s: &mut TcpStream, buf: &[u8]) -> std::io::Result<()> {
 /// cache line, then a payload buffer per direction.
 const SHM_FLAGS: usize = 4096;
 
+/// How long a shared-memory baseline waits for the other side before giving up.
+const SHM_PATIENCE: Duration = Duration::from_secs(10);
+
 fn shm_len(max: usize) -> usize {
     SHM_FLAGS + 2 * max.max(1)
 }
@@ -167,18 +170,57 @@ impl Shm {
         unsafe { std::ptr::copy_nonoverlapping(self.buf(i), to.as_mut_ptr(), to.len()) }
     }
 
-    fn spin_until(&self, i: usize, value: u64) {
+    /// Busy-poll until flag `i` holds `value`; an error if the other side has not answered
+    /// in [`SHM_PATIENCE`] (it died, say), rather than spinning forever.
+    fn spin_until(&self, i: usize, value: u64) -> anyhow::Result<()> {
+        let mut spins = 0u32;
+        let mut since = None;
         while self.flag(i).load(std::sync::atomic::Ordering::Acquire) != value {
             std::hint::spin_loop();
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(1 << 16) {
+                let t = *since.get_or_insert_with(Instant::now);
+                anyhow::ensure!(
+                    t.elapsed() < SHM_PATIENCE,
+                    "the other side of the shared-memory baseline stopped answering"
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Shm {
+    /// Map the file at `path` (at least `shm_len(max)` bytes).
+    fn map(f: &std::fs::File, max: usize) -> anyhow::Result<Shm> {
+        anyhow::ensure!(
+            f.metadata()?.len() as usize >= shm_len(max),
+            "mapping too small"
+        );
+        Ok(Shm {
+            map: memmap2::MmapOptions::new().map_raw(f)?,
+            max,
+        })
+    }
+
+    /// A word next to flag `i`, on its cache line.
+    fn word(&self, i: usize, k: usize) -> &std::sync::atomic::AtomicU64 {
+        debug_assert!((1..8).contains(&k));
+        // SAFETY: as for `flag`, within flag `i`'s cache line.
+        unsafe {
+            &*(self.map.as_mut_ptr().add(64 * i + 8 * k) as *const std::sync::atomic::AtomicU64)
         }
     }
 }
 
-/// Ping-pong between this process and a child `bench raw-shm-echo` through one shared mapping:
-/// a cache-line flag per direction and a payload buffer, busy-polling; each side copies the
-/// payload in and out, as a shared-memory layer must.
-pub fn shm_pingpong(sizes: &[usize], iters: u64, warmup: u64) -> anyhow::Result<Vec<Row>> {
-    use std::sync::atomic::Ordering;
+/// Start `bench MODE PATH SIZES ROUNDS` as the other side of a shared-memory baseline, with a
+/// fresh mapping between us; return once the child has mapped it (it raises flag 1 to 1) and
+/// the file's name is gone.
+fn shm_child(
+    mode: &str,
+    sizes: &[usize],
+    rounds: u64,
+) -> anyhow::Result<(Shm, std::process::Child)> {
     let max = sizes.iter().copied().max().unwrap_or(1);
     let path = format!("/dev/shm/converse-bench-raw-{}", std::process::id());
     let f = std::fs::OpenOptions::new()
@@ -186,81 +228,196 @@ pub fn shm_pingpong(sizes: &[usize], iters: u64, warmup: u64) -> anyhow::Result<
         .write(true)
         .create_new(true)
         .open(&path)?;
-    f.set_len(shm_len(max) as u64)?;
-    let shm = Shm {
-        map: memmap2::MmapOptions::new().map_raw(&f)?,
-        max,
-    };
-    let me = std::env::current_exe()?;
-    let sizes_arg = crate::report::size_list(sizes);
-    let child = std::process::Command::new(me)
-        .args([
-            "raw-shm-echo",
-            &path,
-            &sizes_arg,
-            &(iters + warmup).to_string(),
-        ])
-        .spawn();
-    let mut child = match child {
-        Ok(c) => c,
+    let started = (|| {
+        f.set_len(shm_len(max) as u64)?;
+        let shm = Shm::map(&f, max)?;
+        let child = std::process::Command::new(std::env::current_exe()?)
+            .args([
+                mode,
+                &path,
+                &crate::report::size_list(sizes),
+                &rounds.to_string(),
+            ])
+            .spawn()?;
+        Ok((shm, child))
+    })();
+    let (shm, mut child) = match started {
+        Ok(s) => s,
         Err(e) => {
             let _ = std::fs::remove_file(&path);
-            return Err(e.into());
+            return Err(e);
         }
     };
-    // The child maps the file and raises flag 1 to 1; then the name can go.
-    shm.spin_until(1, 1);
-    let _ = std::fs::remove_file(&path);
-    let mut seq = 1u64;
-    let mut rows = Vec::new();
-    for &size in sizes {
-        let mut mine = vec![7u8; size];
-        let mut h = histogram()?;
-        for i in 0..iters + warmup {
-            seq += 1;
-            let t = Instant::now();
-            shm.put(0, &mine);
-            shm.flag(0).store(seq, Ordering::Release);
-            shm.spin_until(1, seq);
-            shm.get(1, &mut mine);
-            if i >= warmup {
-                h.saturating_record((t.elapsed().as_nanos() as u64 / 2).max(1));
-            }
+    let up = Instant::now();
+    while shm.flag(1).load(std::sync::atomic::Ordering::Acquire) != 1 {
+        if up.elapsed() > Duration::from_secs(10) || matches!(child.try_wait(), Ok(Some(_))) {
+            let _ = child.kill();
+            let _ = child.wait();
+            let _ = std::fs::remove_file(&path);
+            anyhow::bail!("the {mode} child did not start");
         }
-        rows.push(Row::from_hist("raw-shm", size, &h));
+        std::hint::spin_loop();
     }
-    let _ = child.wait();
-    Ok(rows)
+    let _ = std::fs::remove_file(&path);
+    Ok((shm, child))
 }
 
-/// The child side of [`shm_pingpong`].
-pub fn shm_echo(path: &str, sizes: &[usize], rounds: u64) -> anyhow::Result<()> {
-    use std::sync::atomic::Ordering;
+/// The child side: map the parent's file and say so (flag 1 = 1).
+fn shm_join(path: &str, sizes: &[usize]) -> anyhow::Result<Shm> {
     let max = sizes.iter().copied().max().unwrap_or(1);
     let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open(path)?;
-    anyhow::ensure!(
-        f.metadata()?.len() as usize >= shm_len(max),
-        "mapping too small"
-    );
-    let shm = Shm {
-        map: memmap2::MmapOptions::new().map_raw(&f)?,
-        max,
-    };
-    shm.flag(1).store(1, Ordering::Release);
+    let shm = Shm::map(&f, max)?;
+    shm.flag(1).store(1, std::sync::atomic::Ordering::Release);
+    Ok(shm)
+}
+
+/// Ping-pong between this process and a child `bench raw-shm-echo` through one shared mapping:
+/// a cache-line flag per direction and a payload buffer, busy-polling; each side copies the
+/// payload in and out, as a shared-memory layer must.
+pub fn shm_pingpong(sizes: &[usize], iters: u64, warmup: u64) -> anyhow::Result<Vec<Row>> {
+    use std::sync::atomic::Ordering;
+    let (shm, child) = shm_child("raw-shm-echo", sizes, iters + warmup)?;
+    let result = (|| {
+        let mut seq = 1u64;
+        let mut rows = Vec::new();
+        for &size in sizes {
+            let mut mine = vec![7u8; size];
+            let mut h = histogram()?;
+            for i in 0..iters + warmup {
+                seq += 1;
+                let t = Instant::now();
+                shm.put(0, &mine);
+                shm.flag(0).store(seq, Ordering::Release);
+                shm.spin_until(1, seq)?;
+                shm.get(1, &mut mine);
+                if i >= warmup {
+                    h.saturating_record((t.elapsed().as_nanos() as u64 / 2).max(1));
+                }
+            }
+            rows.push(Row::from_hist("raw-shm", size, &h));
+        }
+        Ok(rows)
+    })();
+    finish_child(child, result)
+}
+
+/// Reap the baseline's child, killing it first if the exchange failed.
+fn finish_child<T>(mut child: std::process::Child, result: anyhow::Result<T>) -> anyhow::Result<T> {
+    if result.is_err() {
+        let _ = child.kill();
+    }
+    let _ = child.wait();
+    result
+}
+
+/// The child side of [`shm_pingpong`].
+pub fn shm_echo(path: &str, sizes: &[usize], rounds: u64) -> anyhow::Result<()> {
+    use std::sync::atomic::Ordering;
+    let shm = shm_join(path, sizes)?;
     let mut seq = 1u64;
     for &size in sizes {
         let mut mine = vec![0u8; size];
         for _ in 0..rounds {
             seq += 1;
-            shm.spin_until(0, seq);
+            shm.spin_until(0, seq)?;
             shm.get(0, &mut mine);
             shm.put(1, &mine);
             shm.flag(1).store(seq, Ordering::Release);
         }
     }
+    Ok(())
+}
+
+/// Copy `into.len()` bytes at `from` in `pid` with `process_vm_readv`: the copy-once
+/// baseline's whole transfer (one call, or more when the kernel stops short).
+fn vm_read(pid: i32, from: u64, into: &mut [u8]) -> anyhow::Result<()> {
+    let mut done = 0;
+    while done < into.len() {
+        let local = libc::iovec {
+            iov_base: into[done..].as_mut_ptr().cast(),
+            iov_len: into.len() - done,
+        };
+        let remote = libc::iovec {
+            iov_base: (from as usize + done) as *mut libc::c_void,
+            iov_len: into.len() - done,
+        };
+        // SAFETY: `local` is memory we own; the kernel checks the remote range.
+        let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+        if n < 0 {
+            anyhow::bail!("process_vm_readv: {}", std::io::Error::last_os_error());
+        }
+        anyhow::ensure!(
+            n > 0,
+            "process_vm_readv stopped at {done} of {} bytes",
+            into.len()
+        );
+        done += n as usize;
+    }
+    Ok(())
+}
+
+/// Ping-pong of the copy-once baseline: this process and a child `bench raw-cma-echo`, each
+/// with a buffer of its own that it reuses. A side publishes its buffer's address and a
+/// sequence number on its flag's cache line; the other, busy-polling, reads the bytes straight
+/// from that buffer into its own with one `process_vm_readv` (the kernel's cross-memory
+/// attach, one copy), then answers the same way. The floor of a single-copy path.
+pub fn cma_pingpong(sizes: &[usize], iters: u64, warmup: u64) -> anyhow::Result<Vec<Row>> {
+    use std::sync::atomic::Ordering;
+    let (shm, child) = shm_child("raw-cma-echo", sizes, iters + warmup)?;
+    let pid = child.id() as i32;
+    let result = (|| {
+        let mut seq = 1u64;
+        let mut rows = Vec::new();
+        let max = sizes.iter().copied().max().unwrap_or(1);
+        let mut mine = vec![7u8; max.max(1)];
+        for &size in sizes {
+            let mut h = histogram()?;
+            for i in 0..iters + warmup {
+                seq += 1;
+                let t = Instant::now();
+                shm.word(0, 1)
+                    .store(mine.as_ptr() as u64, Ordering::Relaxed);
+                shm.flag(0).store(seq, Ordering::Release);
+                shm.spin_until(1, seq)?;
+                let theirs = shm.word(1, 1).load(Ordering::Relaxed);
+                vm_read(pid, theirs, &mut mine[..size])?;
+                if i >= warmup {
+                    h.saturating_record((t.elapsed().as_nanos() as u64 / 2).max(1));
+                }
+            }
+            rows.push(Row::from_hist("raw-copy-once", size, &h));
+        }
+        // The child's buffer is read until here: now it may exit.
+        shm.flag(0).store(seq + 1, Ordering::Release);
+        Ok(rows)
+    })();
+    finish_child(child, result)
+}
+
+/// The child side of [`cma_pingpong`].
+pub fn cma_echo(path: &str, sizes: &[usize], rounds: u64) -> anyhow::Result<()> {
+    use std::sync::atomic::Ordering;
+    let shm = shm_join(path, sizes)?;
+    let parent = std::os::unix::process::parent_id() as i32;
+    let max = sizes.iter().copied().max().unwrap_or(1);
+    let mut mine = vec![0u8; max.max(1)];
+    let mut seq = 1u64;
+    for &size in sizes {
+        for _ in 0..rounds {
+            seq += 1;
+            shm.spin_until(0, seq)?;
+            let theirs = shm.word(0, 1).load(Ordering::Relaxed);
+            vm_read(parent, theirs, &mut mine[..size])?;
+            shm.word(1, 1)
+                .store(mine.as_ptr() as u64, Ordering::Relaxed);
+            shm.flag(1).store(seq, Ordering::Release);
+        }
+    }
+    // Our buffer must outlive the parent's last read of it.
+    shm.spin_until(0, seq + 1)?;
     Ok(())
 }
 

@@ -50,6 +50,18 @@ fn us(ns: u64) -> f64 {
     ns as f64 / 1e3
 }
 
+/// Print one series: size, one-way p50 in µs, bandwidth in MB/s.
+pub fn print_series(rows: &[Row]) {
+    for r in rows {
+        println!(
+            "{:>9} | {:>9.3} | {:>10.1}",
+            r.size,
+            r.p50_ns as f64 / 1e3,
+            r.mb_per_s()
+        );
+    }
+}
+
 /// Print layer rows next to baseline rows of the same size, with the p50 ratio.
 pub fn print_pingpong(layer: &[Row], raw: &[Row]) {
     println!(

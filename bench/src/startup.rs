@@ -14,12 +14,7 @@ const RUNS: usize = 5;
 
 pub fn run(pes: &[usize], layer: &str) -> anyhow::Result<()> {
     let me = std::env::current_exe().context("finding the bench executable")?;
-    let charmrun = me.with_file_name("charmrun");
-    anyhow::ensure!(
-        charmrun.is_file(),
-        "{} not found: build charmrun first",
-        charmrun.display()
-    );
+    let charmrun = crate::pingpong::charmrun_beside(&me)?;
     println!(
         "{:>5} | {:>12} | {:>14} | {:>6}",
         "PEs", "job ms", "fork+conn ms", "ratio"

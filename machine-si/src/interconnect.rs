@@ -9,15 +9,25 @@
 //! | `si_read(port, size, buf)`     | [`Si::peek`] + [`Si::read`], per sender |
 //! | `si_close(port)`, `si_done()`  | [`Si::close`], drop                   |
 //!
+//! One extension, for large messages: a writer may *lend* a buffer instead of copying it
+//! (it writes only the buffer's address), and the reader [`Si::pull`]s the bytes straight out
+//! of the writer's memory, then says so with [`Si::mark_pulled`]; the writer learns how many
+//! of its loans are done from [`Si::pulled_by`]. Whether a pair can do this is probed at
+//! start-up ([`Si::enable_pull`], [`Si::can_lend_to`]).
+//!
 //! As in the slides, each node has a port, other nodes write messages to it, a node reads its
 //! port, messages are received whole, the interconnect is reliable and does its own flow
 //! control: a full ring makes `write` wait (and `try_write` say no); nothing is dropped or
 //! overwritten. Learning where the other ports are ([`Si::attach`]) is the start-up's job.
 
-use crate::ring::{Consumer, Producer};
-use crate::segment::Segment;
+use crate::coop::{self, Offer};
+use crate::pull::{self, ProbeWord, PullError};
+use crate::ring::{Consumer, Producer, Ring};
+use crate::segment::{Bell, Segment};
 use std::cell::Cell;
+use std::mem::MaybeUninit;
 use std::path::Path;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 /// A node's use of the interconnect.
@@ -26,10 +36,37 @@ pub struct Si {
     nodes: usize,
     port: Option<Segment>,
     peers: Vec<Option<Segment>>,
-    /// Our state as the producer of our ring in each node's port.
-    tx: Vec<Cell<Producer>>,
-    /// Our state as the consumer of each sender's ring in our port.
-    rx: Vec<Cell<Consumer>>,
+    /// Per node, once its port is attached (ours once open): our ring in it.
+    tx: Vec<Option<Tx>>,
+    /// Per sender, once our port is open: its ring in our port.
+    rx: Vec<Option<Rx>>,
+    /// What peers read to check they may pull from us.
+    probe: ProbeWord,
+    /// Each port owner's process id (for pulls), learnt when attaching it.
+    pids: Vec<i32>,
+}
+
+/// Our ring in a node's port, as its producer. The views point into mappings `Si` keeps.
+struct Tx {
+    ring: Ring,
+    bell: Bell,
+    state: Cell<Producer>,
+}
+
+/// A sender's ring in our port, as its consumer.
+struct Rx {
+    ring: Ring,
+    state: Cell<Consumer>,
+}
+
+impl Tx {
+    fn new(port: &Segment, me: usize) -> Tx {
+        Tx {
+            ring: port.ring(me),
+            bell: port.bell(),
+            state: Cell::default(),
+        }
+    }
 }
 
 impl Si {
@@ -40,8 +77,10 @@ impl Si {
             nodes,
             port: None,
             peers: (0..nodes).map(|_| None).collect(),
-            tx: (0..nodes).map(|_| Cell::default()).collect(),
-            rx: (0..nodes).map(|_| Cell::default()).collect(),
+            tx: (0..nodes).map(|_| None).collect(),
+            rx: (0..nodes).map(|_| None).collect(),
+            probe: ProbeWord::new(),
+            pids: vec![0; nodes],
         }
     }
 
@@ -51,7 +90,18 @@ impl Si {
     /// # Errors
     /// The file system's.
     pub fn open(&mut self, path: &Path, ring_bytes: usize) -> std::io::Result<()> {
-        self.port = Some(Segment::create(path, self.nodes, ring_bytes)?);
+        let port = Segment::create(path, self.nodes, ring_bytes, &self.probe)?;
+        for (sender, rx) in self.rx.iter_mut().enumerate() {
+            *rx = Some(Rx {
+                ring: port.ring(sender),
+                state: Cell::default(),
+            });
+        }
+        if let (Some(tx), Some(pid)) = (self.tx.get_mut(self.me), self.pids.get_mut(self.me)) {
+            *tx = Some(Tx::new(&port, self.me));
+            *pid = std::process::id() as i32;
+        }
+        self.port = Some(port);
         Ok(())
     }
 
@@ -66,19 +116,169 @@ impl Si {
     /// The file system's, or `InvalidData` for a file that is not such a port.
     pub fn attach(&mut self, node: usize, path: &Path) -> std::io::Result<()> {
         let seg = Segment::open(path, self.nodes)?;
-        if let Some(slot) = self.peers.get_mut(node) {
+        if let (Some(slot), Some(tx), Some(pid)) = (
+            self.peers.get_mut(node),
+            self.tx.get_mut(node),
+            self.pids.get_mut(node),
+        ) {
+            *pid = seg.owner_pid();
+            *tx = Some(Tx::new(&seg, self.me));
             *slot = Some(seg);
         }
         Ok(())
     }
 
+    /// `node`'s port (ours for `node == id()`), if open or attached.
+    fn port_of(&self, node: usize) -> Option<&Segment> {
+        if node == self.me {
+            self.port.as_ref()
+        } else {
+            self.peers.get(node).and_then(Option::as_ref)
+        }
+    }
+
+    /// Our ring in `node`'s port, once attached.
+    fn tx(&self, node: usize) -> Option<&Tx> {
+        self.tx.get(node).and_then(Option::as_ref)
+    }
+
+    /// `sender`'s ring in our port, once open.
+    fn rx(&self, sender: usize) -> Option<&Rx> {
+        self.rx.get(sender).and_then(Option::as_ref)
+    }
+
+    /// Find out whether we may pull from `node` (attached, or ourselves) and, if so, tell it
+    /// through our port that it may lend to us. Whether it worked.
+    ///
+    /// # Errors
+    /// [`PullError`]: `Denied` when this host forbids reading another process's memory.
+    pub fn enable_pull(&self, node: usize) -> Result<bool, PullError> {
+        let (Some(theirs), Some(rx)) = (self.port_of(node), self.rx(node)) else {
+            return Ok(false);
+        };
+        let (addr, nonce) = theirs.probe();
+        let ok = pull::probe(theirs.owner_pid(), addr, nonce)?;
+        if ok {
+            // Read by `node` only after the start-up barrier that follows.
+            rx.ring.pull_ok().store(1, Ordering::Release);
+        }
+        Ok(ok)
+    }
+
+    /// Whether we can pull from `node` (our [`Si::enable_pull`] of it worked); then we may
+    /// also write into its memory, as the kernel allows both or neither.
+    pub fn can_pull_from(&self, node: usize) -> bool {
+        self.rx(node)
+            .is_some_and(|rx| rx.ring.pull_ok().load(Ordering::Relaxed) != 0)
+    }
+
+    /// Whether `node` said it can pull from us (after every node's [`Si::enable_pull`]).
+    pub fn can_lend_to(&self, node: usize) -> bool {
+        self.tx(node)
+            .is_some_and(|tx| tx.ring.pull_ok().load(Ordering::Acquire) != 0)
+    }
+
+    /// Copy `into.len()` bytes at `addr` in `sender`'s memory (a buffer it lent us) into
+    /// `into`.
+    ///
+    /// # Errors
+    /// [`PullError::Gone`] when the sender's process is gone; the others as [`pull::pull`].
+    pub fn pull(
+        &self,
+        sender: usize,
+        addr: u64,
+        into: &mut [MaybeUninit<u8>],
+    ) -> Result<(), PullError> {
+        let pid = self.pids.get(sender).copied().unwrap_or(0);
+        if pid <= 0 {
+            return Err(PullError::Gone);
+        }
+        pull::pull(pid, addr, into)
+    }
+
+    /// [`Si::pull`] with the sender's help: the copy is offered in chunks that it takes too,
+    /// when it can (see `coop.rs`). Only for a sender that may write into our memory
+    /// ([`Si::can_lend_to`] it).
+    ///
+    /// # Errors
+    /// As [`Si::pull`].
+    pub fn pull_together(
+        &self,
+        sender: usize,
+        addr: u64,
+        into: &mut [MaybeUninit<u8>],
+    ) -> Result<(), PullError> {
+        let (Some(rx), Some(tx), Some(&pid)) =
+            (self.rx(sender), self.tx(sender), self.pids.get(sender))
+        else {
+            return Err(PullError::Gone);
+        };
+        coop::receive(
+            rx.ring.coop(),
+            pid,
+            addr,
+            into,
+            || tx.bell.ring(),
+            || self.peer_gone(sender),
+        )
+    }
+
+    /// The copy `node` offers to share, if it has chunks left.
+    pub fn offered(&self, node: usize) -> Option<Offer> {
+        self.tx(node)?.ring.coop().offered()
+    }
+
+    /// Copy chunks of `offer` into `node`'s memory; `src` is what the offer names, in ours.
+    /// Whether any chunk was copied.
+    pub fn help(&self, node: usize, offer: Offer, src: &[u8]) -> bool {
+        match (self.tx(node), self.pids.get(node)) {
+            (Some(tx), Some(&pid)) => coop::help(tx.ring.coop(), pid, offer, src),
+            _ => false,
+        }
+    }
+
+    /// Whether `node`'s process has left or is gone.
+    fn peer_gone(&self, node: usize) -> bool {
+        let pid = self.pids.get(node).copied().unwrap_or(0);
+        // SAFETY: signal 0 only checks that the process exists.
+        self.peer_closed(node) || pid <= 0 || unsafe { libc::kill(pid, 0) } != 0
+    }
+
+    /// Tell `sender` we are done with one more of its loans (they are done in order).
+    pub fn mark_pulled(&self, sender: usize) {
+        if let Some(rx) = self.rx(sender) {
+            // We are the only writer of this word: a plain increment, published with release
+            // so the sender frees the buffer only after our copy.
+            let n = rx.ring.pulled().load(Ordering::Relaxed);
+            rx.ring.pulled().store(n + 1, Ordering::Release);
+        }
+    }
+
+    /// How many of our loans `node` has finished with.
+    pub fn pulled_by(&self, node: usize) -> u64 {
+        self.tx(node)
+            .map_or(0, |tx| tx.ring.pulled().load(Ordering::Acquire))
+    }
+
+    /// Whether `node` has left (closed its port for reading): nothing written to it will be
+    /// read, nothing lent to it will be pulled.
+    pub fn peer_closed(&self, node: usize) -> bool {
+        self.port_of(node).is_none_or(Segment::is_closed)
+    }
+
+    /// Say that this node reads nothing more (at exit).
+    pub fn mark_closed(&self) {
+        if let Some(p) = self.port.as_ref() {
+            p.mark_closed();
+        }
+    }
+
     /// Largest record one write carries.
     pub fn max_write(&self) -> usize {
-        self.peers
+        self.tx
             .iter()
             .flatten()
-            .chain(self.port.iter())
-            .map(|s| s.ring(0).max_record())
+            .map(|tx| tx.ring.max_record())
             .min()
             .unwrap_or(0)
     }
@@ -86,19 +286,14 @@ impl Si {
     /// `si_write` without waiting: append one record made of `parts` to `node`'s port if its
     /// ring from us has room now.
     pub fn try_write(&self, node: usize, parts: &[&[u8]]) -> bool {
-        let seg = if node == self.me {
-            self.port.as_ref()
-        } else {
-            self.peers.get(node).and_then(Option::as_ref)
-        };
-        let (Some(seg), Some(tx)) = (seg, self.tx.get(node)) else {
+        let Some(tx) = self.tx(node) else {
             return false;
         };
-        let mut p = tx.get();
-        let pushed = seg.ring(self.me).try_push(&mut p, parts);
-        tx.set(p);
+        let mut p = tx.state.get();
+        let pushed = tx.ring.try_push(&mut p, parts);
+        tx.state.set(p);
         if pushed {
-            seg.ring_doorbell();
+            tx.bell.ring();
         }
         pushed
     }
@@ -118,27 +313,40 @@ impl Si {
 
     /// `si_read`, first half: the length of the next record from `sender`, if there is one.
     pub fn peek(&self, sender: usize) -> Option<usize> {
-        let rx = self.rx.get(sender)?;
-        let mut c = rx.get();
-        let len = self.port.as_ref()?.ring(sender).peek_len(&mut c);
-        rx.set(c);
+        let rx = self.rx(sender)?;
+        let mut c = rx.state.get();
+        let len = rx.ring.peek_len(&mut c);
+        rx.state.set(c);
         len
     }
 
     /// `si_read`, second half: copy that record into `out` (exactly its length).
     pub fn read(&self, sender: usize, out: &mut [u8]) {
-        if let (Some(p), Some(rx)) = (self.port.as_ref(), self.rx.get(sender)) {
-            let mut c = rx.get();
-            p.ring(sender).pop_into(&mut c, out);
-            rx.set(c);
-        }
+        // SAFETY: viewing initialised bytes as maybe-uninitialised ones is sound as long as
+        // only initialised values are written through the view, which `read_uninit` does.
+        let out = unsafe { &mut *(std::ptr::from_mut::<[u8]>(out) as *mut [MaybeUninit<u8>]) };
+        self.read_uninit(sender, out);
+    }
+
+    /// [`Si::read`] into fresh memory (a message's buffer not yet zeroed: writing zeros first
+    /// would be one more pass over a large message). Every byte of `out` is initialised
+    /// afterwards if it returns `true`; `false` when there is no such sender or port.
+    pub fn read_uninit(&self, sender: usize, out: &mut [MaybeUninit<u8>]) -> bool {
+        let Some(rx) = self.rx(sender) else {
+            return false;
+        };
+        let mut c = rx.state.get();
+        rx.ring.pop_into(&mut c, out);
+        rx.state.set(c);
+        true
     }
 
     /// Whether any sender's ring holds a record.
     pub fn any_waiting(&self) -> bool {
-        self.port
-            .as_ref()
-            .is_some_and(|p| (0..self.nodes).any(|s| !p.ring(s).is_empty(&self.rx[s].get())))
+        self.rx
+            .iter()
+            .flatten()
+            .any(|rx| !rx.ring.is_empty(&rx.state.get()))
     }
 
     /// Sleep until a writer rings this node's doorbell, or `timeout`.
@@ -150,7 +358,7 @@ impl Si {
 
     /// `si_close`: remove this node's port file. Mappings (ours and the peers') stay valid, so
     /// this is done as soon as every peer has attached: a crash later leaves nothing behind.
-    pub fn close(&mut self) {
+    pub fn close(&self) {
         if let Some(p) = self.port.as_ref() {
             let _ = std::fs::remove_file(p.path());
         }

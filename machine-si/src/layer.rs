@@ -8,19 +8,30 @@
 //!                                                hand buf up
 //! ```
 //!
-//! Two refinements: a message that fits one record goes as a single record (header then
-//! payload), read straight into the message's own buffer with the header landing in its
-//! headroom; a larger one goes as the header record followed by pieces of at most one record,
-//! read straight into its buffer. Either way the payload is copied once into the ring and once
-//! out of it. A full ring never blocks `send`: what does not fit waits in a queue per peer and
-//! goes out from `advance`, so two nodes writing to each other cannot deadlock.
+//! A message goes one of three ways, the header's `kind` saying which:
+//! - **whole**: one that fits a record goes as a single record (header then wire bytes), read
+//!   straight into the message's own buffer with the header landing in its headroom;
+//! - **lent** (single copy): from `si.single_copy_from` bytes (1.25 MiB), when the receiver can
+//!   read our memory (probed at start-up), the record holds the header and the address of our
+//!   buffer; the receiver allocates the message and copies the bytes straight out of our
+//!   buffer (`process_vm_readv`), then counts it pulled. We keep the message until that count
+//!   covers it, so nothing is freed while it may be read;
+//! - **pieces**: any other larger one goes as the header record followed by pieces of 16 KiB,
+//!   read straight into its buffer (two copies, into the ring and out of it, overlapping).
+//!
+//! Per pair, records are read in the order they were written and a loan is pulled when its
+//! record is read, so FIFO holds across the three ways. A full ring never blocks `send`: what
+//! does not fit waits in a queue per peer and goes out from `advance`, so two nodes writing to
+//! each other cannot deadlock.
 
 use crate::interconnect::Si;
+use crate::pull::PullError;
 use charmrun::client::{Control, LaunchEnv};
 use machine::{BootConfig, Layer, Machine, MachineError, Message, NodeTable, WireError, HEADROOM};
 use std::collections::VecDeque;
 use std::path::Path;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 /// The registry entry for this layer.
 pub const LAYER: Layer = Layer {
@@ -30,11 +41,41 @@ pub const LAYER: Layer = Layer {
     launched: LaunchEnv::present,
 };
 
-/// The slides' `si_header`: payload size and source node.
-const HEADER: usize = 12;
+/// The slides' `si_header` (payload size, source node) and how the payload travels.
+const HEADER: usize = 16;
+
+/// A lent message's record: its header and the address of the sender's buffer.
+const LENT_RECORD: usize = HEADER + 8;
+
+/// How a message travels (the header's `kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Header and wire bytes in one record (up to a piece).
+    Whole = 1,
+    /// The header alone; pieces of the wire bytes follow.
+    Pieces = 2,
+    /// The header and the address of the sender's buffer, to be pulled from.
+    Lent = 3,
+}
 
 /// Default ring size per sender, in KiB (`si.ring_kib`).
 const DEFAULT_RING_KIB: usize = 256;
+
+/// Size, in wire bytes, from which messages are lent instead of copied through the ring,
+/// unless `si.single_copy_from` says otherwise, when the receiver copies alone. Below it the
+/// two copies through the ring, the receiver's overlapping the sender's piece by piece, take
+/// less time than the kernel's one copy (which copies slower than user space here and pins
+/// every page); from 1.25 MiB the single copy wins (measured: docs/benchmarks.md, SI).
+const LEND_FROM_ALONE: usize = 1280 << 10;
+
+/// The same when the sender helps with the copy (`coop.rs`): from there, the two cores copying
+/// halves each once beat the ring's two copies (measured, as above).
+const LEND_FROM_TOGETHER: usize = COOP_FROM;
+
+/// Largest record the layer writes: a larger message goes as pieces of this size, so that the
+/// receiver copies one piece out while the sender copies the next one in (16 KiB measured best
+/// from 64 KiB to 4 MiB; one record per message would copy in, then out, with no overlap).
+const PIECE: usize = 16 << 10;
 
 /// Largest message size a header may announce (the runtime's frames are far smaller).
 const MAX_MESSAGE: u64 = 1 << 40;
@@ -43,18 +84,38 @@ const MAX_MESSAGE: u64 = 1 << 40;
 /// space without telling us.
 const BACKLOG_NAP: Duration = Duration::from_micros(50);
 
-/// A message being written in pieces.
+/// How long `exit` keeps pushing what is still queued for peers (and waiting for them to pull
+/// what we lent): the job is over, so not forever.
+const EXIT_FLUSH: Duration = Duration::from_secs(2);
+
+/// Size from which a lent message is copied with the sender's help, when it may write into
+/// our memory: two chunks, so that there is something to share.
+const COOP_FROM: usize = 2 * crate::coop::MIN_CHUNK;
+
+/// Buffers of sent messages kept for receiving (each at most a piece): a node that sends as
+/// much as it receives then allocates and frees nothing per small message.
+const SPARES: usize = 16;
+
+/// Most messages handed up from one sender per `advance`, so one busy sender cannot starve
+/// the others or the scheduler.
+const BUDGET: usize = 256;
+
+/// A message on its way out: whole, in pieces, or lent.
 struct Outgoing {
     msg: Message,
+    /// Lend it (single copy) rather than copy it into the ring.
+    lend: bool,
     header_sent: bool,
     /// Bytes of the wire form already written.
     offset: usize,
 }
 
-/// A message being read in pieces.
+/// A message being read in pieces: `buf` holds the headroom and the bytes read so far, and
+/// has room for the rest.
 struct Incoming {
     buf: Vec<u8>,
-    filled: usize,
+    /// Wire bytes still to come.
+    left: usize,
 }
 
 /// One node of an SI job.
@@ -63,16 +124,61 @@ pub struct SiMachine {
     table: NodeTable,
     si: Si,
     ctl: std::sync::Arc<Control>,
+    /// Most wire bytes one record carries after the header (a piece).
     chunk: usize,
+    /// Per peer: the wire size from which a message to it is lent (`usize::MAX`: never, it
+    /// cannot pull from us).
+    lend_from: Vec<usize>,
+    /// Whether large copies are shared with their senders (`si.copy_together`).
+    coop: bool,
     out: Vec<VecDeque<Outgoing>>,
+    /// Peers with something in `out`.
     backlog: Vec<usize>,
+    /// Per peer: messages lent to it and not yet known to be pulled, oldest first.
+    lent: Vec<VecDeque<Message>>,
+    /// Per peer: how many messages were ever lent to it.
+    loans: Vec<u64>,
+    /// Peers with something in `lent`.
+    lending: Vec<usize>,
     incoming: Vec<Option<Incoming>>,
     /// Messages received while waiting in a barrier, handed up by the next `advance`.
     ready: VecDeque<Message>,
+    /// Buffers of small messages sent, kept to receive small messages into.
+    spares: Vec<Vec<u8>>,
+}
+
+/// `si.single_copy_from`: the wire size from which messages are lent (`Some(usize::MAX)` for
+/// `off`), or `None` for the measured default.
+fn single_copy_from(cfg: &BootConfig) -> Result<Option<usize>, MachineError> {
+    match cfg
+        .settings
+        .get::<String>("si.single_copy_from")?
+        .as_deref()
+    {
+        None => Ok(None),
+        Some("off") => Ok(Some(usize::MAX)),
+        Some(v) => v.parse().map(Some).map_err(|_| MachineError::Setting {
+            key: "si.single_copy_from".into(),
+            reason: format!("'{v}' is neither a size in bytes nor 'off'"),
+        }),
+    }
+}
+
+/// Say once per process that the single-copy path is off, and why.
+fn note_no_single_copy(e: &PullError) {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if !SAID.swap(true, Ordering::Relaxed) {
+        eprintln!(
+            "converse si: note: large messages go through the rings (two copies): {e}. \
+             Reading a peer's memory needs the same user and Yama ptrace_scope 0 \
+             (/proc/sys/kernel/yama/ptrace_scope), and no seccomp filter on process_vm_readv."
+        );
+    }
 }
 
 /// `CmiMachineInit`: `si_init`, `si_open`, `si_getid`; send the port to charmrun, get the
-/// table, attach every port, then remove ours from the file system (the mappings stay).
+/// table, attach every port and probe whether we can pull from its owner, then remove ours
+/// from the file system (the mappings stay).
 ///
 /// # Errors
 /// [`MachineError::Boot`] when not started by charmrun, when the job spans hosts, or when
@@ -87,6 +193,8 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
             key: "si.ring_kib".into(),
             reason: format!("{ring_kib} is not a power of two of at least 4"),
         })?;
+    let lend_from = single_copy_from(cfg)?;
+    let coop: bool = cfg.settings.get_or("si.copy_together", true)?;
     let mut ctl = Control::connect(&env)?;
     // Named with the job's tag: charmrun removes it if this node dies before it does.
     let path = env.shm_path(&format!("si-{}", env.node));
@@ -119,29 +227,74 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
         si.attach(node, Path::new(p))
             .map_err(|e| MachineError::io(format!("attaching node {node}'s SI port {p}"), e))?;
     }
-    // Every node has attached every port: the names are no longer needed.
+    let n = table.num_nodes();
+    if lend_from != Some(usize::MAX) {
+        for node in 0..n {
+            match si.enable_pull(node) {
+                Ok(_) => {}
+                Err(e @ PullError::Denied(_)) => {
+                    note_no_single_copy(&e);
+                    break;
+                }
+                // Any other failure leaves that pair on the rings; a dead peer is charmrun's
+                // to report.
+                Err(_) => {}
+            }
+        }
+    }
+    // Every node has attached every port and said whom it can pull from: the names are no
+    // longer needed, and the pull permissions can be read.
     ctl.barrier()?;
     si.close();
-    let n = table.num_nodes();
-    let chunk = si.max_write() - HEADER;
+    let lend_from = (0..n)
+        .map(|node| match lend_from {
+            _ if !si.can_lend_to(node) => usize::MAX,
+            Some(from) => from,
+            // It will take chunks of the copy with us when we can write into its memory too.
+            None if coop && si.can_pull_from(node) => LEND_FROM_TOGETHER,
+            None => LEND_FROM_ALONE,
+        })
+        .collect();
+    let chunk = si.max_write().min(PIECE) - HEADER;
     Ok(vec![Box::new(SiMachine {
         me,
         table,
         si,
         ctl: std::sync::Arc::new(ctl),
         chunk,
+        lend_from,
+        coop,
         out: (0..n).map(|_| VecDeque::new()).collect(),
         backlog: Vec::new(),
+        lent: (0..n).map(|_| VecDeque::new()).collect(),
+        loans: vec![0; n],
+        lending: Vec::new(),
         incoming: (0..n).map(|_| None).collect(),
         ready: VecDeque::new(),
+        spares: Vec::with_capacity(SPARES),
     })])
 }
 
-fn header(size: usize, src: usize) -> [u8; HEADER] {
+fn header(kind: Kind, size: usize, src: usize) -> [u8; HEADER] {
     let mut h = [0u8; HEADER];
     h[..8].copy_from_slice(&(size as u64).to_le_bytes());
-    h[8..].copy_from_slice(&(src as u32).to_le_bytes());
+    h[8..12].copy_from_slice(&(src as u32).to_le_bytes());
+    h[12..].copy_from_slice(&(kind as u32).to_le_bytes());
     h
+}
+
+/// A header's (size, source, kind).
+fn parse_header(h: &[u8]) -> (u64, u32, u32) {
+    let word = |r: std::ops::Range<usize>| {
+        h.get(r)
+            .and_then(|b| b.try_into().ok())
+            .map_or(0, u32::from_le_bytes)
+    };
+    let size = h
+        .get(..8)
+        .and_then(|b| b.try_into().ok())
+        .map_or(0, u64::from_le_bytes);
+    (size, word(8..12), word(12..16))
 }
 
 impl SiMachine {
@@ -152,22 +305,52 @@ impl SiMachine {
         }
     }
 
+    /// Check a header read from `s`'s ring: the kind its record's length implies, the sender
+    /// it came through. Its size.
+    fn check_header(&self, s: usize, h: &[u8], kind: Kind) -> Result<u64, MachineError> {
+        let (size, src, k) = parse_header(h);
+        if k != kind as u32 || src as usize != s || size > MAX_MESSAGE {
+            return Err(self.corrupt(
+                s,
+                format!("header (kind {k}, source {src}, {size} bytes) in a {kind:?} record"),
+            ));
+        }
+        Ok(size)
+    }
+
     /// `DeliverViaNetwork`: write as much of `o` to `node` as its ring takes now; whether it
     /// all went.
     fn deliver(&self, node: usize, o: &mut Outgoing) -> bool {
+        if !o.header_sent && !o.lend && o.msg.wire_len() <= self.chunk {
+            // The whole message in one record, the header written into the message's headroom
+            // so that the record is one contiguous copy.
+            let size = o.msg.wire_len();
+            let frame = o.msg.frame_with_header(HEADER);
+            frame[..HEADER].copy_from_slice(&header(Kind::Whole, size, self.me));
+            if !self.si.try_write(node, &[frame]) {
+                return false;
+            }
+            o.header_sent = true;
+            o.offset = size;
+            return true;
+        }
         let wire = o.msg.wire();
         if !o.header_sent {
-            let h = header(wire.len(), self.me);
-            if wire.len() <= self.chunk {
-                // The whole message in one record.
-                if !self.si.try_write(node, &[&h, wire]) {
+            if o.lend {
+                let mut rec = [0u8; LENT_RECORD];
+                rec[..HEADER].copy_from_slice(&header(Kind::Lent, wire.len(), self.me));
+                rec[HEADER..].copy_from_slice(&(wire.as_ptr() as u64).to_le_bytes());
+                if !self.si.try_write(node, &[&rec]) {
                     return false;
                 }
                 o.header_sent = true;
                 o.offset = wire.len();
                 return true;
             }
-            if !self.si.try_write(node, &[&h]) {
+            if !self
+                .si
+                .try_write(node, &[&header(Kind::Pieces, wire.len(), self.me)])
+            {
                 return false;
             }
             o.header_sent = true;
@@ -182,6 +365,35 @@ impl SiMachine {
         true
     }
 
+    /// `o` went out whole: keep it if it was lent, else it is done with.
+    fn sent(&mut self, node: usize, o: Outgoing) {
+        if o.lend {
+            if self.lent[node].is_empty() {
+                self.lending.push(node);
+            }
+            self.lent[node].push_back(o.msg);
+            self.loans[node] += 1;
+        } else if self.spares.len() < SPARES && o.msg.wire_len() <= PIECE {
+            // Its buffer receives the next small message: no free now, no malloc then.
+            self.spares.push(o.msg.into_frame().0);
+        }
+    }
+
+    /// A buffer with room for `need` bytes, empty: a spare one when the last kept fits.
+    fn spare(&mut self, need: usize) -> Vec<u8> {
+        match self.spares.pop() {
+            Some(mut b) if b.capacity() >= need => {
+                b.clear();
+                b
+            }
+            other => {
+                // Too small for this one: kept for the next.
+                self.spares.extend(other);
+                Vec::with_capacity(need)
+            }
+        }
+    }
+
     fn flush_backlog(&mut self) {
         let mut i = 0;
         while i < self.backlog.len() {
@@ -191,7 +403,9 @@ impl SiMachine {
                 if !self.deliver(node, o) {
                     break;
                 }
-                q.pop_front();
+                if let Some(o) = q.pop_front() {
+                    self.sent(node, o);
+                }
             }
             let empty = q.is_empty();
             self.out[node] = q;
@@ -201,6 +415,84 @@ impl SiMachine {
                 i += 1;
             }
         }
+    }
+
+    /// Free the lent messages their receivers have pulled.
+    fn reclaim(&mut self) {
+        let mut i = 0;
+        while i < self.lending.len() {
+            let node = self.lending[i];
+            let pulled = self.si.pulled_by(node);
+            let q = &mut self.lent[node];
+            // Loans are pulled in the order they were made.
+            while self.loans[node] - (q.len() as u64) < pulled && q.pop_front().is_some() {}
+            if q.is_empty() {
+                self.lending.swap_remove(i);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// An empty buffer for a message of `size` wire bytes from `s`: the headroom, and room
+    /// for the rest, not zeroed (it is about to be overwritten).
+    fn buffer(&self, s: usize, size: usize) -> Result<Vec<u8>, MachineError> {
+        let mut buf = Vec::new();
+        // The size comes from another process: a failed allocation is an error, not an abort.
+        buf.try_reserve_exact(HEADROOM + size).map_err(|_| {
+            MachineError::io(
+                format!("allocating {size} bytes for a message from node {s}"),
+                std::io::ErrorKind::OutOfMemory.into(),
+            )
+        })?;
+        buf.resize(HEADROOM, 0);
+        Ok(buf)
+    }
+
+    /// Read `s`'s next record (`len` bytes, `buf` has room for them) onto the end of `buf`.
+    fn read_into(&self, s: usize, buf: &mut Vec<u8>, len: usize) -> Result<(), MachineError> {
+        let at = buf.len();
+        if !self.si.read_uninit(s, &mut buf.spare_capacity_mut()[..len]) {
+            return Err(MachineError::InvalidNode {
+                node: s,
+                nodes: self.table.num_nodes(),
+            });
+        }
+        // SAFETY: read_uninit initialised the `len` bytes after `at`.
+        unsafe { buf.set_len(at + len) };
+        Ok(())
+    }
+
+    /// A lent message of `size` wire bytes at `addr` in `s`'s memory, copied into a buffer of
+    /// its own.
+    fn pull_message(&self, s: usize, addr: u64, size: u64) -> Result<Message, MachineError> {
+        let size = size as usize;
+        let need = HEADROOM + size;
+        let mut buf = self.buffer(s, size)?;
+        let into = &mut buf.spare_capacity_mut()[..size];
+        // A sender that may write into our memory takes chunks of a large copy too.
+        let copied = if size >= COOP_FROM && self.coop && self.si.can_lend_to(s) {
+            self.si.pull_together(s, addr, into)
+        } else {
+            self.si.pull(s, addr, into)
+        };
+        copied.map_err(|e| match e {
+            PullError::Gone => MachineError::peer_dead(
+                &self.table,
+                s,
+                "its process is gone (while copying a message it lent)",
+            ),
+            PullError::Fault(e) => {
+                self.corrupt(s, format!("it lent {size} bytes we cannot read: {e}"))
+            }
+            e => MachineError::io(
+                format!("copying a message node {s} lent"),
+                std::io::Error::other(e),
+            ),
+        })?;
+        // SAFETY: `pull` initialised the `size` bytes after the headroom.
+        unsafe { buf.set_len(need) };
+        Message::from_frame(buf, HEADROOM).map_err(|e| MachineError::Corrupt { node: s, source: e })
     }
 
     /// `CommunicationServer` for one sender: hand up what its ring holds, at most `budget`.
@@ -214,60 +506,66 @@ impl SiMachine {
         while n < budget {
             let Some(len) = self.si.peek(s) else { break };
             match self.incoming[s].take() {
-                None => {
-                    if len < HEADER {
+                // A record's length says which kind it is; the header must agree.
+                None if len == LENT_RECORD => {
+                    let mut rec = [0u8; LENT_RECORD];
+                    self.si.read(s, &mut rec);
+                    let size = self.check_header(s, &rec[..HEADER], Kind::Lent)?;
+                    let addr = u64::from_le_bytes(rec[HEADER..].try_into().unwrap_or([0; 8]));
+                    let msg = self.pull_message(s, addr, size)?;
+                    self.si.mark_pulled(s);
+                    deliver(msg);
+                    n += 1;
+                }
+                None if len > HEADER => {
+                    // Header and whole message in one record: read it so that the header
+                    // lands in the headroom and the message's wire bytes right after.
+                    // `len` is at most a record, never more than the ring: a size we chose.
+                    let mut buf = self.spare(HEADROOM - HEADER + len);
+                    buf.resize(HEADROOM - HEADER, 0);
+                    self.read_into(s, &mut buf, len)?;
+                    let size =
+                        self.check_header(s, &buf[HEADROOM - HEADER..HEADROOM], Kind::Whole)?;
+                    if size as usize != len - HEADER {
                         return Err(self.corrupt(
                             s,
-                            format!("record of {len} bytes where a header was expected"),
+                            format!("header says {size} bytes, record holds {}", len - HEADER),
                         ));
                     }
-                    if len > HEADER {
-                        // Header and whole message in one record: read it so that the header
-                        // lands in the headroom and the message's wire bytes right after.
-                        let mut buf = machine::zeroed(HEADROOM - HEADER + len);
-                        self.si.read(s, &mut buf[HEADROOM - HEADER..]);
-                        let size = u64::from_le_bytes(
-                            buf[HEADROOM - HEADER..HEADROOM - 4]
-                                .try_into()
-                                .unwrap_or([0; 8]),
-                        );
-                        if size as usize != len - HEADER {
-                            return Err(self.corrupt(
-                                s,
-                                format!("header says {size} bytes, record holds {}", len - HEADER),
-                            ));
-                        }
-                        deliver(
-                            Message::from_frame(buf, HEADROOM)
-                                .map_err(|e| MachineError::Corrupt { node: s, source: e })?,
-                        );
-                        n += 1;
-                    } else {
-                        let mut h = [0u8; HEADER];
-                        self.si.read(s, &mut h);
-                        let size = u64::from_le_bytes(h[..8].try_into().unwrap_or([0; 8]));
-                        if size > MAX_MESSAGE || (size as usize) <= self.chunk {
-                            return Err(self.corrupt(
-                                s,
-                                format!("a message of {size} bytes announced in pieces"),
-                            ));
-                        }
-                        self.incoming[s] = Some(Incoming {
-                            buf: machine::zeroed(HEADROOM + size as usize),
-                            filled: 0,
-                        });
+                    deliver(
+                        Message::from_frame(buf, HEADROOM)
+                            .map_err(|e| MachineError::Corrupt { node: s, source: e })?,
+                    );
+                    n += 1;
+                }
+                None if len == HEADER => {
+                    let mut h = [0u8; HEADER];
+                    self.si.read(s, &mut h);
+                    let size = self.check_header(s, &h, Kind::Pieces)?;
+                    if (size as usize) <= self.chunk {
+                        return Err(self
+                            .corrupt(s, format!("a message of {size} bytes announced in pieces")));
                     }
+                    self.incoming[s] = Some(Incoming {
+                        buf: self.buffer(s, size as usize)?,
+                        left: size as usize,
+                    });
+                }
+                None => {
+                    return Err(self.corrupt(
+                        s,
+                        format!("record of {len} bytes where a header was expected"),
+                    ));
                 }
                 Some(mut inc) => {
-                    let room = inc.buf.len() - HEADROOM - inc.filled;
-                    if len > room {
+                    if len > inc.left {
+                        let left = inc.left;
                         return Err(self
-                            .corrupt(s, format!("a piece of {len} bytes where {room} were left")));
+                            .corrupt(s, format!("a piece of {len} bytes where {left} were left")));
                     }
-                    let start = HEADROOM + inc.filled;
-                    self.si.read(s, &mut inc.buf[start..start + len]);
-                    inc.filled += len;
-                    if inc.filled == inc.buf.len() - HEADROOM {
+                    self.read_into(s, &mut inc.buf, len)?;
+                    inc.left -= len;
+                    if inc.left == 0 {
                         deliver(
                             Message::from_frame(inc.buf, HEADROOM)
                                 .map_err(|e| MachineError::Corrupt { node: s, source: e })?,
@@ -281,11 +579,43 @@ impl SiMachine {
         }
         Ok(n)
     }
-}
 
-/// Most messages handed up from one sender per `advance`, so one busy sender cannot starve
-/// the others or the scheduler.
-const BUDGET: usize = 256;
+    /// Take chunks of the copies our receivers offer to share (of messages we lent them).
+    /// Whether any was copied.
+    fn help_receivers(&self) -> bool {
+        let mut helped = false;
+        for &node in &self.lending {
+            let Some(offer) = self.si.offered(node) else {
+                continue;
+            };
+            // Only ever our own loan to that node, whatever the block says.
+            let loan = self.lent[node]
+                .iter()
+                .map(Message::wire)
+                .find(|w| w.as_ptr() as u64 == offer.src && w.len() == offer.len);
+            if let Some(src) = loan {
+                helped |= self.si.help(node, offer, src);
+            }
+        }
+        helped
+    }
+
+    /// Whether something is still queued for, or lent to, a peer that has not left.
+    fn owes_peers(&self) -> bool {
+        self.backlog
+            .iter()
+            .chain(&self.lending)
+            .any(|&node| !self.si.peer_closed(node))
+    }
+
+    /// Read and drop whatever peers still send (the job is over), so that their own exit
+    /// flushes end too; a peer that is gone has nothing more to read.
+    fn drain_and_drop(&mut self) {
+        for s in 0..self.incoming.len() {
+            let _ = self.receive_from(s, &mut |_| {}, 1 << 20);
+        }
+    }
+}
 
 impl Machine for SiMachine {
     fn layer(&self) -> &'static str {
@@ -301,19 +631,22 @@ impl Machine for SiMachine {
     }
 
     fn send(&mut self, node: usize, msg: Message) -> Result<(), MachineError> {
-        if node >= self.out.len() {
+        let Some(&lend_from) = self.lend_from.get(node) else {
             return Err(MachineError::InvalidNode {
                 node,
                 nodes: self.table.num_nodes(),
             });
-        }
+        };
         let mut o = Outgoing {
+            lend: msg.wire_len() >= lend_from,
             msg,
             header_sent: false,
             offset: 0,
         };
         // Behind anything already queued for this peer, to keep the order.
-        if !self.out[node].is_empty() || !self.deliver(node, &mut o) {
+        if self.out[node].is_empty() && self.deliver(node, &mut o) {
+            self.sent(node, o);
+        } else {
             if self.out[node].is_empty() {
                 self.backlog.push(node);
             }
@@ -331,6 +664,10 @@ impl Machine for SiMachine {
         if !self.backlog.is_empty() {
             self.flush_backlog();
         }
+        if !self.lending.is_empty() {
+            self.help_receivers();
+            self.reclaim();
+        }
         for s in 0..self.incoming.len() {
             n += self.receive_from(s, deliver, BUDGET)?;
         }
@@ -338,7 +675,8 @@ impl Machine for SiMachine {
     }
 
     fn wait(&mut self, timeout: Duration) -> Result<(), MachineError> {
-        if !self.ready.is_empty() {
+        // Idle is when a receiver's copy of our loan gets our help (it rings us to offer it).
+        if !self.ready.is_empty() || (!self.lending.is_empty() && self.help_receivers()) {
             return Ok(());
         }
         let t = if self.backlog.is_empty() {
@@ -365,10 +703,43 @@ impl Machine for SiMachine {
     }
 
     fn exit(&mut self, code: i32) -> Result<(), MachineError> {
+        // What is still queued goes out, and what we lent gets pulled, if the peers take it
+        // soon (they drain their ports in their own exit); a peer that has left takes nothing.
+        let deadline = Instant::now() + EXIT_FLUSH;
+        loop {
+            if !self.backlog.is_empty() {
+                self.flush_backlog();
+            }
+            self.help_receivers();
+            self.reclaim();
+            self.drain_and_drop();
+            if !self.owes_peers() || Instant::now() >= deadline {
+                break;
+            }
+            self.si.wait(Duration::from_micros(100));
+        }
+        // From here a writer either sees us closed or has its record read (and its loan
+        // counted) by this last drain.
+        self.si.mark_closed();
+        self.drain_and_drop();
         self.ctl.ending(code)
     }
 
     fn abort(&mut self, reason: &str) -> ! {
         self.ctl.abort(reason)
+    }
+}
+
+impl Drop for SiMachine {
+    fn drop(&mut self) {
+        self.si.mark_closed();
+        // A peer may still be copying out of a buffer we lent it (it left the exit flush late,
+        // or this node is leaving on an error): such buffers must stay valid as long as this
+        // process lives, so they are leaked rather than freed.
+        for q in &mut self.lent {
+            for m in q.drain(..) {
+                std::mem::forget(m);
+            }
+        }
     }
 }

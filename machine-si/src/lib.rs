@@ -6,13 +6,17 @@
 //!   whole; a full ring makes a writer wait, never drops.
 //! - [`layer`]: the machine layer, `CmiMachineInit` / `DeliverViaNetwork` /
 //!   `CommunicationServer` / `CmiMachineExit` as the slides write them.
+//! - [`pull`]: reading (and writing) a peer's memory with `process_vm_readv` / `writev`, for
+//!   large messages copied once; [`coop`]: such a copy shared between receiver and sender.
 //!
 //! One host only (the layer refuses a job that spans hosts); processes are started by charmrun
 //! and find each other's ports through the node table. Ports are removed from the file system
 //! as soon as every node has mapped them, so a crash leaves nothing in /dev/shm.
 
+pub mod coop;
 pub mod interconnect;
 pub mod layer;
+pub mod pull;
 mod ring;
 mod segment;
 

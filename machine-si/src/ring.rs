@@ -1,34 +1,44 @@
 //! A single-producer single-consumer ring of variable-length records, living in shared memory.
 //!
 //! ```text
-//! | tail (producer, cache line) | head (consumer, cache line) | data: CAP bytes ... |
-//! record: [len u32][pad u32][len bytes][padding to 64]   wrap marker: len = u32::MAX
+//! | head, pulled, pull_ok (the consumer's line) | copy block (coop.rs) | data: CAP bytes ... |
+//! record: [word u32][pad u32][len bytes][padding to 64]
+//!         word: 0 = nothing here yet, len + 1 = a record, u32::MAX = wrap marker
 //! ```
 //!
-//! `head` and `tail` only grow (byte counts); a position is the count modulo `CAP`. The producer
-//! writes a record's bytes, then publishes it by storing the new tail with release ordering;
-//! the consumer reads the tail with acquire ordering, copies the record out, then frees the
-//! space by storing the new head with release ordering. A record never wraps: if it does not fit
-//! before the end, the producer leaves a wrap marker there and starts again at 0.
+//! Positions are byte counts that only grow, taken modulo `CAP`; records start on 64-byte
+//! boundaries and never wrap: one that does not fit before the end goes to 0, a wrap marker
+//! left where it would have started.
 //!
-//! Each side keeps the other's counter in a local copy and shares its own sparingly, because
-//! every read of a line the other side wrote is a cache-line transfer between cores: the
-//! producer re-reads `head` only when the ring looks full; the consumer publishes `head` only
-//! when it finds the ring empty or has freed a quarter of it. Per message that leaves the
-//! record and `tail`, as a plain flag-and-buffer exchange has.
+//! A record publishes itself: the producer writes its bytes, then its word with release
+//! ordering; the consumer polls the word where the next record will start, with acquire
+//! ordering. So a small message costs one cache line moving between the cores, the line it is
+//! in, and no shared tail counter besides (a flag-and-buffer exchange moves two). For the
+//! consumer to see 0 where nothing has been published yet, not a word left from an earlier lap,
+//! the producer zeroes the word after each record before publishing it, and always keeps one
+//! line free for that.
+//!
+//! The consumer frees space by storing its `head` with release ordering, sparingly: when it
+//! finds the ring empty or has freed a quarter of it. The producer keeps its own copy and
+//! re-reads `head` only when the ring looks full, since every read of a line the other side
+//! wrote is a transfer between cores.
 //!
 //! All `unsafe` of the SI interconnect is here: the ring is raw memory shared with another
 //! process, so it can only be reached through pointers.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-/// Bytes of a ring's two counters (each on its own cache line, so producer and consumer do not
-/// share one).
+/// Bytes in front of a ring's data: the consumer's line, and the pair's copy block (used for
+/// large messages only, and keeping the consumer's line off the data: CPUs fetch lines in
+/// pairs).
 pub const HEADER: usize = 128;
 
+/// A word that says: the next record is at position 0.
 const WRAP: u32 = u32::MAX;
 
 /// A view of one ring inside a mapping.
+#[derive(Clone, Copy)]
 pub struct Ring {
     base: *mut u8,
     cap: usize,
@@ -42,36 +52,56 @@ unsafe impl Send for Ring {}
 /// straddling two (each line is a transfer between cores).
 const ALIGN: usize = 64;
 
-/// Bytes a record of `len` bytes takes, with its 8-byte length word.
+/// Bytes a record of `len` bytes takes, with its 8-byte word.
 fn footprint(len: usize) -> usize {
     (8 + len + ALIGN - 1) & !(ALIGN - 1)
 }
 
 impl Ring {
-    /// The ring at `base`, `HEADER + cap` bytes, `cap` a power of two of at least 64.
+    /// The ring at `base`, `HEADER + cap` bytes, `cap` a power of two of at least 256.
     ///
     /// # Safety
     /// `base` must be 64-byte aligned, point to `HEADER + cap` bytes that stay mapped as long as
     /// the ring is used, and be initialised to zero (or be a ring already in use). At most one
     /// process may produce and one consume.
     pub unsafe fn new(base: *mut u8, cap: usize) -> Ring {
-        debug_assert!(cap.is_power_of_two() && cap >= 64);
+        debug_assert!(cap.is_power_of_two() && cap >= 4 * ALIGN);
         Ring { base, cap }
     }
 
-    fn tail(&self) -> &AtomicU64 {
+    fn head(&self) -> &AtomicU64 {
         // SAFETY: offset 0 is 8-aligned inside the mapping; AtomicU64 may alias shared memory.
         unsafe { &*(self.base as *const AtomicU64) }
     }
 
-    fn head(&self) -> &AtomicU64 {
-        // SAFETY: as for `tail`, at offset 64.
-        unsafe { &*(self.base.add(64) as *const AtomicU64) }
+    /// How many of the producer's lent messages (see `pull.rs`) the consumer has copied out of
+    /// the producer's memory: the producer may free them. Written by the consumer only.
+    pub fn pulled(&self) -> &AtomicU64 {
+        // SAFETY: as for `head`, at offset 8, on the consumer's line.
+        unsafe { &*(self.base.add(8) as *const AtomicU64) }
     }
 
-    fn data(&self) -> *mut u8 {
-        // SAFETY: the data area follows the header inside the mapping.
-        unsafe { self.base.add(HEADER) }
+    /// Non-zero when the consumer can read the producer's memory (its start-up probe worked),
+    /// so the producer may lend it large messages instead of copying them into the ring.
+    pub fn pull_ok(&self) -> &AtomicU32 {
+        // SAFETY: as for `head`, at offset 16, on the consumer's line.
+        unsafe { &*(self.base.add(16) as *const AtomicU32) }
+    }
+
+    /// The block through which the consumer shares the copy of a large lent message with the
+    /// producer.
+    pub fn coop(&self) -> &crate::coop::Block {
+        const _: () = assert!(std::mem::size_of::<crate::coop::Block>() <= 64);
+        // SAFETY: the second line of the header, 64-aligned, inside the mapping; the block is
+        // atomics only, which may alias shared memory (zeroed: no copy offered).
+        unsafe { &*(self.base.add(64) as *const crate::coop::Block) }
+    }
+
+    /// The word at data position `pos` (a multiple of 64).
+    fn word(&self, pos: usize) -> &AtomicU32 {
+        debug_assert!(pos < self.cap && pos.is_multiple_of(ALIGN));
+        // SAFETY: inside the data area, 64-aligned.
+        unsafe { &*(self.base.add(HEADER + pos) as *const AtomicU32) }
     }
 
     /// Largest record the ring takes.
@@ -79,9 +109,11 @@ impl Ring {
         self.cap / 2 - ALIGN
     }
 
-    /// Consumer: whether nothing is waiting to be read (`head`: the consumer's own count).
-    pub fn is_empty(&self, head: &Consumer) -> bool {
-        head.head == self.tail().load(Ordering::Acquire)
+    /// Consumer: whether nothing is waiting to be read.
+    pub fn is_empty(&self, c: &Consumer) -> bool {
+        self.word((c.head as usize) & (self.cap - 1))
+            .load(Ordering::Acquire)
+            == 0
     }
 
     /// Producer: append a record made of `parts` (concatenated), if there is room now.
@@ -91,33 +123,38 @@ impl Ring {
         let len: usize = parts.iter().map(|p| p.len()).sum();
         debug_assert!(len <= self.max_record());
         let need = footprint(len);
-        let tail = self.tail().load(Ordering::Relaxed);
-        let pos = (tail as usize) & (self.cap - 1);
+        let pos = (p.tail as usize) & (self.cap - 1);
         let to_end = self.cap - pos;
         let (skip, at) = if need > to_end { (to_end, 0) } else { (0, pos) };
-        if skip + need > self.cap - (tail - p.head) as usize {
+        // One line more than the record: where the next word, zeroed, goes.
+        let room = skip + need + ALIGN;
+        if room > self.cap - (p.tail - p.head) as usize {
             // Looks full with what we knew: learn how far the consumer really is.
             p.head = self.head().load(Ordering::Acquire);
-            if skip + need > self.cap - (tail - p.head) as usize {
+            if room > self.cap - (p.tail - p.head) as usize {
                 return false;
             }
         }
-        // SAFETY: [pos, pos + 8) and [at, at + need) are inside the data area and free: the
-        // consumer does not read past the published tail, and `free` counted them.
+        // SAFETY: [pos, pos + skip) and [at, at + need + 64) are inside the data area (modulo
+        // CAP for the last line) and free: the consumer reads nothing the producer has not
+        // published, and `room` counted them.
         unsafe {
-            if skip > 0 {
-                (self.data().add(pos) as *mut u32).write(WRAP);
-            }
-            let rec = self.data().add(at);
-            (rec as *mut u32).write(len as u32);
+            let rec = self.base.add(HEADER + at);
             let mut off = 8;
             for p in parts {
                 std::ptr::copy_nonoverlapping(p.as_ptr(), rec.add(off), p.len());
                 off += p.len();
             }
         }
-        self.tail()
-            .store(tail + (skip + need) as u64, Ordering::Release);
+        self.word((at + need) & (self.cap - 1))
+            .store(0, Ordering::Relaxed);
+        // Release: the bytes and the zeroed word after them are seen with the word.
+        self.word(at).store(len as u32 + 1, Ordering::Release);
+        if skip > 0 {
+            // After the record it points to, so the consumer never jumps to an unwritten one.
+            self.word(pos).store(WRAP, Ordering::Release);
+        }
+        p.tail += (skip + need) as u64;
         true
     }
 
@@ -125,31 +162,31 @@ impl Ring {
     /// publishes what was freed, so a producer waiting for room learns of it.
     pub fn peek_len(&self, c: &mut Consumer) -> Option<usize> {
         loop {
-            if c.head == c.tail {
-                c.tail = self.tail().load(Ordering::Acquire);
-                if c.head == c.tail {
+            let pos = (c.head as usize) & (self.cap - 1);
+            match self.word(pos).load(Ordering::Acquire) {
+                0 => {
                     self.publish(c);
                     return None;
                 }
+                WRAP => c.head += (self.cap - pos) as u64,
+                w => return Some(w as usize - 1),
             }
-            let pos = (c.head as usize) & (self.cap - 1);
-            // SAFETY: a published record (or wrap marker) starts at `pos`.
-            let len = unsafe { (self.data().add(pos) as *const u32).read() };
-            if len != WRAP {
-                return Some(len as usize);
-            }
-            c.head += (self.cap - pos) as u64;
         }
     }
 
     /// Consumer: copy the next record (whose length [`peek_len`](Self::peek_len) gave) into
-    /// `out`, which must be exactly that long, and free its space.
-    pub fn pop_into(&self, c: &mut Consumer, out: &mut [u8]) {
+    /// `out`, which must be exactly that long, and free its space. Every byte of `out` is
+    /// initialised afterwards (so it may be fresh, unzeroed memory).
+    pub fn pop_into(&self, c: &mut Consumer, out: &mut [MaybeUninit<u8>]) {
         let pos = (c.head as usize) & (self.cap - 1);
         // SAFETY: peek_len returned this record's length and skipped any wrap marker, so a
         // published record of `out.len()` bytes starts at `pos + 8`.
         unsafe {
-            std::ptr::copy_nonoverlapping(self.data().add(pos + 8), out.as_mut_ptr(), out.len());
+            std::ptr::copy_nonoverlapping(
+                self.base.add(HEADER + pos + 8),
+                out.as_mut_ptr().cast::<u8>(),
+                out.len(),
+            );
         }
         c.head += footprint(out.len()) as u64;
         if (c.head - c.published) as usize >= self.cap / 4 {
@@ -165,10 +202,13 @@ impl Ring {
     }
 }
 
-/// The producer's local state for one ring: how far it knows the consumer is.
+/// The producer's local state for one ring.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Producer {
+    /// How far it knows the consumer is.
     head: u64,
+    /// How far it has written.
+    tail: u64,
 }
 
 /// The consumer's local state for one ring.
@@ -178,8 +218,6 @@ pub struct Consumer {
     head: u64,
     /// How far it has told the producer.
     published: u64,
-    /// How far it knows the producer has written.
-    tail: u64,
 }
 
 #[cfg(test)]
@@ -189,12 +227,26 @@ mod tests {
     #[repr(C, align(64))]
     struct Mem([u8; HEADER + 256]);
 
+    /// A zeroed ring of 256 bytes, with fresh producer and consumer states.
+    fn ring() -> (Box<Mem>, Ring, Producer, Consumer) {
+        let mut mem = Box::new(Mem([0; HEADER + 256]));
+        // SAFETY: zeroed, aligned, and the box outlives the ring in every test.
+        let r = unsafe { Ring::new(mem.0.as_mut_ptr(), 256) };
+        (mem, r, Producer::default(), Consumer::default())
+    }
+
+    /// The next record, if any.
+    fn pop(r: &Ring, c: &mut Consumer) -> Option<Vec<u8>> {
+        let l = r.peek_len(c)?;
+        let mut out = vec![MaybeUninit::uninit(); l];
+        r.pop_into(c, &mut out);
+        // SAFETY: pop_into initialised every byte.
+        Some(out.iter().map(|b| unsafe { b.assume_init() }).collect())
+    }
+
     #[test]
     fn records_round_trip_across_the_wrap() {
-        let mut mem = Box::new(Mem([0; HEADER + 256]));
-        // SAFETY: zeroed, aligned, lives for the test.
-        let r = unsafe { Ring::new(mem.0.as_mut_ptr(), 256) };
-        let (mut p, mut c) = (Producer::default(), Consumer::default());
+        let (_mem, r, mut p, mut c) = ring();
         let mut next_in = 0u8;
         let mut next_out = 0u8;
         for round in 0..200usize {
@@ -203,9 +255,7 @@ mod tests {
             if r.try_push(&mut p, &[&rec]) {
                 next_in = next_in.wrapping_add(1);
             }
-            while let Some(l) = r.peek_len(&mut c) {
-                let mut out = vec![0; l];
-                r.pop_into(&mut c, &mut out);
+            while let Some(out) = pop(&r, &mut c) {
                 assert!(out.iter().all(|&b| b == next_out), "round {round}");
                 next_out = next_out.wrapping_add(1);
             }
@@ -214,20 +264,47 @@ mod tests {
     }
 
     #[test]
+    fn old_laps_never_read_as_records() {
+        // Bursts of records of every length written over many laps, read back in bursts of
+        // other sizes: stale bytes from an earlier lap must never pass for a record.
+        let (_mem, r, mut p, mut c) = ring();
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rand = move |n: usize| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % n as u64) as usize
+        };
+        let (mut wrote, mut read) = (0u32, 0u32);
+        for _ in 0..20_000 {
+            for _ in 0..rand(4) {
+                let len = 4 + rand(r.max_record() - 3);
+                let mut rec = vec![0xa5; len];
+                rec[..4].copy_from_slice(&wrote.to_le_bytes());
+                if r.try_push(&mut p, &[&rec]) {
+                    wrote += 1;
+                }
+            }
+            for _ in 0..rand(4) {
+                let Some(out) = pop(&r, &mut c) else { break };
+                assert_eq!(out[..4], read.to_le_bytes());
+                assert!(out[4..].iter().all(|&b| b == 0xa5));
+                read += 1;
+            }
+        }
+        assert!(read > 10_000, "{read}");
+    }
+
+    #[test]
     fn a_full_ring_refuses_and_nothing_is_lost() {
-        let mut mem = Box::new(Mem([0; HEADER + 256]));
-        // SAFETY: zeroed, aligned, lives for the test.
-        let r = unsafe { Ring::new(mem.0.as_mut_ptr(), 256) };
-        let (mut p, mut c) = (Producer::default(), Consumer::default());
+        let (_mem, r, mut p, mut c) = ring();
         let mut pushed = 0u8;
         while r.try_push(&mut p, &[&[pushed; 20]]) {
             pushed += 1;
         }
         assert!(pushed > 0);
         for i in 0..pushed {
-            let l = r.peek_len(&mut c).expect("record");
-            let mut out = vec![0; l];
-            r.pop_into(&mut c, &mut out);
+            let out = pop(&r, &mut c).expect("record");
             assert_eq!(out, vec![i; 20]);
         }
         assert!(r.peek_len(&mut c).is_none());

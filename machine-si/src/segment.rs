@@ -2,10 +2,15 @@
 //! doorbell, a futex word writers ring when the owner may be asleep.
 //!
 //! ```text
-//! | magic u64 | nodes u64 | ring capacity u64 | doorbell u32 | sleeping u32 | ...  (128 B)
+//! | magic u64 | nodes u64 | ring capacity u64 | doorbell u32 | sleeping u32 |
+//! | owner pid u32 | closed u32 | probe nonce u64 | probe address u64 | ...        (128 B)
 //! | ring from node 0 | ring from node 1 | ...            (each ring::HEADER + capacity)
 //! ```
+//!
+//! The owner's pid and probe word let peers read its memory for the single-copy path
+//! (`pull.rs`); `closed` tells writers the owner has left and reads nothing more.
 
+use crate::pull::ProbeWord;
 use crate::ring::{self, Ring};
 use memmap2::{MmapOptions, MmapRaw};
 use std::fs::OpenOptions;
@@ -35,7 +40,12 @@ impl Segment {
     ///
     /// # Errors
     /// The file system's.
-    pub fn create(path: &Path, nodes: usize, cap: usize) -> std::io::Result<Segment> {
+    pub fn create(
+        path: &Path,
+        nodes: usize,
+        cap: usize,
+        probe: &ProbeWord,
+    ) -> std::io::Result<Segment> {
         let f = OpenOptions::new()
             .read(true)
             .write(true)
@@ -57,6 +67,9 @@ impl Segment {
             let p = seg.map.as_mut_ptr() as *mut u64;
             p.add(1).write(nodes as u64);
             p.add(2).write(cap as u64);
+            (p.add(4) as *mut u32).write(std::process::id());
+            p.add(5).write(probe.nonce());
+            p.add(6).write(probe.addr());
             std::sync::atomic::fence(Ordering::Release);
             p.write(MAGIC);
         }
@@ -87,7 +100,7 @@ impl Segment {
         if magic != MAGIC
             || n != nodes
             || !cap.is_power_of_two()
-            || cap < 64
+            || cap < 256
             || map.len() < size(n, cap)
         {
             return Err(bad("not a port of this job"));
@@ -113,7 +126,7 @@ impl Segment {
     }
 
     fn word(&self, index: usize) -> &AtomicU32 {
-        // SAFETY: offsets 24 and 28 are inside the header, 4-aligned; atomics may alias shared
+        // SAFETY: offsets 24 to 36 are inside the header, 4-aligned; atomics may alias shared
         // memory.
         unsafe { &*(self.map.as_mut_ptr().add(24 + 4 * index) as *const AtomicU32) }
     }
@@ -126,14 +139,38 @@ impl Segment {
         self.word(1)
     }
 
-    /// Writer side, after publishing a record: wake the owner if it sleeps.
-    pub fn ring_doorbell(&self) {
-        // Orders the record's publication before reading `sleeping` (the owner does the
-        // mirror image), so either it sees the record or we see it asleep.
+    /// The owner's process id.
+    pub fn owner_pid(&self) -> i32 {
+        self.word(2).load(Ordering::Relaxed) as i32
+    }
+
+    /// Where the owner's probe word is and what it holds.
+    pub fn probe(&self) -> (u64, u64) {
+        // SAFETY: offsets 40 and 48 are inside the header, 8-aligned; written before the magic
+        // was published (release), which `open` read.
+        unsafe {
+            let p = self.map.as_ptr() as *const u64;
+            (p.add(6).read(), p.add(5).read())
+        }
+    }
+
+    /// Owner side: say that nothing more will be read from this port. Ordered before whatever
+    /// the owner reads next, so a writer either sees the flag or has its record read.
+    pub fn mark_closed(&self) {
+        self.word(3).store(1, Ordering::SeqCst);
         std::sync::atomic::fence(Ordering::SeqCst);
-        if self.sleeping().load(Ordering::Relaxed) != 0 {
-            self.doorbell().fetch_add(1, Ordering::SeqCst);
-            futex_wake(self.doorbell());
+    }
+
+    /// Writer side: whether the owner has left. Ordered after the writer's last record.
+    pub fn is_closed(&self) -> bool {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        self.word(3).load(Ordering::SeqCst) != 0
+    }
+
+    /// Writer side: the owner's doorbell, to ring after each record.
+    pub fn bell(&self) -> Bell {
+        Bell {
+            base: self.map.as_mut_ptr(),
         }
     }
 
@@ -152,6 +189,35 @@ impl Segment {
     /// The file's path.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+}
+
+/// A port's doorbell as its writers hold it: a pointer into the mapping, valid as long as the
+/// [`Segment`] it came from (the interconnect keeps both).
+#[derive(Clone, Copy)]
+pub struct Bell {
+    base: *mut u8,
+}
+
+// SAFETY: a pointer into a shared mapping that outlives it; only atomics are reached through
+// it.
+unsafe impl Send for Bell {}
+
+impl Bell {
+    fn word(&self, index: usize) -> &AtomicU32 {
+        // SAFETY: as for `Segment::word`: the header of a live mapping.
+        unsafe { &*(self.base.add(24 + 4 * index) as *const AtomicU32) }
+    }
+
+    /// After publishing a record: wake the owner if it sleeps.
+    pub fn ring(&self) {
+        // Orders the record's publication before reading `sleeping` (the owner does the
+        // mirror image), so either it sees the record or we see it asleep.
+        std::sync::atomic::fence(Ordering::SeqCst);
+        if self.word(1).load(Ordering::Relaxed) != 0 {
+            self.word(0).fetch_add(1, Ordering::SeqCst);
+            futex_wake(self.word(0));
+        }
     }
 }
 

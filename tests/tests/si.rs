@@ -74,6 +74,63 @@ mod particular {
         assert_eq!(files_of(&t), Vec::<String>::new(), "{o}");
     }
 
+    fn si() -> Launcher {
+        Launcher::Charmrun {
+            machine: "si",
+            opts: vec![],
+        }
+    }
+
+    #[test]
+    fn large_messages_arrive_whole_through_the_rings_when_single_copy_is_off() {
+        conformance::expect_ok(
+            &si(),
+            PROGRAM,
+            2,
+            &["sizes", "67108864", "+set", "si.single_copy_from=off"],
+        );
+    }
+
+    #[test]
+    fn large_messages_arrive_whole_when_the_receiver_copies_alone() {
+        // Lent, without the sender's help with the copy.
+        conformance::expect_ok(
+            &si(),
+            PROGRAM,
+            2,
+            &["sizes", "67108864", "+set", "si.copy_together=false"],
+        );
+    }
+
+    #[test]
+    fn every_message_lent_keeps_fifo_and_exactly_once() {
+        // Every message, however small, through the single-copy path: loans are pulled in
+        // order, each once, between every pair and with a node to itself.
+        let lend_all = ["+set", "si.single_copy_from=0"];
+        let args = |a: &[&'static str]| [a, &lend_all[..]].concat();
+        conformance::expect_ok(&si(), PROGRAM, 4, &args(&["fifo"]));
+        conformance::expect_ok(&si(), PROGRAM, 4, &args(&["alltoall", "100000"]));
+        conformance::expect_ok(&si(), PROGRAM, 2, &args(&["sizes", "4194304"]));
+        conformance::expect_ok(&si(), PROGRAM, 3, &args(&["exit-after-send"]));
+    }
+
+    #[test]
+    fn a_bad_single_copy_setting_is_a_clear_error() {
+        let o = si().run(
+            PROGRAM,
+            2,
+            &["hello", "+set", "si.single_copy_from=lots"],
+            Duration::from_secs(30),
+        );
+        assert_ne!(o.code, Some(0), "{o}");
+        assert!(
+            o.stderr.contains(
+                "setting si.single_copy_from: 'lots' is neither a size in bytes nor 'off'"
+            ),
+            "{o}"
+        );
+    }
+
     #[test]
     fn charmrun_removes_the_files_of_a_node_that_died_before_removing_them() {
         // A "node" that makes a segment under the job's tag, as a layer does, then dies.
