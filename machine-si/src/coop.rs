@@ -36,6 +36,7 @@ const SPINS: u32 = 4096;
 
 const GEN_SHIFT: u32 = 40;
 const OFFSET: u64 = (1 << GEN_SHIFT) - 1;
+const GENERATION: u64 = (1 << (64 - GEN_SHIFT)) - 1;
 
 /// The shared block of one sender/receiver pair.
 #[repr(C)]
@@ -82,6 +83,42 @@ impl Block {
         }
     }
 
+    /// Take every chunk of copy `generation` that is left, so that nobody starts another.
+    /// Returns how far chunks had been taken (by either side) before.
+    fn close(&self, generation: u64, len: usize) -> usize {
+        let mut cur = self.claim.load(Ordering::Acquire);
+        while cur >> GEN_SHIFT == generation && ((cur & OFFSET) as usize) < len {
+            let all = (generation << GEN_SHIFT) | len as u64;
+            match self
+                .claim
+                .compare_exchange_weak(cur, all, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => return (cur & OFFSET) as usize,
+                Err(now) => cur = now,
+            }
+        }
+        len
+    }
+
+    /// Receiver: wait until the sender has finished the `bytes` it took (being copied right
+    /// now, tens of microseconds a chunk). Spin, then yield: a sender preempted on our core
+    /// would otherwise wait for our time slice to end. False if the sender went away first.
+    fn wait_for_sender(&self, bytes: usize, gone: impl Fn() -> bool) -> bool {
+        let mut spins = 0u32;
+        while (self.done.load(Ordering::Acquire) as usize) < bytes {
+            spins = spins.wrapping_add(1);
+            if spins < SPINS {
+                std::hint::spin_loop();
+                continue;
+            }
+            std::thread::yield_now();
+            if spins.is_multiple_of(64) && gone() {
+                return false;
+            }
+        }
+        true
+    }
+
     /// Sender: the copy on offer, if chunks of it are left.
     pub fn offered(&self) -> Option<Offer> {
         let cur = self.claim.load(Ordering::Acquire);
@@ -117,8 +154,8 @@ pub fn receive(
     gone: impl Fn() -> bool,
 ) -> Result<(), PullError> {
     let len = into.len();
-    let generation = ((block.claim.load(Ordering::Relaxed) >> GEN_SHIFT) + 1) & OFFSET;
-    let generation = generation.max(1);
+    // Generations count 1..2^24 and wrap (0 means no offer yet).
+    let generation = (((block.claim.load(Ordering::Relaxed) >> GEN_SHIFT) + 1) & GENERATION).max(1);
     block.dest.store(into.as_ptr() as u64, Ordering::Relaxed);
     block.src.store(addr, Ordering::Relaxed);
     block.len.store(len as u64, Ordering::Relaxed);
@@ -129,24 +166,21 @@ pub fn receive(
         .store(generation << GEN_SHIFT, Ordering::Release);
     wake();
     let mut mine = 0;
+    let mut copied = Ok(());
     while let Some((off, n)) = block.claim(generation, len) {
-        pull::pull(pid, addr + off as u64, &mut into[off..off + n])?;
         mine += n;
-    }
-    // The sender's chunks: being copied right now, tens of microseconds each. Spin, then
-    // yield: a sender preempted on our core would otherwise wait for our time slice to end.
-    let mut spins = 0u32;
-    while block.done.load(Ordering::Acquire) as usize + mine < len {
-        spins = spins.wrapping_add(1);
-        if spins < SPINS {
-            std::hint::spin_loop();
-            continue;
-        }
-        std::thread::yield_now();
-        if spins.is_multiple_of(64) && gone() {
-            return Err(PullError::Gone);
+        copied = pull::pull(pid, addr + off as u64, &mut into[off..off + n]);
+        if copied.is_err() {
+            break;
         }
     }
+    // No more chunks for anyone (they are all taken unless we stopped on an error); the
+    // sender's are waited for, so that it never writes into a buffer we no longer hold.
+    let taken = block.close(generation, len);
+    if !block.wait_for_sender(taken - mine, gone) {
+        return Err(PullError::Gone);
+    }
+    copied?;
     if block.failed.load(Ordering::Acquire) != 0 {
         // Some chunk of the sender's never arrived: all of it, again, from here.
         pull::pull(pid, addr, into)?;
@@ -215,35 +249,91 @@ mod tests {
         assert_eq!(chunk(1 << 20), CHUNK);
     }
 
-    #[test]
-    fn a_copy_shared_with_a_helping_thread_arrives_whole() {
-        // Both sides in one process (pid = ours): the receiver copies some chunks, a helper
-        // thread the others; every byte must arrive, whoever copied it.
+    /// `receive` of `src` (`len` bytes) into a fresh buffer with a thread helping.
+    fn shared_copy(b: &Block, src: u64, len: usize) -> Result<Vec<u8>, PullError> {
         let me = std::process::id() as i32;
-        let src: Vec<u8> = (0..5 * MIN_CHUNK + 123).map(|i| (i % 251) as u8).collect();
-        let mut dest = vec![MaybeUninit::<u8>::uninit(); src.len()];
-        let b = block();
+        let mut dest = vec![MaybeUninit::<u8>::uninit(); len];
         let stop = std::sync::atomic::AtomicBool::new(false);
         let result = std::thread::scope(|s| {
             s.spawn(|| {
                 while !stop.load(Ordering::Relaxed) {
                     if let Some(offer) = b.offered() {
-                        help(&b, me, offer, &src);
+                        // SAFETY: the test's source range, valid or not, is only read by the
+                        // kernel (a fault is an error, not a crash).
+                        let src = unsafe { std::slice::from_raw_parts(src as *const u8, len) };
+                        help(b, me, offer, src);
                     }
                 }
             });
-            let r = receive(&b, me, src.as_ptr() as u64, &mut dest, || {}, || false);
+            let r = receive(b, me, src, &mut dest, || {}, || false);
             stop.store(true, Ordering::Relaxed);
             r
         });
-        match result {
-            Ok(()) => {
-                // SAFETY: receive initialised every byte.
-                let got: Vec<u8> = dest.iter().map(|b| unsafe { b.assume_init() }).collect();
-                assert!(got == src);
+        // SAFETY: on success receive initialised every byte.
+        result.map(|()| dest.iter().map(|b| unsafe { b.assume_init() }).collect())
+    }
+
+    #[test]
+    fn a_copy_that_fails_part_way_ends_with_the_error() {
+        // Two MiB mapped, the second half unreadable: chunks there fail for both sides, and
+        // the receiver must neither hang nor return while the helper still writes.
+        let len = 2 << 20;
+        // SAFETY: a fresh anonymous mapping, unmapped at the end of the test.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(map, libc::MAP_FAILED);
+        // SAFETY: the second half of our own mapping.
+        unsafe {
+            libc::mprotect(
+                map.cast::<u8>().add(len / 2).cast(),
+                len / 2,
+                libc::PROT_NONE,
+            )
+        };
+        let b = block();
+        for _ in 0..3 {
+            match shared_copy(&b, map as u64, len) {
+                Err(PullError::Fault(_)) | Err(PullError::Denied(_)) => {}
+                other => panic!("{:?}", other.map(|v| v.len())),
             }
-            Err(PullError::Denied(_)) => {}
+        }
+        // SAFETY: our mapping, no longer used.
+        unsafe { libc::munmap(map, len) };
+    }
+
+    #[test]
+    fn generations_wrap_around() {
+        let b = block();
+        b.claim.store(GENERATION << GEN_SHIFT, Ordering::Release);
+        let src: Vec<u8> = (0..3 * MIN_CHUNK).map(|i| (i % 253) as u8).collect();
+        match shared_copy(&b, src.as_ptr() as u64, src.len()) {
+            Ok(got) => assert!(got == src),
+            Err(PullError::Denied(_)) => return,
             Err(e) => panic!("{e}"),
+        }
+        assert_eq!(b.claim.load(Ordering::Relaxed) >> GEN_SHIFT, 1);
+    }
+
+    #[test]
+    fn a_copy_shared_with_a_helping_thread_arrives_whole() {
+        // Both sides in one process (pid = ours): the receiver copies some chunks, a helper
+        // thread the others; every byte must arrive, whoever copied it.
+        let src: Vec<u8> = (0..5 * MIN_CHUNK + 123).map(|i| (i % 251) as u8).collect();
+        let b = block();
+        for _ in 0..3 {
+            match shared_copy(&b, src.as_ptr() as u64, src.len()) {
+                Ok(got) => assert!(got == src),
+                Err(PullError::Denied(_)) => {}
+                Err(e) => panic!("{e}"),
+            }
         }
     }
 }
