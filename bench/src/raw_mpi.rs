@@ -20,44 +20,35 @@ pub fn rank_main(sizes: &[usize], iters: u64, csv: &Path) -> anyhow::Result<()> 
     let peer = world.process_at_rank(1 - me);
     let warmup = crate::pingpong::warmup(iters);
     let mut rows = Vec::new();
-    for &size in sizes {
-        let mut buf = vec![0u8; size];
-        let mut h = histogram()?;
-        world.barrier();
-        for i in 0..iters + warmup {
-            let t = Instant::now();
-            if me == 0 {
-                peer.send(&buf[..]);
-                peer.receive_into(&mut buf[..]);
-                if i >= warmup {
-                    h.saturating_record((t.elapsed().as_nanos() as u64 / 2).max(1));
+    // One series per way of receiving; `receive` replaces `buf` with what came.
+    let mut series = |what: &str, receive: &dyn Fn(&mut Vec<u8>)| -> anyhow::Result<()> {
+        for &size in sizes {
+            let mut buf = vec![0u8; size];
+            let mut h = histogram()?;
+            world.barrier();
+            for i in 0..iters + warmup {
+                let t = Instant::now();
+                if me == 0 {
+                    peer.send(&buf[..]);
+                    receive(&mut buf);
+                    if i >= warmup {
+                        h.saturating_record((t.elapsed().as_nanos() as u64 / 2).max(1));
+                    }
+                } else {
+                    receive(&mut buf);
+                    peer.send(&buf[..]);
                 }
-            } else {
-                peer.receive_into(&mut buf[..]);
-                peer.send(&buf[..]);
             }
+            rows.push(Row::from_hist(what, size, &h));
         }
-        rows.push(Row::from_hist("raw-mpi", size, &h));
-    }
-    for &size in sizes {
-        let mut buf = vec![0u8; size];
-        let mut h = histogram()?;
-        world.barrier();
-        for i in 0..iters + warmup {
-            let t = Instant::now();
-            if me == 0 {
-                peer.send(&buf[..]);
-                (buf, _) = peer.matched_probe().matched_receive_vec::<u8>();
-                if i >= warmup {
-                    h.saturating_record((t.elapsed().as_nanos() as u64 / 2).max(1));
-                }
-            } else {
-                (buf, _) = peer.matched_probe().matched_receive_vec::<u8>();
-                peer.send(&buf[..]);
-            }
-        }
-        rows.push(Row::from_hist("raw-mpi-probe", size, &h));
-    }
+        Ok(())
+    };
+    series("raw-mpi", &|buf| {
+        peer.receive_into(&mut buf[..]);
+    })?;
+    series("raw-mpi-probe", &|buf| {
+        (*buf, _) = peer.matched_probe().matched_receive_vec::<u8>();
+    })?;
     if me == 0 {
         report::write_csv(csv, &rows.iter().collect::<Vec<_>>())?;
     }

@@ -890,7 +890,7 @@ pub fn start_embedded(opts: Opts, plan: Vec<NodeStart>) -> Result<Embedded, Stri
 }
 
 /// The shell convention: the exit code, or 128 + the signal.
-fn exit_code(st: ExitStatus) -> i32 {
+pub(crate) fn exit_code(st: ExitStatus) -> i32 {
     st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0))
 }
 

@@ -115,10 +115,7 @@ pub fn run(opts: &Opts) -> i32 {
         return 124;
     }
     match status {
-        Ok(s) => s.code().unwrap_or_else(|| {
-            use std::os::unix::process::ExitStatusExt;
-            128 + s.signal().unwrap_or(1)
-        }),
+        Ok(s) => crate::launch::exit_code(s),
         Err(e) => {
             eprintln!("charmrun: waiting for the MPI launcher: {e}");
             1

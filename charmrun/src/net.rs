@@ -2,7 +2,7 @@
 
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpListener};
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 
 /// A TCP listener on `ip`, any port, with room for `backlog` pending connections. The standard
 /// library's listener has a fixed backlog; a job connecting all at once needs more.
@@ -26,7 +26,5 @@ pub fn listener(ip: IpAddr, backlog: i32) -> io::Result<TcpListener> {
         &SockaddrStorage::from(SocketAddr::new(ip, 0)),
     )?;
     listen(&fd, Backlog::new(backlog).unwrap_or(Backlog::MAXCONN))?;
-    let raw = fd.into_raw_fd();
-    // SAFETY: `raw` is a listening socket we own and hand over exactly once.
-    Ok(TcpListener::from(unsafe { OwnedFd::from_raw_fd(raw) }))
+    Ok(TcpListener::from(fd))
 }

@@ -164,7 +164,18 @@ pub fn secrets_equal(a: &[u8], b: &[u8]) -> bool {
 
 /// Hex form of a secret, for the environment.
 pub fn secret_to_hex(s: &[u8; SECRET_LEN]) -> String {
-    s.iter().map(|b| format!("{b:02x}")).collect()
+    hex(s)
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// `N` bytes from the system's random source.
+fn random<const N: usize>() -> io::Result<[u8; N]> {
+    let mut b = [0u8; N];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
+    Ok(b)
 }
 
 /// Parse the hex form of a secret.
@@ -184,9 +195,7 @@ pub fn secret_from_hex(h: &str) -> Option<[u8; SECRET_LEN]> {
 /// # Errors
 /// When the system's random source cannot be read.
 pub fn new_tag() -> io::Result<String> {
-    let mut t = [0u8; 8];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut t)?;
-    Ok(t.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(hex(&random::<8>()?))
 }
 
 /// The prefix of the files in /dev/shm that belong to the job tagged `tag`: charmrun removes
@@ -200,9 +209,7 @@ pub fn shm_prefix(tag: &str) -> String {
 /// # Errors
 /// When the system's random source cannot be read.
 pub fn new_secret() -> io::Result<[u8; SECRET_LEN]> {
-    let mut s = [0u8; SECRET_LEN];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut s)?;
-    Ok(s)
+    random()
 }
 
 #[cfg(test)]

@@ -31,9 +31,7 @@
 use crate::launcher_env;
 use crate::mpi_call;
 use crate::sends::{InFlight, Keep};
-use machine::{
-    BootConfig, Layer, Machine, MachineError, Message, NodeInfo, NodeTable, WireError, HEADROOM,
-};
+use machine::{BootConfig, Layer, Machine, MachineError, Message, NodeInfo, NodeTable, HEADROOM};
 use mpi::ffi;
 use mpi::topology::Communicator;
 use mpi::traits::CommunicatorCollectives;
@@ -364,15 +362,15 @@ impl MpiMachine {
         mpi_call("MPI_Get_count", unsafe {
             ffi::MPI_Get_count(&status, self.byte, &mut count)
         })?;
-        let count = usize::try_from(count).map_err(|_| corrupt(src, "negative count"))?;
+        let count =
+            usize::try_from(count).map_err(|_| MachineError::corrupt(src, "negative count"))?;
         if tag == TAG_CREDIT {
-            let mut bytes = Vec::with_capacity(8);
-            self.mrecv(&mut handle, &mut bytes, count.min(8))?;
-            let total = <[u8; 8]>::try_from(&bytes[..])
-                .map(u64::from_le_bytes)
-                .map_err(|_| corrupt(src, "a credit is not 8 bytes"))?;
+            let total = self.mrecv_word(&mut handle, count, src, "a credit")?;
             if total > self.sent[src] {
-                return Err(corrupt(src, "credit for more messages than were sent"));
+                return Err(MachineError::corrupt(
+                    src,
+                    "credit for more messages than were sent",
+                ));
             }
             self.credit[src] = self.credit[src].max(total);
             self.pump(src)?;
@@ -391,19 +389,18 @@ impl MpiMachine {
                     .map_err(|source| MachineError::Corrupt { node: src, source })
             }
             TAG_HUGE => {
-                let mut len = Vec::with_capacity(8);
-                self.mrecv(&mut handle, &mut len, count.min(8))?;
-                let total = <[u8; 8]>::try_from(&len[..])
-                    .map(u64::from_le_bytes)
-                    .map_err(|_| corrupt(src, "a huge-message header is not 8 bytes"))?;
+                let total = self.mrecv_word(&mut handle, count, src, "a huge-message header")?;
                 let total = usize::try_from(total)
-                    .map_err(|_| corrupt(src, "huge message larger than memory"))?;
+                    .map_err(|_| MachineError::corrupt(src, "huge message larger than memory"))?;
                 if self.incoming.get(src).is_some_and(Option::is_some) {
-                    return Err(corrupt(src, "a huge message started inside another"));
+                    return Err(MachineError::corrupt(
+                        src,
+                        "a huge message started inside another",
+                    ));
                 }
                 let mut buf = Vec::new();
                 buf.try_reserve_exact(HEADROOM + total).map_err(|_| {
-                    corrupt(src, &format!("cannot allocate a {total}-byte message"))
+                    MachineError::corrupt(src, format!("cannot allocate a {total}-byte message"))
                 })?;
                 buf.resize(HEADROOM, 0);
                 self.incoming[src] = Some(Incoming {
@@ -413,11 +410,14 @@ impl MpiMachine {
                 Ok(Received::Other)
             }
             TAG_PIECE => {
-                let mut inc = self.incoming[src]
-                    .take()
-                    .ok_or_else(|| corrupt(src, "a piece with no huge message started"))?;
+                let mut inc = self.incoming[src].take().ok_or_else(|| {
+                    MachineError::corrupt(src, "a piece with no huge message started")
+                })?;
                 if count > inc.missing {
-                    return Err(corrupt(src, "a piece longer than its message"));
+                    return Err(MachineError::corrupt(
+                        src,
+                        "a piece longer than its message",
+                    ));
                 }
                 self.mrecv(&mut handle, &mut inc.buf, count)?;
                 inc.missing -= count;
@@ -429,7 +429,7 @@ impl MpiMachine {
                     .map(Received::Message)
                     .map_err(|source| MachineError::Corrupt { node: src, source })
             }
-            t => Err(corrupt(src, &format!("unknown tag {t}"))),
+            t => Err(MachineError::corrupt(src, format!("unknown tag {t}"))),
         }
     }
 
@@ -458,6 +458,36 @@ impl MpiMachine {
             buf.set_len(start + count);
         }
         Ok(())
+    }
+
+    /// `MPI_Mrecv` of a message that must be one little-endian `u64` (`what`, for the error
+    /// if it is not): checked before receiving, since a longer one would be truncated, which
+    /// MPI's default error handler makes fatal before the layer could say why.
+    fn mrecv_word(
+        &self,
+        handle: &mut ffi::MPI_Message,
+        count: usize,
+        src: usize,
+        what: &str,
+    ) -> Result<u64, MachineError> {
+        if count != 8 {
+            return Err(MachineError::corrupt(
+                src,
+                format!("{what} of {count} bytes, not 8"),
+            ));
+        }
+        let mut word = [0u8; 8];
+        // SAFETY: `word` has room for the 8 bytes the matched message holds.
+        mpi_call("MPI_Mrecv", unsafe {
+            ffi::MPI_Mrecv(
+                word.as_mut_ptr() as *mut c_void,
+                8,
+                self.byte,
+                handle,
+                ffi::RSMPI_STATUS_IGNORE,
+            )
+        })?;
+        Ok(u64::from_le_bytes(word))
     }
 
     /// Whether a message is waiting in MPI, without receiving it.
@@ -529,13 +559,6 @@ enum Received {
     Message(Message),
     /// Credit, or a piece of a message not complete yet.
     Other,
-}
-
-fn corrupt(node: usize, what: &str) -> MachineError {
-    MachineError::Corrupt {
-        node,
-        source: WireError::BadLength(what.to_owned()),
-    }
 }
 
 impl Machine for MpiMachine {

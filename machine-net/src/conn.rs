@@ -215,11 +215,9 @@ impl Conn {
                 }));
             }
             if rest.len() >= len {
-                let mut buf = Vec::with_capacity(HEADROOM + len);
-                buf.resize(HEADROOM, 0);
-                buf.extend_from_slice(&rest[..len]);
+                let msg = Message::from_wire(&rest[..len]).map_err(ConnError::Corrupt)?;
                 self.in_start += FRAME_HEADER + len;
-                deliver(Message::from_frame(buf, HEADROOM).map_err(ConnError::Corrupt)?);
+                deliver(msg);
                 n += 1;
             } else if len >= BIG || FRAME_HEADER + len > READ_BUF {
                 let mut buf = machine::zeroed(HEADROOM + len);

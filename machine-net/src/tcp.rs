@@ -70,7 +70,6 @@ pub struct TcpMachine {
     epoll: Epoll,
     events: Vec<EpollEvent>,
     advances: u32,
-    strangers: u64,
     ctl: std::sync::Arc<Control>,
 }
 
@@ -117,7 +116,6 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
         epoll,
         events: vec![EpollEvent::empty(); 64],
         advances: 0,
-        strangers: 0,
         ctl: std::sync::Arc::new(ctl),
     })])
 }
@@ -242,7 +240,6 @@ impl TcpMachine {
                     if self.pending.len() > MAX_PENDING {
                         // Dropping it closes it and takes it out of the epoll set.
                         self.pending.remove(0);
-                        self.strangers += 1;
                     }
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
@@ -281,7 +278,7 @@ impl TcpMachine {
                     }
                 }
                 // Dropping the stream closes it, which also takes it out of the epoll set.
-                Intro::Stranger => self.strangers += 1,
+                Intro::Stranger => {}
             }
         }
         Ok(n)
@@ -290,7 +287,7 @@ impl TcpMachine {
 
 impl Machine for TcpMachine {
     fn layer(&self) -> &'static str {
-        "tcp"
+        LAYER.name
     }
 
     fn my_node(&self) -> usize {
@@ -406,6 +403,9 @@ impl Machine for TcpMachine {
         // Frames still queued go out if the peers take them soon; the job is over, so not
         // forever.
         let deadline = std::time::Instant::now() + EXIT_FLUSH;
+        // Nothing is accepted any more: a connection waiting on the listener would otherwise
+        // end every epoll nap at once and turn this loop into a spin.
+        let _ = self.epoll.delete(&self.listener);
         while !self.backlog.is_empty() && std::time::Instant::now() < deadline {
             if self.flush_backlog().is_err() {
                 break;

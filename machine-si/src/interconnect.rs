@@ -283,14 +283,14 @@ impl Si {
             .unwrap_or(0)
     }
 
-    /// `si_write` without waiting: append one record made of `parts` to `node`'s port if its
-    /// ring from us has room now.
-    pub fn try_write(&self, node: usize, parts: &[&[u8]]) -> bool {
+    /// `si_write` without waiting: append the record `rec` to `node`'s port if its ring from
+    /// us has room now.
+    pub fn try_write(&self, node: usize, rec: &[u8]) -> bool {
         let Some(tx) = self.tx(node) else {
             return false;
         };
         let mut p = tx.state.get();
-        let pushed = tx.ring.try_push(&mut p, parts);
+        let pushed = tx.ring.try_push(&mut p, rec);
         tx.state.set(p);
         if pushed {
             tx.bell.ring();
@@ -301,7 +301,7 @@ impl Si {
     /// `si_write`: append one record to `node`'s port, waiting for room.
     pub fn write(&self, node: usize, bytes: &[u8]) {
         let mut spins = 0u32;
-        while !self.try_write(node, &[bytes]) {
+        while !self.try_write(node, bytes) {
             spins += 1;
             if spins < 1000 {
                 std::hint::spin_loop();

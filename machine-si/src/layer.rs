@@ -27,7 +27,7 @@
 use crate::interconnect::Si;
 use crate::pull::PullError;
 use charmrun::client::{Control, LaunchEnv};
-use machine::{BootConfig, Layer, Machine, MachineError, Message, NodeTable, WireError, HEADROOM};
+use machine::{BootConfig, Layer, Machine, MachineError, Message, NodeTable, HEADROOM};
 use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -298,19 +298,12 @@ fn parse_header(h: &[u8]) -> (u64, u32, u32) {
 }
 
 impl SiMachine {
-    fn corrupt(&self, node: usize, what: String) -> MachineError {
-        MachineError::Corrupt {
-            node,
-            source: WireError::BadLength(what),
-        }
-    }
-
     /// Check a header read from `s`'s ring: the kind its record's length implies, the sender
     /// it came through. Its size.
     fn check_header(&self, s: usize, h: &[u8], kind: Kind) -> Result<u64, MachineError> {
         let (size, src, k) = parse_header(h);
         if k != kind as u32 || src as usize != s || size > MAX_MESSAGE {
-            return Err(self.corrupt(
+            return Err(MachineError::corrupt(
                 s,
                 format!("header (kind {k}, source {src}, {size} bytes) in a {kind:?} record"),
             ));
@@ -327,12 +320,8 @@ impl SiMachine {
             let size = o.msg.wire_len();
             let frame = o.msg.frame_with_header(HEADER);
             frame[..HEADER].copy_from_slice(&header(Kind::Whole, size, self.me));
-            if !self.si.try_write(node, &[frame]) {
-                return false;
-            }
-            o.header_sent = true;
-            o.offset = size;
-            return true;
+            // Whether it went or not, `o` is not looked at again but to be sent again whole.
+            return self.si.try_write(node, frame);
         }
         let wire = o.msg.wire();
         if !o.header_sent {
@@ -340,16 +329,11 @@ impl SiMachine {
                 let mut rec = [0u8; LENT_RECORD];
                 rec[..HEADER].copy_from_slice(&header(Kind::Lent, wire.len(), self.me));
                 rec[HEADER..].copy_from_slice(&(wire.as_ptr() as u64).to_le_bytes());
-                if !self.si.try_write(node, &[&rec]) {
-                    return false;
-                }
-                o.header_sent = true;
-                o.offset = wire.len();
-                return true;
+                return self.si.try_write(node, &rec);
             }
             if !self
                 .si
-                .try_write(node, &[&header(Kind::Pieces, wire.len(), self.me)])
+                .try_write(node, &header(Kind::Pieces, wire.len(), self.me))
             {
                 return false;
             }
@@ -357,7 +341,7 @@ impl SiMachine {
         }
         while o.offset < wire.len() {
             let end = (o.offset + self.chunk).min(wire.len());
-            if !self.si.try_write(node, &[&wire[o.offset..end]]) {
+            if !self.si.try_write(node, &wire[o.offset..end]) {
                 return false;
             }
             o.offset = end;
@@ -483,7 +467,7 @@ impl SiMachine {
                 "its process is gone (while copying a message it lent)",
             ),
             PullError::Fault(e) => {
-                self.corrupt(s, format!("it lent {size} bytes we cannot read: {e}"))
+                MachineError::corrupt(s, format!("it lent {size} bytes we cannot read: {e}"))
             }
             e => MachineError::io(
                 format!("copying a message node {s} lent"),
@@ -527,7 +511,7 @@ impl SiMachine {
                     let size =
                         self.check_header(s, &buf[HEADROOM - HEADER..HEADROOM], Kind::Whole)?;
                     if size as usize != len - HEADER {
-                        return Err(self.corrupt(
+                        return Err(MachineError::corrupt(
                             s,
                             format!("header says {size} bytes, record holds {}", len - HEADER),
                         ));
@@ -543,8 +527,10 @@ impl SiMachine {
                     self.si.read(s, &mut h);
                     let size = self.check_header(s, &h, Kind::Pieces)?;
                     if (size as usize) <= self.chunk {
-                        return Err(self
-                            .corrupt(s, format!("a message of {size} bytes announced in pieces")));
+                        return Err(MachineError::corrupt(
+                            s,
+                            format!("a message of {size} bytes announced in pieces"),
+                        ));
                     }
                     self.incoming[s] = Some(Incoming {
                         buf: self.buffer(s, size as usize)?,
@@ -552,7 +538,7 @@ impl SiMachine {
                     });
                 }
                 None => {
-                    return Err(self.corrupt(
+                    return Err(MachineError::corrupt(
                         s,
                         format!("record of {len} bytes where a header was expected"),
                     ));
@@ -560,8 +546,10 @@ impl SiMachine {
                 Some(mut inc) => {
                     if len > inc.left {
                         let left = inc.left;
-                        return Err(self
-                            .corrupt(s, format!("a piece of {len} bytes where {left} were left")));
+                        return Err(MachineError::corrupt(
+                            s,
+                            format!("a piece of {len} bytes where {left} were left"),
+                        ));
                     }
                     self.read_into(s, &mut inc.buf, len)?;
                     inc.left -= len;

@@ -116,11 +116,11 @@ impl Ring {
             == 0
     }
 
-    /// Producer: append a record made of `parts` (concatenated), if there is room now.
+    /// Producer: append the record `rec`, if there is room now.
     /// Returns `false` when the ring is too full: nothing was written. `p` is the producer's
     /// local state for this ring.
-    pub fn try_push(&self, p: &mut Producer, parts: &[&[u8]]) -> bool {
-        let len: usize = parts.iter().map(|p| p.len()).sum();
+    pub fn try_push(&self, p: &mut Producer, rec: &[u8]) -> bool {
+        let len = rec.len();
         debug_assert!(len <= self.max_record());
         let need = footprint(len);
         let pos = (p.tail as usize) & (self.cap - 1);
@@ -139,12 +139,7 @@ impl Ring {
         // CAP for the last line) and free: the consumer reads nothing the producer has not
         // published, and `room` counted them.
         unsafe {
-            let rec = self.base.add(HEADER + at);
-            let mut off = 8;
-            for p in parts {
-                std::ptr::copy_nonoverlapping(p.as_ptr(), rec.add(off), p.len());
-                off += p.len();
-            }
+            std::ptr::copy_nonoverlapping(rec.as_ptr(), self.base.add(HEADER + at + 8), len);
         }
         self.word((at + need) & (self.cap - 1))
             .store(0, Ordering::Relaxed);
@@ -252,7 +247,7 @@ mod tests {
         for round in 0..200usize {
             let len = (round * 37) % r.max_record();
             let rec = vec![next_in; len];
-            if r.try_push(&mut p, &[&rec]) {
+            if r.try_push(&mut p, &rec) {
                 next_in = next_in.wrapping_add(1);
             }
             while let Some(out) = pop(&r, &mut c) {
@@ -281,7 +276,7 @@ mod tests {
                 let len = 4 + rand(r.max_record() - 3);
                 let mut rec = vec![0xa5; len];
                 rec[..4].copy_from_slice(&wrote.to_le_bytes());
-                if r.try_push(&mut p, &[&rec]) {
+                if r.try_push(&mut p, &rec) {
                     wrote += 1;
                 }
             }
@@ -299,7 +294,7 @@ mod tests {
     fn a_full_ring_refuses_and_nothing_is_lost() {
         let (_mem, r, mut p, mut c) = ring();
         let mut pushed = 0u8;
-        while r.try_push(&mut p, &[&[pushed; 20]]) {
+        while r.try_push(&mut p, &[pushed; 20]) {
             pushed += 1;
         }
         assert!(pushed > 0);
@@ -311,7 +306,7 @@ mod tests {
         assert!(r.is_empty(&c));
         // What the consumer freed reaches the producer: the ring takes as much again.
         let mut again = 0u8;
-        while r.try_push(&mut p, &[&[again; 20]]) {
+        while r.try_push(&mut p, &[again; 20]) {
             again += 1;
         }
         assert_eq!(again, pushed);

@@ -86,6 +86,17 @@ impl MachineError {
     }
 }
 
+impl MachineError {
+    /// Shorthand for a [`MachineError::Corrupt`] from `node` whose bytes break a rule the
+    /// layer states in `what`.
+    pub fn corrupt(node: usize, what: impl Into<String>) -> MachineError {
+        MachineError::Corrupt {
+            node,
+            source: WireError::BadLength(what.into()),
+        }
+    }
+}
+
 /// Bytes that do not decode as what they claim to be.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {

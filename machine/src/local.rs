@@ -107,11 +107,8 @@ impl Machine for LocalMachine {
         })?;
         // Every receiver lives as long as its node's thread; a closed channel means that thread
         // is gone (it panicked or exited early).
-        peer.send(msg).map_err(|_| MachineError::PeerDead {
-            node,
-            host: "localhost".into(),
-            reason: "its thread has ended".into(),
-        })
+        peer.send(msg)
+            .map_err(|_| MachineError::peer_dead(&self.table, node, "its thread has ended"))
     }
 
     fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {

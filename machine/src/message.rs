@@ -82,6 +82,19 @@ impl Message {
         }
     }
 
+    /// A message from received wire bytes (envelope then payload), copied once into a buffer
+    /// of its own with headroom in front: for layers that receive several messages into one
+    /// buffer and cut them out.
+    ///
+    /// # Errors
+    /// [`WireError::Truncated`] when `wire` is too short to hold an envelope.
+    pub fn from_wire(wire: &[u8]) -> Result<Message, WireError> {
+        let mut buf = Vec::with_capacity(HEADROOM + wire.len());
+        buf.resize(HEADROOM, 0);
+        buf.extend_from_slice(wire);
+        Message::from_frame(buf, HEADROOM)
+    }
+
     /// An empty-payload message with room for `capacity` payload bytes, to be filled with
     /// [`extend_payload`](Self::extend_payload) without reallocating.
     pub fn with_capacity(capacity: usize) -> Message {

@@ -110,7 +110,12 @@ impl Pe {
     /// Send a tree message to this PE's children in the tree rooted at `root`. Each send owns
     /// its buffer, so every child but one gets a copy; the last gets `msg` itself unless the
     /// caller keeps it (`keep`) for local delivery, in which case it is returned.
-    fn forward_down(&mut self, root: usize, msg: Message, keep: bool) -> Option<Message> {
+    pub(crate) fn forward_down(
+        &mut self,
+        root: usize,
+        msg: Message,
+        keep: bool,
+    ) -> Option<Message> {
         let (me, n, k) = (self.my_pe, self.num_pes, self.tun.branching);
         let mut children = tree_children(root, me, n, k).peekable();
         while let Some(child) = children.next() {

@@ -89,16 +89,8 @@ impl Pe {
         let mut m = Message::new(0).with_priority(i32::MIN);
         m.set_handler(H_EXIT);
         m.set_arg0(code as u32);
-        self.send_down(&m);
+        self.forward_down(0, m, false);
         self.stop(code);
-    }
-
-    /// Copies of `m` to this PE's children in the tree rooted at PE 0.
-    fn send_down(&mut self, m: &Message) {
-        let (me, n, k) = (self.my_pe, self.num_pes, self.tun.branching);
-        for child in tree_children(0, me, n, k) {
-            self.route(child, m.clone());
-        }
     }
 
     fn stop(&mut self, code: i32) {
@@ -150,7 +142,7 @@ impl Pe {
                 let mut m = Message::from_payload(verdict.as_deref().unwrap_or("").as_bytes());
                 m.set_handler(H_HANDSHAKE_REPLY);
                 m.set_arg0(u32::from(verdict.is_some()));
-                self.send_down(&m);
+                self.forward_down(0, m, false);
                 self.take_verdict(verdict);
             }
         }
@@ -215,7 +207,9 @@ impl Pe {
         match h {
             H_HANDSHAKE => self.on_report(msg),
             H_HANDSHAKE_REPLY => {
-                self.send_down(&msg);
+                let Some(msg) = self.forward_down(0, msg, true) else {
+                    return;
+                };
                 let mismatch =
                     (msg.arg0() != 0).then(|| String::from_utf8_lossy(msg.payload()).into_owned());
                 self.take_verdict(mismatch);

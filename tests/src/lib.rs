@@ -102,7 +102,8 @@ impl Launcher {
             }
             Launcher::Mpirun { opts } => {
                 let mut c = Command::new("mpirun");
-                c.args(mpirun_options())
+                c.envs(mpirun_env())
+                    .args(mpirun_options())
                     .args(["-n", &pes.to_string()])
                     .args(opts)
                     .arg(program)
@@ -133,6 +134,15 @@ pub fn mpirun_options() -> Vec<String> {
     }
 }
 
+/// What Open MPI's `mpirun` needs in its environment to start jobs as root (tests run as root
+/// in CI); other MPIs ignore it.
+pub fn mpirun_env() -> [(&'static str, &'static str); 2] {
+    [
+        ("OMPI_ALLOW_RUN_AS_ROOT", "1"),
+        ("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1"),
+    ]
+}
+
 /// Whether an `mpirun` is on the PATH.
 pub fn have_mpirun() -> bool {
     Command::new("mpirun")
@@ -150,6 +160,40 @@ pub struct Running {
     err: Arc<Mutex<String>>,
     readers: Vec<std::thread::JoinHandle<()>>,
     deadline: Instant,
+    /// `finish` reaped the job; otherwise dropping the `Running` kills it (a test that fails
+    /// between `start` and `finish` must not leave a job behind).
+    reaped: bool,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if !self.reaped {
+            kill_tree(self.child.id());
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// SIGKILL `root`, everything below it, and their process groups. Launchers put each node in
+/// a group of its own, so killing the launcher's group alone would leave the nodes to their
+/// watchdogs; the tree is walked while `root` is still alive to hold it together.
+fn kill_tree(root: u32) {
+    use nix::sys::signal::{kill, killpg, Signal::SIGKILL};
+    use nix::unistd::{getpgid, Pid};
+    let mut tree = vec![root];
+    let mut i = 0;
+    while i < tree.len() {
+        let kids = children_of(tree[i]);
+        tree.extend(kids);
+        i += 1;
+    }
+    for pid in tree {
+        let pid = Pid::from_raw(pid as i32);
+        if let Ok(group) = getpgid(Some(pid)) {
+            let _ = killpg(group, SIGKILL);
+        }
+        let _ = kill(pid, SIGKILL);
+    }
 }
 
 impl Running {
@@ -198,6 +242,7 @@ impl Running {
             err,
             readers,
             deadline: Instant::now() + limit,
+            reaped: false,
         })
     }
 
@@ -261,13 +306,14 @@ impl Running {
                 Ok(Some(s)) => break Some(s),
                 Ok(None) if Instant::now() >= self.deadline => {
                     timed_out = true;
-                    let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+                    kill_tree(self.child.id());
                     break self.child.wait().ok();
                 }
                 Ok(None) => std::thread::sleep(Duration::from_millis(5)),
                 Err(_) => break None,
             }
         };
+        self.reaped = true;
         // Whatever the job left in its group (a stray grandchild) goes too.
         let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
         for r in self.readers.drain(..) {

@@ -5,18 +5,11 @@
 //! cargo test --release -p converse-tests --features mpi --test mpi
 //! ```
 //!
-//! Open MPI refuses to start as root unless told it may: these tests set
-//! `OMPI_ALLOW_RUN_AS_ROOT` for the jobs they start.
+//! Open MPI refuses to start as root unless told it may: every `mpirun` these tests start gets
+//! `OMPI_ALLOW_RUN_AS_ROOT` in its environment ([`conformance::mpirun_env`]).
 #![cfg(feature = "mpi")]
 
-fn allow_root() {
-    // Set once, before any job starts; every test in this binary wants the same values.
-    std::env::set_var("OMPI_ALLOW_RUN_AS_ROOT", "1");
-    std::env::set_var("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1");
-}
-
 conformance::conformance_suite!({
-    allow_root();
     assert!(
         conformance::have_mpirun(),
         "these tests need mpirun on the PATH"
@@ -32,13 +25,7 @@ mod particular {
     const PROGRAM: &str = env!("CARGO_BIN_EXE_conformance");
 
     fn mpirun(ranks: usize, args: &[&str]) -> Command {
-        super::allow_root();
-        let mut c = Command::new("mpirun");
-        c.args(mpirun_options())
-            .args(["-n", &ranks.to_string()])
-            .arg(PROGRAM)
-            .args(args);
-        c
+        conformance::Launcher::Mpirun { opts: vec![] }.command(PROGRAM, ranks, args)
     }
 
     #[test]
@@ -118,9 +105,8 @@ mod particular {
     }
 
     fn charmrun(args: &[&str]) -> Command {
-        super::allow_root();
         let mut c = Command::new(conformance::charmrun_path(PROGRAM));
-        c.arg("++mpiexec");
+        c.arg("++mpiexec").envs(conformance::mpirun_env());
         let launcher = ["mpirun"]
             .into_iter()
             .map(String::from)

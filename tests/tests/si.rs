@@ -25,7 +25,7 @@ mod particular {
 
     /// This job's files in /dev/shm.
     fn files_of(tag: &str) -> Vec<String> {
-        let prefix = format!("converse-{tag}-");
+        let prefix = charmrun::protocol::shm_prefix(tag);
         std::fs::read_dir("/dev/shm")
             .map(|d| {
                 d.flatten()
@@ -139,7 +139,8 @@ mod particular {
         let script = dir.join("crash.sh");
         std::fs::write(
             &script,
-            "#!/bin/sh\ntouch /dev/shm/converse-$CONVERSE_JOB-si-$CONVERSE_NODE\nkill -9 $$\n",
+            "#!/bin/sh\ntouch /dev/shm/converse-$CONVERSE_JOB-si-$CONVERSE_NODE \
+             && echo $CONVERSE_JOB > \"$(dirname \"$0\")/made-$CONVERSE_NODE\"\nkill -9 $$\n",
         )
         .expect("write");
         Command::new("chmod")
@@ -154,8 +155,17 @@ mod particular {
                 .arg(&script),
             Duration::from_secs(30),
         );
+        // At least one node made its file before dying (else there was nothing to remove).
+        let made = std::fs::read_dir(&dir)
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.file_name().to_string_lossy().starts_with("made-"))
+                    .count()
+            })
+            .unwrap_or(0);
         let _ = std::fs::remove_dir_all(&dir);
         assert_ne!(o.code, Some(0), "{o}");
+        assert!(made > 0, "no node made its file\n{o}");
         let t = tag(&o.stderr);
         assert_eq!(files_of(&t), Vec::<String>::new(), "{o}");
     }

@@ -46,10 +46,6 @@ pub trait Transmit {
 pub struct Stats {
     /// Datagrams sent (data, acknowledgements, farewells).
     pub sent: u64,
-    /// Data packets sent again.
-    pub retransmits: u64,
-    /// Retransmission timeouts.
-    pub timeouts: u64,
     /// Pure acknowledgements sent.
     pub acks: u64,
     /// Datagrams received and accepted as this job's.

@@ -237,7 +237,7 @@ impl UdpMachine {
 
 impl Machine for UdpMachine {
     fn layer(&self) -> &'static str {
-        "udp"
+        LAYER.name
     }
 
     fn my_node(&self) -> usize {

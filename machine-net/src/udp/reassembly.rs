@@ -208,10 +208,7 @@ impl RecvWindow {
                 if self.partial_covering(seq).is_some() {
                     return (Arrival::Inconsistent, 0);
                 }
-                let mut buf = Vec::with_capacity(HEADROOM + body.len());
-                buf.resize(HEADROOM, 0);
-                buf.extend_from_slice(body);
-                match Message::from_frame(buf, HEADROOM) {
+                match Message::from_wire(body) {
                     Ok(m) => Slot::Whole(m),
                     Err(_) => return (Arrival::Inconsistent, 0),
                 }

@@ -107,8 +107,6 @@ pub struct SendWindow {
     flight: usize,
     /// Packets in flight.
     in_flight: usize,
-    /// Packets selectively acknowledged.
-    sacked: usize,
     /// Congestion window and slow-start threshold, packets.
     cwnd: usize,
     ssthresh: usize,
@@ -177,7 +175,6 @@ impl SendWindow {
             lost: VecDeque::new(),
             flight: 0,
             in_flight: 0,
-            sacked: 0,
             cwnd,
             ssthresh: usize::MAX,
             cwnd_credit: 0,
@@ -505,8 +502,7 @@ impl SendWindow {
                         self.flight -= p.len as usize;
                         self.in_flight -= 1;
                     }
-                    State::Sacked => self.sacked -= 1,
-                    State::Lost => {}
+                    State::Sacked | State::Lost => {}
                 }
                 if p.state != State::Sacked {
                     acked += 1;
@@ -557,7 +553,6 @@ impl SendWindow {
                 State::Lost => {}
             }
             p.state = State::Sacked;
-            self.sacked += 1;
             acked += 1;
             let p = &self.pkts[i];
             let (sent_at, retx) = (p.sent_at, p.retx);
@@ -726,7 +721,6 @@ impl SendWindow {
         self.nxt = self.end;
         self.flight = 0;
         self.in_flight = 0;
-        self.sacked = 0;
         self.rto_from = None;
         self.reo_timer = None;
         self.tlp_from = None;

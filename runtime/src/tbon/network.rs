@@ -511,7 +511,8 @@ impl<'p> Network<'p> {
             if n.shut_down {
                 return Err(TbonError::ShutDown);
             }
-            let num_backends = n.all_backends().size();
+            // Counted, not built: this runs on every send.
+            let num_backends = n.num_backends();
             match n.streams.get_mut(&s.id) {
                 Some(st) if st.closed => return Err(TbonError::StreamClosed(s.id)),
                 Some(st) if role == Role::BackEnd => {

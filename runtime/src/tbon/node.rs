@@ -1083,9 +1083,14 @@ impl Node {
         }
     }
 
+    /// How many back-ends the tree has (0 before the plan arrived).
+    pub(crate) fn num_backends(&self) -> usize {
+        self.place.as_ref().map_or(0, |p| p.topo.num_backends())
+    }
+
     /// The broadcast communicator's end-points.
     pub(crate) fn all_backends(&self) -> Communicator {
-        Communicator::all(self.place.as_ref().map_or(0, |p| p.topo.num_backends()))
+        Communicator::all(self.num_backends())
     }
 }
 

@@ -316,9 +316,17 @@ impl Counters {
         if self.enabled == 0 {
             return;
         }
+        let (want_bytes, want_packets) = (
+            self.enabled & bit(Metric::NumBytes, c) != 0,
+            self.enabled & bit(Metric::NumPackets, c) != 0,
+        );
         if let Some(slot) = self.counts.get_mut(c as usize) {
-            slot.0 += bytes;
-            slot.1 += packets;
+            if want_bytes {
+                slot.0 += bytes;
+            }
+            if want_packets {
+                slot.1 += packets;
+            }
         }
     }
 
@@ -400,8 +408,11 @@ mod tests {
         c.count(Context::Send, 1, 100);
         assert_eq!(c.take(Metric::NumBytes, Context::Send), PerfData::UInt(0));
         c.set(Metric::NumBytes, Context::Send, true);
+        c.set(Metric::NumPackets, Context::Send, true);
         c.count(Context::Send, 1, 100);
         c.count(Context::Send, 1, 20);
+        c.count(Context::Recv, 1, 100);
+        assert_eq!(c.take(Metric::NumBytes, Context::Recv), PerfData::UInt(0));
         assert_eq!(c.take(Metric::NumBytes, Context::Send), PerfData::UInt(120));
         assert_eq!(c.take(Metric::NumPackets, Context::Send), PerfData::UInt(2));
         assert_eq!(c.take(Metric::NumBytes, Context::Send), PerfData::UInt(0));

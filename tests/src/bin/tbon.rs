@@ -115,18 +115,23 @@ fn user_filters() -> Vec<(&'static str, Result<FnFilter, tbon::FilterError>)> {
 
 fn run_role(scenario: &str, extra: &str, net: &mut Network<'_>) {
     match net.role() {
-        Role::FrontEnd => match front_end(scenario, extra, net) {
-            Ok(()) => {
-                println!("tbon {scenario}: ok");
-                let _ = net.shutdown();
-                net.pe().exit(0);
+        Role::FrontEnd => {
+            // The shutdown is part of every scenario: it returns once every process has
+            // acknowledged it, so "ok" also says the whole tree was reached.
+            let result = front_end(scenario, extra, net)
+                .and_then(|()| net.shutdown().map_err(|e| format!("shutdown: {e}")));
+            match result {
+                Ok(()) => {
+                    println!("tbon {scenario}: ok");
+                    net.pe().exit(0);
+                }
+                Err(why) => {
+                    println!("tbon {scenario}: FAILED: {why}");
+                    let _ = net.shutdown();
+                    net.pe().exit(1);
+                }
             }
-            Err(why) => {
-                println!("tbon {scenario}: FAILED: {why}");
-                let _ = net.shutdown();
-                net.pe().exit(1);
-            }
-        },
+        }
         Role::BackEnd => back_end(scenario, net),
         Role::Internal | Role::Spare => {
             let _ = net.wait_for_shutdown();
