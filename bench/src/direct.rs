@@ -18,9 +18,8 @@ pub fn pe_main(
 ) -> anyhow::Result<()> {
     let layer = converse::find_layer(layer)?;
     let cfg = BootConfig {
-        num_pes: 2,
-        pes_per_node: 1,
         settings,
+        ..BootConfig::new(2)
     };
     let mut nodes = (layer.boot)(&cfg)?;
     anyhow::ensure!(
@@ -29,14 +28,14 @@ pub fn pe_main(
     );
     let m = &mut nodes[0];
     let me = m.my_node();
-    // With one node, the node sends to itself: the layer's loopback, one process with no
-    // waiting, whose instruction counts (callgrind) are exactly those of a send and a receive.
-    let peer = if m.table().num_nodes() == 1 {
-        0
-    } else {
-        1 - me.min(1)
-    };
-    m.barrier()?;
+    // A layer never sends to its own node (the runtime delivers those itself), so the
+    // ping-pong needs two.
+    anyhow::ensure!(
+        m.table().num_nodes() == 2,
+        "the layer-only ping-pong needs exactly two nodes (charmrun +p2)"
+    );
+    let peer = 1 - me;
+    m.barrier(&mut drop)?;
     let warmup = crate::pingpong::warmup(iters);
     let mut rows = Vec::new();
     let mut got: Option<Message> = None;
@@ -74,7 +73,7 @@ pub fn pe_main(
             &h,
         ));
     }
-    m.barrier()?;
+    m.barrier(&mut drop)?;
     if me == 0 {
         report::write_csv(csv, &rows.iter().collect::<Vec<_>>())?;
     }

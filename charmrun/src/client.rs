@@ -13,7 +13,7 @@
 //! the connection drops: so a node never outlives its job, even one whose main thread is hung
 //! and never polls.
 
-use crate::protocol::{self, Hello, Kind, SECRET_LEN};
+use crate::protocol::{self, Hello, Kind};
 use machine::{MachineError, NodeTable};
 use signal::Signal;
 use std::io::Write;
@@ -21,108 +21,7 @@ use std::net::{IpAddr, TcpStream};
 use std::sync::Mutex;
 use std::time::Duration;
 
-/// Environment variable: charmrun's control address (`host:port`).
-pub const ENV_CHARMRUN: &str = "CONVERSE_CHARMRUN";
-/// Environment variable: the job secret, hex.
-pub const ENV_SECRET: &str = "CONVERSE_SECRET";
-/// Environment variable: this process's node number.
-pub const ENV_NODE: &str = "CONVERSE_NODE";
-/// Environment variable: number of nodes in the job.
-pub const ENV_NODES: &str = "CONVERSE_NODES";
-/// Environment variable: the job's tag (see [`LaunchEnv::shm_path`]).
-pub const ENV_JOB: &str = "CONVERSE_JOB";
-
-/// What charmrun told a node through its environment.
-#[derive(Debug, Clone)]
-pub struct LaunchEnv {
-    /// Charmrun's control address.
-    pub charmrun: String,
-    /// The job secret.
-    pub secret: [u8; SECRET_LEN],
-    /// This node's number.
-    pub node: usize,
-    /// Nodes in the job.
-    pub num_nodes: usize,
-    /// The job's tag.
-    pub job: String,
-    /// The launcher runs in this very process (see
-    /// [`launch::start_embedded`](crate::launch::start_embedded)): once this node has said it
-    /// leaves, the end of the job must not end the process.
-    pub embedded: bool,
-}
-
-/// The launch environment of a node that runs in the launcher's own process, which the
-/// layers' boot takes instead of the process environment.
-static IN_PROCESS: Mutex<Option<LaunchEnv>> = Mutex::new(None);
-
-/// Make `env` what [`LaunchEnv::from_env`] gives in this process (`None`: the process
-/// environment again). A program that embeds the launcher sets it for its node before booting
-/// the runtime, so that no environment variable of the process changes (which is not
-/// thread-safe).
-pub fn set_in_process(env: Option<LaunchEnv>) {
-    if let Ok(mut g) = IN_PROCESS.lock() {
-        *g = env;
-    }
-}
-
-fn in_process() -> Option<LaunchEnv> {
-    IN_PROCESS.lock().ok().and_then(|g| g.clone())
-}
-
-impl LaunchEnv {
-    /// A path in /dev/shm for a file of this job named `name`: charmrun removes it when the job
-    /// ends, however it ends (a layer should still remove it as soon as it can).
-    pub fn shm_path(&self, name: &str) -> String {
-        format!("/dev/shm/{}{name}", crate::protocol::shm_prefix(&self.job))
-    }
-
-    /// Whether this process was started by charmrun (or joins an embedded launcher's job).
-    pub fn present() -> bool {
-        std::env::var_os(ENV_CHARMRUN).is_some() || in_process().is_some()
-    }
-
-    /// Read the environment charmrun set.
-    ///
-    /// # Errors
-    /// [`MachineError::Boot`] when a variable is missing or malformed.
-    pub fn from_env() -> Result<LaunchEnv, MachineError> {
-        if let Some(env) = in_process() {
-            return Ok(env);
-        }
-        let var = |k: &str| {
-            std::env::var(k).map_err(|_| {
-                MachineError::Boot(format!(
-                    "{k} is not set: start this program with charmrun (charmrun +p N PROGRAM)"
-                ))
-            })
-        };
-        let num = |k: &str| -> Result<usize, MachineError> {
-            let v = var(k)?;
-            v.parse()
-                .map_err(|_| MachineError::Boot(format!("{k}='{v}' is not a number")))
-        };
-        let secret = protocol::secret_from_hex(&var(ENV_SECRET)?)
-            .ok_or_else(|| MachineError::Boot(format!("{ENV_SECRET} is malformed")))?;
-        let env = LaunchEnv {
-            charmrun: var(ENV_CHARMRUN)?,
-            secret,
-            node: num(ENV_NODE)?,
-            num_nodes: num(ENV_NODES)?,
-            job: var(ENV_JOB)?,
-            embedded: false,
-        };
-        if !env.job.bytes().all(|b| b.is_ascii_hexdigit()) || env.job.is_empty() {
-            return Err(MachineError::Boot(format!("{ENV_JOB} is malformed")));
-        }
-        if env.num_nodes == 0 || env.node >= env.num_nodes {
-            return Err(MachineError::Boot(format!(
-                "node {} of {} makes no sense",
-                env.node, env.num_nodes
-            )));
-        }
-        Ok(env)
-    }
-}
+pub use machine::launch::{LaunchEnv, ENV_CHARMRUN, ENV_JOB, ENV_NODE, ENV_NODES, ENV_SECRET};
 
 /// A node's control connection to charmrun.
 pub struct Control {

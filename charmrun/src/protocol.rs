@@ -18,8 +18,7 @@
 
 use std::io::{self, Read, Write};
 
-/// Bytes of the per-job secret.
-pub const SECRET_LEN: usize = 16;
+pub use machine::launch::{secret_from_hex, shm_prefix, SECRET_LEN};
 
 /// Largest control frame accepted: a node table for a very big job fits many times over, and a
 /// stranger cannot make us allocate more.
@@ -178,30 +177,12 @@ fn random<const N: usize>() -> io::Result<[u8; N]> {
     Ok(b)
 }
 
-/// Parse the hex form of a secret.
-pub fn secret_from_hex(h: &str) -> Option<[u8; SECRET_LEN]> {
-    if h.len() != 2 * SECRET_LEN || !h.is_ascii() {
-        return None;
-    }
-    let mut s = [0u8; SECRET_LEN];
-    for (i, b) in s.iter_mut().enumerate() {
-        *b = u8::from_str_radix(&h[2 * i..2 * i + 2], 16).ok()?;
-    }
-    Some(s)
-}
-
 /// A fresh job tag: 8 random bytes in hex. Not secret: it names the job's files.
 ///
 /// # Errors
 /// When the system's random source cannot be read.
 pub fn new_tag() -> io::Result<String> {
     Ok(hex(&random::<8>()?))
-}
-
-/// The prefix of the files in /dev/shm that belong to the job tagged `tag`: charmrun removes
-/// whatever still carries it when the job ends, however it ends.
-pub fn shm_prefix(tag: &str) -> String {
-    format!("converse-{tag}-")
 }
 
 /// A fresh random secret.

@@ -47,6 +47,7 @@ pub const LAYER: Layer = Layer {
     summary: "MPI (rsmpi): one process per rank, started by mpirun/mpiexec",
     boot,
     launched: launcher_env::launched,
+    settings: crate::SETTINGS,
 };
 
 /// A whole message.
@@ -122,8 +123,6 @@ pub struct MpiMachine {
     /// Per source: data messages received from it, and the count last sent back as credit.
     received: Vec<u64>,
     reported: Vec<u64>,
-    /// Messages received while waiting in the barrier, handed up by the next `advance`.
-    held: VecDeque<Message>,
     /// The current idle nap; grows while nothing arrives, back to the minimum when something does.
     nap: Duration,
     /// When `wait` last found that a message had gone out or come in since its previous call.
@@ -184,7 +183,6 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
                 backlog: (0..n).map(|_| VecDeque::new()).collect(),
                 received: vec![0; n],
                 reported: vec![0; n],
-                held: VecDeque::new(),
                 nap: NAP_MIN,
                 last_activity: Instant::now(),
                 active: false,
@@ -516,12 +514,12 @@ impl MpiMachine {
         Ok(req)
     }
 
-    /// Wait for `req` until `deadline`, keeping sends moving and receiving what arrives: kept in
-    /// `held` if `keep`, dropped otherwise. Returns whether the request completed.
+    /// Wait for `req` until `deadline`, keeping sends moving and receiving what arrives: handed
+    /// to `deliver` if there is one, dropped otherwise. Returns whether the request completed.
     fn wait_moving(
         &mut self,
         req: &mut ffi::MPI_Request,
-        keep: bool,
+        mut deliver: Option<&mut dyn FnMut(Message)>,
         deadline: Option<Instant>,
     ) -> Result<bool, MachineError> {
         let mut nap = Duration::from_micros(1);
@@ -529,9 +527,13 @@ impl MpiMachine {
             self.sends.complete()?;
             loop {
                 match self.receive()? {
-                    Received::Message(m) if keep => self.held.push_back(m),
+                    Received::Message(m) => {
+                        if let Some(d) = deliver.as_mut() {
+                            d(m);
+                        }
+                    }
                     Received::Nothing => break,
-                    _ => {}
+                    Received::Other => {}
                 }
             }
             let mut flag: c_int = 0;
@@ -576,7 +578,7 @@ impl Machine for MpiMachine {
 
     fn send(&mut self, node: usize, msg: Message) -> Result<(), MachineError> {
         let nodes = self.table.num_nodes();
-        if node >= nodes {
+        if node >= nodes || node == self.me {
             return Err(MachineError::InvalidNode { node, nodes });
         }
         self.active = true;
@@ -595,13 +597,6 @@ impl Machine for MpiMachine {
             self.sends.complete()?;
         }
         let mut n = 0;
-        while n < BATCH {
-            let Some(m) = self.held.pop_front() else {
-                break;
-            };
-            deliver(m);
-            n += 1;
-        }
         // One message per call: the next call's probe finds the next one as cheaply as this
         // one would, while a probe after the last message would only delay its handler (a
         // probe that finds nothing costs as much as one that finds something). Credits and
@@ -635,7 +630,7 @@ impl Machine for MpiMachine {
         }
         loop {
             self.sends.complete()?;
-            if !self.held.is_empty() || self.probe()? {
+            if self.probe()? {
                 return Ok(());
             }
             let now = Instant::now();
@@ -654,9 +649,9 @@ impl Machine for MpiMachine {
         }
     }
 
-    fn barrier(&mut self) -> Result<(), MachineError> {
+    fn barrier(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<(), MachineError> {
         let mut req = self.ibarrier()?;
-        self.wait_moving(&mut req, true, None)?;
+        self.wait_moving(&mut req, Some(deliver), None)?;
         Ok(())
     }
 
@@ -672,7 +667,7 @@ impl Machine for MpiMachine {
         }
         // A second barrier: nobody finalizes while a peer's sends may still need it.
         let mut req = self.ibarrier()?;
-        let done = self.wait_moving(&mut req, false, Some(Instant::now() + EXIT_WAIT))?;
+        let done = self.wait_moving(&mut req, None, Some(Instant::now() + EXIT_WAIT))?;
         let left = self.sends.abandon() + self.backlog.iter().map(VecDeque::len).sum::<usize>();
         if left > 0 {
             eprintln!(

@@ -19,6 +19,19 @@ mod sends;
 #[cfg(feature = "mpi")]
 pub use layer::{boot, MpiMachine, LAYER};
 
+/// The `mpi.*` settings; declared in every build so that a variant file naming them is
+/// checked even where the layer is not compiled in.
+pub const SETTINGS: &[machine::SettingSpec] = &[
+    machine::SettingSpec {
+        key: "mpi.piece_bytes",
+        meaning: "largest single MPI message; larger ones go in pieces (default 1 GiB)",
+    },
+    machine::SettingSpec {
+        key: "mpi.window",
+        meaning: "messages in flight per peer before the sender waits for credit (default 64)",
+    },
+];
+
 /// Turn an MPI return code into a result. With MPI's default error handler
 /// (`MPI_ERRORS_ARE_FATAL`) a failing call never returns, so this matters only where a
 /// program installed another handler.

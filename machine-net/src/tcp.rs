@@ -20,6 +20,7 @@ pub const LAYER: Layer = Layer {
     summary: "one process per node started by charmrun, TCP between nodes",
     boot,
     launched: LaunchEnv::present,
+    settings: &[],
 };
 
 /// With up to this many incoming connections, `advance` simply tries a read on each (as cheap
@@ -65,8 +66,6 @@ pub struct TcpMachine {
     pending: Vec<Pending>,
     /// Peers whose outgoing frames wait for their socket.
     backlog: Vec<usize>,
-    /// Messages ready to hand up: sent to ourselves, or received while waiting in a barrier.
-    ready: VecDeque<Message>,
     epoll: Epoll,
     events: Vec<EpollEvent>,
     advances: u32,
@@ -78,7 +77,7 @@ pub struct TcpMachine {
 /// # Errors
 /// [`MachineError::Boot`] when not started by charmrun or when start-up fails.
 pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
-    let env = LaunchEnv::from_env()?;
+    let env = LaunchEnv::for_boot(cfg)?;
     let mut ctl = Control::connect(&env)?;
     let listener = charmrun::net::listener(ctl.local_ip(), 4096)
         .map_err(|e| MachineError::io("opening the node's listener", e))?;
@@ -112,7 +111,6 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
         readers: Vec::new(),
         pending: Vec::new(),
         backlog: Vec::new(),
-        ready: VecDeque::new(),
         epoll,
         events: vec![EpollEvent::empty(); 64],
         advances: 0,
@@ -299,11 +297,7 @@ impl Machine for TcpMachine {
     }
 
     fn send(&mut self, node: usize, msg: Message) -> Result<(), MachineError> {
-        if node == self.me {
-            self.ready.push_back(msg);
-            return Ok(());
-        }
-        if node >= self.links.len() {
+        if node >= self.links.len() || node == self.me {
             return Err(MachineError::InvalidNode {
                 node,
                 nodes: self.table.num_nodes(),
@@ -325,10 +319,6 @@ impl Machine for TcpMachine {
 
     fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
         let mut n = 0;
-        while let Some(m) = self.ready.pop_front() {
-            deliver(m);
-            n += 1;
-        }
         if !self.backlog.is_empty() {
             self.flush_backlog()?;
         }
@@ -366,9 +356,6 @@ impl Machine for TcpMachine {
     }
 
     fn wait(&mut self, timeout: Duration) -> Result<(), MachineError> {
-        if !self.ready.is_empty() {
-            return Ok(());
-        }
         let ms = timeout.as_millis().clamp(1, u16::MAX as u128) as u16;
         let ready = match self.epoll.wait(&mut self.events, EpollTimeout::from(ms)) {
             Ok(r) => r,
@@ -385,15 +372,12 @@ impl Machine for TcpMachine {
         Ok(())
     }
 
-    fn barrier(&mut self) -> Result<(), MachineError> {
+    fn barrier(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<(), MachineError> {
         // Keep the interconnect moving while others catch up: frames still queued here may be
-        // what a peer needs to reach the barrier (its exit, say). What arrives meanwhile is kept
-        // and handed up by the next `advance`.
+        // what a peer needs to reach the barrier (its exit, say).
         let ctl = std::sync::Arc::clone(&self.ctl);
         ctl.barrier_while(|| {
-            let mut held = std::mem::take(&mut self.ready);
-            let r = self.advance(&mut |m| held.push_back(m));
-            self.ready = held;
+            let r = self.advance(deliver);
             let _ = self.epoll.wait(&mut self.events, EpollTimeout::from(1u16));
             r.map(|_| ())
         })

@@ -27,7 +27,9 @@
 use crate::interconnect::Si;
 use crate::pull::PullError;
 use charmrun::client::{Control, LaunchEnv};
-use machine::{BootConfig, Layer, Machine, MachineError, Message, NodeTable, HEADROOM};
+use machine::{
+    BootConfig, Layer, Machine, MachineError, Message, NodeTable, SettingSpec, HEADROOM,
+};
 use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,6 +41,20 @@ pub const LAYER: Layer = Layer {
     summary: "the Simple Interconnect on shared memory: one host, processes started by charmrun",
     boot,
     launched: LaunchEnv::present,
+    settings: &[
+        SettingSpec {
+            key: "si.ring_kib",
+            meaning: "ring size per sender, KiB (default 256)",
+        },
+        SettingSpec {
+            key: "si.copy_together",
+            meaning: "large copies shared by sender and receiver (default true)",
+        },
+        SettingSpec {
+            key: "si.single_copy_from",
+            meaning: "wire size from which messages are lent, bytes or 'off' (default: measured)",
+        },
+    ],
 };
 
 /// The slides' `si_header` (payload size, source node) and how the payload travels.
@@ -141,8 +157,6 @@ pub struct SiMachine {
     /// Peers with something in `lent`.
     lending: Vec<usize>,
     incoming: Vec<Option<Incoming>>,
-    /// Messages received while waiting in a barrier, handed up by the next `advance`.
-    ready: VecDeque<Message>,
     /// Buffers of small messages sent, kept to receive small messages into.
     spares: Vec<Vec<u8>>,
 }
@@ -184,7 +198,7 @@ fn note_no_single_copy(e: &PullError) {
 /// [`MachineError::Boot`] when not started by charmrun, when the job spans hosts, or when
 /// shared memory cannot be set up.
 pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
-    let env = LaunchEnv::from_env()?;
+    let env = LaunchEnv::for_boot(cfg)?;
     let ring_kib: usize = cfg.settings.get_or("si.ring_kib", DEFAULT_RING_KIB)?;
     let ring = ring_kib
         .checked_mul(1024)
@@ -270,7 +284,6 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
         loans: vec![0; n],
         lending: Vec::new(),
         incoming: (0..n).map(|_| None).collect(),
-        ready: VecDeque::new(),
         spares: Vec::with_capacity(SPARES),
     })])
 }
@@ -619,7 +632,7 @@ impl Machine for SiMachine {
     }
 
     fn send(&mut self, node: usize, msg: Message) -> Result<(), MachineError> {
-        let Some(&lend_from) = self.lend_from.get(node) else {
+        let Some(&lend_from) = self.lend_from.get(node).filter(|_| node != self.me) else {
             return Err(MachineError::InvalidNode {
                 node,
                 nodes: self.table.num_nodes(),
@@ -645,10 +658,6 @@ impl Machine for SiMachine {
 
     fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
         let mut n = 0;
-        while let Some(m) = self.ready.pop_front() {
-            deliver(m);
-            n += 1;
-        }
         if !self.backlog.is_empty() {
             self.flush_backlog();
         }
@@ -664,7 +673,7 @@ impl Machine for SiMachine {
 
     fn wait(&mut self, timeout: Duration) -> Result<(), MachineError> {
         // Idle is when a receiver's copy of our loan gets our help (it rings us to offer it).
-        if !self.ready.is_empty() || (!self.lending.is_empty() && self.help_receivers()) {
+        if !self.lending.is_empty() && self.help_receivers() {
             return Ok(());
         }
         let t = if self.backlog.is_empty() {
@@ -676,15 +685,12 @@ impl Machine for SiMachine {
         Ok(())
     }
 
-    fn barrier(&mut self) -> Result<(), MachineError> {
+    fn barrier(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<(), MachineError> {
         // Keep the interconnect moving while others catch up: frames still queued here may be
-        // what a peer needs to reach the barrier (its exit, say). What arrives meanwhile is kept
-        // and handed up by the next `advance`.
+        // what a peer needs to reach the barrier (its exit, say).
         let ctl = std::sync::Arc::clone(&self.ctl);
         ctl.barrier_while(|| {
-            let mut held = std::mem::take(&mut self.ready);
-            let r = self.advance(&mut |m| held.push_back(m));
-            self.ready = held;
+            let r = self.advance(deliver);
             self.si.wait(Duration::from_millis(1));
             r.map(|_| ())
         })

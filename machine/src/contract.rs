@@ -1,9 +1,10 @@
 //! The `Machine` contract: what an interconnect layer implements.
 
 use crate::error::MachineError;
+use crate::launch::LaunchEnv;
 use crate::message::Message;
 use crate::node_table::NodeTable;
-use crate::settings::Settings;
+use crate::settings::{SettingSpec, Settings};
 use std::time::Duration;
 
 /// One node's view of an interconnect: the Rust analog of Charm++'s LRTS machine layer.
@@ -54,9 +55,16 @@ use std::time::Duration;
 /// that do not decode are [`MachineError::Corrupt`]. Packets from outside the job (wrong secret)
 /// are not errors: the layer drops and counts them.
 ///
-/// # Loopback
-/// Sending to one's own node must work (the message is handed up by a later `advance`), though
-/// the runtime delivers PE-local messages itself without calling the layer.
+/// # What the runtime does, so a layer does not
+/// - **Loopback**: the runtime never passes its own node to [`send`](Self::send); it delivers
+///   messages between PEs of one node itself. A layer needs no queue for messages to itself.
+/// - **Holding messages**: a layer never keeps a message it has received for later. What
+///   arrives during [`barrier`](Self::barrier) goes to the `deliver` callback the runtime
+///   passes, exactly as from [`advance`](Self::advance); the runtime holds it.
+/// - **Scheduling, priorities, collectives, start-up check, exit protocol**: all in the runtime.
+///
+/// [`check`](crate::check) runs these promises against any layer's boot function inside one
+/// process in a second or so; the whole-job conformance suite (`tests/`) runs real jobs.
 pub trait Machine: Send {
     /// The layer's name as `+machine` knows it (`"local"`, `"tcp"`, ...).
     fn layer(&self) -> &'static str;
@@ -68,11 +76,13 @@ pub trait Machine: Send {
     fn table(&self) -> &NodeTable;
 
     /// Send `msg` (its wire bytes, see [`Message::wire`]) to node `node`, taking ownership.
+    /// `node` is never [`my_node`](Self::my_node): the runtime delivers to its own node itself.
     ///
     /// Returns once the layer has taken the message: it may still be queued inside the layer.
     ///
     /// # Errors
-    /// [`MachineError::InvalidNode`] for a node outside the table; [`MachineError::PeerDead`]
+    /// [`MachineError::InvalidNode`] for a node outside the table (or this node itself);
+    /// [`MachineError::PeerDead`]
     /// when the destination is known to be gone; [`MachineError::Io`] for a local failure.
     fn send(&mut self, node: usize, msg: Message) -> Result<(), MachineError>;
 
@@ -104,13 +114,15 @@ pub trait Machine: Send {
     /// Block until every node of the job has called `barrier`. Used at exit; user code gets
     /// message-driven barriers from the runtime instead. While it waits, the layer must keep its
     /// interconnect moving — push out what it has queued (a peer may need it to reach the
-    /// barrier), answer peers — and keep what arrives: messages are handed up by the next
-    /// `advance`, never by the barrier itself.
+    /// barrier), answer peers — and hand every message that arrives to `deliver`, as
+    /// [`advance`](Self::advance) does (per-sender order, exactly once). The simplest correct
+    /// body calls `self.advance(deliver)` in its wait loop.
     ///
     /// # Errors
     /// [`MachineError::PeerDead`] when a node died before reaching the barrier (a launched layer
-    /// may instead be ended by its launcher, which notices the death first).
-    fn barrier(&mut self) -> Result<(), MachineError>;
+    /// may instead be ended by its launcher, which notices the death first); the errors of
+    /// `advance`.
+    fn barrier(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<(), MachineError>;
 
     /// Leave the job with `code` as this node's exit code: flush what is still queued for other
     /// nodes (for a bounded time: the job is over), tell the launcher (if any) the code,
@@ -135,8 +147,25 @@ pub struct BootConfig {
     pub num_pes: usize,
     /// PEs per node (`+ppn`).
     pub pes_per_node: usize,
-    /// Settings: the build variant's defaults overridden by the command line.
+    /// Settings: the build variant's defaults overridden by the command line. Every key in it
+    /// is one the runtime or a compiled-in layer declares ([`Layer::settings`]).
     pub settings: Settings,
+    /// The launch context, when a launcher running in this very process started the job (a
+    /// tree-overlay front-end, the in-process check): a launched layer boots from it instead of
+    /// the process environment ([`LaunchEnv::for_boot`]). `None`: the environment.
+    pub launch: Option<LaunchEnv>,
+}
+
+impl BootConfig {
+    /// A configuration for `num_pes` PEs, one per node, with no settings and no launch context.
+    pub fn new(num_pes: usize) -> BootConfig {
+        BootConfig {
+            num_pes,
+            pes_per_node: 1,
+            settings: Settings::default(),
+            launch: None,
+        }
+    }
 }
 
 /// Boots a layer: returns one [`Machine`] per node hosted by this process, in node order.
@@ -163,6 +192,9 @@ pub struct Layer {
     /// MPI launcher's). Lets a program built with several layers pick the right one without
     /// `+machine`. Layers that need no launcher answer `false`.
     pub launched: fn() -> bool,
+    /// The settings the layer reads (`+set KEY=VALUE`): a key that neither the runtime nor a
+    /// compiled-in layer declares is refused at start-up, naming the known ones.
+    pub settings: &'static [SettingSpec],
 }
 
 impl std::fmt::Debug for Layer {

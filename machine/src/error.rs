@@ -92,7 +92,7 @@ impl MachineError {
     pub fn corrupt(node: usize, what: impl Into<String>) -> MachineError {
         MachineError::Corrupt {
             node,
-            source: WireError::BadLength(what.into()),
+            source: WireError::Invalid(what.into()),
         }
     }
 }
@@ -117,4 +117,7 @@ pub enum WireError {
     /// A text field that is not UTF-8.
     #[error("text field is not UTF-8")]
     NotUtf8,
+    /// Any other rule of the format broken; the text says which.
+    #[error("{0}")]
+    Invalid(String),
 }

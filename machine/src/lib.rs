@@ -6,10 +6,14 @@
 //!   runtime's envelope codec.
 //! - [`NodeTable`]: which nodes make up the job and how to reach them.
 //! - [`Settings`]: named settings with the variant's defaults.
+//! - [`launch`]: what a launcher tells the nodes it starts ([`launch::LaunchEnv`]).
+//! - [`check`]: the contract checked against any layer inside one process.
 //! - [`local`]: the in-process layer, the embedded default and reference implementation.
 
+pub mod check;
 mod contract;
 mod error;
+pub mod launch;
 pub mod local;
 mod message;
 mod node_table;
@@ -17,6 +21,7 @@ mod settings;
 
 pub use contract::{BootConfig, BootFn, Layer, Machine};
 pub use error::{MachineError, WireError};
+pub use launch::LaunchEnv;
 pub use message::{zeroed, Message, ENVELOPE_LEN, HEADROOM};
 pub use node_table::{NodeInfo, NodeTable};
-pub use settings::Settings;
+pub use settings::{SettingSpec, Settings};

@@ -36,21 +36,21 @@ impl NodeTable {
     /// A table from nodes listed in order.
     ///
     /// # Errors
-    /// [`WireError::BadLength`] when the list is empty, a node has no PE, or the PE ranges do
+    /// [`WireError::Invalid`] when the list is empty, a node has no PE, or the PE ranges do
     /// not follow each other from 0.
     pub fn new(nodes: Vec<NodeInfo>) -> Result<NodeTable, WireError> {
         if nodes.is_empty() {
-            return Err(WireError::BadLength(
+            return Err(WireError::Invalid(
                 "a node table needs at least one node".into(),
             ));
         }
         let mut next = 0;
         for (i, n) in nodes.iter().enumerate() {
             if n.num_pes == 0 {
-                return Err(WireError::BadLength(format!("node {i} hosts no PE")));
+                return Err(WireError::Invalid(format!("node {i} hosts no PE")));
             }
             if n.first_pe != next {
-                return Err(WireError::BadLength(format!(
+                return Err(WireError::Invalid(format!(
                     "node {i} starts at PE {} but PE {next} was expected",
                     n.first_pe
                 )));

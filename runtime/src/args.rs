@@ -29,6 +29,21 @@ pub struct RuntimeArgs {
     pub program: Vec<String>,
 }
 
+impl Default for RuntimeArgs {
+    /// What an empty command line means: one PE, one per node, the default layer.
+    fn default() -> RuntimeArgs {
+        RuntimeArgs {
+            num_pes: 1,
+            pes_per_node: 1,
+            machine: None,
+            quiet: false,
+            version: false,
+            settings: Settings::default(),
+            program: Vec::new(),
+        }
+    }
+}
+
 /// One line listing every runtime argument, for error messages.
 pub const USAGE: &str =
     "runtime arguments: +p N, +ppn K, +machine NAME, +set KEY=VALUE, +quiet, +version";
@@ -50,13 +65,8 @@ where
 {
     let mut it = argv.into_iter().map(Into::into);
     let mut out = RuntimeArgs {
-        num_pes: 1,
-        pes_per_node: 1,
-        machine: None,
-        quiet: false,
-        version: false,
-        settings: Settings::default(),
         program: it.next().into_iter().collect(),
+        ..RuntimeArgs::default()
     };
     while let Some(arg) = it.next() {
         if arg == "--" {

@@ -4,7 +4,7 @@
 //! All use a k-ary spanning tree (`tree.branching`, default 4) over the PEs. A broadcast's tree
 //! is rooted at its sender; reductions and barriers are rooted at PE 0.
 
-use crate::lifecycle::{H_BARRIER_DONE, H_REDUCE, H_TREE_BCAST};
+use crate::lifecycle::{SystemHandler, USER_BASE};
 use crate::pe::{HandlerId, Pe};
 use machine::Message;
 use std::collections::HashMap;
@@ -101,7 +101,7 @@ impl Pe {
     }
 
     fn tree_message(&self, h: HandlerId, mut msg: Message) -> Message {
-        msg.set_handler(H_TREE_BCAST);
+        msg.set_handler(SystemHandler::TreeBroadcast.id());
         msg.set_arg0(self.my_pe as u32);
         msg.set_arg1(h.raw());
         msg
@@ -135,7 +135,7 @@ impl Pe {
             return self.drop_message(&msg, "its broadcast root is not a PE");
         }
         // A broadcast may carry a user handler or the barrier's release, nothing else of ours.
-        if target < crate::pe::USER_BASE && target != H_BARRIER_DONE {
+        if target < USER_BASE && target != SystemHandler::BarrierDone.id() {
             return self.drop_message(&msg, "its broadcast names a runtime handler");
         }
         if let Some(mut m) = self.forward_down(root, msg, true) {
@@ -226,7 +226,7 @@ impl Pe {
         let mut m = Message::from_payload(&acc);
         match tree_parent(0, me, n, k) {
             Some(parent) => {
-                m.set_handler(H_REDUCE);
+                m.set_handler(SystemHandler::Reduce.id());
                 m.set_arg0(seq);
                 self.route(parent, m);
             }
@@ -242,7 +242,11 @@ impl Pe {
     pub fn barrier(&mut self) -> bool {
         self.reductions.barriers_started += 1;
         let want = self.reductions.barriers_started;
-        self.reduce(&[], |_, _| {}, ReduceTarget::All(HandlerId(H_BARRIER_DONE)));
+        self.reduce(
+            &[],
+            |_, _| {},
+            ReduceTarget::All(HandlerId(SystemHandler::BarrierDone.id())),
+        );
         self.schedule(&mut |pe| pe.reductions.barriers_done >= want, false)
     }
 

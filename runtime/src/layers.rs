@@ -71,6 +71,14 @@ pub fn find(name: &str) -> Result<&'static Layer, RuntimeError> {
     }
 }
 
+/// Every setting a key may name: the runtime's, each compiled-in layer's, and the MPI layer's
+/// even where it is not compiled in (a variant file for it is still checked).
+pub fn settings() -> Vec<&'static [machine::SettingSpec]> {
+    let mut all = vec![crate::scheduler::SETTINGS, machine_mpi::SETTINGS];
+    all.extend(COMPILED.iter().map(|l| l.settings));
+    all
+}
+
 /// Names of the compiled-in layers, comma-separated.
 pub fn names() -> String {
     COMPILED

@@ -40,6 +40,7 @@ mod variant;
 pub use args::{parse_args, RuntimeArgs, MAX_PES};
 pub use collectives::{tree_children, tree_parent, Combine, ReduceTarget};
 pub use error::RuntimeError;
+pub use machine::LaunchEnv;
 pub use machine::{Message, NodeTable};
 pub use pe::{HandlerId, Pe};
 
@@ -55,9 +56,160 @@ pub struct Runtime {
     layer: &'static Layer,
     settings: Settings,
     tun: Tunables,
+    launch: Option<LaunchEnv>,
+}
+
+/// Configures a [`Runtime`] in code, for programs that start a job themselves (a tree-overlay
+/// front-end that launches its own back-ends, a test) instead of from their command line.
+///
+/// ```no_run
+/// let rt = converse::Runtime::builder()
+///     .pes(4)
+///     .layer("local")
+///     .quiet(true)
+///     .set("sched.spin_us", "100")
+///     .build()?;
+/// let code = rt.run(|pe| pe.exit(0))?;
+/// # Ok::<(), converse::RuntimeError>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct RuntimeBuilder {
+    args: RuntimeArgs,
+    launch: Option<LaunchEnv>,
+}
+
+impl RuntimeBuilder {
+    /// `+p`: PEs in the job (default 1).
+    pub fn pes(mut self, n: usize) -> RuntimeBuilder {
+        self.args.num_pes = n;
+        self
+    }
+
+    /// `+machine`: the layer to run on (default: as [`Runtime::from_args`] chooses).
+    pub fn layer(mut self, name: &str) -> RuntimeBuilder {
+        self.args.machine = Some(name.to_owned());
+        self
+    }
+
+    /// `+quiet`: no start-up banner.
+    pub fn quiet(mut self, quiet: bool) -> RuntimeBuilder {
+        self.args.quiet = quiet;
+        self
+    }
+
+    /// `+set KEY=VALUE`: a setting (checked by [`build`](Self::build)).
+    pub fn set(mut self, key: &str, value: &str) -> RuntimeBuilder {
+        self.args.settings.set(key, value);
+        self
+    }
+
+    /// The program's own arguments as [`Pe::args`] shows them, `argv[0]` first.
+    pub fn program_args<I, S>(mut self, argv: I) -> RuntimeBuilder
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.args.program = argv.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Settings and `+quiet` from runtime arguments a user gave as text (`"+set K=V"`, ...).
+    ///
+    /// # Errors
+    /// [`RuntimeError::Args`] for a malformed argument, or for one the builder sets itself
+    /// (`+p`, `+ppn`, `+machine`) or that is not a runtime argument.
+    pub fn runtime_args<S: AsRef<str>>(
+        mut self,
+        args: &[S],
+    ) -> Result<RuntimeBuilder, RuntimeError> {
+        let argv = std::iter::once("").chain(args.iter().map(AsRef::as_ref));
+        let parsed = parse_args(argv)?;
+        let only_settings = parsed.num_pes == 1
+            && parsed.pes_per_node == 1
+            && parsed.machine.is_none()
+            && !parsed.version
+            && parsed.program.len() == 1;
+        if !only_settings {
+            return Err(RuntimeError::Args(format!(
+                "'{}': only +set and +quiet may be given here; the job's size and layer are set \
+                 by the program",
+                args.iter().map(AsRef::as_ref).collect::<Vec<_>>().join(" ")
+            )));
+        }
+        for (k, v) in parsed.settings.iter() {
+            self.args.settings.set(k, v);
+        }
+        self.args.quiet |= parsed.quiet;
+        Ok(self)
+    }
+
+    /// The launch context of this node, when a launcher in this very process started the job
+    /// (see [`LaunchEnv`]); the layer boots from it instead of the process environment.
+    pub fn launch(mut self, env: LaunchEnv) -> RuntimeBuilder {
+        self.launch = Some(env);
+        self
+    }
+
+    /// Choose the layer and check every setting.
+    ///
+    /// # Errors
+    /// [`RuntimeError::Args`] for an unknown setting or a bad value of the runtime's own,
+    /// [`RuntimeError::Layer`] for a layer this program lacks or one that cannot run here.
+    pub fn build(self) -> Result<Runtime, RuntimeError> {
+        let RuntimeBuilder { args, launch } = self;
+        let layer = match (args.machine.as_deref(), &launch) {
+            (Some(name), _) => layers::find(name)?,
+            (None, None) => layers::choose(variant::DEFAULT_LAYER)?,
+            (None, Some(_)) => {
+                return Err(RuntimeError::Layer(
+                    "a job started with a launch context needs its layer named".into(),
+                ))
+            }
+        };
+        if layer.name == "local" && (launch.is_some() || machine::LaunchEnv::present()) {
+            return Err(RuntimeError::Layer(
+                "+machine local runs every PE as a thread of this one process, but a launcher \
+                 started this process as one node of a job of several: run the program directly \
+                 (PROGRAM +pN +machine local), or pick a layer the launcher starts (tcp, udp, si)"
+                    .into(),
+            ));
+        }
+        // Defaults live in the code that reads each setting; the variant file overrides them,
+        // the command line overrides both.
+        let mut settings = Settings::default();
+        for (k, v) in variant::SETTINGS {
+            settings.set(*k, *v);
+        }
+        for (k, v) in args.settings.iter() {
+            settings.set(k, v);
+        }
+        settings
+            .check_known(&layers::settings())
+            .map_err(|e| RuntimeError::Args(e.to_string()))?;
+        let tun =
+            Tunables::from_settings(&settings).map_err(|e| RuntimeError::Args(e.to_string()))?;
+        Ok(Runtime {
+            args,
+            layer,
+            settings,
+            tun,
+            launch,
+        })
+    }
 }
 
 impl Runtime {
+    /// A builder with the defaults: one PE, the layer chosen as for a plain command line.
+    pub fn builder() -> RuntimeBuilder {
+        RuntimeBuilder {
+            args: RuntimeArgs {
+                program: vec!["converse".into()],
+                ..RuntimeArgs::default()
+            },
+            launch: None,
+        }
+    }
+
     /// Configure from this process's command line.
     ///
     /// # Errors
@@ -76,26 +228,11 @@ impl Runtime {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        let args = parse_args(argv)?;
-        let layer = match args.machine.as_deref() {
-            Some(name) => layers::find(name)?,
-            None => layers::choose(variant::DEFAULT_LAYER)?,
-        };
-        let mut settings = Settings::default();
-        for (k, v) in variant::SETTINGS {
-            settings.set(*k, *v);
+        RuntimeBuilder {
+            args: parse_args(argv)?,
+            launch: None,
         }
-        for (k, v) in args.settings.iter() {
-            settings.set(k, v);
-        }
-        let tun =
-            Tunables::from_settings(&settings).map_err(|e| RuntimeError::Args(e.to_string()))?;
-        Ok(Runtime {
-            args,
-            layer,
-            settings,
-            tun,
-        })
+        .build()
     }
 
     /// The program's own arguments (runtime `+` arguments removed), `argv[0]` first.
@@ -140,6 +277,7 @@ impl Runtime {
             num_pes: self.args.num_pes,
             pes_per_node: self.args.pes_per_node,
             settings: self.settings.clone(),
+            launch: self.launch.clone(),
         };
         let mut nodes = (self.layer.boot)(&cfg)?;
         if let Some(m) = nodes.first() {
@@ -243,7 +381,9 @@ impl Pe {
                 RuntimeError::Reported(Box::new(e))
             });
         }
-        self.machine.barrier()?;
+        // The job is over: what still arrives (sent before the exit reached its sender) is
+        // not run, as what was still queued here was not.
+        self.machine.barrier(&mut drop)?;
         self.machine.exit(code)?;
         match self.life.failure.take() {
             Some(e) => Err(e),

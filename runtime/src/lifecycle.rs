@@ -18,26 +18,101 @@ use crate::collectives::{tree_children, tree_parent};
 use crate::error::RuntimeError;
 use crate::pe::Pe;
 use machine::Message;
+use SystemHandler as S;
 
-pub(crate) const H_HANDSHAKE: u32 = 0;
-pub(crate) const H_HANDSHAKE_REPLY: u32 = 1;
-pub(crate) const H_EXIT_REQUEST: u32 = 2;
-pub(crate) const H_EXIT: u32 = 3;
-pub(crate) const H_TREE_BCAST: u32 = 4;
-pub(crate) const H_REDUCE: u32 = 5;
-pub(crate) const H_BARRIER_DONE: u32 = 6;
+/// The runtime's own handlers: the ids below [`USER_BASE`], the same on every PE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub(crate) enum SystemHandler {
+    /// A child's start-up report (its handler names), up the tree.
+    Handshake = 0,
+    /// PE 0's verdict on the start-up check, down the tree.
+    HandshakeReply = 1,
+    /// A PE asks PE 0 to end the job.
+    ExitRequest = 2,
+    /// The job ends, down the tree.
+    Exit = 3,
+    /// A broadcast travelling down its spanning tree.
+    TreeBroadcast = 4,
+    /// A reduction contribution travelling up.
+    Reduce = 5,
+    /// A barrier completed.
+    BarrierDone = 6,
+}
+
+/// The first handler id a program's own handlers get.
+pub(crate) const USER_BASE: u32 = 16;
+
+/// What a message's handler id names: the one decision every dispatch path takes.
+pub(crate) enum Target {
+    /// One of the runtime's own handlers.
+    System(SystemHandler),
+    /// A handler the program registered (an id at or above [`USER_BASE`]; whether this PE has
+    /// it is checked when it runs).
+    User,
+    /// An id in the runtime's range that names nothing.
+    Unknown,
+}
+
+impl Target {
+    #[inline]
+    pub(crate) fn of(id: u32) -> Target {
+        use SystemHandler as S;
+        match id {
+            0 => Target::System(S::Handshake),
+            1 => Target::System(S::HandshakeReply),
+            2 => Target::System(S::ExitRequest),
+            3 => Target::System(S::Exit),
+            4 => Target::System(S::TreeBroadcast),
+            5 => Target::System(S::Reduce),
+            6 => Target::System(S::BarrierDone),
+            id if id >= USER_BASE => Target::User,
+            _ => Target::Unknown,
+        }
+    }
+}
+
+impl SystemHandler {
+    /// The handler id messages carry.
+    pub(crate) const fn id(self) -> u32 {
+        self as u32
+    }
+
+    /// Start-up and exit control runs at once, before PE 0 says go; everything else waits.
+    fn runs_before_go(self) -> bool {
+        use SystemHandler as S;
+        matches!(
+            self,
+            S::Handshake | S::HandshakeReply | S::ExitRequest | S::Exit
+        )
+    }
+}
 
 /// A PE whose handler table differs, with that table.
 type Differing = (usize, Vec<String>);
 
+/// Where a PE is in start-up. (Ending is apart: a job may end in any phase.)
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// The start function runs: handlers may still be registered.
+    #[default]
+    Registering,
+    /// Scheduling began: the start-up check is under way; `reported` once this PE sent its
+    /// report up (or, on PE 0, gave the verdict).
+    Checking {
+        /// This PE's report went up.
+        reported: bool,
+    },
+    /// PE 0 said go: user handlers run.
+    Running,
+}
+
 /// Where a PE is in its life.
 #[derive(Default)]
 pub(crate) struct Lifecycle {
-    /// The handshake went out: no more handler registration.
-    pub started: bool,
-    /// PE 0 said go: user handlers may run.
-    pub ready: bool,
-    /// Messages that arrived before `ready`, in the order the scheduler took them.
+    /// Start-up phase.
+    pub phase: Phase,
+    /// Messages that arrived before `Running`, in the order the scheduler took them.
     pub held: Vec<Message>,
     /// Held messages waiting to run after "go", before anything else the queue holds.
     pub replay: std::collections::VecDeque<Message>,
@@ -45,8 +120,6 @@ pub(crate) struct Lifecycle {
     pub leavable_depth: usize,
     /// Children's reports: (child, its handler names, first differing PE below it).
     reports: Vec<(usize, Vec<String>, Option<Differing>)>,
-    /// This PE sent its report up (or, on PE 0, gave the verdict).
-    reported: bool,
     /// PE 0 only: the exit code was already announced.
     exit_announced: bool,
     /// The job is ending: every scheduler loop returns.
@@ -57,6 +130,13 @@ pub(crate) struct Lifecycle {
     pub failure: Option<RuntimeError>,
     /// `exit_scheduler` was called.
     pub leave: bool,
+}
+
+impl Lifecycle {
+    /// Whether scheduling began (no more handler registration).
+    pub(crate) fn started(&self) -> bool {
+        self.phase != Phase::Registering
+    }
 }
 
 impl Pe {
@@ -70,7 +150,7 @@ impl Pe {
             self.announce_exit(code);
         } else {
             let mut m = Message::new(0).with_priority(i32::MIN);
-            m.set_handler(H_EXIT_REQUEST);
+            m.set_handler(S::ExitRequest.id());
             m.set_arg0(code as u32);
             self.route(0, m);
         }
@@ -87,7 +167,7 @@ impl Pe {
     /// Pass the exit down the tree, then stop.
     fn exit_down(&mut self, code: i32) {
         let mut m = Message::new(0).with_priority(i32::MIN);
-        m.set_handler(H_EXIT);
+        m.set_handler(S::Exit.id());
         m.set_arg0(code as u32);
         self.forward_down(0, m, false);
         self.stop(code);
@@ -102,23 +182,23 @@ impl Pe {
 
     /// Start-up check, on first scheduling: report once the children have.
     pub(crate) fn ensure_started(&mut self) {
-        if self.life.started {
+        if self.life.started() {
             return;
         }
-        self.life.started = true;
+        self.life.phase = Phase::Checking { reported: false };
         self.try_report();
     }
 
     /// Report up the tree (PE 0: decide) once started and every child has reported.
     fn try_report(&mut self) {
         let (me, n, k) = (self.my_pe, self.num_pes, self.tun.branching);
-        if !self.life.started || self.life.reported {
+        if self.life.phase != (Phase::Checking { reported: false }) {
             return;
         }
         if self.life.reports.len() < tree_children(0, me, n, k).count() {
             return;
         }
-        self.life.reported = true;
+        self.life.phase = Phase::Checking { reported: true };
         let mut reports = std::mem::take(&mut self.life.reports);
         reports.sort_by_key(|r| r.0);
         let mine = &self.handler_names;
@@ -134,13 +214,13 @@ impl Pe {
         match tree_parent(0, me, n, k) {
             Some(parent) => {
                 let mut m = Message::from_payload(&encode_report(mine, differs.as_ref()));
-                m.set_handler(H_HANDSHAKE);
+                m.set_handler(S::Handshake.id());
                 self.route(parent, m);
             }
             None => {
                 let verdict = differs.map(|(pe, names)| describe_mismatch(mine, pe, &names));
                 let mut m = Message::from_payload(verdict.as_deref().unwrap_or("").as_bytes());
-                m.set_handler(H_HANDSHAKE_REPLY);
+                m.set_handler(S::HandshakeReply.id());
                 m.set_arg0(u32::from(verdict.is_some()));
                 self.forward_down(0, m, false);
                 self.take_verdict(verdict);
@@ -169,7 +249,7 @@ impl Pe {
     fn take_verdict(&mut self, mismatch: Option<String>) {
         match mismatch {
             None => {
-                self.life.ready = true;
+                self.life.phase = Phase::Running;
                 // What came early runs next, in the order it was taken, before anything queued
                 // later: the scheduler drains `replay` first. (Running it here, inline, would let
                 // a held handler that schedules run later messages before earlier held ones.)
@@ -187,26 +267,27 @@ impl Pe {
         }
     }
 
-    /// Run a message's handler, system or user, once start-up is done.
-    pub(crate) fn run_handler(&mut self, m: Message) {
-        if m.handler() < crate::pe::USER_BASE {
-            self.run_system_handler(m)
-        } else {
-            self.run_user_handler(m)
+    /// Run a message's handler: the runtime's own, or the program's once PE 0 said go (until
+    /// then the program's wait in `held`, in the order they came).
+    #[inline]
+    pub(crate) fn run_handler(&mut self, msg: Message) {
+        match Target::of(msg.handler()) {
+            Target::System(h) => self.run_system_handler(h, msg),
+            Target::User if self.life.phase != Phase::Running => self.life.held.push(msg),
+            Target::User => self.run_user_handler(msg),
+            Target::Unknown => self.drop_message(&msg, "it names an unknown system handler"),
         }
     }
 
     /// Run one of the runtime's own handlers.
-    pub(crate) fn run_system_handler(&mut self, msg: Message) {
-        let h = msg.handler();
-        let control = matches!(h, H_HANDSHAKE | H_HANDSHAKE_REPLY | H_EXIT_REQUEST | H_EXIT);
-        if !control && !self.life.ready {
+    fn run_system_handler(&mut self, h: SystemHandler, msg: Message) {
+        if !h.runs_before_go() && self.life.phase != Phase::Running {
             self.life.held.push(msg);
             return;
         }
         match h {
-            H_HANDSHAKE => self.on_report(msg),
-            H_HANDSHAKE_REPLY => {
+            S::Handshake => self.on_report(msg),
+            S::HandshakeReply => {
                 let Some(msg) = self.forward_down(0, msg, true) else {
                     return;
                 };
@@ -214,12 +295,12 @@ impl Pe {
                     (msg.arg0() != 0).then(|| String::from_utf8_lossy(msg.payload()).into_owned());
                 self.take_verdict(mismatch);
             }
-            H_EXIT_REQUEST if self.my_pe == 0 => self.announce_exit(msg.arg0() as i32),
-            H_EXIT => self.exit_down(msg.arg0() as i32),
-            H_TREE_BCAST => self.on_tree_broadcast(msg),
-            H_REDUCE => self.on_reduce_contribution(msg),
-            H_BARRIER_DONE => self.on_barrier_done(),
-            _ => self.drop_message(&msg, "it names an unknown system handler"),
+            S::ExitRequest if self.my_pe == 0 => self.announce_exit(msg.arg0() as i32),
+            S::ExitRequest => self.drop_message(&msg, "an exit request reached a PE other than 0"),
+            S::Exit => self.exit_down(msg.arg0() as i32),
+            S::TreeBroadcast => self.on_tree_broadcast(msg),
+            S::Reduce => self.on_reduce_contribution(msg),
+            S::BarrierDone => self.on_barrier_done(),
         }
     }
 }

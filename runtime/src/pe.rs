@@ -23,8 +23,7 @@ impl HandlerId {
     }
 }
 
-/// Handler ids below this are the runtime's own (start-up, exit, collectives).
-pub(crate) const USER_BASE: u32 = 16;
+pub(crate) use crate::lifecycle::USER_BASE;
 
 /// One PE of the job. Handlers and start functions receive `&mut Pe` and do everything through
 /// it: send, broadcast, reduce, register callbacks, exit.
@@ -198,7 +197,7 @@ impl Pe {
         F: Fn(&mut Pe, Message) + 'static,
     {
         assert!(
-            !self.life.started,
+            !self.life.started(),
             "PE {}: handler '{name}' registered after the PE started scheduling; \
              register every handler first",
             self.my_pe

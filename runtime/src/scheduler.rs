@@ -2,11 +2,31 @@
 //! priority, fires timers, and goes idle without burning a core.
 
 use crate::pe::Pe;
-use machine::{MachineError, Message, Settings};
+use machine::{MachineError, Message, SettingSpec, Settings};
 use std::time::{Duration, Instant};
 
 /// Widest spanning tree allowed: a reduction tracks its children in a 64-bit mask.
 pub(crate) const MAX_BRANCHING: usize = 64;
+
+/// The settings the runtime itself reads (the layers declare theirs).
+pub(crate) const SETTINGS: &[SettingSpec] = &[
+    SettingSpec {
+        key: "sched.spin_us",
+        meaning: "how long an idle PE keeps polling before it blocks, µs (default 50)",
+    },
+    SettingSpec {
+        key: "sched.idle_max_ms",
+        meaning: "longest single block of an idle PE, ms (default 10)",
+    },
+    SettingSpec {
+        key: "sched.batch",
+        meaning: "messages dispatched between two polls of the layer (default 64)",
+    },
+    SettingSpec {
+        key: "tree.branching",
+        meaning: "fan-out of the spanning trees of collectives, 2..=64 (default 4)",
+    },
+];
 
 /// Scheduler knobs, read from settings at start-up.
 #[derive(Debug, Clone, Copy)]
@@ -257,14 +277,7 @@ impl Pe {
         if msg.dst_pe() as usize != self.my_pe {
             return self.drop_message(&msg, "it is addressed to another PE");
         }
-        if msg.handler() < crate::pe::USER_BASE {
-            return self.run_system_handler(msg);
-        }
-        if !self.life.ready {
-            self.life.held.push(msg);
-            return;
-        }
-        self.run_user_handler(msg);
+        self.run_handler(msg);
     }
 
     /// Fire due timers; true if any ran.

@@ -67,6 +67,8 @@ fn bad_runtime_arguments_are_one_line_errors() {
         vec!["hello", "+bogus"],
         vec!["hello", "+set", "sched.batch=zero"],
         vec!["hello", "+ppn", "0"],
+        vec!["hello", "+set", "udp.dead_after_s=nan"],
+        vec!["hello", "+set", "sched.spin_us=inf"],
     ] {
         let o = run(&args);
         assert_eq!(o.code, Some(2), "{args:?}: {o}");
@@ -108,5 +110,36 @@ fn started_by_mpirun_without_the_mpi_layer_is_a_clear_error() {
         "{o}"
     );
     assert_eq!(o.stderr.lines().count(), 1, "one line: {o}");
+    assert_eq!(o.lines_with("hello from PE"), 0, "{o}");
+}
+
+#[test]
+fn an_unknown_setting_is_refused_naming_the_known_ones() {
+    let o = run(&["hello", "+set", "nosuch.key=1"]);
+    assert_eq!(o.code, Some(2), "{o}");
+    assert_eq!(o.stderr.lines().count(), 1, "one line: {o}");
+    assert!(
+        o.stderr
+            .contains("setting nosuch.key: no such setting (known: ")
+            && o.stderr.contains("sched.spin_us")
+            && o.stderr.contains("udp.mtu"),
+        "{o}"
+    );
+    assert_eq!(o.lines_with("hello from PE"), 0, "{o}");
+}
+
+#[test]
+fn the_local_layer_under_charmrun_is_refused_at_once() {
+    let charmrun = conformance::charmrun_path(PROGRAM);
+    let o = run_bounded(
+        Command::new(charmrun).args(["+p4", PROGRAM, "hello", "+machine", "local"]),
+        Duration::from_secs(30),
+    );
+    assert_ne!(o.code, Some(0), "{o}");
+    assert!(
+        o.stderr
+            .contains("+machine local runs every PE as a thread of this one process"),
+        "{o}"
+    );
     assert_eq!(o.lines_with("hello from PE"), 0, "{o}");
 }

@@ -13,8 +13,7 @@ use super::socket::{Arrived, Socket, RECV_BATCH};
 use super::wire;
 use crate::mesh;
 use charmrun::client::{Control, LaunchEnv};
-use machine::{BootConfig, Layer, Machine, MachineError, Message, NodeTable};
-use std::collections::VecDeque;
+use machine::{BootConfig, Layer, Machine, MachineError, Message, NodeTable, SettingSpec};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,7 +23,52 @@ pub const LAYER: Layer = Layer {
     summary: "one process per node started by charmrun, UDP datagrams with retransmission",
     boot,
     launched: LaunchEnv::present,
+    settings: SETTINGS,
 };
+
+/// The `udp.*` settings (defaults and bounds: `config.rs`).
+const SETTINGS: &[SettingSpec] = &[
+    SettingSpec {
+        key: "udp.mtu",
+        meaning: "largest IP packet sent, bytes (576..=65535, default 65535)",
+    },
+    SettingSpec {
+        key: "udp.window",
+        meaning: "packets in flight per peer (4..=4096, default 128)",
+    },
+    SettingSpec {
+        key: "udp.sockbuf_kib",
+        meaning: "socket buffers asked for, KiB (default 16384)",
+    },
+    SettingSpec {
+        key: "udp.rto_min_us",
+        meaning: "retransmission timeout floor, µs (default 1000)",
+    },
+    SettingSpec {
+        key: "udp.rto_max_ms",
+        meaning: "retransmission timeout ceiling, ms (default 1000)",
+    },
+    SettingSpec {
+        key: "udp.rto_initial_ms",
+        meaning: "retransmission timeout before an RTT sample, ms (default 20)",
+    },
+    SettingSpec {
+        key: "udp.ack_delay_us",
+        meaning: "longest an acknowledgement waits for data, µs (default 500)",
+    },
+    SettingSpec {
+        key: "udp.dead_after_s",
+        meaning: "silence with data outstanding after which a peer is dead, s (default 30)",
+    },
+    SettingSpec {
+        key: "udp.stats",
+        meaning: "print this node's counters at exit (default false)",
+    },
+    SettingSpec {
+        key: "udp.via",
+        meaning: "send every datagram through this HOST:PORT relay (tests)",
+    },
+];
 
 /// Receive batches taken by one `advance` at most: then the scheduler gets to dispatch.
 const MAX_BATCHES: usize = 8;
@@ -44,8 +88,6 @@ pub struct UdpMachine {
     table: NodeTable,
     sock: Socket,
     ep: Endpoint,
-    /// Messages ready to hand up: sent to ourselves, or received while in a barrier.
-    ready: VecDeque<Message>,
     stats: bool,
     /// Polls in a row that found nothing (see `CLOCK_EVERY`).
     empty_polls: u32,
@@ -59,7 +101,7 @@ pub struct UdpMachine {
 /// [`MachineError::Setting`] for a bad `udp.*` setting.
 pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
     let conf = Config::from_settings(&cfg.settings)?;
-    let env = LaunchEnv::from_env()?;
+    let env = LaunchEnv::for_boot(cfg)?;
     if env.num_nodes > usize::from(u16::MAX) {
         return Err(MachineError::Boot(format!(
             "the udp layer numbers nodes in 16 bits; {} nodes are too many",
@@ -120,7 +162,6 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
         table,
         sock,
         ep,
-        ready: VecDeque::new(),
         stats,
         empty_polls: 0,
         ctl: Arc::new(ctl),
@@ -249,11 +290,7 @@ impl Machine for UdpMachine {
     }
 
     fn send(&mut self, node: usize, msg: Message) -> Result<(), MachineError> {
-        if node == self.me {
-            self.ready.push_back(msg);
-            return Ok(());
-        }
-        if node >= self.table.num_nodes() {
+        if node >= self.table.num_nodes() || node == self.me {
             return Err(MachineError::InvalidNode {
                 node,
                 nodes: self.table.num_nodes(),
@@ -265,35 +302,20 @@ impl Machine for UdpMachine {
     }
 
     fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
-        let mut n = 0;
-        while let Some(m) = self.ready.pop_front() {
-            deliver(m);
-            n += 1;
-        }
-        match self.progress(deliver) {
-            Ok(k) => Ok(n + k),
-            Err(f) => Err(self.failure(f)),
-        }
+        self.progress(deliver).map_err(|f| self.failure(f))
     }
 
     fn wait(&mut self, timeout: Duration) -> Result<(), MachineError> {
-        if !self.ready.is_empty() {
-            return Ok(());
-        }
         self.pause(timeout)
     }
 
-    fn barrier(&mut self) -> Result<(), MachineError> {
+    fn barrier(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<(), MachineError> {
         // Keep the protocol moving while others catch up: our retransmissions and our
-        // acknowledgements may be what a peer needs to reach the barrier. What arrives is
-        // kept for the next `advance`.
+        // acknowledgements may be what a peer needs to reach the barrier.
         self.ep.set_eager(true);
         let ctl = Arc::clone(&self.ctl);
         let r = ctl.barrier_while(|| {
-            let mut held = std::mem::take(&mut self.ready);
-            let r = self.progress(&mut |m| held.push_back(m));
-            self.ready = held;
-            r.map_err(|f| self.failure(f))?;
+            self.progress(deliver).map_err(|f| self.failure(f))?;
             self.pause(NAP)
         });
         self.ep.set_eager(false);

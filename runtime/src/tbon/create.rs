@@ -154,47 +154,42 @@ pub fn create_network_fe_with<T: Send>(
         job.cancel("internal: the front-end has no place in its own job");
         return Err(TbonError::Create("the job has no front-end".into()));
     };
-    charmrun::client::set_in_process(Some(env));
-    let argv: Vec<String> = [
-        "tbon-front-end".to_string(),
-        "+p".into(),
-        n.to_string(),
-        "+machine".into(),
-        layer,
-        "+quiet".into(),
-    ]
-    .into_iter()
-    .chain(settings.runtime_args.iter().cloned())
-    .collect();
     let result: Mutex<Option<Result<T, TbonError>>> = Mutex::new(None);
     let f = Mutex::new(Some(f));
-    let ran = crate::Runtime::from_args(argv).and_then(|rt| {
-        rt.run(|pe| {
-            let failed = match attach(pe, options().policy(MapPolicy::InOrder), |_| {
-                Ok(topology.clone())
-            }) {
-                Ok(mut net) => {
-                    let user = f.lock().ok().and_then(|mut g| g.take());
-                    if let Some(user) = user {
-                        let v = user(&mut net);
-                        if let Ok(mut r) = result.lock() {
-                            *r = Some(Ok(v));
+    let ran = crate::Runtime::builder()
+        .program_args(["tbon-front-end"])
+        .pes(n)
+        .layer(&layer)
+        .quiet(true)
+        .runtime_args(&settings.runtime_args)
+        .map(|b| b.launch(env))
+        .and_then(crate::RuntimeBuilder::build)
+        .and_then(|rt| {
+            rt.run(|pe| {
+                let failed = match attach(pe, options().policy(MapPolicy::InOrder), |_| {
+                    Ok(topology.clone())
+                }) {
+                    Ok(mut net) => {
+                        let user = f.lock().ok().and_then(|mut g| g.take());
+                        if let Some(user) = user {
+                            let v = user(&mut net);
+                            if let Ok(mut r) = result.lock() {
+                                *r = Some(Ok(v));
+                            }
                         }
+                        let _ = net.shutdown();
+                        None
                     }
-                    let _ = net.shutdown();
-                    None
+                    Err(e) => Some(e),
+                };
+                if let Some(e) = failed {
+                    if let Ok(mut r) = result.lock() {
+                        *r = Some(Err(e));
+                    }
                 }
-                Err(e) => Some(e),
-            };
-            if let Some(e) = failed {
-                if let Ok(mut r) = result.lock() {
-                    *r = Some(Err(e));
-                }
-            }
-            pe.exit(0);
-        })
-    });
-    charmrun::client::set_in_process(None);
+                pe.exit(0);
+            })
+        });
     if let Err(e) = &ran {
         job.cancel(&format!("the front-end failed: {e}"));
     }

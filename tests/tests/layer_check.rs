@@ -1,0 +1,54 @@
+//! The in-process check of the `Machine` contract (`machine::check`) on every layer compiled
+//! in: each node a thread of this test process, the launched layers started by charmrun's
+//! embedded launcher. Seconds per layer, next to the whole-job suites in the other files.
+
+use charmrun::launch::{start_embedded, NodeStart};
+use machine::{BootConfig, LaunchEnv};
+use std::time::Duration;
+
+/// Run the check on `layer` with `n` nodes started by the embedded launcher, and return what
+/// the launcher says the job's exit code was.
+fn check_launched(layer: &str, n: usize) {
+    let layer = converse::find_layer(layer).expect("layer compiled in");
+    let mut opts = charmrun::opts::Opts::with_pes(n);
+    opts.timeout = Duration::from_secs(30);
+    let plan = (0..n).map(|_| NodeStart::InProcess).collect();
+    let job = start_embedded(opts, plan).expect("the embedded launcher starts");
+    let envs: Vec<LaunchEnv> = job.envs().to_vec();
+    let report = machine::check::run(layer, n, |i| BootConfig {
+        launch: envs.get(i).cloned(),
+        ..BootConfig::new(n)
+    });
+    if report.is_err() {
+        job.cancel("the check failed");
+    }
+    let code = job.wait();
+    let report = report.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(report.nodes, n);
+    assert_eq!(
+        report.messages,
+        (n * (n - 1)) as u64 * machine::check::PER_PAIR
+    );
+    assert_eq!(code, 0, "the launcher's verdict");
+}
+
+#[test]
+fn local_keeps_the_contract() {
+    let r = machine::check::run(&machine::local::LAYER, 5, |_| BootConfig::new(5)).expect("check");
+    assert_eq!(r.messages, 5 * 4 * machine::check::PER_PAIR);
+}
+
+#[test]
+fn tcp_keeps_the_contract() {
+    check_launched("tcp", 4);
+}
+
+#[test]
+fn udp_keeps_the_contract() {
+    check_launched("udp", 4);
+}
+
+#[test]
+fn si_keeps_the_contract() {
+    check_launched("si", 4);
+}
