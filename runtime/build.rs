@@ -1,5 +1,5 @@
 //! Bakes the build variant (conv-mach/variants/NAME.toml) into the runtime: its name, default
-//! layer and default settings. `conv-mach build NAME` sets CONV_MACH_VARIANT; a plain build is
+//! layer and the settings it changes. `conv-mach build NAME` sets CONV_MACH_VARIANT; a plain build is
 //! the default variant.
 
 use std::fmt::Write as _;

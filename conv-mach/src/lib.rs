@@ -2,7 +2,7 @@
 //! `multicore-linux-x86_64 smp`, ...).
 //!
 //! A variant is a small TOML file in `conv-mach/variants/`: the cargo features of the `converse`
-//! crate it needs, the layer its programs run on by default, and default settings. The
+//! crate it needs, the layer its programs run on by default, and the settings it changes. The
 //! `conv-mach build NAME` command builds the workspace with those features into
 //! `target/NAME/`, and the runtime's build script bakes the variant's name, default layer and
 //! settings into every program, so a program can say what it was built as (`+version`).

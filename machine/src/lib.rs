@@ -7,9 +7,11 @@
 //! - [`NodeTable`]: which nodes make up the job and how to reach them.
 //! - [`Settings`]: named settings with the variant's defaults.
 //! - [`launch`]: what a launcher tells the nodes it starts ([`launch::LaunchEnv`]).
+//! - [`bytes`]: the checked byte reader and writer every format uses.
 //! - [`check`]: the contract checked against any layer inside one process.
 //! - [`local`]: the in-process layer, the embedded default and reference implementation.
 
+pub mod bytes;
 pub mod check;
 mod contract;
 mod error;

@@ -5,6 +5,7 @@
 //! [`NodeTable::encode`]; the `addr` bytes are opaque to everybody but the layer (a socket
 //! address for TCP/UDP, a segment name for shared memory).
 
+use crate::bytes::{ByteReader, ByteWriter};
 use crate::error::WireError;
 
 /// One node of the job.
@@ -125,13 +126,11 @@ impl NodeTable {
         let mut out = Vec::with_capacity(16 + self.nodes.len() * 32);
         out.extend_from_slice(MAGIC);
         out.push(VERSION);
-        out.extend_from_slice(&(self.nodes.len() as u32).to_le_bytes());
+        out.put_u32(self.nodes.len() as u32);
         for n in &self.nodes {
-            out.extend_from_slice(&(n.num_pes as u32).to_le_bytes());
-            out.extend_from_slice(&(n.host.len() as u32).to_le_bytes());
-            out.extend_from_slice(n.host.as_bytes());
-            out.extend_from_slice(&(n.addr.len() as u32).to_le_bytes());
-            out.extend_from_slice(&n.addr);
+            out.put_u32(n.num_pes as u32);
+            out.put_str(&n.host);
+            out.put_bytes(&n.addr);
         }
         out
     }
@@ -141,26 +140,22 @@ impl NodeTable {
     /// # Errors
     /// A [`WireError`] saying what is wrong with the bytes.
     pub fn decode(bytes: &[u8]) -> Result<NodeTable, WireError> {
-        let mut r = Reader { bytes, pos: 0 };
-        if r.take(4)? != MAGIC || r.take(1)?[0] != VERSION {
+        let mut r = ByteReader::new(bytes);
+        if r.take(4)? != MAGIC || r.u8()? != VERSION {
             return Err(WireError::BadMagic);
         }
-        let count = r.u32()? as usize;
-        // Each node needs at least 12 bytes: refuse counts the input cannot hold before
-        // allocating for them.
-        if count == 0 || count > r.remaining() / 12 {
-            return Err(WireError::BadLength(format!("node count {count}")));
+        // Each node needs at least 12 bytes: counts the input cannot hold are refused before
+        // anything is allocated for them.
+        let count = r.count(12)?;
+        if count == 0 {
+            return Err(WireError::BadLength("node count 0".into()));
         }
         let mut nodes = Vec::with_capacity(count);
         let mut first_pe = 0usize;
         for _ in 0..count {
             let num_pes = r.u32()? as usize;
-            let host_len = r.u32()? as usize;
-            let host = std::str::from_utf8(r.take(host_len)?)
-                .map_err(|_| WireError::NotUtf8)?
-                .to_owned();
-            let addr_len = r.u32()? as usize;
-            let addr = r.take(addr_len)?.to_vec();
+            let host = r.str()?.to_owned();
+            let addr = r.bytes()?.to_vec();
             nodes.push(NodeInfo {
                 first_pe,
                 num_pes,
@@ -171,39 +166,8 @@ impl NodeTable {
                 .checked_add(num_pes)
                 .ok_or_else(|| WireError::BadLength("PE count overflows".into()))?;
         }
-        if r.remaining() != 0 {
-            return Err(WireError::BadLength(format!(
-                "{} trailing bytes",
-                r.remaining()
-            )));
-        }
+        r.finish()?;
         NodeTable::new(nodes)
-    }
-}
-
-struct Reader<'a> {
-    bytes: &'a [u8],
-    pos: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn remaining(&self) -> usize {
-        self.bytes.len() - self.pos
-    }
-    fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
-        if n > self.remaining() {
-            return Err(WireError::Truncated {
-                len: self.remaining(),
-                need: n,
-            });
-        }
-        let s = &self.bytes[self.pos..self.pos + n];
-        self.pos += n;
-        Ok(s)
-    }
-    fn u32(&mut self) -> Result<u32, WireError> {
-        let b = self.take(4)?;
-        Ok(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
     }
 }
 

@@ -109,4 +109,21 @@ mod tests {
             assert!(e.contains("not compiled into this program"), "{e}");
         }
     }
+
+    #[test]
+    fn every_variant_sets_only_declared_settings() {
+        let dir = conv_mach::variants_dir();
+        let names = conv_mach::list(&dir).expect("variants");
+        assert!(names.len() >= 5);
+        for name in names {
+            let v = conv_mach::load(&dir, &name).expect("variant loads");
+            let mut s = machine::Settings::default();
+            for (k, val) in &v.settings {
+                s.set(k, val);
+            }
+            if let Err(e) = s.check_known(&settings()) {
+                panic!("variant {name}: {e}");
+            }
+        }
+    }
 }

@@ -17,7 +17,8 @@
 use crate::collectives::{tree_children, tree_parent};
 use crate::error::RuntimeError;
 use crate::pe::Pe;
-use machine::Message;
+use machine::bytes::{ByteReader, ByteWriter};
+use machine::{Message, WireError};
 use SystemHandler as S;
 
 /// The runtime's own handlers: the ids below [`USER_BASE`], the same on every PE.
@@ -306,32 +307,16 @@ impl Pe {
 }
 
 fn encode_names(out: &mut Vec<u8>, names: &[String]) {
-    out.extend_from_slice(&(names.len() as u32).to_le_bytes());
+    out.put_u32(names.len() as u32);
     for n in names {
-        out.extend_from_slice(&(n.len() as u32).to_le_bytes());
-        out.extend_from_slice(n.as_bytes());
+        out.put_str(n);
     }
 }
 
-/// Names from the front of `b`, and what follows them.
-fn decode_names(mut b: &[u8]) -> Option<(Vec<String>, &[u8])> {
-    let word = |b: &mut &[u8]| -> Option<usize> {
-        let (w, rest) = b.split_first_chunk::<4>()?;
-        *b = rest;
-        Some(u32::from_le_bytes(*w) as usize)
-    };
-    let count = word(&mut b)?;
-    let mut names = Vec::with_capacity(count.min(b.len() / 4));
-    for _ in 0..count {
-        let len = word(&mut b)?;
-        if len > b.len() {
-            return None;
-        }
-        let (s, rest) = b.split_at(len);
-        names.push(String::from_utf8(s.to_vec()).ok()?);
-        b = rest;
-    }
-    Some((names, b))
+fn decode_names(r: &mut ByteReader<'_>) -> Result<Vec<String>, WireError> {
+    // Each name takes at least its 4-byte length.
+    let count = r.count(4)?;
+    (0..count).map(|_| Ok(r.str()?.to_owned())).collect()
 }
 
 /// A start-up report: `[names][0]` or `[names][1][pe u32][names of pe]`.
@@ -339,10 +324,10 @@ fn encode_report(mine: &[String], differs: Option<&Differing>) -> Vec<u8> {
     let mut out = Vec::new();
     encode_names(&mut out, mine);
     match differs {
-        None => out.push(0),
+        None => out.put_u8(0),
         Some((pe, names)) => {
-            out.push(1);
-            out.extend_from_slice(&(*pe as u32).to_le_bytes());
+            out.put_u8(1);
+            out.put_u32(*pe as u32);
             encode_names(&mut out, names);
         }
     }
@@ -350,17 +335,18 @@ fn encode_report(mine: &[String], differs: Option<&Differing>) -> Vec<u8> {
 }
 
 fn decode_report(b: &[u8]) -> Option<(Vec<String>, Option<Differing>)> {
-    let (names, rest) = decode_names(b)?;
-    match rest.split_first()? {
-        (0, []) => Some((names, None)),
-        (1, rest) => {
-            let (pe, rest) = rest.split_first_chunk::<4>()?;
-            let (theirs, rest) = decode_names(rest)?;
-            rest.is_empty()
-                .then(|| (names, Some((u32::from_le_bytes(*pe) as usize, theirs))))
+    let mut r = ByteReader::new(b);
+    let names = decode_names(&mut r).ok()?;
+    let differs = match r.u8().ok()? {
+        0 => None,
+        1 => {
+            let pe = r.u32().ok()? as usize;
+            Some((pe, decode_names(&mut r).ok()?))
         }
-        _ => None,
-    }
+        _ => return None,
+    };
+    r.finish().ok()?;
+    Some((names, differs))
 }
 
 /// One sentence on how PE `pe`'s table differs from PE 0's.
