@@ -76,7 +76,7 @@ pub fn launch_floor(p: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The child side of [`lower_bound`].
+/// The child side of [`launch_floor`].
 pub fn connect_back(addr: &str) -> anyhow::Result<()> {
     use std::io::Write;
     TcpStream::connect(addr)?.write_all(&[1])?;

@@ -808,7 +808,7 @@ fn read_loop(node: usize, mut r: TcpStream, tx: Sender<Event>) {
 /// A job run by a launcher inside the calling program, which joins it as one or more of its
 /// nodes ([`NodeStart::InProcess`]): what a front-end that makes its own network uses
 /// (MRNet's `CreateNetworkFE`). Nodes in this process join through [`client`] with the
-/// [`LaunchEnv`](client::LaunchEnv)s of [`Embedded::envs`] (see [`client::set_in_process`]).
+/// [`LaunchEnv`](client::LaunchEnv)s of [`Embedded::envs`], handed to the runtime as its launch context ([`machine::BootConfig::launch`]).
 ///
 /// The launcher runs on a thread of its own; no signal handler is installed (the program's
 /// are its own). At the end it does what charmrun does, except that it never tells a node in

@@ -409,7 +409,7 @@ fn merge_results(results: Vec<Result<i32, RuntimeError>>) -> Result<i32, Runtime
 }
 
 /// The layer called `name`, if it is compiled into this program: for tools that drive a
-/// layer's [`Machine`](machine::Machine) directly (such as `bench`'s layer-only ping-pong).
+/// layer's [`Machine`] directly (such as `bench`'s layer-only ping-pong).
 ///
 /// # Errors
 /// [`RuntimeError::Layer`] saying whether the name is unknown or not compiled in.
