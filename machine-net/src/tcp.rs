@@ -34,9 +34,10 @@ const ACCEPT_EVERY: u32 = 64;
 /// How long `exit` keeps trying to send what is still queued.
 const EXIT_FLUSH: Duration = Duration::from_secs(2);
 
-/// Most accepted connections allowed to be introducing themselves at once; beyond, the oldest
-/// is closed (strangers cannot pile up descriptors).
-const MAX_PENDING: usize = 64;
+/// Accepted connections still introducing themselves beyond what the job's own peers can
+/// open (each at most two: the pair's connection and a request to open it): with more, the
+/// oldest is closed, so strangers cannot pile up descriptors while every peer always fits.
+const MAX_STRANGERS: usize = 64;
 
 /// Epoll tokens: a connection is its peer's node number; these are the others.
 const LISTENER: u64 = u64::MAX;
@@ -235,7 +236,7 @@ impl TcpMachine {
                         .add(&s, EpollEvent::new(EpollFlags::EPOLLIN, PENDING))
                         .map_err(epoll_err)?;
                     self.pending.push(Pending::new(s));
-                    if self.pending.len() > MAX_PENDING {
+                    if self.pending.len() > 2 * self.table.num_nodes() + MAX_STRANGERS {
                         // Dropping it closes it and takes it out of the epoll set.
                         self.pending.remove(0);
                     }
