@@ -35,8 +35,13 @@ fn main() -> ExitCode {
         },
         _ => None,
     };
-    let code = charmrun::launch::run(&o, hosts.as_deref());
-    ExitCode::from(code.clamp(0, 255) as u8)
+    match charmrun::launch::run(&o, hosts.as_deref()) {
+        Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        Err(e) => {
+            eprintln!("charmrun: {e}");
+            ExitCode::from(1)
+        }
+    }
 }
 
 /// The program must exist and be executable here (nodes on other hosts see the same path).

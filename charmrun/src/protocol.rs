@@ -172,9 +172,9 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// `N` bytes from the system's random source.
-fn random<const N: usize>() -> io::Result<[u8; N]> {
+fn random<const N: usize>() -> Result<[u8; N], getrandom::Error> {
     let mut b = [0u8; N];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
+    getrandom::fill(&mut b)?;
     Ok(b)
 }
 
@@ -194,7 +194,7 @@ pub fn secret_from_hex(h: &str) -> Option<[u8; SECRET_LEN]> {
 ///
 /// # Errors
 /// When the system's random source cannot be read.
-pub fn new_tag() -> io::Result<String> {
+pub fn new_tag() -> Result<String, getrandom::Error> {
     Ok(hex(&random::<8>()?))
 }
 
@@ -208,7 +208,7 @@ pub fn shm_prefix(tag: &str) -> String {
 ///
 /// # Errors
 /// When the system's random source cannot be read.
-pub fn new_secret() -> io::Result<[u8; SECRET_LEN]> {
+pub fn new_secret() -> Result<[u8; SECRET_LEN], getrandom::Error> {
     random()
 }
 
@@ -249,7 +249,7 @@ mod tests {
 
     #[test]
     fn secrets() {
-        let s = new_secret().expect("urandom");
+        let s = new_secret().expect("random source");
         assert_eq!(secret_from_hex(&secret_to_hex(&s)), Some(s));
         assert_eq!(secret_from_hex("zz"), None);
         assert!(secrets_equal(&s, &s));
