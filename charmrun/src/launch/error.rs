@@ -1,5 +1,6 @@
 //! Why a job could not be started.
 
+use crate::opts::UsageError;
 use std::io;
 
 /// Why a job could not be started; whatever was started for it has been ended.
@@ -51,4 +52,30 @@ pub enum LaunchError {
     /// The thread of an embedded launcher ended before saying whether the job started.
     #[error("the launcher thread ended before starting the job")]
     LauncherGone,
+    /// The command line asks for something this way of starting a job cannot do.
+    #[error(transparent)]
+    Usage(#[from] UsageError),
+    /// The MPI launcher (`++mpiexec`) cannot be started.
+    #[error("cannot start the MPI launcher '{program}': {source}")]
+    MpiLauncher {
+        /// Its program.
+        program: String,
+        /// Why.
+        #[source]
+        source: io::Error,
+    },
+    /// Waiting for the MPI launcher failed.
+    #[error("waiting for the MPI launcher: {0}")]
+    Wait(#[source] io::Error),
+}
+
+impl LaunchError {
+    /// The exit code for charmrun: 2 for a command line that cannot run (a usage error, a
+    /// launcher that does not exist), 1 for a job that failed to start.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            LaunchError::Usage(_) | LaunchError::MpiLauncher { .. } => 2,
+            _ => 1,
+        }
+    }
 }

@@ -4,12 +4,11 @@
 
 use super::control::ControlServer;
 use super::verdict::{Cause, Decision, Failure, Verdict};
-use super::{Event, SIGNALLED};
+use super::Event;
 use crate::client;
 use crate::opts::Opts;
 use crate::protocol::{self, Kind};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
-use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -127,8 +126,7 @@ impl<'a> Job<'a> {
                     return Err(launcher_failure("internal: event channel closed".into()))
                 }
             }
-            let sig = SIGNALLED.load(Ordering::SeqCst);
-            if sig != 0 {
+            if let Some(sig) = super::signalled() {
                 self.verdict.interrupt(sig);
             }
             if !table_sent && self.verdict.all_joined() {

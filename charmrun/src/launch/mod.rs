@@ -71,10 +71,7 @@ pub enum NodeStart {
 /// What every node of a job started from a command line runs: `opts.program` on the hosts
 /// round-robin (or all here).
 pub fn plan_of(opts: &Opts, hosts: Option<&[Host]>) -> Vec<NodeStart> {
-    let mut args = opts.args.clone();
-    if opts.ppn > 1 {
-        args.extend(["+ppn".to_string(), opts.ppn.to_string()]);
-    }
+    let args = opts.node_args();
     (0..opts.pes / opts.ppn)
         .map(|i| NodeStart::Process {
             program: opts.program.clone(),
@@ -104,7 +101,13 @@ pub fn run(opts: &Opts, hosts: Option<&[Host]>) -> Result<i32, LaunchError> {
     }
 }
 
-fn install_signal_handlers() {
+/// The signal that interrupted charmrun, if one did (see [`install_signal_handlers`]).
+pub(crate) fn signalled() -> Option<i32> {
+    Some(SIGNALLED.load(Ordering::SeqCst)).filter(|&s| s != 0)
+}
+
+/// Catch SIGINT, SIGTERM and SIGHUP: charmrun ends the job in order instead of dying.
+pub(crate) fn install_signal_handlers() {
     use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
     let act = SigAction::new(
         SigHandler::Handler(on_signal),
