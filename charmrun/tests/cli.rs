@@ -31,7 +31,10 @@ fn help_exits_zero_and_names_every_option() {
     }
     // charmrun refuses ++ppn above 1 (the runtime does not run several PEs per node yet):
     // the help says so rather than offering it.
-    let ppn = text.lines().find(|l| l.contains("++ppn")).unwrap_or_default();
+    let ppn = text
+        .lines()
+        .find(|l| l.contains("++ppn"))
+        .unwrap_or_default();
     assert!(ppn.contains("only 1 is supported yet"), "{ppn}");
 }
 
