@@ -17,8 +17,10 @@ shell), connects them into one job, forwards their output, and exits with the jo
                        split into words as a shell does, quotes included);
                        with ++mpiexec, the MPI launcher to run (default: mpiexec)
   ++mpiexec            hand the job to the MPI launcher: `mpiexec -n N PROGRAM ARGS`
-                       (for programs built with the MPI layer)
-  ++timeout SECS       how long nodes may take to connect back (default 60)
+                       (for programs built with the MPI layer; not with ++nodelist or
+                       ++prefix, which the MPI launcher does its own way)
+  ++timeout SECS       how long nodes may take to connect back (default 60; the MPI
+                       launcher has its own with ++mpiexec)
   ++timelimit SECS     end the job, killing every process, after SECS seconds
   ++prefix             prefix every output line with the PE that printed it
   ++verbose            say what charmrun does

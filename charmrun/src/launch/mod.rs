@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 /// Signal that interrupted charmrun (0: none).
 static SIGNALLED: AtomicI32 = AtomicI32::new(0);
 
-extern "C" fn on_signal(sig: libc::c_int) {
+extern "C" fn on_signal(sig: std::ffi::c_int) {
     SIGNALLED.store(sig, Ordering::SeqCst);
 }
 
