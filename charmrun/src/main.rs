@@ -22,8 +22,13 @@ fn main() -> ExitCode {
         return ExitCode::from(2);
     }
     if o.mpiexec {
-        let code = charmrun::mpiexec::run(&o);
-        return ExitCode::from(code.clamp(0, 255) as u8);
+        return match charmrun::mpiexec::run(&o) {
+            Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
+            Err(e) => {
+                eprintln!("charmrun: {e}");
+                ExitCode::from(e.exit_code())
+            }
+        };
     }
     let hosts = match (&o.nodelist, o.local) {
         (Some(path), false) => match charmrun::nodelist::load(std::path::Path::new(path)) {
@@ -35,8 +40,13 @@ fn main() -> ExitCode {
         },
         _ => None,
     };
-    let code = charmrun::launch::run(&o, hosts.as_deref());
-    ExitCode::from(code.clamp(0, 255) as u8)
+    match charmrun::launch::run(&o, hosts.as_deref()) {
+        Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        Err(e) => {
+            eprintln!("charmrun: {e}");
+            ExitCode::from(e.exit_code())
+        }
+    }
 }
 
 /// The program must exist and be executable here (nodes on other hosts see the same path).

@@ -1,19 +1,31 @@
 //! `charmrun ++mpiexec`: hand the job to the MPI launcher, as Charm++'s charmrun does for MPI
 //! builds. charmrun then only builds the `mpiexec -n N PROGRAM ARGS` command, runs it, and
 //! passes its exit code on; ranks find each other through MPI, not through charmrun.
+//!
+//! The launcher runs in a process group of its own, as node processes do: a Ctrl-C (SIGINT,
+//! SIGTERM, SIGHUP) reaches charmrun, which passes it on to the whole group, and ends the
+//! group if it has not ended [`TERM_GRACE`] later; `++timelimit` does the same with SIGTERM.
 
-use crate::opts::Opts;
-use std::process::Command;
-use std::time::Duration;
+use crate::launch::LaunchError;
+use crate::opts::{shell_words, Opts, UsageError};
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// The launcher run when `++remote-shell` does not name another one.
 pub const DEFAULT: &str = "mpiexec";
 
-/// How long `mpiexec` gets after SIGTERM (at `++timelimit`) before SIGKILL.
+/// How long the launcher gets after a signal is passed on (or SIGTERM at `++timelimit`)
+/// before its whole process group is killed.
 const TERM_GRACE: Duration = Duration::from_secs(2);
 
-/// The command for `opts`: `++remote-shell` (split at spaces, e.g. `"mpirun --oversubscribe"`)
-/// or `mpiexec`, then `-n N`, the program and its arguments.
+/// How often charmrun looks at the launcher, signals and the time limit.
+const TICK: Duration = Duration::from_millis(20);
+
+/// The command for `opts`: `++remote-shell` (split into words as a shell does, e.g.
+/// `"mpirun --oversubscribe"`) or `mpiexec`, then `-n N`, the program and its arguments.
 ///
 /// ```
 /// let o = match charmrun::opts::parse(&["++mpiexec".into(), "+p3".into(), "pgm".into()]) {
@@ -26,99 +38,112 @@ const TERM_GRACE: Duration = Duration::from_secs(2);
 /// ```
 ///
 /// # Errors
-/// One line when an option cannot go with `++mpiexec`.
-pub fn command(opts: &Opts) -> Result<Command, String> {
+/// [`UsageError`] when an option cannot go with `++mpiexec`.
+pub fn command(opts: &Opts) -> Result<Command, UsageError> {
+    let refuse = |why: &str| Err(UsageError::Unsupported(why.into()));
     if opts.nodelist.is_some() && !opts.local {
-        return Err(
+        return refuse(
             "++nodelist does not go with ++mpiexec: the MPI launcher places the ranks \
-                    (pass it a host file, e.g. ++remote-shell \"mpiexec --hostfile FILE\")"
-                .into(),
+             (pass it a host file, e.g. ++remote-shell \"mpiexec --hostfile FILE\")",
         );
     }
     if opts.ppn > 1 {
-        return Err("++ppn does not go with ++mpiexec: the MPI layer runs one PE per rank".into());
+        return refuse("++ppn does not go with ++mpiexec: the MPI layer runs one PE per rank");
     }
     if opts.prefix {
-        return Err(
+        return refuse(
             "++prefix does not go with ++mpiexec: the MPI launcher forwards the output \
-                    (Open MPI: ++remote-shell \"mpiexec --tag-output\")"
-                .into(),
+             (Open MPI: ++remote-shell \"mpiexec --tag-output\")",
         );
     }
     let launcher = opts.remote_shell.as_deref().unwrap_or(DEFAULT);
-    let mut words = launcher.split_whitespace();
-    let name = words
-        .next()
-        .ok_or("++remote-shell needs a command (the MPI launcher, with ++mpiexec)")?;
+    let words = shell_words(launcher).ok_or_else(|| UsageError::BadShell(launcher.into()))?;
+    let (name, rest) = words
+        .split_first()
+        .ok_or_else(|| UsageError::BadShell(launcher.into()))?;
     let mut c = Command::new(name);
-    c.args(words)
+    c.args(rest)
         .args(["-n", &opts.pes.to_string()])
         .arg(&opts.program)
-        .args(&opts.args);
+        .args(opts.node_args());
     Ok(c)
 }
 
-/// Run the job through the MPI launcher; returns the exit code charmrun should end with.
-pub fn run(opts: &Opts) -> i32 {
-    let mut cmd = match command(opts) {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("charmrun: {e}");
-            return 2;
-        }
-    };
+/// Why charmrun ends the launcher early.
+enum Ending {
+    Signal(i32),
+    TimeLimit(Duration),
+}
+
+/// Run the job through the MPI launcher; the exit code charmrun should end with.
+///
+/// # Errors
+/// [`LaunchError`] when the command cannot be built, or the launcher started or waited for.
+pub fn run(opts: &Opts) -> Result<i32, LaunchError> {
+    let mut cmd = command(opts)?;
     if opts.verbose {
         eprintln!("charmrun: handing the job to the MPI launcher: {cmd:?}");
     }
-    let mut child = match cmd.spawn() {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!(
-                "charmrun: cannot start the MPI launcher '{}': {e}",
-                cmd.get_program().to_string_lossy()
-            );
-            return 2;
+    crate::launch::install_signal_handlers();
+    // Its own process group, so that what it starts can be ended as one; no terminal input,
+    // which a background group could not read anyway (as for nodes charmrun starts itself).
+    cmd.process_group(0).stdin(Stdio::null());
+    let mut child = cmd.spawn().map_err(|source| LaunchError::MpiLauncher {
+        program: cmd.get_program().to_string_lossy().into_owned(),
+        source,
+    })?;
+    let group = Pid::from_raw(child.id() as i32);
+    let started = Instant::now();
+    let mut ending: Option<(Ending, Instant)> = None;
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(st)) => break st,
+            Ok(None) => {}
+            Err(e) => {
+                let _ = killpg(group, Signal::SIGKILL);
+                let _ = child.wait();
+                return Err(LaunchError::Wait(e));
+            }
         }
+        let now = Instant::now();
+        match &ending {
+            None => {
+                let why = if let Some(sig) = crate::launch::signalled() {
+                    Some((Ending::Signal(sig), Signal::try_from(sig).ok()))
+                } else {
+                    opts.timelimit
+                        .filter(|&l| now.duration_since(started) >= l)
+                        .map(|l| (Ending::TimeLimit(l), Some(Signal::SIGTERM)))
+                };
+                if let Some((why, sig)) = why {
+                    // The MPI launcher passes it on to every rank.
+                    let _ = killpg(group, sig.unwrap_or(Signal::SIGTERM));
+                    ending = Some((why, now));
+                }
+            }
+            Some((_, since)) if now.duration_since(*since) >= TERM_GRACE => {
+                let _ = killpg(group, Signal::SIGKILL);
+            }
+            Some(_) => {}
+        }
+        std::thread::sleep(TICK);
     };
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    let limited = opts.timelimit.map(|limit| {
-        let (stop, stopped) = std::sync::mpsc::channel::<()>();
-        let timer = std::thread::spawn(move || {
-            use std::sync::mpsc::RecvTimeoutError::Timeout;
-            // Nothing is ever sent: the wait ends at the limit, or when the job ended first and
-            // dropped `stop`.
-            if stopped.recv_timeout(limit) != Err(Timeout) {
-                return false;
-            }
-            // mpiexec passes SIGTERM on to every rank; SIGKILL if it does not end.
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-            if stopped.recv_timeout(TERM_GRACE) == Err(Timeout) {
-                let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
-            }
-            true
-        });
-        (stop, timer, limit)
-    });
-    let status = child.wait();
-    let timed_out = limited.is_some_and(|(stop, timer, limit)| {
-        drop(stop);
-        let hit = timer.join().unwrap_or(false);
-        if hit {
+    let Some((why, _)) = ending else {
+        return Ok(crate::launch::exit_code(status));
+    };
+    // Whatever of the group outlived the launcher ends with it.
+    let _ = killpg(group, Signal::SIGKILL);
+    Ok(match why {
+        Ending::Signal(sig) => {
+            eprintln!("charmrun: interrupted by signal {sig}; ended the job");
+            128 + sig
+        }
+        Ending::TimeLimit(limit) => {
             eprintln!(
                 "charmrun: ++timelimit of {} s reached; ended the job",
                 limit.as_secs_f64()
             );
+            124
         }
-        hit
-    });
-    if timed_out {
-        return 124;
-    }
-    match status {
-        Ok(s) => crate::launch::exit_code(s),
-        Err(e) => {
-            eprintln!("charmrun: waiting for the MPI launcher: {e}");
-            1
-        }
-    }
+    })
 }

@@ -10,20 +10,64 @@ Starts N node processes of PROGRAM (locally, or on the hosts of a nodelist throu
 shell), connects them into one job, forwards their output, and exits with the job's exit code.
 
   +p N                 number of PEs (also accepted after PROGRAM, as Charm++'s charmrun does)
-  ++ppn K              PEs per node process (default 1)
+  ++ppn K              PEs per node process: only 1 is supported yet
   ++local              start every node on this host, ignoring any nodelist
   ++nodelist FILE      hosts to start nodes on: Charm++ nodelist or one host per line
-  ++remote-shell CMD   how to reach a host (default: ssh, run as `CMD HOST COMMAND`);
+  ++remote-shell CMD   how to reach a host (default: ssh, run as `CMD HOST COMMAND`; CMD is
+                       split into words as a shell does, quotes included);
                        with ++mpiexec, the MPI launcher to run (default: mpiexec)
   ++mpiexec            hand the job to the MPI launcher: `mpiexec -n N PROGRAM ARGS`
-                       (for programs built with the MPI layer)
-  ++timeout SECS       how long nodes may take to connect back (default 60)
+                       (for programs built with the MPI layer; not with ++nodelist or
+                       ++prefix, which the MPI launcher does its own way)
+  ++timeout SECS       how long nodes may take to connect back (default 60; the MPI
+                       launcher has its own with ++mpiexec)
   ++timelimit SECS     end the job, killing every process, after SECS seconds
   ++prefix             prefix every output line with the PE that printed it
   ++verbose            say what charmrun does
-  ++quiet              print nothing of charmrun's own but errors
+  ++quiet              print nothing but errors and the program's own output: charmrun says
+                       nothing, and the program gets +quiet (no start-up banner)
   --help               this text
-Everything after PROGRAM goes to it, except +p.";
+Everything after PROGRAM goes to it, except +p; everything after `--` goes to it unread.
+The local layer (+machine local) runs every PE in one process: run such a program directly
+with +p N, not through charmrun.";
+
+/// A command line charmrun cannot run, in one line.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UsageError {
+    /// An option without its value.
+    #[error("{0} needs a value")]
+    NoValue(&'static str),
+    /// A count out of range or not a number.
+    #[error("{name} wants a number from 1 to {max}, got '{got}'")]
+    BadCount {
+        /// The option.
+        name: &'static str,
+        /// The largest allowed.
+        max: usize,
+        /// What was given.
+        got: String,
+    },
+    /// A duration that is not a positive number of seconds.
+    #[error("{name} wants a positive number of seconds, got '{got}'")]
+    BadSeconds {
+        /// The option.
+        name: &'static str,
+        /// What was given.
+        got: String,
+    },
+    /// An option charmrun does not know.
+    #[error("unknown option '{0}' (charmrun --help lists them)")]
+    Unknown(String),
+    /// No program was named.
+    #[error("no program to run (usage: charmrun +p N PROGRAM [ARGS...])")]
+    NoProgram,
+    /// A remote shell command that is empty or does not split into words.
+    #[error("++remote-shell needs a command that splits into words (check its quotes), got '{0}'")]
+    BadShell(String),
+    /// Options that cannot go together, or something charmrun does not do (yet); says why.
+    #[error("{0}")]
+    Unsupported(String),
+}
 
 /// Parsed options.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -89,6 +133,23 @@ impl Opts {
         }
     }
 
+    /// What each node process runs with: the program's arguments, with the runtime
+    /// arguments charmrun adds for its options (`+ppn`, `+quiet`) before any `--`, where the
+    /// runtime still reads them.
+    pub fn node_args(&self) -> Vec<String> {
+        let mut extra = Vec::new();
+        if self.ppn > 1 {
+            extra.extend(["+ppn".to_string(), self.ppn.to_string()]);
+        }
+        if self.quiet {
+            extra.push("+quiet".to_string());
+        }
+        let mut args = self.args.clone();
+        let at = args.iter().position(|a| a == "--").unwrap_or(args.len());
+        args.splice(at..at, extra);
+        args
+    }
+
     /// The remote shell for starting nodes on other hosts.
     pub fn remote_shell(&self) -> &str {
         self.remote_shell.as_deref().unwrap_or("ssh")
@@ -98,14 +159,20 @@ impl Opts {
 /// Parse `args` (without `argv[0]`).
 ///
 /// # Errors
-/// One line saying which argument is wrong.
-pub fn parse(args: &[String]) -> Result<Parsed, String> {
+/// [`UsageError`], one line saying which argument is wrong.
+pub fn parse(args: &[String]) -> Result<Parsed, UsageError> {
     let mut o = Opts::with_pes(0);
     let mut it = args.iter().cloned().peekable();
     let mut pes_given = false;
+    // After the program's `--`, everything is the program's, even what looks like `+p`.
+    let mut program_only = false;
     while let Some(a) = it.next() {
-        let mut value = |name: &str| -> Result<String, String> {
-            it.next().ok_or_else(|| format!("{name} needs a value"))
+        if program_only {
+            o.args.push(a);
+            continue;
+        }
+        let mut value = |name: &'static str| -> Result<String, UsageError> {
+            it.next().ok_or(UsageError::NoValue(name))
         };
         // `+p` is charmrun's anywhere, before or after PROGRAM (as Charm++'s charmrun has it).
         if let Some(v) = pe_flag(&a) {
@@ -119,6 +186,8 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
             continue;
         }
         if !o.program.is_empty() {
+            // The runtime reads its arguments up to `--`; so the program gets it too.
+            program_only = a == "--";
             o.args.push(a);
             continue;
         }
@@ -129,8 +198,8 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
             "++nodelist" => o.nodelist = Some(value("++nodelist")?),
             "++remote-shell" => {
                 let shell = value("++remote-shell")?;
-                if shell.trim().is_empty() {
-                    return Err("++remote-shell needs a command".into());
+                if shell_words(&shell).is_none() {
+                    return Err(UsageError::BadShell(shell));
                 }
                 o.remote_shell = Some(shell);
             }
@@ -141,24 +210,67 @@ pub fn parse(args: &[String]) -> Result<Parsed, String> {
             "++verbose" => o.verbose = true,
             "++quiet" => o.quiet = true,
             _ if a.starts_with("++") || (a.starts_with('-') && a.len() > 1) => {
-                return Err(format!("unknown option '{a}' (charmrun --help lists them)"))
+                return Err(UsageError::Unknown(a))
             }
             _ => o.program = a,
         }
     }
     if o.program.is_empty() {
-        return Err("no program to run (usage: charmrun +p N PROGRAM [ARGS...])".into());
+        return Err(UsageError::NoProgram);
     }
     if !pes_given {
         o.pes = 1;
     }
+    if o.ppn > 1 {
+        // The runtime refuses it on every node; say so once, before starting anything.
+        return Err(UsageError::Unsupported(format!(
+            "++ppn {} is not supported yet: run one PE per node process (++ppn 1)",
+            o.ppn
+        )));
+    }
     if !o.pes.is_multiple_of(o.ppn) {
-        return Err(format!("+p {} is not a multiple of ++ppn {}", o.pes, o.ppn));
+        return Err(UsageError::Unsupported(format!(
+            "+p {} is not a multiple of ++ppn {}",
+            o.pes, o.ppn
+        )));
     }
     if o.quiet && o.verbose {
-        return Err("++quiet and ++verbose contradict each other".into());
+        return Err(UsageError::Unsupported(
+            "++quiet and ++verbose contradict each other".into(),
+        ));
+    }
+    if o.pes > 1 && runtime_machine(&o.args).as_deref() == Some("local") {
+        return Err(UsageError::Unsupported(format!(
+            "+machine local runs all PEs in one process, so charmrun would start {} separate \
+             one-PE jobs: run the program directly with +p {}",
+            o.pes, o.pes
+        )));
     }
     Ok(Parsed::Run(o))
+}
+
+/// A launcher command line split into words as a POSIX shell splits them (quotes group, `\`
+/// escapes); `None` when it is empty or its quotes do not close.
+pub fn shell_words(cmd: &str) -> Option<Vec<String>> {
+    shlex::split(cmd).filter(|w| !w.is_empty())
+}
+
+/// The layer the program's runtime arguments name (`+machine NAME`, `+machine=NAME`,
+/// `+machineNAME`), read as the runtime reads them: up to `--`.
+fn runtime_machine(args: &[String]) -> Option<String> {
+    let mut it = args.iter().take_while(|a| *a != "--");
+    let mut machine = None;
+    while let Some(a) = it.next() {
+        if let Some(v) = a.strip_prefix("+machine") {
+            let v = v.strip_prefix('=').unwrap_or(v);
+            machine = if v.is_empty() {
+                it.next().cloned()
+            } else {
+                Some(v.to_owned())
+            };
+        }
+    }
+    machine
 }
 
 /// `+pN` / `+p` → the glued value ("" when separate); `None` when not a +p flag.
@@ -167,19 +279,24 @@ fn pe_flag(a: &str) -> Option<&str> {
     (v.is_empty() || v.bytes().all(|b| b.is_ascii_digit()) || v.starts_with('-')).then_some(v)
 }
 
-fn count(name: &str, v: &str, max: usize) -> Result<usize, String> {
+fn count(name: &'static str, v: &str, max: usize) -> Result<usize, UsageError> {
     match v.parse::<usize>() {
         Ok(n) if (1..=max).contains(&n) => Ok(n),
-        _ => Err(format!("{name} wants a number from 1 to {max}, got '{v}'")),
+        _ => Err(UsageError::BadCount {
+            name,
+            max,
+            got: v.to_owned(),
+        }),
     }
 }
 
-fn secs(name: &str, v: &str) -> Result<Duration, String> {
+fn secs(name: &'static str, v: &str) -> Result<Duration, UsageError> {
     match v.parse::<f64>() {
         Ok(s) if s > 0.0 && s < 1e7 => Ok(Duration::from_secs_f64(s)),
-        _ => Err(format!(
-            "{name} wants a positive number of seconds, got '{v}'"
-        )),
+        _ => Err(UsageError::BadSeconds {
+            name,
+            got: v.to_owned(),
+        }),
     }
 }
 
@@ -187,7 +304,7 @@ fn secs(name: &str, v: &str) -> Result<Duration, String> {
 mod tests {
     use super::*;
 
-    fn p(v: &[&str]) -> Result<Parsed, String> {
+    fn p(v: &[&str]) -> Result<Parsed, UsageError> {
         parse(&v.iter().map(|s| s.to_string()).collect::<Vec<_>>())
     }
 
@@ -244,9 +361,53 @@ mod tests {
             &["+p3", "++ppn", "2", "pgm"],
             &["++nodelist"],
             &["+p", "2", "pgm", "+p", "0"],
+            &["++ppn", "2", "+p4", "pgm"],
+            &["++remote-shell", "ssh -o 'unclosed", "pgm"],
+            &["++remote-shell", " ", "pgm"],
+            &["++quiet", "++verbose", "pgm"],
         ] {
-            let e = p(bad).err().unwrap_or_default();
+            let e = p(bad).err().map(|e| e.to_string()).unwrap_or_default();
             assert!(!e.is_empty() && !e.contains('\n'), "{bad:?}: {e:?}");
         }
+    }
+
+    #[test]
+    fn arguments_after_the_programs_double_dash_are_the_programs() {
+        let o = run(&["+p2", "pgm", "a", "--", "+p9", "++local", "+p", "3"]);
+        assert_eq!(o.pes, 2);
+        assert_eq!(o.args, ["a", "--", "+p9", "++local", "+p", "3"]);
+    }
+
+    #[test]
+    fn runtime_arguments_charmrun_adds_go_before_the_double_dash() {
+        let o = run(&["++quiet", "pgm", "a", "--", "b"]);
+        assert_eq!(o.node_args(), ["a", "+quiet", "--", "b"]);
+        let o = run(&["++quiet", "pgm", "a"]);
+        assert_eq!(o.node_args(), ["a", "+quiet"]);
+    }
+
+    #[test]
+    fn the_local_layer_with_several_pes_is_refused_at_once() {
+        for args in [
+            &["+p4", "pgm", "+machine", "local"][..],
+            &["+p4", "pgm", "+machine=local"],
+            &["pgm", "+machinelocal", "+p", "2"],
+        ] {
+            let e = p(args).err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(e.contains("run the program directly"), "{args:?}: {e}");
+        }
+        run(&["+p1", "pgm", "+machine", "local"]);
+        run(&["+p4", "pgm", "+machine", "tcp"]);
+        run(&["+p4", "pgm", "--", "+machine", "local"]);
+    }
+
+    #[test]
+    fn remote_shells_split_as_a_shell_splits() {
+        assert_eq!(
+            shell_words("ssh -o 'ProxyCommand=nc %h 22'").unwrap_or_default(),
+            ["ssh", "-o", "ProxyCommand=nc %h 22"]
+        );
+        assert_eq!(shell_words("  "), None);
+        assert_eq!(shell_words("a 'b"), None);
     }
 }

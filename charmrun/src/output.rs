@@ -80,6 +80,8 @@ fn emit(stream: Stream, prefix: &str, line: &[u8]) {
     };
 }
 
+/// A pidfd for `pid`: readable once the process has exited. Raw `libc` because nix 0.29 has no
+/// wrapper for `pidfd_open`, and the standard library's is unstable.
 fn pidfd_open(pid: u32) -> Option<OwnedFd> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };

@@ -171,9 +171,9 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// `N` bytes from the system's random source.
-fn random<const N: usize>() -> io::Result<[u8; N]> {
+fn random<const N: usize>() -> Result<[u8; N], getrandom::Error> {
     let mut b = [0u8; N];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut b)?;
+    getrandom::fill(&mut b)?;
     Ok(b)
 }
 
@@ -181,7 +181,7 @@ fn random<const N: usize>() -> io::Result<[u8; N]> {
 ///
 /// # Errors
 /// When the system's random source cannot be read.
-pub fn new_tag() -> io::Result<String> {
+pub fn new_tag() -> Result<String, getrandom::Error> {
     Ok(hex(&random::<8>()?))
 }
 
@@ -189,7 +189,7 @@ pub fn new_tag() -> io::Result<String> {
 ///
 /// # Errors
 /// When the system's random source cannot be read.
-pub fn new_secret() -> io::Result<[u8; SECRET_LEN]> {
+pub fn new_secret() -> Result<[u8; SECRET_LEN], getrandom::Error> {
     random()
 }
 
@@ -230,7 +230,7 @@ mod tests {
 
     #[test]
     fn secrets() {
-        let s = new_secret().expect("urandom");
+        let s = new_secret().expect("random source");
         assert_eq!(secret_from_hex(&secret_to_hex(&s)), Some(s));
         assert_eq!(secret_from_hex("zz"), None);
         assert!(secrets_equal(&s, &s));

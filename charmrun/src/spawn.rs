@@ -27,7 +27,7 @@ pub fn local(program: &str, args: &[String], env: &[(String, String)]) -> io::Re
 }
 
 /// Start `program args` on `host` through `shell` (`ssh`, or any command taking
-/// `HOST COMMAND`): `cd` to `cwd`, set `env`, exec the program. `secret` (a variable) is not put
+/// `HOST COMMAND`; split into words as a shell splits it, so a quoted word may hold spaces): `cd` to `cwd`, set `env`, exec the program. `secret` (a variable) is not put
 /// on any command line, where every user of both hosts could read it: the remote shell reads it
 /// from its standard input.
 ///
@@ -42,15 +42,20 @@ pub fn remote(
     env: &[(String, String)],
     secret: (&str, &str),
 ) -> io::Result<Child> {
-    let mut words = shell.split_whitespace();
-    let Some(cmd_name) = words.next() else {
+    let words = crate::opts::shell_words(shell).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("remote shell '{shell}' is empty or its quotes do not close"),
+        )
+    })?;
+    let Some((cmd_name, rest)) = words.split_first() else {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             "empty remote shell",
         ));
     };
     let mut cmd = Command::new(cmd_name);
-    cmd.args(words);
+    cmd.args(rest);
     if cmd_name.rsplit('/').next() == Some("ssh") {
         // Never stop to ask for a password: a host we cannot reach is an error, not a prompt.
         cmd.args(["-o", "BatchMode=yes"]);

@@ -357,3 +357,173 @@ fn ctrl_c_on_charmrun_ends_the_job_cleanly() {
         assert!(!alive(pid), "node process {pid} survived Ctrl-C\n{o}");
     }
 }
+
+/// A fresh directory for one test's files.
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("charmrun-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    dir
+}
+
+/// Write an executable shell script.
+fn script(dir: &std::path::Path, name: &str, text: &str) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.join(name);
+    std::fs::write(&p, text).expect("write script");
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    p.display().to_string()
+}
+
+#[test]
+fn a_remote_shell_argument_quoted_with_a_space_stays_one_word() {
+    let dir = scratch("shell");
+    // A "remote shell" that insists on its first argument being one word with a space, then
+    // runs the command here (the secret still comes on its standard input).
+    let shell = script(
+        &dir,
+        "fake-ssh",
+        "#!/bin/sh\n[ \"$1\" = 'an option with spaces' ] || { echo \"fake-ssh got '$1'\" >&2; exit 97; }\nexec sh -c \"$3\"\n",
+    );
+    let nodelist = dir.join("nodelist");
+    std::fs::write(&nodelist, "localhost\n").expect("write nodelist");
+    let nodelist = nodelist.display().to_string();
+    let remote_shell = format!("{shell} 'an option with spaces'");
+    let o = tcp(&["++nodelist", &nodelist, "++remote-shell", &remote_shell]).run(
+        PROGRAM,
+        2,
+        &["hello"],
+        limit(),
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(o.code, Some(0), "{o}");
+    assert_eq!(o.lines_with("conformance hello: ok"), 1, "{o}");
+}
+
+#[test]
+fn quiet_leaves_out_the_banner_and_keeps_the_programs_output() {
+    let loud = tcp(&[]).run(PROGRAM, 2, &["hello"], limit());
+    assert_eq!(loud.code, Some(0), "{loud}");
+    assert_eq!(loud.lines_with("Converse>"), 1, "{loud}");
+    let o = tcp(&["++quiet"]).run(PROGRAM, 2, &["hello"], limit());
+    assert_eq!(o.code, Some(0), "{o}");
+    assert_eq!(o.lines_with("Converse>"), 0, "{o}");
+    assert_eq!(o.lines_with("conformance hello: ok"), 1, "{o}");
+    assert!(o.stderr.is_empty(), "{o}");
+}
+
+#[test]
+fn several_pes_on_the_local_layer_are_refused_at_once() {
+    let start = Instant::now();
+    let o = run_bounded(
+        charmrun().args(["+p4", PROGRAM, "hello", "+machine", "local"]),
+        limit(),
+    );
+    check_one_line_error(
+        &o,
+        "run the program directly with +p 4",
+        &["+p4 PROGRAM hello +machine local".into()],
+    );
+    assert!(o.stdout.is_empty(), "{o}");
+    assert!(start.elapsed() < Duration::from_secs(5), "{o}");
+}
+
+#[test]
+fn pe_counts_after_the_programs_double_dash_are_the_programs() {
+    let o = run_bounded(
+        charmrun().args(["+p2", PROGRAM, "hello", "+machine", "tcp", "--", "+p9"]),
+        limit(),
+    );
+    assert_eq!(o.code, Some(0), "{o}");
+    assert_eq!(o.lines_with("hello from PE"), 2, "{o}");
+    assert_eq!(o.lines_with("of 2"), 2, "{o}");
+}
+
+#[test]
+fn mpiexec_mode_passes_a_termination_on_and_leaves_nothing_behind() {
+    let dir = scratch("mpiexec");
+    // An "MPI launcher" whose rank ignores SIGTERM: it must still end, with its launcher.
+    let launcher = script(
+        &dir,
+        "fake-mpiexec",
+        "#!/bin/sh\ntrap '' TERM\nsleep 300 &\necho \"rank $!\"\nwait\n",
+    );
+    let mut job = Running::start(
+        charmrun().args(["++mpiexec", "++remote-shell", &launcher, "+p2", PROGRAM]),
+        limit(),
+    )
+    .expect("start");
+    assert!(
+        job.wait_for_stdout_lines("rank ", 1, Duration::from_secs(10)),
+        "{}",
+        job.stderr_so_far()
+    );
+    let rank: u32 = job
+        .stdout_so_far()
+        .split("rank ")
+        .nth(1)
+        .and_then(|r| r.trim().parse().ok())
+        .expect("rank pid");
+    assert!(alive(rank));
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(job.pid() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    );
+    let started = Instant::now();
+    let o = job.finish();
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(!o.timed_out, "{o}");
+    assert_eq!(o.code, Some(143), "{o}");
+    assert!(o.stderr.contains("interrupted by signal 15"), "{o}");
+    assert!(started.elapsed() < Duration::from_secs(10), "{o}");
+    assert!(ends_soon(rank), "the rank {rank} outlived charmrun\n{o}");
+}
+
+#[test]
+fn mpiexec_mode_ends_the_launchers_group_at_the_time_limit() {
+    let dir = scratch("mpiexec-limit");
+    let launcher = script(
+        &dir,
+        "fake-mpiexec",
+        "#!/bin/sh\nsleep 300 &\necho \"rank $!\"\nwait\n",
+    );
+    let o = run_bounded(
+        charmrun().args([
+            "++mpiexec",
+            "++remote-shell",
+            &launcher,
+            "++timelimit",
+            "1",
+            "+p2",
+            PROGRAM,
+        ]),
+        limit(),
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(o.code, Some(124), "{o}");
+    let rank: u32 = o
+        .stdout
+        .split("rank ")
+        .nth(1)
+        .and_then(|r| r.trim().parse().ok())
+        .expect("rank pid");
+    assert!(
+        ends_soon(rank),
+        "the rank {rank} outlived the time limit\n{o}"
+    );
+}
+
+/// Whether `pid` is gone within two seconds; if not, it is killed (the test must not leave it).
+fn ends_soon(pid: u32) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    while alive(pid) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if alive(pid) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        return false;
+    }
+    true
+}

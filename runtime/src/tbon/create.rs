@@ -149,7 +149,7 @@ pub fn create_network_fe_with<T: Send>(
     opts.timeout = settings.timeout;
     opts.remote_shell = Some(settings.remote_shell.clone());
     opts.verbose = settings.verbose;
-    let job = start_embedded(opts, plan).map_err(TbonError::Create)?;
+    let job = start_embedded(opts, plan).map_err(|e| TbonError::Create(e.to_string()))?;
     let Some(env) = job.envs().first().cloned() else {
         job.cancel("internal: the front-end has no place in its own job");
         return Err(TbonError::Create("the job has no front-end".into()));

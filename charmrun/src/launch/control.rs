@@ -1,0 +1,223 @@
+//! The control server: the socket nodes connect back to. It checks each introduction
+//! (`HELLO` with the job secret), keeps each node's connection, hands out the node table once
+//! all are in, serves barriers, and tells nodes `DIE`. What nodes send after the table
+//! (`BARRIER`, `ENDING`, `ABORT`) and their connections closing arrive as [`Event`]s.
+
+use super::{Event, LaunchError};
+use crate::protocol::{self, Hello, Kind, SECRET_LEN};
+use crossbeam_channel::Sender;
+use machine::{NodeInfo, NodeTable};
+use std::io::Write;
+use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Pending connections the control socket holds: a whole job may connect at once, and a small
+/// backlog (Charm++'s is 5) turns a burst into retries that take seconds.
+const BACKLOG: i32 = 4096;
+
+/// How long a connection may take to introduce itself.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Largest introduction accepted from a connection that has not proved the secret yet.
+const MAX_HELLO: usize = 64 << 10;
+
+/// How long a write to a node may block: charmrun's loop must stay responsive to signals and
+/// time limits even if a node stops reading.
+const CONTROL_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One node's side of the control server.
+#[derive(Default)]
+struct Conn {
+    stream: Option<TcpStream>,
+    /// Its introduction, until the table is built.
+    hello: Option<Hello>,
+    at_barrier: bool,
+}
+
+/// The control socket and every node's connection to it.
+pub(super) struct ControlServer {
+    conns: Vec<Conn>,
+    port: u16,
+    /// Cleared to end the accepting thread.
+    accepting: Arc<AtomicBool>,
+    tx: Sender<Event>,
+}
+
+impl ControlServer {
+    /// Open the control socket for `n` nodes and accept introductions proving `secret`; each
+    /// arrives on `tx` as [`Event::Hello`] or [`Event::Stranger`].
+    pub(super) fn open(
+        n: usize,
+        secret: [u8; SECRET_LEN],
+        tx: Sender<Event>,
+    ) -> Result<ControlServer, LaunchError> {
+        let listener = crate::net::listener(Ipv4Addr::UNSPECIFIED.into(), BACKLOG)
+            .map_err(LaunchError::ControlSocket)?;
+        let port = listener.local_addr().map_or(0, |a| a.port());
+        let accepting = Arc::new(AtomicBool::new(true));
+        {
+            let tx = tx.clone();
+            let accepting = accepting.clone();
+            std::thread::spawn(move || accept_loop(listener, secret, tx, accepting));
+        }
+        Ok(ControlServer {
+            conns: (0..n).map(|_| Conn::default()).collect(),
+            port,
+            accepting,
+            tx,
+        })
+    }
+
+    /// The control socket's port.
+    pub(super) fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Node `i` introduced itself on `stream` (the verdict has accepted it).
+    pub(super) fn joined(&mut self, i: usize, stream: TcpStream, hello: Hello) {
+        if let Some(c) = self.conns.get_mut(i) {
+            c.stream = Some(stream);
+            c.hello = Some(hello);
+        }
+    }
+
+    /// Node `i` reached the barrier: when every node has, release them all.
+    pub(super) fn barrier(&mut self, i: usize) {
+        if let Some(c) = self.conns.get_mut(i) {
+            c.at_barrier = true;
+        }
+        if self.conns.iter().all(|c| c.at_barrier) {
+            for j in 0..self.conns.len() {
+                self.conns[j].at_barrier = false;
+                self.send(j, Kind::Release, &[]);
+            }
+        }
+    }
+
+    /// Every node is in: build the node table from their introductions (`ppn` PEs per node),
+    /// send it to each, and from then on read what each sends.
+    ///
+    /// # Errors
+    /// A sentence when the table cannot be built.
+    pub(super) fn send_table(&mut self, ppn: usize) -> Result<(), String> {
+        let mut infos = Vec::with_capacity(self.conns.len());
+        for (i, c) in self.conns.iter_mut().enumerate() {
+            let h = c
+                .hello
+                .take()
+                .ok_or_else(|| format!("internal: node {i} has no introduction"))?;
+            infos.push(NodeInfo {
+                first_pe: i * ppn,
+                num_pes: ppn,
+                host: h.host,
+                addr: h.info,
+            });
+        }
+        let table = NodeTable::new(infos)
+            .map_err(|e| format!("cannot build the node table: {e}"))?
+            .encode();
+        for i in 0..self.conns.len() {
+            self.send(i, Kind::Table, &table);
+            if let Some(reader) = self.conns[i]
+                .stream
+                .as_ref()
+                .and_then(|c| c.try_clone().ok())
+            {
+                let tx = self.tx.clone();
+                std::thread::spawn(move || read_loop(i, reader, tx));
+            }
+        }
+        Ok(())
+    }
+
+    /// Tell node `i` the job is over.
+    pub(super) fn die(&mut self, i: usize) {
+        self.send(i, Kind::Die, &[]);
+    }
+
+    fn send(&mut self, i: usize, kind: Kind, body: &[u8]) {
+        if let Some(c) = self.conns.get_mut(i).and_then(|c| c.stream.as_mut()) {
+            // A node that cannot be told anything more is handled when its process exits.
+            let _ = protocol::write_frame(c, kind, body).and_then(|()| c.flush());
+        }
+    }
+
+    /// End the accepting thread and close the control socket: a launcher embedded in a
+    /// program that runs many jobs must not keep one of each.
+    pub(super) fn stop_accepting(&self) {
+        self.accepting.store(false, Ordering::SeqCst);
+        // Wake the thread blocked in `accept` with a connection of our own; it sees the flag
+        // and leaves, closing the socket.
+        let _ = TcpStream::connect_timeout(
+            &SocketAddr::new(Ipv4Addr::LOCALHOST.into(), self.port),
+            Duration::from_secs(1),
+        );
+    }
+}
+
+fn accept_loop(
+    listener: TcpListener,
+    secret: [u8; SECRET_LEN],
+    tx: Sender<Event>,
+    accepting: Arc<AtomicBool>,
+) {
+    for conn in listener.incoming() {
+        if !accepting.load(Ordering::SeqCst) {
+            return;
+        }
+        let Ok(stream) = conn else {
+            // Out of descriptors and the like: do not spin.
+            std::thread::sleep(Duration::from_millis(10));
+            continue;
+        };
+        let tx = tx.clone();
+        // One thread per connection, so a stranger that sends nothing delays nobody.
+        std::thread::spawn(move || {
+            let _ = tx.send(introduce(stream, &secret));
+        });
+    }
+}
+
+/// Read a connection's introduction: a node of this job, or a stranger.
+fn introduce(mut s: TcpStream, secret: &[u8; SECRET_LEN]) -> Event {
+    let peer = s
+        .peer_addr()
+        .unwrap_or_else(|_| SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 0));
+    let _ = s.set_read_timeout(Some(HELLO_TIMEOUT));
+    let verdict = match protocol::read_frame_limited(&mut s, MAX_HELLO) {
+        Ok((Kind::Hello, body)) => match Hello::decode(&body) {
+            Some(h) if protocol::secrets_equal(&h.secret, secret) => Ok(h),
+            Some(_) => Err("wrong job secret".to_string()),
+            None => Err("malformed introduction".to_string()),
+        },
+        Ok((k, _)) => Err(format!("unexpected {k:?} before introduction")),
+        Err(e) => Err(format!("no introduction: {e}")),
+    };
+    match verdict {
+        Ok(h) => {
+            let _ = s.set_read_timeout(None);
+            let _ = s.set_write_timeout(Some(CONTROL_WRITE_TIMEOUT));
+            let _ = s.set_nodelay(true);
+            Event::Hello(s, h)
+        }
+        Err(why) => Event::Stranger(peer, why),
+    }
+}
+
+fn read_loop(node: usize, mut r: TcpStream, tx: Sender<Event>) {
+    loop {
+        match protocol::read_frame(&mut r) {
+            Ok((k, body)) => {
+                if tx.send(Event::Frame(node, k, body)).is_err() {
+                    return;
+                }
+            }
+            Err(_) => {
+                let _ = tx.send(Event::Closed(node));
+                return;
+            }
+        }
+    }
+}

@@ -1,0 +1,301 @@
+//! Serving one started job: events from the control server and the node watchers go to the
+//! [`Verdict`], and when it says the job is over, the job is ended — every node told to die,
+//! every process group killed and reaped, the job's files removed, its output drained.
+
+use super::control::ControlServer;
+use super::verdict::{Cause, Decision, Failure, Verdict};
+use super::Event;
+use crate::client;
+use crate::opts::Opts;
+use crate::protocol::{self, Kind};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// How often the job loop looks at signals and deadlines when no event comes (events — frames,
+/// connections, process exits — wake it at once).
+const TICK: Duration = Duration::from_millis(20);
+
+/// What was started for one node, as far as ending the job goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Process {
+    /// The node runs in the launcher's own process: nothing to kill or reap.
+    Embedded,
+    /// A process, leading a process group of the same id, not reaped yet.
+    Running(u32),
+    /// Its process has been reaped.
+    Reaped,
+}
+
+/// One node of the job, as the launcher sees it (its place in the job is the verdict's).
+pub(super) struct Node {
+    /// The host it runs on.
+    pub(super) host: String,
+    pub(super) process: Process,
+}
+
+/// One job.
+pub(super) struct Job<'a> {
+    pub(super) opts: &'a Opts,
+    pub(super) nodes: Vec<Node>,
+    pub(super) verdict: Verdict,
+    /// `None` until the control socket is open.
+    pub(super) control: Option<ControlServer>,
+    pub(super) events: Receiver<Event>,
+    pub(super) tx: Sender<Event>,
+    /// One thread per node started here, passing its output on.
+    pub(super) outputs: Vec<JoinHandle<()>>,
+    pub(super) started: Instant,
+    pub(super) strangers: usize,
+    /// The job's tag: its files in /dev/shm carry it.
+    pub(super) tag: String,
+    /// What each in-process node joins with.
+    pub(super) in_process: Vec<client::LaunchEnv>,
+}
+
+impl<'a> Job<'a> {
+    /// A job of `in_process.len()` nodes, nothing started yet; `in_process[i]` says whether
+    /// node `i` is the launcher's own process.
+    pub(super) fn new(opts: &'a Opts, in_process: Vec<bool>) -> Job<'a> {
+        let (tx, events) = crossbeam_channel::unbounded();
+        let started = Instant::now();
+        let n = in_process.len();
+        Job {
+            opts,
+            nodes: Vec::with_capacity(n),
+            verdict: Verdict::new(in_process, started, opts.timeout, opts.timelimit),
+            control: None,
+            events,
+            tx,
+            outputs: Vec::with_capacity(n),
+            started,
+            strangers: 0,
+            tag: String::new(),
+            in_process: Vec::new(),
+        }
+    }
+
+    /// "PE 3", or "node 1 (PEs 2-3)" with several PEs per node.
+    pub(super) fn label(&self, node: usize) -> String {
+        let ppn = self.opts.ppn;
+        if ppn == 1 {
+            format!("PE {node}")
+        } else {
+            format!("node {node} (PEs {}-{})", node * ppn, node * ppn + ppn - 1)
+        }
+    }
+
+    fn label_at(&self, node: usize) -> String {
+        let host = self.nodes.get(node).map_or("?", |n| n.host.as_str());
+        format!("{} on {host}", self.label(node))
+    }
+
+    /// Serve the job to its end, end it, and return its exit code.
+    pub(super) fn run(&mut self) -> i32 {
+        let code = match self.event_loop() {
+            Ok(code) => code,
+            Err(f) => {
+                eprintln!("charmrun: {}", f.message(&|i| self.label_at(i)));
+                f.code
+            }
+        };
+        // Whatever still runs (after a failure, or a node that left but lingers) is ended and
+        // reaped; after a normal end this finds nothing to do.
+        self.abandon();
+        self.stop_accepting();
+        self.remove_job_files();
+        self.drain_output();
+        if self.opts.verbose {
+            eprintln!(
+                "charmrun: job ended with code {code} after {:.3} s ({} stranger connection(s) refused)",
+                self.started.elapsed().as_secs_f64(),
+                self.strangers
+            );
+        }
+        code
+    }
+
+    /// Serve the job until every node has left (`Ok` with the job's code) or it must end.
+    fn event_loop(&mut self) -> Result<i32, Failure> {
+        let mut table_sent = false;
+        loop {
+            match self.events.recv_timeout(TICK) {
+                Ok(e) => self.on_event(e),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Err(launcher_failure("internal: event channel closed".into()))
+                }
+            }
+            if let Some(sig) = super::signalled() {
+                self.verdict.interrupt(sig);
+            }
+            if !table_sent && self.verdict.all_joined() {
+                self.send_table()?;
+                table_sent = true;
+            }
+            match self.verdict.decide(Instant::now()) {
+                Decision::Continue => {}
+                Decision::Done(code) => return Ok(code),
+                Decision::Fail(f) => return Err(f),
+            }
+        }
+    }
+
+    fn on_event(&mut self, e: Event) {
+        let now = Instant::now();
+        match e {
+            Event::Cancel(why) => self.verdict.cancel(why),
+            Event::Hello(stream, hello) => {
+                let i = hello.node as usize;
+                if !self.verdict.hello(i) {
+                    self.strangers += 1;
+                    return;
+                }
+                if self.opts.verbose {
+                    let from = stream
+                        .peer_addr()
+                        .map_or("?".to_string(), |a| a.ip().to_string());
+                    // The info is the layer's business; shown only when it is printable text.
+                    let info = std::str::from_utf8(&hello.info)
+                        .ok()
+                        .filter(|t| t.chars().all(|c| c.is_ascii_graphic()))
+                        .map_or(String::new(), |t| format!(", info {t}"));
+                    eprintln!(
+                        "charmrun: {} connected from {from} (pid {}, host {}{info})",
+                        self.label(i),
+                        hello.pid,
+                        hello.host
+                    );
+                }
+                if let Some(c) = self.control.as_mut() {
+                    c.joined(i, stream, hello);
+                }
+            }
+            Event::Stranger(addr, why) => {
+                self.strangers += 1;
+                if self.opts.verbose {
+                    eprintln!("charmrun: refused a connection from {addr}: {why}");
+                }
+            }
+            Event::Frame(i, Kind::Barrier, _) => {
+                if let Some(c) = self.control.as_mut() {
+                    c.barrier(i);
+                }
+            }
+            Event::Frame(i, Kind::Ending, body) => {
+                let code = body
+                    .first_chunk::<4>()
+                    .map_or(1, |b| i32::from_le_bytes(*b));
+                self.verdict.ending(i, code);
+            }
+            Event::Frame(i, Kind::Abort, reason) => {
+                let reason = String::from_utf8_lossy(&reason).into_owned();
+                self.verdict.abort(i, reason, now);
+            }
+            Event::Frame(..) => {}
+            Event::Closed(i) => self.verdict.closed(i, now),
+            Event::Exited(i, st) => {
+                if let Some(n) = self.nodes.get_mut(i) {
+                    n.process = Process::Reaped;
+                }
+                self.verdict.exited(i, st, now);
+            }
+        }
+    }
+
+    fn send_table(&mut self) -> Result<(), Failure> {
+        if let Some(c) = self.control.as_mut() {
+            c.send_table(self.opts.ppn).map_err(launcher_failure)?;
+        }
+        if self.opts.verbose {
+            eprintln!(
+                "charmrun: all {} node(s) connected in {:.1} ms",
+                self.nodes.len(),
+                self.started.elapsed().as_secs_f64() * 1e3
+            );
+        }
+        Ok(())
+    }
+
+    /// End the job now: tell every node to die, kill what was started here (whole process
+    /// groups), and wait until every process has been reaped.
+    pub(super) fn abandon(&mut self) {
+        if let Some(c) = self.control.as_mut() {
+            for (i, n) in self.nodes.iter().enumerate() {
+                // A node in this very process that is leaving normally must not be told to
+                // die: that would end the process the job was embedded in.
+                if n.process == Process::Embedded && self.verdict.said_leaving(i) {
+                    continue;
+                }
+                c.die(i);
+            }
+        }
+        for n in &self.nodes {
+            if let Process::Running(pid) = n.process {
+                let pgid = nix::unistd::Pid::from_raw(pid as i32);
+                let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self
+            .nodes
+            .iter()
+            .any(|n| matches!(n.process, Process::Running(_)))
+            && Instant::now() < deadline
+        {
+            if let Ok(Event::Exited(i, _)) = self.events.recv_timeout(TICK) {
+                if let Some(n) = self.nodes.get_mut(i) {
+                    n.process = Process::Reaped;
+                }
+            }
+        }
+    }
+
+    /// Close the control socket (see [`ControlServer::stop_accepting`]).
+    pub(super) fn stop_accepting(&self) {
+        if let Some(c) = &self.control {
+            c.stop_accepting();
+        }
+    }
+
+    /// Remove the job's files from /dev/shm: whatever a layer made there under the job's tag
+    /// and did not remove, because a node died or because it never got that far.
+    fn remove_job_files(&self) {
+        if self.tag.is_empty() {
+            return;
+        }
+        let prefix = protocol::shm_prefix(&self.tag);
+        let Ok(dir) = std::fs::read_dir("/dev/shm") else {
+            return;
+        };
+        for e in dir.flatten() {
+            if e.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with(&prefix))
+            {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+
+    /// Wait for the output threads to pass on everything the nodes printed. A pipe kept open by
+    /// something a node left behind must not keep charmrun alive forever.
+    fn drain_output(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        for h in self.outputs.drain(..) {
+            while !h.is_finished() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            if h.is_finished() {
+                let _ = h.join();
+            }
+        }
+    }
+}
+
+fn launcher_failure(why: String) -> Failure {
+    Failure {
+        code: 1,
+        cause: Cause::Launcher(why),
+    }
+}

@@ -1,0 +1,121 @@
+//! Running one job: start the nodes, gather their introductions, hand out the node table,
+//! serve barriers, and end the job — normally when every node has left, or at once when a
+//! node crashes, aborts, the time limit passes or charmrun is interrupted.
+//!
+//! - [`start`](self::start): the job's secret, the control socket, spawning the nodes;
+//! - `control`: the control server (introductions, node table, barriers, `DIE`);
+//! - [`verdict`]: what the nodes' deeds mean for the job (a pure state machine);
+//! - `job`: serving a started job to its end, and ending it;
+//! - [`start_embedded`]: the launcher on a thread of a program that joins its own job.
+
+mod control;
+mod embedded;
+mod error;
+mod job;
+mod start;
+pub mod verdict;
+
+pub use embedded::{start_embedded, Embedded};
+pub use error::LaunchError;
+pub(crate) use verdict::exit_code;
+
+use crate::nodelist::Host;
+use crate::opts::Opts;
+use crate::protocol::{Hello, Kind};
+use job::Job;
+use std::net::{SocketAddr, TcpStream};
+use std::process::ExitStatus;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+/// Signal that interrupted charmrun (0: none).
+static SIGNALLED: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_signal(sig: std::ffi::c_int) {
+    SIGNALLED.store(sig, Ordering::SeqCst);
+}
+
+/// What the job's threads tell the launcher.
+enum Event {
+    /// The program that embeds the launcher gives up on the job.
+    Cancel(String),
+    /// A connection proved the job secret and says it is this node.
+    Hello(TcpStream, Hello),
+    /// A connection that did not, and why.
+    Stranger(SocketAddr, String),
+    /// A frame from a node.
+    Frame(usize, Kind, Vec<u8>),
+    /// A node's control connection closed.
+    Closed(usize),
+    /// A node's process exited.
+    Exited(usize, ExitStatus),
+}
+
+/// What to start for one node of a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeStart {
+    /// A process running `program args`, on `host` through its remote shell, or here
+    /// (`None`).
+    Process {
+        /// The program.
+        program: String,
+        /// Its arguments.
+        args: Vec<String>,
+        /// Where.
+        host: Option<Host>,
+    },
+    /// The process that runs the launcher joins the job as this node itself (see
+    /// [`start_embedded`]).
+    InProcess,
+}
+
+/// What every node of a job started from a command line runs: `opts.program` on the hosts
+/// round-robin (or all here).
+pub fn plan_of(opts: &Opts, hosts: Option<&[Host]>) -> Vec<NodeStart> {
+    let args = opts.node_args();
+    (0..opts.pes / opts.ppn)
+        .map(|i| NodeStart::Process {
+            program: opts.program.clone(),
+            args: args.clone(),
+            host: hosts
+                .filter(|h| !h.is_empty())
+                .map(|h| h[i % h.len()].clone()),
+        })
+        .collect()
+}
+
+/// Run the job of a command line, with charmrun's handlers for Ctrl-C and the like; the exit
+/// code charmrun should exit with.
+///
+/// # Errors
+/// [`LaunchError`] when the job could not be started; whatever was started is ended first.
+pub fn run(opts: &Opts, hosts: Option<&[Host]>) -> Result<i32, LaunchError> {
+    install_signal_handlers();
+    let plan = plan_of(opts, hosts);
+    let mut job = Job::new(opts, vec![false; plan.len()]);
+    match job.start(&plan) {
+        Ok(()) => Ok(job.run()),
+        Err(e) => {
+            job.abandon();
+            Err(e)
+        }
+    }
+}
+
+/// The signal that interrupted charmrun, if one did (see [`install_signal_handlers`]).
+pub(crate) fn signalled() -> Option<i32> {
+    Some(SIGNALLED.load(Ordering::SeqCst)).filter(|&s| s != 0)
+}
+
+/// Catch SIGINT, SIGTERM and SIGHUP: charmrun ends the job in order instead of dying.
+pub(crate) fn install_signal_handlers() {
+    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet, Signal};
+    let act = SigAction::new(
+        SigHandler::Handler(on_signal),
+        SaFlags::SA_RESTART,
+        SigSet::empty(),
+    );
+    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
+        // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
+        let _ = unsafe { sigaction(s, &act) };
+    }
+}

@@ -1,0 +1,756 @@
+//! The job's verdict: from what the nodes say and do, whether the job goes on, is over with
+//! every node gone normally (and with which code), or must end now, and why.
+//!
+//! A pure state machine: no I/O and no clock. Events come in with the [`Instant`] they were
+//! seen at, [`Verdict::decide`] is asked with the time now, and the decision comes back, so
+//! every rule (grace periods, who is named, the exit code) is tested without processes.
+//!
+//! The rules:
+//! - the job is over when every node has said `ENDING` and its process has exited (or, for a
+//!   process that lingers after closing its connection, [`LOST_GRACE`] later); its code is the
+//!   first non-zero one;
+//! - a node that dies (exits without `ENDING`, is killed, is killed while leaving, or its
+//!   connection closes and stays closed) ends the job, named; its last frames are waited for
+//!   up to [`LOST_GRACE`];
+//! - a node that aborts ends the job [`ABORT_GRACE`] later, unless a node that died shows up
+//!   first: a peer's death makes its peers abort, and the message should name the node that
+//!   died, not one that noticed;
+//! - Ctrl-C (any of the signals charmrun catches), a cancellation by the embedding program,
+//!   `++timelimit` and the start-up timeout end the job at once.
+
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::time::{Duration, Instant};
+
+/// Between a node's process exiting and its connection closing (or the reverse), how long to
+/// wait for the other half, so the verdict sees every frame it sent and how it died.
+pub const LOST_GRACE: Duration = Duration::from_secs(3);
+
+/// After a node aborts, how long to look for a node that died first.
+pub const ABORT_GRACE: Duration = Duration::from_millis(750);
+
+/// Where one node is in the job. Each state holds exactly what the verdict needs next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NodeState {
+    /// Started; it has not introduced itself yet.
+    Starting,
+    /// Introduced itself: a member of the job, connection open, process running.
+    Running,
+    /// Said it leaves normally with `code`; its process runs, its connection is open.
+    Ending {
+        /// The code it said.
+        code: i32,
+    },
+    /// Its connection closed without it saying it leaves; its process still runs.
+    Closed {
+        /// When the connection closed.
+        at: Instant,
+    },
+    /// Its process exited without it saying it leaves: its last frames may still be on the
+    /// way.
+    Exited {
+        /// How it exited.
+        status: ExitStatus,
+        /// When.
+        at: Instant,
+    },
+    /// Said it leaves and closed its connection, but its process lingers (a child of it
+    /// keeping a remote shell open, say): it counts as gone [`LOST_GRACE`] later.
+    Lingering {
+        /// The code it said.
+        code: i32,
+        /// When the connection closed.
+        at: Instant,
+    },
+    /// Asked to end the job.
+    Aborted {
+        /// Why, in its words.
+        reason: String,
+        /// When the request came.
+        at: Instant,
+    },
+    /// Its process ended in a way that ends the job.
+    Died {
+        /// How.
+        status: ExitStatus,
+        /// What it was doing then.
+        when: Death,
+    },
+    /// Left the job normally.
+    Left {
+        /// Its exit code.
+        code: i32,
+    },
+}
+
+/// When in its life a node died: the message and the code depend on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Death {
+    /// Before introducing itself.
+    Starting,
+    /// In the job, without saying it leaves.
+    Running,
+    /// Killed after saying it leaves.
+    Leaving,
+}
+
+/// Why the job must end now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cause {
+    /// charmrun caught this signal.
+    Interrupted(i32),
+    /// The program that embeds the launcher gave up on the job, saying why.
+    Cancelled(String),
+    /// `++timelimit` passed.
+    TimeLimit(Duration),
+    /// These nodes did not introduce themselves within the start-up timeout.
+    NeverConnected {
+        /// The nodes.
+        nodes: Vec<usize>,
+        /// The timeout.
+        after: Duration,
+    },
+    /// A node's process ended in a way that ends the job.
+    Died {
+        /// The node.
+        node: usize,
+        /// How it ended.
+        status: ExitStatus,
+        /// When in its life.
+        when: Death,
+    },
+    /// A node's connection closed and its process did not exit within [`LOST_GRACE`].
+    LostContact {
+        /// The node.
+        node: usize,
+        /// It is in the launcher's own process (there is no process to wait for).
+        in_process: bool,
+    },
+    /// A node aborted the job.
+    Aborted {
+        /// The node.
+        node: usize,
+        /// Its reason.
+        reason: String,
+    },
+    /// The launcher itself cannot go on (a node table that cannot be built, say).
+    Launcher(String),
+}
+
+/// The job must end now, with this exit code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// charmrun's exit code.
+    pub code: i32,
+    /// Why.
+    pub cause: Cause,
+}
+
+impl Failure {
+    /// The sentence charmrun prints; `label` names a node ("PE 3 on host-a").
+    pub fn message(&self, label: &dyn Fn(usize) -> String) -> String {
+        match &self.cause {
+            Cause::Interrupted(sig) => format!("interrupted by signal {sig}; ending the job"),
+            Cause::Cancelled(why) => why.clone(),
+            Cause::TimeLimit(limit) => format!(
+                "++timelimit of {} s reached; ending the job",
+                limit.as_secs_f64()
+            ),
+            Cause::NeverConnected { nodes, after } => format!(
+                "start-up timed out after {:.0} s: {} never connected: {}",
+                after.as_secs_f64(),
+                if nodes.len() == 1 {
+                    "this node"
+                } else {
+                    "these nodes"
+                },
+                nodes
+                    .iter()
+                    .map(|&i| label(i))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Cause::Died { node, status, when } => {
+                let what = match when {
+                    Death::Starting => "before connecting to charmrun",
+                    Death::Running => "before the job ended; ending the job",
+                    Death::Leaving => "while leaving the job; ending the job",
+                };
+                format!("{} {} {what}", label(*node), describe(*status))
+            }
+            Cause::LostContact {
+                node,
+                in_process: false,
+            } => format!(
+                "lost contact with {} (its connection to charmrun closed); ending the job",
+                label(*node)
+            ),
+            Cause::LostContact {
+                node,
+                in_process: true,
+            } => format!("lost contact with {} (in this process)", label(*node)),
+            Cause::Aborted { node, reason } => {
+                format!("{} aborted the job: {reason}", label(*node))
+            }
+            Cause::Launcher(why) => why.clone(),
+        }
+    }
+}
+
+/// What the job does next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Keep serving it.
+    Continue,
+    /// Every node has left normally: the job's code.
+    Done(i32),
+    /// End it now.
+    Fail(Failure),
+}
+
+/// The verdict of one job.
+#[derive(Debug)]
+pub struct Verdict {
+    nodes: Vec<NodeState>,
+    /// Which nodes run in the launcher's own process: no process to watch, their word that
+    /// they leave is all there will be.
+    in_process: Vec<bool>,
+    started: Instant,
+    startup_timeout: Duration,
+    timelimit: Option<Duration>,
+    /// The first non-zero code of a node that left (0 until then).
+    job_code: i32,
+    interrupted: Option<i32>,
+    cancelled: Option<String>,
+}
+
+impl Verdict {
+    /// A job whose nodes were started at `started`; `in_process[i]` says whether node `i` runs
+    /// in the launcher's own process. Nodes must introduce themselves within
+    /// `startup_timeout`; the whole job must end within `timelimit`.
+    pub fn new(
+        in_process: Vec<bool>,
+        started: Instant,
+        startup_timeout: Duration,
+        timelimit: Option<Duration>,
+    ) -> Verdict {
+        Verdict {
+            nodes: vec![NodeState::Starting; in_process.len()],
+            in_process,
+            started,
+            startup_timeout,
+            timelimit,
+            job_code: 0,
+            interrupted: None,
+            cancelled: None,
+        }
+    }
+
+    /// Node `i`'s state.
+    pub fn state(&self, i: usize) -> Option<&NodeState> {
+        self.nodes.get(i)
+    }
+
+    /// Whether every node has introduced itself (the node table can go out).
+    pub fn all_joined(&self) -> bool {
+        !self.nodes.iter().any(|n| {
+            matches!(
+                n,
+                NodeState::Starting
+                    | NodeState::Died {
+                        when: Death::Starting,
+                        ..
+                    }
+            )
+        })
+    }
+
+    /// Whether node `i` said it leaves normally (and has not aborted since).
+    pub fn said_leaving(&self, i: usize) -> bool {
+        matches!(
+            self.nodes.get(i),
+            Some(NodeState::Ending { .. } | NodeState::Lingering { .. } | NodeState::Left { .. })
+        )
+    }
+
+    /// Node `i` introduced itself. `false`: it cannot be (no such node, or it already did),
+    /// and the connection is a stranger's.
+    pub fn hello(&mut self, i: usize) -> bool {
+        match self.nodes.get_mut(i) {
+            Some(n @ NodeState::Starting) => {
+                *n = NodeState::Running;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Node `i` said it leaves normally with `code`.
+    pub fn ending(&mut self, i: usize, code: i32) {
+        let in_process = self.in_process.get(i).copied().unwrap_or(false);
+        let Some(n) = self.nodes.get_mut(i) else {
+            return;
+        };
+        let next = match n {
+            NodeState::Running | NodeState::Ending { .. } if in_process => NodeState::Left { code },
+            NodeState::Running | NodeState::Ending { .. } => NodeState::Ending { code },
+            NodeState::Exited { status, .. } => left_or_died(*status),
+            _ => return,
+        };
+        self.set(i, next);
+    }
+
+    /// Node `i` asked to end the job at `at`. Only its first request counts.
+    pub fn abort(&mut self, i: usize, reason: String, at: Instant) {
+        if let Some(n) = self.nodes.get_mut(i) {
+            if !matches!(n, NodeState::Aborted { .. }) {
+                *n = NodeState::Aborted { reason, at };
+            }
+        }
+    }
+
+    /// Node `i`'s control connection closed at `at`: every frame it sent has been seen.
+    pub fn closed(&mut self, i: usize, at: Instant) {
+        let Some(n) = self.nodes.get_mut(i) else {
+            return;
+        };
+        *n = match n {
+            NodeState::Running => NodeState::Closed { at },
+            NodeState::Ending { code } => NodeState::Lingering { code: *code, at },
+            NodeState::Exited { status, .. } => NodeState::Died {
+                status: *status,
+                when: Death::Running,
+            },
+            _ => return,
+        };
+    }
+
+    /// Node `i`'s process exited at `at` with `status`.
+    pub fn exited(&mut self, i: usize, status: ExitStatus, at: Instant) {
+        let Some(n) = self.nodes.get_mut(i) else {
+            return;
+        };
+        let next = match n {
+            NodeState::Starting => NodeState::Died {
+                status,
+                when: Death::Starting,
+            },
+            NodeState::Running => NodeState::Exited { status, at },
+            NodeState::Closed { .. } => NodeState::Died {
+                status,
+                when: Death::Running,
+            },
+            NodeState::Ending { .. } | NodeState::Lingering { .. } => left_or_died(status),
+            _ => return,
+        };
+        self.set(i, next);
+    }
+
+    /// charmrun caught signal `sig`.
+    pub fn interrupt(&mut self, sig: i32) {
+        self.interrupted.get_or_insert(sig);
+    }
+
+    /// The embedding program gives up on the job.
+    pub fn cancel(&mut self, why: String) {
+        self.cancelled.get_or_insert(why);
+    }
+
+    /// What the job does next, at `now`.
+    ///
+    /// Nodes are looked at in order, and the first that ends the job is named; aborts are
+    /// looked at last, so a node that died is named before the nodes that noticed it.
+    pub fn decide(&mut self, now: Instant) -> Decision {
+        let fail = |code, cause| Decision::Fail(Failure { code, cause });
+        if let Some(sig) = self.interrupted {
+            return fail(128 + sig, Cause::Interrupted(sig));
+        }
+        if let Some(why) = &self.cancelled {
+            return fail(1, Cause::Cancelled(why.clone()));
+        }
+        let running_for = now.saturating_duration_since(self.started);
+        if let Some(limit) = self.timelimit.filter(|&l| running_for >= l) {
+            return fail(124, Cause::TimeLimit(limit));
+        }
+        if running_for >= self.startup_timeout && !self.all_joined() {
+            let nodes = (0..self.nodes.len())
+                .filter(|&i| self.nodes[i] == NodeState::Starting)
+                .collect();
+            let after = self.startup_timeout;
+            return fail(1, Cause::NeverConnected { nodes, after });
+        }
+        let past = |at: Instant, grace: Duration| now.saturating_duration_since(at) > grace;
+        for i in 0..self.nodes.len() {
+            match self.nodes[i] {
+                NodeState::Died { status, when } => {
+                    let code = match when {
+                        Death::Starting => exit_code(status).max(1),
+                        Death::Running if exit_code(status) == 0 => 1,
+                        Death::Running | Death::Leaving => exit_code(status),
+                    };
+                    return fail(
+                        code,
+                        Cause::Died {
+                            node: i,
+                            status,
+                            when,
+                        },
+                    );
+                }
+                NodeState::Closed { at } if past(at, LOST_GRACE) => {
+                    let in_process = self.in_process[i];
+                    return fail(
+                        1,
+                        Cause::LostContact {
+                            node: i,
+                            in_process,
+                        },
+                    );
+                }
+                NodeState::Exited { status, at } if past(at, LOST_GRACE) => {
+                    let code = match exit_code(status) {
+                        0 => 1,
+                        c => c,
+                    };
+                    let when = Death::Running;
+                    return fail(
+                        code,
+                        Cause::Died {
+                            node: i,
+                            status,
+                            when,
+                        },
+                    );
+                }
+                NodeState::Lingering { code, at } if past(at, LOST_GRACE) => {
+                    self.set(i, NodeState::Left { code });
+                }
+                _ => {}
+            }
+        }
+        let first_abort = self
+            .nodes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| match n {
+                NodeState::Aborted { reason, at } => Some((i, reason, *at)),
+                _ => None,
+            })
+            .min_by_key(|&(_, _, at)| at);
+        if let Some((node, reason, at)) = first_abort {
+            if past(at, ABORT_GRACE) {
+                let reason = reason.clone();
+                return fail(1, Cause::Aborted { node, reason });
+            }
+        }
+        if self
+            .nodes
+            .iter()
+            .all(|n| matches!(n, NodeState::Left { .. }))
+        {
+            return Decision::Done(self.job_code);
+        }
+        Decision::Continue
+    }
+
+    fn set(&mut self, i: usize, next: NodeState) {
+        if let NodeState::Left { code } = next {
+            if self.job_code == 0 {
+                self.job_code = code;
+            }
+        }
+        self.nodes[i] = next;
+    }
+}
+
+/// A node that said it leaves and whose process exited: gone normally with its process's
+/// code, unless a signal killed it.
+fn left_or_died(status: ExitStatus) -> NodeState {
+    if status.signal().is_some() {
+        NodeState::Died {
+            status,
+            when: Death::Leaving,
+        }
+    } else {
+        NodeState::Left {
+            code: exit_code(status),
+        }
+    }
+}
+
+/// The shell convention: the exit code, or 128 + the signal.
+pub fn exit_code(st: ExitStatus) -> i32 {
+    st.code().unwrap_or_else(|| 128 + st.signal().unwrap_or(0))
+}
+
+/// "exited with code 3", "was killed by signal 9 (SIGKILL)".
+pub fn describe(st: ExitStatus) -> String {
+    match (st.code(), st.signal()) {
+        (Some(c), _) => format!("exited with code {c}"),
+        (None, Some(s)) => {
+            let name = nix::sys::signal::Signal::try_from(s).map_or("?", |s| s.as_str());
+            format!("was killed by signal {s} ({name})")
+        }
+        _ => "ended".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    fn code(c: i32) -> ExitStatus {
+        ExitStatus::from_raw(c << 8)
+    }
+
+    fn killed(sig: i32) -> ExitStatus {
+        ExitStatus::from_raw(sig)
+    }
+
+    /// A job of `n` separate processes started at `t0`, all introduced.
+    fn running(n: usize, t0: Instant) -> Verdict {
+        let mut v = Verdict::new(vec![false; n], t0, Duration::from_secs(60), None);
+        for i in 0..n {
+            assert!(v.hello(i));
+        }
+        v
+    }
+
+    fn failure(d: Decision) -> Failure {
+        match d {
+            Decision::Fail(f) => f,
+            other => panic!("expected a failure, got {other:?}"),
+        }
+    }
+
+    fn label(i: usize) -> String {
+        format!("PE {i} on h")
+    }
+
+    #[test]
+    fn all_ending_then_exit_is_success() {
+        let t0 = Instant::now();
+        let mut v = running(3, t0);
+        for i in 0..3 {
+            v.ending(i, 0);
+            assert_eq!(v.decide(t0 + MS), Decision::Continue);
+        }
+        for i in 0..3 {
+            assert_eq!(v.decide(t0 + MS), Decision::Continue);
+            v.exited(i, code(0), t0 + 2 * MS);
+        }
+        assert_eq!(v.decide(t0 + 3 * MS), Decision::Done(0));
+    }
+
+    #[test]
+    fn the_exit_frame_may_come_after_the_exit() {
+        let t0 = Instant::now();
+        let mut v = running(1, t0);
+        v.exited(0, code(0), t0);
+        assert_eq!(v.decide(t0 + MS), Decision::Continue);
+        v.ending(0, 0);
+        assert_eq!(v.decide(t0 + 2 * MS), Decision::Done(0));
+    }
+
+    #[test]
+    fn exit_code_is_the_first_non_zero() {
+        let t0 = Instant::now();
+        let mut v = running(4, t0);
+        for (i, c) in [(0, 0), (2, 5), (1, 7), (3, 0)] {
+            v.ending(i, c);
+            v.exited(i, code(c), t0 + MS);
+        }
+        assert_eq!(v.decide(t0 + 2 * MS), Decision::Done(5));
+    }
+
+    #[test]
+    fn a_lingering_process_that_left_counts_as_gone_after_the_grace() {
+        let t0 = Instant::now();
+        let mut v = running(1, t0);
+        v.ending(0, 4);
+        v.closed(0, t0);
+        assert_eq!(v.decide(t0 + LOST_GRACE), Decision::Continue);
+        assert_eq!(v.decide(t0 + LOST_GRACE + MS), Decision::Done(4));
+    }
+
+    #[test]
+    fn an_exit_without_ending_waits_for_the_connection_then_names_the_node() {
+        let t0 = Instant::now();
+        let mut v = running(4, t0);
+        v.exited(3, code(3), t0);
+        assert_eq!(v.decide(t0 + MS), Decision::Continue);
+        v.closed(3, t0 + MS);
+        let f = failure(v.decide(t0 + 2 * MS));
+        assert_eq!(f.code, 3);
+        assert_eq!(
+            f.message(&label),
+            "PE 3 on h exited with code 3 before the job ended; ending the job"
+        );
+        // Without the connection closing, the grace decides; exit code 0 still fails.
+        let mut v = running(2, t0);
+        v.exited(1, code(0), t0);
+        assert_eq!(v.decide(t0 + LOST_GRACE), Decision::Continue);
+        assert_eq!(v.decide(t0 + LOST_GRACE + MS).code(), Some(1));
+    }
+
+    #[test]
+    fn first_cause_is_named_before_the_nodes_that_noticed_it() {
+        let t0 = Instant::now();
+        let mut v = running(4, t0);
+        // Nodes 0 and 1 notice that node 2 is gone and abort, before charmrun sees node 2 die.
+        v.abort(0, "peer 2 died".into(), t0);
+        v.abort(1, "peer 2 died".into(), t0 + MS);
+        v.exited(0, code(1), t0 + MS);
+        v.exited(1, code(1), t0 + MS);
+        assert_eq!(v.decide(t0 + 2 * MS), Decision::Continue);
+        v.exited(2, killed(9), t0 + 100 * MS);
+        v.closed(2, t0 + 100 * MS);
+        let f = failure(v.decide(t0 + 101 * MS));
+        assert_eq!(f.code, 137);
+        assert_eq!(
+            f.cause,
+            Cause::Died {
+                node: 2,
+                status: killed(9),
+                when: Death::Running
+            }
+        );
+        assert!(f
+            .message(&label)
+            .contains("was killed by signal 9 (SIGKILL)"));
+    }
+
+    #[test]
+    fn an_abort_waits_its_grace_for_a_cause_then_names_the_first_aborter() {
+        let t0 = Instant::now();
+        let mut v = running(3, t0);
+        v.abort(2, "late".into(), t0 + 10 * MS);
+        v.abort(1, "out of memory".into(), t0);
+        v.abort(1, "second words do not count".into(), t0 + 20 * MS);
+        assert_eq!(v.decide(t0 + ABORT_GRACE), Decision::Continue);
+        let f = failure(v.decide(t0 + ABORT_GRACE + MS));
+        assert_eq!(f.code, 1);
+        assert_eq!(
+            f.message(&label),
+            "PE 1 on h aborted the job: out of memory"
+        );
+    }
+
+    #[test]
+    fn a_node_that_dies_before_connecting_is_named_at_once() {
+        let t0 = Instant::now();
+        let mut v = Verdict::new(vec![false; 2], t0, Duration::from_secs(60), None);
+        assert!(v.hello(0));
+        v.exited(1, code(0), t0);
+        let f = failure(v.decide(t0));
+        assert_eq!(f.code, 1);
+        assert_eq!(
+            f.message(&label),
+            "PE 1 on h exited with code 0 before connecting to charmrun"
+        );
+    }
+
+    #[test]
+    fn a_signal_while_leaving_ends_the_job() {
+        let t0 = Instant::now();
+        let mut v = running(2, t0);
+        v.ending(0, 0);
+        v.exited(0, killed(11), t0);
+        let f = failure(v.decide(t0));
+        assert_eq!(f.code, 139);
+        assert!(f.message(&label).contains("while leaving the job"));
+    }
+
+    #[test]
+    fn a_closed_connection_is_lost_contact_after_the_grace() {
+        let t0 = Instant::now();
+        let mut v = running(2, t0);
+        v.closed(1, t0);
+        assert_eq!(v.decide(t0 + LOST_GRACE), Decision::Continue);
+        let f = failure(v.decide(t0 + LOST_GRACE + MS));
+        assert_eq!(
+            f.cause,
+            Cause::LostContact {
+                node: 1,
+                in_process: false
+            }
+        );
+    }
+
+    #[test]
+    fn an_in_process_node_leaves_on_its_word() {
+        let t0 = Instant::now();
+        let mut v = Verdict::new(vec![true, false], t0, Duration::from_secs(60), None);
+        assert!(v.hello(0) && v.hello(1));
+        v.ending(0, 0);
+        assert!(v.said_leaving(0));
+        v.ending(1, 0);
+        v.exited(1, code(0), t0);
+        assert_eq!(v.decide(t0), Decision::Done(0));
+    }
+
+    #[test]
+    fn start_up_timeout_names_the_missing_nodes() {
+        let t0 = Instant::now();
+        let timeout = Duration::from_secs(5);
+        let mut v = Verdict::new(vec![false; 3], t0, timeout, None);
+        assert!(v.hello(1));
+        assert!(!v.hello(1), "a second introduction is a stranger's");
+        assert!(!v.hello(7), "no such node");
+        assert_eq!(v.decide(t0 + timeout - MS), Decision::Continue);
+        let f = failure(v.decide(t0 + timeout));
+        assert_eq!(
+            f.message(&label),
+            "start-up timed out after 5 s: these nodes never connected: PE 0 on h, PE 2 on h"
+        );
+    }
+
+    #[test]
+    fn timelimit_ends_the_job_with_124() {
+        let t0 = Instant::now();
+        let limit = Duration::from_secs(3);
+        let mut v = Verdict::new(vec![false; 2], t0, Duration::from_secs(60), Some(limit));
+        v.hello(0);
+        v.hello(1);
+        assert_eq!(v.decide(t0 + limit - MS), Decision::Continue);
+        let f = failure(v.decide(t0 + limit));
+        assert_eq!(f.code, 124);
+        assert_eq!(
+            f.message(&label),
+            "++timelimit of 3 s reached; ending the job"
+        );
+    }
+
+    #[test]
+    fn ctrl_c_ends_the_job_with_128_plus_the_signal() {
+        let t0 = Instant::now();
+        let mut v = running(2, t0);
+        v.interrupt(2);
+        let f = failure(v.decide(t0));
+        assert_eq!(f.code, 130);
+        assert_eq!(f.message(&label), "interrupted by signal 2; ending the job");
+    }
+
+    #[test]
+    fn a_cancellation_ends_the_job_with_its_reason() {
+        let t0 = Instant::now();
+        let mut v = running(1, t0);
+        v.cancel("the front-end failed".into());
+        let f = failure(v.decide(t0));
+        assert_eq!(
+            (f.code, f.message(&label)),
+            (1, "the front-end failed".into())
+        );
+    }
+
+    impl Decision {
+        fn code(&self) -> Option<i32> {
+            match self {
+                Decision::Fail(f) => Some(f.code),
+                _ => None,
+            }
+        }
+    }
+}
