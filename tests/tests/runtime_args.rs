@@ -136,10 +136,7 @@ fn the_local_layer_under_charmrun_is_refused_at_once() {
         Duration::from_secs(30),
     );
     assert_ne!(o.code, Some(0), "{o}");
-    assert!(
-        o.stderr
-            .contains("+machine local runs every PE as a thread of this one process"),
-        "{o}"
-    );
+    // charmrun refuses it itself; a node started some other way is refused by the runtime.
+    assert!(o.stderr.contains("+machine local runs"), "{o}");
     assert_eq!(o.lines_with("hello from PE"), 0, "{o}");
 }
