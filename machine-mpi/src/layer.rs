@@ -120,6 +120,8 @@ pub struct MpiMachine {
     credit: Vec<u64>,
     /// Per peer: messages waiting for credit, in send order.
     backlog: Vec<VecDeque<Message>>,
+    /// Per peer: wire bytes in `backlog` (what is in flight is bounded by the window).
+    backlog_bytes: Vec<usize>,
     /// Per source: data messages received from it, and the count last sent back as credit.
     received: Vec<u64>,
     reported: Vec<u64>,
@@ -181,6 +183,7 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
                 sent: vec![0; n],
                 credit: vec![0; n],
                 backlog: (0..n).map(|_| VecDeque::new()).collect(),
+                backlog_bytes: vec![0; n],
                 received: vec![0; n],
                 reported: vec![0; n],
                 nap: NAP_MIN,
@@ -280,6 +283,7 @@ impl MpiMachine {
             let Some(m) = self.backlog[node].pop_front() else {
                 break;
             };
+            self.backlog_bytes[node] -= m.wire_len();
             self.post_message(node, m)?;
         }
         Ok(())
@@ -585,9 +589,14 @@ impl Machine for MpiMachine {
         if self.backlog[node].is_empty() && self.sent[node] - self.credit[node] < self.window {
             self.post_message(node, msg)
         } else {
+            self.backlog_bytes[node] += msg.wire_len();
             self.backlog[node].push_back(msg);
             Ok(())
         }
+    }
+
+    fn queued(&self, node: usize) -> usize {
+        self.backlog_bytes.get(node).copied().unwrap_or(0)
     }
 
     fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {

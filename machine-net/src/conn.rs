@@ -42,6 +42,8 @@ pub struct Conn {
     out: VecDeque<Message>,
     /// Bytes of the front frame already written.
     out_off: usize,
+    /// Wire bytes of the frames in `out`, for the runtime's bound on what waits for a peer.
+    out_bytes: usize,
     /// Receive buffer, allocated on the first receive: a peer that never sends costs nothing.
     inbuf: Vec<u8>,
     in_start: usize,
@@ -57,6 +59,7 @@ impl Conn {
             stream,
             out: VecDeque::new(),
             out_off: 0,
+            out_bytes: 0,
             inbuf: Vec::new(),
             in_start: 0,
             in_end: 0,
@@ -67,6 +70,11 @@ impl Conn {
     /// The socket.
     pub fn stream(&self) -> &TcpStream {
         &self.stream
+    }
+
+    /// Wire bytes of the frames waiting for the socket.
+    pub fn queued(&self) -> usize {
+        self.out_bytes
     }
 
     /// Whether frames wait for the socket.
@@ -102,6 +110,7 @@ impl Conn {
                 }
             }
         }
+        self.out_bytes += msg.wire_len();
         self.out.push_back(msg);
         Ok(())
     }
@@ -134,6 +143,7 @@ impl Conn {
                 let rest = front.wire_len() + FRAME_HEADER - self.out_off;
                 if left >= rest {
                     left -= rest;
+                    self.out_bytes -= front.wire_len();
                     self.out.pop_front();
                     self.out_off = 0;
                 } else {

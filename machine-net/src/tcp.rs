@@ -50,6 +50,8 @@ struct Link {
     conn: Option<Conn>,
     /// Messages for the peer while we wait for it to connect back (we are the higher node).
     waiting: VecDeque<Message>,
+    /// Their wire bytes.
+    waiting_bytes: usize,
     /// We asked the peer to connect back.
     requested: bool,
 }
@@ -143,6 +145,7 @@ impl TcpMachine {
         self.links[peer].conn = Some(Conn::new(s));
         self.readers.push(peer);
         while let Some(m) = self.links[peer].waiting.pop_front() {
+            self.links[peer].waiting_bytes -= m.wire_len();
             self.send_on(peer, m)?;
         }
         Ok(())
@@ -159,6 +162,7 @@ impl TcpMachine {
     /// Send on the pair's connection, which is open.
     fn send_on(&mut self, peer: usize, msg: Message) -> Result<(), MachineError> {
         let Some(c) = self.links[peer].conn.as_mut() else {
+            self.links[peer].waiting_bytes += msg.wire_len();
             self.links[peer].waiting.push_back(msg);
             return Ok(());
         };
@@ -316,6 +320,12 @@ impl Machine for TcpMachine {
             }
         }
         self.send_on(node, msg)
+    }
+
+    fn queued(&self, node: usize) -> usize {
+        self.links.get(node).map_or(0, |l| {
+            l.waiting_bytes + l.conn.as_ref().map_or(0, Conn::queued)
+        })
     }
 
     fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {

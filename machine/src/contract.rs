@@ -86,6 +86,22 @@ pub trait Machine: Send {
     /// when the destination is known to be gone; [`MachineError::Io`] for a local failure.
     fn send(&mut self, node: usize, msg: Message) -> Result<(), MachineError>;
 
+    /// Wire bytes this node holds for `node`: taken by [`send`](Self::send) and not yet off
+    /// the layer's hands — queued for the interconnect, or handed to it but not released (a
+    /// lent buffer not yet pulled, an MPI request not complete). Called once per send, so it
+    /// must be a field read, not a walk over queues.
+    ///
+    /// The runtime keeps it under the `peer.max_queued_mib` setting: before a send to a node
+    /// at or above it, the sender waits for room, running `advance` (arrivals go to its queue;
+    /// no handler runs meanwhile) and `wait`. So a stopped or slow peer cannot make a sender
+    /// grow without limit, and two nodes that flood each other both keep receiving, so neither
+    /// waits forever. The default, 0, suits a layer that never holds anything (nothing to
+    /// bound).
+    fn queued(&self, node: usize) -> usize {
+        let _ = node;
+        0
+    }
+
     /// The communication server: push out pending sends, then hand the messages that have
     /// arrived to `deliver`, in per-sender order. Returns how many messages were handed up. A
     /// layer may stop after a batch so the scheduler can dispatch; what is left is handed up

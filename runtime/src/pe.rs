@@ -282,6 +282,10 @@ impl Pe {
             return;
         }
         let node = self.table.node_of(dest);
+        // A stalled peer must not make this node grow without limit (one field read per send).
+        if self.machine.queued(node) >= self.tun.max_queued {
+            self.wait_for_room(node);
+        }
         if let Err(e) = self.machine.send(node, msg) {
             self.fatal(&e.to_string());
         }

@@ -23,6 +23,10 @@ pub(crate) const SETTINGS: &[SettingSpec] = &[
         meaning: "messages dispatched between two polls of the layer (default 64)",
     },
     SettingSpec {
+        key: "peer.max_queued_mib",
+        meaning: "bytes a node holds for one peer before a sender waits for room, MiB (default 64)",
+    },
+    SettingSpec {
         key: "tree.branching",
         meaning: "fan-out of the spanning trees of collectives, 2..=64 (default 4)",
     },
@@ -40,7 +44,14 @@ pub(crate) struct Tunables {
     pub batch: usize,
     /// Fan-out of the spanning trees used by broadcasts and reductions (`tree.branching`).
     pub branching: usize,
+    /// Bytes a node may hold for one peer before a sender waits (`peer.max_queued_mib`).
+    pub max_queued: usize,
 }
+
+/// Default of `peer.max_queued_mib`: deep enough that a fast sender never waits for a peer
+/// that keeps up (a socket buffer is a few MiB), small enough that a 256-node job whose peers
+/// all stall holds at most 16 GiB.
+const DEFAULT_MAX_QUEUED_MIB: usize = 64;
 
 impl Tunables {
     pub(crate) fn from_settings(s: &Settings) -> Result<Tunables, MachineError> {
@@ -49,7 +60,16 @@ impl Tunables {
             idle_max: Duration::from_millis(s.get_or("sched.idle_max_ms", 10)?),
             batch: s.get_or("sched.batch", 64)?,
             branching: s.get_or("tree.branching", 4)?,
+            max_queued: s
+                .get_or::<usize>("peer.max_queued_mib", DEFAULT_MAX_QUEUED_MIB)?
+                .saturating_mul(1 << 20),
         };
+        if t.max_queued == 0 {
+            return Err(MachineError::Setting {
+                key: "peer.max_queued_mib".into(),
+                reason: "must be at least 1".into(),
+            });
+        }
         if t.batch == 0 || !(2..=MAX_BRANCHING).contains(&t.branching) || t.idle_max.is_zero() {
             return Err(MachineError::Setting {
                 key: "sched.batch / tree.branching / sched.idle_max_ms".into(),
@@ -233,6 +253,20 @@ impl Pe {
         }
         let got = self.poll();
         got + self.dispatch_some()
+    }
+
+    /// Wait until the layer holds less than `peer.max_queued_mib` for `node`, keeping the
+    /// interconnect moving: arrivals go into the queue (no handler runs here, so nothing
+    /// re-enters the sender), and an idle wait blocks in the layer rather than spinning.
+    #[cold]
+    pub(crate) fn wait_for_room(&mut self, node: usize) {
+        while self.machine.queued(node) >= self.tun.max_queued {
+            if self.poll() == 0 {
+                if let Err(e) = self.machine.wait(Duration::from_millis(1)) {
+                    self.fatal(&e.to_string());
+                }
+            }
+        }
     }
 
     /// The communication server: move everything the layer has for us into the queue.

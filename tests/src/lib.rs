@@ -403,6 +403,28 @@ pub fn expect_ok(launcher: &Launcher, program: &str, pes: usize, args: &[&str]) 
     o
 }
 
+/// Run the `flood` scenario (PE 1 stalls for 2 s while PE 0 sends it 512 MiB) with what a
+/// node may hold for one peer set to 8 MiB, and check that PE 0's peak resident memory stayed
+/// near that bound rather than near the 512 MiB it sent.
+pub fn expect_bounded_flood(launcher: &Launcher, program: &str) {
+    let o = launcher.run(
+        program,
+        2,
+        &["flood", "512", "+set", "peer.max_queued_mib=8"],
+        Duration::from_secs(120),
+    );
+    assert_eq!(o.code, Some(0), "{o}");
+    let peak: u64 = o
+        .stdout
+        .split("peak RSS ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no peak RSS in the output:\n{o}"));
+    // 8 MiB held for the peer, the program itself, the allocator's slack: far below 512.
+    assert!(peak < 96, "PE 0 peaked at {peak} MiB:\n{o}");
+}
+
 /// The conformance suite for one launcher: every layer must pass these unchanged.
 ///
 /// ```ignore

@@ -20,3 +20,15 @@ fn a_128_node_all_to_all_completes() {
         &["alltoall", "200000"],
     );
 }
+
+/// A receiver that stops polling does not make its sender grow without limit.
+#[test]
+fn memory_toward_a_stalled_peer_is_bounded() {
+    conformance::expect_bounded_flood(
+        &conformance::Launcher::Charmrun {
+            machine: "tcp",
+            opts: vec![],
+        },
+        env!("CARGO_BIN_EXE_conformance"),
+    );
+}

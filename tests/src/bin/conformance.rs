@@ -78,6 +78,10 @@ fn main() -> ExitCode {
             let n = arg.and_then(|a| a.parse().ok()).unwrap_or(3000);
             Box::new(move |pe: &mut Pe| slow(pe, n))
         }
+        "flood" => {
+            let mib = arg.and_then(|a| a.parse().ok()).unwrap_or(512);
+            Box::new(move |pe: &mut Pe| flood(pe, mib))
+        }
         "wait" => {
             let secs = arg.and_then(|a| a.parse().ok()).unwrap_or(2.0);
             Box::new(move |pe: &mut Pe| wait(pe, secs))
@@ -86,7 +90,7 @@ fn main() -> ExitCode {
         _ => {
             eprintln!(
                 "conformance: unknown scenario '{scenario}' (hello, fifo, broadcast, reduce, \
-                 priority, exit-code, mismatch, alltoall, sizes, idle, panic, scheduling, exit-early, exit-after-send, proc-exit, hang, silent, slow, wait)"
+                 priority, exit-code, mismatch, alltoall, sizes, idle, panic, scheduling, exit-early, exit-after-send, proc-exit, hang, silent, slow, flood, wait)"
             );
             return ExitCode::from(2);
         }
@@ -815,5 +819,43 @@ fn exit_after_send(pe: &mut Pe) {
         pe.send_msg(last, sink, Message::new(64 << 20));
         println!("conformance exit-after-send: ok");
         pe.exit(0);
+    }
+}
+
+/// A stalled receiver and a sender that does not stop: PE 1 sleeps for two seconds without
+/// polling while PE 0 sends it `mib` MiB from one handler. What PE 0's node holds for PE 1 is
+/// bounded by `peer.max_queued_mib` (the sender waits for room); PE 0 reports its peak
+/// resident memory once PE 1 has everything.
+fn flood(pe: &mut Pe, mib: u64) {
+    const CHUNK: usize = 64 << 10;
+    let total = mib * (1 << 20) / CHUNK as u64;
+    let done = pe.register("flood-done", move |pe, _| {
+        let peak_mib = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF)
+            .map_or(0, |u| u.max_rss() / 1024);
+        println!("conformance flood: ok (PE 0 peak RSS {peak_mib} MiB)");
+        pe.exit(0);
+    });
+    let got = Rc::new(Cell::new(0u64));
+    let g = got.clone();
+    let chunk = pe.register("flood-chunk", move |pe, _| {
+        g.set(g.get() + 1);
+        if g.get() == total {
+            pe.send(0, done, &[]);
+        }
+    });
+    if pe.num_pes() < 2 {
+        println!("conformance flood: ok (one PE, nothing to flood)");
+        pe.exit(0);
+        return;
+    }
+    match pe.my_pe() {
+        0 => {
+            let payload = vec![7u8; CHUNK];
+            for _ in 0..total {
+                pe.send(1, chunk, &payload);
+            }
+        }
+        1 => std::thread::sleep(Duration::from_secs(2)),
+        _ => {}
     }
 }
