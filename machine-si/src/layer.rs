@@ -201,6 +201,9 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
     let mut si = Si::init(env.node, env.num_nodes);
     si.open(Path::new(&path), ring)
         .map_err(|e| MachineError::io(format!("creating the SI port {path}"), e))?;
+    // Until every node has mapped it: removed on any error return below (the guard's drop),
+    // and by the control watchdog if charmrun goes away meanwhile (it ends the process).
+    let port_file = charmrun::cleanup::remove_on_exit(&path);
     let table = ctl.join(&env, path.clone().into_bytes())?;
     let me = env.node;
     let my_host = table.node(me).map(|n| n.host.clone()).unwrap_or_default();
@@ -246,6 +249,7 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
     // longer needed, and the pull permissions can be read.
     ctl.barrier()?;
     si.close();
+    drop(port_file);
     let lend_from = (0..n)
         .map(|node| match lend_from {
             _ if !si.can_lend_to(node) => usize::MAX,

@@ -11,7 +11,10 @@
 //!
 //! One host only (the layer refuses a job that spans hosts); processes are started by charmrun
 //! and find each other's ports through the node table. Ports are removed from the file system
-//! as soon as every node has mapped them, so a crash leaves nothing in /dev/shm.
+//! as soon as every node has mapped them; a node that ends before then (an error, or charmrun
+//! gone and the control watchdog ending the process) removes its own first
+//! (`charmrun::cleanup`), and charmrun removes what a killed node left: nothing of a job stays
+//! in /dev/shm.
 
 pub mod coop;
 pub mod interconnect;
