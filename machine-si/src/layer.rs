@@ -11,11 +11,12 @@
 //! A message goes one of three ways, the header's `kind` saying which:
 //! - **whole**: one that fits a record goes as a single record (header then wire bytes), read
 //!   straight into the message's own buffer with the header landing in its headroom;
-//! - **lent** (single copy): from `si.single_copy_from` bytes (1.25 MiB), when the receiver can
-//!   read our memory (probed at start-up), the record holds the header and the address of our
-//!   buffer; the receiver allocates the message and copies the bytes straight out of our
-//!   buffer (`process_vm_readv`), then counts it pulled. We keep the message until that count
-//!   covers it, so nothing is freed while it may be read;
+//! - **lent** (single copy): from `si.single_copy_from` bytes (by default 256 KiB when we can
+//!   also write into the receiver's memory and help with the copy, `coop.rs`; else 1.25 MiB),
+//!   when the receiver can read our memory (probed at start-up), the record holds the header
+//!   and the address of our buffer; the receiver allocates the message and copies the bytes
+//!   straight out of our buffer (`process_vm_readv`), then counts it pulled. We keep the
+//!   message until that count covers it, so nothing is freed while it may be read;
 //! - **pieces**: any other larger one goes as the header record followed by pieces of 16 KiB,
 //!   read straight into its buffer (two copies, into the ring and out of it, overlapping).
 //!

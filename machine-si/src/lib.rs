@@ -15,6 +15,11 @@
 //! gone and the control watchdog ending the process) removes its own first
 //! (`charmrun::cleanup`), and charmrun removes what a killed node left: nothing of a job stays
 //! in /dev/shm.
+//!
+//! `unsafe` is where the crate reaches memory Rust does not manage: the shared mapping (ring.rs,
+//! segment.rs), the futex on it (segment.rs: no safe wrapper exists), a peer's memory
+//! (pull.rs), and buffers those fill before their length is set (layer.rs, interconnect.rs).
+//! Every block says why it is sound.
 
 pub mod coop;
 pub mod interconnect;
