@@ -220,6 +220,7 @@ impl Control {
     pub fn abort(&self, reason: &str) -> ! {
         eprintln!("converse: node {} aborting the job: {reason}", self.node);
         let _ = self.send(Kind::Abort, reason.as_bytes());
+        crate::cleanup::remove_registered();
         std::process::exit(1)
     }
 
@@ -268,7 +269,9 @@ fn watchdog(
             Ok((Kind::Die, _)) | Err(_) => {
                 // The job is over (charmrun said so, or charmrun is gone): leave now, from
                 // whatever state the rest of the process is in. `_exit` runs no exit-time
-                // handlers, which could wait for locks other threads hold.
+                // handlers, which could wait for locks other threads hold. The layer's files
+                // go first: with charmrun gone, nobody else removes them.
+                crate::cleanup::remove_registered();
                 // SAFETY: _exit has no preconditions; it ends the process without unwinding.
                 unsafe { libc::_exit(1) }
             }

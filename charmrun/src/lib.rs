@@ -7,6 +7,7 @@
 //! ends the job with the first non-zero exit code of any node — or at once, naming the node,
 //! when one crashes. Layers use [`client`] for their side; charmrun knows nothing of any layer.
 
+pub mod cleanup;
 pub mod client;
 pub mod launch;
 pub mod mpiexec;

@@ -510,8 +510,10 @@ impl MpiMachine {
 
     /// Start a non-blocking barrier.
     fn ibarrier(&self) -> Result<ffi::MPI_Request, MachineError> {
-        // SAFETY: predefined handle; out-pointer to a local.
+        // SAFETY: reading a predefined handle, a constant rsmpi's shim exports.
         let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
+        // SAFETY: `self.comm` is the world communicator, valid while MPI is initialised (the
+        // universe is kept until `exit`); `req` is a local out-parameter.
         mpi_call("MPI_Ibarrier", unsafe {
             ffi::MPI_Ibarrier(self.comm, &mut req)
         })?;

@@ -24,6 +24,8 @@ use crate::coop::{self, Offer};
 use crate::pull::{self, ProbeWord, PullError};
 use crate::ring::{Consumer, Producer, Ring};
 use crate::segment::{Bell, Segment};
+use nix::sys::signal::kill;
+use nix::unistd::Pid;
 use std::cell::Cell;
 use std::mem::MaybeUninit;
 use std::path::Path;
@@ -240,8 +242,8 @@ impl Si {
     /// Whether `node`'s process has left or is gone.
     fn peer_gone(&self, node: usize) -> bool {
         let pid = self.pids.get(node).copied().unwrap_or(0);
-        // SAFETY: signal 0 only checks that the process exists.
-        self.peer_closed(node) || pid <= 0 || unsafe { libc::kill(pid, 0) } != 0
+        // No signal: only whether the process exists.
+        self.peer_closed(node) || pid <= 0 || kill(Pid::from_raw(pid), None).is_err()
     }
 
     /// Tell `sender` we are done with one more of its loans (they are done in order).

@@ -11,11 +11,12 @@
 //! A message goes one of three ways, the header's `kind` saying which:
 //! - **whole**: one that fits a record goes as a single record (header then wire bytes), read
 //!   straight into the message's own buffer with the header landing in its headroom;
-//! - **lent** (single copy): from `si.single_copy_from` bytes (1.25 MiB), when the receiver can
-//!   read our memory (probed at start-up), the record holds the header and the address of our
-//!   buffer; the receiver allocates the message and copies the bytes straight out of our
-//!   buffer (`process_vm_readv`), then counts it pulled. We keep the message until that count
-//!   covers it, so nothing is freed while it may be read;
+//! - **lent** (single copy): from `si.single_copy_from` bytes (by default 256 KiB when we can
+//!   also write into the receiver's memory and help with the copy, `coop.rs`; else 1.25 MiB),
+//!   when the receiver can read our memory (probed at start-up), the record holds the header
+//!   and the address of our buffer; the receiver allocates the message and copies the bytes
+//!   straight out of our buffer (`process_vm_readv`), then counts it pulled. We keep the
+//!   message until that count covers it, so nothing is freed while it may be read;
 //! - **pieces**: any other larger one goes as the header record followed by pieces of 16 KiB,
 //!   read straight into its buffer (two copies, into the ring and out of it, overlapping).
 //!
@@ -215,6 +216,9 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
     let mut si = Si::init(env.node, env.num_nodes);
     si.open(Path::new(&path), ring)
         .map_err(|e| MachineError::io(format!("creating the SI port {path}"), e))?;
+    // Until every node has mapped it: removed on any error return below (the guard's drop),
+    // and by the control watchdog if charmrun goes away meanwhile (it ends the process).
+    let port_file = charmrun::cleanup::remove_on_exit(&path);
     let table = ctl.join(&env, path.clone().into_bytes())?;
     let me = env.node;
     let my_host = table.node(me).map(|n| n.host.clone()).unwrap_or_default();
@@ -260,6 +264,7 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
     // longer needed, and the pull permissions can be read.
     ctl.barrier()?;
     si.close();
+    drop(port_file);
     let lend_from = (0..n)
         .map(|node| match lend_from {
             _ if !si.can_lend_to(node) => usize::MAX,

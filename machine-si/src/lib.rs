@@ -11,7 +11,15 @@
 //!
 //! One host only (the layer refuses a job that spans hosts); processes are started by charmrun
 //! and find each other's ports through the node table. Ports are removed from the file system
-//! as soon as every node has mapped them, so a crash leaves nothing in /dev/shm.
+//! as soon as every node has mapped them; a node that ends before then (an error, or charmrun
+//! gone and the control watchdog ending the process) removes its own first
+//! (`charmrun::cleanup`), and charmrun removes what a killed node left: nothing of a job stays
+//! in /dev/shm.
+//!
+//! `unsafe` is where the crate reaches memory Rust does not manage: the shared mapping (ring.rs,
+//! segment.rs), the futex on it (segment.rs: no safe wrapper exists), a peer's memory
+//! (pull.rs), and buffers those fill before their length is set (layer.rs, interconnect.rs).
+//! Every block says why it is sound.
 
 pub mod coop;
 pub mod interconnect;

@@ -8,6 +8,10 @@
 //! once per pair at start-up on a word whose value the owner published; a pair where it fails
 //! keeps to the rings.
 
+use nix::errno::Errno;
+use nix::sys::uio::{process_vm_writev, RemoteIoVec};
+use nix::unistd::Pid;
+use std::io::IoSlice;
 use std::mem::MaybeUninit;
 
 /// Why a read of a peer's memory failed.
@@ -29,12 +33,12 @@ pub enum PullError {
 }
 
 impl PullError {
-    fn from_errno(e: std::io::Error) -> PullError {
-        match e.raw_os_error() {
-            Some(libc::ESRCH) => PullError::Gone,
-            Some(libc::EPERM | libc::EACCES | libc::ENOSYS) => PullError::Denied(e),
-            Some(libc::EFAULT) => PullError::Fault(e),
-            _ => PullError::Other(e),
+    fn from_errno(e: Errno) -> PullError {
+        match e {
+            Errno::ESRCH => PullError::Gone,
+            Errno::EPERM | Errno::EACCES | Errno::ENOSYS => PullError::Denied(e.into()),
+            Errno::EFAULT => PullError::Fault(e.into()),
+            _ => PullError::Other(e.into()),
         }
     }
 }
@@ -42,10 +46,28 @@ impl PullError {
 /// Copy `into.len()` bytes from address `from` in process `pid` into `into`. On success every
 /// byte of `into` is initialised.
 ///
+/// Through libc rather than nix: nix's `process_vm_readv` takes `IoSliceMut`, that is
+/// initialised `&mut [u8]`, and `into` is deliberately fresh memory (a large message's buffer;
+/// zeroing it first would be one more pass over every byte).
+///
 /// # Errors
 /// [`PullError`], by what the kernel said.
 pub fn pull(pid: i32, from: u64, into: &mut [MaybeUninit<u8>]) -> Result<(), PullError> {
-    transfer(pid, into.as_mut_ptr().cast(), from, into.len(), false)
+    let local = into.as_mut_ptr().cast::<libc::c_void>();
+    copy_all(from, into.len(), |done, remote| {
+        let l = libc::iovec {
+            iov_base: local.wrapping_byte_add(done),
+            iov_len: remote.len,
+        };
+        let r = libc::iovec {
+            iov_base: remote.base as *mut libc::c_void,
+            iov_len: remote.len,
+        };
+        // SAFETY: `l` is the rest of `into`, memory we hold exclusively for the call and
+        // which the kernel only writes; the kernel checks the remote range itself.
+        let n = unsafe { libc::process_vm_readv(pid, &l, 1, &r, 1, 0) };
+        Errno::result(n).map(|n| n as usize)
+    })
 }
 
 /// Copy `from` into process `pid`'s memory at address `to` (`process_vm_writev`): how a
@@ -54,51 +76,36 @@ pub fn pull(pid: i32, from: u64, into: &mut [MaybeUninit<u8>]) -> Result<(), Pul
 /// # Errors
 /// [`PullError`], by what the kernel said.
 pub fn push(pid: i32, from: &[u8], to: u64) -> Result<(), PullError> {
-    transfer(pid, from.as_ptr().cast_mut(), to, from.len(), true)
+    let pid = Pid::from_raw(pid);
+    copy_all(to, from.len(), |done, remote| {
+        process_vm_writev(pid, &[IoSlice::new(&from[done..])], &[remote])
+    })
 }
 
-/// Move `len` bytes between `local` (ours) and `remote` (in `pid`), in either direction.
-fn transfer(
-    pid: i32,
-    local: *mut u8,
+/// Run `copy(done, remote)` until all `len` bytes at `remote` (in the other process) have
+/// moved: the kernel may copy less than asked (it stops at the first page it cannot reach),
+/// so a short copy that is not a fault goes on from where it stopped. `copy` moves the bytes
+/// from offset `done` on and says how many it moved.
+fn copy_all(
     remote: u64,
     len: usize,
-    write: bool,
+    mut copy: impl FnMut(usize, RemoteIoVec) -> nix::Result<usize>,
 ) -> Result<(), PullError> {
     let mut done = 0usize;
-    // The kernel may copy less than asked (it stops at the first page it cannot reach): go on
-    // from there, so a short copy that is not a fault still completes.
     while done < len {
-        let l = libc::iovec {
-            iov_base: local.wrapping_add(done).cast(),
-            iov_len: len - done,
+        let r = RemoteIoVec {
+            base: (remote as usize).wrapping_add(done),
+            len: len - done,
         };
-        let r = libc::iovec {
-            iov_base: (remote as usize).wrapping_add(done) as *mut libc::c_void,
-            iov_len: len - done,
-        };
-        // SAFETY: `l` describes memory we own, writable when we read into it (the callers
-        // hold it borrowed for the call); the kernel checks the remote range.
-        let n = unsafe {
-            if write {
-                libc::process_vm_writev(pid, &l, 1, &r, 1, 0)
-            } else {
-                libc::process_vm_readv(pid, &l, 1, &r, 1, 0)
-            }
-        };
-        match n {
-            n if n > 0 => done += n as usize,
-            0 => {
+        match copy(done, r) {
+            Ok(0) => {
                 return Err(PullError::Fault(std::io::Error::other(format!(
                     "copy stopped after {done} of {len} bytes"
                 ))))
             }
-            _ => {
-                let e = std::io::Error::last_os_error();
-                if e.kind() != std::io::ErrorKind::Interrupted {
-                    return Err(PullError::from_errno(e));
-                }
-            }
+            Ok(n) => done += n,
+            Err(Errno::EINTR) => {}
+            Err(e) => return Err(PullError::from_errno(e)),
         }
     }
     Ok(())

@@ -23,8 +23,9 @@
 //! re-reads `head` only when the ring looks full, since every read of a line the other side
 //! wrote is a transfer between cores.
 //!
-//! All `unsafe` of the SI interconnect is here: the ring is raw memory shared with another
-//! process, so it can only be reached through pointers.
+//! The protocol is written against [`Memory`]: in the layer, [`Mapped`], the shared mapping
+//! itself (every access compiles to the same loads, stores and copies as plain pointer code);
+//! under `--cfg loom`, a model of the same lines whose interleavings the `loom` tests explore.
 
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -37,17 +38,6 @@ pub const HEADER: usize = 128;
 /// A word that says: the next record is at position 0.
 const WRAP: u32 = u32::MAX;
 
-/// A view of one ring inside a mapping.
-#[derive(Clone, Copy)]
-pub struct Ring {
-    base: *mut u8,
-    cap: usize,
-}
-
-// SAFETY: a Ring is a pointer into a shared mapping that outlives it (the segment keeps the
-// mapping alive); the protocol above, not Rust ownership, keeps producer and consumer apart.
-unsafe impl Send for Ring {}
-
 /// Records start on cache-line boundaries: a small message then travels in one line, never
 /// straddling two (each line is a transfer between cores).
 const ALIGN: usize = 64;
@@ -57,7 +47,106 @@ fn footprint(len: usize) -> usize {
     (8 + len + ALIGN - 1) & !(ALIGN - 1)
 }
 
-impl Ring {
+/// Where a ring lives: the consumer's `head` and the data area, whose words (the first four
+/// bytes of each line) are read and written atomically. Positions are data offsets.
+pub trait Memory {
+    /// The consumer's published position.
+    fn load_head(&self, order: Ordering) -> u64;
+    /// Publish the consumer's position.
+    fn store_head(&self, head: u64, order: Ordering);
+    /// The word of the line at `pos` (a multiple of 64 below the capacity).
+    fn load_word(&self, pos: usize, order: Ordering) -> u32;
+    /// Set the word of the line at `pos`.
+    fn store_word(&self, pos: usize, word: u32, order: Ordering);
+    /// Producer: copy `bytes` to data offset `at`.
+    ///
+    /// # Safety
+    /// `[at, at + bytes.len())` lies inside the data area and the consumer reads none of it
+    /// until a word published after this call says so.
+    unsafe fn write(&self, at: usize, bytes: &[u8]);
+    /// Consumer: copy `out.len()` bytes at data offset `at` into `out`, initialising it.
+    ///
+    /// # Safety
+    /// `[at, at + out.len())` lies inside the data area and holds a record the producer
+    /// published (its word was read with acquire ordering) and will not overwrite before the
+    /// consumer publishes a head past it.
+    unsafe fn read(&self, at: usize, out: &mut [MaybeUninit<u8>]);
+}
+
+/// A ring's memory in a shared mapping: `HEADER` bytes, then the data.
+#[derive(Clone, Copy)]
+pub struct Mapped {
+    base: *mut u8,
+}
+
+// SAFETY: a pointer into a shared mapping that outlives it (the segment keeps the mapping
+// alive); the protocol above, not Rust ownership, keeps producer and consumer apart.
+unsafe impl Send for Mapped {}
+
+impl Mapped {
+    fn head(&self) -> &AtomicU64 {
+        // SAFETY: offset 0 is 8-aligned inside the mapping (`Ring::new`'s contract); atomics
+        // may alias memory another process reaches too.
+        unsafe { &*(self.base as *const AtomicU64) }
+    }
+
+    fn word(&self, pos: usize) -> &AtomicU32 {
+        // SAFETY: the callers' positions are 64-aligned and inside the data area (checked in
+        // debug builds by `Ring::word_at`), which `Ring::new`'s contract keeps mapped.
+        unsafe { &*(self.base.add(HEADER + pos) as *const AtomicU32) }
+    }
+}
+
+impl Memory for Mapped {
+    #[inline(always)]
+    fn load_head(&self, order: Ordering) -> u64 {
+        self.head().load(order)
+    }
+
+    #[inline(always)]
+    fn store_head(&self, head: u64, order: Ordering) {
+        self.head().store(head, order);
+    }
+
+    #[inline(always)]
+    fn load_word(&self, pos: usize, order: Ordering) -> u32 {
+        self.word(pos).load(order)
+    }
+
+    #[inline(always)]
+    fn store_word(&self, pos: usize, word: u32, order: Ordering) {
+        self.word(pos).store(word, order);
+    }
+
+    #[inline(always)]
+    unsafe fn write(&self, at: usize, bytes: &[u8]) {
+        // SAFETY: the caller's contract: inside the data area, not read concurrently.
+        unsafe {
+            std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.base.add(HEADER + at), bytes.len());
+        }
+    }
+
+    #[inline(always)]
+    unsafe fn read(&self, at: usize, out: &mut [MaybeUninit<u8>]) {
+        // SAFETY: the caller's contract: inside the data area, published, not overwritten.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                self.base.add(HEADER + at),
+                out.as_mut_ptr().cast::<u8>(),
+                out.len(),
+            );
+        }
+    }
+}
+
+/// A view of one ring.
+#[derive(Clone, Copy)]
+pub struct Ring<M = Mapped> {
+    mem: M,
+    cap: usize,
+}
+
+impl Ring<Mapped> {
     /// The ring at `base`, `HEADER + cap` bytes, `cap` a power of two of at least 256.
     ///
     /// # Safety
@@ -65,27 +154,22 @@ impl Ring {
     /// the ring is used, and be initialised to zero (or be a ring already in use). At most one
     /// process may produce and one consume.
     pub unsafe fn new(base: *mut u8, cap: usize) -> Ring {
-        debug_assert!(cap.is_power_of_two() && cap >= 4 * ALIGN);
-        Ring { base, cap }
-    }
-
-    fn head(&self) -> &AtomicU64 {
-        // SAFETY: offset 0 is 8-aligned inside the mapping; AtomicU64 may alias shared memory.
-        unsafe { &*(self.base as *const AtomicU64) }
+        Ring::with_memory(Mapped { base }, cap)
     }
 
     /// How many of the producer's lent messages (see `pull.rs`) the consumer has copied out of
     /// the producer's memory: the producer may free them. Written by the consumer only.
     pub fn pulled(&self) -> &AtomicU64 {
-        // SAFETY: as for `head`, at offset 8, on the consumer's line.
-        unsafe { &*(self.base.add(8) as *const AtomicU64) }
+        // SAFETY: offset 8 of the consumer's line, 8-aligned, inside the mapping; atomics may
+        // alias shared memory.
+        unsafe { &*(self.mem.base.add(8) as *const AtomicU64) }
     }
 
     /// Non-zero when the consumer can read the producer's memory (its start-up probe worked),
     /// so the producer may lend it large messages instead of copying them into the ring.
     pub fn pull_ok(&self) -> &AtomicU32 {
-        // SAFETY: as for `head`, at offset 16, on the consumer's line.
-        unsafe { &*(self.base.add(16) as *const AtomicU32) }
+        // SAFETY: as for `pulled`, at offset 16.
+        unsafe { &*(self.mem.base.add(16) as *const AtomicU32) }
     }
 
     /// The block through which the consumer shares the copy of a large lent message with the
@@ -94,14 +178,22 @@ impl Ring {
         const _: () = assert!(std::mem::size_of::<crate::coop::Block>() <= 64);
         // SAFETY: the second line of the header, 64-aligned, inside the mapping; the block is
         // atomics only, which may alias shared memory (zeroed: no copy offered).
-        unsafe { &*(self.base.add(64) as *const crate::coop::Block) }
+        unsafe { &*(self.mem.base.add(64) as *const crate::coop::Block) }
+    }
+}
+
+impl<M: Memory> Ring<M> {
+    /// The ring in `mem`, of `cap` bytes of data (a power of two of at least 256).
+    fn with_memory(mem: M, cap: usize) -> Ring<M> {
+        debug_assert!(cap.is_power_of_two() && cap >= 4 * ALIGN);
+        Ring { mem, cap }
     }
 
-    /// The word at data position `pos` (a multiple of 64).
-    fn word(&self, pos: usize) -> &AtomicU32 {
+    /// Check a word's position (debug builds).
+    #[inline(always)]
+    fn word_at(&self, pos: usize) -> usize {
         debug_assert!(pos < self.cap && pos.is_multiple_of(ALIGN));
-        // SAFETY: inside the data area, 64-aligned.
-        unsafe { &*(self.base.add(HEADER + pos) as *const AtomicU32) }
+        pos
     }
 
     /// Largest record the ring takes.
@@ -111,9 +203,10 @@ impl Ring {
 
     /// Consumer: whether nothing is waiting to be read.
     pub fn is_empty(&self, c: &Consumer) -> bool {
-        self.word((c.head as usize) & (self.cap - 1))
-            .load(Ordering::Acquire)
-            == 0
+        self.mem.load_word(
+            self.word_at((c.head as usize) & (self.cap - 1)),
+            Ordering::Acquire,
+        ) == 0
     }
 
     /// Producer: append the record `rec`, if there is room now.
@@ -130,7 +223,7 @@ impl Ring {
         let room = skip + need + ALIGN;
         if room > self.cap - (p.tail - p.head) as usize {
             // Looks full with what we knew: learn how far the consumer really is.
-            p.head = self.head().load(Ordering::Acquire);
+            p.head = self.mem.load_head(Ordering::Acquire);
             if room > self.cap - (p.tail - p.head) as usize {
                 return false;
             }
@@ -138,16 +231,19 @@ impl Ring {
         // SAFETY: [pos, pos + skip) and [at, at + need + 64) are inside the data area (modulo
         // CAP for the last line) and free: the consumer reads nothing the producer has not
         // published, and `room` counted them.
-        unsafe {
-            std::ptr::copy_nonoverlapping(rec.as_ptr(), self.base.add(HEADER + at + 8), len);
-        }
-        self.word((at + need) & (self.cap - 1))
-            .store(0, Ordering::Relaxed);
+        unsafe { self.mem.write(at + 8, rec) };
+        self.mem.store_word(
+            self.word_at((at + need) & (self.cap - 1)),
+            0,
+            Ordering::Relaxed,
+        );
         // Release: the bytes and the zeroed word after them are seen with the word.
-        self.word(at).store(len as u32 + 1, Ordering::Release);
+        self.mem
+            .store_word(self.word_at(at), len as u32 + 1, Ordering::Release);
         if skip > 0 {
             // After the record it points to, so the consumer never jumps to an unwritten one.
-            self.word(pos).store(WRAP, Ordering::Release);
+            self.mem
+                .store_word(self.word_at(pos), WRAP, Ordering::Release);
         }
         p.tail += (skip + need) as u64;
         true
@@ -158,7 +254,7 @@ impl Ring {
     pub fn peek_len(&self, c: &mut Consumer) -> Option<usize> {
         loop {
             let pos = (c.head as usize) & (self.cap - 1);
-            match self.word(pos).load(Ordering::Acquire) {
+            match self.mem.load_word(self.word_at(pos), Ordering::Acquire) {
                 0 => {
                     self.publish(c);
                     return None;
@@ -175,14 +271,9 @@ impl Ring {
     pub fn pop_into(&self, c: &mut Consumer, out: &mut [MaybeUninit<u8>]) {
         let pos = (c.head as usize) & (self.cap - 1);
         // SAFETY: peek_len returned this record's length and skipped any wrap marker, so a
-        // published record of `out.len()` bytes starts at `pos + 8`.
-        unsafe {
-            std::ptr::copy_nonoverlapping(
-                self.base.add(HEADER + pos + 8),
-                out.as_mut_ptr().cast::<u8>(),
-                out.len(),
-            );
-        }
+        // published record of `out.len()` bytes starts at `pos + 8`; the producer leaves it
+        // alone until `publish` below says it is read.
+        unsafe { self.mem.read(pos + 8, out) };
         c.head += footprint(out.len()) as u64;
         if (c.head - c.published) as usize >= self.cap / 4 {
             self.publish(c);
@@ -191,7 +282,7 @@ impl Ring {
 
     fn publish(&self, c: &mut Consumer) {
         if c.published != c.head {
-            self.head().store(c.head, Ordering::Release);
+            self.mem.store_head(c.head, Ordering::Release);
             c.published = c.head;
         }
     }
@@ -310,5 +401,190 @@ mod tests {
             again += 1;
         }
         assert_eq!(again, pushed);
+    }
+}
+
+/// The ring's protocol model-checked: `loom` runs a producer and a consumer through every
+/// interleaving and every outcome its memory model allows for relaxed and acquire/release
+/// accesses, and reports unsynchronised accesses to record bytes as races. (Checked to catch
+/// a record word stored relaxed, a head published relaxed, and a next word not zeroed.) Run
+/// with
+/// `RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=target/loom cargo test --release -p converse-si --lib loom`.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::cell::UnsafeCell;
+    use loom::sync::atomic::{AtomicU32, AtomicU64};
+    use loom::sync::Arc;
+
+    /// One line of the model: its first four bytes are the word, atomic, as in the mapping
+    /// (so bytes a record leaves there read back as that line's word on a later lap); the
+    /// rest plain memory, whose unsynchronised use loom reports as a data race.
+    struct Line {
+        word: AtomicU32,
+        rest: UnsafeCell<[u8; ALIGN - 4]>,
+    }
+
+    /// A ring's memory on the heap, in loom's atomics and cells.
+    struct Model {
+        head: AtomicU64,
+        lines: Vec<Line>,
+    }
+
+    // SAFETY: shared between the model's producer and consumer exactly as the mapping is
+    // between processes; loom itself checks the cells' accesses for races.
+    unsafe impl Sync for Model {}
+    // SAFETY: as above.
+    unsafe impl Send for Model {}
+
+    impl Model {
+        fn new(cap: usize) -> Model {
+            Model {
+                head: AtomicU64::new(0),
+                lines: (0..cap / ALIGN)
+                    .map(|_| Line {
+                        word: AtomicU32::new(0),
+                        rest: UnsafeCell::new([0; ALIGN - 4]),
+                    })
+                    .collect(),
+            }
+        }
+
+        /// The pieces of `[at, at + len)` line by line: (line, offset in it, offset in the
+        /// range, length).
+        fn pieces(at: usize, len: usize) -> impl Iterator<Item = (usize, usize, usize, usize)> {
+            let mut done = 0;
+            std::iter::from_fn(move || {
+                (done < len).then(|| {
+                    let off = (at + done) % ALIGN;
+                    let n = (ALIGN - off).min(len - done);
+                    let piece = ((at + done) / ALIGN, off, done, n);
+                    done += n;
+                    piece
+                })
+            })
+        }
+    }
+
+    impl Memory for Model {
+        fn load_head(&self, order: Ordering) -> u64 {
+            self.head.load(order)
+        }
+
+        fn store_head(&self, head: u64, order: Ordering) {
+            self.head.store(head, order);
+        }
+
+        fn load_word(&self, pos: usize, order: Ordering) -> u32 {
+            self.lines[pos / ALIGN].word.load(order)
+        }
+
+        fn store_word(&self, pos: usize, word: u32, order: Ordering) {
+            self.lines[pos / ALIGN].word.store(word, order);
+        }
+
+        unsafe fn write(&self, at: usize, bytes: &[u8]) {
+            for (l, off, from, n) in Model::pieces(at, bytes.len()) {
+                let line = &self.lines[l];
+                let src = &bytes[from..from + n];
+                let in_word = 4usize.saturating_sub(off).min(n);
+                if in_word > 0 {
+                    // Plain bytes over the word, as the real copy writes them.
+                    let mut w = line.word.load(Ordering::Relaxed).to_le_bytes();
+                    w[off..off + in_word].copy_from_slice(&src[..in_word]);
+                    line.word.store(u32::from_le_bytes(w), Ordering::Relaxed);
+                }
+                if n > in_word {
+                    let start = off + in_word - 4;
+                    line.rest.with_mut(|r| {
+                        // SAFETY: loom checks that no other access to the cell overlaps.
+                        let r = unsafe { &mut *r };
+                        r[start..start + n - in_word].copy_from_slice(&src[in_word..]);
+                    });
+                }
+            }
+        }
+
+        unsafe fn read(&self, at: usize, out: &mut [MaybeUninit<u8>]) {
+            for (l, off, to, n) in Model::pieces(at, out.len()) {
+                let line = &self.lines[l];
+                let dst = &mut out[to..to + n];
+                let in_word = 4usize.saturating_sub(off).min(n);
+                if in_word > 0 {
+                    let w = line.word.load(Ordering::Relaxed).to_le_bytes();
+                    for (d, s) in dst[..in_word].iter_mut().zip(&w[off..]) {
+                        d.write(*s);
+                    }
+                }
+                if n > in_word {
+                    let start = off + in_word - 4;
+                    line.rest.with(|r| {
+                        // SAFETY: loom checks that no other access to the cell overlaps.
+                        let r = unsafe { &*r };
+                        for (d, s) in dst[in_word..].iter_mut().zip(&r[start..]) {
+                            d.write(*s);
+                        }
+                    });
+                }
+            }
+        }
+    }
+
+    /// Record `i`: its length, then bytes that say which record and where in it they are.
+    fn record(i: usize, len: usize) -> Vec<u8> {
+        (0..len).map(|k| (i * 31 + k) as u8).collect()
+    }
+
+    /// The smallest ring (four lines). With these lengths the first two records fill it; the
+    /// third (two lines) does not fit before the end, so it waits for an empty ring and goes
+    /// to 0 behind a wrap marker; the later ones go round again, over lines whose word
+    /// position earlier records' bytes covered; one is the largest record the ring takes, one
+    /// is empty.
+    const CAP: usize = 4 * ALIGN;
+    const LENGTHS: [usize; 5] = [20, 64, 60, 0, 20];
+
+    #[test]
+    fn loom_records_arrive_in_order_and_whole_across_wrap_and_full_ring() {
+        // Every interleaving, no preemption bound (about 2 s): the model is small enough.
+        let mut b = loom::model::Builder::new();
+        b.preemption_bound = None;
+        b.check(|| {
+            let ring = Arc::new(Ring::with_memory(Model::new(CAP), CAP));
+            assert_eq!(ring.max_record(), 64);
+            let mut p = Producer::default();
+            // Fill the ring before the consumer starts: the producer must find it full.
+            let mut sent = 0;
+            while ring.try_push(&mut p, &record(sent, LENGTHS[sent])) {
+                sent += 1;
+            }
+            assert!(sent < LENGTHS.len(), "the ring never filled");
+            let consumer = {
+                let ring = Arc::clone(&ring);
+                loom::thread::spawn(move || {
+                    let mut c = Consumer::default();
+                    for (i, &len) in LENGTHS.iter().enumerate() {
+                        let got = loop {
+                            if let Some(l) = ring.peek_len(&mut c) {
+                                break l;
+                            }
+                            loom::thread::yield_now();
+                        };
+                        assert_eq!(got, len, "record {i}");
+                        let mut out = vec![MaybeUninit::uninit(); got];
+                        ring.pop_into(&mut c, &mut out);
+                        // SAFETY: pop_into initialised every byte.
+                        let out: Vec<u8> = out.iter().map(|b| unsafe { b.assume_init() }).collect();
+                        assert_eq!(out, record(i, len), "record {i}");
+                    }
+                    assert!(ring.peek_len(&mut c).is_none());
+                })
+            };
+            for (i, &len) in LENGTHS.iter().enumerate().skip(sent) {
+                while !ring.try_push(&mut p, &record(i, len)) {
+                    loom::thread::yield_now();
+                }
+            }
+            consumer.join().expect("consumer");
+        });
     }
 }

@@ -221,6 +221,7 @@ impl Bell {
     }
 }
 
+// The futex through libc: neither std nor nix wraps it.
 fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
     let ts = libc::timespec {
         tv_sec: timeout.as_secs().min(i64::MAX as u64) as libc::time_t,

@@ -74,6 +74,134 @@ mod particular {
         assert_eq!(files_of(&t), Vec::<String>::new(), "{o}");
     }
 
+    /// Processes of the job tagged `tag` (their environment names it), wherever they are in
+    /// the process tree: nodes whose charmrun was killed belong to nobody.
+    fn processes_of(tag: &str) -> Vec<i32> {
+        let needle = format!("{}={tag}", charmrun::client::ENV_JOB);
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        dir.flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|pid| {
+                std::fs::read(format!("/proc/{pid}/environ"))
+                    .is_ok_and(|env| env.split(|&b| b == 0).any(|var| var == needle.as_bytes()))
+            })
+            .filter(|&pid| alive(pid as u32))
+            .collect()
+    }
+
+    /// When a start-up test kills charmrun.
+    #[derive(Debug, Clone, Copy)]
+    enum Moment {
+        /// This long after starting it.
+        After(u64),
+        /// Once this many nodes have made their ports.
+        Ports(usize),
+        /// Once every node has connected (nodes then get the table and attach).
+        Connected,
+    }
+
+    #[test]
+    fn charmrun_killed_during_start_up_leaves_nothing_in_dev_shm() {
+        // charmrun SIGKILLed at moments of a 32-node start-up: before nodes connect, while they
+        // make their ports, wait for the table, attach, meet at the boot barrier. Every node
+        // must end (its control connection drops) and remove the port it made.
+        use Moment::*;
+        let si = Launcher::Charmrun {
+            machine: "si",
+            opts: vec!["++verbose".into()],
+        };
+        let moments = [
+            After(0),
+            After(5),
+            Ports(1),
+            Ports(8),
+            Ports(16),
+            Ports(24),
+            Ports(32),
+            Connected,
+            Ports(1),
+            Ports(16),
+            Ports(32),
+            Connected,
+        ];
+        let mut killed_with_ports = 0;
+        for (round, &moment) in moments.iter().enumerate() {
+            let mut job = Running::start(
+                &mut si.command(PROGRAM, 32, &["hello"]),
+                Duration::from_secs(30),
+            )
+            .expect("start");
+            let limit = std::time::Instant::now() + Duration::from_secs(10);
+            match moment {
+                After(ms) => std::thread::sleep(Duration::from_millis(ms)),
+                Connected => {
+                    job.wait_for_stderr("all 32 node(s) connected", Duration::from_secs(10));
+                }
+                Ports(n) => {
+                    if job.wait_for_stderr("job tag ", Duration::from_secs(10)) {
+                        let t = self::tag(&job.stderr_so_far());
+                        while files_of(&t).len() < n && std::time::Instant::now() < limit {
+                            std::thread::sleep(Duration::from_micros(200));
+                        }
+                    }
+                }
+            }
+            let err = job.stderr_so_far();
+            let ports_when_killed = if err.contains("job tag ") {
+                files_of(&self::tag(&err)).len()
+            } else {
+                0
+            };
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(job.pid() as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            let o = job.finish();
+            // Killed before it said its tag: it had started no node yet.
+            let Some(t) = o
+                .stderr
+                .split("job tag ")
+                .nth(1)
+                .and_then(|r| r.split(',').next())
+            else {
+                continue;
+            };
+            if ports_when_killed > 0 {
+                killed_with_ports += 1;
+            }
+            let deadline = std::time::Instant::now() + Duration::from_secs(20);
+            let mut left = processes_of(t);
+            while !left.is_empty() && std::time::Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+                left = processes_of(t);
+            }
+            for &pid in &left {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            let files = files_of(t);
+            // Whatever a failure leaves is removed, so that it does not outlive the test.
+            for f in &files {
+                let _ = std::fs::remove_file(std::path::Path::new("/dev/shm").join(f));
+            }
+            let at = format!("round {round}, killed at {moment:?} ({ports_when_killed} ports)");
+            assert_eq!(
+                left,
+                Vec::<i32>::new(),
+                "{at}: nodes outlived charmrun by 20 s\n{o}"
+            );
+            assert_eq!(files, Vec::<String>::new(), "{at}\n{o}");
+        }
+        assert!(
+            killed_with_ports >= 4,
+            "charmrun was killed with ports made in only {killed_with_ports} rounds"
+        );
+    }
+
     fn si() -> Launcher {
         Launcher::Charmrun {
             machine: "si",
