@@ -153,6 +153,8 @@ pub struct SiMachine {
     backlog: Vec<usize>,
     /// Per peer: messages lent to it and not yet known to be pulled, oldest first.
     lent: Vec<VecDeque<Message>>,
+    /// Per peer: wire bytes in `out` and `lent`, what the runtime bounds.
+    held: Vec<usize>,
     /// Per peer: how many messages were ever lent to it.
     loans: Vec<u64>,
     /// Peers with something in `lent`.
@@ -286,6 +288,7 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
         out: (0..n).map(|_| VecDeque::new()).collect(),
         backlog: Vec::new(),
         lent: (0..n).map(|_| VecDeque::new()).collect(),
+        held: vec![0; n],
         loans: vec![0; n],
         lending: Vec::new(),
         incoming: (0..n).map(|_| None).collect(),
@@ -373,6 +376,7 @@ impl SiMachine {
             if self.lent[node].is_empty() {
                 self.lending.push(node);
             }
+            self.held[node] += o.msg.wire_len();
             self.lent[node].push_back(o.msg);
             self.loans[node] += 1;
         } else if self.spares.len() < SPARES && o.msg.wire_len() <= PIECE {
@@ -406,6 +410,7 @@ impl SiMachine {
                     break;
                 }
                 if let Some(o) = q.pop_front() {
+                    self.held[node] -= o.msg.wire_len();
                     self.sent(node, o);
                 }
             }
@@ -427,7 +432,10 @@ impl SiMachine {
             let pulled = self.si.pulled_by(node);
             let q = &mut self.lent[node];
             // Loans are pulled in the order they were made.
-            while self.loans[node] - (q.len() as u64) < pulled && q.pop_front().is_some() {}
+            while self.loans[node] - (q.len() as u64) < pulled {
+                let Some(m) = q.pop_front() else { break };
+                self.held[node] -= m.wire_len();
+            }
             if q.is_empty() {
                 self.lending.swap_remove(i);
             } else {
@@ -656,9 +664,14 @@ impl Machine for SiMachine {
             if self.out[node].is_empty() {
                 self.backlog.push(node);
             }
+            self.held[node] += o.msg.wire_len();
             self.out[node].push_back(o);
         }
         Ok(())
+    }
+
+    fn queued(&self, node: usize) -> usize {
+        self.held.get(node).copied().unwrap_or(0)
     }
 
     fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {

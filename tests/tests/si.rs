@@ -298,3 +298,29 @@ mod particular {
         assert_eq!(files_of(&t), Vec::<String>::new(), "{o}");
     }
 }
+
+/// A receiver that stops polling does not make its sender grow without limit.
+#[test]
+fn memory_toward_a_stalled_peer_is_bounded() {
+    conformance::expect_bounded_flood(
+        &conformance::Launcher::Charmrun {
+            machine: "si",
+            opts: vec![],
+        },
+        env!("CARGO_BIN_EXE_conformance"),
+    );
+}
+
+/// 128 nodes on one host's shared memory, every pair talking.
+#[test]
+fn a_128_node_all_to_all_completes() {
+    conformance::expect_ok(
+        &conformance::Launcher::Charmrun {
+            machine: "si",
+            opts: vec![],
+        },
+        env!("CARGO_BIN_EXE_conformance"),
+        128,
+        &["alltoall", "200000"],
+    );
+}
