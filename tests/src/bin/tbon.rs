@@ -3,9 +3,9 @@
 //! `b:2^2`, `k:2@8`) or `file:PATH`. The front-end checks the results and prints
 //! `tbon SCENARIO: ok`, or `tbon SCENARIO: FAILED: why` and exits 1.
 
-use converse::tbon::{
-    self, topgen, topology_file, Aggregate, Context, EventClass, EventKind, FilterType, FnFilter,
-    Metric, Network, Options, Packet, Role, Stream, SyncMode, TbonError, Topology,
+use converse_tbon::{
+    self as tbon, topgen, topology_file, Aggregate, Context, EventClass, EventKind, FilterType,
+    FnFilter, Metric, Network, Options, Packet, Role, Stream, SyncMode, TbonError, Topology,
     TFILTER_ARRAY_CONCAT, TFILTER_AVG, TFILTER_MAX, TFILTER_MIN, TFILTER_NULL, TFILTER_SUM,
 };
 use std::process::ExitCode;

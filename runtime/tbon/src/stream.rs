@@ -6,15 +6,15 @@
 //! back-end only, there without being created); streams a front-end creates are numbered from
 //! [`FIRST_USER_STREAM`].
 
-use super::error::TbonError;
-use super::filter::{FilterId, BUILTIN_NAMES, TFILTER_NULL};
-use super::sync::SyncMode;
-use super::topology::Rank;
+use crate::error::TbonError;
+use crate::filter::{FilterId, BUILTIN_NAMES, TFILTER_NULL};
+use crate::sync::SyncMode;
+use crate::topology::Rank;
 
 /// The id of the first stream a front-end creates; lower ids are back-ends' singlecast streams.
 pub const FIRST_USER_STREAM: u32 = 1 << 24;
 
-/// A stream, as a handle: use it with the [`Network`](super::Network) that made or received it.
+/// A stream, as a handle: use it with the [`Network`](crate::Network) that made or received it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Stream {
     pub(crate) id: u32,
@@ -22,7 +22,7 @@ pub struct Stream {
 
 impl Stream {
     /// A handle for stream `id`; calls with it fail with [`TbonError::NoStream`] where no
-    /// such stream is known ([`Network::stream`](super::Network::stream) checks first).
+    /// such stream is known ([`Network::stream`](crate::Network::stream) checks first).
     pub fn from_id(id: u32) -> Stream {
         Stream { id }
     }
@@ -195,7 +195,7 @@ pub fn builtin_named(name: &str) -> Option<FilterId> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tbon::filter::{TFILTER_ARRAY_CONCAT, TFILTER_SUM};
+    use crate::filter::{TFILTER_ARRAY_CONCAT, TFILTER_SUM};
 
     #[test]
     fn placement_strings() {

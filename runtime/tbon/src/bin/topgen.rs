@@ -1,8 +1,8 @@
 //! `topgen`: generate, check and draw tree-overlay topologies (MRNet's `mrnet_topgen`).
 //! `topgen --help` says how.
 
-use converse::tbon::topgen::{generate, HostList, Placement, TreeSpec};
-use converse::tbon::{topology_file, Topology};
+use converse_tbon::topgen::{generate, HostList, Placement, TreeSpec};
+use converse_tbon::{topology_file, Topology};
 use std::process::ExitCode;
 
 const HELP: &str = "\

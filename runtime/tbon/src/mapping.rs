@@ -8,7 +8,7 @@
 //! the launcher calls the host. [`MapPolicy::InOrder`] ignores hosts: process `i` (breadth-first)
 //! is PE `i`. PEs left over are spares: they take no part in the tree.
 
-use super::topology::Topology;
+use crate::topology::Topology;
 
 /// How tree processes are matched with PEs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -42,7 +42,7 @@ pub fn same_host(a: &str, b: &str) -> bool {
 /// The PE of each tree process (breadth-first order), given the host of each PE.
 ///
 /// ```
-/// use converse::tbon::{mapping::{map_to_pes, MapPolicy}, topology_file::parse};
+/// use converse_tbon::{mapping::{map_to_pes, MapPolicy}, topology_file::parse};
 /// let t = parse("a:0 => b:0 a:1 ;").unwrap();
 /// let pes = map_to_pes(&t, &["a", "b", "a"], MapPolicy::ByHost).unwrap();
 /// assert_eq!(pes, [0, 1, 2]);
@@ -120,8 +120,8 @@ pub fn map_to_pes(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tbon::topgen::{generate, Placement, TreeSpec};
-    use crate::tbon::topology_file::parse;
+    use crate::topgen::{generate, Placement, TreeSpec};
+    use crate::topology_file::parse;
 
     #[test]
     fn by_host_follows_the_file() {

@@ -568,7 +568,7 @@ impl Topology {
         out
     }
 
-    /// The tree as a topology file that [`parse`](super::topology_file::parse) reads back
+    /// The tree as a topology file that [`parse`](crate::topology_file::parse) reads back
     /// into the same tree.
     pub fn to_topology_file(&self) -> String {
         let mut s = String::new();
@@ -719,7 +719,7 @@ mod tests {
     #[test]
     fn files_and_parent_lists_round_trip() {
         let t = guide_example();
-        let again = super::super::topology_file::parse(&t.to_topology_file()).expect("parse");
+        let again = crate::topology_file::parse(&t.to_topology_file()).expect("parse");
         assert_eq!(again, t);
         let items = t
             .nodes()

@@ -1,7 +1,7 @@
 //! The guide's Appendix B back-end: answer a `PROT_SUM` request with waves of integers until
 //! `PROT_EXIT`. Started by `integer_addition_fe`, never by hand.
 
-use converse::tbon::{self, FIRST_APPLICATION_TAG};
+use converse_tbon::{self as tbon, FIRST_APPLICATION_TAG};
 use std::process::ExitCode;
 
 const PROT_EXIT: i32 = FIRST_APPLICATION_TAG;

@@ -10,10 +10,10 @@
 //! | `Request` / `Ack` | down every process in scope, acknowledgements folded up | filter loading, shutdown, performance data |
 //! | `Error` | up to the front-end | a filter failed, or a packet was refused |
 
-use super::events::EventKind;
-use super::perf::{Aggregate, Context, Metric, PerfData, Report};
-use super::stream::{Assign, FilterType, StreamSpec};
-use super::topology::{ProcName, Rank};
+use crate::events::EventKind;
+use crate::perf::{Aggregate, Context, Metric, PerfData, Report};
+use crate::stream::{Assign, FilterType, StreamSpec};
+use crate::topology::{ProcName, Rank};
 
 const PLAN: u8 = 1;
 /// The first byte of a plan, which a process takes before anything else.
@@ -405,7 +405,7 @@ impl Ctl {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tbon::sync::SyncMode;
+    use crate::sync::SyncMode;
     use proptest::prelude::*;
 
     fn samples() -> Vec<Ctl> {

@@ -34,7 +34,7 @@ fn generated_trees_parse_back_as_the_same_tree() {
             stats.starts_with(&format!("{nodes} processes ({backends} back-ends)")),
             "{spec}: {stats}"
         );
-        let t = converse::tbon::topology_file::load(&out).unwrap_or_else(|e| panic!("{e}"));
+        let t = converse_tbon::topology_file::load(&out).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(
             (t.num_nodes(), t.num_backends()),
             (nodes, backends),

@@ -15,8 +15,8 @@
 //! it to a filter or the program, copies nothing. Its structure is checked once on arrival, so
 //! unpacking never reads past the data, whatever bytes a peer sent.
 
-use super::format::{BaseType, ElemType, Format, FormatError, Shape};
-use machine::Message;
+use crate::format::{BaseType, ElemType, Format, FormatError, Shape};
+use converse::Message;
 use std::fmt;
 
 /// Bytes of the fixed header in front of the type codes.
@@ -86,7 +86,7 @@ fn type_error(index: usize, format: &Format, expected: ElemType, found: ElemType
 /// Large arrays (`%A...`): wrap a `Vec` or slice to pack or unpack it with a 64-bit length.
 ///
 /// ```
-/// use converse::tbon::{Large, Packet};
+/// use converse_tbon::{Large, Packet};
 /// let p = Packet::new(1, 100, "%Aud", Large(vec![1u32, 2, 3])).unwrap();
 /// let Large(v): Large<Vec<u32>> = p.unpack("%Aud").unwrap();
 /// assert_eq!(v, [1, 2, 3]);
@@ -825,7 +825,7 @@ fn validate(codes: &[u8], data: &[u8]) -> Result<(), PacketError> {
 /// A packet: stream id, tag, source rank and data elements of a known format.
 ///
 /// ```
-/// use converse::tbon::Packet;
+/// use converse_tbon::Packet;
 /// let p = Packet::new(7, 100, "%d %s %af", (32i32, "hi", vec![1.5f32, 2.5])).unwrap();
 /// let (n, s, v): (i32, String, Vec<f32>) = p.unpack("%d %s %af").unwrap();
 /// assert_eq!((n, s.as_str(), v), (32, "hi", vec![1.5, 2.5]));

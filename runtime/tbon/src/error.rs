@@ -1,9 +1,9 @@
 //! The overlay's errors.
 
-use super::filter::FilterId;
-use super::mapping::MappingError;
-use super::packet::PacketError;
-use super::topology::{Rank, TopologyError};
+use crate::filter::FilterId;
+use crate::mapping::MappingError;
+use crate::packet::PacketError;
+use crate::topology::{Rank, TopologyError};
 
 /// The first tag a program may use; smaller tags are the overlay's own (MRNet's
 /// `FirstApplicationTag`).

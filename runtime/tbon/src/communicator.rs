@@ -1,9 +1,9 @@
 //! Communicators: sets of end-points (back-end ranks) that streams are made over.
 
-use super::error::TbonError;
-use super::topology::Rank;
+use crate::error::TbonError;
+use crate::topology::Rank;
 
-/// A set of back-ends, by rank. Made by a [`Network`](super::Network): its broadcast
+/// A set of back-ends, by rank. Made by a [`Network`](crate::Network): its broadcast
 /// communicator (every back-end) or one of chosen ranks.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Communicator {

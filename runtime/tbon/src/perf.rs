@@ -8,8 +8,8 @@
 //! process's memory at collection. Nothing is recorded, and no clock or system call is used,
 //! for a metric that is not enabled.
 
-use super::error::TbonError;
-use super::topology::Rank;
+use crate::error::TbonError;
+use crate::topology::Rank;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Instant;

@@ -14,7 +14,7 @@
 //! Parsing checks the grammar, then [`Topology::from_entries`] checks that the statements make
 //! one tree; every error names the line.
 
-use super::topology::{Entry, ProcName, Topology, TopologyError};
+use crate::topology::{Entry, ProcName, Topology, TopologyError};
 use winnow::ascii::{dec_uint, multispace1};
 use winnow::combinator::{alt, cut_err, eof, opt, preceded, repeat, terminated};
 use winnow::error::{ContextError, StrContext, StrContextValue};
@@ -143,9 +143,9 @@ pub fn parse_entries(text: &str) -> Result<Vec<Entry>, TopologyError> {
 /// Parse and validate a topology file's text.
 ///
 /// ```
-/// let t = converse::tbon::topology_file::parse("fe:0 => be:0 be:1 ;").unwrap();
+/// let t = converse_tbon::topology_file::parse("fe:0 => be:0 be:1 ;").unwrap();
 /// assert_eq!(t.num_backends(), 2);
-/// let e = converse::tbon::topology_file::parse("fe:0 => be:0\n be:1 => fe:0 ;").unwrap_err();
+/// let e = converse_tbon::topology_file::parse("fe:0 => be:0\n be:1 => fe:0 ;").unwrap_err();
 /// assert!(e.to_string().starts_with("line 2:"), "{e}");
 /// ```
 ///

@@ -9,11 +9,11 @@
 //! events cost an allocation each, so they are made only when asked for: by
 //! [`Network::enable_data_events`], a data callback or a data descriptor.
 //!
-//! [`Network::next_event`]: super::Network::next_event
-//! [`Network::enable_data_events`]: super::Network::enable_data_events
+//! [`Network::next_event`]: crate::Network::next_event
+//! [`Network::enable_data_events`]: crate::Network::enable_data_events
 
-use super::error::TbonError;
-use super::topology::Rank;
+use crate::error::TbonError;
+use crate::topology::Rank;
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, RawFd};

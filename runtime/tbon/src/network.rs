@@ -6,19 +6,19 @@
 //! every process has acknowledged, the network is shut down) or the job ends: the PE keeps
 //! serving its part of the tree meanwhile, and nothing waits without a condition.
 
-use super::communicator::Communicator;
-use super::error::{check_tag, TbonError};
-use super::events::{CallbackId, Event, EventClass, EventKind};
-use super::filter::{Filter, FilterId, TopologyLocalInfo, FIRST_USER_FILTER};
-use super::mapping::{map_to_pes, MapPolicy};
-use super::node::{after_handler, install, Node, Outcome, Role};
-use super::packet::{Pack, Packet};
-use super::perf::{check_pair, Aggregate, Context, Metric, RankPerfData};
-use super::protocol::{Ctl, Req};
-use super::stream::{builtin_named, FilterType, Stream, StreamSpec, FIRST_USER_STREAM};
-use super::sync::SyncMode;
-use super::topology::{Rank, Topology};
-use crate::Pe;
+use crate::communicator::Communicator;
+use crate::error::{check_tag, TbonError};
+use crate::events::{CallbackId, Event, EventClass, EventKind};
+use crate::filter::{Filter, FilterId, TopologyLocalInfo, FIRST_USER_FILTER};
+use crate::mapping::{map_to_pes, MapPolicy};
+use crate::node::{after_handler, install, Node, Outcome, Role};
+use crate::packet::{Pack, Packet};
+use crate::perf::{check_pair, Aggregate, Context, Metric, RankPerfData};
+use crate::protocol::{Ctl, Req};
+use crate::stream::{builtin_named, FilterType, Stream, StreamSpec, FIRST_USER_STREAM};
+use crate::sync::SyncMode;
+use crate::topology::{Rank, Topology};
+use converse::Pe;
 use std::cell::RefCell;
 use std::os::fd::RawFd;
 use std::rc::Rc;
@@ -55,7 +55,7 @@ pub struct Network<'p> {
     topo: Option<Rc<Topology>>,
     /// The last format string sent and its parse: a program sends the same few formats over
     /// and over, and parsing allocates.
-    last_format: Option<(String, super::format::Format)>,
+    last_format: Option<(String, crate::format::Format)>,
 }
 
 /// Lay a tree over the job this PE belongs to (MRNet's back-end attach mode: the processes are
@@ -68,7 +68,7 @@ pub struct Network<'p> {
 /// use get the role [`Role::Spare`].
 ///
 /// ```no_run
-/// use converse::tbon::{self, topgen, Options, SyncMode, TFILTER_SUM};
+/// use converse_tbon::{self as tbon, topgen, Options, SyncMode, TFILTER_SUM};
 /// converse::run(|pe| {
 ///     let n = pe.num_pes();
 ///     let mut net = tbon::attach(pe, Options::default(), |_| {
@@ -189,7 +189,7 @@ impl<'p> Network<'p> {
     ) -> Result<Packet, TbonError> {
         if self.last_format.as_ref().is_none_or(|(s, _)| s != format) {
             let f =
-                super::format::Format::parse(format).map_err(super::packet::PacketError::from)?;
+                crate::format::Format::parse(format).map_err(crate::packet::PacketError::from)?;
             self.last_format = Some((format.to_owned(), f));
         }
         match &self.last_format {
@@ -427,7 +427,7 @@ impl<'p> Network<'p> {
         }
         let body = Ctl::Close { id: s.id }.encode();
         // The front-end runs the close itself as a control message: one code path for all.
-        let mut msg = machine::Message::from_payload(&body);
+        let mut msg = converse::Message::from_payload(&body);
         msg.set_src_pe(self.pe.my_pe() as u32);
         self.node.borrow_mut().on_ctl(self.pe, &msg);
         after_handler(&self.node);
@@ -571,7 +571,8 @@ impl<'p> Network<'p> {
 
     /// Pass everything sent so far to the interconnect. The overlay keeps no buffer of its
     /// own (each packet is one runtime message, handed to the layer when sent), so this only
-    /// lets the layer push out what it still queues, and checks the stream.
+    /// lets the layer push out what it still queues (one [`progress`](Network::progress),
+    /// which also runs what has arrived meanwhile), and checks the stream.
     ///
     /// # Errors
     /// [`TbonError::StreamClosed`] for a closed stream.
@@ -579,7 +580,7 @@ impl<'p> Network<'p> {
         if self.is_closed(s) {
             return Err(TbonError::StreamClosed(s.id));
         }
-        self.pe.poll();
+        self.progress();
         Ok(())
     }
 
@@ -661,7 +662,7 @@ impl<'p> Network<'p> {
     /// non-blocking receives (or watch a notification descriptor) from a loop of their own.
     /// Returns how many messages it handled.
     pub fn progress(&mut self) -> usize {
-        let n = self.pe.run_ready();
+        let n = self.pe.progress();
         after_handler(&self.node);
         n
     }
@@ -733,14 +734,14 @@ impl<'p> Network<'p> {
         if !self.node.borrow().streams.contains_key(&s.id) {
             return Err(TbonError::NoStream(s.id));
         }
-        let p = Packet::new(s.id, super::error::FIRST_APPLICATION_TAG, format, values)?;
+        let p = Packet::new(s.id, crate::error::FIRST_APPLICATION_TAG, format, values)?;
         let body = Ctl::Params {
             id: s.id,
             which,
             packet: p.wire().to_vec(),
         }
         .encode();
-        let msg = machine::Message::from_payload(&body);
+        let msg = converse::Message::from_payload(&body);
         self.node.borrow_mut().on_ctl(self.pe, &msg);
         after_handler(&self.node);
         Ok(())

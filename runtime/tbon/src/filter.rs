@@ -14,11 +14,11 @@
 //! type in, one array out). The numeric filters work on the packets' bytes in place: they
 //! decode nothing and allocate one packet per wave.
 //!
-//! [`Network::set_filter_params`]: super::Network::set_filter_params
+//! [`Network::set_filter_params`]: crate::Network::set_filter_params
 
-use super::format::{BaseType, ElemType, Format, Shape};
-use super::packet::{Packet, HEADER_LEN};
-use super::topology::Rank;
+use crate::format::{BaseType, ElemType, Format, Shape};
+use crate::packet::{Packet, HEADER_LEN};
+use crate::topology::Rank;
 use std::any::Any;
 use std::rc::Rc;
 
@@ -49,8 +49,8 @@ pub const BUILTIN_NAMES: [&str; 6] = ["null", "sum", "min", "max", "avg", "conca
 #[error("{0}")]
 pub struct FilterError(pub String);
 
-impl From<super::packet::PacketError> for FilterError {
-    fn from(e: super::packet::PacketError) -> FilterError {
+impl From<crate::packet::PacketError> for FilterError {
+    fn from(e: crate::packet::PacketError) -> FilterError {
         FilterError(e.to_string())
     }
 }
@@ -103,7 +103,7 @@ impl TopologyLocalInfo {
 /// A transformation filter.
 ///
 /// ```
-/// use converse::tbon::{Filter, FilterError, FilterState, Packet, TopologyLocalInfo};
+/// use converse_tbon::{Filter, FilterError, FilterState, Packet, TopologyLocalInfo};
 /// // Keeps a running count of packets seen on the stream, and sends the count on.
 /// struct Count;
 /// impl Filter for Count {
@@ -616,7 +616,7 @@ mod tests {
         Ok(out)
     }
 
-    fn p<V: super::super::packet::Pack>(fmt: &str, v: V) -> Packet {
+    fn p<V: crate::packet::Pack>(fmt: &str, v: V) -> Packet {
         Packet::new(1, 100, fmt, v).unwrap_or_else(|e| panic!("{e}"))
     }
 

@@ -8,7 +8,9 @@
 //! ```
 //! TOPOLOGY is a topology file, or a tree spec such as `g:4x8` (see `topgen --help`).
 
-use converse::tbon::{self, topgen, topology_file, SyncMode, TbonError, FIRST_APPLICATION_TAG};
+use converse_tbon::{
+    self as tbon, topgen, topology_file, SyncMode, TbonError, FIRST_APPLICATION_TAG,
+};
 use std::process::ExitCode;
 
 const PROT_EXIT: i32 = FIRST_APPLICATION_TAG;

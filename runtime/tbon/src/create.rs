@@ -15,10 +15,10 @@
 //! A back-end program's `main` is [`run_backend`]: it joins the network, and on back-ends runs
 //! the closure, which receives and answers on streams.
 
-use super::error::TbonError;
-use super::mapping::{is_this_machine, MapPolicy};
-use super::network::{attach, Network, Options};
-use super::topology::Topology;
+use crate::error::TbonError;
+use crate::mapping::{is_this_machine, MapPolicy};
+use crate::network::{attach, Network, Options};
+use crate::topology::Topology;
 use charmrun::launch::{start_embedded, NodeStart};
 use charmrun::nodelist::Host;
 use std::process::ExitCode;
@@ -71,11 +71,11 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 /// network is shut down and every process it started has ended.
 ///
 /// ```no_run
-/// use converse::tbon::{create::create_network_fe, topology_file, SyncMode, TbonError};
+/// use converse_tbon::{create::create_network_fe, topology_file, SyncMode, TbonError};
 /// let topo = topology_file::load("tree.top".as_ref()).unwrap();
 /// let sum = create_network_fe(&topo, "./my_backend", &[], |net| -> Result<i32, TbonError> {
 ///     let comm = net.broadcast_communicator();
-///     let s = net.new_stream(&comm, converse::tbon::TFILTER_SUM, SyncMode::WaitForAll, 0)?;
+///     let s = net.new_stream(&comm, converse_tbon::TFILTER_SUM, SyncMode::WaitForAll, 0)?;
 ///     net.send(&s, 100, "%d", 1)?;
 ///     Ok(net.recv_on(&s)?.unpack("%d")?)
 /// });
@@ -168,7 +168,7 @@ pub fn create_network_fe_with<T: Send>(
     .collect();
     let result: Mutex<Option<Result<T, TbonError>>> = Mutex::new(None);
     let f = Mutex::new(Some(f));
-    let ran = crate::Runtime::from_args(argv).and_then(|rt| {
+    let ran = converse::Runtime::from_args(argv).and_then(|rt| {
         rt.run(|pe| {
             let failed = match attach(pe, options().policy(MapPolicy::InOrder), |_| {
                 Ok(topology.clone())
@@ -226,7 +226,7 @@ pub fn run_backend_with(
     options: impl Fn() -> Options + Sync,
     f: impl Fn(&mut Network<'_>) -> Result<(), TbonError> + Sync,
 ) -> ExitCode {
-    crate::run(|pe| {
+    converse::run(|pe| {
         let alone = || {
             Err(TbonError::Create(
                 "this is a back-end program: its front-end starts it (it was started alone)".into(),

@@ -12,7 +12,7 @@
 //! The filter library is looked for next to the program (`libtbon_filters.so`), or given as
 //! the first argument.
 
-use converse::tbon::{self, topgen, Options, SyncMode, TbonError, TFILTER_NULL};
+use converse_tbon::{self as tbon, topgen, Options, SyncMode, TbonError, TFILTER_NULL};
 use std::hash::{Hash, Hasher};
 
 const REPORT: i32 = 100;

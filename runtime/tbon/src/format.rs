@@ -167,7 +167,7 @@ impl fmt::Display for ElemType {
 /// A parsed format string.
 ///
 /// ```
-/// use converse::tbon::Format;
+/// use converse_tbon::Format;
 /// let f = Format::parse("%d %af %s").unwrap();
 /// assert_eq!(f.len(), 3);
 /// assert_eq!(f.to_string(), "%d %af %s");

@@ -11,7 +11,7 @@
 //! A [`Synchronizer`] is a plain state machine: the overlay feeds it packets with the time and
 //! asks it, when its deadline comes, for what is due.
 
-use super::packet::Packet;
+use crate::packet::Packet;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 

@@ -16,14 +16,14 @@
 //!
 //! ```ignore
 //! fn integer_add(packets_in: &mut Vec<Packet>, packets_out: &mut Vec<Packet>, ...) -> ...
-//! converse::export_filter!(IntegerAdd, "%d", integer_add);
+//! converse_tbon::export_filter!(IntegerAdd, "%d", integer_add);
 //! ```
 //!
 //! Loading runs the library's initialisers: load only libraries you trust, as with `dlopen`.
 
-use super::filter::{Filter, FilterError, FilterState, TopologyLocalInfo};
-use super::format::Format;
-use super::packet::Packet;
+use crate::filter::{Filter, FilterError, FilterState, TopologyLocalInfo};
+use crate::format::Format;
+use crate::packet::Packet;
 use std::ffi::{c_char, c_void, CStr};
 use std::rc::Rc;
 
@@ -295,7 +295,7 @@ impl Filter for LoadedFilter {
 /// # Safety
 /// `call` must be a valid [`FfiCall`] (as the host makes them).
 #[doc(hidden)]
-pub unsafe fn serve_call(call: *const FfiCall, run: &super::filter::FilterFn) {
+pub unsafe fn serve_call(call: *const FfiCall, run: &crate::filter::FilterFn) {
     // SAFETY: the caller promises a valid call for its duration.
     let call = unsafe { &*call };
     let fail = |msg: &str| {
@@ -393,10 +393,10 @@ pub unsafe fn drop_state(state: *mut c_void) {
 
 /// Export a Rust filter function from a shared library (a `cdylib` crate), under `NAME`, with
 /// `NAME_format_string` and `NAME_drop_state`, for
-/// [`Network::load_filter`](super::Network::load_filter).
+/// [`Network::load_filter`](crate::Network::load_filter).
 ///
 /// ```ignore
-/// use converse::tbon::{FilterError, FilterState, Packet, TopologyLocalInfo};
+/// use converse_tbon::{FilterError, FilterState, Packet, TopologyLocalInfo};
 /// fn integer_add(
 ///     packets_in: &mut Vec<Packet>, packets_out: &mut Vec<Packet>, _rev: &mut Vec<Packet>,
 ///     _state: &mut FilterState, _params: Option<&Packet>, _info: &TopologyLocalInfo,
@@ -409,28 +409,28 @@ pub unsafe fn drop_state(state: *mut c_void) {
 ///     packets_out.push(Packet::new(first.stream_id(), first.tag(), "%d", sum)?);
 ///     Ok(())
 /// }
-/// converse::export_filter!(IntegerAdd, "%d", integer_add);
+/// converse_tbon::export_filter!(IntegerAdd, "%d", integer_add);
 /// ```
 #[macro_export]
 macro_rules! export_filter {
     ($name:ident, $format:literal, $func:path) => {
         const _: () = {
             #[export_name = concat!(stringify!($name), "_format_string")]
-            pub static FORMAT: $crate::tbon::dynfilter::FfiFormatString =
-                $crate::tbon::dynfilter::FfiFormatString(
+            pub static FORMAT: $crate::dynfilter::FfiFormatString =
+                $crate::dynfilter::FfiFormatString(
                     concat!($format, "\0").as_ptr() as *const ::std::ffi::c_char
                 );
 
             #[export_name = stringify!($name)]
-            pub unsafe extern "C" fn filter(call: *const $crate::tbon::dynfilter::FfiCall) {
+            pub unsafe extern "C" fn filter(call: *const $crate::dynfilter::FfiCall) {
                 // SAFETY: the host passes a valid call.
-                unsafe { $crate::tbon::dynfilter::serve_call(call, &$func) }
+                unsafe { $crate::dynfilter::serve_call(call, &$func) }
             }
 
             #[export_name = concat!(stringify!($name), "_drop_state")]
             pub unsafe extern "C" fn drop_state(state: *mut ::std::ffi::c_void) {
                 // SAFETY: the host passes what the filter stored.
-                unsafe { $crate::tbon::dynfilter::drop_state(state) }
+                unsafe { $crate::dynfilter::drop_state(state) }
             }
         };
     };

@@ -14,7 +14,7 @@
 //! list every process is on `localhost`, which means "this machine" wherever a topology is
 //! matched with a job.
 
-use super::topology::{ProcName, Topology, TopologyError};
+use crate::topology::{ProcName, Topology, TopologyError};
 use std::collections::HashMap;
 
 /// A tree shape.
@@ -39,7 +39,7 @@ pub enum TreeSpec {
 }
 
 /// The most processes a generated tree may have (a job's PE limit).
-pub const MAX_NODES: usize = crate::MAX_PES;
+pub const MAX_NODES: usize = converse::MAX_PES;
 
 fn spec_error(spec: &str, reason: impl std::fmt::Display) -> TopologyError {
     TopologyError::at(None, format!("bad tree spec '{spec}': {reason}"))
@@ -328,7 +328,7 @@ impl Namer<'_> {
 /// Generate the tree `spec` describes, placed as `placement` says.
 ///
 /// ```
-/// use converse::tbon::topgen::{generate, Placement, TreeSpec};
+/// use converse_tbon::topgen::{generate, Placement, TreeSpec};
 /// let t = generate(&TreeSpec::parse("g:4x8").unwrap(), &Placement::default()).unwrap();
 /// assert_eq!((t.num_nodes(), t.num_backends()), (37, 32));
 /// ```

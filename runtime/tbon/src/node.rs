@@ -4,7 +4,7 @@
 //! Three handlers per PE: `tbon.down` (a packet towards the back-ends), `tbon.up` (a packet
 //! towards the front-end; the runtime stamps which child sent it) and `tbon.ctl` (control, see
 //! `protocol.rs`). Their state is one [`Node`] behind an `Rc<RefCell<_>>`, shared with the
-//! [`Network`](super::Network) the program holds; handlers never run while the program holds a
+//! [`Network`](crate::Network) the program holds; handlers never run while the program holds a
 //! borrow, since both run on the PE's one thread and the program borrows only between
 //! scheduler calls.
 //!
@@ -17,18 +17,18 @@
 //! **Order.** The runtime keeps messages between two PEs in order, so a stream's creation
 //! reaches every process before its first packet, and its closing after its last.
 
-use super::communicator::Communicator;
-use super::error::TbonError;
-use super::events::{run_callbacks, Event, EventKind, Events};
-use super::filter::{builtin, Filter, FilterId, FilterState, TopologyLocalInfo, TFILTER_NULL};
-use super::packet::Packet;
-use super::perf::{Aggregate, Context, Counters, Report};
-use super::protocol::{Ctl, Req};
-use super::stream::{FilterType, StreamSpec, FIRST_USER_STREAM};
-use super::sync::{SyncMode, Synchronizer};
-use super::topology::{Rank, Topology};
-use crate::{HandlerId, Pe};
-use machine::Message;
+use crate::communicator::Communicator;
+use crate::error::TbonError;
+use crate::events::{run_callbacks, Event, EventKind, Events};
+use crate::filter::{builtin, Filter, FilterId, FilterState, TopologyLocalInfo, TFILTER_NULL};
+use crate::packet::Packet;
+use crate::perf::{Aggregate, Context, Counters, Report};
+use crate::protocol::{Ctl, Req};
+use crate::stream::{FilterType, StreamSpec, FIRST_USER_STREAM};
+use crate::sync::{SyncMode, Synchronizer};
+use crate::topology::{Rank, Topology};
+use converse::Message;
+use converse::{HandlerId, Pe};
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::ops::Range;
@@ -226,7 +226,7 @@ impl Node {
             outcomes: HashMap::new(),
             next_stream: FIRST_USER_STREAM,
             next_req: 1,
-            next_filter: super::filter::FIRST_USER_FILTER,
+            next_filter: crate::filter::FIRST_USER_FILTER,
             failures: HashMap::new(),
             refused: 0,
             stream_fds: HashMap::new(),
@@ -242,7 +242,7 @@ impl Node {
             return Some(f.clone());
         }
         let f = builtin(id)?;
-        let name = super::filter::BUILTIN_NAMES
+        let name = crate::filter::BUILTIN_NAMES
             .get(id as usize)
             .copied()
             .unwrap_or("?");
@@ -325,7 +325,7 @@ impl Node {
     fn take_plan(
         &mut self,
         pe: &mut Pe,
-        tree: Vec<(super::topology::ProcName, Option<usize>)>,
+        tree: Vec<(crate::topology::ProcName, Option<usize>)>,
         pes: Vec<usize>,
         raw: &[u8],
     ) {
@@ -966,7 +966,7 @@ impl Node {
             None => (0..self.place.as_ref().map_or(0, |p| p.children.len())).collect(),
         };
         match &what {
-            Req::Load { id, path, name } => match super::dynfilter::load(path, name) {
+            Req::Load { id, path, name } => match crate::dynfilter::load(path, name) {
                 Ok(f) => {
                     self.filters.insert(*id, (name.clone(), Rc::new(f)));
                 }
@@ -1121,7 +1121,7 @@ fn run_filter(
     }
     let timing = perf
         .timing()
-        .then(|| (Instant::now(), super::perf::thread_cpu()));
+        .then(|| (Instant::now(), crate::perf::thread_cpu()));
     let r = f.run(input, out, rev, state, params, info).map_err(|e| e.0);
     if let Some((start, cpu)) = timing {
         perf.filter_ran(start, cpu);
@@ -1141,7 +1141,7 @@ fn intersects(sorted: &[Rank], r: &Range<Rank>) -> bool {
 
 /// The timeout a synchronization-parameters packet gives, in milliseconds (any one integer).
 fn timeout_ms(p: &Packet) -> u64 {
-    match p.values().first().and_then(super::packet::Value::as_f64) {
+    match p.values().first().and_then(crate::packet::Value::as_f64) {
         Some(v) if v > 0.0 => v as u64,
         _ => 0,
     }
@@ -1204,8 +1204,8 @@ fn dispatch(pe: &mut Pe, node: &Rc<RefCell<Node>>, msg: Message, kind: Kind) {
         let mut n = node.borrow_mut();
         let first = msg.payload().first().copied();
         let is_plan = matches!(kind, Kind::Ctl)
-            && (first == Some(super::protocol::PLAN_TAG)
-                || first == Some(super::protocol::ABANDON_TAG));
+            && (first == Some(crate::protocol::PLAN_TAG)
+                || first == Some(crate::protocol::ABANDON_TAG));
         if n.place.is_none() && !is_plan {
             n.early.push(msg);
             return;

@@ -2,7 +2,7 @@
 //! (`Network::load_filter(path, "IntegerAdd")`): the guide's Appendix B.4 `IntegerAdd`, and the
 //! paper's equivalence-class filter. Built as `target/release/examples/libtbon_filters.so`.
 
-use converse::tbon::{FilterError, FilterState, Packet, TopologyLocalInfo};
+use converse_tbon::{FilterError, FilterState, Packet, TopologyLocalInfo};
 use std::collections::BTreeMap;
 
 /// Sum of the `%d` of every packet of the wave (Appendix B.4).
@@ -26,7 +26,7 @@ fn integer_add(
     Ok(())
 }
 
-converse::export_filter!(IntegerAdd, "%d", integer_add);
+converse_tbon::export_filter!(IntegerAdd, "%d", integer_add);
 
 /// Equivalence classes by checksum (the paper's binning filter for Paradyn's start-up): each
 /// packet is `%auld %aud %aud` — distinct checksums, how many members each has, and the
@@ -81,11 +81,11 @@ fn equiv_class(
     Ok(())
 }
 
-converse::export_filter!(EquivClass, "%auld %aud %aud", equiv_class);
+converse_tbon::export_filter!(EquivClass, "%auld %aud %aud", equiv_class);
 
 /// A filter function without its `_format_string`: loading it must fail, saying so.
 ///
 /// # Safety
 /// Never called: the host refuses to load it.
 #[no_mangle]
-pub unsafe extern "C" fn NoFormatString(_call: *const converse::tbon::dynfilter::FfiCall) {}
+pub unsafe extern "C" fn NoFormatString(_call: *const converse_tbon::dynfilter::FfiCall) {}
