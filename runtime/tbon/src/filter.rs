@@ -616,7 +616,7 @@ mod tests {
         Ok(out)
     }
 
-    fn p<V: crate::packet::Pack>(fmt: &str, v: V) -> Packet {
+    fn p<V: crate::codec::Pack>(fmt: &str, v: V) -> Packet {
         Packet::new(1, 100, fmt, v).unwrap_or_else(|e| panic!("{e}"))
     }
 

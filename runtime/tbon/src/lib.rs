@@ -5,7 +5,8 @@
 //! - The tree: [`topology`] (a validated tree and its queries), [`topology_file`] (MRNet
 //!   topology files), [`topgen`] (generated trees, and the `topgen` command), [`mapping`]
 //!   (tree processes onto PEs).
-//! - Data: [`format`](mod@format) and [`packet`] (typed packets in a compact binary form).
+//! - Data: [`format`](mod@format) (format strings), [`codec`] (values to and from their
+//!   wire form) and [`packet`] (typed packets in a compact binary form).
 //! - Filters: [`sync`] (wait for all, don't wait, timeout) and [`filter`] (null, sum, min, max,
 //!   avg, concat, and the program's own), [`dynfilter`] (filters from shared libraries).
 //! - The network: [`attach`] lays a tree over a running job (every PE calls it);
@@ -18,6 +19,7 @@
 //! drives the PE with [`Pe::run_until`](converse::Pe::run_until) and
 //! [`Pe::progress`](converse::Pe::progress), nothing private to the runtime.
 
+pub mod codec;
 pub mod communicator;
 pub mod create;
 pub mod dynfilter;
@@ -37,6 +39,7 @@ pub mod topgen;
 pub mod topology;
 pub mod topology_file;
 
+pub use codec::{Element, FromElement, Large, Pack, Unpack, Value};
 pub use communicator::Communicator;
 pub use create::{create_network_fe, create_network_fe_with, run_backend, run_backend_with};
 pub use error::{TbonError, FIRST_APPLICATION_TAG};
@@ -49,7 +52,7 @@ pub use format::{BaseType, ElemType, Format, FormatError, Shape};
 pub use mapping::MapPolicy;
 pub use network::{attach, Network, Options};
 pub use node::Role;
-pub use packet::{Element, FromElement, Large, Pack, Packet, PacketError, Unpack, Value};
+pub use packet::{Packet, PacketError};
 pub use perf::{Aggregate, Context, Metric, PerfData, RankPerfData};
 pub use stream::{FilterType, Stream, StreamSpec, FIRST_USER_STREAM};
 pub use sync::{SyncMode, Synchronizer, SFILTER_DONTWAIT, SFILTER_TIMEOUT, SFILTER_WAITFORALL};

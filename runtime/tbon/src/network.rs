@@ -6,13 +6,14 @@
 //! every process has acknowledged, the network is shut down) or the job ends: the PE keeps
 //! serving its part of the tree meanwhile, and nothing waits without a condition.
 
+use crate::codec::Pack;
 use crate::communicator::Communicator;
 use crate::error::{check_tag, TbonError};
 use crate::events::{CallbackId, Event, EventClass, EventKind};
 use crate::filter::{Filter, FilterId, TopologyLocalInfo, FIRST_USER_FILTER};
 use crate::mapping::{map_to_pes, MapPolicy};
 use crate::node::{after_handler, install, Node, Outcome, Role};
-use crate::packet::{Pack, Packet};
+use crate::packet::Packet;
 use crate::perf::{check_pair, Aggregate, Context, Metric, RankPerfData};
 use crate::protocol::{Ctl, Req};
 use crate::stream::{builtin_named, FilterType, Stream, StreamSpec, FIRST_USER_STREAM};
