@@ -14,7 +14,7 @@
 //!   `CreateNetworkFE` does; [`Network`] is what the program then uses: communicators,
 //!   streams, send and receive, filters, [`events`], [`perf`]ormance data, shutdown.
 //!
-//! How it runs: see `node.rs` (the handlers) and `protocol.rs` (the control messages). The
+//! How it runs: see `node/` (the handlers) and `protocol.rs` (the control messages). The
 //! overlay is a program on [`converse`] like any other: it registers handlers, sends, and
 //! drives the PE with [`Pe::run_until`](converse::Pe::run_until) and
 //! [`Pe::progress`](converse::Pe::progress), nothing private to the runtime.

@@ -7,7 +7,7 @@
 //!
 //! All numbers are little-endian. The data elements are in the [`codec`](crate::codec)'s wire
 //! form, which also turns Rust values into them and back. The *route* trailer is the overlay's
-//! (destinations of a downstream packet, see `network.rs`); it sits at the end so that the
+//! (destinations of a downstream packet, see `node/data.rs`); it sits at the end so that the
 //! overlay can rewrite it in place when it passes a packet on, never copying the data.
 //!
 //! A packet received from the network keeps the message it came in: forwarding it, or handing
