@@ -2,27 +2,18 @@
 //! (`Network::load_filter(path, "IntegerAdd")`): the guide's Appendix B.4 `IntegerAdd`, and the
 //! paper's equivalence-class filter. Built as `target/release/examples/libtbon_filters.so`.
 
-use converse_tbon::{FilterError, FilterState, Packet, TopologyLocalInfo};
+use converse_tbon::{FilterContext, FilterError, Packet};
 use std::collections::BTreeMap;
 
 /// Sum of the `%d` of every packet of the wave (Appendix B.4).
-// The filter shape hands over the input vector (a filter may take its packets), hence `&mut
-// Vec` even where a filter only reads.
-#[allow(clippy::ptr_arg)]
-fn integer_add(
-    packets_in: &mut Vec<Packet>,
-    packets_out: &mut Vec<Packet>,
-    _reverse: &mut Vec<Packet>,
-    _state: &mut FilterState,
-    _params: Option<&Packet>,
-    _info: &TopologyLocalInfo,
-) -> Result<(), FilterError> {
+fn integer_add(cx: &mut FilterContext<'_>) -> Result<(), FilterError> {
     let mut sum = 0i32;
-    for p in packets_in.iter() {
+    for p in cx.packets_in.iter() {
         sum = sum.wrapping_add(p.unpack::<i32>("%d")?);
     }
-    let first = &packets_in[0];
-    packets_out.push(Packet::new(first.stream_id(), first.tag(), "%d", sum)?);
+    let first = &cx.packets_in[0];
+    let total = Packet::new(first.stream_id(), first.tag(), "%d", sum)?;
+    cx.packets_out.push(total);
     Ok(())
 }
 
@@ -32,17 +23,9 @@ converse_tbon::export_filter!(IntegerAdd, "%d", integer_add);
 /// packet is `%auld %aud %aud` — distinct checksums, how many members each has, and the
 /// members' ranks grouped by checksum. A back-end sends one class of one member; every process
 /// merges its children's classes, so the front-end gets every class with all its members.
-#[allow(clippy::ptr_arg)]
-fn equiv_class(
-    packets_in: &mut Vec<Packet>,
-    packets_out: &mut Vec<Packet>,
-    _reverse: &mut Vec<Packet>,
-    _state: &mut FilterState,
-    _params: Option<&Packet>,
-    _info: &TopologyLocalInfo,
-) -> Result<(), FilterError> {
+fn equiv_class(cx: &mut FilterContext<'_>) -> Result<(), FilterError> {
     let mut classes: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
-    for p in packets_in.iter() {
+    for p in cx.packets_in.iter() {
         let (sums, counts, members): (Vec<u64>, Vec<u32>, Vec<u32>) =
             p.unpack("%auld %aud %aud")?;
         if sums.len() != counts.len()
@@ -71,13 +54,14 @@ fn equiv_class(
         counts.push(m.len() as u32);
         members.extend(m);
     }
-    let first = &packets_in[0];
-    packets_out.push(Packet::new(
+    let first = &cx.packets_in[0];
+    let merged = Packet::new(
         first.stream_id(),
         first.tag(),
         "%auld %aud %aud",
         (sums, counts, members),
-    )?);
+    )?;
+    cx.packets_out.push(merged);
     Ok(())
 }
 

@@ -15,13 +15,13 @@
 //! with [`export_filter!`](crate::export_filter), which does the rest:
 //!
 //! ```ignore
-//! fn integer_add(packets_in: &mut Vec<Packet>, packets_out: &mut Vec<Packet>, ...) -> ...
+//! fn integer_add(cx: &mut FilterContext<'_>) -> Result<(), FilterError> { ... }
 //! converse_tbon::export_filter!(IntegerAdd, "%d", integer_add);
 //! ```
 //!
 //! Loading runs the library's initialisers: load only libraries you trust, as with `dlopen`.
 
-use crate::filter::{Filter, FilterError, FilterState, TopologyLocalInfo};
+use crate::filter::{Filter, FilterContext, FilterError, FilterState, TopologyLocalInfo};
 use crate::format::Format;
 use crate::packet::Packet;
 use std::ffi::{c_char, c_void, CStr};
@@ -225,24 +225,22 @@ impl Filter for LoadedFilter {
         self.format.as_ref()
     }
 
-    fn run(
-        &self,
-        packets_in: &mut Vec<Packet>,
-        packets_out: &mut Vec<Packet>,
-        packets_out_reverse: &mut Vec<Packet>,
-        state: &mut FilterState,
-        params: Option<&Packet>,
-        info: &TopologyLocalInfo,
-    ) -> Result<(), FilterError> {
+    fn run(&self, cx: &mut FilterContext<'_>) -> Result<(), FilterError> {
+        let info = cx.info;
         // The state slot lives in the stream's FilterState, so it survives between waves.
-        if state.is_none() {
-            *state = Some(Box::new(ForeignState(std::ptr::null_mut())));
+        if cx.state.is_none() {
+            *cx.state = Some(Box::new(ForeignState(std::ptr::null_mut())));
         }
-        let slot = state
+        let slot = cx
+            .state
             .as_mut()
             .and_then(|s| s.downcast_mut::<ForeignState>())
             .ok_or_else(|| FilterError(format!("{}: its state was replaced", self.name)))?;
-        let inputs: Vec<FfiSlice> = packets_in.iter().map(|p| FfiSlice::of(p.wire())).collect();
+        let inputs: Vec<FfiSlice> = cx
+            .packets_in
+            .iter()
+            .map(|p| FfiSlice::of(p.wire()))
+            .collect();
         let finfo = FfiTopologyInfo {
             rank: info.rank,
             parent: info.parent.unwrap_or(u32::MAX),
@@ -254,15 +252,15 @@ impl Filter for LoadedFilter {
             depth: info.depth,
         };
         let mut host = Host {
-            out: packets_out,
-            reverse: packets_out_reverse,
+            out: cx.packets_out,
+            reverse: cx.packets_out_reverse,
             error: None,
         };
         let call = FfiCall {
             abi: FFI_ABI_VERSION,
             inputs: inputs.as_ptr(),
             num_inputs: inputs.len(),
-            params: params.map_or(FfiSlice::NONE, |p| FfiSlice::of(p.wire())),
+            params: cx.params.map_or(FfiSlice::NONE, |p| FfiSlice::of(p.wire())),
             state: &mut slot.0,
             info: &finfo,
             host: (&mut host as *mut Host<'_>).cast(),
@@ -350,14 +348,14 @@ pub unsafe fn serve_call(call: *const FfiCall, run: &crate::filter::FilterFn) {
             // SAFETY: see above.
             let state = unsafe { &mut *(*slot).cast::<FilterState>() };
             let (mut out, mut rev) = (Vec::new(), Vec::new());
-            run(
-                &mut inputs,
-                &mut out,
-                &mut rev,
+            run(&mut FilterContext {
+                packets_in: &mut inputs,
+                packets_out: &mut out,
+                packets_out_reverse: &mut rev,
                 state,
-                params.as_ref(),
-                &info,
-            )
+                params: params.as_ref(),
+                info: &info,
+            })
             .map_err(|e| e.0)?;
             for (reverse, p) in out
                 .iter()
@@ -396,17 +394,15 @@ pub unsafe fn drop_state(state: *mut c_void) {
 /// [`Network::load_filter`](crate::Network::load_filter).
 ///
 /// ```ignore
-/// use converse_tbon::{FilterError, FilterState, Packet, TopologyLocalInfo};
-/// fn integer_add(
-///     packets_in: &mut Vec<Packet>, packets_out: &mut Vec<Packet>, _rev: &mut Vec<Packet>,
-///     _state: &mut FilterState, _params: Option<&Packet>, _info: &TopologyLocalInfo,
-/// ) -> Result<(), FilterError> {
+/// use converse_tbon::{FilterContext, FilterError, Packet};
+/// fn integer_add(cx: &mut FilterContext<'_>) -> Result<(), FilterError> {
 ///     let mut sum = 0i32;
-///     for p in packets_in.iter() {
+///     for p in cx.packets_in.iter() {
 ///         sum = sum.wrapping_add(p.unpack::<i32>("%d")?);
 ///     }
-///     let first = &packets_in[0];
-///     packets_out.push(Packet::new(first.stream_id(), first.tag(), "%d", sum)?);
+///     let first = &cx.packets_in[0];
+///     let total = Packet::new(first.stream_id(), first.tag(), "%d", sum)?;
+///     cx.packets_out.push(total);
 ///     Ok(())
 /// }
 /// converse_tbon::export_filter!(IntegerAdd, "%d", integer_add);

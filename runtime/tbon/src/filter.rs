@@ -4,7 +4,9 @@
 //! A filter has the guide's shape: packets in; packets out (on in the stream's direction);
 //! packets out in reverse (back the way they came); per-stream state it keeps between waves;
 //! configuration parameters the front-end sets ([`Network::set_filter_params`]); and the local
-//! process's place in the tree. See [`Filter`].
+//! process's place in the tree. The guide passes these as six arguments; here they are the
+//! fields of one [`FilterContext`], so every filter, built in, compiled in or loaded, has the
+//! same one-argument shape. See [`Filter`].
 //!
 //! Built in: [`TFILTER_NULL`] (pass everything on), [`TFILTER_SUM`], [`TFILTER_MIN`],
 //! [`TFILTER_MAX`] (element-wise over every number of packets of one numeric format),
@@ -100,21 +102,36 @@ impl TopologyLocalInfo {
     }
 }
 
+/// One run of a filter on one wave: what it reads, where its output goes, and what it may keep.
+pub struct FilterContext<'a> {
+    /// The wave (never empty). The filter may take packets out of it.
+    pub packets_in: &'a mut Vec<Packet>,
+    /// What goes on in the stream's direction.
+    pub packets_out: &'a mut Vec<Packet>,
+    /// What goes back the way the wave came.
+    pub packets_out_reverse: &'a mut Vec<Packet>,
+    /// The filter's state for this stream on this process, kept between waves.
+    pub state: &'a mut FilterState,
+    /// The configuration parameters the front-end set, if any.
+    pub params: Option<&'a Packet>,
+    /// This process's place in the tree.
+    pub info: &'a TopologyLocalInfo,
+}
+
 /// A transformation filter.
 ///
 /// ```
-/// use converse_tbon::{Filter, FilterError, FilterState, Packet, TopologyLocalInfo};
+/// use converse_tbon::{Filter, FilterContext, FilterError, Packet};
 /// // Keeps a running count of packets seen on the stream, and sends the count on.
 /// struct Count;
 /// impl Filter for Count {
-///     fn run(&self, packets_in: &mut Vec<Packet>, packets_out: &mut Vec<Packet>,
-///            _reverse: &mut Vec<Packet>, state: &mut FilterState, _params: Option<&Packet>,
-///            _info: &TopologyLocalInfo) -> Result<(), FilterError> {
-///         let seen = state.get_or_insert_with(|| Box::new(0u64));
+///     fn run(&self, cx: &mut FilterContext<'_>) -> Result<(), FilterError> {
+///         let seen = cx.state.get_or_insert_with(|| Box::new(0u64));
 ///         let seen = seen.downcast_mut::<u64>().ok_or(FilterError("state".into()))?;
-///         *seen += packets_in.len() as u64;
-///         let first = &packets_in[0];
-///         packets_out.push(Packet::new(first.stream_id(), first.tag(), "%uld", *seen)?);
+///         *seen += cx.packets_in.len() as u64;
+///         let first = &cx.packets_in[0];
+///         let count = Packet::new(first.stream_id(), first.tag(), "%uld", *seen)?;
+///         cx.packets_out.push(count);
 ///         Ok(())
 ///     }
 /// }
@@ -126,20 +143,12 @@ pub trait Filter {
         None
     }
 
-    /// Transform one wave: read `packets_in` (a wave is never empty), put what goes on in
-    /// `packets_out` and what goes back in `packets_out_reverse`.
+    /// Transform one wave: read `cx.packets_in` (a wave is never empty), put what goes on in
+    /// `cx.packets_out` and what goes back in `cx.packets_out_reverse`.
     ///
     /// # Errors
     /// [`FilterError`]: the wave is dropped and the front-end told why.
-    fn run(
-        &self,
-        packets_in: &mut Vec<Packet>,
-        packets_out: &mut Vec<Packet>,
-        packets_out_reverse: &mut Vec<Packet>,
-        state: &mut FilterState,
-        params: Option<&Packet>,
-        info: &TopologyLocalInfo,
-    ) -> Result<(), FilterError>;
+    fn run(&self, cx: &mut FilterContext<'_>) -> Result<(), FilterError>;
 
     /// Release `state` when its stream closes (for filters whose state is not Rust-owned).
     fn drop_state(&self, state: &mut FilterState) {
@@ -148,14 +157,7 @@ pub trait Filter {
 }
 
 /// The signature of a filter written as a plain function or closure.
-pub type FilterFn = dyn Fn(
-    &mut Vec<Packet>,
-    &mut Vec<Packet>,
-    &mut Vec<Packet>,
-    &mut FilterState,
-    Option<&Packet>,
-    &TopologyLocalInfo,
-) -> Result<(), FilterError>;
+pub type FilterFn = dyn Fn(&mut FilterContext<'_>) -> Result<(), FilterError>;
 
 /// A filter made of a function and the format it takes.
 pub struct FnFilter {
@@ -170,15 +172,7 @@ impl FnFilter {
     /// [`FilterError`] when `format` does not parse.
     pub fn new(
         format: &str,
-        f: impl Fn(
-                &mut Vec<Packet>,
-                &mut Vec<Packet>,
-                &mut Vec<Packet>,
-                &mut FilterState,
-                Option<&Packet>,
-                &TopologyLocalInfo,
-            ) -> Result<(), FilterError>
-            + 'static,
+        f: impl Fn(&mut FilterContext<'_>) -> Result<(), FilterError> + 'static,
     ) -> Result<FnFilter, FilterError> {
         let format = if format.trim().is_empty() {
             None
@@ -197,16 +191,8 @@ impl Filter for FnFilter {
         self.format.as_ref()
     }
 
-    fn run(
-        &self,
-        i: &mut Vec<Packet>,
-        o: &mut Vec<Packet>,
-        r: &mut Vec<Packet>,
-        s: &mut FilterState,
-        p: Option<&Packet>,
-        t: &TopologyLocalInfo,
-    ) -> Result<(), FilterError> {
-        (self.f)(i, o, r, s, p, t)
+    fn run(&self, cx: &mut FilterContext<'_>) -> Result<(), FilterError> {
+        (self.f)(cx)
     }
 }
 
@@ -230,7 +216,7 @@ pub(crate) fn builtin(id: FilterId) -> Option<Rc<dyn Filter>> {
     };
     Some(Rc::new(FnFilter {
         format: None,
-        f: Box::new(move |i, o, _, _, _, info| f(i, o, info)),
+        f: Box::new(move |cx| f(cx.packets_in, cx.packets_out, cx.info)),
     }))
 }
 
@@ -611,7 +597,15 @@ mod tests {
     fn run(id: FilterId, mut wave: Vec<Packet>, root: bool) -> Result<Vec<Packet>, FilterError> {
         let f = builtin(id).ok_or_else(|| FilterError("no such filter".into()))?;
         let (mut out, mut rev, mut st) = (Vec::new(), Vec::new(), None);
-        f.run(&mut wave, &mut out, &mut rev, &mut st, None, &info(root))?;
+        let info = info(root);
+        f.run(&mut FilterContext {
+            packets_in: &mut wave,
+            packets_out: &mut out,
+            packets_out_reverse: &mut rev,
+            state: &mut st,
+            params: None,
+            info: &info,
+        })?;
         assert!(rev.is_empty());
         Ok(out)
     }

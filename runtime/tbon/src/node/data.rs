@@ -4,7 +4,7 @@
 
 use super::{after_handler, Node, Role};
 use crate::events::EventKind;
-use crate::filter::{Filter, FilterState, TopologyLocalInfo, TFILTER_NULL};
+use crate::filter::{Filter, FilterContext, TFILTER_NULL};
 use crate::packet::Packet;
 use crate::perf::{Context, Counters};
 use crate::stream::{StreamSpec, FIRST_USER_STREAM};
@@ -123,16 +123,15 @@ impl Node {
             Dir::Up => (st.up.clone(), &mut st.up_state, st.up_params.as_ref()),
             Dir::Down => (st.down.clone(), &mut st.down_state, st.down_params.as_ref()),
         };
-        run_filter(
-            &*f,
-            input,
-            out,
-            rev,
+        let mut cx = FilterContext {
+            packets_in: input,
+            packets_out: out,
+            packets_out_reverse: rev,
             state,
             params,
-            &place.info,
-            &mut st.perf,
-        )
+            info: &place.info,
+        };
+        run_filter(&*f, &mut cx, &mut st.perf)
     }
 
     /// Send a packet to the children of the stream that lead to `dests` (all: empty).
@@ -356,17 +355,12 @@ impl Node {
 }
 
 /// Run a filter on a wave, checking the formats it takes and timing it when asked.
-#[allow(clippy::too_many_arguments)]
 fn run_filter(
     f: &dyn Filter,
-    input: &mut Vec<Packet>,
-    out: &mut Vec<Packet>,
-    rev: &mut Vec<Packet>,
-    state: &mut FilterState,
-    params: Option<&Packet>,
-    info: &TopologyLocalInfo,
+    cx: &mut FilterContext<'_>,
     perf: &mut Counters,
 ) -> Result<(), String> {
+    let input = &*cx.packets_in;
     if let Some(fmt) = f.format() {
         if let Some(bad) = input.iter().find(|p| !p.has_format(fmt)) {
             return Err(format!(
@@ -383,11 +377,12 @@ fn run_filter(
     let timing = perf
         .timing()
         .then(|| (Instant::now(), crate::perf::thread_cpu()));
-    let r = f.run(input, out, rev, state, params, info).map_err(|e| e.0);
+    let r = f.run(cx).map_err(|e| e.0);
     if let Some((start, cpu)) = timing {
         perf.filter_ran(start, cpu);
     }
     if perf.any() {
+        let out = &*cx.packets_out;
         let bytes: u64 = out.iter().map(|p| p.data_len() as u64).sum();
         perf.count(Context::FilterOut, out.len() as u64, bytes);
     }
