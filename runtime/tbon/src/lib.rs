@@ -5,7 +5,7 @@
 //! - The tree: [`topology`] (a validated tree and its queries), [`topology_file`] (MRNet
 //!   topology files), [`topgen`] (generated trees, and the `topgen` command), [`mapping`]
 //!   (tree processes onto PEs).
-//! - Data: [`format`](mod@format) (format strings), [`codec`] (values to and from their
+//! - Data: [`format`](mod@format) (format strings), [`codec`] and [`value`] (values to and from their
 //!   wire form) and [`packet`] (typed packets in a compact binary form).
 //! - Filters: [`sync`] (wait for all, don't wait, timeout) and [`filter`] (null, sum, min, max,
 //!   avg, concat, and the program's own), [`dynfilter`] (filters from shared libraries).
@@ -38,8 +38,9 @@ pub mod sync;
 pub mod topgen;
 pub mod topology;
 pub mod topology_file;
+pub mod value;
 
-pub use codec::{Element, FromElement, Large, Pack, Unpack, Value};
+pub use codec::{Element, FromElement, Large, Pack, Unpack};
 pub use communicator::Communicator;
 pub use create::{create_network_fe, create_network_fe_with, run_backend, run_backend_with};
 pub use error::{TbonError, FIRST_APPLICATION_TAG};
@@ -60,3 +61,4 @@ pub use sync::{SyncMode, Synchronizer, SFILTER_DONTWAIT, SFILTER_TIMEOUT, SFILTE
 pub use topology::{
     ProcName, Rank, Topology, TopologyError, TreeNode, TreeStats, FIRST_INTERNAL_RANK,
 };
+pub use value::Value;

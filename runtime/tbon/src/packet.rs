@@ -15,8 +15,9 @@
 //! unpacking never reads past the data, whatever bytes a peer sent.
 
 use crate::codec::{validate, Out, Reader};
-use crate::codec::{FromElement, Pack, Unpack, Value};
+use crate::codec::{FromElement, Pack, Unpack};
 use crate::format::{Format, FormatError};
+use crate::value::Value;
 use converse::Message;
 use std::fmt;
 

@@ -161,7 +161,7 @@ fn intersects(sorted: &[Rank], r: &Range<Rank>) -> bool {
 
 /// The timeout a synchronization-parameters packet gives, in milliseconds (any one integer).
 fn timeout_ms(p: &Packet) -> u64 {
-    match p.values().first().and_then(crate::codec::Value::as_f64) {
+    match p.values().first().and_then(crate::value::Value::as_f64) {
         Some(v) if v > 0.0 => v as u64,
         _ => 0,
     }
