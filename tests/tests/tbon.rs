@@ -21,8 +21,8 @@ fn example(name: &str) -> String {
         .join(name);
     assert!(
         p.exists(),
-        "{} is not built: run `cargo build --release -p converse-tbon --examples` (or test the whole \
-         workspace)",
+        "{} is not built: run `cargo build --release -p converse-tbon --examples` (or test the \
+         whole workspace)",
         p.display()
     );
     p.to_string_lossy().into_owned()

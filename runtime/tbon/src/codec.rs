@@ -64,7 +64,8 @@ pub trait Element {
     }
 }
 
-/// What [`Packet::new`](crate::Packet::new) packs: one [`Element`], a tuple of them, or a slice of [`Value`]s.
+/// What [`Packet::new`](crate::Packet::new) packs: one [`Element`], a tuple of them, or a
+/// slice of [`Value`]s.
 pub trait Pack {
     /// Check the values against `format` (count and types).
     ///
@@ -501,7 +502,8 @@ pub trait FromElement: Sized {
     fn read_elem(r: &mut Reader<'_>, i: usize, format: &Format) -> Result<Self, PacketError>;
 }
 
-/// What [`Packet::unpack`](crate::Packet::unpack) unpacks into: one element type, or a tuple of them.
+/// What [`Packet::unpack`](crate::Packet::unpack) unpacks into: one element type, or a
+/// tuple of them.
 pub trait Unpack: Sized {
     /// Read every element of `format`.
     ///

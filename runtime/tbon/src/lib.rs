@@ -5,8 +5,8 @@
 //! - The tree: [`topology`] (a validated tree and its queries), [`topology_file`] (MRNet
 //!   topology files), [`topgen`] (generated trees, and the `topgen` command), [`mapping`]
 //!   (tree processes onto PEs).
-//! - Data: [`format`](mod@format) (format strings), [`codec`] and [`value`] (values to and from their
-//!   wire form) and [`packet`] (typed packets in a compact binary form).
+//! - Data: [`format`](mod@format) (format strings), [`codec`] and [`value`] (values to and
+//!   from their wire form) and [`packet`] (typed packets in a compact binary form).
 //! - Filters: [`sync`] (wait for all, don't wait, timeout) and [`filter`] (null, sum, min, max,
 //!   avg, concat, and the program's own), [`dynfilter`] (filters from shared libraries).
 //! - The network: [`attach`] lays a tree over a running job (every PE calls it);

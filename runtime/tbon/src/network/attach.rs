@@ -25,8 +25,9 @@ impl Options {
     }
 
     /// A filter compiled into the program, under `name`. Every process must register the same
-    /// filters in the same order (they get ids from [`FIRST_USER_FILTER`](crate::FIRST_USER_FILTER) up, in that order);
-    /// for filters only some programs have, load them from a library instead
+    /// filters in the same order (they get ids from
+    /// [`FIRST_USER_FILTER`](crate::FIRST_USER_FILTER) up, in that order); for filters only
+    /// some programs have, load them from a library instead
     /// ([`Network::load_filter`]).
     pub fn filter(mut self, name: &str, f: impl Filter + 'static) -> Options {
         self.filters.push((name.to_owned(), Rc::new(f)));
