@@ -19,6 +19,7 @@
 //! drives the PE with [`Pe::run_until`](converse::Pe::run_until) and
 //! [`Pe::progress`](converse::Pe::progress), nothing private to the runtime.
 
+mod builtin;
 pub mod codec;
 pub mod communicator;
 pub mod create;

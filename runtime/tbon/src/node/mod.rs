@@ -27,10 +27,11 @@ mod data;
 mod plan;
 mod streams;
 
+use crate::builtin::builtin;
 use crate::communicator::Communicator;
 use crate::error::TbonError;
 use crate::events::{run_callbacks, Event, EventKind, Events};
-use crate::filter::{builtin, Filter, FilterId, FilterState, TopologyLocalInfo};
+use crate::filter::{Filter, FilterId, FilterState, TopologyLocalInfo};
 use crate::packet::Packet;
 use crate::perf::{Aggregate, Counters, Report};
 use crate::protocol::Ctl;
