@@ -10,8 +10,9 @@
 //! one's answer, and read a stream of values from each.
 
 use anyhow::Context;
-use converse::tbon::{
-    self, topology::Entry, ProcName, SyncMode, TbonError, Topology, TFILTER_NULL, TFILTER_SUM,
+use converse_tbon::{
+    self as tbon, topology::Entry, ProcName, SyncMode, TbonError, Topology, TFILTER_NULL,
+    TFILTER_SUM,
 };
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -34,7 +34,6 @@ pub mod ops;
 mod pe;
 mod queue;
 mod scheduler;
-pub mod tbon;
 mod variant;
 
 pub use args::{parse_args, RuntimeArgs, MAX_PES};

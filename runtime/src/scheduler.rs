@@ -243,10 +243,18 @@ impl Pe {
         }
     }
 
-    /// Poll the layer and dispatch up to a batch of what is queued, never waiting: for code
-    /// that drives the scheduler from a loop of its own (the overlay's `Network::progress`).
-    /// Returns how many messages were taken in and run.
-    pub(crate) fn run_ready(&mut self) -> usize {
+    /// One turn of the scheduler without waiting, for code that drives the PE from a loop of
+    /// its own instead of [`run_until`](Pe::run_until) (a tool polling non-blocking receives,
+    /// the tree overlay's `Network::progress` and `flush`).
+    ///
+    /// The contract: it lets the layer push out what it still queues and takes in everything
+    /// that has arrived (one `advance` of the layer), then runs up to a batch (`sched.batch`)
+    /// of queued messages, so it **may run handlers**, the program's and the runtime's own,
+    /// before it returns. It never blocks and fires no timers or idle callbacks. On the first
+    /// call it does the start-up check, as entering the scheduler does. Once the job is
+    /// ending it does nothing. Returns how many messages were taken in plus how many were run
+    /// (0: nothing was there).
+    pub fn progress(&mut self) -> usize {
         self.ensure_started();
         if self.life.stopping {
             return 0;

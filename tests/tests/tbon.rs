@@ -12,17 +12,17 @@ use std::time::Duration;
 const TBON: &str = env!("CARGO_BIN_EXE_tbon");
 const CREATE: &str = env!("CARGO_BIN_EXE_tbon_create");
 
-/// `target/<profile>/examples/NAME`: the runtime's examples (the filter library, the
+/// `target/<profile>/examples/NAME`: the overlay's examples (the filter library, the
 /// IntegerAddition programs), built by `cargo test --workspace` or
-/// `cargo build --release -p converse --examples`.
+/// `cargo build --release -p converse-tbon --examples`.
 fn example(name: &str) -> String {
     let p: PathBuf = std::path::Path::new(TBON)
         .with_file_name("examples")
         .join(name);
     assert!(
         p.exists(),
-        "{} is not built: run `cargo build --release -p converse --examples` (or test the whole \
-         workspace)",
+        "{} is not built: run `cargo build --release -p converse-tbon --examples` (or test the \
+         whole workspace)",
         p.display()
     );
     p.to_string_lossy().into_owned()

@@ -3,9 +3,9 @@
 //! `b:2^2`, `k:2@8`) or `file:PATH`. The front-end checks the results and prints
 //! `tbon SCENARIO: ok`, or `tbon SCENARIO: FAILED: why` and exits 1.
 
-use converse::tbon::{
-    self, topgen, topology_file, Aggregate, Context, EventClass, EventKind, FilterType, FnFilter,
-    Metric, Network, Options, Packet, Role, Stream, SyncMode, TbonError, Topology,
+use converse_tbon::{
+    self as tbon, topgen, topology_file, Aggregate, Context, EventClass, EventKind, FilterType,
+    FnFilter, Metric, Network, Options, Packet, Role, Stream, SyncMode, TbonError, Topology,
     TFILTER_ARRAY_CONCAT, TFILTER_AVG, TFILTER_MAX, TFILTER_MIN, TFILTER_NULL, TFILTER_SUM,
 };
 use std::process::ExitCode;
@@ -31,13 +31,13 @@ fn main() -> ExitCode {
         let spec = args.get(2).cloned().unwrap_or_else(|| "g:2".into());
         let extra = args.get(3).cloned().unwrap_or_default();
         // A filter compiled into the program: counts the packets of each wave.
-        let count = FnFilter::new("", |input, out, _, _, _, _| {
-            let first = &input[0];
-            out.push(Packet::new(
+        let count = FnFilter::new("", |cx| {
+            let first = &cx.packets_in[0];
+            cx.packets_out.push(Packet::new(
                 first.stream_id(),
                 first.tag(),
                 "%ud",
-                input.len() as u32,
+                cx.packets_in.len() as u32,
             )?);
             Ok(())
         });
@@ -68,31 +68,32 @@ fn user_filters() -> Vec<(&'static str, Result<FnFilter, tbon::FilterError>)> {
         // Packets seen on this stream so far, here: state kept between waves.
         (
             "running",
-            FnFilter::new("", |input, out, _, state, _, _| {
-                let seen = state.get_or_insert_with(|| Box::new(0u32));
+            FnFilter::new("", |cx| {
+                let seen = cx.state.get_or_insert_with(|| Box::new(0u32));
                 let seen = seen
                     .downcast_mut::<u32>()
                     .ok_or_else(|| tbon::FilterError("the state is not a count".into()))?;
-                *seen += input.len() as u32;
-                let first = &input[0];
-                out.push(Packet::new(first.stream_id(), first.tag(), "%ud", *seen)?);
+                *seen += cx.packets_in.len() as u32;
+                let first = &cx.packets_in[0];
+                let p = Packet::new(first.stream_id(), first.tag(), "%ud", *seen)?;
+                cx.packets_out.push(p);
                 Ok(())
             }),
         ),
         // The wave's sum of `%d`, times the factor the front-end set (1 until it does).
         (
             "scaled",
-            FnFilter::new("%d", |input, out, _, _, params, _| {
-                let factor = match params {
+            FnFilter::new("%d", |cx| {
+                let factor = match cx.params {
                     Some(p) => p.unpack::<i32>("%d")?,
                     None => 1,
                 };
                 let mut sum = 0i32;
-                for p in input.iter() {
+                for p in cx.packets_in.iter() {
                     sum += p.unpack::<i32>("%d")?;
                 }
-                let first = &input[0];
-                out.push(Packet::new(
+                let first = &cx.packets_in[0];
+                cx.packets_out.push(Packet::new(
                     first.stream_id(),
                     first.tag(),
                     "%d",
@@ -104,9 +105,9 @@ fn user_filters() -> Vec<(&'static str, Result<FnFilter, tbon::FilterError>)> {
         // Everything goes on, and a copy goes back the way it came.
         (
             "echo",
-            FnFilter::new("", |input, out, reverse, _, _, _| {
-                reverse.extend(input.iter().cloned());
-                out.append(input);
+            FnFilter::new("", |cx| {
+                cx.packets_out_reverse.extend(cx.packets_in.iter().cloned());
+                cx.packets_out.append(cx.packets_in);
                 Ok(())
             }),
         ),

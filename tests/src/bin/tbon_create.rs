@@ -11,7 +11,7 @@
 //! `tbon_create: ok` when every round passed and nothing it started is left: no process, no
 //! descriptor, no thread more than before the first round.
 
-use converse::tbon::{self, topgen, SyncMode, TbonError, TFILTER_NULL, TFILTER_SUM};
+use converse_tbon::{self as tbon, topgen, SyncMode, TbonError, TFILTER_NULL, TFILTER_SUM};
 use std::process::ExitCode;
 
 const ASK: i32 = 100;

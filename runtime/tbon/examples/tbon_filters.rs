@@ -1,0 +1,75 @@
+//! Filters for the tree overlay, in a shared library loaded at run time
+//! (`Network::load_filter(path, "IntegerAdd")`): the guide's Appendix B.4 `IntegerAdd`, and the
+//! paper's equivalence-class filter. Built as `target/release/examples/libtbon_filters.so`.
+
+use converse_tbon::{FilterContext, FilterError, Packet};
+use std::collections::BTreeMap;
+
+/// Sum of the `%d` of every packet of the wave (Appendix B.4).
+fn integer_add(cx: &mut FilterContext<'_>) -> Result<(), FilterError> {
+    let mut sum = 0i32;
+    for p in cx.packets_in.iter() {
+        sum = sum.wrapping_add(p.unpack::<i32>("%d")?);
+    }
+    let first = &cx.packets_in[0];
+    let total = Packet::new(first.stream_id(), first.tag(), "%d", sum)?;
+    cx.packets_out.push(total);
+    Ok(())
+}
+
+converse_tbon::export_filter!(IntegerAdd, "%d", integer_add);
+
+/// Equivalence classes by checksum (the paper's binning filter for Paradyn's start-up): each
+/// packet is `%auld %aud %aud` — distinct checksums, how many members each has, and the
+/// members' ranks grouped by checksum. A back-end sends one class of one member; every process
+/// merges its children's classes, so the front-end gets every class with all its members.
+fn equiv_class(cx: &mut FilterContext<'_>) -> Result<(), FilterError> {
+    let mut classes: BTreeMap<u64, Vec<u32>> = BTreeMap::new();
+    for p in cx.packets_in.iter() {
+        let (sums, counts, members): (Vec<u64>, Vec<u32>, Vec<u32>) =
+            p.unpack("%auld %aud %aud")?;
+        if sums.len() != counts.len()
+            || counts.iter().map(|&c| c as usize).sum::<usize>() != members.len()
+        {
+            return Err(FilterError(
+                "an equivalence-class packet that does not add up".into(),
+            ));
+        }
+        let mut at = 0;
+        for (s, c) in sums.iter().zip(&counts) {
+            let c = *c as usize;
+            classes
+                .entry(*s)
+                .or_default()
+                .extend_from_slice(&members[at..at + c]);
+            at += c;
+        }
+    }
+    let mut sums = Vec::with_capacity(classes.len());
+    let mut counts = Vec::with_capacity(classes.len());
+    let mut members = Vec::new();
+    for (s, mut m) in classes {
+        m.sort_unstable();
+        sums.push(s);
+        counts.push(m.len() as u32);
+        members.extend(m);
+    }
+    let first = &cx.packets_in[0];
+    let merged = Packet::new(
+        first.stream_id(),
+        first.tag(),
+        "%auld %aud %aud",
+        (sums, counts, members),
+    )?;
+    cx.packets_out.push(merged);
+    Ok(())
+}
+
+converse_tbon::export_filter!(EquivClass, "%auld %aud %aud", equiv_class);
+
+/// A filter function without its `_format_string`: loading it must fail, saying so.
+///
+/// # Safety
+/// Never called: the host refuses to load it.
+#[no_mangle]
+pub unsafe extern "C" fn NoFormatString(_call: *const converse_tbon::dynfilter::FfiCall) {}

@@ -1,0 +1,143 @@
+//! Laying a tree over a running job: the options, and [`attach`], which every PE calls.
+
+use super::Network;
+use crate::error::TbonError;
+use crate::filter::Filter;
+use crate::mapping::{map_to_pes, MapPolicy};
+use crate::node::install;
+use crate::protocol::Ctl;
+use crate::topology::Topology;
+use converse::Pe;
+use std::rc::Rc;
+
+/// How a network is laid over a job.
+#[derive(Default)]
+pub struct Options {
+    policy: MapPolicy,
+    filters: Vec<(String, Rc<dyn Filter>)>,
+}
+
+impl Options {
+    /// How tree processes are matched with PEs (by host, the default, or in order).
+    pub fn policy(mut self, p: MapPolicy) -> Options {
+        self.policy = p;
+        self
+    }
+
+    /// A filter compiled into the program, under `name`. Every process must register the same
+    /// filters in the same order (they get ids from
+    /// [`FIRST_USER_FILTER`](crate::FIRST_USER_FILTER) up, in that order); for filters only
+    /// some programs have, load them from a library instead
+    /// ([`Network::load_filter`]).
+    pub fn filter(mut self, name: &str, f: impl Filter + 'static) -> Options {
+        self.filters.push((name.to_owned(), Rc::new(f)));
+        self
+    }
+}
+
+/// Lay a tree over the job this PE belongs to (MRNet's back-end attach mode: the processes are
+/// already running, started by charmrun, mpirun or the in-process layer).
+///
+/// Every PE calls it in its start function, after registering its own handlers (which must be
+/// the same on every PE, as always). On PE 0, the front-end, `topology` gives the tree; PE 0
+/// maps it onto the PEs, tells every PE its place and waits until every process of the tree
+/// has reported in (the instantiation). Other PEs wait for their place. PEs the tree does not
+/// use get the role [`Role::Spare`](crate::Role::Spare).
+///
+/// ```no_run
+/// use converse_tbon::{self as tbon, topgen, Options, SyncMode, TFILTER_SUM};
+/// converse::run(|pe| {
+///     let n = pe.num_pes();
+///     let mut net = tbon::attach(pe, Options::default(), |_| {
+///         let spec = topgen::TreeSpec::Generic(vec![2, (n - 3) / 2]);
+///         Ok(topgen::generate(&spec, &topgen::Placement::default())?)
+///     })
+///     .expect("attach");
+///     if net.is_front_end() {
+///         let comm = net.broadcast_communicator();
+///         let s = net.new_stream(&comm, TFILTER_SUM, SyncMode::WaitForAll, 0).unwrap();
+///         net.send(&s, 100, "%d", 1).unwrap();
+///         let sum: i32 = net.recv_on(&s).unwrap().unpack("%d").unwrap();
+///         println!("{sum} back-ends answered");
+///         net.exit(0);
+///     } else if net.is_back_end() {
+///         let (s, p) = net.recv().unwrap();
+///         let v: i32 = p.unpack("%d").unwrap();
+///         net.send(&s, 100, "%d", v).unwrap();
+///         let _ = net.wait_for_shutdown();
+///     } else {
+///         let _ = net.wait_for_shutdown();
+///     }
+/// });
+/// ```
+///
+/// # Errors
+/// [`TbonError::Topology`] or [`TbonError::Mapping`] on PE 0 when the tree is wrong or does not
+/// fit; on other PEs [`TbonError::Create`] with PE 0's reason; [`TbonError::AlreadyAttached`];
+/// [`TbonError::JobEnded`].
+pub fn attach<'p>(
+    pe: &'p mut Pe,
+    opts: Options,
+    topology: impl FnOnce(&Pe) -> Result<Topology, TbonError>,
+) -> Result<Network<'p>, TbonError> {
+    let node = install(pe)?;
+    {
+        let mut n = node.borrow_mut();
+        for (name, f) in opts.filters {
+            let id = n.next_filter;
+            n.filters.insert(id, (name, f));
+            n.next_filter += 1;
+        }
+    }
+    let ctl = node.borrow().h.ctl;
+    let mut net = Network {
+        pe,
+        node,
+        topo: None,
+        last_format: None,
+    };
+    if net.pe.my_pe() == 0 {
+        let plan = topology(net.pe).and_then(|t| {
+            let hosts = pe_hosts(net.pe);
+            let host_refs: Vec<&str> = hosts.iter().map(String::as_str).collect();
+            let pes = map_to_pes(&t, &host_refs, opts.policy)?;
+            let tree = t
+                .nodes()
+                .iter()
+                .map(|n| (n.name().clone(), n.parent()))
+                .collect();
+            Ok(Ctl::Plan { tree, pes })
+        });
+        match plan {
+            // The front-end takes the plan first; it goes down the tree from there.
+            Ok(plan) => net.pe.send(0, ctl, &plan.encode()),
+            Err(e) => {
+                let reason = Ctl::Abandon {
+                    reason: e.to_string(),
+                };
+                net.pe.broadcast(ctl, &reason.encode());
+                return Err(e);
+            }
+        }
+        net.wait_for(|n| n.ready || n.abandoned.is_some())?;
+    } else {
+        net.wait_for(|n| n.place.is_some() || n.abandoned.is_some())?;
+    }
+    let abandoned = net.node.borrow().abandoned.clone();
+    if let Some(reason) = abandoned {
+        return Err(TbonError::Create(reason));
+    }
+    net.topo = net.node.borrow().place.as_ref().map(|p| p.topo.clone());
+    Ok(net)
+}
+
+/// The host of every PE (one PE per node).
+fn pe_hosts(pe: &Pe) -> Vec<String> {
+    let t = pe.node_table();
+    (0..pe.num_pes())
+        .map(|p| {
+            t.node(t.node_of(p))
+                .map_or_else(|| "localhost".to_owned(), |n| n.host.clone())
+        })
+        .collect()
+}

@@ -1,0 +1,202 @@
+//! Control: requests coming down the tree (see `protocol.rs`) are done on each process and
+//! acknowledged; acknowledgements are folded on the way up, so the front-end learns when the
+//! whole tree has done one, and which processes failed.
+
+use super::{Node, Outcome, Pending, Role, StreamState};
+use crate::events::EventKind;
+use crate::filter::TFILTER_NULL;
+use crate::perf::{Aggregate, Report};
+use crate::protocol::{Ctl, Req};
+use crate::stream::StreamSpec;
+use crate::sync::SyncMode;
+use crate::topology::Rank;
+use converse::Message;
+use converse::Pe;
+use std::rc::Rc;
+
+impl Node {
+    pub(crate) fn on_ctl(&mut self, pe: &mut Pe, msg: &Message) {
+        let Some(ctl) = Ctl::decode(msg.payload()) else {
+            return self.refuse(
+                pe,
+                None,
+                format!(
+                    "a control message from PE {} that does not decode",
+                    msg.src_pe()
+                ),
+            );
+        };
+        match ctl {
+            Ctl::Plan { tree, pes } => self.take_plan(pe, tree, pes, msg.payload()),
+            Ctl::Abandon { reason } => self.abandoned = Some(reason),
+            Ctl::Ready => {
+                self.ready_from += 1;
+                self.maybe_ready(pe);
+            }
+            Ctl::NewStream {
+                id,
+                endpoints,
+                spec,
+            } => {
+                if self.role() == Role::BackEnd {
+                    let spec0 =
+                        StreamSpec::homogeneous(TFILTER_NULL, SyncMode::DontWait, TFILTER_NULL);
+                    if let Ok(st) = self.make_stream(endpoints.into(), &spec0) {
+                        self.streams.insert(id, st);
+                    }
+                } else {
+                    self.open_stream(pe, id, endpoints, spec);
+                }
+            }
+            Ctl::Close { id } => self.close_stream(pe, id),
+            Ctl::Params { id, which, packet } => self.set_params(pe, id, which, packet),
+            Ctl::Request { req, scope, what } => self.on_request(pe, req, scope, what),
+            Ctl::Ack {
+                req,
+                errors,
+                report,
+            } => self.on_ack(pe, req, errors, report),
+            Ctl::Error {
+                stream,
+                rank,
+                reason,
+                kind,
+            } => match self.place.as_ref().and_then(|p| p.parent_pe) {
+                Some(parent) => pe.send(parent, self.h.ctl, msg.payload()),
+                None => self.record_error(stream, rank, reason, kind),
+            },
+        }
+    }
+
+    /// Do a request here, pass it to the children in scope, and acknowledge when they have.
+    pub(crate) fn on_request(&mut self, pe: &mut Pe, req: u32, scope: Option<u32>, what: Req) {
+        let rank = self.my_rank();
+        let mut errors = Vec::new();
+        let mut report = Report::Nothing;
+        let mut how = Aggregate::Concat;
+        let kids: Vec<usize> = match scope {
+            Some(sid) => self
+                .streams
+                .get(&sid)
+                .map(|s| s.kids.clone())
+                .unwrap_or_default(),
+            None => (0..self.place.as_ref().map_or(0, |p| p.children.len())).collect(),
+        };
+        match &what {
+            Req::Load { id, path, name } => match crate::dynfilter::load(path, name) {
+                Ok(f) => {
+                    self.filters.insert(*id, (name.clone(), Rc::new(f)));
+                }
+                Err(e) => {
+                    self.event(EventKind::FilterLoadFailed, None, Some(rank), e.clone());
+                    errors.push((rank, e));
+                }
+            },
+            Req::Shutdown => {
+                self.shut_down = true;
+                self.event(
+                    EventKind::ShutDown,
+                    None,
+                    None,
+                    "the front-end shut the network down".into(),
+                );
+            }
+            Req::PerfSet { metric, ctx, on } => {
+                for (_, st) in self.scoped(scope) {
+                    st.perf.set(*metric, *ctx, *on);
+                }
+            }
+            Req::PerfCollect {
+                metric,
+                ctx,
+                how: h,
+            } => {
+                how = *h;
+                if let Some(v) = self
+                    .scoped(scope)
+                    .next()
+                    .map(|(_, st)| st.perf.take(*metric, *ctx))
+                {
+                    report = Report::one(rank, v, how);
+                }
+            }
+            Req::PerfPrint { metric, ctx } => {
+                let lines: Vec<String> = self
+                    .scoped(scope)
+                    .map(|(id, st)| {
+                        format!(
+                            "tbon: rank {rank} stream {id} {} {}: {}",
+                            metric.name(),
+                            ctx.name(),
+                            st.perf.take(*metric, *ctx)
+                        )
+                    })
+                    .collect();
+                for l in lines {
+                    eprintln!("{l}");
+                }
+            }
+        }
+        let pending = Pending {
+            waiting: kids.len(),
+            errors,
+            report,
+            how,
+        };
+        if kids.is_empty() {
+            return self.finish_request(pe, req, pending);
+        }
+        let body = Ctl::Request { req, scope, what }.encode();
+        self.to_kids(pe, &kids, &body);
+        self.requests.insert(req, pending);
+    }
+
+    /// The streams a request's scope names here (one stream, or all).
+    fn scoped(&mut self, scope: Option<u32>) -> impl Iterator<Item = (&u32, &mut StreamState)> {
+        self.streams
+            .iter_mut()
+            .filter(move |(id, _)| scope.is_none_or(|s| s == **id))
+    }
+
+    fn on_ack(&mut self, pe: &mut Pe, req: u32, errors: Vec<(Rank, String)>, report: Report) {
+        let Some(p) = self.requests.get_mut(&req) else {
+            return self.refuse(
+                pe,
+                None,
+                format!("an acknowledgement of request {req}, not in progress"),
+            );
+        };
+        p.errors.extend(errors);
+        let how = p.how;
+        p.report.merge(report, how);
+        p.waiting = p.waiting.saturating_sub(1);
+        if p.waiting == 0 {
+            if let Some(p) = self.requests.remove(&req) {
+                self.finish_request(pe, req, p);
+            }
+        }
+    }
+
+    fn finish_request(&mut self, pe: &mut Pe, req: u32, p: Pending) {
+        match self.place.as_ref().and_then(|pl| pl.parent_pe) {
+            Some(parent) => {
+                let ack = Ctl::Ack {
+                    req,
+                    errors: p.errors,
+                    report: p.report,
+                };
+                pe.send(parent, self.h.ctl, &ack.encode());
+            }
+            None => {
+                self.outcomes.insert(
+                    req,
+                    Outcome {
+                        errors: p.errors,
+                        report: p.report,
+                        how: p.how,
+                    },
+                );
+            }
+        }
+    }
+}

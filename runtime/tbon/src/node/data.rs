@@ -1,0 +1,390 @@
+//! Data: packets coming down (filtered, then routed by back-end range to the children) and
+//! going up (grouped into waves by the stream's synchronizer, filtered, sent to the parent or
+//! delivered to the front-end's inbox), and the timers of timeout synchronization.
+
+use super::{after_handler, Node, Role};
+use crate::events::EventKind;
+use crate::filter::{Filter, FilterContext, TFILTER_NULL};
+use crate::packet::Packet;
+use crate::perf::{Context, Counters};
+use crate::stream::{StreamSpec, FIRST_USER_STREAM};
+use crate::sync::SyncMode;
+use crate::topology::Rank;
+use converse::Message;
+use converse::Pe;
+use std::cell::RefCell;
+use std::rc::Weak;
+use std::time::Instant;
+
+/// The tag of the packet that stands for a wave a filter failed on (below the first
+/// application tag, so no program can send one).
+const WAVE_FAILED_TAG: i32 = i32::MIN + 1;
+
+/// Which way a filter works.
+#[derive(Clone, Copy)]
+enum Dir {
+    Up,
+    Down,
+}
+
+impl Node {
+    /// A packet comes down to this process.
+    pub(crate) fn on_down(&mut self, pe: &mut Pe, msg: Message) {
+        let p = match Packet::from_message(msg) {
+            Ok(p) => p,
+            Err(e) => return self.refuse(pe, None, format!("a packet coming down: {e}")),
+        };
+        let sid = p.stream_id();
+        let Some(place) = &self.place else { return };
+        if place.role == Role::BackEnd {
+            if !self.streams.contains_key(&sid) {
+                if sid != place.info.rank {
+                    return self.refuse(
+                        pe,
+                        Some(sid),
+                        format!("a packet for stream {sid}, unknown here"),
+                    );
+                }
+                self.open_singlecast(sid);
+            }
+            if let Some(st) = self.streams.get_mut(&sid) {
+                st.perf.count(Context::Recv, 1, p.data_len() as u64);
+            }
+            return self.deliver(sid, p);
+        }
+        if sid < FIRST_USER_STREAM && !self.streams.contains_key(&sid) {
+            // A back-end's singlecast stream: towards the child that has it, unfiltered.
+            let target = place.children.iter().position(|c| c.be.contains(&sid));
+            if let Some(k) = target {
+                let pe_k = place.children[k].pe;
+                pe.send_msg(pe_k, self.h.down, p.into_message(&[]));
+            }
+            return;
+        }
+        let dests: Vec<Rank> = if p.has_route() {
+            p.route().collect()
+        } else {
+            Vec::new()
+        };
+        let Some(st) = self.streams.get_mut(&sid) else {
+            return self.refuse(
+                pe,
+                Some(sid),
+                format!("a packet for stream {sid}, unknown here"),
+            );
+        };
+        st.perf.count(Context::Recv, 1, p.data_len() as u64);
+        self.downstream(pe, sid, p, &dests);
+    }
+
+    /// Run the downstream filter on `p` and send what it gives down (and back up).
+    fn downstream(&mut self, pe: &mut Pe, sid: u32, p: Packet, dests: &[Rank]) {
+        let Some(st) = self.streams.get_mut(&sid) else {
+            return;
+        };
+        if st.down_id == TFILTER_NULL {
+            return self.route_down(pe, sid, p, dests);
+        }
+        let mut input = std::mem::take(&mut self.wave);
+        input.push(p);
+        let (mut out, mut rev) = (std::mem::take(&mut self.out), std::mem::take(&mut self.rev));
+        let result = self.apply(sid, Dir::Down, &mut input, &mut out, &mut rev);
+        input.clear();
+        self.wave = input;
+        if let Err(e) = result {
+            self.report_error(pe, sid, e, EventKind::FilterFailed);
+        }
+        for mut q in out.drain(..) {
+            q.set_stream_id(sid);
+            self.route_down(pe, sid, q, dests);
+        }
+        for mut q in rev.drain(..) {
+            q.set_stream_id(sid);
+            self.send_up(pe, sid, q);
+        }
+        self.out = out;
+        self.rev = rev;
+    }
+
+    /// Run stream `sid`'s filter of direction `dir` on `input`.
+    fn apply(
+        &mut self,
+        sid: u32,
+        dir: Dir,
+        input: &mut Vec<Packet>,
+        out: &mut Vec<Packet>,
+        rev: &mut Vec<Packet>,
+    ) -> Result<(), String> {
+        // Disjoint fields: the place's info is lent while the stream is borrowed mutably.
+        let (Some(place), Some(st)) = (&self.place, self.streams.get_mut(&sid)) else {
+            return Ok(());
+        };
+        let (f, state, params) = match dir {
+            Dir::Up => (st.up.clone(), &mut st.up_state, st.up_params.as_ref()),
+            Dir::Down => (st.down.clone(), &mut st.down_state, st.down_params.as_ref()),
+        };
+        let mut cx = FilterContext {
+            packets_in: input,
+            packets_out: out,
+            packets_out_reverse: rev,
+            state,
+            params,
+            info: &place.info,
+        };
+        run_filter(&*f, &mut cx, &mut st.perf)
+    }
+
+    /// Send a packet to the children of the stream that lead to `dests` (all: empty).
+    fn route_down(&mut self, pe: &mut Pe, sid: u32, p: Packet, dests: &[Rank]) {
+        let (Some(place), Some(st)) = (&self.place, self.streams.get_mut(&sid)) else {
+            return;
+        };
+        let mut targets = st
+            .kids
+            .iter()
+            .map(|&k| &place.children[k])
+            .filter(|c| dests.is_empty() || dests.iter().any(|d| c.be.contains(d)));
+        let Some(mut cur) = targets.next() else {
+            return;
+        };
+        st.perf.count(Context::Send, 1, p.data_len() as u64);
+        // Every child but the last gets a copy; the last gets the message itself.
+        let msg = p.into_message(dests);
+        for next in targets {
+            pe.send_msg(cur.pe, self.h.down, msg.clone());
+            cur = next;
+        }
+        pe.send_msg(cur.pe, self.h.down, msg);
+    }
+
+    /// A packet from a child comes up to this process.
+    pub(crate) fn on_up(&mut self, pe: &mut Pe, msg: Message, weak: &Weak<RefCell<Node>>) {
+        let src = msg.src_pe() as usize;
+        let p = match Packet::from_message(msg) {
+            Ok(p) => p,
+            Err(e) => {
+                return self.refuse(pe, None, format!("a packet coming up from PE {src}: {e}"))
+            }
+        };
+        let sid = p.stream_id();
+        let Some(place) = &self.place else { return };
+        let Some(child) = place.children.iter().position(|c| c.pe == src) else {
+            return self.refuse(
+                pe,
+                Some(sid),
+                format!("a packet from PE {src}, not a child"),
+            );
+        };
+        if sid < FIRST_USER_STREAM && !self.streams.contains_key(&sid) {
+            // Singlecast: straight on up, unfiltered.
+            return self.send_up(pe, sid, p);
+        }
+        let Some(st) = self.streams.get_mut(&sid).filter(|st| !st.closed) else {
+            // A stream closed while its packets were on their way up: they are for nobody.
+            self.refused += 1;
+            return;
+        };
+        let Some(slot) = st.kids.iter().position(|&k| k == child) else {
+            return self.refuse(
+                pe,
+                Some(sid),
+                format!("a packet on stream {sid} from a child not in it"),
+            );
+        };
+        let bytes = p.data_len() as u64;
+        st.perf.count(Context::Recv, 1, bytes);
+        st.perf.count(Context::SyncFilterIn, 1, bytes);
+        let more = p.more();
+        let mut wave = std::mem::take(&mut self.wave);
+        if st.sync.push(slot, p, more, &mut wave) {
+            self.wave_up(pe, sid, &mut wave);
+        } else if let Some(due) = st.sync.deadline() {
+            if !st.timer {
+                st.timer = true;
+                self.arm(pe, sid, due, weak);
+            }
+        }
+        wave.clear();
+        self.wave = wave;
+    }
+
+    fn arm(&self, pe: &mut Pe, sid: u32, due: Instant, weak: &Weak<RefCell<Node>>) {
+        let weak = weak.clone();
+        let delay = due.saturating_duration_since(Instant::now());
+        pe.after(delay, move |pe| {
+            if let Some(node) = weak.upgrade() {
+                node.borrow_mut().on_timer(pe, sid, &weak);
+                after_handler(&node);
+            }
+        });
+    }
+
+    fn on_timer(&mut self, pe: &mut Pe, sid: u32, weak: &Weak<RefCell<Node>>) {
+        let Some(st) = self.streams.get_mut(&sid) else {
+            return;
+        };
+        st.timer = false;
+        let mut wave = std::mem::take(&mut self.wave);
+        if st.sync.poll(Instant::now(), &mut wave) {
+            self.wave_up(pe, sid, &mut wave);
+        }
+        wave.clear();
+        self.wave = wave;
+        if let Some(st) = self.streams.get_mut(&sid) {
+            if let (Some(due), false) = (st.sync.deadline(), st.timer) {
+                st.timer = true;
+                self.arm(pe, sid, due, weak);
+            }
+        }
+    }
+
+    /// Run the upstream filter on a wave; send what it gives up (and back down).
+    fn wave_up(&mut self, pe: &mut Pe, sid: u32, wave: &mut Vec<Packet>) {
+        let Some(st) = self.streams.get_mut(&sid) else {
+            return;
+        };
+        if st.perf.any() {
+            let bytes: u64 = wave.iter().map(|p| p.data_len() as u64).sum();
+            st.perf
+                .count(Context::SyncFilterOut, wave.len() as u64, bytes);
+        }
+        if st.up_id == TFILTER_NULL {
+            // The wave goes on as one batch.
+            let last = wave.len().saturating_sub(1);
+            for (i, p) in wave.drain(..).enumerate() {
+                self.send_up_batch(pe, sid, p, i < last);
+            }
+            return;
+        }
+        // A wave that failed below stays one failed wave, so waves above stay aligned.
+        if let Some(i) = wave.iter().position(|p| p.tag() == WAVE_FAILED_TAG) {
+            let marker = wave.swap_remove(i);
+            wave.clear();
+            return self.send_up(pe, sid, marker);
+        }
+        let (mut out, mut rev) = (std::mem::take(&mut self.out), std::mem::take(&mut self.rev));
+        let result = self.apply(sid, Dir::Up, wave, &mut out, &mut rev);
+        wave.clear();
+        if let Err(e) = result {
+            // The parent still gets one packet for this wave: a marker saying it failed.
+            out.clear();
+            rev.clear();
+            let rank = self.my_rank();
+            match Packet::new(sid, WAVE_FAILED_TAG, "%ud %s", (rank, e.as_str())) {
+                Ok(m) => out.push(m),
+                Err(_) => self.report_error(pe, sid, e, EventKind::FilterFailed),
+            }
+        }
+        let last = out.len().saturating_sub(1);
+        for (i, mut q) in out.drain(..).enumerate() {
+            q.set_stream_id(sid);
+            self.send_up_batch(pe, sid, q, i < last);
+        }
+        for mut q in rev.drain(..) {
+            q.set_stream_id(sid);
+            self.route_down(pe, sid, q, &[]);
+        }
+        self.out = out;
+        self.rev = rev;
+    }
+
+    /// Send a packet to the parent, or (at the front-end) to the program.
+    pub(crate) fn send_up(&mut self, pe: &mut Pe, sid: u32, p: Packet) {
+        self.send_up_batch(pe, sid, p, false);
+    }
+
+    /// As [`send_up`](Node::send_up), `more` saying whether another packet of the same batch
+    /// (the output of one wave) follows.
+    fn send_up_batch(&mut self, pe: &mut Pe, sid: u32, p: Packet, more: bool) {
+        let Some(place) = &self.place else { return };
+        match place.parent_pe {
+            Some(parent) => {
+                if let Some(st) = self.streams.get_mut(&sid) {
+                    st.perf.count(Context::Send, 1, p.data_len() as u64);
+                }
+                pe.send_msg(parent, self.h.up, p.into_message_with(&[], more));
+            }
+            None => self.deliver(sid, p),
+        }
+    }
+
+    /// A packet for the program on this process.
+    fn deliver(&mut self, sid: u32, p: Packet) {
+        if p.tag() == WAVE_FAILED_TAG {
+            let (rank, why): (Rank, String) = p
+                .unpack("%ud %s")
+                .unwrap_or((Rank::MAX, "a filter failed".into()));
+            return self.record_error(sid, rank, why, EventKind::FilterFailed);
+        }
+        if let Some(fd) = self.stream_fds.get(&sid) {
+            // A failed write loses a wake-up (the counter is full), never the packet.
+            let _ = fd.write(1);
+        }
+        if self.events.data_wanted() {
+            let rank = p.src_rank();
+            let tag = p.tag();
+            self.event(
+                EventKind::PacketArrived,
+                Some(sid),
+                Some(rank),
+                format!("a packet with tag {tag}"),
+            );
+        }
+        self.inbox.push(sid, p);
+    }
+
+    /// A back-end's own singlecast stream, made on first use.
+    pub(crate) fn open_singlecast(&mut self, sid: u32) {
+        let spec = StreamSpec::homogeneous(TFILTER_NULL, SyncMode::DontWait, TFILTER_NULL);
+        if let Ok(st) = self.make_stream(vec![sid].into(), &spec) {
+            self.streams.insert(sid, st);
+        }
+    }
+
+    /// The front-end sends `p` down stream `sid` to `dests` (all its end-points: empty).
+    pub(crate) fn fe_send(&mut self, pe: &mut Pe, sid: u32, p: Packet, dests: &[Rank]) {
+        if sid < FIRST_USER_STREAM && !self.streams.contains_key(&sid) {
+            let Some(place) = &self.place else { return };
+            if let Some(c) = place.children.iter().find(|c| c.be.contains(&sid)) {
+                pe.send_msg(c.pe, self.h.down, p.into_message(&[]));
+            }
+            return;
+        }
+        self.downstream(pe, sid, p, dests);
+    }
+}
+
+/// Run a filter on a wave, checking the formats it takes and timing it when asked.
+fn run_filter(
+    f: &dyn Filter,
+    cx: &mut FilterContext<'_>,
+    perf: &mut Counters,
+) -> Result<(), String> {
+    let input = &*cx.packets_in;
+    if let Some(fmt) = f.format() {
+        if let Some(bad) = input.iter().find(|p| !p.has_format(fmt)) {
+            return Err(format!(
+                "the filter takes \"{fmt}\", but a packet from rank {} holds \"{}\"",
+                bad.src_rank(),
+                bad.format_string()
+            ));
+        }
+    }
+    if perf.any() {
+        let bytes: u64 = input.iter().map(|p| p.data_len() as u64).sum();
+        perf.count(Context::FilterIn, input.len() as u64, bytes);
+    }
+    let timing = perf
+        .timing()
+        .then(|| (Instant::now(), crate::perf::thread_cpu()));
+    let r = f.run(cx).map_err(|e| e.0);
+    if let Some((start, cpu)) = timing {
+        perf.filter_ran(start, cpu);
+    }
+    if perf.any() {
+        let out = &*cx.packets_out;
+        let bytes: u64 = out.iter().map(|p| p.data_len() as u64).sum();
+        perf.count(Context::FilterOut, out.len() as u64, bytes);
+    }
+    r
+}

@@ -1,0 +1,123 @@
+//! The plan: a process learns its place in the tree from the plan coming down, passes it on
+//! to its children, and the front-end waits until every process has reported in.
+
+use super::{Child, Node, Place, Role};
+use crate::events::EventKind;
+use crate::filter::TopologyLocalInfo;
+use crate::protocol::Ctl;
+use crate::topology::Topology;
+use converse::Message;
+use converse::Pe;
+use std::rc::Rc;
+
+impl Node {
+    /// Take the plan, and pass it (`raw`) on down the tree: the connections it opens, from
+    /// each parent to its children, are the ones the tree's traffic uses.
+    pub(super) fn take_plan(
+        &mut self,
+        pe: &mut Pe,
+        tree: Vec<(crate::topology::ProcName, Option<usize>)>,
+        pes: Vec<usize>,
+        raw: &[u8],
+    ) {
+        if self.place.is_some() {
+            return;
+        }
+        let Some(topo) = Topology::from_parents(tree) else {
+            self.abandoned = Some("the front-end sent a tree that is not breadth-first".into());
+            return;
+        };
+        if pes.len() != topo.num_nodes() || pes.iter().any(|&p| p >= pe.num_pes()) {
+            self.abandoned = Some("the front-end sent a plan for other PEs".into());
+            return;
+        }
+        let me = pes.iter().position(|&p| p == pe.my_pe());
+        let place = match me {
+            None => Place {
+                topo: Rc::new(topo),
+                pes: pes.into(),
+                role: Role::Spare,
+                info: TopologyLocalInfo::default(),
+                parent_pe: None,
+                children: Vec::new(),
+            },
+            Some(i) => {
+                let n = &topo.nodes()[i];
+                let role = if i == 0 {
+                    Role::FrontEnd
+                } else if n.num_children() == 0 {
+                    Role::BackEnd
+                } else {
+                    Role::Internal
+                };
+                let children: Vec<Child> = n
+                    .children()
+                    .iter()
+                    .map(|&c| Child {
+                        pe: pes[c],
+                        rank: topo.nodes()[c].rank(),
+                        be: topo.nodes()[c].backend_ranks(),
+                    })
+                    .collect();
+                let info = TopologyLocalInfo {
+                    rank: n.rank(),
+                    parent: n.parent().map(|p| topo.nodes()[p].rank()),
+                    children: children.iter().map(|c| c.rank).collect(),
+                    num_backends_below: n.backend_ranks().len(),
+                    num_nodes: topo.num_nodes(),
+                    num_backends: topo.num_backends(),
+                    depth: n.depth(),
+                };
+                Place {
+                    parent_pe: n.parent().map(|p| pes[p]),
+                    children,
+                    role,
+                    info,
+                    topo: Rc::new(topo),
+                    pes: pes.into(),
+                }
+            }
+        };
+        let spare = place.role == Role::Spare;
+        for c in &place.children {
+            pe.send(c.pe, self.h.ctl, raw);
+        }
+        if place.role == Role::FrontEnd {
+            // PEs outside the tree learn that they are spares straight from the front-end.
+            let used: std::collections::HashSet<usize> = place.pes.iter().copied().collect();
+            for p in (0..pe.num_pes()).filter(|p| !used.contains(p)) {
+                pe.send(p, self.h.ctl, raw);
+            }
+        }
+        self.place = Some(place);
+        if !spare {
+            self.maybe_ready(pe);
+        }
+    }
+
+    /// Report up once this process and every child are in.
+    pub(super) fn maybe_ready(&mut self, pe: &mut Pe) {
+        let Some(place) = &self.place else { return };
+        if self.ready || self.ready_from < place.children.len() {
+            return;
+        }
+        self.ready = true;
+        match place.parent_pe {
+            Some(parent) => pe.send(parent, self.h.ctl, &Ctl::Ready.encode()),
+            None => {
+                let n = place.topo.num_nodes();
+                self.event(
+                    EventKind::NetworkReady,
+                    None,
+                    None,
+                    format!("all {n} processes of the network are in"),
+                );
+            }
+        }
+    }
+
+    /// Messages held until the plan, to run now.
+    pub(crate) fn take_early(&mut self) -> Vec<Message> {
+        std::mem::take(&mut self.early)
+    }
+}

@@ -1,0 +1,183 @@
+//! Streams on one process: made from their spec (which children lead to their end-points),
+//! closed, and given filter parameters, each passed on down to the children concerned.
+
+use super::{Node, Role, StreamState};
+use crate::events::EventKind;
+use crate::filter::TFILTER_NULL;
+use crate::packet::Packet;
+use crate::perf::Counters;
+use crate::protocol::Ctl;
+use crate::stream::{FilterType, StreamSpec};
+use crate::sync::{SyncMode, Synchronizer};
+use crate::topology::Rank;
+use converse::Pe;
+use std::ops::Range;
+use std::rc::Rc;
+use std::time::Duration;
+
+impl Node {
+    /// The state of a stream on this process, made from its spec.
+    pub(super) fn make_stream(
+        &mut self,
+        endpoints: Rc<[Rank]>,
+        spec: &StreamSpec,
+    ) -> Result<StreamState, String> {
+        let (rank, kids) = {
+            let place = self.place.as_ref().ok_or("no plan yet")?;
+            let kids = place
+                .children
+                .iter()
+                .enumerate()
+                .filter(|(_, c)| intersects(&endpoints, &c.be))
+                .map(|(i, _)| i)
+                .collect::<Vec<_>>();
+            (place.info.rank, kids)
+        };
+        let (up_id, down_id) = (spec.up.get(rank), spec.down.get(rank));
+        let up = self
+            .filter(up_id)
+            .ok_or_else(|| format!("filter {up_id} is not loaded here"))?;
+        let down = self
+            .filter(down_id)
+            .ok_or_else(|| format!("filter {down_id} is not loaded here"))?;
+        let mode = SyncMode::from_id(spec.sync.get(rank)).unwrap_or_default();
+        let sync = Synchronizer::new(mode, kids.len());
+        Ok(StreamState {
+            endpoints,
+            kids,
+            up,
+            up_id,
+            down,
+            down_id,
+            sync,
+            up_state: None,
+            down_state: None,
+            up_params: None,
+            down_params: None,
+            perf: Counters::default(),
+            closed: false,
+            timer: false,
+        })
+    }
+
+    /// Make stream `id` here and pass its creation on to the children taking part.
+    pub(crate) fn open_stream(
+        &mut self,
+        pe: &mut Pe,
+        id: u32,
+        endpoints: Vec<Rank>,
+        spec: StreamSpec,
+    ) {
+        let endpoints: Rc<[Rank]> = endpoints.into();
+        let st = match self.make_stream(endpoints.clone(), &spec) {
+            Ok(st) => st,
+            Err(why) => {
+                // Nothing of this stream will work here; the front-end hears why.
+                let null =
+                    StreamSpec::homogeneous(TFILTER_NULL, SyncMode::WaitForAll, TFILTER_NULL);
+                self.report_error(pe, id, why, EventKind::FilterLoadFailed);
+                match self.make_stream(endpoints.clone(), &null) {
+                    Ok(st) => st,
+                    Err(_) => return,
+                }
+            }
+        };
+        let ctl = Ctl::NewStream {
+            id,
+            endpoints: endpoints.to_vec(),
+            spec,
+        }
+        .encode();
+        self.to_kids(pe, &st.kids, &ctl);
+        self.streams.insert(id, st);
+    }
+
+    /// Send a control message to some children (indices into the place's children).
+    pub(super) fn to_kids(&self, pe: &mut Pe, kids: &[usize], body: &[u8]) {
+        let Some(place) = &self.place else { return };
+        for &k in kids {
+            pe.send(place.children[k].pe, self.h.ctl, body);
+        }
+    }
+
+    pub(super) fn close_stream(&mut self, pe: &mut Pe, id: u32) {
+        let role = self.role();
+        let Some(st) = self.streams.get_mut(&id) else {
+            return;
+        };
+        if st.closed {
+            return;
+        }
+        st.closed = true;
+        // Packets held for a wave are for nobody now.
+        let mut held = Vec::new();
+        st.sync.drain(&mut held);
+        st.up.clone().drop_state(&mut st.up_state);
+        st.down.clone().drop_state(&mut st.down_state);
+        let kids = st.kids.clone();
+        self.to_kids(pe, &kids, &Ctl::Close { id }.encode());
+        if role == Role::Internal {
+            // The front-end and back-ends keep theirs: the program may still ask about it.
+            // (Its filters' state was freed above; dropping it frees nothing twice.)
+            self.streams.remove(&id);
+        }
+    }
+
+    pub(super) fn set_params(&mut self, pe: &mut Pe, id: u32, which: FilterType, bytes: Vec<u8>) {
+        let Some(st) = self.streams.get_mut(&id) else {
+            return;
+        };
+        let kids = st.kids.clone();
+        match Packet::from_wire(&bytes) {
+            Ok(p) => match which {
+                FilterType::UpstreamSync => {
+                    let ms = timeout_ms(&p);
+                    st.sync.set_timeout(Duration::from_millis(ms));
+                }
+                FilterType::UpstreamTrans => st.up_params = Some(p),
+                FilterType::DownstreamTrans => st.down_params = Some(p),
+            },
+            Err(e) => {
+                let why = format!("filter parameters for stream {id}: {e}");
+                self.refuse(pe, Some(id), why);
+                return;
+            }
+        }
+        let ctl = Ctl::Params {
+            id,
+            which,
+            packet: bytes,
+        }
+        .encode();
+        self.to_kids(pe, &kids, &ctl);
+    }
+}
+
+/// Whether a sorted list of ranks has one in `r`.
+fn intersects(sorted: &[Rank], r: &Range<Rank>) -> bool {
+    let i = sorted.partition_point(|&x| x < r.start);
+    sorted.get(i).is_some_and(|&x| x < r.end)
+}
+
+/// The timeout a synchronization-parameters packet gives, in milliseconds (any one integer).
+fn timeout_ms(p: &Packet) -> u64 {
+    match p.values().first().and_then(crate::value::Value::as_f64) {
+        Some(v) if v > 0.0 => v as u64,
+        _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn range_intersection() {
+        let eps = [1, 4, 9];
+        assert!(intersects(&eps, &(0..2)));
+        assert!(!intersects(&eps, &(2..4)));
+        assert!(intersects(&eps, &(2..5)));
+        assert!(!intersects(&eps, &(10..20)));
+        assert!(!intersects(&[], &(0..5)));
+    }
+}

@@ -1,0 +1,341 @@
+//! Synchronization filters (the guide's section 2.4): how a process groups the packets its
+//! children send up a stream into waves before the transformation filter sees them.
+//!
+//! - [`SyncMode::WaitForAll`]: a wave is one packet from every child taking part in the
+//!   stream; packets that come early wait in per-child queues, so waves never mix rounds.
+//! - [`SyncMode::DontWait`]: every packet is a wave of its own, at once.
+//! - [`SyncMode::Timeout`]: a complete wave as soon as there is one; otherwise everything
+//!   received, once the timeout has passed since the first packet that came after the last
+//!   output. A timeout of zero behaves as `DontWait` (as MRNet's does).
+//!
+//! A [`Synchronizer`] is a plain state machine: the overlay feeds it packets with the time and
+//! asks it, when its deadline comes, for what is due.
+
+use crate::packet::Packet;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// A synchronization mode, set per stream (and per process, for heterogeneous streams).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SyncMode {
+    /// One packet from every child (`SFILTER_WAITFORALL`), the default.
+    #[default]
+    WaitForAll,
+    /// Every packet at once (`SFILTER_DONTWAIT`).
+    DontWait,
+    /// A complete wave, or what came within the timeout (`SFILTER_TIMEOUT`); the timeout is a
+    /// stream parameter (see `Network::set_filter_params`), 0 until set.
+    Timeout,
+}
+
+impl SyncMode {
+    /// Its number on the wire and in heterogeneous placement strings.
+    pub fn id(self) -> u32 {
+        match self {
+            SyncMode::WaitForAll => 0,
+            SyncMode::DontWait => 1,
+            SyncMode::Timeout => 2,
+        }
+    }
+
+    /// The mode numbered `id`.
+    pub fn from_id(id: u32) -> Option<SyncMode> {
+        Some(match id {
+            0 => SyncMode::WaitForAll,
+            1 => SyncMode::DontWait,
+            2 => SyncMode::Timeout,
+            _ => return None,
+        })
+    }
+
+    /// The mode named `name` (`waitforall`, `dontwait`, `timeout`, with or without the
+    /// `SFILTER_` prefix, any case) or numbered `name`.
+    pub fn from_name(name: &str) -> Option<SyncMode> {
+        if let Ok(id) = name.parse::<u32>() {
+            return SyncMode::from_id(id);
+        }
+        let n = name.to_ascii_lowercase();
+        let n = n.strip_prefix("sfilter_").unwrap_or(&n);
+        Some(match n {
+            "waitforall" | "wait_for_all" => SyncMode::WaitForAll,
+            "dontwait" | "dont_wait" => SyncMode::DontWait,
+            "timeout" => SyncMode::Timeout,
+            _ => return None,
+        })
+    }
+}
+
+/// The MRNet name of [`SyncMode::WaitForAll`].
+pub const SFILTER_WAITFORALL: SyncMode = SyncMode::WaitForAll;
+/// The MRNet name of [`SyncMode::DontWait`].
+pub const SFILTER_DONTWAIT: SyncMode = SyncMode::DontWait;
+/// The MRNet name of [`SyncMode::Timeout`].
+pub const SFILTER_TIMEOUT: SyncMode = SyncMode::Timeout;
+
+/// What one child has sent that is not in a wave yet.
+#[derive(Debug, Default)]
+struct ChildQueue {
+    packets: VecDeque<Packet>,
+    /// Sizes of the complete batches at the front of `packets`.
+    batches: VecDeque<usize>,
+    /// Packets after those: a batch still coming.
+    open: usize,
+}
+
+/// Groups one process's incoming packets of one stream into waves.
+///
+/// A child's contribution to a wave is a *batch*: the packets its own filter gave for one
+/// wave of its own, in one go (a back-end's batch is one packet; a null filter passes a whole
+/// wave on as one batch). Every packet of a batch but the last says "more follows", so a
+/// parent waits for whole batches: with wait-for-all, a wave is one batch from each child,
+/// however many packets each one holds, and waves stay aligned on trees of uneven depth.
+#[derive(Debug)]
+pub struct Synchronizer {
+    mode: SyncMode,
+    timeout: Duration,
+    queues: Vec<ChildQueue>,
+    /// Children with at least one complete batch.
+    waiting: usize,
+    /// When the first batch since the last output came (timeout mode).
+    first_at: Option<Instant>,
+}
+
+impl Synchronizer {
+    /// A synchronizer for `children` children (slots `0 .. children`).
+    pub fn new(mode: SyncMode, children: usize) -> Synchronizer {
+        Synchronizer {
+            mode,
+            timeout: Duration::ZERO,
+            queues: (0..children).map(|_| ChildQueue::default()).collect(),
+            waiting: 0,
+            first_at: None,
+        }
+    }
+
+    /// Its mode.
+    pub fn mode(&self) -> SyncMode {
+        self.mode
+    }
+
+    /// Set the timeout of [`SyncMode::Timeout`].
+    pub fn set_timeout(&mut self, t: Duration) {
+        self.timeout = t;
+    }
+
+    /// Packets held, over all children.
+    pub fn held(&self) -> usize {
+        self.queues.iter().map(|q| q.packets.len()).sum()
+    }
+
+    /// Take packet `p` from child `slot` (`more`: another packet of the same batch follows);
+    /// a wave that is complete goes to `out` (appended), and the return says whether one did.
+    /// Reads the clock only in timeout mode (a clock read is not free in every VM).
+    pub fn push(&mut self, slot: usize, p: Packet, more: bool, out: &mut Vec<Packet>) -> bool {
+        let now = match self.mode {
+            SyncMode::Timeout => Some(Instant::now()),
+            _ => None,
+        };
+        self.push_at(slot, p, more, now, out)
+    }
+
+    /// As [`push`](Synchronizer::push), at time `now` (which timeout mode needs).
+    pub fn push_at(
+        &mut self,
+        slot: usize,
+        p: Packet,
+        more: bool,
+        now: Option<Instant>,
+        out: &mut Vec<Packet>,
+    ) -> bool {
+        let no_wait = self.mode == SyncMode::DontWait
+            || (self.mode == SyncMode::Timeout && self.timeout.is_zero());
+        if no_wait || (self.queues.len() <= 1 && self.held() == 0 && !more) {
+            out.push(p);
+            return true;
+        }
+        let Some(q) = self.queues.get_mut(slot) else {
+            // Not a child of this stream: the caller checks, so this is only a safety net.
+            out.push(p);
+            return true;
+        };
+        q.packets.push_back(p);
+        q.open += 1;
+        if more {
+            return false;
+        }
+        if q.batches.is_empty() {
+            self.waiting += 1;
+        }
+        q.batches.push_back(std::mem::take(&mut q.open));
+        if self.waiting == self.queues.len() {
+            self.pop_wave(out);
+            if self.mode == SyncMode::Timeout {
+                self.first_at = now.filter(|_| self.waiting > 0);
+            }
+            return true;
+        }
+        if self.mode == SyncMode::Timeout && self.first_at.is_none() {
+            self.first_at = now;
+        }
+        false
+    }
+
+    /// One batch from every child.
+    fn pop_wave(&mut self, out: &mut Vec<Packet>) {
+        for q in &mut self.queues {
+            if let Some(n) = q.batches.pop_front() {
+                out.extend(q.packets.drain(..n));
+            }
+        }
+        self.waiting = self.queues.iter().filter(|q| !q.batches.is_empty()).count();
+    }
+
+    /// When [`poll`](Synchronizer::poll) will have something to give, if ever.
+    pub fn deadline(&self) -> Option<Instant> {
+        match self.mode {
+            SyncMode::Timeout => self.first_at.map(|t| t + self.timeout),
+            _ => None,
+        }
+    }
+
+    /// At `now`: if the timeout has passed, every complete batch held goes to `out`, child by
+    /// child in the order each sent; whether anything did.
+    pub fn poll(&mut self, now: Instant, out: &mut Vec<Packet>) -> bool {
+        match self.deadline() {
+            Some(d) if d <= now => {}
+            _ => return false,
+        }
+        self.first_at = None;
+        let before = out.len();
+        for q in &mut self.queues {
+            let n: usize = q.batches.drain(..).sum();
+            out.extend(q.packets.drain(..n));
+        }
+        self.waiting = 0;
+        out.len() > before
+    }
+
+    /// Whatever is held, for a stream that closes.
+    pub fn drain(&mut self, out: &mut Vec<Packet>) {
+        for q in &mut self.queues {
+            out.extend(q.packets.drain(..));
+            q.batches.clear();
+            q.open = 0;
+        }
+        self.waiting = 0;
+        self.first_at = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pkt(v: i32) -> Packet {
+        Packet::new(1, 100, "%d", v).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn vals(v: &[Packet]) -> Vec<i32> {
+        v.iter()
+            .map(|p| p.unpack::<i32>("%d").unwrap_or(-1))
+            .collect()
+    }
+
+    #[test]
+    fn wait_for_all_makes_whole_waves_in_order() {
+        let now = Instant::now();
+        let mut s = Synchronizer::new(SyncMode::WaitForAll, 3);
+        let mut out = Vec::new();
+        assert!(!s.push_at(0, pkt(1), false, Some(now), &mut out));
+        assert!(!s.push_at(0, pkt(11), false, Some(now), &mut out));
+        assert!(!s.push_at(2, pkt(3), false, Some(now), &mut out));
+        assert!(s.push_at(1, pkt(2), false, Some(now), &mut out));
+        assert_eq!(vals(&out), [1, 2, 3]);
+        out.clear();
+        assert!(!s.push_at(2, pkt(13), false, Some(now), &mut out));
+        assert!(s.push_at(1, pkt(12), false, Some(now), &mut out));
+        assert_eq!(vals(&out), [11, 12, 13]);
+        assert_eq!(s.held(), 0);
+        assert_eq!(s.deadline(), None);
+    }
+
+    #[test]
+    fn a_batch_counts_as_one_contribution() {
+        let now = Instant::now();
+        let mut s = Synchronizer::new(SyncMode::WaitForAll, 2);
+        let mut out = Vec::new();
+        // Child 0 passes on a wave of three packets; child 1 sends one.
+        assert!(!s.push_at(0, pkt(1), true, Some(now), &mut out));
+        assert!(!s.push_at(0, pkt(2), true, Some(now), &mut out));
+        assert!(!s.push_at(1, pkt(10), false, Some(now), &mut out));
+        assert!(s.push_at(0, pkt(3), false, Some(now), &mut out));
+        assert_eq!(vals(&out), [1, 2, 3, 10]);
+        assert_eq!(s.held(), 0);
+        // A lone child's batch also waits for its end.
+        let mut one = Synchronizer::new(SyncMode::WaitForAll, 1);
+        out.clear();
+        assert!(!one.push_at(0, pkt(1), true, Some(now), &mut out));
+        assert!(one.push_at(0, pkt(2), false, Some(now), &mut out));
+        assert_eq!(vals(&out), [1, 2]);
+    }
+
+    #[test]
+    fn dont_wait_passes_each_packet() {
+        let mut s = Synchronizer::new(SyncMode::DontWait, 4);
+        let mut out = Vec::new();
+        for i in 0..4 {
+            assert!(s.push_at(i, pkt(i as i32), false, Some(Instant::now()), &mut out));
+        }
+        assert_eq!(vals(&out), [0, 1, 2, 3]);
+    }
+
+    #[test]
+    fn timeout_gives_a_whole_wave_early_or_what_came_when_due() {
+        let t0 = Instant::now();
+        let mut s = Synchronizer::new(SyncMode::Timeout, 3);
+        s.set_timeout(Duration::from_millis(100));
+        let mut out = Vec::new();
+        assert!(!s.push_at(0, pkt(1), false, Some(t0), &mut out));
+        assert!(!s.push_at(
+            2,
+            pkt(3),
+            false,
+            Some(t0 + Duration::from_millis(50)),
+            &mut out
+        ));
+        assert_eq!(s.deadline(), Some(t0 + Duration::from_millis(100)));
+        assert!(!s.poll(t0 + Duration::from_millis(99), &mut out));
+        assert!(s.poll(t0 + Duration::from_millis(100), &mut out));
+        assert_eq!(vals(&out), [1, 3]);
+        assert_eq!(s.deadline(), None);
+        out.clear();
+        // A complete wave does not wait for the timeout.
+        let t1 = t0 + Duration::from_secs(1);
+        assert!(!s.push_at(0, pkt(4), false, Some(t1), &mut out));
+        assert!(!s.push_at(1, pkt(5), false, Some(t1), &mut out));
+        assert!(s.push_at(2, pkt(6), false, Some(t1), &mut out));
+        assert_eq!(vals(&out), [4, 5, 6]);
+        assert_eq!(s.deadline(), None);
+    }
+
+    #[test]
+    fn a_zero_timeout_does_not_wait() {
+        let mut s = Synchronizer::new(SyncMode::Timeout, 2);
+        let mut out = Vec::new();
+        assert!(s.push_at(1, pkt(7), false, Some(Instant::now()), &mut out));
+        assert_eq!(vals(&out), [7]);
+    }
+
+    #[test]
+    fn names_and_ids() {
+        for m in [SyncMode::WaitForAll, SyncMode::DontWait, SyncMode::Timeout] {
+            assert_eq!(SyncMode::from_id(m.id()), Some(m));
+        }
+        assert_eq!(
+            SyncMode::from_name("SFILTER_DONTWAIT"),
+            Some(SyncMode::DontWait)
+        );
+        assert_eq!(SyncMode::from_name("2"), Some(SyncMode::Timeout));
+        assert_eq!(SyncMode::from_name("sometimes"), None);
+    }
+}

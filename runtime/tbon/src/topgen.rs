@@ -1,0 +1,512 @@
+//! Generated topologies (MRNet's `mrnet_topgen` and its `BalancedTree`, `KnomialTree`,
+//! `GenericTree` classes): a tree shape from a short spec, placed on hosts from host lists.
+//!
+//! | spec | tree |
+//! |---|---|
+//! | `b:4x4` or `b:4^2` | balanced: fan-out 4 at each of 2 levels (16 back-ends) |
+//! | `k:2@16` | k-nomial (here binomial) tree of 16 processes |
+//! | `g:2x4x3` or `2x4x3` | generic: the root has 2 children, each of those 4, each of those 3 |
+//!
+//! A flat tree (the front-end talking to every back-end) is `g:32`. Host lists have one
+//! `host[:slots]` per line (slots: how many processes it may take, 1 if not given; a host on
+//! several lines gets the sum); the front-end goes on its own host, internal processes on the
+//! internal list, back-ends on the back-end list (the internal one if there is none). Without a
+//! list every process is on `localhost`, which means "this machine" wherever a topology is
+//! matched with a job.
+
+use crate::topology::{ProcName, Topology, TopologyError};
+use std::collections::HashMap;
+
+/// A tree shape.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TreeSpec {
+    /// Every non-leaf has `fanout` children, `depth` levels below the root.
+    Balanced {
+        /// Children per parent.
+        fanout: usize,
+        /// Levels below the root.
+        depth: usize,
+    },
+    /// A k-nomial tree of `nodes` processes.
+    Knomial {
+        /// The k.
+        k: usize,
+        /// Processes, front-end included.
+        nodes: usize,
+    },
+    /// Fan-out per level, from the root down.
+    Generic(Vec<usize>),
+}
+
+/// The most processes a generated tree may have (a job's PE limit).
+pub const MAX_NODES: usize = converse::MAX_PES;
+
+fn spec_error(spec: &str, reason: impl std::fmt::Display) -> TopologyError {
+    TopologyError::at(None, format!("bad tree spec '{spec}': {reason}"))
+}
+
+fn number(spec: &str, s: &str, what: &str) -> Result<usize, TopologyError> {
+    match s.trim().parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(spec_error(
+            spec,
+            format!("{what} must be a whole number of at least 1, not '{s}'"),
+        )),
+    }
+}
+
+impl TreeSpec {
+    /// Parse `b:4x4`, `b:4^2`, `k:2@16`, `g:2x4x3` or `2x4x3`.
+    ///
+    /// # Errors
+    /// [`TopologyError`] saying what is wrong with the spec.
+    pub fn parse(spec: &str) -> Result<TreeSpec, TopologyError> {
+        let s = spec.trim();
+        let (kind, body) = match s.split_once(':') {
+            Some((k, b)) => (k, b),
+            None => ("g", s),
+        };
+        let levels = |body: &str| -> Result<Vec<usize>, TopologyError> {
+            body.split('x')
+                .map(|f| number(spec, f, "a fan-out"))
+                .collect()
+        };
+        let t = match kind {
+            "b" => {
+                if let Some((f, d)) = body.split_once('^') {
+                    TreeSpec::Balanced {
+                        fanout: number(spec, f, "the fan-out")?,
+                        depth: number(spec, d, "the depth")?,
+                    }
+                } else {
+                    let l = levels(body)?;
+                    if l.iter().any(|&f| f != l[0]) {
+                        return Err(spec_error(
+                            spec,
+                            "a balanced tree has the same fan-out at every level (use g: for \
+                             different ones)",
+                        ));
+                    }
+                    TreeSpec::Balanced {
+                        fanout: l[0],
+                        depth: l.len(),
+                    }
+                }
+            }
+            "k" => {
+                let (k, n) = body
+                    .split_once('@')
+                    .ok_or_else(|| spec_error(spec, "a k-nomial spec is k:K@NODES, e.g. k:2@16"))?;
+                let k = number(spec, k, "k")?;
+                if k < 2 {
+                    return Err(spec_error(spec, "k must be at least 2"));
+                }
+                TreeSpec::Knomial {
+                    k,
+                    nodes: number(spec, n, "the number of processes")?,
+                }
+            }
+            "g" => TreeSpec::Generic(levels(body)?),
+            other => {
+                return Err(spec_error(
+                    spec,
+                    format!("unknown kind '{other}' (b: balanced, k: k-nomial, g: generic)"),
+                ))
+            }
+        };
+        let n = t.num_nodes();
+        if n > MAX_NODES {
+            return Err(spec_error(
+                spec,
+                format!("the tree would have more than {MAX_NODES} processes"),
+            ));
+        }
+        Ok(t)
+    }
+
+    /// Number of processes the tree has (saturating for absurd specs).
+    pub fn num_nodes(&self) -> usize {
+        match self {
+            TreeSpec::Balanced { fanout, depth } => {
+                TreeSpec::Generic(vec![*fanout; (*depth).min(64)]).num_nodes()
+            }
+            TreeSpec::Knomial { nodes, .. } => *nodes,
+            TreeSpec::Generic(levels) => {
+                let mut total: usize = 1;
+                let mut width: usize = 1;
+                for &f in levels {
+                    width = width.saturating_mul(f);
+                    total = total.saturating_add(width);
+                }
+                total
+            }
+        }
+    }
+
+    /// Parent of each process, breadth-first (the root first, with no parent).
+    fn parents(&self) -> Vec<Option<usize>> {
+        match self {
+            TreeSpec::Balanced { fanout, depth } => {
+                TreeSpec::Generic(vec![*fanout; *depth]).parents()
+            }
+            TreeSpec::Generic(levels) => {
+                let mut parents = vec![None];
+                let mut level = vec![0usize];
+                for &f in levels {
+                    let mut next = Vec::with_capacity(level.len() * f);
+                    for &p in &level {
+                        for _ in 0..f {
+                            next.push(parents.len());
+                            parents.push(Some(p));
+                        }
+                    }
+                    level = next;
+                }
+                parents
+            }
+            TreeSpec::Knomial { k, nodes } => knomial_parents(*k, *nodes),
+        }
+    }
+}
+
+/// A k-nomial tree over `n` processes, breadth-first. In id order, the parent of `i > 0` is
+/// `i` with its most significant base-`k` digit cleared (the binomial tree for `k` = 2).
+fn knomial_parents(k: usize, n: usize) -> Vec<Option<usize>> {
+    let parent_id = |i: usize| -> usize {
+        let mut p: usize = 1;
+        while p.saturating_mul(k) <= i {
+            p *= k;
+        }
+        i % p
+    };
+    let mut children: Vec<Vec<usize>> = vec![Vec::new(); n];
+    for i in 1..n {
+        children[parent_id(i)].push(i);
+    }
+    // Renumber breadth-first.
+    let mut order = vec![0];
+    let mut head = 0;
+    while head < order.len() {
+        order.extend_from_slice(&children[order[head]]);
+        head += 1;
+    }
+    let mut new_id = vec![0; n];
+    for (new, &old) in order.iter().enumerate() {
+        new_id[old] = new;
+    }
+    order
+        .iter()
+        .map(|&old| (old != 0).then(|| new_id[parent_id(old)]))
+        .collect()
+}
+
+/// Hosts and how many processes each may take.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct HostList {
+    hosts: Vec<(String, usize)>,
+}
+
+impl HostList {
+    /// Parse `host[:slots]` lines (`#` starts a comment). A host on several lines gets the sum
+    /// of their slots, in the place of its first line.
+    ///
+    /// # Errors
+    /// [`TopologyError`] naming the line of a malformed entry, or for a list without hosts.
+    pub fn parse(text: &str) -> Result<HostList, TopologyError> {
+        let mut hosts: Vec<(String, usize)> = Vec::new();
+        let mut at: HashMap<String, usize> = HashMap::new();
+        for (n, line) in text.lines().enumerate() {
+            let line = line.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let (host, slots) = match line.split_once(':') {
+                Some((h, s)) => match s.trim().parse::<usize>() {
+                    Ok(v) if v >= 1 => (h.trim(), v),
+                    _ => {
+                        return Err(TopologyError::at(
+                            Some(n + 1),
+                            format!("'{s}' is not a number of slots (1 or more)"),
+                        ))
+                    }
+                },
+                None => (line, 1),
+            };
+            if host.is_empty()
+                || !host
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+            {
+                return Err(TopologyError::at(
+                    Some(n + 1),
+                    format!("'{host}' is not a host name"),
+                ));
+            }
+            match at.get(host) {
+                Some(&i) => hosts[i].1 += slots,
+                None => {
+                    at.insert(host.to_owned(), hosts.len());
+                    hosts.push((host.to_owned(), slots));
+                }
+            }
+        }
+        if hosts.is_empty() {
+            return Err(TopologyError::at(None, "the host list names no host"));
+        }
+        Ok(HostList { hosts })
+    }
+
+    /// A list of these hosts with these slots.
+    pub fn new(hosts: Vec<(String, usize)>) -> HostList {
+        HostList { hosts }
+    }
+
+    /// The hosts and their slots.
+    pub fn hosts(&self) -> &[(String, usize)] {
+        &self.hosts
+    }
+
+    /// Total slots.
+    pub fn slots(&self) -> usize {
+        self.hosts.iter().map(|h| h.1).sum()
+    }
+}
+
+/// Where the processes of a generated tree go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// The front-end's host.
+    pub fe_host: String,
+    /// Hosts for internal processes (and back-ends, without `backend_hosts`); `None`: all on
+    /// `localhost`.
+    pub hosts: Option<HostList>,
+    /// Hosts for back-ends.
+    pub backend_hosts: Option<HostList>,
+}
+
+impl Default for Placement {
+    fn default() -> Placement {
+        Placement {
+            fe_host: "localhost".into(),
+            hosts: None,
+            backend_hosts: None,
+        }
+    }
+}
+
+/// Hands out `host:instance` names: slots of a list in order, instances counted per host.
+struct Namer<'a> {
+    instances: HashMap<String, u32>,
+    lists: [Option<&'a HostList>; 2],
+    cursor: [(usize, usize); 2],
+}
+
+impl Namer<'_> {
+    fn next_on(&mut self, host: &str) -> ProcName {
+        let i = self.instances.entry(host.to_owned()).or_insert(0);
+        let name = ProcName::new(host, *i);
+        *i += 1;
+        name
+    }
+
+    /// The next slot of list `which`; `None` when the list is used up.
+    fn take(&mut self, which: usize) -> Option<ProcName> {
+        let Some(list) = self.lists[which] else {
+            return Some(self.next_on("localhost"));
+        };
+        let (h, used) = &mut self.cursor[which];
+        while *h < list.hosts.len() && *used >= list.hosts[*h].1 {
+            *h += 1;
+            *used = 0;
+        }
+        let host = list.hosts.get(*h)?.0.clone();
+        *used += 1;
+        Some(self.next_on(&host))
+    }
+}
+
+/// Generate the tree `spec` describes, placed as `placement` says.
+///
+/// ```
+/// use converse_tbon::topgen::{generate, Placement, TreeSpec};
+/// let t = generate(&TreeSpec::parse("g:4x8").unwrap(), &Placement::default()).unwrap();
+/// assert_eq!((t.num_nodes(), t.num_backends()), (37, 32));
+/// ```
+///
+/// # Errors
+/// [`TopologyError`] when the host lists have too few slots.
+pub fn generate(spec: &TreeSpec, placement: &Placement) -> Result<Topology, TopologyError> {
+    let n = spec.num_nodes();
+    if n > MAX_NODES {
+        return Err(TopologyError::at(
+            None,
+            format!("the tree would have more than {MAX_NODES} processes"),
+        ));
+    }
+    let parents = spec.parents();
+    let mut has_children = vec![false; parents.len()];
+    for p in parents.iter().flatten() {
+        has_children[*p] = true;
+    }
+    let mut namer = Namer {
+        instances: HashMap::new(),
+        lists: [
+            placement.hosts.as_ref(),
+            placement
+                .backend_hosts
+                .as_ref()
+                .or(placement.hosts.as_ref()),
+        ],
+        cursor: [(0, 0); 2],
+    };
+    let mut names: Vec<Option<ProcName>> = vec![None; parents.len()];
+    names[0] = Some(namer.next_on(&placement.fe_host));
+    // Internal processes take their slots first, then back-ends (which may share the list).
+    for pass in 0..2 {
+        for i in 1..parents.len() {
+            let internal = has_children[i];
+            if internal != (pass == 0) {
+                continue;
+            }
+            // Back-ends share the internal list (and its place in it) unless they have one.
+            let which = usize::from(!internal && placement.backend_hosts.is_some());
+            let name = namer.take(which).ok_or_else(|| {
+                let list = namer.lists[which].map_or(0, HostList::slots);
+                TopologyError::at(
+                    None,
+                    format!(
+                        "the tree needs {} internal and {} back-end processes, more than the \
+                         {list} slot(s) of the {} host list",
+                        has_children[1..].iter().filter(|&&c| c).count(),
+                        has_children[1..].iter().filter(|&&c| !c).count(),
+                        if which == 0 { "internal" } else { "back-end" }
+                    ),
+                )
+            })?;
+            names[i] = Some(name);
+        }
+    }
+    let items: Vec<(ProcName, Option<usize>)> = names
+        .into_iter()
+        .zip(parents)
+        .map(|(n, p)| (n.unwrap_or_else(|| ProcName::new("localhost", 0)), p))
+        .collect();
+    Topology::from_parents(items)
+        .ok_or_else(|| TopologyError::at(None, "internal: generated tree is not breadth-first"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(t: &Topology) -> Vec<usize> {
+        t.nodes().iter().map(|n| n.num_children()).collect()
+    }
+
+    #[test]
+    fn specs_parse() {
+        assert_eq!(
+            TreeSpec::parse("b:4x4").ok(),
+            Some(TreeSpec::Balanced {
+                fanout: 4,
+                depth: 2
+            })
+        );
+        assert_eq!(TreeSpec::parse("b:4^2").ok(), TreeSpec::parse("b:4x4").ok());
+        assert_eq!(
+            TreeSpec::parse("k:2@16").ok(),
+            Some(TreeSpec::Knomial { k: 2, nodes: 16 })
+        );
+        assert_eq!(
+            TreeSpec::parse("2x4x3").ok(),
+            Some(TreeSpec::Generic(vec![2, 4, 3]))
+        );
+        for bad in [
+            "b:4x8",
+            "b:",
+            "k:2",
+            "k:1@4",
+            "g:0",
+            "x:3",
+            "g:4xx4",
+            "b:1000^1000",
+        ] {
+            let e = TreeSpec::parse(bad).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("bad tree spec '{bad}'")), "{e}");
+        }
+    }
+
+    #[test]
+    fn balanced_and_generic_shapes() {
+        let p = Placement::default();
+        let t = generate(
+            &TreeSpec::parse("b:4x4").unwrap_or(TreeSpec::Generic(vec![])),
+            &p,
+        )
+        .expect("tree");
+        assert_eq!((t.num_nodes(), t.num_backends()), (21, 16));
+        assert_eq!(t.stats().depth, 2);
+        let t = generate(&TreeSpec::Generic(vec![2, 4, 3]), &p).expect("tree");
+        assert_eq!((t.num_nodes(), t.num_backends()), (1 + 2 + 8 + 24, 24));
+        assert_eq!(shape(&t)[..3], [2, 4, 4]);
+        let flat = generate(&TreeSpec::Generic(vec![32]), &p).expect("tree");
+        assert_eq!((flat.num_backends(), flat.stats().depth), (32, 1));
+    }
+
+    #[test]
+    fn knomial_is_the_binomial_tree_for_k_2() {
+        let t =
+            generate(&TreeSpec::Knomial { k: 2, nodes: 8 }, &Placement::default()).expect("tree");
+        // Binomial tree of 8: the root has 3 children (subtrees of 1, 2, 4 processes).
+        assert_eq!(t.root().num_children(), 3);
+        let mut sizes: Vec<usize> = t
+            .root()
+            .children()
+            .iter()
+            .map(|&c| t.subtree_height(c) as usize)
+            .collect();
+        sizes.sort_unstable();
+        assert_eq!(sizes, [0, 1, 2]);
+        assert_eq!(t.num_nodes(), 8);
+        let t =
+            generate(&TreeSpec::Knomial { k: 3, nodes: 9 }, &Placement::default()).expect("tree");
+        assert_eq!(t.root().num_children(), 4);
+        assert_eq!(t.stats().depth, 2);
+    }
+
+    #[test]
+    fn host_lists_place_processes_and_run_out() {
+        let hosts = HostList::parse("host1:4\nhost2\nhost3:2\nhost2 # again\n").expect("list");
+        assert_eq!(
+            hosts.hosts(),
+            [
+                ("host1".to_string(), 4),
+                ("host2".to_string(), 2),
+                ("host3".to_string(), 2)
+            ]
+        );
+        let p = Placement {
+            fe_host: "fe".into(),
+            hosts: Some(HostList::parse("i:2").expect("list")),
+            backend_hosts: Some(hosts),
+        };
+        let t = generate(&TreeSpec::Generic(vec![2, 4]), &p).expect("tree");
+        let names: Vec<String> = t.nodes().iter().map(|n| n.name().to_string()).collect();
+        assert_eq!(
+            names,
+            [
+                "fe:0", "i:0", "i:1", "host1:0", "host1:1", "host1:2", "host1:3", "host2:0",
+                "host2:1", "host3:0", "host3:1"
+            ]
+        );
+        let e = generate(&TreeSpec::Generic(vec![2, 5]), &p).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("more than the 8 slot(s) of the back-end host list"),
+            "{e}"
+        );
+        assert!(HostList::parse("a:0").is_err());
+        assert!(HostList::parse("a b").is_err());
+        assert_eq!(HostList::parse("a:x").unwrap_err().line, Some(1));
+    }
+}

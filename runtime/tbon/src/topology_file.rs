@@ -1,0 +1,250 @@
+//! MRNet topology files (the guide's Appendix C):
+//!
+//! ```text
+//! # comments run to the end of the line
+//! nutmeg:0 => c01:0 c02:0 c03:0 c04:0 ;
+//! c03:0 => c05:0 ;
+//! c04:0 =>
+//!     c06:0 c07:0
+//!     c08:0 c09:0 ;     # a statement may span lines
+//! ```
+//!
+//! Each statement names a process `host:instance`, `=>`, its children, and ends with `;`. A
+//! statement without children (`host:0 ;` or `host:0 => ;`) defines a one-process tree.
+//! Parsing checks the grammar, then [`Topology::from_entries`] checks that the statements make
+//! one tree; every error names the line.
+
+use crate::topology::{Entry, ProcName, Topology, TopologyError};
+use winnow::ascii::{dec_uint, multispace1};
+use winnow::combinator::{alt, cut_err, eof, opt, preceded, repeat, terminated};
+use winnow::error::{ContextError, StrContext, StrContextValue};
+use winnow::prelude::*;
+use winnow::token::{take_till, take_while};
+use winnow::LocatingSlice;
+
+type In<'a> = LocatingSlice<&'a str>;
+
+fn expected(what: &'static str) -> StrContext {
+    StrContext::Expected(StrContextValue::Description(what))
+}
+
+/// White space and comments.
+fn gap(i: &mut In<'_>) -> ModalResult<()> {
+    repeat(
+        0..,
+        alt((multispace1.void(), ('#', take_till(0.., '\n')).void())),
+    )
+    .parse_next(i)
+}
+
+fn host_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_')
+}
+
+/// `host:instance`; once a host name is read, the rest is required.
+fn proc_name(i: &mut In<'_>) -> ModalResult<ProcName> {
+    let host = take_while(1.., host_char).parse_next(i)?;
+    cut_err(':')
+        .context(expected("':' and an instance number after the host name"))
+        .parse_next(i)?;
+    let instance: u32 = cut_err(dec_uint)
+        .context(expected("an instance number (0, 1, ...) after ':'"))
+        .parse_next(i)?;
+    Ok(ProcName::new(host, instance))
+}
+
+/// `parent => children ;` with the offset it starts at.
+fn statement(i: &mut In<'_>) -> ModalResult<(ProcName, Vec<ProcName>, usize)> {
+    let (parent, span) = proc_name.with_span().parse_next(i)?;
+    gap(i)?;
+    let children: Option<Vec<ProcName>> = opt(preceded(
+        ("=>", gap),
+        repeat(0.., terminated(proc_name, gap)),
+    ))
+    .parse_next(i)?;
+    cut_err(';')
+        .context(expected(
+            "';' to end the statement, or a child 'host:instance' (does the line before lack its ';'?)",
+        ))
+        .parse_next(i)?;
+    Ok((parent, children.unwrap_or_default(), span.start))
+}
+
+fn file(i: &mut In<'_>) -> ModalResult<Vec<(ProcName, Vec<ProcName>, usize)>> {
+    gap(i)?;
+    let statements = repeat(0.., terminated(statement, gap)).parse_next(i)?;
+    cut_err(eof)
+        .context(expected("a process 'host:instance' to start a statement"))
+        .parse_next(i)?;
+    Ok(statements)
+}
+
+/// 1-based line of byte `offset` in `text`.
+fn line_at(text: &str, offset: usize) -> usize {
+    text.as_bytes()[..offset.min(text.len())]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
+}
+
+/// What starts at `offset`, for error messages: the rest of its word, or "end of file".
+fn found_at(text: &str, offset: usize) -> String {
+    let rest = text.get(offset..).unwrap_or("");
+    let word: String = rest
+        .chars()
+        .take_while(|c| !c.is_whitespace())
+        .take(24)
+        .collect();
+    if word.is_empty() {
+        if rest.is_empty() {
+            "end of file".into()
+        } else {
+            "end of line".into()
+        }
+    } else {
+        format!("'{word}'")
+    }
+}
+
+/// Parse a topology file's text into its statements.
+///
+/// # Errors
+/// [`TopologyError`] naming the line and what was expected there.
+pub fn parse_entries(text: &str) -> Result<Vec<Entry>, TopologyError> {
+    let parsed = file.parse(LocatingSlice::new(text));
+    match parsed {
+        Ok(st) => Ok(st
+            .into_iter()
+            .map(|(parent, children, at)| Entry {
+                parent,
+                children,
+                line: Some(line_at(text, at)),
+            })
+            .collect()),
+        Err(e) => {
+            let offset = e.offset();
+            let inner: &ContextError = e.inner();
+            let what = inner
+                .context()
+                .find_map(|c| match c {
+                    StrContext::Expected(v) => Some(v.to_string()),
+                    _ => None,
+                })
+                .unwrap_or_else(|| "a statement 'host:instance => children ;'".into());
+            Err(TopologyError::at(
+                Some(line_at(text, offset)),
+                format!("expected {what}, found {}", found_at(text, offset)),
+            ))
+        }
+    }
+}
+
+/// Parse and validate a topology file's text.
+///
+/// ```
+/// let t = converse_tbon::topology_file::parse("fe:0 => be:0 be:1 ;").unwrap();
+/// assert_eq!(t.num_backends(), 2);
+/// let e = converse_tbon::topology_file::parse("fe:0 => be:0\n be:1 => fe:0 ;").unwrap_err();
+/// assert!(e.to_string().starts_with("line 2:"), "{e}");
+/// ```
+///
+/// # Errors
+/// [`TopologyError`] naming the line: a syntax error, or statements that are not one tree.
+pub fn parse(text: &str) -> Result<Topology, TopologyError> {
+    Topology::from_entries(&parse_entries(text)?)
+}
+
+/// Read, parse and validate a topology file.
+///
+/// # Errors
+/// [`TopologyError`] naming the file and line.
+pub fn load(path: &std::path::Path) -> Result<Topology, TopologyError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        TopologyError::at(
+            None,
+            format!("cannot read topology file {}: {e}", path.display()),
+        )
+    })?;
+    parse(&text).map_err(|e| TopologyError {
+        file: Some(path.display().to_string()),
+        ..e
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GUIDE: &str = "\
+nutmeg:0 => c01:0 c02:0 c03:0 c04:0 ;
+c03:0 => c05:0 ;
+c04:0 => c06:0 c07:0 c08:0 c09:0 ;
+#       nutmeg
+#       |
+#       -----
+";
+
+    #[test]
+    fn the_guides_file_and_its_multiline_form() {
+        let t = parse(GUIDE).expect("guide example");
+        assert_eq!((t.num_nodes(), t.num_backends()), (10, 7));
+        let multi = "hostname1:0 =>\n    hostname1:1\n    hostname1:2\n    ;\n";
+        let t = parse(multi).expect("multi-line");
+        assert_eq!(t.num_backends(), 2);
+        let compact = "a-1.b_c:0=>a-1.b_c:1;#x\n";
+        assert_eq!(parse(compact).map(|t| t.num_nodes()), Ok(2));
+        let lone = parse("  # only the front-end\nfe:0 ;").expect("lone");
+        assert_eq!(lone.num_nodes(), 1);
+        assert_eq!(parse("fe:0 => ;").map(|t| t.num_nodes()), Ok(1));
+    }
+
+    #[test]
+    fn statements_remember_their_lines() {
+        let e = parse_entries(GUIDE).expect("entries");
+        let lines: Vec<_> = e.iter().map(|e| e.line).collect();
+        assert_eq!(lines, [Some(1), Some(2), Some(3)]);
+    }
+
+    #[test]
+    fn syntax_errors_name_the_line_and_what_was_expected() {
+        let cases = [
+            ("a:0 => b:0 ;\nc:0 => d:0\n", "line 3: expected ';'"),
+            (
+                "a:0 => b ;\n",
+                "line 1: expected ':' and an instance number",
+            ),
+            ("a:0 => b:x ;\n", "line 1: expected an instance number"),
+            (
+                "\n\n=> b:0 ;\n",
+                "line 3: expected a process 'host:instance'",
+            ),
+            ("a:0 => b:0 ;\n!!\n", "line 2: expected a process"),
+            ("a:0 -> b:0 ;\n", "line 1: expected ';'"),
+            (
+                "a:0 => b:0 ; c:99999999999 ;",
+                "line 1: expected an instance number",
+            ),
+        ];
+        for (text, want) in cases {
+            let e = parse(text).unwrap_err().to_string();
+            assert!(e.starts_with(want), "{text:?}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+        assert_eq!(
+            parse("").unwrap_err().to_string(),
+            "the topology defines no process"
+        );
+        assert!(parse("# nothing\n").is_err());
+    }
+
+    #[test]
+    fn tree_errors_name_the_line() {
+        let e = parse("a:0 => b:0 c:0 ;\n\nb:0 => c:0 ;\n").unwrap_err();
+        assert_eq!(e.line, Some(3));
+        let e = parse("a:0 => b:0 ;\nb:0 => a:0 ;\n").unwrap_err();
+        assert!(e.to_string().contains("no root"), "{e}");
+        let e = parse("r:0 => s:0 ;\nx:0 => y:0 ;\ny:0 => x:0 ;\n").unwrap_err();
+        assert!(e.to_string().contains("own descendant"), "{e}");
+    }
+}
