@@ -60,14 +60,13 @@ fn node_file(out: &Path, node: usize) -> PathBuf {
 
 /// This process's CPU time so far (user + system, every thread).
 fn cpu_time() -> Duration {
-    // SAFETY: getrusage fills the struct it is given; a zeroed rusage is valid to pass.
-    let ru = unsafe {
-        let mut ru: libc::rusage = std::mem::zeroed();
-        libc::getrusage(libc::RUSAGE_SELF, &mut ru);
-        ru
-    };
-    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
-    tv(ru.ru_utime) + tv(ru.ru_stime)
+    use nix::sys::resource::{getrusage, UsageWho};
+    getrusage(UsageWho::RUSAGE_SELF).map_or(Duration::ZERO, |ru| {
+        let tv = |t: nix::sys::time::TimeVal| {
+            Duration::new(t.tv_sec() as u64, t.tv_usec() as u32 * 1000)
+        };
+        tv(ru.user_time()) + tv(ru.system_time())
+    })
 }
 
 /// `bench pe-wait`: one PE of the idle job. After start-up every PE measures its process's CPU

@@ -336,25 +336,20 @@ pub fn shm_echo(path: &str, sizes: &[usize], rounds: u64) -> anyhow::Result<()> 
 fn vm_read(pid: i32, from: u64, into: &mut [u8]) -> anyhow::Result<()> {
     let mut done = 0;
     while done < into.len() {
-        let local = libc::iovec {
-            iov_base: into[done..].as_mut_ptr().cast(),
-            iov_len: into.len() - done,
-        };
-        let remote = libc::iovec {
-            iov_base: (from as usize + done) as *mut libc::c_void,
-            iov_len: into.len() - done,
-        };
-        // SAFETY: `local` is memory we own; the kernel checks the remote range.
-        let n = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
-        if n < 0 {
-            anyhow::bail!("process_vm_readv: {}", std::io::Error::last_os_error());
-        }
+        let mut local = [std::io::IoSliceMut::new(&mut into[done..])];
+        let remote = [nix::sys::uio::RemoteIoVec {
+            base: from as usize + done,
+            len: local[0].len(),
+        }];
+        let n =
+            nix::sys::uio::process_vm_readv(nix::unistd::Pid::from_raw(pid), &mut local, &remote)
+                .map_err(|e| anyhow::anyhow!("process_vm_readv: {e}"))?;
         anyhow::ensure!(
             n > 0,
             "process_vm_readv stopped at {done} of {} bytes",
             into.len()
         );
-        done += n as usize;
+        done += n;
     }
     Ok(())
 }
@@ -425,7 +420,7 @@ pub fn cma_echo(path: &str, sizes: &[usize], rounds: u64) -> anyhow::Result<()> 
 const UDP_CHUNK: usize = 65507;
 
 /// Socket buffers of the raw UDP baseline: a whole message in flight must fit.
-const UDP_SOCKBUF: i32 = 16 << 20;
+const UDP_SOCKBUF: usize = 16 << 20;
 
 /// How long the raw UDP baseline waits for a datagram before calling it lost (it has no
 /// retransmission; with large buffers and a busy-polling reader, loopback loses nothing).
@@ -435,19 +430,10 @@ const UDP_PATIENCE: Duration = Duration::from_secs(5);
 fn udp_socket() -> anyhow::Result<UdpSocket> {
     let s = UdpSocket::bind("127.0.0.1:0")?;
     s.set_nonblocking(true)?;
+    // Forced sizes need root; without it the kernel's maxima apply, as for the layer.
     let size = UDP_SOCKBUF;
-    for opt in [libc::SO_RCVBUFFORCE, libc::SO_SNDBUFFORCE] {
-        // SAFETY: a valid descriptor and a pointer to an int of the size given.
-        unsafe {
-            libc::setsockopt(
-                std::os::fd::AsRawFd::as_raw_fd(&s),
-                libc::SOL_SOCKET,
-                opt,
-                std::ptr::addr_of!(size).cast(),
-                std::mem::size_of::<i32>() as libc::socklen_t,
-            )
-        };
-    }
+    let _ = nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::RcvBufForce, &size);
+    let _ = nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::SndBufForce, &size);
     Ok(s)
 }
 
@@ -607,12 +593,7 @@ pub fn udp_pingpong(
 
 /// Whether this process may run on one core only.
 fn is_pinned() -> bool {
-    // SAFETY: a zeroed cpu_set_t is a valid (empty) set; sched_getaffinity fills it.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: a set of the size given.
-    let r = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
-    // SAFETY: CPU_COUNT reads the set.
-    r == 0 && unsafe { libc::CPU_COUNT(&set) } == 1
+    crate::udp::allowed_cores() == 1
 }
 
 /// The child side of [`udp_pingpong`].

@@ -13,6 +13,8 @@
 use crate::pingpong::under_charmrun_with;
 use crate::raw;
 use crate::report::Row;
+use nix::sched::{sched_getaffinity, sched_setaffinity, CpuSet};
+use nix::unistd::{sysconf, Pid, SysconfVar};
 use std::process::Command;
 
 /// The message size of every figure here.
@@ -215,36 +217,41 @@ impl Drop for Spinner {
 
 /// Pin the calling process (its threads to come) to one core.
 pub fn pin_to(core: usize) {
-    // SAFETY: a zeroed cpu_set_t is empty; CPU_SET writes inside it; sched_setaffinity reads
-    // a set of the size given.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        libc::CPU_SET(core, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    let mut set = CpuSet::new();
+    // A core beyond the set's capacity or one the host lacks leaves the process as it was.
+    if set.set(core).is_ok() {
+        let _ = sched_setaffinity(Pid::from_raw(0), &set);
     }
 }
 
 /// Cores online (not the ones this process may use: a pinned parent's children inherit its
 /// single core, and must still see the others).
 pub fn cores() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) };
-    usize::try_from(n).unwrap_or(1).max(1)
+    sysconf(SysconfVar::_NPROCESSORS_ONLN)
+        .ok()
+        .flatten()
+        .and_then(|n| usize::try_from(n).ok())
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// How many cores this process may run on.
+pub fn allowed_cores() -> usize {
+    sched_getaffinity(Pid::from_raw(0)).map_or(0, |set| {
+        (0..CpuSet::count())
+            .filter(|&i| set.is_set(i).unwrap_or(false))
+            .count()
+    })
 }
 
 /// Run `f` with this process pinned to `core` (its children too: the raw baseline's echo
 /// pins itself to the second core), then restore the affinity it had.
 fn pinned_to<T>(core: usize, f: impl FnOnce() -> T) -> T {
-    // SAFETY: a zeroed cpu_set_t is a valid (empty) set; sched_getaffinity fills it.
-    let mut old: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: a set of the size given.
-    let got =
-        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut old) };
+    let old = sched_getaffinity(Pid::from_raw(0));
     pin_to(core);
     let r = f();
-    if got == 0 {
-        // SAFETY: the set read above.
-        unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &old) };
+    if let Ok(old) = old {
+        let _ = sched_setaffinity(Pid::from_raw(0), &old);
     }
     r
 }

@@ -56,15 +56,18 @@ pub struct Pe {
 /// binds each rank to a core) says nothing about the host, so then the host's online count.
 fn host_cores() -> usize {
     let allowed = std::thread::available_parallelism().map_or(1, |c| c.get());
-    // SAFETY: sysconf has no preconditions; cpu_set_t is plain data that
-    // sched_getaffinity fills.
-    let (online, affinity) = unsafe {
-        let online = libc::sysconf(libc::_SC_NPROCESSORS_ONLN);
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        let ok = libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set);
-        let affinity = if ok == 0 { libc::CPU_COUNT(&set) } else { -1 };
-        (online, affinity)
-    };
+    use nix::sched::{sched_getaffinity, CpuSet};
+    use nix::unistd::{sysconf, Pid, SysconfVar};
+    // Called once per PE at start-up: walking the whole set is nothing.
+    let affinity = sched_getaffinity(Pid::from_raw(0)).map_or(-1, |set| {
+        (0..CpuSet::count())
+            .filter(|&i| set.is_set(i).unwrap_or(false))
+            .count() as i64
+    });
+    let online = sysconf(SysconfVar::_NPROCESSORS_ONLN)
+        .ok()
+        .flatten()
+        .map_or(-1, i64::from);
     match (usize::try_from(online), usize::try_from(affinity)) {
         (Ok(online), Ok(affinity)) if affinity < online => online.max(allowed),
         _ => allowed,
