@@ -3,8 +3,10 @@
 //! exactly once, in order per sender.
 //!
 //! - [`wire`]: the datagram header, and the checks every arriving datagram passes.
-//! - `window`: the send side per peer: packets, sliding window, SACK, loss detection,
-//!   retransmission, congestion and flow control.
+//! - `window`: the send side per peer, composed of: `send_queue` (messages numbered into
+//!   packets), `flight` (packets in flight, SACKed or lost; the retransmission queue),
+//!   `congestion` (the congestion window), `loss` (RACK, tail-loss probe, retransmission
+//!   timeout); it adds the sliding window and flow control.
 //! - `reassembly`: the receive side per peer: duplicates, reordering, fragments, delivery.
 //! - `rtt`: the retransmission timeout from measured round trips (RFC 6298).
 //! - `pool`: large buffers of messages sent, kept to receive large messages into.
@@ -14,11 +16,15 @@
 //! - [`layer`]: the `Machine` implementation and boot through charmrun.
 
 pub mod config;
+mod congestion;
 pub mod endpoint;
+mod flight;
 pub mod layer;
+mod loss;
 mod pool;
 mod reassembly;
 mod rtt;
+mod send_queue;
 mod socket;
 mod window;
 pub mod wire;
