@@ -11,6 +11,9 @@
 //! - `rtt`: the retransmission timeout from measured round trips (RFC 6298).
 //! - `pool`: large buffers of messages sent, kept to receive large messages into.
 //! - [`endpoint`]: one node's protocol with all peers, timers, dead peers; no socket in it.
+//! - [`link`]: what the protocol asks of a socket (or of a simulated network).
+//! - `sim` (tests only): a simulated network that loses, duplicates and reorders, to run
+//!   endpoints over.
 //! - `socket`: the node's one UDP socket, batched system calls.
 //! - [`config`]: the `udp.*` settings.
 //! - [`layer`]: the `Machine` implementation and boot through charmrun.
@@ -20,11 +23,14 @@ mod congestion;
 pub mod endpoint;
 mod flight;
 pub mod layer;
+pub mod link;
 mod loss;
 mod pool;
 mod reassembly;
 mod rtt;
 mod send_queue;
+#[cfg(test)]
+mod sim;
 mod socket;
 mod window;
 pub mod wire;

@@ -10,7 +10,7 @@
 //! receive descriptors are made once and reused, and a send writes only the entries it uses.
 //! Everything off that path (socket options, polling, errno, addresses) goes through nix.
 
-use super::endpoint::{Landing, Transmit};
+use super::link::{Landing, Transmit};
 use super::wire::{self, MAX_DATA_HEADER};
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags};
