@@ -5,7 +5,10 @@
 
 use super::rtt::RtoBounds;
 use machine::{MachineError, Settings};
+use std::fmt::Display;
 use std::net::SocketAddr;
+use std::num::{IntErrorKind, ParseIntError};
+use std::str::FromStr;
 use std::time::Duration;
 
 /// Largest IP packet the layer sends; the path MTU to a peer lowers it (`udp.mtu`).
@@ -24,6 +27,9 @@ pub const DEFAULT_RTO_INITIAL_MS: u64 = 20;
 pub const DEFAULT_ACK_DELAY_US: u64 = 500;
 /// Silence, with data outstanding, after which a peer is dead, s (`udp.dead_after_s`).
 pub const DEFAULT_DEAD_AFTER_S: f64 = 30.0;
+
+/// Bounds of `udp.dead_after_s`: below 10 ms a peer descheduled for a moment would be dead.
+const DEAD_AFTER_S: (f64, f64) = (0.01, 1e6);
 
 /// The smallest MTU IPv4 guarantees.
 const MIN_MTU: usize = 576;
@@ -79,16 +85,68 @@ fn bad(key: &str, reason: String) -> MachineError {
     }
 }
 
-fn ranged<T>(s: &Settings, key: &str, default: T, lo: T, hi: T) -> Result<T, MachineError>
+/// A whole-number setting in `lo..=hi`, `default` when not set. Every refusal is one line
+/// that says what was wrong (not a number, negative, out of range) and what is accepted.
+fn whole<T>(s: &Settings, key: &str, default: T, lo: T, hi: T) -> Result<T, MachineError>
 where
-    T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
-    T::Err: std::fmt::Display,
+    T: FromStr<Err = ParseIntError> + PartialOrd + Display + Copy,
 {
-    let v = s.get_or(key, default)?;
-    if v < lo || v > hi {
+    let Some(v) = s.raw(key) else {
+        return Ok(default);
+    };
+    let n = v.parse::<T>().map_err(|e| {
+        let reason = match e.kind() {
+            IntErrorKind::Empty => "no value".to_string(),
+            IntErrorKind::PosOverflow => format!("{v} is outside {lo}..={hi}"),
+            _ if is_negative_integer(v) => format!("{v} is negative"),
+            _ => format!("'{v}' is not a whole number"),
+        };
+        bad(key, format!("{reason}: give a whole number in {lo}..={hi}"))
+    })?;
+    if n < lo || n > hi {
+        return Err(bad(key, format!("{n} is outside {lo}..={hi}")));
+    }
+    Ok(n)
+}
+
+/// `-` and digits: a number, but below zero (the settings that use [`whole`] are unsigned).
+fn is_negative_integer(v: &str) -> bool {
+    v.strip_prefix('-')
+        .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// A setting in seconds, finite and in `lo..=hi` (`lo > 0`), `default` when not set: NaN,
+/// infinities, negative numbers and zero are refused by name, never handed to `Duration`
+/// (which would panic on them).
+fn seconds(
+    s: &Settings,
+    key: &str,
+    default: f64,
+    (lo, hi): (f64, f64),
+) -> Result<Duration, MachineError> {
+    let Some(v) = s.raw(key) else {
+        return Ok(Duration::from_secs_f64(default));
+    };
+    let refuse = |what: String| bad(key, format!("{what}: give seconds in {lo}..={hi}"));
+    let x: f64 = v
+        .parse()
+        .map_err(|_| refuse(format!("'{v}' is not a number")))?;
+    if x.is_nan() {
+        return Err(refuse(format!("'{v}' is not a number")));
+    }
+    if x.is_infinite() {
+        return Err(refuse(format!("'{v}' is not finite")));
+    }
+    if x < 0.0 {
+        return Err(refuse(format!("{v} is negative")));
+    }
+    if x == 0.0 {
+        return Err(refuse(format!("{v} is zero")));
+    }
+    if x < lo || x > hi {
         return Err(bad(key, format!("{v} is outside {lo}..={hi}")));
     }
-    Ok(v)
+    Ok(Duration::from_secs_f64(x))
 }
 
 impl Config {
@@ -97,14 +155,15 @@ impl Config {
     /// # Errors
     /// [`MachineError::Setting`] for a value that does not parse or is out of range.
     pub fn from_settings(s: &Settings) -> Result<Config, MachineError> {
-        let mtu = ranged(s, "udp.mtu", DEFAULT_MTU, MIN_MTU, 65535)?;
-        let window = ranged(s, "udp.window", DEFAULT_WINDOW, 4, MAX_WINDOW)?;
-        let sockbuf_kib = ranged(s, "udp.sockbuf_kib", DEFAULT_SOCKBUF_KIB, 64, 1 << 20)?;
-        let rto_min = ranged(s, "udp.rto_min_us", DEFAULT_RTO_MIN_US, 10, 60_000_000)?;
-        let rto_max = ranged(s, "udp.rto_max_ms", DEFAULT_RTO_MAX_MS, 1, 600_000)?;
-        let rto_initial = ranged(s, "udp.rto_initial_ms", DEFAULT_RTO_INITIAL_MS, 1, 600_000)?;
-        let ack_delay = ranged(s, "udp.ack_delay_us", DEFAULT_ACK_DELAY_US, 0, 1_000_000)?;
-        let dead_after = ranged(s, "udp.dead_after_s", DEFAULT_DEAD_AFTER_S, 0.01, 1e6)?;
+        let mtu = whole(s, "udp.mtu", DEFAULT_MTU, MIN_MTU, 65535)?;
+        let window = whole(s, "udp.window", DEFAULT_WINDOW, 4, MAX_WINDOW)?;
+        let sockbuf_kib = whole(s, "udp.sockbuf_kib", DEFAULT_SOCKBUF_KIB, 64, 1 << 20)?;
+        let rto_min = whole(s, "udp.rto_min_us", DEFAULT_RTO_MIN_US, 10, 60_000_000)?;
+        let rto_max = whole(s, "udp.rto_max_ms", DEFAULT_RTO_MAX_MS, 1, 600_000)?;
+        let rto_initial = whole(s, "udp.rto_initial_ms", DEFAULT_RTO_INITIAL_MS, 1, 600_000)?;
+        // Zero is meaningful here: acknowledge at once.
+        let ack_delay = whole(s, "udp.ack_delay_us", DEFAULT_ACK_DELAY_US, 0, 1_000_000)?;
+        let dead_after = seconds(s, "udp.dead_after_s", DEFAULT_DEAD_AFTER_S, DEAD_AFTER_S)?;
         let rto = RtoBounds {
             min: Duration::from_micros(rto_min),
             max: Duration::from_millis(rto_max),
@@ -126,10 +185,18 @@ impl Config {
         }
         let via = match s.raw("udp.via") {
             None | Some("") => None,
-            Some(v) => Some(
-                v.parse()
-                    .map_err(|_| bad("udp.via", format!("'{v}' is not HOST:PORT")))?,
-            ),
+            Some(v) => {
+                let a: SocketAddr = v
+                    .parse()
+                    .map_err(|_| bad("udp.via", format!("'{v}' is not IP:PORT")))?;
+                if a.port() == 0 || a.ip().is_unspecified() {
+                    return Err(bad(
+                        "udp.via",
+                        format!("{v} is no address to send to (port 0 or any-address)"),
+                    ));
+                }
+                Some(a)
+            }
         };
         let stats = match s.raw("udp.stats") {
             None | Some("0" | "false" | "no") => false,
@@ -142,7 +209,7 @@ impl Config {
             sockbuf: sockbuf_kib << 10,
             rto,
             ack_delay,
-            dead_after: Duration::from_secs_f64(dead_after),
+            dead_after,
             via,
             stats,
         })
@@ -181,5 +248,91 @@ mod tests {
                 "{k}={v}: {e:?}"
             );
         }
+    }
+
+    /// The error for `key=value` alone, as the user sees it.
+    fn refusal(key: &str, value: &str) -> String {
+        let mut s = Settings::default();
+        s.set(key, value);
+        match Config::from_settings(&s) {
+            Ok(c) => panic!("{key}={value} was accepted: {c:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn every_bad_value_of_every_setting_is_one_clear_line() {
+        let whole = [
+            "udp.mtu",
+            "udp.window",
+            "udp.sockbuf_kib",
+            "udp.rto_min_us",
+            "udp.rto_max_ms",
+            "udp.rto_initial_ms",
+            "udp.ack_delay_us",
+        ];
+        let mut cases: Vec<(&str, &str, &str)> = Vec::new();
+        for k in whole {
+            cases.extend([
+                (k, "nan", "'nan' is not a whole number"),
+                (k, "inf", "'inf' is not a whole number"),
+                (k, "-1", "-1 is negative"),
+                (k, "1.5", "'1.5' is not a whole number"),
+                (k, "", "no value"),
+                (k, "99999999999999999999999", "is outside"),
+                (k, "100000000", "100000000 is outside"),
+            ]);
+        }
+        // Zero where it means nothing (every whole setting but the ACK delay).
+        for k in &whole[..6] {
+            cases.push((k, "0", "0 is outside"));
+        }
+        let d = "udp.dead_after_s";
+        cases.extend([
+            (d, "nan", "'nan' is not a number"),
+            (d, "NaN", "'NaN' is not a number"),
+            (d, "inf", "'inf' is not finite"),
+            (d, "-inf", "'-inf' is not finite"),
+            (d, "-1", "-1 is negative"),
+            (d, "0", "0 is zero"),
+            (d, "-0", "-0 is zero"),
+            (d, "0.001", "0.001 is outside 0.01..=1000000"),
+            (d, "1e7", "1e7 is outside"),
+            (d, "soon", "'soon' is not a number"),
+            ("udp.via", "0.0.0.0:9", "no address to send to"),
+            ("udp.via", "127.0.0.1:0", "no address to send to"),
+            ("udp.via", "localhost:9", "not IP:PORT"),
+            ("udp.stats", "nan", "not true or false"),
+        ]);
+        for (k, v, says) in cases {
+            let e = refusal(k, v);
+            assert!(e.starts_with(&format!("setting {k}: ")), "{k}={v}: {e}");
+            assert!(e.contains(says), "{k}={v}: {e:?} should say {says:?}");
+            assert!(!e.contains('\n'), "{k}={v}: one line: {e:?}");
+        }
+    }
+
+    #[test]
+    fn out_of_range_names_the_range() {
+        assert_eq!(
+            refusal("udp.window", "1"),
+            "setting udp.window: 1 is outside 4..=4096"
+        );
+        assert_eq!(
+            refusal("udp.dead_after_s", "nan"),
+            "setting udp.dead_after_s: 'nan' is not a number: give seconds in 0.01..=1000000"
+        );
+    }
+
+    #[test]
+    fn edge_values_are_accepted() {
+        let mut s = Settings::default();
+        s.set("udp.dead_after_s", "0.01");
+        s.set("udp.ack_delay_us", "0");
+        s.set("udp.window", "4096");
+        let c = Config::from_settings(&s).expect("accepted");
+        assert_eq!(c.dead_after, Duration::from_millis(10));
+        assert_eq!(c.ack_delay, Duration::ZERO);
+        assert_eq!(c.window, 4096);
     }
 }

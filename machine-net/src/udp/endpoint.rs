@@ -10,6 +10,7 @@
 //! carries the acknowledgement for free.
 
 use super::config::Config;
+use super::link::{Landing, Transmit};
 use super::pool::Pool;
 use super::reassembly::{sacked, Arrival, Body, RecvWindow};
 use super::window::SendWindow;
@@ -18,28 +19,6 @@ use machine::Message;
 use std::io;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
-
-/// Where datagrams go.
-pub trait Transmit {
-    /// Send datagrams to `to`, each the concatenation of its two parts, in order. Returns how
-    /// many were taken (a prefix of `dgrams`); fewer than all means the socket is full for now.
-    ///
-    /// # Errors
-    /// A failure that is not "full" (the OS's).
-    fn transmit(&mut self, to: &SocketAddr, dgrams: &[[&[u8]; 2]]) -> io::Result<usize>;
-
-    /// Send one datagram held in one piece; whether the socket took it. (A socket may do
-    /// this more cheaply than a batch: no descriptor array for the kernel to copy in.)
-    ///
-    /// # Errors
-    /// As [`transmit`](Self::transmit).
-    fn transmit_one(&mut self, to: &SocketAddr, dgram: &[u8]) -> io::Result<bool> {
-        self.transmit(to, &[[dgram, &[]]]).map(|n| n == 1)
-    }
-
-    /// The largest datagram (UDP payload) worth sending to `to`.
-    fn max_datagram(&mut self, to: &SocketAddr) -> usize;
-}
 
 /// Counters, printed with `udp.stats`.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -138,39 +117,6 @@ pub struct Endpoint {
     pool: Pool,
     /// Counters.
     pub stats: Stats,
-}
-
-/// A place where a datagram is expected: the missing fragment `index` (packet `seq`) of a
-/// message from node `src` at `from`, to be received straight into `ptr .. ptr + len`.
-#[derive(Debug, Clone, Copy)]
-pub struct Landing {
-    /// The peer's address.
-    pub from: SocketAddr,
-    /// The peer's node number.
-    pub src: u16,
-    /// The packet's sequence number (low 32 bits).
-    pub seq: u32,
-    /// Its fragment index.
-    pub index: u32,
-    /// Its place in the message's buffer, valid until the endpoint is next changed.
-    pub ptr: *mut u8,
-    /// Its exact length.
-    pub len: usize,
-}
-
-impl Landing {
-    /// No place.
-    pub const NONE: Landing = Landing {
-        from: SocketAddr::V4(std::net::SocketAddrV4::new(
-            std::net::Ipv4Addr::UNSPECIFIED,
-            0,
-        )),
-        src: 0,
-        seq: 0,
-        index: 0,
-        ptr: std::ptr::null_mut(),
-        len: 0,
-    };
 }
 
 impl Endpoint {
@@ -736,147 +682,9 @@ impl Endpoint {
 
 #[cfg(test)]
 mod tests {
+    use super::super::sim::{addrs, numbered, simulate, Net, Wire, TAG};
     use super::*;
     use proptest::prelude::*;
-
-    const TAG: u64 = 0x005E_C2E7;
-
-    /// A link that keeps what is sent, for the simulation to deliver.
-    struct Wire {
-        out: Vec<(SocketAddr, Vec<u8>)>,
-        max: usize,
-    }
-
-    impl Transmit for Wire {
-        fn transmit(&mut self, to: &SocketAddr, dgrams: &[[&[u8]; 2]]) -> io::Result<usize> {
-            for d in dgrams {
-                self.out.push((*to, [d[0], d[1]].concat()));
-            }
-            Ok(dgrams.len())
-        }
-        fn max_datagram(&mut self, _: &SocketAddr) -> usize {
-            self.max
-        }
-    }
-
-    /// xorshift64*: reproducible randomness for the simulated network.
-    struct Rng(u64);
-
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-        fn percent(&mut self, p: u64) -> bool {
-            self.next() % 100 < p
-        }
-    }
-
-    fn addrs() -> [SocketAddr; 2] {
-        [
-            "127.0.0.1:1000".parse().expect("addr"),
-            "127.0.0.1:2000".parse().expect("addr"),
-        ]
-    }
-
-    fn numbered(i: u32, len: usize) -> Message {
-        let mut m = Message::from_payload(&vec![i as u8; len]);
-        m.set_handler(i);
-        m
-    }
-
-    struct Net {
-        loss: u64,
-        dup: u64,
-        reorder: u64,
-    }
-
-    /// Node 0 sends `sizes.len()` numbered messages to node 1 and node 1 answers every tenth,
-    /// over a network that loses, duplicates and reorders as `net` says. Returns what each
-    /// side received, and the endpoints.
-    fn simulate(net: Net, sizes: &[usize], seed: u64) -> (Vec<u32>, Vec<u32>, [Endpoint; 2]) {
-        let a = addrs();
-        let mut t = Instant::now();
-        let cfg = Config::default();
-        let mut eps = [
-            Endpoint::new(0, &a, TAG, cfg.clone(), 1 << 20, t),
-            Endpoint::new(1, &a, TAG, cfg, 1 << 20, t),
-        ];
-        let mut wires = [
-            Wire {
-                out: Vec::new(),
-                max: 1400,
-            },
-            Wire {
-                out: Vec::new(),
-                max: 1400,
-            },
-        ];
-        let mut rng = Rng(seed | 1);
-        let mut got: [Vec<u32>; 2] = [Vec::new(), Vec::new()];
-        // (due, to node, from address, bytes)
-        let mut flight: Vec<(Instant, usize, SocketAddr, Vec<u8>)> = Vec::new();
-        let mut next = 0;
-        let tick = Duration::from_micros(50);
-        for _ in 0..2_000_000 {
-            // Node 0 sends a few messages per tick.
-            for _ in 0..4 {
-                if next < sizes.len() {
-                    let m = numbered(next as u32, sizes[next]);
-                    eps[0].send(1, m, t, &mut wires[0]).expect("send");
-                    next += 1;
-                }
-            }
-            for (n, w) in wires.iter_mut().enumerate() {
-                for (_, bytes) in w.out.drain(..) {
-                    if rng.percent(net.loss) {
-                        continue;
-                    }
-                    let copies = if rng.percent(net.dup) { 2 } else { 1 };
-                    for _ in 0..copies {
-                        let late = if rng.percent(net.reorder) {
-                            Duration::from_micros(rng.next() % 400)
-                        } else {
-                            Duration::ZERO
-                        };
-                        flight.push((t + tick + late, 1 - n, a[n], bytes.clone()));
-                    }
-                }
-            }
-            t += tick;
-            let (due, later): (Vec<_>, Vec<_>) = flight.into_iter().partition(|f| f.0 <= t);
-            flight = later;
-            for (_, to, from, bytes) in due {
-                let mut answers = Vec::new();
-                eps[to].receive(&bytes, from, t, &mut |m| {
-                    if to == 1 && m.handler() % 10 == 0 {
-                        answers.push(m.handler());
-                    }
-                    got[to].push(m.handler());
-                });
-                for h in answers {
-                    eps[1]
-                        .send(0, numbered(h, 8), t, &mut wires[1])
-                        .expect("answer");
-                }
-            }
-            for n in 0..2 {
-                eps[n].flush(t, &mut wires[n]).expect("flush");
-                eps[n].on_timers(t, &mut wires[n]).expect("no peer dies");
-            }
-            let answers = sizes.len().div_ceil(10);
-            if got[1].len() == sizes.len()
-                && got[0].len() == answers
-                && eps.iter().all(|e| e.settled())
-            {
-                break;
-            }
-        }
-        let [g0, g1] = got;
-        (g0, g1, eps)
-    }
 
     fn check(net: Net, seed: u64) -> [Endpoint; 2] {
         let sizes: Vec<usize> = (0..600)

@@ -8,7 +8,8 @@
 //! next timer is due (no timer runs while nothing is outstanding, so an idle job sleeps).
 
 use super::config::Config;
-use super::endpoint::{Endpoint, Failure, Landing};
+use super::endpoint::{Endpoint, Failure};
+use super::link::Landing;
 use super::socket::{Arrived, Socket, RECV_BATCH};
 use super::wire;
 use crate::mesh;

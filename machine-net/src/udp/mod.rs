@@ -3,22 +3,34 @@
 //! exactly once, in order per sender.
 //!
 //! - [`wire`]: the datagram header, and the checks every arriving datagram passes.
-//! - `window`: the send side per peer: packets, sliding window, SACK, loss detection,
-//!   retransmission, congestion and flow control.
+//! - `window`: the send side per peer, composed of: `send_queue` (messages numbered into
+//!   packets), `flight` (packets in flight, SACKed or lost; the retransmission queue),
+//!   `congestion` (the congestion window), `loss` (RACK, tail-loss probe, retransmission
+//!   timeout); it adds the sliding window and flow control.
 //! - `reassembly`: the receive side per peer: duplicates, reordering, fragments, delivery.
 //! - `rtt`: the retransmission timeout from measured round trips (RFC 6298).
 //! - `pool`: large buffers of messages sent, kept to receive large messages into.
 //! - [`endpoint`]: one node's protocol with all peers, timers, dead peers; no socket in it.
+//! - [`link`]: what the protocol asks of a socket (or of a simulated network).
+//! - `sim` (tests only): a simulated network that loses, duplicates and reorders, to run
+//!   endpoints over.
 //! - `socket`: the node's one UDP socket, batched system calls.
 //! - [`config`]: the `udp.*` settings.
 //! - [`layer`]: the `Machine` implementation and boot through charmrun.
 
 pub mod config;
+mod congestion;
 pub mod endpoint;
+mod flight;
 pub mod layer;
+pub mod link;
+mod loss;
 mod pool;
 mod reassembly;
 mod rtt;
+mod send_queue;
+#[cfg(test)]
+mod sim;
 mod socket;
 mod window;
 pub mod wire;

@@ -1,13 +1,25 @@
 //! The node's one UDP socket: non-blocking, large buffers, datagrams sent from two pieces
 //! (header, then the message's own bytes) so no payload is copied to prepend a header, and
 //! received in batches (`recvmmsg`: one system call for many datagrams) while a burst lasts.
+//!
+//! The message path's system calls (`recvmmsg`, `recvfrom`, `recvmsg`, `sendmmsg`, `sendmsg`,
+//! `sendto`) are libc's, not nix's: nix's `recvmmsg`/`sendmmsg` take their headers from a
+//! `MultiHeaders` and build them per call from iterators (with control-message space), its
+//! `recvfrom` takes no flags (we need `MSG_DONTWAIT | MSG_TRUNC`) and always converts the source
+//! address, and its `sendmsg` builds a fresh `msghdr` with a control buffer per call; here the
+//! receive descriptors are made once and reused, and a send writes only the entries it uses.
+//! Everything off that path (socket options, polling, errno, addresses) goes through nix.
 
-use super::endpoint::{Landing, Transmit};
+use super::link::{Landing, Transmit};
 use super::wire::{self, MAX_DATA_HEADER};
+use nix::errno::Errno;
+use nix::poll::{PollFd, PollFlags};
+use nix::sys::socket::{sockopt, SockaddrIn, SockaddrIn6, SockaddrLike, SockaddrStorage};
+use nix::sys::time::TimeSpec;
 use std::io;
 use std::mem::MaybeUninit;
-use std::net::{IpAddr, SocketAddr, SocketAddrV4, SocketAddrV6, UdpSocket};
-use std::os::fd::AsRawFd;
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::os::fd::{AsFd, AsRawFd};
 use std::time::Duration;
 
 /// Datagrams taken by one `recvmmsg`.
@@ -42,7 +54,7 @@ struct RecvRing {
     /// fragment whose place is known, its header, its place, and the buffer for the rest.
     iov: Box<[[libc::iovec; 3]; RECV_BATCH]>,
     hdrs: Box<[libc::mmsghdr; RECV_BATCH]>,
-    names: Box<[libc::sockaddr_storage; RECV_BATCH]>,
+    names: Box<[SockaddrStorage; RECV_BATCH]>,
     /// Where an expected fragment's header lands.
     heads: Box<[[u8; MAX_DATA_HEADER]; RECV_BATCH]>,
     lens: [usize; RECV_BATCH],
@@ -144,7 +156,7 @@ impl RecvRing {
 }
 
 /// An array of a plain C struct, all zero (null pointers, zero lengths): a valid value for
-/// the kernel's iovec, mmsghdr and sockaddr_storage, whose pointers are set before use.
+/// the kernel's iovec, mmsghdr and sockaddr storage, whose pointers are set before use.
 fn zeroed_array<T: Copy, const N: usize>() -> [T; N] {
     // SAFETY: used only for libc's plain structs, for which all-zero bytes are a valid value.
     unsafe { std::mem::zeroed() }
@@ -168,115 +180,34 @@ pub enum Arrived<'a> {
 
 /// A socket address as the kernel takes it.
 enum RawAddr {
-    V4(libc::sockaddr_in),
-    V6(libc::sockaddr_in6),
+    V4(SockaddrIn),
+    V6(SockaddrIn6),
 }
 
 impl RawAddr {
     fn new(a: &SocketAddr) -> RawAddr {
-        match a {
-            SocketAddr::V4(v4) => RawAddr::V4(libc::sockaddr_in {
-                sin_family: libc::AF_INET as libc::sa_family_t,
-                sin_port: v4.port().to_be(),
-                sin_addr: libc::in_addr {
-                    s_addr: u32::from_ne_bytes(v4.ip().octets()),
-                },
-                sin_zero: [0; 8],
-            }),
-            SocketAddr::V6(v6) => RawAddr::V6(libc::sockaddr_in6 {
-                sin6_family: libc::AF_INET6 as libc::sa_family_t,
-                sin6_port: v6.port().to_be(),
-                sin6_flowinfo: v6.flowinfo(),
-                sin6_addr: libc::in6_addr {
-                    s6_addr: v6.ip().octets(),
-                },
-                sin6_scope_id: v6.scope_id(),
-            }),
+        match *a {
+            SocketAddr::V4(v4) => RawAddr::V4(v4.into()),
+            SocketAddr::V6(v6) => RawAddr::V6(v6.into()),
         }
     }
 
     /// Pointer and length, for a `msghdr`.
     fn parts(&self) -> (*mut libc::c_void, libc::socklen_t) {
         match self {
-            RawAddr::V4(a) => (
-                std::ptr::addr_of!(*a) as *mut libc::c_void,
-                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
-            ),
-            RawAddr::V6(a) => (
-                std::ptr::addr_of!(*a) as *mut libc::c_void,
-                std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
-            ),
+            RawAddr::V4(a) => (a.as_ptr() as *mut libc::c_void, a.len()),
+            RawAddr::V6(a) => (a.as_ptr() as *mut libc::c_void, a.len()),
         }
     }
 }
 
-fn from_raw(s: &libc::sockaddr_storage) -> Option<SocketAddr> {
-    match i32::from(s.ss_family) {
-        libc::AF_INET => {
-            // SAFETY: the family says the storage holds a sockaddr_in.
-            let sin: &libc::sockaddr_in = unsafe { &*(s as *const _ as *const libc::sockaddr_in) };
-            Some(SocketAddr::V4(SocketAddrV4::new(
-                sin.sin_addr.s_addr.to_ne_bytes().into(),
-                u16::from_be(sin.sin_port),
-            )))
-        }
-        libc::AF_INET6 => {
-            // SAFETY: the family says the storage holds a sockaddr_in6.
-            let sin6: &libc::sockaddr_in6 =
-                unsafe { &*(s as *const _ as *const libc::sockaddr_in6) };
-            Some(SocketAddr::V6(SocketAddrV6::new(
-                sin6.sin6_addr.s6_addr.into(),
-                u16::from_be(sin6.sin6_port),
-                sin6.sin6_flowinfo,
-                sin6.sin6_scope_id,
-            )))
-        }
-        _ => None,
+/// The address the kernel wrote into `s`, if of a family we speak.
+fn from_storage(s: &SockaddrStorage) -> Option<SocketAddr> {
+    if let Some(sin) = s.as_sockaddr_in() {
+        return Some(SocketAddr::V4((*sin).into()));
     }
-}
-
-fn setsockopt_int(fd: i32, level: i32, name: i32, value: i32) -> io::Result<()> {
-    // SAFETY: a valid fd and a pointer to an int of the size given.
-    let r = unsafe {
-        libc::setsockopt(
-            fd,
-            level,
-            name,
-            std::ptr::addr_of!(value).cast(),
-            std::mem::size_of::<i32>() as libc::socklen_t,
-        )
-    };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-fn getsockopt_int(fd: i32, level: i32, name: i32) -> io::Result<i32> {
-    let mut value: i32 = 0;
-    let mut len = std::mem::size_of::<i32>() as libc::socklen_t;
-    // SAFETY: a valid fd, an int to write and its size.
-    let r = unsafe {
-        libc::getsockopt(
-            fd,
-            level,
-            name,
-            std::ptr::addr_of_mut!(value).cast(),
-            &mut len,
-        )
-    };
-    if r == 0 {
-        Ok(value)
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// The calling thread's last error number.
-fn errno() -> i32 {
-    // SAFETY: __errno_location returns this thread's errno, always valid to read.
-    unsafe { *libc::__errno_location() }
+    s.as_sockaddr_in6()
+        .map(|sin6| SocketAddr::V6((*sin6).into()))
 }
 
 /// What a receive system call said: `Some(n)` datagrams (or bytes), `None` for nothing now.
@@ -286,7 +217,7 @@ fn received(r: isize) -> io::Result<Option<usize>> {
     if r >= 0 {
         return Ok(Some(r as usize));
     }
-    match errno() {
+    match Errno::last_raw() {
         // Interrupted, or an ICMP error for an earlier send (a peer's port closed): nothing
         // now, the next call tries again. Silence from that peer is what the protocol watches.
         libc::EAGAIN | libc::EINTR | libc::ECONNREFUSED => Ok(None),
@@ -299,7 +230,7 @@ fn sent(r: isize) -> io::Result<usize> {
     if r >= 0 {
         return Ok(r as usize);
     }
-    match errno() {
+    match Errno::last_raw() {
         // Full, or interrupted: the caller tries the rest later.
         libc::EAGAIN | libc::ENOBUFS | libc::EINTR => Ok(0),
         // A local firewall dropped it, or an ICMP error of an earlier datagram surfaced: as
@@ -353,19 +284,18 @@ impl Socket {
     /// # Errors
     /// The OS's, when even the plain request fails.
     pub fn set_buffers(&self, bytes: usize) -> io::Result<usize> {
-        let fd = self.sock.as_raw_fd();
-        let want = i32::try_from(bytes).unwrap_or(i32::MAX);
-        for (force, plain) in [
-            (libc::SO_RCVBUFFORCE, libc::SO_RCVBUF),
-            (libc::SO_SNDBUFFORCE, libc::SO_SNDBUF),
-        ] {
-            if setsockopt_int(fd, libc::SOL_SOCKET, force, want).is_err() {
-                setsockopt_int(fd, libc::SOL_SOCKET, plain, want)?;
-            }
+        use nix::sys::socket::{getsockopt, setsockopt};
+        let fd = self.sock.as_fd();
+        // The kernel takes an int.
+        let want = bytes.min(i32::MAX as usize);
+        if setsockopt(&fd, sockopt::RcvBufForce, &want).is_err() {
+            setsockopt(&fd, sockopt::RcvBuf, &want)?;
+        }
+        if setsockopt(&fd, sockopt::SndBufForce, &want).is_err() {
+            setsockopt(&fd, sockopt::SndBuf, &want)?;
         }
         // The kernel reports twice what holds data (the rest is its bookkeeping).
-        let got = getsockopt_int(fd, libc::SOL_SOCKET, libc::SO_RCVBUF)?;
-        Ok(usize::try_from(got).unwrap_or(0) / 2)
+        Ok(getsockopt(&fd, sockopt::RcvBuf)? / 2)
     }
 
     /// Receive what has arrived: one datagram, or a batch while a burst lasts. The first
@@ -451,7 +381,7 @@ impl Socket {
                 r.lens[i] = 0;
             }
             r.from[i] = if named {
-                from_raw(&r.names[i])
+                from_storage(&r.names[i])
             } else {
                 self.connected
             };
@@ -502,24 +432,18 @@ impl Socket {
     /// # Errors
     /// The OS's, except interruptions.
     pub fn wait(&self, writable: bool, timeout: Duration) -> io::Result<()> {
-        let mut pfd = libc::pollfd {
-            fd: self.sock.as_raw_fd(),
-            events: libc::POLLIN | if writable { libc::POLLOUT } else { 0 },
-            revents: 0,
+        let events = if writable {
+            PollFlags::POLLIN | PollFlags::POLLOUT
+        } else {
+            PollFlags::POLLIN
         };
-        let ts = libc::timespec {
-            tv_sec: timeout.as_secs().min(i32::MAX as u64) as libc::time_t,
-            tv_nsec: libc::c_long::from(timeout.subsec_nanos() as i32),
-        };
-        // SAFETY: one valid pollfd, a valid timespec, no signal mask.
-        let r = unsafe { libc::ppoll(&mut pfd, 1, &ts, std::ptr::null()) };
-        if r < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                return Err(e);
-            }
+        let mut pfd = [PollFd::new(self.sock.as_fd(), events)];
+        // A timeout beyond what the kernel's seconds hold means "a long time", not an error.
+        let ts = TimeSpec::from_duration(timeout.min(Duration::from_secs(i32::MAX as u64)));
+        match nix::poll::ppoll(&mut pfd, Some(ts), None) {
+            Ok(_) | Err(Errno::EINTR) => Ok(()),
+            Err(e) => Err(e.into()),
         }
-        Ok(())
     }
 
     /// Send up to [`SEND_BATCH`] datagrams in one system call; how many the socket took.
@@ -624,13 +548,34 @@ fn path_mtu(to: &SocketAddr) -> io::Result<usize> {
     };
     let s = UdpSocket::bind(any)?;
     s.connect(to)?;
-    let (level, name) = if to.is_ipv4() {
-        (libc::IPPROTO_IP, libc::IP_MTU)
+    let mtu = if to.is_ipv4() {
+        nix::sys::socket::getsockopt(&s, sockopt::IpMtu)?
     } else {
-        (libc::IPPROTO_IPV6, libc::IPV6_MTU)
+        ipv6_mtu(&s)?
     };
-    let mtu = getsockopt_int(s.as_raw_fd(), level, name)?;
     usize::try_from(mtu).map_err(|_| io::Error::other("negative MTU"))
+}
+
+/// A connected IPv6 socket's path MTU (`IPV6_MTU`): nix 0.29 has `IpMtu` for IPv4 only, and
+/// no way to declare another option without `unsafe`, so this one is libc's.
+fn ipv6_mtu(s: &UdpSocket) -> io::Result<i32> {
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: a valid fd, an int to write and its size.
+    let r = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_IPV6,
+            libc::IPV6_MTU,
+            std::ptr::addr_of_mut!(value).cast(),
+            &mut len,
+        )
+    };
+    if r == 0 {
+        Ok(value)
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 #[cfg(test)]
@@ -642,18 +587,10 @@ mod tests {
         for a in ["127.0.0.1:4000", "[::1]:5000", "10.1.2.3:65535"] {
             let a: SocketAddr = a.parse().expect("address");
             let raw = RawAddr::new(&a);
-            // SAFETY: sockaddr_storage is large enough for either address, all zero is valid.
-            let mut st: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
             let (p, len) = raw.parts();
-            // SAFETY: `p` points at `len` readable bytes, which fit in the storage.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    p as *const u8,
-                    std::ptr::addr_of_mut!(st).cast::<u8>(),
-                    len as usize,
-                )
-            };
-            assert_eq!(from_raw(&st), Some(a));
+            // SAFETY: `p` points at a socket address of `len` readable bytes.
+            let st = unsafe { SockaddrStorage::from_raw(p.cast(), Some(len)) };
+            assert_eq!(st.as_ref().and_then(from_storage), Some(a));
         }
     }
 

@@ -1,83 +1,39 @@
-//! The send side towards one peer: messages cut into numbered packets, the sliding window of
-//! packets in flight, acknowledgements (cumulative and selective), loss detection,
-//! retransmission and congestion control.
+//! The send side towards one peer: what may go now, and what an acknowledgement or a timer
+//! changes. It composes the pieces, each in its own file:
+//! - [`SendQueue`]: messages queued and numbered into packets (a message of `n` packets owns
+//!   `n` consecutive sequence numbers), their datagrams;
+//! - [`Flight`]: the packets sent and not cumulatively acknowledged, each in flight,
+//!   selectively acknowledged or lost, and the retransmission queue;
+//! - [`Congestion`]: the congestion window;
+//! - [`LossDetector`]: RACK, the tail-loss probe and the retransmission timeout.
 //!
-//! Every packet gets the next 64-bit sequence number when its message is queued, so a message
-//! of `n` packets owns `n` consecutive numbers. What may be in flight is bounded three ways:
+//! What may be in flight is bounded three ways:
 //! - **window** (packets): no packet beyond `una + window`, the receiver's reassembly span;
 //! - **flow control** (bytes): no more in flight than the receiver says it can buffer (its
 //!   socket buffer's share for us, advertised in every datagram it sends);
-//! - **congestion** (bytes): a window that grows while acknowledgements come and halves on
+//! - **congestion** (packets): a window that grows while acknowledgements come and halves on
 //!   loss, so a receiver whose socket buffer overflowed sees fewer packets, not a storm.
 //!
-//! Loss is found by time, as RACK does: a packet is lost when one sent after it (by more than
-//! a quarter of the minimum RTT, to allow some reordering) has been acknowledged. A packet
-//! nothing later has answered is found by the retransmission timeout, which backs off, deems
-//! everything in flight lost and restarts the congestion window at two packets: the oldest goes
-//! at once, the rest only as acknowledgements come back. A descheduled peer therefore costs
-//! two packets per timeout, not a window of retransmissions; when its acknowledgement shows
-//! the originals had arrived, the cut and the loss marks are undone.
+//! A timeout deems everything in flight lost and restarts the congestion window at two
+//! packets: the oldest goes at once, the rest only as acknowledgements come back. A
+//! descheduled peer therefore costs two packets per timeout, not a window of retransmissions;
+//! when its acknowledgement shows the originals had arrived, the cut and the loss marks are
+//! undone.
 
+use super::congestion::{Congestion, INITIAL_CWND_PACKETS};
+use super::flight::{Flight, State};
+use super::loss::LossDetector;
 use super::pool::Pool;
 use super::rtt::{RtoBounds, Rtt};
-use super::wire::{Frag, Header, BASE, MAX_DATA_HEADER, MAX_MESSAGE};
+use super::send_queue::{SendQueue, TooLarge};
+use super::wire::{Frag, Header};
 use machine::Message;
-use std::collections::VecDeque;
 use std::time::{Duration, Instant};
-
-/// Initial congestion window, in packets (RFC 6928's ten).
-const INITIAL_CWND_PACKETS: usize = 10;
 
 /// What a datagram costs in a socket buffer beyond its bytes (Linux charges each its
 /// `sk_buff` and shared info, about this much): a small datagram takes far more buffer than
 /// its size, and flow control must count it so.
 const SKB_OVERHEAD: usize = 768;
-
-/// A message, queued or partly acknowledged.
-struct OutMsg {
-    msg: Message,
-    /// Sequence number of its first packet.
-    first: u64,
-    /// Its packets.
-    n: u64,
-    /// Wire bytes per fragment; 0 when the message fits one datagram.
-    chunk: u32,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum State {
-    /// Sent, not yet answered.
-    InFlight,
-    /// Selectively acknowledged: arrived, waiting for the packets before it.
-    Sacked,
-    /// Deemed lost: waiting in the retransmission queue.
-    Lost,
-}
-
-/// RACK's reference: the packet sent last (by time, then number) of those known to have
-/// arrived, and its round trip.
-#[derive(Debug, Clone, Copy)]
-struct Rack {
-    sent_at: Instant,
-    seq: u64,
-    rtt: Duration,
-}
-
-/// A packet that has been sent at least once.
-struct Pkt {
-    /// When it was last sent.
-    sent_at: Instant,
-    /// What it occupies in the receiver's socket buffer: its bytes and the kernel's
-    /// bookkeeping.
-    len: u32,
-    /// Times retransmitted.
-    retx: u16,
-    state: State,
-}
-
-/// Why a message cannot be queued.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TooLarge;
 
 /// What an acknowledgement did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -92,61 +48,19 @@ pub struct AckEffect {
 
 /// The send side towards one peer.
 pub struct SendWindow {
-    msgs: VecDeque<OutMsg>,
-    /// Sequence number after the last queued packet.
-    end: u64,
-    /// Oldest unacknowledged packet.
-    una: u64,
-    /// Next packet never sent.
-    nxt: u64,
-    /// Packets `una .. nxt`.
-    pkts: VecDeque<Pkt>,
-    /// Packets to retransmit, oldest first (entries may be stale: checked when taken).
-    lost: VecDeque<u64>,
-    /// Socket-buffer bytes in flight (sent, not acknowledged, not deemed lost).
-    flight: usize,
-    /// Packets in flight.
-    in_flight: usize,
-    /// Congestion window and slow-start threshold, packets.
-    cwnd: usize,
-    ssthresh: usize,
-    /// Packets acknowledged towards the next congestion-avoidance increment.
-    cwnd_credit: usize,
+    queue: SendQueue,
+    flight: Flight,
+    cc: Congestion,
+    loss: LossDetector,
     /// Bytes the peer can buffer for us (its last advertisement).
     peer_wnd: usize,
     /// Packets beyond `una` we may send.
     window: u64,
-    /// Largest datagram to this peer.
-    dgram_max: usize,
-    /// The most recently sent packet known to have arrived (RACK).
-    rack: Option<Rack>,
-    /// When packets that RACK suspects will have had time to arrive, if any.
-    reo_timer: Option<Instant>,
-    /// RACK's reordering allowance in quarters of the minimum RTT (RFC 8985's reo_wnd_mult):
-    /// widened when the peer reports duplicates, back to one after 16 recoveries.
-    reo_mult: u32,
-    /// No further widening until `una` passes this (once per window).
-    reo_widened_until: u64,
-    /// Congestion cuts since the allowance was last widened.
-    recoveries: u32,
-    /// Since when the tail-loss probe timer runs (the last send or progress), if it does.
-    tlp_from: Option<Instant>,
-    /// A tail-loss probe went out and nothing has been acknowledged since.
-    tlp_sent: bool,
-    /// The peer's longest acknowledgement delay: a lone packet's answer may take that long.
-    ack_delay: Duration,
-    /// No further congestion cut until `una` passes this (one cut per window of loss).
-    recovery_end: u64,
-    /// When the retransmission timer started, if packets are outstanding.
-    rto_from: Option<Instant>,
     /// The last time an acknowledgement made progress, or the first packet went out.
     progress_at: Instant,
-    /// Send the oldest lost packet even if the windows are full (after a timeout).
+    /// Send the oldest lost packet even if the windows are full (after a timeout or a
+    /// tail-loss probe).
     probe: bool,
-    /// Before a timeout cut the congestion window: (probe, cwnd, ssthresh), to undo it if
-    /// the timeout proves spurious.
-    undo: Option<(u64, usize, usize)>,
-    rtt: Rtt,
     /// Packets retransmitted, for the statistics.
     pub retransmits: u64,
     /// Timeouts, for the statistics.
@@ -165,36 +79,15 @@ impl SendWindow {
         ack_delay: Duration,
         now: Instant,
     ) -> SendWindow {
-        let cwnd = INITIAL_CWND_PACKETS.min(window);
         SendWindow {
-            msgs: VecDeque::new(),
-            end: 0,
-            una: 0,
-            nxt: 0,
-            pkts: VecDeque::new(),
-            lost: VecDeque::new(),
-            flight: 0,
-            in_flight: 0,
-            cwnd,
-            ssthresh: usize::MAX,
-            cwnd_credit: 0,
+            queue: SendQueue::new(dgram_max),
+            flight: Flight::default(),
+            cc: Congestion::new(window),
+            loss: LossDetector::new(bounds, ack_delay),
             peer_wnd: INITIAL_CWND_PACKETS * dgram_max,
             window: window as u64,
-            dgram_max,
-            rack: None,
-            reo_timer: None,
-            reo_mult: 1,
-            reo_widened_until: 0,
-            recoveries: 0,
-            tlp_from: None,
-            tlp_sent: false,
-            ack_delay,
-            recovery_end: 0,
-            rto_from: None,
             progress_at: now,
             probe: false,
-            undo: None,
-            rtt: Rtt::new(bounds),
             retransmits: 0,
             timeouts: 0,
             probes: 0,
@@ -206,92 +99,58 @@ impl SendWindow {
     /// # Errors
     /// [`TooLarge`] for a message beyond what a fragment header can announce.
     pub fn push(&mut self, msg: Message) -> Result<(), TooLarge> {
-        let len = msg.wire_len();
-        if len as u64 > MAX_MESSAGE {
-            return Err(TooLarge);
-        }
-        let (n, chunk) = if BASE + len <= self.dgram_max {
-            (1, 0)
-        } else {
-            let chunk = self.dgram_max - MAX_DATA_HEADER;
-            (len.div_ceil(chunk) as u64, chunk as u32)
-        };
-        self.msgs.push_back(OutMsg {
-            msg,
-            first: self.end,
-            n,
-            chunk,
-        });
-        self.end += n;
-        Ok(())
+        self.queue.push(msg)
     }
 
     /// Nothing queued, nothing unacknowledged.
     pub fn is_idle(&self) -> bool {
-        self.una == self.end
+        self.flight.una() == self.queue.end()
     }
 
     /// Packets are in flight or waiting for retransmission.
     pub fn outstanding(&self) -> bool {
-        self.una < self.nxt
+        self.flight.outstanding()
     }
 
     /// There is something to send, if the windows allow.
     pub fn has_work(&self) -> bool {
-        self.nxt < self.end || !self.lost.is_empty()
+        self.flight.nxt() < self.queue.end() || self.flight.has_lost()
     }
 
     /// Oldest unacknowledged packet and the next never sent (for the statistics and tests).
     pub fn bounds(&self) -> (u64, u64) {
-        (self.una, self.nxt)
+        (self.flight.una(), self.flight.nxt())
     }
 
     /// The RTT estimator.
     pub fn rtt(&self) -> &Rtt {
-        &self.rtt
+        self.loss.rtt()
     }
 
     /// When the retransmission timer expires, if it runs.
+    #[cfg(test)]
     pub fn rto_deadline(&self) -> Option<Instant> {
-        self.rto_from.map(|t| t + self.rtt.rto())
-    }
-
-    /// When the tail-loss probe is due, if it may go: about two round trips after the last
-    /// packet went or the last acknowledgement came (plus the peer's acknowledgement delay
-    /// when a lone packet is out), once per flight.
-    fn tlp_deadline(&self) -> Option<Instant> {
-        if self.tlp_sent || self.una == self.nxt {
-            return None;
-        }
-        let srtt = self.rtt.srtt()?;
-        let lone = if self.in_flight <= 1 {
-            self.ack_delay
-        } else {
-            Duration::ZERO
-        };
-        self.tlp_from.map(|t| t + 2 * srtt + lone)
+        self.loss.rto_deadline()
     }
 
     /// The earliest of this window's timers: retransmission timeout, tail-loss probe,
     /// RACK's reordering allowance.
     pub fn deadline(&self) -> Option<Instant> {
-        [self.rto_deadline(), self.tlp_deadline(), self.reo_timer]
-            .into_iter()
-            .flatten()
-            .min()
+        self.loss.deadline(&self.flight)
     }
 
     /// Run the timers that are due at `now`.
     pub fn on_timer(&mut self, now: Instant) {
-        if self.reo_timer.is_some_and(|t| t <= now) {
-            self.reo_timer = None;
-            if self.detect_losses(now) {
-                self.congestion_cut();
-            }
+        if self.loss.reo_due(now) && self.loss.detect(&mut self.flight, now) {
+            self.congestion_cut();
         }
-        if self.rto_deadline().is_some_and(|t| t <= now) {
+        if self.loss.rto_deadline().is_some_and(|t| t <= now) {
             self.on_timeout(now);
-        } else if self.tlp_deadline().is_some_and(|t| t <= now) {
+        } else if self
+            .loss
+            .tlp_deadline(&self.flight)
+            .is_some_and(|t| t <= now)
+        {
             self.tail_probe();
         }
     }
@@ -301,17 +160,11 @@ impl SendWindow {
     /// the packets before it are missing, and RACK resends those, long before the
     /// retransmission timeout would. Not a sign of congestion: the window stays.
     fn tail_probe(&mut self) {
-        self.tlp_sent = true;
+        self.loss.on_tail_probe();
         self.probes += 1;
-        let Some(i) = self.pkts.iter().rposition(|p| p.state == State::InFlight) else {
-            return;
-        };
-        let p = &mut self.pkts[i];
-        p.state = State::Lost;
-        self.flight -= p.len as usize;
-        self.in_flight -= 1;
-        self.lost.push_front(self.una + i as u64);
-        self.probe = true;
+        if self.flight.lose_last() {
+            self.probe = true;
+        }
     }
 
     /// The last progress: an acknowledgement that advanced, or the first packet sent after
@@ -320,60 +173,22 @@ impl SendWindow {
         self.progress_at
     }
 
-    fn pkt(&self, seq: u64) -> &Pkt {
-        &self.pkts[(seq - self.una) as usize]
-    }
-
-    fn pkt_mut(&mut self, seq: u64) -> &mut Pkt {
-        &mut self.pkts[(seq - self.una) as usize]
-    }
-
-    /// The message holding packet `seq`, and the packet's index in it.
-    fn locate(&self, seq: u64) -> (&OutMsg, u64) {
-        let i = self.msgs.partition_point(|m| m.first <= seq) - 1;
-        let m = &self.msgs[i];
-        (m, seq - m.first)
-    }
-
-    /// Datagram bytes of packet `seq` (header included).
-    fn datagram_len(&self, seq: u64) -> usize {
-        let (m, i) = self.locate(seq);
-        if m.n == 1 {
-            BASE + m.msg.wire_len()
-        } else {
-            let f = frag_of(m, i);
-            MAX_DATA_HEADER + f.range().1 as usize
-        }
-    }
-
     /// Packet `seq`'s fragment position (none for a whole message) and its bytes.
     pub fn datagram(&self, seq: u64) -> (Option<Frag>, &[u8]) {
-        let (m, i) = self.locate(seq);
-        if m.n == 1 {
-            return (None, m.msg.wire());
-        }
-        let f = frag_of(m, i);
-        let (off, len) = f.range();
-        (Some(f), &m.msg.wire()[off as usize..(off + len) as usize])
+        self.queue.datagram(seq)
     }
 
     /// Packet `seq` as one datagram, `hdr` written into its message's headroom, when it is a
     /// whole message (`None` for a fragment, whose header goes separately).
     pub fn frame(&mut self, seq: u64, hdr: &Header) -> Option<&[u8]> {
-        let i = self.msgs.partition_point(|m| m.first <= seq) - 1;
-        let m = &mut self.msgs[i];
-        if m.n != 1 {
-            return None;
-        }
-        let f = m.msg.frame_with_header(BASE);
-        hdr.write(&mut f[..BASE]);
-        Some(f)
+        self.queue.frame(seq, hdr)
     }
 
     fn room(&self, len: usize) -> bool {
         // One packet may always be in flight, however small the windows: a datagram larger
         // than the peer's advertisement must still get through.
-        self.in_flight == 0 || (self.in_flight < self.cwnd && self.flight + len <= self.peer_wnd)
+        let count = self.flight.count();
+        count == 0 || (count < self.cc.cwnd() && self.flight.bytes() + len <= self.peer_wnd)
     }
 
     /// Choose up to `max` packets to send now (retransmissions first), appending their
@@ -382,54 +197,32 @@ impl SendWindow {
     pub fn take(&mut self, out: &mut Vec<u64>, max: usize, now: Instant) {
         let start = out.len();
         while out.len() - start < max {
-            if let Some(&seq) = self.lost.front() {
-                if seq < self.una || self.pkt(seq).state != State::Lost {
-                    self.lost.pop_front();
-                    continue;
-                }
-                let len = self.pkt(seq).len as usize;
+            if let Some((seq, len)) = self.flight.first_lost() {
                 if !self.probe && !self.room(len) {
                     break;
                 }
                 self.probe = false;
-                self.lost.pop_front();
-                let p = self.pkt_mut(seq);
-                p.state = State::InFlight;
-                p.retx = p.retx.saturating_add(1);
-                p.sent_at = now;
-                self.flight += len;
-                self.in_flight += 1;
+                self.flight.resend_first_lost(now);
                 self.retransmits += 1;
                 out.push(seq);
                 continue;
             }
-            if self.nxt < self.end && self.nxt - self.una < self.window {
-                let len = self.datagram_len(self.nxt) + SKB_OVERHEAD;
+            let nxt = self.flight.nxt();
+            if nxt < self.queue.end() && nxt - self.flight.una() < self.window {
+                let len = self.queue.datagram_len(nxt) + SKB_OVERHEAD;
                 if !self.room(len) {
                     break;
                 }
-                if self.una == self.nxt {
+                if !self.flight.outstanding() {
                     self.progress_at = now;
                 }
-                self.pkts.push_back(Pkt {
-                    sent_at: now,
-                    len: len as u32,
-                    retx: 0,
-                    state: State::InFlight,
-                });
-                self.flight += len;
-                self.in_flight += 1;
-                out.push(self.nxt);
-                self.nxt += 1;
+                out.push(self.flight.send_new(len, now));
                 continue;
             }
             break;
         }
         if out.len() > start {
-            if self.rto_from.is_none() {
-                self.rto_from = Some(now);
-            }
-            self.tlp_from = Some(now);
+            self.loss.on_sent(now);
         }
     }
 
@@ -437,31 +230,16 @@ impl SendWindow {
     /// to copy, and the tail-loss probe must count its two round trips from when the last
     /// one went, not from before the system call.
     pub fn left(&mut self, now: Instant) {
-        if self.tlp_from.is_some() {
-            self.tlp_from = Some(now);
-        }
+        self.loss.left(now);
     }
 
     /// Give back packets [`take`](Self::take) chose but the socket did not take (in the order
     /// they were taken).
     pub fn unsend(&mut self, seqs: &[u64]) {
-        for &seq in seqs.iter().rev() {
-            let len = self.pkt(seq).len as usize;
-            self.flight -= len;
-            self.in_flight -= 1;
-            if seq + 1 == self.nxt && self.pkt(seq).retx == 0 {
-                self.pkts.pop_back();
-                self.nxt -= 1;
-            } else {
-                let p = self.pkt_mut(seq);
-                p.state = State::Lost;
-                p.retx = p.retx.saturating_sub(1);
-                self.retransmits = self.retransmits.saturating_sub(1);
-                self.lost.push_front(seq);
-            }
-        }
-        if self.una == self.nxt {
-            self.rto_from = None;
+        let retransmissions = self.flight.unsend(seqs);
+        self.retransmits = self.retransmits.saturating_sub(retransmissions);
+        if !self.flight.outstanding() {
+            self.loss.stop_rto();
         }
     }
 
@@ -482,185 +260,78 @@ impl SendWindow {
         // acknowledgement or a hole before it, which would inflate the estimate), and only
         // if it was sent once (Karn: the answer to a retransmission could answer either copy).
         let mut sample: Option<(Instant, u16)> = None;
-        if ack > self.nxt {
+        if ack > self.flight.nxt() {
             fx.invalid = true;
             return fx;
         }
-        self.peer_wnd = wnd.max(self.dgram_max);
-        let rack_before = self.rack.map(|r| (r.sent_at, r.seq));
+        self.peer_wnd = wnd.max(self.queue.dgram_max());
+        // RACK's reference moved: losses are looked for.
+        let mut rack_moved = false;
         // Packets this acknowledgement newly reports.
         let mut acked = 0usize;
-        if ack > self.una {
+        if ack > self.flight.una() {
+            let probe = self.cc.timeout_probe();
             let mut original_after_probe = false;
-            let probe = self.undo.map(|u| u.0);
-            while self.una < ack {
-                let Some(p) = self.pkts.pop_front() else {
-                    break;
-                };
-                match p.state {
-                    State::InFlight => {
-                        self.flight -= p.len as usize;
-                        self.in_flight -= 1;
-                    }
-                    State::Sacked | State::Lost => {}
-                }
+            let loss = &mut self.loss;
+            self.flight.advance(ack, |seq, p| {
                 if p.state != State::Sacked {
                     acked += 1;
                     if sample.is_none_or(|(t, _)| p.sent_at > t) {
                         sample = Some((p.sent_at, p.retx));
                     }
                 }
-                if p.retx == 0 && probe.is_some_and(|s| self.una > s) {
+                if p.retx == 0 && probe.is_some_and(|s| seq > s) {
                     original_after_probe = true;
                 }
-                self.note_delivered(p.sent_at, self.una, p.retx, now);
-                self.una += 1;
+                rack_moved |= loss.on_delivered(p.sent_at, seq, p.retx, now);
+            });
+            let una = self.flight.una();
+            // Packets sent once, after the timeout's oldest, arrived: the peer was slow, not
+            // the network lossy.
+            if self.cc.judge_timeout(una, original_after_probe) {
+                self.flight.unlose_originals();
             }
-            self.rtt.reset_backoff();
-            if let Some((seq, cwnd, ssthresh)) = self.undo {
-                if self.una > seq {
-                    if original_after_probe {
-                        // Packets sent once, after the probe's original, arrived: the peer
-                        // was slow, not the network lossy.
-                        self.undo_timeout(cwnd, ssthresh);
-                    }
-                    self.undo = None;
-                }
-            }
-            while self.msgs.front().is_some_and(|m| m.first + m.n <= self.una) {
-                if let Some(m) = self.msgs.pop_front() {
-                    pool.put(m.msg);
-                }
-            }
+            self.queue.release(una, pool);
             self.progress_at = now;
-            self.rto_from = (self.una < self.nxt).then_some(now);
-            self.tlp_from = Some(now);
-            self.tlp_sent = false;
+            self.loss.on_progress(now, self.flight.outstanding());
             fx.progress = true;
         }
         for seq in sacked {
-            if seq < self.una || seq >= self.nxt {
+            let Some((sent_at, retx)) = self.flight.sack(seq) else {
                 continue;
-            }
-            let i = (seq - self.una) as usize;
-            let p = &mut self.pkts[i];
-            match p.state {
-                State::Sacked => continue,
-                State::InFlight => {
-                    self.flight -= p.len as usize;
-                    self.in_flight -= 1;
-                }
-                State::Lost => {}
-            }
-            p.state = State::Sacked;
+            };
             acked += 1;
-            let p = &self.pkts[i];
-            let (sent_at, retx) = (p.sent_at, p.retx);
             if sample.is_none_or(|(t, _)| sent_at > t) {
                 sample = Some((sent_at, retx));
             }
-            self.note_delivered(sent_at, seq, retx, now);
+            rack_moved |= self.loss.on_delivered(sent_at, seq, retx, now);
         }
         if let Some((t, 0)) = sample {
-            self.rtt.sample(now.saturating_duration_since(t));
+            self.loss.sample_rtt(now.saturating_duration_since(t));
         }
-        if self.rack.map(|r| (r.sent_at, r.seq)) != rack_before {
-            fx.lost = self.detect_losses(now);
+        if rack_moved {
+            fx.lost = self.loss.detect(&mut self.flight, now);
         }
         if fx.lost {
             self.congestion_cut();
-        } else if acked > 0 && self.una >= self.recovery_end {
-            if self.cwnd < self.ssthresh {
-                self.cwnd += acked;
-            } else {
-                // One packet more per window acknowledged.
-                self.cwnd_credit += acked;
-                if self.cwnd_credit >= self.cwnd {
-                    self.cwnd_credit -= self.cwnd;
-                    self.cwnd += 1;
-                }
-            }
-            self.cwnd = self.cwnd.min(self.window as usize);
+        } else {
+            self.cc.on_acked(acked, self.flight.una());
         }
         fx
     }
 
-    /// Loss: halve the congestion window, once per window of packets (the losses of one
-    /// flight are one event).
+    /// Loss: the congestion window halves (once per window of packets).
     fn congestion_cut(&mut self) {
-        if self.una >= self.recovery_end {
-            self.ssthresh = (self.cwnd / 2).max(2);
-            self.cwnd = self.ssthresh;
-            self.recovery_end = self.nxt;
-            self.recoveries += 1;
-            if self.recoveries >= 16 {
-                self.reo_mult = 1;
-                self.recoveries = 0;
-            }
+        if self.cc.on_loss(self.flight.una(), self.flight.nxt()) {
+            self.loss.on_recovery();
         }
     }
 
     /// The peer received a packet twice: one we deemed lost was only late (or a probe went
-    /// early). Widen RACK's reordering allowance by a quarter of the minimum RTT, once per
-    /// window, up to the smoothed RTT (RFC 8985's DSACK rule).
+    /// early); RACK allows more reordering.
     pub fn on_duplicate_report(&mut self) {
-        if self.una >= self.reo_widened_until {
-            self.reo_mult = (self.reo_mult + 1).min(64);
-            self.reo_widened_until = self.nxt;
-            self.recoveries = 0;
-        }
-    }
-
-    /// RACK: remember the packet sent last (by time, then number) of those known to have
-    /// arrived, and its round trip. Only a packet sent once counts: the answer to a
-    /// retransmitted one may be the original's (a descheduled peer reading it late), and
-    /// taking the retransmission's time would condemn every original still on its way. A lost
-    /// retransmission is found when a packet sent once after it arrives, or by the timeout.
-    fn note_delivered(&mut self, sent_at: Instant, seq: u64, retx: u16, now: Instant) {
-        if retx == 0
-            && self
-                .rack
-                .is_none_or(|r| (sent_at, seq) > (r.sent_at, r.seq))
-        {
-            self.rack = Some(Rack {
-                sent_at,
-                seq,
-                rtt: now.saturating_duration_since(sent_at),
-            });
-        }
-    }
-
-    /// RACK (RFC 8985): a packet in flight sent before the reference packet (by time, then
-    /// number) is lost once it has had the reference's round trip plus a reordering allowance
-    /// (a quarter of the minimum RTT, widened when the peer reports duplicates, never above
-    /// the smoothed RTT) to arrive; one that still has time sets the reordering timer.
-    /// Whether any was found lost.
-    fn detect_losses(&mut self, now: Instant) -> bool {
-        let Some(rack) = self.rack else {
-            return false;
-        };
-        let quarter = self.rtt.min_rtt().unwrap_or(Duration::ZERO) / 4;
-        let allowance = (quarter * self.reo_mult).min(self.rtt.srtt().unwrap_or(Duration::ZERO));
-        let mut any = false;
-        let mut timer: Option<Instant> = None;
-        for (i, p) in self.pkts.iter_mut().enumerate() {
-            let seq = self.una + i as u64;
-            if p.state != State::InFlight || (p.sent_at, seq) >= (rack.sent_at, rack.seq) {
-                continue;
-            }
-            let due = p.sent_at + rack.rtt + allowance;
-            if due <= now {
-                p.state = State::Lost;
-                self.flight -= p.len as usize;
-                self.in_flight -= 1;
-                self.lost.push_back(seq);
-                any = true;
-            } else if timer.is_none_or(|t| due < t) {
-                timer = Some(due);
-            }
-        }
-        self.reo_timer = timer;
-        any
+        self.loss
+            .on_duplicate_report(self.flight.una(), self.flight.nxt());
     }
 
     /// The retransmission timer expired: every packet in flight is deemed lost (as TCP
@@ -669,69 +340,22 @@ impl SendWindow {
     /// spurious (packets sent once, after the oldest, are acknowledged), the cut and the loss
     /// marks are undone.
     pub fn on_timeout(&mut self, now: Instant) {
-        if self.una == self.nxt {
-            self.rto_from = None;
+        if !self.flight.outstanding() {
+            self.loss.stop_rto();
             return;
         }
         self.timeouts += 1;
-        self.rtt.back_off();
-        self.reo_timer = None;
-        self.lost.clear();
-        for (i, p) in self.pkts.iter_mut().enumerate() {
-            if p.state == State::InFlight {
-                p.state = State::Lost;
-                self.flight -= p.len as usize;
-                self.in_flight -= 1;
-            }
-            if p.state == State::Lost {
-                self.lost.push_back(self.una + i as u64);
-            }
-        }
-        if self.undo.is_none() {
-            self.undo = Some((self.una, self.cwnd, self.ssthresh));
-        }
-        self.ssthresh = (self.cwnd / 2).max(2);
-        self.cwnd = 2;
-        self.recovery_end = self.nxt;
+        self.loss.on_timeout(now);
+        self.flight.lose_all();
+        self.cc.on_timeout(self.flight.una(), self.flight.nxt());
         self.probe = true;
-        self.rto_from = Some(now);
-    }
-
-    /// The last timeout was spurious: restore the congestion window, and put back in flight
-    /// the packets only the timeout had deemed lost.
-    fn undo_timeout(&mut self, cwnd: usize, ssthresh: usize) {
-        self.cwnd = self.cwnd.max(cwnd);
-        self.ssthresh = ssthresh;
-        self.recovery_end = self.una;
-        for p in self.pkts.iter_mut() {
-            if p.state == State::Lost && p.retx == 0 {
-                p.state = State::InFlight;
-                self.flight += p.len as usize;
-                self.in_flight += 1;
-            }
-        }
     }
 
     /// The peer left: forget everything queued for it.
     pub fn clear(&mut self) {
-        self.msgs.clear();
-        self.pkts.clear();
-        self.lost.clear();
-        self.una = self.end;
-        self.nxt = self.end;
-        self.flight = 0;
-        self.in_flight = 0;
-        self.rto_from = None;
-        self.reo_timer = None;
-        self.tlp_from = None;
-    }
-}
-
-fn frag_of(m: &OutMsg, index: u64) -> Frag {
-    Frag {
-        index: index as u32,
-        chunk: m.chunk,
-        total: m.msg.wire_len() as u64,
+        self.queue.clear();
+        self.flight.clear(self.queue.end());
+        self.loss.clear();
     }
 }
 
