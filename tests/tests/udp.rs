@@ -475,3 +475,48 @@ mod particular {
         assert!(stats_field(&o.stderr, " garbage") >= 3 * 2, "{o}");
     }
 }
+
+/// A receiver that stops polling does not make its sender grow without limit (before the
+/// bound, a stopped peer grew each UDP sender by gigabytes within seconds).
+#[test]
+fn memory_toward_a_stalled_peer_is_bounded() {
+    conformance::expect_bounded_flood(
+        &conformance::Launcher::Charmrun {
+            machine: "udp",
+            opts: vec![],
+        },
+        env!("CARGO_BIN_EXE_conformance"),
+    );
+}
+
+/// 128 nodes, every pair talking.
+#[test]
+fn a_128_node_all_to_all_completes() {
+    conformance::expect_ok(
+        &conformance::Launcher::Charmrun {
+            machine: "udp",
+            opts: vec![],
+        },
+        env!("CARGO_BIN_EXE_conformance"),
+        128,
+        &["alltoall", "200000"],
+    );
+}
+
+/// A NaN setting is a one-line error, not a panic on every node.
+#[test]
+fn a_nan_setting_is_a_clear_error() {
+    let o = conformance::Launcher::Charmrun {
+        machine: "udp",
+        opts: vec![],
+    }
+    .run(
+        env!("CARGO_BIN_EXE_conformance"),
+        2,
+        &["hello", "+set", "udp.dead_after_s=nan"],
+        std::time::Duration::from_secs(30),
+    );
+    assert_ne!(o.code, Some(0), "{o}");
+    assert!(!o.stderr.contains("panicked"), "{o}");
+    assert!(o.stderr.contains("udp.dead_after_s"), "{o}");
+}

@@ -574,7 +574,9 @@ impl Endpoint {
                 return Err(Failure::Dead {
                     node: p,
                     reason: format!(
-                        "no answer for {:.1} s with {} packet(s) unacknowledged",
+                        "no answer for {:.1} s with {} packet(s) unacknowledged: it died, was \
+                         stopped, or is busy in a handler longer than udp.dead_after_s (for long \
+                         handlers raise it: +set udp.dead_after_s=SECONDS)",
                         silence.as_secs_f64(),
                         nxt - una
                     ),
@@ -604,6 +606,14 @@ impl Endpoint {
             }
         }
         Ok(())
+    }
+
+    /// Wire bytes held for peer `p`: queued, or sent and not yet acknowledged.
+    pub fn held(&self, p: usize) -> usize {
+        self.peers
+            .get(p)
+            .and_then(|peer| peer.tx.as_ref())
+            .map_or(0, SendWindow::held)
     }
 
     /// Every message sent has been acknowledged, or its peer has left.

@@ -302,6 +302,10 @@ impl Machine for UdpMachine {
         r.map_err(|f| self.failure(f))
     }
 
+    fn queued(&self, node: usize) -> usize {
+        self.ep.held(node)
+    }
+
     fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
         self.progress(deliver).map_err(|f| self.failure(f))
     }

@@ -42,6 +42,8 @@ pub struct SendQueue {
     end: u64,
     /// Largest datagram to this peer.
     dgram_max: usize,
+    /// Wire bytes of the messages held (queued or not wholly acknowledged).
+    bytes: usize,
 }
 
 impl SendQueue {
@@ -51,12 +53,18 @@ impl SendQueue {
             msgs: VecDeque::new(),
             end: 0,
             dgram_max,
+            bytes: 0,
         }
     }
 
     /// Largest datagram to this peer.
     pub fn dgram_max(&self) -> usize {
         self.dgram_max
+    }
+
+    /// Wire bytes of the messages held: queued, or sent and not wholly acknowledged.
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 
     /// Sequence number after the last queued packet.
@@ -79,6 +87,7 @@ impl SendQueue {
             let chunk = self.dgram_max - MAX_DATA_HEADER;
             (len.div_ceil(chunk) as u64, chunk as u32)
         };
+        self.bytes += len;
         self.msgs.push_back(OutMsg {
             msg,
             first: self.end,
@@ -139,6 +148,7 @@ impl SendQueue {
     pub fn release(&mut self, una: u64, pool: &mut Pool) {
         while self.msgs.front().is_some_and(|m| m.first + m.n <= una) {
             if let Some(m) = self.msgs.pop_front() {
+                self.bytes -= m.msg.wire_len();
                 pool.put(m.msg);
             }
         }
@@ -147,6 +157,7 @@ impl SendQueue {
     /// Forget every message (the numbering goes on from [`end`](Self::end)).
     pub fn clear(&mut self) {
         self.msgs.clear();
+        self.bytes = 0;
     }
 }
 

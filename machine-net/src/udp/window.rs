@@ -107,6 +107,11 @@ impl SendWindow {
         self.flight.una() == self.queue.end()
     }
 
+    /// Wire bytes held for the peer: messages queued or not wholly acknowledged.
+    pub fn held(&self) -> usize {
+        self.queue.bytes()
+    }
+
     /// Packets are in flight or waiting for retransmission.
     pub fn outstanding(&self) -> bool {
         self.flight.outstanding()
