@@ -29,6 +29,11 @@ mod particular {
     }
 
     #[test]
+    fn memory_toward_a_stalled_peer_is_bounded() {
+        conformance::expect_bounded_flood(&conformance::Launcher::Mpirun { opts: vec![] }, PROGRAM);
+    }
+
+    #[test]
     fn messages_longer_than_a_piece_arrive_whole() {
         // 4 KiB pieces: every size from 4 KiB up to 4 MiB goes as a header and pieces.
         let o = run_bounded(
