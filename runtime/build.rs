@@ -52,9 +52,9 @@ fn main() {
         v.name = format!("custom({})", extra.join("+"));
     }
     let mut out = String::new();
-    let _ = writeln!(out, "pub const NAME: &str = {:?};", v.name);
-    let _ = writeln!(out, "pub const DEFAULT_LAYER: &str = {:?};", v.machine);
-    let _ = writeln!(out, "pub const SETTINGS: &[(&str, &str)] = &[");
+    let _ = writeln!(out, "pub(crate) const NAME: &str = {:?};", v.name);
+    let _ = writeln!(out, "pub(crate) const DEFAULT_LAYER: &str = {:?};", v.machine);
+    let _ = writeln!(out, "pub(crate) const SETTINGS: &[(&str, &str)] = &[");
     for (k, val) in &v.settings {
         let _ = writeln!(out, "    ({k:?}, {val:?}),");
     }

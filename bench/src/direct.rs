@@ -9,7 +9,7 @@ use std::time::Instant;
 
 /// One node of `bench pe-direct`: node 0 times round trips, node 1 sends back what it gets.
 /// `settings` are the `+set` ones of the command line.
-pub fn pe_main(
+pub(crate) fn pe_main(
     layer: &str,
     sizes: &[usize],
     iters: u64,

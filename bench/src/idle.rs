@@ -10,7 +10,7 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 /// `bench idle`: run the waiting job on `layer` for `secs` seconds and print each node's CPU.
-pub fn run(layer: &str, secs: f64) -> anyhow::Result<()> {
+pub(crate) fn run(layer: &str, secs: f64) -> anyhow::Result<()> {
     let me = std::env::current_exe().context("finding the bench executable")?;
     let charmrun = crate::pingpong::charmrun_beside(&me)?;
     let out = std::env::temp_dir().join(format!("bench-idle-{}", std::process::id()));
@@ -72,7 +72,7 @@ fn cpu_time() -> Duration {
 /// `bench pe-wait`: one PE of the idle job. After start-up every PE measures its process's CPU
 /// time over `secs` idle seconds, writes it next to `out`, and tells PE 0, which ends the job
 /// once all have.
-pub fn pe_main(rt: converse::Runtime, secs: f64, out: &Path) -> anyhow::Result<()> {
+pub(crate) fn pe_main(rt: converse::Runtime, secs: f64, out: &Path) -> anyhow::Result<()> {
     let out = out.to_owned();
     let code = rt.run(|pe| {
         let reported = Rc::new(Cell::new(0usize));

@@ -30,14 +30,14 @@ struct State {
 }
 
 /// Warm-up round trips before the timed ones.
-pub fn warmup(iters: u64) -> u64 {
+pub(crate) fn warmup(iters: u64) -> u64 {
     (iters / 10).max(10)
 }
 
 /// `bench pingpong`: baseline, then the layer, then the table (and CSV). `settings` (the
 /// `+set` ones of bench's command line) go to every job of the layer; `mpi_too` adds raw
 /// Open MPI (or whichever MPI `mpirun` starts) from the same run.
-pub fn run(
+pub(crate) fn run(
     layer: &str,
     sizes: &[usize],
     iters: u64,
@@ -156,7 +156,7 @@ fn launcher(layer: &str, me: &Path) -> anyhow::Result<std::process::Command> {
 }
 
 /// The charmrun built with this bench (next to it).
-pub fn charmrun_beside(me: &Path) -> anyhow::Result<std::path::PathBuf> {
+pub(crate) fn charmrun_beside(me: &Path) -> anyhow::Result<std::path::PathBuf> {
     let charmrun = me.with_file_name("charmrun");
     anyhow::ensure!(
         charmrun.is_file(),
@@ -174,7 +174,7 @@ fn launched(layer: &str, sizes: &[usize], iters: u64, mode: &str) -> anyhow::Res
 
 /// As [`launched`], with the launcher started through `prefix` (`ip netns exec NS`, say) and
 /// `extra` runtime arguments (`+set KEY=VALUE`) for the job.
-pub fn under_charmrun_with(
+pub(crate) fn under_charmrun_with(
     layer: &str,
     sizes: &[usize],
     iters: u64,
@@ -226,7 +226,7 @@ pub fn under_charmrun_with(
 }
 
 /// `bench pe-pingpong`: one PE of a launched ping-pong job; PE 0 writes the CSV.
-pub fn pe_main(rt: Runtime, sizes: &[usize], iters: u64, csv: &Path) -> anyhow::Result<()> {
+pub(crate) fn pe_main(rt: Runtime, sizes: &[usize], iters: u64, csv: &Path) -> anyhow::Result<()> {
     let layer = rt.layer().to_owned();
     let rows = job(rt, sizes, iters, &layer)?;
     if !rows.is_empty() {

@@ -46,7 +46,7 @@ fn baseline(n: u64) -> f64 {
     t.elapsed().as_secs_f64()
 }
 
-pub fn run(n: u64, csv: Option<&Path>) -> anyhow::Result<()> {
+pub(crate) fn run(n: u64, csv: Option<&Path>) -> anyhow::Result<()> {
     let base = baseline(n);
     let timings = Mutex::new((0.0f64, 0.0f64));
     let rt = Runtime::from_args(["bench", "+p1", "+quiet"])?;

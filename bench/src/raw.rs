@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 /// Ping-pong between two threads over crossbeam channels, moving the buffer (as the in-process
 /// layer does), busy-polling on both sides.
-pub fn crossbeam_pingpong(size: usize, iters: u64, warmup: u64) -> anyhow::Result<Row> {
+pub(crate) fn crossbeam_pingpong(size: usize, iters: u64, warmup: u64) -> anyhow::Result<Row> {
     let (to_b, b_in) = crossbeam_channel::unbounded::<Vec<u8>>();
     let (to_a, a_in) = crossbeam_channel::unbounded::<Vec<u8>>();
     let total = iters + warmup;
@@ -52,7 +52,7 @@ pub fn crossbeam_pingpong(size: usize, iters: u64, warmup: u64) -> anyhow::Resul
 /// Ping-pong between this process and a child `bench raw-tcp-echo` over one TCP connection on
 /// loopback: `TCP_NODELAY`, non-blocking sockets, busy polling on both sides — the fastest a
 /// plain program gets here.
-pub fn tcp_pingpong(sizes: &[usize], iters: u64, warmup: u64) -> anyhow::Result<Vec<Row>> {
+pub(crate) fn tcp_pingpong(sizes: &[usize], iters: u64, warmup: u64) -> anyhow::Result<Vec<Row>> {
     let listener = TcpListener::bind("127.0.0.1:0")?;
     let addr = listener.local_addr()?;
     let me = std::env::current_exe()?;
@@ -91,7 +91,7 @@ pub fn tcp_pingpong(sizes: &[usize], iters: u64, warmup: u64) -> anyhow::Result<
 }
 
 /// The child side of [`tcp_pingpong`].
-pub fn tcp_echo(addr: &str, sizes: &[usize], rounds: u64) -> anyhow::Result<()> {
+pub(crate) fn tcp_echo(addr: &str, sizes: &[usize], rounds: u64) -> anyhow::Result<()> {
     let mut s = TcpStream::connect(addr)?;
     s.set_nodelay(true)?;
     s.set_nonblocking(true)?;
@@ -277,7 +277,7 @@ fn shm_join(path: &str, sizes: &[usize]) -> anyhow::Result<Shm> {
 /// Ping-pong between this process and a child `bench raw-shm-echo` through one shared mapping:
 /// a cache-line flag per direction and a payload buffer, busy-polling; each side copies the
 /// payload in and out, as a shared-memory layer must.
-pub fn shm_pingpong(sizes: &[usize], iters: u64, warmup: u64) -> anyhow::Result<Vec<Row>> {
+pub(crate) fn shm_pingpong(sizes: &[usize], iters: u64, warmup: u64) -> anyhow::Result<Vec<Row>> {
     use std::sync::atomic::Ordering;
     let (shm, child) = shm_child("raw-shm-echo", sizes, iters + warmup)?;
     let result = (|| {
@@ -314,7 +314,7 @@ fn finish_child<T>(mut child: std::process::Child, result: anyhow::Result<T>) ->
 }
 
 /// The child side of [`shm_pingpong`].
-pub fn shm_echo(path: &str, sizes: &[usize], rounds: u64) -> anyhow::Result<()> {
+pub(crate) fn shm_echo(path: &str, sizes: &[usize], rounds: u64) -> anyhow::Result<()> {
     use std::sync::atomic::Ordering;
     let shm = shm_join(path, sizes)?;
     let mut seq = 1u64;
@@ -359,7 +359,7 @@ fn vm_read(pid: i32, from: u64, into: &mut [u8]) -> anyhow::Result<()> {
 /// sequence number on its flag's cache line; the other, busy-polling, reads the bytes straight
 /// from that buffer into its own with one `process_vm_readv` (the kernel's cross-memory
 /// attach, one copy), then answers the same way. The floor of a single-copy path.
-pub fn cma_pingpong(sizes: &[usize], iters: u64, warmup: u64) -> anyhow::Result<Vec<Row>> {
+pub(crate) fn cma_pingpong(sizes: &[usize], iters: u64, warmup: u64) -> anyhow::Result<Vec<Row>> {
     use std::sync::atomic::Ordering;
     let (shm, child) = shm_child("raw-cma-echo", sizes, iters + warmup)?;
     let pid = child.id() as i32;
@@ -393,7 +393,7 @@ pub fn cma_pingpong(sizes: &[usize], iters: u64, warmup: u64) -> anyhow::Result<
 }
 
 /// The child side of [`cma_pingpong`].
-pub fn cma_echo(path: &str, sizes: &[usize], rounds: u64) -> anyhow::Result<()> {
+pub(crate) fn cma_echo(path: &str, sizes: &[usize], rounds: u64) -> anyhow::Result<()> {
     use std::sync::atomic::Ordering;
     let shm = shm_join(path, sizes)?;
     let parent = std::os::unix::process::parent_id() as i32;
@@ -531,7 +531,7 @@ fn udp_spin_recv(s: &UdpEnd, buf: &mut [u8]) -> anyhow::Result<()> {
 /// (no header, no acknowledgement, no retransmission: the fastest UDP gets here). With
 /// `connected`, each socket is connected to the other (the fastest there is); without, they
 /// use `sendto` / `recvfrom`, as one socket serving every peer must.
-pub fn udp_pingpong(
+pub(crate) fn udp_pingpong(
     sizes: &[usize],
     iters: u64,
     warmup: u64,
@@ -597,7 +597,12 @@ fn is_pinned() -> bool {
 }
 
 /// The child side of [`udp_pingpong`].
-pub fn udp_echo(addr: &str, sizes: &[usize], rounds: u64, connected: bool) -> anyhow::Result<()> {
+pub(crate) fn udp_echo(
+    addr: &str,
+    sizes: &[usize],
+    rounds: u64,
+    connected: bool,
+) -> anyhow::Result<()> {
     if crate::udp::cores() > 1 && is_pinned() {
         // The parent is pinned (by `bench udp`): take the next core, not its.
         crate::udp::pin_to(1);

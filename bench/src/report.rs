@@ -6,7 +6,7 @@ use std::io::Write;
 use std::path::Path;
 
 /// Latency and bandwidth of one size on one path.
-pub struct Row {
+pub(crate) struct Row {
     pub what: String,
     pub size: usize,
     pub count: u64,
@@ -18,7 +18,7 @@ pub struct Row {
 }
 
 impl Row {
-    pub fn from_hist(what: &str, size: usize, h: &Histogram<u64>) -> Row {
+    pub(crate) fn from_hist(what: &str, size: usize, h: &Histogram<u64>) -> Row {
         Row {
             what: what.into(),
             size,
@@ -32,7 +32,7 @@ impl Row {
     }
 
     /// Bytes per second over the mean one-way time, in MB/s.
-    pub fn mb_per_s(&self) -> f64 {
+    pub(crate) fn mb_per_s(&self) -> f64 {
         if self.mean_ns > 0.0 {
             self.size as f64 / self.mean_ns * 1e3
         } else {
@@ -42,7 +42,7 @@ impl Row {
 }
 
 /// A histogram for nanosecond latencies from 1 ns to 1 minute, 3 significant digits.
-pub fn histogram() -> anyhow::Result<Histogram<u64>> {
+pub(crate) fn histogram() -> anyhow::Result<Histogram<u64>> {
     Histogram::new_with_bounds(1, 60_000_000_000, 3).context("creating a histogram")
 }
 
@@ -51,7 +51,7 @@ fn us(ns: u64) -> f64 {
 }
 
 /// Print one series: size, one-way p50 in µs, bandwidth in MB/s.
-pub fn print_series(rows: &[Row]) {
+pub(crate) fn print_series(rows: &[Row]) {
     for r in rows {
         println!(
             "{:>9} | {:>9.3} | {:>10.1}",
@@ -63,7 +63,7 @@ pub fn print_series(rows: &[Row]) {
 }
 
 /// Print layer rows next to baseline rows of the same size, with the p50 ratio.
-pub fn print_pingpong(layer: &[Row], raw: &[Row]) {
+pub(crate) fn print_pingpong(layer: &[Row], raw: &[Row]) {
     println!(
         "{:>9} | {:>28} | {:>28} | {:>6} | {:>10} {:>10}",
         "", "layer one-way us", "raw one-way us", "p50", "layer", "raw"
@@ -95,7 +95,7 @@ pub fn print_pingpong(layer: &[Row], raw: &[Row]) {
 }
 
 /// Write rows as CSV.
-pub fn write_csv(path: &Path, rows: &[&Row]) -> anyhow::Result<()> {
+pub(crate) fn write_csv(path: &Path, rows: &[&Row]) -> anyhow::Result<()> {
     let mut f =
         std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
     writeln!(
@@ -121,7 +121,7 @@ pub fn write_csv(path: &Path, rows: &[&Row]) -> anyhow::Result<()> {
 }
 
 /// Read rows written by [`write_csv`].
-pub fn read_csv(path: &Path) -> anyhow::Result<Vec<Row>> {
+pub(crate) fn read_csv(path: &Path) -> anyhow::Result<Vec<Row>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     let mut rows = Vec::new();
@@ -144,7 +144,7 @@ pub fn read_csv(path: &Path) -> anyhow::Result<Vec<Row>> {
 }
 
 /// Sizes as the comma-separated list the hidden subcommands take.
-pub fn size_list(sizes: &[usize]) -> String {
+pub(crate) fn size_list(sizes: &[usize]) -> String {
     sizes
         .iter()
         .map(|s| s.to_string())

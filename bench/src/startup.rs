@@ -12,7 +12,7 @@ use std::time::Instant;
 /// Runs per point; the median is reported.
 const RUNS: usize = 5;
 
-pub fn run(pes: &[usize], layer: &str) -> anyhow::Result<()> {
+pub(crate) fn run(pes: &[usize], layer: &str) -> anyhow::Result<()> {
     let me = std::env::current_exe().context("finding the bench executable")?;
     let charmrun = crate::pingpong::charmrun_beside(&me)?;
     println!(
@@ -52,7 +52,7 @@ pub fn run(pes: &[usize], layer: &str) -> anyhow::Result<()> {
 
 /// `bench launch-floor N`: fork/exec N copies of this program that each connect to us and
 /// exit; return when all are gone.
-pub fn launch_floor(p: usize) -> anyhow::Result<()> {
+pub(crate) fn launch_floor(p: usize) -> anyhow::Result<()> {
     let me = std::env::current_exe()?;
     let l = TcpListener::bind("127.0.0.1:0")?;
     let addr = l.local_addr()?.to_string();
@@ -77,7 +77,7 @@ pub fn launch_floor(p: usize) -> anyhow::Result<()> {
 }
 
 /// The child side of [`launch_floor`].
-pub fn connect_back(addr: &str) -> anyhow::Result<()> {
+pub(crate) fn connect_back(addr: &str) -> anyhow::Result<()> {
     use std::io::Write;
     TcpStream::connect(addr)?.write_all(&[1])?;
     Ok(())

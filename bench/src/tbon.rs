@@ -98,7 +98,7 @@ fn best(runs: &[Figures]) -> Figures {
     }
 }
 
-pub struct Params<'a> {
+pub(crate) struct Params<'a> {
     pub backends: &'a [usize],
     pub layers: &'a [String],
     pub runs: usize,
@@ -107,7 +107,7 @@ pub struct Params<'a> {
     pub csv: Option<&'a Path>,
 }
 
-pub fn run(p: &Params<'_>) -> anyhow::Result<()> {
+pub(crate) fn run(p: &Params<'_>) -> anyhow::Result<()> {
     let me = std::env::current_exe().context("finding the bench executable")?;
     let me = me.to_string_lossy().into_owned();
     let shapes = [Shape::Flat, Shape::TwoLevel(4), Shape::TwoLevel(8)];
@@ -229,7 +229,7 @@ fn overlay(
 
 /// `bench tbon-be`: the back-end program. Answers a round with 1, a wave request with that
 /// many 1s.
-pub fn backend() -> std::process::ExitCode {
+pub(crate) fn backend() -> std::process::ExitCode {
     tbon::run_backend(|net| loop {
         let (s, p) = net.recv()?;
         match p.tag() {
@@ -332,7 +332,7 @@ fn raw_flat(me: &str, b: usize, rounds: usize, waves: usize) -> anyhow::Result<F
 
 /// `bench tbon-raw-child ADDR`: the raw baseline's back-end. Commands are 5 bytes: 1 (answer
 /// one value), 2 + count (stream that many values), 0 (leave).
-pub fn raw_child(addr: &str) -> anyhow::Result<()> {
+pub(crate) fn raw_child(addr: &str) -> anyhow::Result<()> {
     let mut s = TcpStream::connect(addr)?;
     s.set_nodelay(true)?;
     s.set_read_timeout(Some(Duration::from_secs(600)))?;

@@ -21,7 +21,7 @@ use std::process::Command;
 const MIB: usize = 1 << 20;
 
 /// `bench udp`: the `parts` named (bandwidth, loss, contention).
-pub fn run(iters: u64, runs: usize, parts: &[String]) -> anyhow::Result<()> {
+pub(crate) fn run(iters: u64, runs: usize, parts: &[String]) -> anyhow::Result<()> {
     for p in parts {
         match p.as_str() {
             "bandwidth" => bandwidth(iters, runs)?,
@@ -216,7 +216,7 @@ impl Drop for Spinner {
 }
 
 /// Pin the calling process (its threads to come) to one core.
-pub fn pin_to(core: usize) {
+pub(crate) fn pin_to(core: usize) {
     let mut set = CpuSet::new();
     // A core beyond the set's capacity or one the host lacks leaves the process as it was.
     if set.set(core).is_ok() {
@@ -226,7 +226,7 @@ pub fn pin_to(core: usize) {
 
 /// Cores online (not the ones this process may use: a pinned parent's children inherit its
 /// single core, and must still see the others).
-pub fn cores() -> usize {
+pub(crate) fn cores() -> usize {
     sysconf(SysconfVar::_NPROCESSORS_ONLN)
         .ok()
         .flatten()
@@ -236,7 +236,7 @@ pub fn cores() -> usize {
 }
 
 /// How many cores this process may run on.
-pub fn allowed_cores() -> usize {
+pub(crate) fn allowed_cores() -> usize {
     sched_getaffinity(Pid::from_raw(0)).map_or(0, |set| {
         (0..CpuSet::count())
             .filter(|&i| set.is_set(i).unwrap_or(false))
@@ -258,7 +258,7 @@ fn pinned_to<T>(core: usize, f: impl FnOnce() -> T) -> T {
 
 /// Pin a node of a launched job to core (its node number mod the cores): node 0 on the first
 /// core, node 1 on the second...
-pub fn pin_to_node_core() {
+pub(crate) fn pin_to_node_core() {
     let node: usize = std::env::var("CONVERSE_NODE")
         .ok()
         .and_then(|n| n.parse().ok())
@@ -267,7 +267,7 @@ pub fn pin_to_node_core() {
 }
 
 /// `bench spin`: pin to the last core and spin until killed.
-pub fn spin() -> anyhow::Result<()> {
+pub(crate) fn spin() -> anyhow::Result<()> {
     pin_to(cores() - 1);
     let mut x = 0u64;
     loop {

@@ -4,7 +4,7 @@
 //!
 //! The launcher runs in a process group of its own, as node processes do: a Ctrl-C (SIGINT,
 //! SIGTERM, SIGHUP) reaches charmrun, which passes it on to the whole group, and ends the
-//! group if it has not ended [`TERM_GRACE`] later; `++timelimit` does the same with SIGTERM.
+//! group if it has not ended `TERM_GRACE` later; `++timelimit` does the same with SIGTERM.
 
 use crate::launch::LaunchError;
 use crate::opts::{shell_words, Opts, UsageError};

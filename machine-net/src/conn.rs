@@ -15,7 +15,7 @@ use std::io::{self, IoSlice, Read, Write};
 use std::net::TcpStream;
 
 /// Bytes of the length prefix.
-pub const FRAME_HEADER: usize = 4;
+pub(crate) const FRAME_HEADER: usize = 4;
 
 /// Size of the receive buffer.
 const READ_BUF: usize = 64 << 10;
@@ -28,7 +28,7 @@ const IOV_MAX: usize = 64;
 
 /// Why a connection cannot go on.
 #[derive(Debug)]
-pub enum ConnError {
+pub(crate) enum ConnError {
     /// The peer closed it or it broke.
     Gone(String),
     /// The peer sent a frame that cannot be one of ours.
@@ -36,7 +36,7 @@ pub enum ConnError {
 }
 
 /// A connection to one peer.
-pub struct Conn {
+pub(crate) struct Conn {
     stream: TcpStream,
     /// Frames waiting for the socket; the front one may be partly written.
     out: VecDeque<Message>,
@@ -54,7 +54,7 @@ pub struct Conn {
 
 impl Conn {
     /// Wrap a connected, non-blocking stream.
-    pub fn new(stream: TcpStream) -> Conn {
+    pub(crate) fn new(stream: TcpStream) -> Conn {
         Conn {
             stream,
             out: VecDeque::new(),
@@ -68,17 +68,17 @@ impl Conn {
     }
 
     /// The socket.
-    pub fn stream(&self) -> &TcpStream {
+    pub(crate) fn stream(&self) -> &TcpStream {
         &self.stream
     }
 
     /// Wire bytes of the frames waiting for the socket.
-    pub fn queued(&self) -> usize {
+    pub(crate) fn queued(&self) -> usize {
         self.out_bytes
     }
 
     /// Whether frames wait for the socket.
-    pub fn has_output(&self) -> bool {
+    pub(crate) fn has_output(&self) -> bool {
         !self.out.is_empty()
     }
 
@@ -87,7 +87,7 @@ impl Conn {
     ///
     /// # Errors
     /// [`ConnError::Gone`] when the socket is broken.
-    pub fn send(&mut self, mut msg: Message) -> Result<(), ConnError> {
+    pub(crate) fn send(&mut self, mut msg: Message) -> Result<(), ConnError> {
         let len = u32::try_from(msg.wire_len())
             .map_err(|_| ConnError::Gone("message larger than 4 GiB".into()))?;
         let frame = msg.frame_with_header(FRAME_HEADER);
@@ -119,7 +119,7 @@ impl Conn {
     ///
     /// # Errors
     /// [`ConnError::Gone`] when the socket is broken.
-    pub fn flush(&mut self) -> Result<(), ConnError> {
+    pub(crate) fn flush(&mut self) -> Result<(), ConnError> {
         while !self.out.is_empty() {
             let mut iov: [IoSlice<'_>; IOV_MAX] = [IoSlice::new(&[]); IOV_MAX];
             let mut k = 0;
@@ -160,7 +160,7 @@ impl Conn {
     /// # Errors
     /// [`ConnError::Gone`] at end of stream or on a socket error; [`ConnError::Corrupt`] for a
     /// frame too short to hold an envelope.
-    pub fn receive(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, ConnError> {
+    pub(crate) fn receive(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, ConnError> {
         if self.inbuf.is_empty() {
             self.inbuf = vec![0u8; READ_BUF];
         }

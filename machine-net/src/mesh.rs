@@ -19,16 +19,16 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 /// Bytes a connecting node sends first.
-pub const INTRO: usize = SECRET_LEN + 4;
+pub(crate) const INTRO: usize = SECRET_LEN + 4;
 
 /// How long an accepted connection may take to introduce itself before it is closed.
-pub const INTRO_TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const INTRO_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// How long opening a connection to a peer may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A node's listening address as it travels in the node table.
-pub fn encode_addr(a: SocketAddr) -> Vec<u8> {
+pub(crate) fn encode_addr(a: SocketAddr) -> Vec<u8> {
     a.to_string().into_bytes()
 }
 
@@ -36,7 +36,7 @@ pub fn encode_addr(a: SocketAddr) -> Vec<u8> {
 ///
 /// # Errors
 /// [`MachineError::Boot`] when the table's entry is missing or malformed.
-pub fn decode_addr(table: &NodeTable, node: usize) -> Result<SocketAddr, MachineError> {
+pub(crate) fn decode_addr(table: &NodeTable, node: usize) -> Result<SocketAddr, MachineError> {
     let bad =
         |why: &str| MachineError::Boot(format!("node {node}'s address in the node table {why}"));
     let info = table.node(node).ok_or_else(|| bad("is missing"))?;
@@ -51,7 +51,7 @@ const REQUEST: u32 = 1 << 31;
 
 /// What an introduction asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// This is the pair's connection.
     Data,
     /// Open the pair's connection to me.
@@ -62,7 +62,7 @@ pub enum Kind {
 ///
 /// # Errors
 /// The socket's, as text for a `PeerDead`.
-pub fn open(
+pub(crate) fn open(
     addr: SocketAddr,
     me: usize,
     kind: Kind,
@@ -92,7 +92,7 @@ pub fn open(
 }
 
 /// An accepted connection that has not finished introducing itself.
-pub struct Pending {
+pub(crate) struct Pending {
     pub stream: TcpStream,
     got: [u8; INTRO],
     have: usize,
@@ -100,7 +100,7 @@ pub struct Pending {
 }
 
 /// What became of a pending connection.
-pub enum Intro {
+pub(crate) enum Intro {
     /// Still waiting for bytes.
     Waiting(Pending),
     /// A node of the job: this one, asking for this.
@@ -111,7 +111,7 @@ pub enum Intro {
 
 impl Pending {
     /// A freshly accepted (non-blocking) connection.
-    pub fn new(stream: TcpStream) -> Pending {
+    pub(crate) fn new(stream: TcpStream) -> Pending {
         Pending {
             stream,
             got: [0; INTRO],
@@ -122,7 +122,7 @@ impl Pending {
 
     /// Read what has come of the introduction and judge it. `allowed(n, kind)` says whether
     /// node `n` may open such a connection to us now.
-    pub fn advance(
+    pub(crate) fn advance(
         mut self,
         secret: &[u8; SECRET_LEN],
         nodes: usize,

@@ -75,6 +75,16 @@ pub struct TcpMachine {
     ctl: std::sync::Arc<Control>,
 }
 
+// By hand: the fields are the layer's working state, which says nothing a reader of a log
+// could use beyond the node.
+impl std::fmt::Debug for TcpMachine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TcpMachine")
+            .field("node", &self.me)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Boot: connect back to charmrun, open the listener, learn the table.
 ///
 /// # Errors

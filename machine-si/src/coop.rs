@@ -49,6 +49,14 @@ pub struct Block {
     failed: AtomicU64,
 }
 
+// By hand: the fields are the layer's working state, which says nothing a reader of a log
+// could use beyond its type.
+impl std::fmt::Debug for Block {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Block").finish_non_exhaustive()
+    }
+}
+
 /// A copy on offer, as the sender sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Offer {

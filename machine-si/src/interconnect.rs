@@ -48,6 +48,16 @@ pub struct Si {
     pids: Vec<i32>,
 }
 
+// By hand: the fields are the layer's working state, which says nothing a reader of a log
+// could use beyond the node.
+impl std::fmt::Debug for Si {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Si")
+            .field("node", &self.me)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Our ring in a node's port, as its producer. The views point into mappings `Si` keeps.
 struct Tx {
     ring: Ring,

@@ -164,6 +164,16 @@ pub struct SiMachine {
     spares: Vec<Vec<u8>>,
 }
 
+// By hand: the fields are the layer's working state, which says nothing a reader of a log
+// could use beyond the node.
+impl std::fmt::Debug for SiMachine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SiMachine")
+            .field("node", &self.me)
+            .finish_non_exhaustive()
+    }
+}
+
 /// `si.single_copy_from`: the wire size from which messages are lent (`Some(usize::MAX)` for
 /// `off`), or `None` for the measured default.
 fn single_copy_from(cfg: &BootConfig) -> Result<Option<usize>, MachineError> {

@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 /// Bytes in front of a ring's data: the consumer's line, and the pair's copy block (used for
 /// large messages only, and keeping the consumer's line off the data: CPUs fetch lines in
 /// pairs).
-pub const HEADER: usize = 128;
+pub(crate) const HEADER: usize = 128;
 
 /// A word that says: the next record is at position 0.
 const WRAP: u32 = u32::MAX;
@@ -49,7 +49,7 @@ fn footprint(len: usize) -> usize {
 
 /// Where a ring lives: the consumer's `head` and the data area, whose words (the first four
 /// bytes of each line) are read and written atomically. Positions are data offsets.
-pub trait Memory {
+pub(crate) trait Memory {
     /// The consumer's published position.
     fn load_head(&self, order: Ordering) -> u64;
     /// Publish the consumer's position.
@@ -75,7 +75,7 @@ pub trait Memory {
 
 /// A ring's memory in a shared mapping: `HEADER` bytes, then the data.
 #[derive(Clone, Copy)]
-pub struct Mapped {
+pub(crate) struct Mapped {
     base: *mut u8,
 }
 
@@ -141,7 +141,7 @@ impl Memory for Mapped {
 
 /// A view of one ring.
 #[derive(Clone, Copy)]
-pub struct Ring<M = Mapped> {
+pub(crate) struct Ring<M = Mapped> {
     mem: M,
     cap: usize,
 }
@@ -153,13 +153,13 @@ impl Ring<Mapped> {
     /// `base` must be 64-byte aligned, point to `HEADER + cap` bytes that stay mapped as long as
     /// the ring is used, and be initialised to zero (or be a ring already in use). At most one
     /// process may produce and one consume.
-    pub unsafe fn new(base: *mut u8, cap: usize) -> Ring {
+    pub(crate) unsafe fn new(base: *mut u8, cap: usize) -> Ring {
         Ring::with_memory(Mapped { base }, cap)
     }
 
     /// How many of the producer's lent messages (see `pull.rs`) the consumer has copied out of
     /// the producer's memory: the producer may free them. Written by the consumer only.
-    pub fn pulled(&self) -> &AtomicU64 {
+    pub(crate) fn pulled(&self) -> &AtomicU64 {
         // SAFETY: offset 8 of the consumer's line, 8-aligned, inside the mapping; atomics may
         // alias shared memory.
         unsafe { &*(self.mem.base.add(8) as *const AtomicU64) }
@@ -167,14 +167,14 @@ impl Ring<Mapped> {
 
     /// Non-zero when the consumer can read the producer's memory (its start-up probe worked),
     /// so the producer may lend it large messages instead of copying them into the ring.
-    pub fn pull_ok(&self) -> &AtomicU32 {
+    pub(crate) fn pull_ok(&self) -> &AtomicU32 {
         // SAFETY: as for `pulled`, at offset 16.
         unsafe { &*(self.mem.base.add(16) as *const AtomicU32) }
     }
 
     /// The block through which the consumer shares the copy of a large lent message with the
     /// producer.
-    pub fn coop(&self) -> &crate::coop::Block {
+    pub(crate) fn coop(&self) -> &crate::coop::Block {
         const _: () = assert!(std::mem::size_of::<crate::coop::Block>() <= 64);
         // SAFETY: the second line of the header, 64-aligned, inside the mapping; the block is
         // atomics only, which may alias shared memory (zeroed: no copy offered).
@@ -197,12 +197,12 @@ impl<M: Memory> Ring<M> {
     }
 
     /// Largest record the ring takes.
-    pub fn max_record(&self) -> usize {
+    pub(crate) fn max_record(&self) -> usize {
         self.cap / 2 - ALIGN
     }
 
     /// Consumer: whether nothing is waiting to be read.
-    pub fn is_empty(&self, c: &Consumer) -> bool {
+    pub(crate) fn is_empty(&self, c: &Consumer) -> bool {
         self.mem.load_word(
             self.word_at((c.head as usize) & (self.cap - 1)),
             Ordering::Acquire,
@@ -212,7 +212,7 @@ impl<M: Memory> Ring<M> {
     /// Producer: append the record `rec`, if there is room now.
     /// Returns `false` when the ring is too full: nothing was written. `p` is the producer's
     /// local state for this ring.
-    pub fn try_push(&self, p: &mut Producer, rec: &[u8]) -> bool {
+    pub(crate) fn try_push(&self, p: &mut Producer, rec: &[u8]) -> bool {
         let len = rec.len();
         debug_assert!(len <= self.max_record());
         let need = footprint(len);
@@ -251,7 +251,7 @@ impl<M: Memory> Ring<M> {
 
     /// Consumer: the length of the next record, if one is there. Finding the ring empty
     /// publishes what was freed, so a producer waiting for room learns of it.
-    pub fn peek_len(&self, c: &mut Consumer) -> Option<usize> {
+    pub(crate) fn peek_len(&self, c: &mut Consumer) -> Option<usize> {
         loop {
             let pos = (c.head as usize) & (self.cap - 1);
             match self.mem.load_word(self.word_at(pos), Ordering::Acquire) {
@@ -268,7 +268,7 @@ impl<M: Memory> Ring<M> {
     /// Consumer: copy the next record (whose length [`peek_len`](Self::peek_len) gave) into
     /// `out`, which must be exactly that long, and free its space. Every byte of `out` is
     /// initialised afterwards (so it may be fresh, unzeroed memory).
-    pub fn pop_into(&self, c: &mut Consumer, out: &mut [MaybeUninit<u8>]) {
+    pub(crate) fn pop_into(&self, c: &mut Consumer, out: &mut [MaybeUninit<u8>]) {
         let pos = (c.head as usize) & (self.cap - 1);
         // SAFETY: peek_len returned this record's length and skipped any wrap marker, so a
         // published record of `out.len()` bytes starts at `pos + 8`; the producer leaves it
@@ -290,7 +290,7 @@ impl<M: Memory> Ring<M> {
 
 /// The producer's local state for one ring.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Producer {
+pub(crate) struct Producer {
     /// How far it knows the consumer is.
     head: u64,
     /// How far it has written.
@@ -299,7 +299,7 @@ pub struct Producer {
 
 /// The consumer's local state for one ring.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct Consumer {
+pub(crate) struct Consumer {
     /// How far it has read.
     head: u64,
     /// How far it has told the producer.

@@ -23,7 +23,7 @@ const MAGIC: u64 = 0x5349_5f50_4f52_5431; // "SI_PORT1"
 const HEADER: usize = 128;
 
 /// A mapped port.
-pub struct Segment {
+pub(crate) struct Segment {
     path: PathBuf,
     map: MmapRaw,
     nodes: usize,
@@ -40,7 +40,7 @@ impl Segment {
     ///
     /// # Errors
     /// The file system's.
-    pub fn create(
+    pub(crate) fn create(
         path: &Path,
         nodes: usize,
         cap: usize,
@@ -80,7 +80,7 @@ impl Segment {
     ///
     /// # Errors
     /// The file system's, or `InvalidData` when the file is not a port of this shape.
-    pub fn open(path: &Path, nodes: usize) -> std::io::Result<Segment> {
+    pub(crate) fn open(path: &Path, nodes: usize) -> std::io::Result<Segment> {
         let f = OpenOptions::new().read(true).write(true).open(path)?;
         let map = MmapOptions::new().map_raw(&f)?;
         let bad = |why: &str| {
@@ -114,7 +114,7 @@ impl Segment {
     }
 
     /// The ring that node `from` writes into.
-    pub fn ring(&self, from: usize) -> Ring {
+    pub(crate) fn ring(&self, from: usize) -> Ring {
         assert!(from < self.nodes);
         // SAFETY: the ring lies inside the mapping (checked at open/create), 64-byte aligned
         // (HEADER, ring::HEADER and cap are multiples of 64), and the mapping lives as long as
@@ -140,12 +140,12 @@ impl Segment {
     }
 
     /// The owner's process id.
-    pub fn owner_pid(&self) -> i32 {
+    pub(crate) fn owner_pid(&self) -> i32 {
         self.word(2).load(Ordering::Relaxed) as i32
     }
 
     /// Where the owner's probe word is and what it holds.
-    pub fn probe(&self) -> (u64, u64) {
+    pub(crate) fn probe(&self) -> (u64, u64) {
         // SAFETY: offsets 40 and 48 are inside the header, 8-aligned; written before the magic
         // was published (release), which `open` read.
         unsafe {
@@ -156,19 +156,19 @@ impl Segment {
 
     /// Owner side: say that nothing more will be read from this port. Ordered before whatever
     /// the owner reads next, so a writer either sees the flag or has its record read.
-    pub fn mark_closed(&self) {
+    pub(crate) fn mark_closed(&self) {
         self.word(3).store(1, Ordering::SeqCst);
         std::sync::atomic::fence(Ordering::SeqCst);
     }
 
     /// Writer side: whether the owner has left. Ordered after the writer's last record.
-    pub fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         std::sync::atomic::fence(Ordering::SeqCst);
         self.word(3).load(Ordering::SeqCst) != 0
     }
 
     /// Writer side: the owner's doorbell, to ring after each record.
-    pub fn bell(&self) -> Bell {
+    pub(crate) fn bell(&self) -> Bell {
         Bell {
             base: self.map.as_mut_ptr(),
         }
@@ -176,7 +176,7 @@ impl Segment {
 
     /// Owner side: sleep until a writer rings or `timeout` passes, unless `has_work` says there
     /// is already something to read.
-    pub fn sleep(&self, timeout: Duration, has_work: impl Fn() -> bool) {
+    pub(crate) fn sleep(&self, timeout: Duration, has_work: impl Fn() -> bool) {
         self.sleeping().store(1, Ordering::SeqCst);
         let seen = self.doorbell().load(Ordering::SeqCst);
         std::sync::atomic::fence(Ordering::SeqCst);
@@ -187,7 +187,7 @@ impl Segment {
     }
 
     /// The file's path.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.path
     }
 }
@@ -195,7 +195,7 @@ impl Segment {
 /// A port's doorbell as its writers hold it: a pointer into the mapping, valid as long as the
 /// [`Segment`] it came from (the interconnect keeps both).
 #[derive(Clone, Copy)]
-pub struct Bell {
+pub(crate) struct Bell {
     base: *mut u8,
 }
 
@@ -210,7 +210,7 @@ impl Bell {
     }
 
     /// After publishing a record: wake the owner if it sleeps.
-    pub fn ring(&self) {
+    pub(crate) fn ring(&self) {
         // Orders the record's publication before reading `sleeping` (the owner does the
         // mirror image), so either it sees the record or we see it asleep.
         std::sync::atomic::fence(Ordering::SeqCst);

@@ -46,6 +46,16 @@ pub struct LocalMachine {
     barrier: Arc<Barrier>,
 }
 
+// By hand: the fields are the layer's working state, which says nothing a reader of a log
+// could use beyond the node.
+impl std::fmt::Debug for LocalMachine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalMachine")
+            .field("node", &self.me)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Create every node of the job in this process.
 ///
 /// # Errors

@@ -45,7 +45,7 @@ impl Default for RuntimeArgs {
 }
 
 /// One line listing every runtime argument, for error messages.
-pub const USAGE: &str =
+pub(crate) const USAGE: &str =
     "runtime arguments: +p N, +ppn K, +machine NAME, +set KEY=VALUE, +quiet, +version";
 
 /// Split `argv` (with `argv[0]`) into runtime arguments and the program's.

@@ -7,10 +7,10 @@ use machine::Layer;
 
 /// Every layer name the project knows, compiled in or not, so that a name of a layer this
 /// build lacks gets a different error from a misspelt one.
-pub const KNOWN: &[&str] = &["local", "tcp", "udp", "si", "mpi"];
+pub(crate) const KNOWN: &[&str] = &["local", "tcp", "udp", "si", "mpi"];
 
 /// The layers compiled into this program, in order of preference.
-pub const COMPILED: &[Layer] = &[
+pub(crate) const COMPILED: &[Layer] = &[
     machine::local::LAYER,
     #[cfg(feature = "tcp")]
     net::tcp::LAYER,
@@ -28,7 +28,7 @@ pub const COMPILED: &[Layer] = &[
 ///
 /// # Errors
 /// As [`find`], for the variant's default.
-pub fn choose(default: &str) -> Result<&'static Layer, RuntimeError> {
+pub(crate) fn choose(default: &str) -> Result<&'static Layer, RuntimeError> {
     let default = find(default)?;
     if (default.launched)() {
         return Ok(default);
@@ -53,7 +53,7 @@ pub fn choose(default: &str) -> Result<&'static Layer, RuntimeError> {
 ///
 /// # Errors
 /// [`RuntimeError::Layer`] saying whether the name is unknown or the layer was not compiled in.
-pub fn find(name: &str) -> Result<&'static Layer, RuntimeError> {
+pub(crate) fn find(name: &str) -> Result<&'static Layer, RuntimeError> {
     if let Some(l) = COMPILED.iter().find(|l| l.name == name) {
         return Ok(l);
     }
@@ -73,14 +73,14 @@ pub fn find(name: &str) -> Result<&'static Layer, RuntimeError> {
 
 /// Every setting a key may name: the runtime's, each compiled-in layer's, and the MPI layer's
 /// even where it is not compiled in (a variant file for it is still checked).
-pub fn settings() -> Vec<&'static [machine::SettingSpec]> {
+pub(crate) fn settings() -> Vec<&'static [machine::SettingSpec]> {
     let mut all = vec![crate::scheduler::SETTINGS, machine_mpi::SETTINGS];
     all.extend(COMPILED.iter().map(|l| l.settings));
     all
 }
 
 /// Names of the compiled-in layers, comma-separated.
-pub fn names() -> String {
+pub(crate) fn names() -> String {
     COMPILED
         .iter()
         .map(|l| l.name)

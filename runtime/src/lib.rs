@@ -58,6 +58,16 @@ pub struct Runtime {
     launch: Option<LaunchEnv>,
 }
 
+// By hand: the fields are the layer's working state, which says nothing a reader of a log
+// could use beyond the layer.
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("layer", &self.layer.name)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Configures a [`Runtime`] in code, for programs that start a job themselves (a tree-overlay
 /// front-end that launches its own back-ends, a test) instead of from their command line.
 ///

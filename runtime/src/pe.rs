@@ -51,6 +51,16 @@ pub struct Pe {
     pub(crate) dropped: u64,
 }
 
+// By hand: the fields are the layer's working state, which says nothing a reader of a log
+// could use beyond the pe.
+impl std::fmt::Debug for Pe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pe")
+            .field("pe", &self.my_pe)
+            .finish_non_exhaustive()
+    }
+}
+
 /// The cores this host gives the job. Usually what the process may run on (its affinity and
 /// CPU quota); but a process that a launcher bound to fewer cores than the host has (`mpirun`
 /// binds each rank to a core) says nothing about the host, so then the host's online count.

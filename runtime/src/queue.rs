@@ -10,7 +10,7 @@ use std::collections::{BinaryHeap, VecDeque};
 
 /// The scheduler queue of one PE.
 #[derive(Default)]
-pub struct Queue {
+pub(crate) struct Queue {
     zero: VecDeque<Message>,
     prio: BinaryHeap<Entry>,
     /// Arrival counter, to keep FIFO order among equal non-zero priorities inside the heap.
@@ -44,7 +44,7 @@ impl Ord for Entry {
 impl Queue {
     /// Enqueue by the message's own priority.
     #[inline]
-    pub fn push(&mut self, msg: Message) {
+    pub(crate) fn push(&mut self, msg: Message) {
         let prio = msg.priority();
         if prio == 0 {
             self.zero.push_back(msg);
@@ -60,7 +60,7 @@ impl Queue {
 
     /// The next message to run: negative priorities, then 0 (FIFO), then positive.
     #[inline]
-    pub fn pop(&mut self) -> Option<Message> {
+    pub(crate) fn pop(&mut self) -> Option<Message> {
         match self.prio.peek() {
             Some(e) if e.prio < 0 || self.zero.is_empty() => self.prio.pop().map(|e| e.msg),
             _ => self.zero.pop_front(),
@@ -68,7 +68,7 @@ impl Queue {
     }
 
     /// Drop everything (at job exit).
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         self.zero.clear();
         self.prio.clear();
     }

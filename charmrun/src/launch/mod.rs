@@ -2,7 +2,7 @@
 //! serve barriers, and end the job — normally when every node has left, or at once when a
 //! node crashes, aborts, the time limit passes or charmrun is interrupted.
 //!
-//! - [`start`](self::start): the job's secret, the control socket, spawning the nodes;
+//! - `start`: the job's secret, the control socket, spawning the nodes;
 //! - `control`: the control server (introductions, node table, barriers, `DIE`);
 //! - [`verdict`]: what the nodes' deeds mean for the job (a pure state machine);
 //! - `job`: serving a started job to its end, and ending it;

@@ -5,11 +5,11 @@
 //! (the peer was slow, not the network lossy) is undone.
 
 /// Initial congestion window, in packets (RFC 6928's ten).
-pub const INITIAL_CWND_PACKETS: usize = 10;
+pub(super) const INITIAL_CWND_PACKETS: usize = 10;
 
 /// The congestion controller towards one peer.
 #[derive(Debug, Clone)]
-pub struct Congestion {
+pub(super) struct Congestion {
     /// Congestion window, packets.
     cwnd: usize,
     /// Slow-start threshold, packets.
@@ -27,7 +27,7 @@ pub struct Congestion {
 
 impl Congestion {
     /// A controller whose window never exceeds `max` packets.
-    pub fn new(max: usize) -> Congestion {
+    pub(super) fn new(max: usize) -> Congestion {
         Congestion {
             cwnd: INITIAL_CWND_PACKETS.min(max),
             ssthresh: usize::MAX,
@@ -39,14 +39,14 @@ impl Congestion {
     }
 
     /// The congestion window, packets.
-    pub fn cwnd(&self) -> usize {
+    pub(super) fn cwnd(&self) -> usize {
         self.cwnd
     }
 
     /// Loss found while the oldest unacknowledged packet is `una` and the next to send `nxt`:
     /// halve the window, once per window of packets (the losses of one flight are one event).
     /// Whether this began a new recovery.
-    pub fn on_loss(&mut self, una: u64, nxt: u64) -> bool {
+    pub(super) fn on_loss(&mut self, una: u64, nxt: u64) -> bool {
         if una < self.recovery_end {
             return false;
         }
@@ -58,7 +58,7 @@ impl Congestion {
 
     /// `acked` packets were newly acknowledged with no loss found, the oldest unacknowledged
     /// now `una`: grow, unless still recovering from a loss.
-    pub fn on_acked(&mut self, acked: usize, una: u64) {
+    pub(super) fn on_acked(&mut self, acked: usize, una: u64) {
         if acked == 0 || una < self.recovery_end {
             return;
         }
@@ -77,7 +77,7 @@ impl Congestion {
 
     /// The retransmission timer expired with `una .. nxt` outstanding: restart at two
     /// packets, remembering the window before the first of a run of timeouts.
-    pub fn on_timeout(&mut self, una: u64, nxt: u64) {
+    pub(super) fn on_timeout(&mut self, una: u64, nxt: u64) {
         if self.undo.is_none() {
             self.undo = Some((una, self.cwnd, self.ssthresh));
         }
@@ -87,14 +87,14 @@ impl Congestion {
     }
 
     /// The packet that was oldest at the last timeout, while it may still prove spurious.
-    pub fn timeout_probe(&self) -> Option<u64> {
+    pub(super) fn timeout_probe(&self) -> Option<u64> {
         self.undo.map(|u| u.0)
     }
 
     /// The cumulative acknowledgement moved `una` on: once it passes the packet that was
     /// oldest at the timeout, the timeout is judged; if `spurious` (packets sent once, after
     /// that one, arrived), the window before it comes back. Whether it was undone.
-    pub fn judge_timeout(&mut self, una: u64, spurious: bool) -> bool {
+    pub(super) fn judge_timeout(&mut self, una: u64, spurious: bool) -> bool {
         let Some((seq, cwnd, ssthresh)) = self.undo else {
             return false;
         };

@@ -119,6 +119,16 @@ pub struct Endpoint {
     pub stats: Stats,
 }
 
+// By hand: the fields are the layer's working state, which says nothing a reader of a log
+// could use beyond the peers.
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("peers", &self.peers.len())
+            .finish_non_exhaustive()
+    }
+}
+
 impl Endpoint {
     /// Node `me` of a job whose nodes are at `addrs` (`me`'s own entry unused), stamping and
     /// checking `tag`; `rcvbuf` is the data the socket's receive buffer holds.

@@ -9,7 +9,7 @@ use std::time::Instant;
 
 /// Where a packet stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum State {
+pub(super) enum State {
     /// Sent, not yet answered.
     InFlight,
     /// Selectively acknowledged: arrived, waiting for the packets before it.
@@ -20,7 +20,7 @@ pub enum State {
 
 /// A packet that has been sent at least once.
 #[derive(Debug, Clone, Copy)]
-pub struct Pkt {
+pub(super) struct Pkt {
     /// When it was last sent.
     pub sent_at: Instant,
     /// What it occupies in the receiver's socket buffer: its bytes and the kernel's
@@ -34,7 +34,7 @@ pub struct Pkt {
 
 /// The ledger of packets sent and not cumulatively acknowledged.
 #[derive(Debug, Default)]
-pub struct Flight {
+pub(super) struct Flight {
     /// Oldest unacknowledged packet.
     una: u64,
     /// Next packet never sent.
@@ -51,32 +51,32 @@ pub struct Flight {
 
 impl Flight {
     /// Oldest unacknowledged packet.
-    pub fn una(&self) -> u64 {
+    pub(super) fn una(&self) -> u64 {
         self.una
     }
 
     /// Next packet never sent.
-    pub fn nxt(&self) -> u64 {
+    pub(super) fn nxt(&self) -> u64 {
         self.nxt
     }
 
     /// Socket-buffer bytes in flight.
-    pub fn bytes(&self) -> usize {
+    pub(super) fn bytes(&self) -> usize {
         self.bytes
     }
 
     /// Packets in flight (not acknowledged, not deemed lost).
-    pub fn count(&self) -> usize {
+    pub(super) fn count(&self) -> usize {
         self.count
     }
 
     /// Packets are in flight or waiting for retransmission.
-    pub fn outstanding(&self) -> bool {
+    pub(super) fn outstanding(&self) -> bool {
         self.una < self.nxt
     }
 
     /// Packets wait for retransmission (possibly only stale entries).
-    pub fn has_lost(&self) -> bool {
+    pub(super) fn has_lost(&self) -> bool {
         !self.lost.is_empty()
     }
 
@@ -89,7 +89,7 @@ impl Flight {
     }
 
     /// Packet `nxt` goes for the first time, occupying `len` bytes; its sequence number.
-    pub fn send_new(&mut self, len: usize, now: Instant) -> u64 {
+    pub(super) fn send_new(&mut self, len: usize, now: Instant) -> u64 {
         self.pkts.push_back(Pkt {
             sent_at: now,
             len: len as u32,
@@ -104,7 +104,7 @@ impl Flight {
 
     /// The oldest packet waiting for retransmission and its length, dropping stale entries
     /// (packets acknowledged or back in flight since).
-    pub fn first_lost(&mut self) -> Option<(u64, usize)> {
+    pub(super) fn first_lost(&mut self) -> Option<(u64, usize)> {
         while let Some(&seq) = self.lost.front() {
             if seq < self.una || self.pkt(seq).state != State::Lost {
                 self.lost.pop_front();
@@ -117,7 +117,7 @@ impl Flight {
 
     /// Retransmit the packet [`first_lost`](Self::first_lost) returned: in flight again,
     /// sent at `now`.
-    pub fn resend_first_lost(&mut self, now: Instant) {
+    pub(super) fn resend_first_lost(&mut self, now: Instant) {
         let Some(seq) = self.lost.pop_front() else {
             return;
         };
@@ -133,7 +133,7 @@ impl Flight {
     /// Give back packets just taken to send but not sent (in the order they were taken): a
     /// new packet becomes unsent again, a retransmission goes back to the head of the
     /// retransmission queue. Returns how many were retransmissions.
-    pub fn unsend(&mut self, seqs: &[u64]) -> u64 {
+    pub(super) fn unsend(&mut self, seqs: &[u64]) -> u64 {
         let mut retransmissions = 0;
         for &seq in seqs.iter().rev() {
             let len = self.pkt(seq).len as usize;
@@ -155,7 +155,7 @@ impl Flight {
 
     /// The cumulative acknowledgement `ack` (at most `nxt`): every packet below it arrived.
     /// `each` sees each packet leaving the ledger with its sequence number, oldest first.
-    pub fn advance(&mut self, ack: u64, mut each: impl FnMut(u64, &Pkt)) {
+    pub(super) fn advance(&mut self, ack: u64, mut each: impl FnMut(u64, &Pkt)) {
         while self.una < ack {
             let Some(p) = self.pkts.pop_front() else {
                 break;
@@ -171,7 +171,7 @@ impl Flight {
 
     /// Packet `seq` arrived, as a SACK says: if it is in the ledger and was not known to have
     /// arrived, it is marked so, and its send time and retransmissions are returned.
-    pub fn sack(&mut self, seq: u64) -> Option<(Instant, u16)> {
+    pub(super) fn sack(&mut self, seq: u64) -> Option<(Instant, u16)> {
         if seq < self.una || seq >= self.nxt {
             return None;
         }
@@ -190,7 +190,7 @@ impl Flight {
 
     /// Deem lost every packet in flight for which `is_lost(seq, sent_at)` says so, queueing
     /// them for retransmission in order after those already queued. Whether any was.
-    pub fn lose_where(&mut self, mut is_lost: impl FnMut(u64, Instant) -> bool) -> bool {
+    pub(super) fn lose_where(&mut self, mut is_lost: impl FnMut(u64, Instant) -> bool) -> bool {
         let mut any = false;
         for (i, p) in self.pkts.iter_mut().enumerate() {
             let seq = self.una + i as u64;
@@ -207,7 +207,7 @@ impl Flight {
 
     /// Deem the last packet in flight lost and put it first in the retransmission queue (the
     /// tail-loss probe). Whether there was one.
-    pub fn lose_last(&mut self) -> bool {
+    pub(super) fn lose_last(&mut self) -> bool {
         let Some(i) = self.pkts.iter().rposition(|p| p.state == State::InFlight) else {
             return false;
         };
@@ -221,7 +221,7 @@ impl Flight {
 
     /// Deem every packet in flight lost (a timeout): the retransmission queue becomes every
     /// lost packet, oldest first.
-    pub fn lose_all(&mut self) {
+    pub(super) fn lose_all(&mut self) {
         self.lost.clear();
         for (i, p) in self.pkts.iter_mut().enumerate() {
             if p.state == State::InFlight {
@@ -237,7 +237,7 @@ impl Flight {
 
     /// Put back in flight the lost packets never retransmitted (a timeout proved spurious:
     /// they were only late). Their queue entries go stale.
-    pub fn unlose_originals(&mut self) {
+    pub(super) fn unlose_originals(&mut self) {
         for p in self.pkts.iter_mut() {
             if p.state == State::Lost && p.retx == 0 {
                 p.state = State::InFlight;
@@ -248,7 +248,7 @@ impl Flight {
     }
 
     /// Forget every packet: the next to send is `end`.
-    pub fn clear(&mut self, end: u64) {
+    pub(super) fn clear(&mut self, end: u64) {
         self.pkts.clear();
         self.lost.clear();
         self.una = end;

@@ -95,6 +95,16 @@ pub struct UdpMachine {
     ctl: Arc<Control>,
 }
 
+// By hand: the fields are the layer's working state, which says nothing a reader of a log
+// could use beyond the node.
+impl std::fmt::Debug for UdpMachine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UdpMachine")
+            .field("node", &self.me)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Boot: connect back to charmrun, bind the socket, learn the table.
 ///
 /// # Errors

@@ -30,7 +30,7 @@ struct Rack {
 
 /// The loss detector towards one peer.
 #[derive(Debug, Clone)]
-pub struct LossDetector {
+pub(super) struct LossDetector {
     /// The most recently sent packet known to have arrived.
     rack: Option<Rack>,
     /// When packets that RACK suspects will have had time to arrive, if any.
@@ -56,7 +56,7 @@ pub struct LossDetector {
 impl LossDetector {
     /// A detector with the timeout's `bounds`, towards a peer that delays its
     /// acknowledgements by up to `ack_delay`.
-    pub fn new(bounds: RtoBounds, ack_delay: Duration) -> LossDetector {
+    pub(super) fn new(bounds: RtoBounds, ack_delay: Duration) -> LossDetector {
         LossDetector {
             rack: None,
             reo_timer: None,
@@ -72,24 +72,24 @@ impl LossDetector {
     }
 
     /// The RTT estimator.
-    pub fn rtt(&self) -> &Rtt {
+    pub(super) fn rtt(&self) -> &Rtt {
         &self.rtt
     }
 
     /// An RTT sample (from a packet sent once).
-    pub fn sample_rtt(&mut self, rtt: Duration) {
+    pub(super) fn sample_rtt(&mut self, rtt: Duration) {
         self.rtt.sample(rtt);
     }
 
     /// When the retransmission timer expires, if it runs.
-    pub fn rto_deadline(&self) -> Option<Instant> {
+    pub(super) fn rto_deadline(&self) -> Option<Instant> {
         self.rto_from.map(|t| t + self.rtt.rto())
     }
 
     /// When the tail-loss probe is due, if it may go: about two round trips after the last
     /// packet went or the last acknowledgement came (plus the peer's acknowledgement delay
     /// when a lone packet is out), once per flight.
-    pub fn tlp_deadline(&self, flight: &Flight) -> Option<Instant> {
+    pub(super) fn tlp_deadline(&self, flight: &Flight) -> Option<Instant> {
         if self.tlp_sent || !flight.outstanding() {
             return None;
         }
@@ -104,7 +104,7 @@ impl LossDetector {
 
     /// The earliest timer: retransmission timeout, tail-loss probe, RACK's reordering
     /// allowance.
-    pub fn deadline(&self, flight: &Flight) -> Option<Instant> {
+    pub(super) fn deadline(&self, flight: &Flight) -> Option<Instant> {
         [
             self.rto_deadline(),
             self.tlp_deadline(flight),
@@ -116,7 +116,7 @@ impl LossDetector {
     }
 
     /// Whether the reordering timer is due at `now` (it stops: detection sets it anew).
-    pub fn reo_due(&mut self, now: Instant) -> bool {
+    pub(super) fn reo_due(&mut self, now: Instant) -> bool {
         if self.reo_timer.is_some_and(|t| t <= now) {
             self.reo_timer = None;
             return true;
@@ -126,7 +126,7 @@ impl LossDetector {
 
     /// Packets went at `now`: the retransmission timer starts if it did not run, the
     /// tail-loss probe's restarts.
-    pub fn on_sent(&mut self, now: Instant) {
+    pub(super) fn on_sent(&mut self, now: Instant) {
         if self.rto_from.is_none() {
             self.rto_from = Some(now);
         }
@@ -135,20 +135,20 @@ impl LossDetector {
 
     /// The packets sent last have left the host at `now` (see
     /// [`SendWindow::left`](super::window::SendWindow::left)).
-    pub fn left(&mut self, now: Instant) {
+    pub(super) fn left(&mut self, now: Instant) {
         if self.tlp_from.is_some() {
             self.tlp_from = Some(now);
         }
     }
 
     /// Nothing is outstanding any more: no timeout to wait for.
-    pub fn stop_rto(&mut self) {
+    pub(super) fn stop_rto(&mut self) {
         self.rto_from = None;
     }
 
     /// The cumulative acknowledgement advanced at `now`: the path works (no more backoff),
     /// the timers restart from now, and a new tail-loss probe may go.
-    pub fn on_progress(&mut self, now: Instant, outstanding: bool) {
+    pub(super) fn on_progress(&mut self, now: Instant, outstanding: bool) {
         self.rtt.reset_backoff();
         self.rto_from = outstanding.then_some(now);
         self.tlp_from = Some(now);
@@ -156,13 +156,13 @@ impl LossDetector {
     }
 
     /// The tail-loss probe is going: no other until an acknowledgement makes progress.
-    pub fn on_tail_probe(&mut self) {
+    pub(super) fn on_tail_probe(&mut self) {
         self.tlp_sent = true;
     }
 
     /// The retransmission timer expired at `now` (with packets outstanding): the timeout
     /// doubles and restarts; RACK's suspicions are moot, everything is deemed lost.
-    pub fn on_timeout(&mut self, now: Instant) {
+    pub(super) fn on_timeout(&mut self, now: Instant) {
         self.rtt.back_off();
         self.reo_timer = None;
         self.rto_from = Some(now);
@@ -170,7 +170,7 @@ impl LossDetector {
 
     /// A congestion cut began a new recovery: after enough of them, a widened reordering
     /// allowance narrows again.
-    pub fn on_recovery(&mut self) {
+    pub(super) fn on_recovery(&mut self) {
         self.recoveries += 1;
         if self.recoveries >= RECOVERIES_TO_NARROW {
             self.reo_mult = 1;
@@ -181,7 +181,7 @@ impl LossDetector {
     /// The peer received a packet twice: one we deemed lost was only late (or a probe went
     /// early). Widen RACK's reordering allowance by a quarter of the minimum RTT, once per
     /// window (`una .. nxt` now), up to the smoothed RTT (RFC 8985's DSACK rule).
-    pub fn on_duplicate_report(&mut self, una: u64, nxt: u64) {
+    pub(super) fn on_duplicate_report(&mut self, una: u64, nxt: u64) {
         if una >= self.reo_widened_until {
             self.reo_mult = (self.reo_mult + 1).min(MAX_REO_MULT);
             self.reo_widened_until = nxt;
@@ -196,7 +196,13 @@ impl LossDetector {
     /// original's (a descheduled peer reading it late), and taking the retransmission's time
     /// would condemn every original still on its way. A lost retransmission is found when a
     /// packet sent once after it arrives, or by the timeout.
-    pub fn on_delivered(&mut self, sent_at: Instant, seq: u64, retx: u16, now: Instant) -> bool {
+    pub(super) fn on_delivered(
+        &mut self,
+        sent_at: Instant,
+        seq: u64,
+        retx: u16,
+        now: Instant,
+    ) -> bool {
         if retx == 0
             && self
                 .rack
@@ -216,7 +222,7 @@ impl LossDetector {
     /// lost once it has had the reference's round trip plus the reordering allowance (never
     /// above the smoothed RTT) to arrive; one that still has time sets the reordering timer.
     /// Whether any was found lost.
-    pub fn detect(&mut self, flight: &mut Flight, now: Instant) -> bool {
+    pub(super) fn detect(&mut self, flight: &mut Flight, now: Instant) -> bool {
         let Some(rack) = self.rack else {
             return false;
         };
@@ -241,7 +247,7 @@ impl LossDetector {
     }
 
     /// The peer left: no timer runs.
-    pub fn clear(&mut self) {
+    pub(super) fn clear(&mut self) {
         self.rto_from = None;
         self.reo_timer = None;
         self.tlp_from = None;

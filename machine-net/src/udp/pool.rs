@@ -16,14 +16,14 @@ const MAX_BYTES: usize = 64 << 20;
 
 /// The kept buffers.
 #[derive(Default)]
-pub struct Pool {
+pub(super) struct Pool {
     bufs: Vec<Vec<u8>>,
     bytes: usize,
 }
 
 impl Pool {
     /// Keep `msg`'s buffer if it is large and there is room; drop it otherwise.
-    pub fn put(&mut self, msg: Message) {
+    pub(super) fn put(&mut self, msg: Message) {
         let (mut buf, _) = msg.into_frame();
         let cap = buf.capacity();
         if cap < MIN_BUFFER || self.bufs.len() >= MAX_BUFFERS || self.bytes + cap > MAX_BYTES {
@@ -36,7 +36,7 @@ impl Pool {
 
     /// An empty buffer with room for `len` bytes (and not more than twice that, so a small
     /// message does not pin a huge buffer), if one is kept.
-    pub fn take(&mut self, len: usize) -> Option<Vec<u8>> {
+    pub(super) fn take(&mut self, len: usize) -> Option<Vec<u8>> {
         let i = self
             .bufs
             .iter()

@@ -107,7 +107,7 @@ impl Partial {
 
 /// How a data packet's bytes came.
 #[derive(Debug, Clone, Copy)]
-pub enum Body<'a> {
+pub(super) enum Body<'a> {
     /// In the receive buffer: to be copied where they belong.
     Bytes(&'a [u8]),
     /// Already in place: the kernel wrote the fragment where [`RecvWindow::holes`] said.
@@ -116,7 +116,7 @@ pub enum Body<'a> {
 
 /// Where a missing fragment goes: for the socket to receive it there.
 #[derive(Debug, Clone, Copy)]
-pub struct Hole {
+pub(super) struct Hole {
     /// The packet.
     pub seq: u64,
     /// Its fragment index.
@@ -129,7 +129,7 @@ pub struct Hole {
 
 /// What became of a data packet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Arrival {
+pub(super) enum Arrival {
     /// New: kept (and handed up if its turn came).
     Accepted,
     /// Already had it.
@@ -141,7 +141,7 @@ pub enum Arrival {
 }
 
 /// The receive side from one peer.
-pub struct RecvWindow {
+pub(super) struct RecvWindow {
     /// Next packet expected in order.
     nxt: u64,
     /// Packets `nxt .. nxt + slots.len()`.
@@ -159,7 +159,7 @@ pub struct RecvWindow {
 
 impl RecvWindow {
     /// A receive side accepting up to `window` packets ahead.
-    pub fn new(window: usize) -> RecvWindow {
+    pub(super) fn new(window: usize) -> RecvWindow {
         RecvWindow {
             nxt: 0,
             slots: VecDeque::new(),
@@ -172,14 +172,14 @@ impl RecvWindow {
     }
 
     /// The next packet expected in order (what the cumulative acknowledgement says).
-    pub fn nxt(&self) -> u64 {
+    pub(super) fn nxt(&self) -> u64 {
         self.nxt
     }
 
     /// A data packet with sequence number `seq` (low 32 bits) arrived. Hands up, in order,
     /// every message it completes. A large message being put together takes its buffer from
     /// `pool` when one fits.
-    pub fn on_data(
+    pub(super) fn on_data(
         &mut self,
         seq: u32,
         frag: Option<Frag>,
@@ -240,7 +240,7 @@ impl RecvWindow {
 
     /// The next fragments still missing of the messages being put together, up to `max`,
     /// each given to `f`: for the socket to receive them straight into place.
-    pub fn holes(&mut self, max: usize, mut f: impl FnMut(Hole)) {
+    pub(super) fn holes(&mut self, max: usize, mut f: impl FnMut(Hole)) {
         let end = self.nxt + self.window;
         let mut given = 0;
         for p in self.partials.iter_mut() {
@@ -344,7 +344,7 @@ impl RecvWindow {
     }
 
     /// The cumulative acknowledgement and the SACK bits of the 32 packets after it.
-    pub fn ack_fields(&self) -> (u64, u32) {
+    pub(super) fn ack_fields(&self) -> (u64, u32) {
         let mut bits = 0u32;
         for (i, s) in self.slots.iter().skip(1).take(32).enumerate() {
             if !matches!(s, Slot::Empty) {
@@ -356,7 +356,7 @@ impl RecvWindow {
 
     /// Write the SACK bits beyond the first 32 (packet `nxt + 33` on) into `out`; returns
     /// the bytes used (none when nothing is held that far ahead).
-    pub fn sack_ext(&self, out: &mut [u8]) -> usize {
+    pub(super) fn sack_ext(&self, out: &mut [u8]) -> usize {
         if self.slots.len() <= 33 {
             return 0;
         }
@@ -372,21 +372,21 @@ impl RecvWindow {
     }
 
     /// An acknowledgement went to the peer (alone or on data).
-    pub fn acked(&mut self) {
+    pub(super) fn acked(&mut self) {
         self.unacked = 0;
         self.ack_now = false;
         self.dup_seen = false;
     }
 
     /// Whether anything received is not yet acknowledged.
-    pub fn owes_ack(&self) -> bool {
+    pub(super) fn owes_ack(&self) -> bool {
         self.unacked > 0 || self.ack_now
     }
 }
 
 /// The packets an acknowledgement says arrived beyond the cumulative one, in order: bit `i`
 /// of `sack` is packet `ack + 1 + i`, bit `j` of `ext` is packet `ack + 33 + j`.
-pub fn sacked(ack: u64, sack: u32, ext: &[u8]) -> impl Iterator<Item = u64> + '_ {
+pub(super) fn sacked(ack: u64, sack: u32, ext: &[u8]) -> impl Iterator<Item = u64> + '_ {
     let first = (0..32u64)
         .filter(move |i| sack & (1 << i) != 0)
         .map(move |i| ack + 1 + i);

@@ -22,7 +22,7 @@ pub struct RtoBounds {
 
 /// One peer's RTT estimator.
 #[derive(Debug, Clone)]
-pub struct Rtt {
+pub(super) struct Rtt {
     bounds: RtoBounds,
     /// Smoothed RTT, ns; `None` before the first sample.
     srtt: Option<u64>,
@@ -39,7 +39,7 @@ const GRANULARITY_NS: u64 = 10_000;
 
 impl Rtt {
     /// An estimator with no sample yet.
-    pub fn new(bounds: RtoBounds) -> Rtt {
+    pub(super) fn new(bounds: RtoBounds) -> Rtt {
         Rtt {
             bounds,
             srtt: None,
@@ -50,7 +50,7 @@ impl Rtt {
     }
 
     /// Take a sample (from a packet sent once).
-    pub fn sample(&mut self, rtt: Duration) {
+    pub(super) fn sample(&mut self, rtt: Duration) {
         let r = rtt.as_nanos().min(u128::from(u64::MAX)) as u64;
         self.min_rtt = self.min_rtt.min(r);
         match self.srtt {
@@ -66,7 +66,7 @@ impl Rtt {
     }
 
     /// The timeout now, backoff included.
-    pub fn rto(&self) -> Duration {
+    pub(super) fn rto(&self) -> Duration {
         let base = match self.srtt {
             None => self.bounds.initial,
             Some(s) => Duration::from_nanos(s + (4 * self.rttvar).max(GRANULARITY_NS)),
@@ -77,22 +77,22 @@ impl Rtt {
     }
 
     /// The timeout expired: double it.
-    pub fn back_off(&mut self) {
+    pub(super) fn back_off(&mut self) {
         self.backoff = self.backoff.saturating_add(1).min(16);
     }
 
     /// An acknowledgement made progress: the path works, stop doubling.
-    pub fn reset_backoff(&mut self) {
+    pub(super) fn reset_backoff(&mut self) {
         self.backoff = 0;
     }
 
     /// The smoothed RTT, if measured.
-    pub fn srtt(&self) -> Option<Duration> {
+    pub(super) fn srtt(&self) -> Option<Duration> {
         self.srtt.map(Duration::from_nanos)
     }
 
     /// The smallest RTT measured, if any.
-    pub fn min_rtt(&self) -> Option<Duration> {
+    pub(super) fn min_rtt(&self) -> Option<Duration> {
         (self.min_rtt != u64::MAX).then(|| Duration::from_nanos(self.min_rtt))
     }
 }

@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 /// Why a message cannot be queued: it is beyond what a fragment header can announce.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("the message is larger than a fragment header can announce")]
-pub struct TooLarge;
+pub(super) struct TooLarge;
 
 /// A message, queued or partly acknowledged.
 struct OutMsg {
@@ -36,7 +36,7 @@ impl OutMsg {
 }
 
 /// The messages towards one peer, numbered into packets.
-pub struct SendQueue {
+pub(super) struct SendQueue {
     msgs: VecDeque<OutMsg>,
     /// Sequence number after the last queued packet.
     end: u64,
@@ -48,7 +48,7 @@ pub struct SendQueue {
 
 impl SendQueue {
     /// An empty queue towards a peer whose datagrams may be `dgram_max` bytes long.
-    pub fn new(dgram_max: usize) -> SendQueue {
+    pub(super) fn new(dgram_max: usize) -> SendQueue {
         SendQueue {
             msgs: VecDeque::new(),
             end: 0,
@@ -58,17 +58,17 @@ impl SendQueue {
     }
 
     /// Largest datagram to this peer.
-    pub fn dgram_max(&self) -> usize {
+    pub(super) fn dgram_max(&self) -> usize {
         self.dgram_max
     }
 
     /// Wire bytes of the messages held: queued, or sent and not wholly acknowledged.
-    pub fn bytes(&self) -> usize {
+    pub(super) fn bytes(&self) -> usize {
         self.bytes
     }
 
     /// Sequence number after the last queued packet.
-    pub fn end(&self) -> u64 {
+    pub(super) fn end(&self) -> u64 {
         self.end
     }
 
@@ -76,7 +76,7 @@ impl SendQueue {
     ///
     /// # Errors
     /// [`TooLarge`] for a message beyond what a fragment header can announce.
-    pub fn push(&mut self, msg: Message) -> Result<(), TooLarge> {
+    pub(super) fn push(&mut self, msg: Message) -> Result<(), TooLarge> {
         let len = msg.wire_len();
         if len as u64 > MAX_MESSAGE {
             return Err(TooLarge);
@@ -110,7 +110,7 @@ impl SendQueue {
     }
 
     /// Datagram bytes of packet `seq` (header included).
-    pub fn datagram_len(&self, seq: u64) -> usize {
+    pub(super) fn datagram_len(&self, seq: u64) -> usize {
         let (m, i) = self.locate(seq);
         if m.n == 1 {
             BASE + m.msg.wire_len()
@@ -120,7 +120,7 @@ impl SendQueue {
     }
 
     /// Packet `seq`'s fragment position (none for a whole message) and its bytes.
-    pub fn datagram(&self, seq: u64) -> (Option<Frag>, &[u8]) {
+    pub(super) fn datagram(&self, seq: u64) -> (Option<Frag>, &[u8]) {
         let (m, i) = self.locate(seq);
         if m.n == 1 {
             return (None, m.msg.wire());
@@ -132,7 +132,7 @@ impl SendQueue {
 
     /// Packet `seq` as one datagram, `hdr` written into its message's headroom, when it is a
     /// whole message (`None` for a fragment, whose header goes separately).
-    pub fn frame(&mut self, seq: u64, hdr: &Header) -> Option<&[u8]> {
+    pub(super) fn frame(&mut self, seq: u64, hdr: &Header) -> Option<&[u8]> {
         let i = self.index_of(seq);
         let m = &mut self.msgs[i];
         if m.n != 1 {
@@ -145,7 +145,7 @@ impl SendQueue {
 
     /// Every packet below `una` is acknowledged: messages now wholly acknowledged give their
     /// buffers to `pool`.
-    pub fn release(&mut self, una: u64, pool: &mut Pool) {
+    pub(super) fn release(&mut self, una: u64, pool: &mut Pool) {
         while self.msgs.front().is_some_and(|m| m.first + m.n <= una) {
             if let Some(m) = self.msgs.pop_front() {
                 self.bytes -= m.msg.wire_len();
@@ -155,7 +155,7 @@ impl SendQueue {
     }
 
     /// Forget every message (the numbering goes on from [`end`](Self::end)).
-    pub fn clear(&mut self) {
+    pub(super) fn clear(&mut self) {
         self.msgs.clear();
         self.bytes = 0;
     }

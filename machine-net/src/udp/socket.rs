@@ -23,16 +23,16 @@ use std::os::fd::{AsFd, AsRawFd};
 use std::time::Duration;
 
 /// Datagrams taken by one `recvmmsg`.
-pub const RECV_BATCH: usize = 8;
+pub(super) const RECV_BATCH: usize = 8;
 /// Datagrams given to one `sendmmsg`.
-pub const SEND_BATCH: usize = 32;
+pub(super) const SEND_BATCH: usize = 32;
 /// Receive buffer per datagram: the largest UDP payload there is.
 const RECV_BUF: usize = 65536;
 /// Largest UDP payload over IPv4.
 const MAX_UDP_PAYLOAD: usize = 65507;
 
 /// The node's socket.
-pub struct Socket {
+pub(super) struct Socket {
     sock: UdpSocket,
     ring: RecvRing,
     /// The last receive found datagrams: take the next ones in a batch. After a receive that
@@ -119,8 +119,8 @@ impl RecvRing {
                     iov_base: l.ptr.cast(),
                     iov_len: l.len,
                 };
-                // SAFETY: `rest <= RECV_BUF` (a fragment's place is less than a datagram).
                 iov[2] = libc::iovec {
+                    // SAFETY: `rest <= RECV_BUF` (a fragment's place is less than a datagram).
                     iov_base: unsafe { buf.add(rest) }.cast(),
                     iov_len: RECV_BUF - rest,
                 };
@@ -164,7 +164,7 @@ fn zeroed_array<T: Copy, const N: usize>() -> [T; N] {
 
 /// A datagram received.
 #[derive(Debug)]
-pub enum Arrived<'a> {
+pub(super) enum Arrived<'a> {
     /// Its bytes, and who sent it.
     Bytes(&'a [u8], SocketAddr),
     /// An expected fragment, received in its place: its header, its length, who sent it.
@@ -245,7 +245,7 @@ impl Socket {
     ///
     /// # Errors
     /// The OS's, when the socket cannot be made.
-    pub fn bind(ip: IpAddr, mtu: usize) -> io::Result<Socket> {
+    pub(super) fn bind(ip: IpAddr, mtu: usize) -> io::Result<Socket> {
         let sock = UdpSocket::bind(SocketAddr::new(ip, 0))?;
         sock.set_nonblocking(true)?;
         Ok(Socket {
@@ -264,7 +264,7 @@ impl Socket {
     ///
     /// # Errors
     /// The OS's.
-    pub fn connect(&mut self, peer: SocketAddr) -> io::Result<()> {
+    pub(super) fn connect(&mut self, peer: SocketAddr) -> io::Result<()> {
         self.sock.connect(peer)?;
         self.connected = Some(peer);
         Ok(())
@@ -274,7 +274,7 @@ impl Socket {
     ///
     /// # Errors
     /// The OS's.
-    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+    pub(super) fn local_addr(&self) -> io::Result<SocketAddr> {
         self.sock.local_addr()
     }
 
@@ -283,7 +283,7 @@ impl Socket {
     ///
     /// # Errors
     /// The OS's, when even the plain request fails.
-    pub fn set_buffers(&self, bytes: usize) -> io::Result<usize> {
+    pub(super) fn set_buffers(&self, bytes: usize) -> io::Result<usize> {
         use nix::sys::socket::{getsockopt, setsockopt};
         let fd = self.sock.as_fd();
         // The kernel takes an int.
@@ -309,7 +309,7 @@ impl Socket {
     ///
     /// # Errors
     /// The OS's, except "nothing there" and interruptions.
-    pub unsafe fn recv(&mut self, landings: &[Landing]) -> io::Result<usize> {
+    pub(super) unsafe fn recv(&mut self, landings: &[Landing]) -> io::Result<usize> {
         let fd = self.sock.as_raw_fd();
         let r = &mut self.ring;
         let slots = if self.burst { RECV_BATCH } else { 1 };
@@ -399,13 +399,13 @@ impl Socket {
     }
 
     /// Whether the last receive filled its batch: more may be waiting.
-    pub fn more(&self) -> bool {
+    pub(super) fn more(&self) -> bool {
         self.ring.got == RECV_BATCH
     }
 
     /// Datagram `i` of the last receive; `None` when it was truncated (larger than any of
     /// ours), empty, or from an address family we do not speak.
-    pub fn datagram(&self, i: usize) -> Option<Arrived<'_>> {
+    pub(super) fn datagram(&self, i: usize) -> Option<Arrived<'_>> {
         let r = &self.ring;
         if i >= r.got {
             return None;
@@ -431,7 +431,7 @@ impl Socket {
     ///
     /// # Errors
     /// The OS's, except interruptions.
-    pub fn wait(&self, writable: bool, timeout: Duration) -> io::Result<()> {
+    pub(super) fn wait(&self, writable: bool, timeout: Duration) -> io::Result<()> {
         let events = if writable {
             PollFlags::POLLIN | PollFlags::POLLOUT
         } else {

@@ -37,7 +37,7 @@ const SKB_OVERHEAD: usize = 768;
 
 /// What an acknowledgement did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct AckEffect {
+pub(super) struct AckEffect {
     /// The cumulative acknowledgement advanced.
     pub progress: bool,
     /// Packets were found lost (they wait for retransmission).
@@ -47,7 +47,7 @@ pub struct AckEffect {
 }
 
 /// The send side towards one peer.
-pub struct SendWindow {
+pub(super) struct SendWindow {
     queue: SendQueue,
     flight: Flight,
     cc: Congestion,
@@ -72,7 +72,7 @@ pub struct SendWindow {
 impl SendWindow {
     /// A window towards a peer whose datagrams may be `dgram_max` bytes long and who delays
     /// its acknowledgements by up to `ack_delay`.
-    pub fn new(
+    pub(super) fn new(
         window: usize,
         dgram_max: usize,
         bounds: RtoBounds,
@@ -98,54 +98,54 @@ impl SendWindow {
     ///
     /// # Errors
     /// [`TooLarge`] for a message beyond what a fragment header can announce.
-    pub fn push(&mut self, msg: Message) -> Result<(), TooLarge> {
+    pub(super) fn push(&mut self, msg: Message) -> Result<(), TooLarge> {
         self.queue.push(msg)
     }
 
     /// Nothing queued, nothing unacknowledged.
-    pub fn is_idle(&self) -> bool {
+    pub(super) fn is_idle(&self) -> bool {
         self.flight.una() == self.queue.end()
     }
 
     /// Wire bytes held for the peer: messages queued or not wholly acknowledged.
-    pub fn held(&self) -> usize {
+    pub(super) fn held(&self) -> usize {
         self.queue.bytes()
     }
 
     /// Packets are in flight or waiting for retransmission.
-    pub fn outstanding(&self) -> bool {
+    pub(super) fn outstanding(&self) -> bool {
         self.flight.outstanding()
     }
 
     /// There is something to send, if the windows allow.
-    pub fn has_work(&self) -> bool {
+    pub(super) fn has_work(&self) -> bool {
         self.flight.nxt() < self.queue.end() || self.flight.has_lost()
     }
 
     /// Oldest unacknowledged packet and the next never sent (for the statistics and tests).
-    pub fn bounds(&self) -> (u64, u64) {
+    pub(super) fn bounds(&self) -> (u64, u64) {
         (self.flight.una(), self.flight.nxt())
     }
 
     /// The RTT estimator.
-    pub fn rtt(&self) -> &Rtt {
+    pub(super) fn rtt(&self) -> &Rtt {
         self.loss.rtt()
     }
 
     /// When the retransmission timer expires, if it runs.
     #[cfg(test)]
-    pub fn rto_deadline(&self) -> Option<Instant> {
+    pub(super) fn rto_deadline(&self) -> Option<Instant> {
         self.loss.rto_deadline()
     }
 
     /// The earliest of this window's timers: retransmission timeout, tail-loss probe,
     /// RACK's reordering allowance.
-    pub fn deadline(&self) -> Option<Instant> {
+    pub(super) fn deadline(&self) -> Option<Instant> {
         self.loss.deadline(&self.flight)
     }
 
     /// Run the timers that are due at `now`.
-    pub fn on_timer(&mut self, now: Instant) {
+    pub(super) fn on_timer(&mut self, now: Instant) {
         if self.loss.reo_due(now) && self.loss.detect(&mut self.flight, now) {
             self.congestion_cut();
         }
@@ -174,18 +174,18 @@ impl SendWindow {
 
     /// The last progress: an acknowledgement that advanced, or the first packet sent after
     /// none was outstanding.
-    pub fn progress_at(&self) -> Instant {
+    pub(super) fn progress_at(&self) -> Instant {
         self.progress_at
     }
 
     /// Packet `seq`'s fragment position (none for a whole message) and its bytes.
-    pub fn datagram(&self, seq: u64) -> (Option<Frag>, &[u8]) {
+    pub(super) fn datagram(&self, seq: u64) -> (Option<Frag>, &[u8]) {
         self.queue.datagram(seq)
     }
 
     /// Packet `seq` as one datagram, `hdr` written into its message's headroom, when it is a
     /// whole message (`None` for a fragment, whose header goes separately).
-    pub fn frame(&mut self, seq: u64, hdr: &Header) -> Option<&[u8]> {
+    pub(super) fn frame(&mut self, seq: u64, hdr: &Header) -> Option<&[u8]> {
         self.queue.frame(seq, hdr)
     }
 
@@ -199,7 +199,7 @@ impl SendWindow {
     /// Choose up to `max` packets to send now (retransmissions first), appending their
     /// sequence numbers to `out`, and count them as sent at `now`. Packets the socket then
     /// does not take must be given back with [`unsend`](Self::unsend).
-    pub fn take(&mut self, out: &mut Vec<u64>, max: usize, now: Instant) {
+    pub(super) fn take(&mut self, out: &mut Vec<u64>, max: usize, now: Instant) {
         let start = out.len();
         while out.len() - start < max {
             if let Some((seq, len)) = self.flight.first_lost() {
@@ -234,13 +234,13 @@ impl SendWindow {
     /// The packets taken last have left: a batch of large datagrams takes the kernel a while
     /// to copy, and the tail-loss probe must count its two round trips from when the last
     /// one went, not from before the system call.
-    pub fn left(&mut self, now: Instant) {
+    pub(super) fn left(&mut self, now: Instant) {
         self.loss.left(now);
     }
 
     /// Give back packets [`take`](Self::take) chose but the socket did not take (in the order
     /// they were taken).
-    pub fn unsend(&mut self, seqs: &[u64]) {
+    pub(super) fn unsend(&mut self, seqs: &[u64]) {
         let retransmissions = self.flight.unsend(seqs);
         self.retransmits = self.retransmits.saturating_sub(retransmissions);
         if !self.flight.outstanding() {
@@ -251,7 +251,7 @@ impl SendWindow {
     /// Take an acknowledgement: every packet below `ack` has arrived, and so have the packets
     /// `sacked` yields (in increasing order); the peer can buffer `wnd` bytes for us. Messages
     /// now wholly acknowledged give their buffers to `pool`.
-    pub fn on_ack(
+    pub(super) fn on_ack(
         &mut self,
         ack: u64,
         sacked: impl Iterator<Item = u64>,
@@ -334,7 +334,7 @@ impl SendWindow {
 
     /// The peer received a packet twice: one we deemed lost was only late (or a probe went
     /// early); RACK allows more reordering.
-    pub fn on_duplicate_report(&mut self) {
+    pub(super) fn on_duplicate_report(&mut self) {
         self.loss
             .on_duplicate_report(self.flight.una(), self.flight.nxt());
     }
@@ -344,7 +344,7 @@ impl SendWindow {
     /// congestion window, restarted small, allows; the timeout doubles. If the timeout proves
     /// spurious (packets sent once, after the oldest, are acknowledged), the cut and the loss
     /// marks are undone.
-    pub fn on_timeout(&mut self, now: Instant) {
+    pub(super) fn on_timeout(&mut self, now: Instant) {
         if !self.flight.outstanding() {
             self.loss.stop_rto();
             return;
@@ -357,7 +357,7 @@ impl SendWindow {
     }
 
     /// The peer left: forget everything queued for it.
-    pub fn clear(&mut self) {
+    pub(super) fn clear(&mut self) {
         self.queue.clear();
         self.flight.clear(self.queue.end());
         self.loss.clear();
