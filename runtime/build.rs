@@ -53,7 +53,11 @@ fn main() {
     }
     let mut out = String::new();
     let _ = writeln!(out, "pub(crate) const NAME: &str = {:?};", v.name);
-    let _ = writeln!(out, "pub(crate) const DEFAULT_LAYER: &str = {:?};", v.machine);
+    let _ = writeln!(
+        out,
+        "pub(crate) const DEFAULT_LAYER: &str = {:?};",
+        v.machine
+    );
     let _ = writeln!(out, "pub(crate) const SETTINGS: &[(&str, &str)] = &[");
     for (k, val) in &v.settings {
         let _ = writeln!(out, "    ({k:?}, {val:?}),");

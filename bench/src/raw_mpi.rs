@@ -12,7 +12,7 @@ use std::path::Path;
 use std::time::Instant;
 
 /// One rank of the baseline; rank 0 times round trips and writes the CSV.
-pub fn rank_main(sizes: &[usize], iters: u64, csv: &Path) -> anyhow::Result<()> {
+pub(crate) fn rank_main(sizes: &[usize], iters: u64, csv: &Path) -> anyhow::Result<()> {
     let universe = mpi::initialize().ok_or_else(|| anyhow::anyhow!("MPI already initialized"))?;
     let world = universe.world();
     anyhow::ensure!(world.size() == 2, "the raw MPI ping-pong wants 2 ranks");

@@ -134,6 +134,15 @@ pub struct MpiMachine {
     active: bool,
 }
 
+// By hand: the fields are the layer's working state (MPI handles among them).
+impl std::fmt::Debug for MpiMachine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MpiMachine")
+            .field("rank", &self.me)
+            .finish_non_exhaustive()
+    }
+}
+
 // SAFETY: the MPI handles are plain values valid in the whole process (pointers into Open
 // MPI's globals, integers in MPICH). The runtime moves a one-node machine at most from boot to
 // the thread that runs it — the calling thread, the one that initialized MPI — and calls it

@@ -13,7 +13,7 @@ use std::sync::Arc;
 /// What a send request reads from, kept alive until the request completes. Never read: holding
 /// it is the point.
 #[allow(dead_code)]
-pub enum Keep {
+pub(crate) enum Keep {
     /// A whole message.
     One(Message),
     /// A message sent in pieces: each piece's request holds a reference, and the buffer is
@@ -22,7 +22,7 @@ pub enum Keep {
 }
 
 /// The posted sends of one node.
-pub struct InFlight {
+pub(crate) struct InFlight {
     requests: Vec<ffi::MPI_Request>,
     /// `messages[i]` holds the buffer `requests[i]` reads.
     messages: Vec<Keep>,
@@ -32,7 +32,7 @@ pub struct InFlight {
 
 impl InFlight {
     /// An empty set.
-    pub fn new() -> InFlight {
+    pub(crate) fn new() -> InFlight {
         InFlight {
             requests: Vec::new(),
             messages: Vec::new(),
@@ -41,17 +41,17 @@ impl InFlight {
     }
 
     /// How many sends are in flight.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.requests.len()
     }
 
     /// Whether every send has completed.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.requests.is_empty()
     }
 
     /// Keep `request` (already posted) and the message it reads until it completes.
-    pub fn push(&mut self, request: ffi::MPI_Request, msg: Keep) {
+    pub(crate) fn push(&mut self, request: ffi::MPI_Request, msg: Keep) {
         self.requests.push(request);
         self.messages.push(msg);
     }
@@ -61,7 +61,7 @@ impl InFlight {
     ///
     /// # Errors
     /// [`MachineError::Io`] if `MPI_Testsome` fails.
-    pub fn complete(&mut self) -> Result<usize, MachineError> {
+    pub(crate) fn complete(&mut self) -> Result<usize, MachineError> {
         if self.requests.is_empty() {
             return Ok(0);
         }
@@ -95,7 +95,7 @@ impl InFlight {
 
     /// Give up on what is still in flight at exit: cancel the requests and leak their buffers,
     /// since MPI may still read them until it is finalized.
-    pub fn abandon(&mut self) -> usize {
+    pub(crate) fn abandon(&mut self) -> usize {
         let n = self.requests.len();
         for r in &mut self.requests {
             // SAFETY: a valid, active request. Cancelling a send may not be supported; the
