@@ -3,7 +3,7 @@
 //! between the layer's own code and the runtime above it.
 
 use crate::report::{self, histogram, Row};
-use machine::{BootConfig, Message, Settings};
+use converse_machine::{BootConfig, Message, Settings};
 use std::path::Path;
 use std::time::Instant;
 

@@ -42,7 +42,7 @@ pub(crate) fn run(
     sizes: &[usize],
     iters: u64,
     csv: Option<&Path>,
-    settings: &machine::Settings,
+    settings: &converse_machine::Settings,
     mpi_too: bool,
 ) -> anyhow::Result<()> {
     let w = warmup(iters);

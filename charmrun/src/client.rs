@@ -14,14 +14,16 @@
 //! and never polls.
 
 use crate::protocol::{self, Hello, Kind};
-use machine::{MachineError, NodeTable};
+use converse_machine::{MachineError, NodeTable};
 use signal::Signal;
 use std::io::Write;
 use std::net::{IpAddr, TcpStream};
 use std::sync::Mutex;
 use std::time::Duration;
 
-pub use machine::launch::{LaunchEnv, ENV_CHARMRUN, ENV_JOB, ENV_NODE, ENV_NODES, ENV_SECRET};
+pub use converse_machine::launch::{
+    LaunchEnv, ENV_CHARMRUN, ENV_JOB, ENV_NODE, ENV_NODES, ENV_SECRET,
+};
 
 /// A node's control connection to charmrun.
 pub struct Control {

@@ -6,7 +6,7 @@
 //! | kind | direction | body | meaning |
 //! |---|---|---|---|
 //! | `HELLO` | node → charmrun | secret (16 B), node u32, pid u32, host (u32 len + UTF-8), info (rest) | I am node `node` of this job; reach me with `info` |
-//! | `TABLE` | charmrun → node | encoded [`NodeTable`](machine::NodeTable) | everyone is in: here is the job |
+//! | `TABLE` | charmrun → node | encoded [`NodeTable`](converse_machine::NodeTable) | everyone is in: here is the job |
 //! | `BARRIER` | node → charmrun | empty | I reached the barrier |
 //! | `RELEASE` | charmrun → node | empty | everyone reached it |
 //! | `ENDING` | node → charmrun | i32 code | I am leaving the job normally with this code |
@@ -18,7 +18,7 @@
 
 use std::io::{self, Read, Write};
 
-pub use machine::launch::{secret_from_hex, shm_prefix, SECRET_LEN};
+pub use converse_machine::launch::{secret_from_hex, shm_prefix, SECRET_LEN};
 
 /// Largest control frame accepted: a node table for a very big job fits many times over, and a
 /// stranger cannot make us allocate more.

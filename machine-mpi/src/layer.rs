@@ -31,7 +31,9 @@
 use crate::launcher_env;
 use crate::mpi_call;
 use crate::sends::{InFlight, Keep};
-use machine::{BootConfig, Layer, Machine, MachineError, Message, NodeInfo, NodeTable, HEADROOM};
+use converse_machine::{
+    BootConfig, Layer, Machine, MachineError, Message, NodeInfo, NodeTable, HEADROOM,
+};
 use mpi::ffi;
 use mpi::topology::Communicator;
 use mpi::traits::CommunicatorCollectives;

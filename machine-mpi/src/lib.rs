@@ -21,12 +21,12 @@ pub use layer::{boot, MpiMachine, LAYER};
 
 /// The `mpi.*` settings; declared in every build so that a variant file naming them is
 /// checked even where the layer is not compiled in.
-pub const SETTINGS: &[machine::SettingSpec] = &[
-    machine::SettingSpec {
+pub const SETTINGS: &[converse_machine::SettingSpec] = &[
+    converse_machine::SettingSpec {
         key: "mpi.piece_bytes",
         meaning: "largest single MPI message; larger ones go in pieces (default 1 GiB)",
     },
-    machine::SettingSpec {
+    converse_machine::SettingSpec {
         key: "mpi.window",
         meaning: "messages in flight per peer before the sender waits for credit (default 64)",
     },
@@ -36,11 +36,11 @@ pub const SETTINGS: &[machine::SettingSpec] = &[
 /// (`MPI_ERRORS_ARE_FATAL`) a failing call never returns, so this matters only where a
 /// program installed another handler.
 #[cfg(feature = "mpi")]
-fn mpi_call(what: &str, rc: std::os::raw::c_int) -> Result<(), machine::MachineError> {
+fn mpi_call(what: &str, rc: std::os::raw::c_int) -> Result<(), converse_machine::MachineError> {
     if rc == 0 {
         Ok(())
     } else {
-        Err(machine::MachineError::io(
+        Err(converse_machine::MachineError::io(
             what,
             std::io::Error::other(format!("MPI error code {rc}")),
         ))

@@ -5,7 +5,7 @@
 //! Requests sit in one contiguous array so a single `MPI_Testsome` call checks them all.
 
 use crate::mpi_call;
-use machine::{MachineError, Message};
+use converse_machine::{MachineError, Message};
 use mpi::ffi;
 use std::os::raw::c_int;
 use std::sync::Arc;

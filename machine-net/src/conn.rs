@@ -9,7 +9,7 @@
 //! than one `read` per message); a large one gets its own buffer as soon as its length is
 //! known and the rest of it is read straight into that buffer, so its payload is never copied.
 
-use machine::{Message, ENVELOPE_LEN, HEADROOM};
+use converse_machine::{Message, ENVELOPE_LEN, HEADROOM};
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::TcpStream;
@@ -32,7 +32,7 @@ pub(crate) enum ConnError {
     /// The peer closed it or it broke.
     Gone(String),
     /// The peer sent a frame that cannot be one of ours.
-    Corrupt(machine::WireError),
+    Corrupt(converse_machine::WireError),
 }
 
 /// A connection to one peer.
@@ -219,7 +219,7 @@ impl Conn {
             };
             let len = u32::from_le_bytes(*len) as usize;
             if len < ENVELOPE_LEN {
-                return Err(ConnError::Corrupt(machine::WireError::Truncated {
+                return Err(ConnError::Corrupt(converse_machine::WireError::Truncated {
                     len,
                     need: ENVELOPE_LEN,
                 }));
@@ -230,7 +230,7 @@ impl Conn {
                 deliver(msg);
                 n += 1;
             } else if len >= BIG || FRAME_HEADER + len > READ_BUF {
-                let mut buf = machine::zeroed(HEADROOM + len);
+                let mut buf = converse_machine::zeroed(HEADROOM + len);
                 buf[HEADROOM..HEADROOM + rest.len()].copy_from_slice(rest);
                 let filled = HEADROOM + rest.len();
                 self.in_start = 0;

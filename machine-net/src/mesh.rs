@@ -13,7 +13,7 @@
 //! secret and a node number that may open this kind of connection to it: a stranger.
 
 use charmrun::protocol::{secrets_equal, SECRET_LEN};
-use machine::{MachineError, NodeTable};
+use converse_machine::{MachineError, NodeTable};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};

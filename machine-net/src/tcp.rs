@@ -8,7 +8,7 @@ use crate::conn::{Conn, ConnError};
 use crate::mesh::{self, Intro, Kind, Pending};
 use charmrun::client::{Control, LaunchEnv};
 use charmrun::protocol::SECRET_LEN;
-use machine::{BootConfig, Layer, Machine, MachineError, Message, NodeTable};
+use converse_machine::{BootConfig, Layer, Machine, MachineError, Message, NodeTable};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use std::collections::VecDeque;
 use std::net::TcpListener;

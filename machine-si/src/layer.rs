@@ -28,7 +28,7 @@
 use crate::interconnect::Si;
 use crate::pull::PullError;
 use charmrun::client::{Control, LaunchEnv};
-use machine::{
+use converse_machine::{
     BootConfig, Layer, Machine, MachineError, Message, NodeTable, SettingSpec, HEADROOM,
 };
 use std::collections::VecDeque;

@@ -3,7 +3,7 @@
 //! so that no decoder hand-writes its own cursor and none can index past its input.
 //!
 //! ```
-//! use machine::bytes::{ByteReader, ByteWriter};
+//! use converse_machine::bytes::{ByteReader, ByteWriter};
 //! let mut out = Vec::new();
 //! out.put_u32(7);
 //! out.put_str("node-a");

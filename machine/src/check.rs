@@ -18,7 +18,7 @@
 //! The whole-job suite in `tests/` remains the check of real jobs.
 //!
 //! ```
-//! let report = machine::check::run(&machine::local::LAYER, 3, |_| machine::BootConfig::new(3))
+//! let report = converse_machine::check::run(&converse_machine::local::LAYER, 3, |_| converse_machine::BootConfig::new(3))
 //!     .expect("the in-process layer keeps the contract");
 //! assert_eq!(report.nodes, 3);
 //! ```

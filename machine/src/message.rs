@@ -47,12 +47,12 @@ const OFF_ARG1: usize = 20;
 /// An owned message: envelope plus payload, with headroom for a layer header.
 ///
 /// ```
-/// use machine::Message;
+/// use converse_machine::Message;
 /// let mut m = Message::from_payload(b"hello");
 /// m.set_priority(-1);
 /// assert_eq!(m.payload(), b"hello");
 /// assert_eq!(m.priority(), -1);
-/// assert_eq!(m.wire().len(), machine::ENVELOPE_LEN + 5);
+/// assert_eq!(m.wire().len(), converse_machine::ENVELOPE_LEN + 5);
 /// ```
 #[derive(Clone, PartialEq, Eq)]
 pub struct Message {

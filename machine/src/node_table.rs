@@ -70,7 +70,7 @@ impl NodeTable {
     /// `num_nodes` nodes of `pes_per_node` PEs each on this host, with empty addresses.
     ///
     /// ```
-    /// let t = machine::NodeTable::uniform(3, 2);
+    /// let t = converse_machine::NodeTable::uniform(3, 2);
     /// assert_eq!((t.num_nodes(), t.num_pes(), t.node_of(5)), (3, 6, 2));
     /// ```
     pub fn uniform(num_nodes: usize, pes_per_node: usize) -> NodeTable {

@@ -7,7 +7,7 @@ use std::str::FromStr;
 /// Named settings (`"idle.spin_us"`, `"udp.mtu"`, ...). Layers read theirs at boot.
 ///
 /// ```
-/// let mut s = machine::Settings::default();
+/// let mut s = converse_machine::Settings::default();
 /// s.set("udp.mtu", "1400");
 /// assert_eq!(s.get::<usize>("udp.mtu").unwrap(), Some(1400));
 /// assert!(s.get::<usize>("udp.window").unwrap().is_none());
@@ -93,7 +93,7 @@ impl Settings {
     /// first non-finite value.
     ///
     /// ```
-    /// use machine::{Settings, SettingSpec};
+    /// use converse_machine::{Settings, SettingSpec};
     /// const MINE: &[SettingSpec] = &[SettingSpec { key: "udp.mtu", meaning: "largest packet" }];
     /// let mut s = Settings::default();
     /// s.set("udp.mut", "1400");

@@ -4,7 +4,7 @@
 //! `--` ends them: what follows is left to the program untouched.
 
 use crate::error::RuntimeError;
-use machine::Settings;
+use converse_machine::Settings;
 
 /// The largest `+p` accepted: far beyond any machine, small enough that a typo cannot make the
 /// runtime try to start billions of threads.

@@ -6,7 +6,7 @@
 
 use crate::lifecycle::{SystemHandler, USER_BASE};
 use crate::pe::{HandlerId, Pe};
-use machine::Message;
+use converse_machine::Message;
 use std::collections::HashMap;
 use std::rc::Rc;
 

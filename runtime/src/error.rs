@@ -1,6 +1,6 @@
 //! The runtime's errors.
 
-use machine::MachineError;
+use converse_machine::MachineError;
 
 /// Why a job could not start or did not end well.
 #[derive(Debug, thiserror::Error)]

@@ -3,7 +3,7 @@
 //! Adding a layer is one line in [`COMPILED`], behind its cargo feature.
 
 use crate::error::RuntimeError;
-use machine::Layer;
+use converse_machine::Layer;
 
 /// Every layer name the project knows, compiled in or not, so that a name of a layer this
 /// build lacks gets a different error from a misspelt one.
@@ -11,15 +11,15 @@ pub(crate) const KNOWN: &[&str] = &["local", "tcp", "udp", "si", "mpi"];
 
 /// The layers compiled into this program, in order of preference.
 pub(crate) const COMPILED: &[Layer] = &[
-    machine::local::LAYER,
+    converse_machine::local::LAYER,
     #[cfg(feature = "tcp")]
-    net::tcp::LAYER,
+    converse_net::tcp::LAYER,
     #[cfg(feature = "udp")]
-    net::udp::LAYER,
+    converse_net::udp::LAYER,
     #[cfg(feature = "si")]
-    si::LAYER,
+    converse_si::LAYER,
     #[cfg(feature = "mpi")]
-    machine_mpi::LAYER,
+    converse_mpi::LAYER,
 ];
 
 /// The layer to run on when `+machine` is not given: if a launcher started this process, the
@@ -37,8 +37,8 @@ pub(crate) fn choose(default: &str) -> Result<&'static Layer, RuntimeError> {
         return Ok(l);
     }
     // Started by mpirun without the MPI layer: every rank would run alone as a one-PE job.
-    if machine_mpi::launcher_env::launched() {
-        if let Some((n, var)) = machine_mpi::launcher_env::announced_size().filter(|s| s.0 > 1) {
+    if converse_mpi::launcher_env::launched() {
+        if let Some((n, var)) = converse_mpi::launcher_env::announced_size().filter(|s| s.0 > 1) {
             return Err(RuntimeError::Layer(format!(
                 "started by an MPI launcher ({var}={n}) but this program has no MPI layer \
                  (compiled in: {}); build the mpi variant (cargo run -p conv-mach -- build mpi)",
@@ -73,8 +73,8 @@ pub(crate) fn find(name: &str) -> Result<&'static Layer, RuntimeError> {
 
 /// Every setting a key may name: the runtime's, each compiled-in layer's, and the MPI layer's
 /// even where it is not compiled in (a variant file for it is still checked).
-pub(crate) fn settings() -> Vec<&'static [machine::SettingSpec]> {
-    let mut all = vec![crate::scheduler::SETTINGS, machine_mpi::SETTINGS];
+pub(crate) fn settings() -> Vec<&'static [converse_machine::SettingSpec]> {
+    let mut all = vec![crate::scheduler::SETTINGS, converse_mpi::SETTINGS];
     all.extend(COMPILED.iter().map(|l| l.settings));
     all
 }
@@ -117,7 +117,7 @@ mod tests {
         assert!(names.len() >= 5);
         for name in names {
             let v = conv_mach::load(&dir, &name).expect("variant loads");
-            let mut s = machine::Settings::default();
+            let mut s = converse_machine::Settings::default();
             for (k, val) in &v.settings {
                 s.set(k, val);
             }

@@ -38,12 +38,12 @@ mod variant;
 
 pub use args::{parse_args, RuntimeArgs, MAX_PES};
 pub use collectives::{tree_children, tree_parent, Combine, ReduceTarget};
+pub use converse_machine::LaunchEnv;
+pub use converse_machine::{Message, NodeTable};
 pub use error::RuntimeError;
-pub use machine::LaunchEnv;
-pub use machine::{Message, NodeTable};
 pub use pe::{HandlerId, Pe};
 
-use machine::{BootConfig, Layer, Machine, Settings};
+use converse_machine::{BootConfig, Layer, Machine, Settings};
 use scheduler::Tunables;
 use std::panic::AssertUnwindSafe;
 use std::process::ExitCode;
@@ -175,7 +175,7 @@ impl RuntimeBuilder {
                 ))
             }
         };
-        if layer.name == "local" && (launch.is_some() || machine::LaunchEnv::present()) {
+        if layer.name == "local" && (launch.is_some() || converse_machine::LaunchEnv::present()) {
             return Err(RuntimeError::Layer(
                 "+machine local runs every PE as a thread of this one process, but a launcher \
                  started this process as one node of a job of several: run the program directly \

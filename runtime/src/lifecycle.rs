@@ -17,8 +17,8 @@
 use crate::collectives::{tree_children, tree_parent};
 use crate::error::RuntimeError;
 use crate::pe::Pe;
-use machine::bytes::{ByteReader, ByteWriter};
-use machine::{Message, WireError};
+use converse_machine::bytes::{ByteReader, ByteWriter};
+use converse_machine::{Message, WireError};
 use SystemHandler as S;
 
 /// The runtime's own handlers: the ids below [`USER_BASE`], the same on every PE.

@@ -5,7 +5,7 @@ use crate::collectives::Reductions;
 use crate::lifecycle::Lifecycle;
 use crate::queue::Queue;
 use crate::scheduler::{Timers, Tunables};
-use machine::{Machine, Message, NodeTable};
+use converse_machine::{Machine, Message, NodeTable};
 use std::rc::Rc;
 use std::sync::Arc;
 

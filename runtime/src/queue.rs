@@ -4,7 +4,7 @@
 //! prioritized ones pay for the heap (Converse's queue makes the same split). Both structures
 //! keep their allocations between messages, so a push/pop pair allocates nothing once warm.
 
-use machine::Message;
+use converse_machine::Message;
 use std::cmp::Ordering;
 use std::collections::{BinaryHeap, VecDeque};
 

@@ -2,7 +2,7 @@
 //! priority, fires timers, and goes idle without burning a core.
 
 use crate::pe::Pe;
-use machine::{MachineError, Message, SettingSpec, Settings};
+use converse_machine::{MachineError, Message, SettingSpec, Settings};
 use std::time::{Duration, Instant};
 
 /// Widest spanning tree allowed: a reduction tracks its children in a 64-bit mask.

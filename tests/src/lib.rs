@@ -428,7 +428,7 @@ pub fn expect_bounded_flood(launcher: &Launcher, program: &str) {
 /// The conformance suite for one launcher: every layer must pass these unchanged.
 ///
 /// ```ignore
-/// conformance::conformance_suite!(conformance::Launcher::Direct { machine: "local" });
+/// converse_tests::conformance_suite!(converse_tests::Launcher::Direct { machine: "local" });
 /// ```
 #[macro_export]
 macro_rules! conformance_suite {

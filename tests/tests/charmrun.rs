@@ -2,7 +2,7 @@
 //! multi-process jobs over the TCP layer. Every job is bounded in time and its process group
 //! killed at the end.
 
-use conformance::{alive, run_bounded, wait_for_children, Launcher, Outcome, Running};
+use converse_tests::{alive, run_bounded, wait_for_children, Launcher, Outcome, Running};
 use std::io::Write;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 const PROGRAM: &str = env!("CARGO_BIN_EXE_conformance");
 
 fn charmrun() -> Command {
-    Command::new(conformance::charmrun_path(PROGRAM))
+    Command::new(converse_tests::charmrun_path(PROGRAM))
 }
 
 fn tcp(opts: &[&str]) -> Launcher {

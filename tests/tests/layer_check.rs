@@ -1,9 +1,9 @@
-//! The in-process check of the `Machine` contract (`machine::check`) on every layer compiled
+//! The in-process check of the `Machine` contract (`converse_machine::check`) on every layer compiled
 //! in: each node a thread of this test process, the launched layers started by charmrun's
 //! embedded launcher. Seconds per layer, next to the whole-job suites in the other files.
 
 use charmrun::launch::{start_embedded, NodeStart};
-use machine::{BootConfig, LaunchEnv};
+use converse_machine::{BootConfig, LaunchEnv};
 use std::time::Duration;
 
 /// Run the check on `layer` with `n` nodes started by the embedded launcher, and return what
@@ -15,7 +15,7 @@ fn check_launched(layer: &str, n: usize) {
     let plan = (0..n).map(|_| NodeStart::InProcess).collect();
     let job = start_embedded(opts, plan).expect("the embedded launcher starts");
     let envs: Vec<LaunchEnv> = job.envs().to_vec();
-    let report = machine::check::run(layer, n, |i| BootConfig {
+    let report = converse_machine::check::run(layer, n, |i| BootConfig {
         launch: envs.get(i).cloned(),
         ..BootConfig::new(n)
     });
@@ -27,15 +27,17 @@ fn check_launched(layer: &str, n: usize) {
     assert_eq!(report.nodes, n);
     assert_eq!(
         report.messages,
-        (n * (n - 1)) as u64 * machine::check::PER_PAIR
+        (n * (n - 1)) as u64 * converse_machine::check::PER_PAIR
     );
     assert_eq!(code, 0, "the launcher's verdict");
 }
 
 #[test]
 fn local_keeps_the_contract() {
-    let r = machine::check::run(&machine::local::LAYER, 5, |_| BootConfig::new(5)).expect("check");
-    assert_eq!(r.messages, 5 * 4 * machine::check::PER_PAIR);
+    let r =
+        converse_machine::check::run(&converse_machine::local::LAYER, 5, |_| BootConfig::new(5))
+            .expect("check");
+    assert_eq!(r.messages, 5 * 4 * converse_machine::check::PER_PAIR);
 }
 
 #[test]

@@ -1,3 +1,3 @@
 //! The conformance suite on the in-process layer.
 
-conformance::conformance_suite!(conformance::Launcher::Direct { machine: "local" });
+converse_tests::conformance_suite!(converse_tests::Launcher::Direct { machine: "local" });

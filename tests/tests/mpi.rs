@@ -6,31 +6,34 @@
 //! ```
 //!
 //! Open MPI refuses to start as root unless told it may: every `mpirun` these tests start gets
-//! `OMPI_ALLOW_RUN_AS_ROOT` in its environment ([`conformance::mpirun_env`]).
+//! `OMPI_ALLOW_RUN_AS_ROOT` in its environment ([`converse_tests::mpirun_env`]).
 #![cfg(feature = "mpi")]
 
-conformance::conformance_suite!({
+converse_tests::conformance_suite!({
     assert!(
-        conformance::have_mpirun(),
+        converse_tests::have_mpirun(),
         "these tests need mpirun on the PATH"
     );
-    conformance::Launcher::Mpirun { opts: vec![] }
+    converse_tests::Launcher::Mpirun { opts: vec![] }
 });
 
 mod particular {
-    use conformance::{mpirun_options, run_bounded, wait_for_children, Running};
+    use converse_tests::{mpirun_options, run_bounded, wait_for_children, Running};
     use std::process::Command;
     use std::time::Duration;
 
     const PROGRAM: &str = env!("CARGO_BIN_EXE_conformance");
 
     fn mpirun(ranks: usize, args: &[&str]) -> Command {
-        conformance::Launcher::Mpirun { opts: vec![] }.command(PROGRAM, ranks, args)
+        converse_tests::Launcher::Mpirun { opts: vec![] }.command(PROGRAM, ranks, args)
     }
 
     #[test]
     fn memory_toward_a_stalled_peer_is_bounded() {
-        conformance::expect_bounded_flood(&conformance::Launcher::Mpirun { opts: vec![] }, PROGRAM);
+        converse_tests::expect_bounded_flood(
+            &converse_tests::Launcher::Mpirun { opts: vec![] },
+            PROGRAM,
+        );
     }
 
     #[test]
@@ -105,13 +108,13 @@ mod particular {
         assert!(!o.timed_out, "{o}");
         assert_ne!(o.code, Some(0), "{o}");
         for pid in ranks {
-            assert!(!conformance::alive(pid), "rank {pid} survived\n{o}");
+            assert!(!converse_tests::alive(pid), "rank {pid} survived\n{o}");
         }
     }
 
     fn charmrun(args: &[&str]) -> Command {
-        let mut c = Command::new(conformance::charmrun_path(PROGRAM));
-        c.arg("++mpiexec").envs(conformance::mpirun_env());
+        let mut c = Command::new(converse_tests::charmrun_path(PROGRAM));
+        c.arg("++mpiexec").envs(converse_tests::mpirun_env());
         let launcher = ["mpirun"]
             .into_iter()
             .map(String::from)

@@ -4,7 +4,7 @@
 //! `ip netns exec HOST ...`, exactly as it would use ssh. Needs root (to create namespaces);
 //! without it the tests say they were skipped.
 
-use conformance::{ip, run_bounded};
+use converse_tests::{ip, run_bounded};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
@@ -113,10 +113,10 @@ impl Hosts {
     }
 
     /// charmrun, run on host 0.
-    fn charmrun(&self, args: &[String]) -> conformance::Outcome {
+    fn charmrun(&self, args: &[String]) -> converse_tests::Outcome {
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", &self.host_ns(0)])
-            .arg(conformance::charmrun_path(PROGRAM))
+            .arg(converse_tests::charmrun_path(PROGRAM))
             .args(args);
         run_bounded(&mut cmd, Duration::from_secs(90))
     }
@@ -306,7 +306,7 @@ fn a_tree_overlay_follows_the_hosts_its_topology_file_names() {
         a.extend(args(&["+machine", "tcp", "+quiet"]));
         let mut cmd = Command::new("ip");
         cmd.args(["netns", "exec", &hosts.host_ns(0)])
-            .arg(conformance::charmrun_path(TBON))
+            .arg(converse_tests::charmrun_path(TBON))
             .args(&a);
         run_bounded(&mut cmd, Duration::from_secs(90))
     };

@@ -4,13 +4,13 @@
 //! variant and layers.
 #![cfg(not(feature = "mpi"))]
 
-use conformance::run_bounded;
+use converse_tests::run_bounded;
 use std::process::Command;
 use std::time::Duration;
 
 const PROGRAM: &str = env!("CARGO_BIN_EXE_conformance");
 
-fn run(args: &[&str]) -> conformance::Outcome {
+fn run(args: &[&str]) -> converse_tests::Outcome {
     run_bounded(Command::new(PROGRAM).args(args), Duration::from_secs(30))
 }
 
@@ -130,7 +130,7 @@ fn an_unknown_setting_is_refused_naming_the_known_ones() {
 
 #[test]
 fn the_local_layer_under_charmrun_is_refused_at_once() {
-    let charmrun = conformance::charmrun_path(PROGRAM);
+    let charmrun = converse_tests::charmrun_path(PROGRAM);
     let o = run_bounded(
         Command::new(charmrun).args(["+p4", PROGRAM, "hello", "+machine", "local"]),
         Duration::from_secs(30),

@@ -1,13 +1,13 @@
 //! The conformance suite on the SI layer (shared memory), every job started by charmrun, and
 //! what is particular to it: nothing of a job stays in /dev/shm, whatever happens.
 
-conformance::conformance_suite!(conformance::Launcher::Charmrun {
+converse_tests::conformance_suite!(converse_tests::Launcher::Charmrun {
     machine: "si",
     opts: vec![]
 });
 
 mod particular {
-    use conformance::{alive, children_of, run_bounded, Launcher, Running};
+    use converse_tests::{alive, children_of, run_bounded, Launcher, Running};
     use std::process::Command;
     use std::time::Duration;
 
@@ -211,7 +211,7 @@ mod particular {
 
     #[test]
     fn large_messages_arrive_whole_through_the_rings_when_single_copy_is_off() {
-        conformance::expect_ok(
+        converse_tests::expect_ok(
             &si(),
             PROGRAM,
             2,
@@ -222,7 +222,7 @@ mod particular {
     #[test]
     fn large_messages_arrive_whole_when_the_receiver_copies_alone() {
         // Lent, without the sender's help with the copy.
-        conformance::expect_ok(
+        converse_tests::expect_ok(
             &si(),
             PROGRAM,
             2,
@@ -236,10 +236,10 @@ mod particular {
         // order, each once, between every pair and with a node to itself.
         let lend_all = ["+set", "si.single_copy_from=0"];
         let args = |a: &[&'static str]| [a, &lend_all[..]].concat();
-        conformance::expect_ok(&si(), PROGRAM, 4, &args(&["fifo"]));
-        conformance::expect_ok(&si(), PROGRAM, 4, &args(&["alltoall", "100000"]));
-        conformance::expect_ok(&si(), PROGRAM, 2, &args(&["sizes", "4194304"]));
-        conformance::expect_ok(&si(), PROGRAM, 3, &args(&["exit-after-send"]));
+        converse_tests::expect_ok(&si(), PROGRAM, 4, &args(&["fifo"]));
+        converse_tests::expect_ok(&si(), PROGRAM, 4, &args(&["alltoall", "100000"]));
+        converse_tests::expect_ok(&si(), PROGRAM, 2, &args(&["sizes", "4194304"]));
+        converse_tests::expect_ok(&si(), PROGRAM, 3, &args(&["exit-after-send"]));
     }
 
     #[test]
@@ -276,7 +276,7 @@ mod particular {
             .arg(&script)
             .status()
             .expect("chmod");
-        let charmrun = conformance::charmrun_path(PROGRAM);
+        let charmrun = converse_tests::charmrun_path(PROGRAM);
         let o = run_bounded(
             Command::new(charmrun)
                 .args(["+p2", "++verbose"])
@@ -302,8 +302,8 @@ mod particular {
 /// A receiver that stops polling does not make its sender grow without limit.
 #[test]
 fn memory_toward_a_stalled_peer_is_bounded() {
-    conformance::expect_bounded_flood(
-        &conformance::Launcher::Charmrun {
+    converse_tests::expect_bounded_flood(
+        &converse_tests::Launcher::Charmrun {
             machine: "si",
             opts: vec![],
         },
@@ -314,8 +314,8 @@ fn memory_toward_a_stalled_peer_is_bounded() {
 /// 128 nodes on one host's shared memory, every pair talking.
 #[test]
 fn a_128_node_all_to_all_completes() {
-    conformance::expect_ok(
-        &conformance::Launcher::Charmrun {
+    converse_tests::expect_ok(
+        &converse_tests::Launcher::Charmrun {
             machine: "si",
             opts: vec![],
         },

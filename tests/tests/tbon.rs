@@ -4,7 +4,7 @@
 //! topologies; a front-end that makes its own network (IntegerAddition, and 200 networks of
 //! 32 back-ends made and torn down in one process).
 
-use conformance::{run_bounded, Launcher, Outcome};
+use converse_tests::{run_bounded, Launcher, Outcome};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
@@ -48,7 +48,7 @@ const TREES: [(&str, usize); 4] = [("g:6", 8), ("g:2x3", 9), ("g:2x2x2", 16), ("
 
 macro_rules! overlay_suite {
     ($launcher:expr, $trees:expr) => {
-        fn launcher() -> conformance::Launcher {
+        fn launcher() -> converse_tests::Launcher {
             $launcher
         }
 
@@ -122,14 +122,14 @@ macro_rules! overlay_suite {
 
 mod local {
     overlay_suite!(
-        conformance::Launcher::Direct { machine: "local" },
+        converse_tests::Launcher::Direct { machine: "local" },
         super::TREES
     );
 }
 
 mod tcp {
     overlay_suite!(
-        conformance::Launcher::Charmrun {
+        converse_tests::Launcher::Charmrun {
             machine: "tcp",
             opts: vec![]
         },
@@ -139,7 +139,7 @@ mod tcp {
 
 mod si {
     overlay_suite!(
-        conformance::Launcher::Charmrun {
+        converse_tests::Launcher::Charmrun {
             machine: "si",
             opts: vec![]
         },

@@ -1,6 +1,6 @@
 //! The conformance suite on the TCP layer, every job started by charmrun.
 
-conformance::conformance_suite!(conformance::Launcher::Charmrun {
+converse_tests::conformance_suite!(converse_tests::Launcher::Charmrun {
     machine: "tcp",
     opts: vec![]
 });
@@ -9,11 +9,11 @@ conformance::conformance_suite!(conformance::Launcher::Charmrun {
 /// for a stranger's and closed (they were, beyond 64 pending, before the limit counted peers).
 #[test]
 fn a_128_node_all_to_all_completes() {
-    let launcher = conformance::Launcher::Charmrun {
+    let launcher = converse_tests::Launcher::Charmrun {
         machine: "tcp",
         opts: vec![],
     };
-    conformance::expect_ok(
+    converse_tests::expect_ok(
         &launcher,
         env!("CARGO_BIN_EXE_conformance"),
         128,
@@ -24,8 +24,8 @@ fn a_128_node_all_to_all_completes() {
 /// A receiver that stops polling does not make its sender grow without limit.
 #[test]
 fn memory_toward_a_stalled_peer_is_bounded() {
-    conformance::expect_bounded_flood(
-        &conformance::Launcher::Charmrun {
+    converse_tests::expect_bounded_flood(
+        &converse_tests::Launcher::Charmrun {
             machine: "tcp",
             opts: vec![],
         },

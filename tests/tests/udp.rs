@@ -2,7 +2,7 @@
 //! particular to it: real loss (a network namespace whose firewall drops UDP at random),
 //! reordering and duplication (a relay between the nodes), a silent peer, hostile datagrams.
 
-conformance::conformance_suite!(conformance::Launcher::Charmrun {
+converse_tests::conformance_suite!(converse_tests::Launcher::Charmrun {
     machine: "udp",
     opts: vec![]
 });
@@ -34,7 +34,7 @@ fn stats_field(stderr: &str, label: &str) -> u64 {
 
 mod loss {
     use super::{retransmitted, DAMAGE_SCENARIOS};
-    use conformance::{ip, run_bounded, Outcome};
+    use converse_tests::{ip, run_bounded, Outcome};
     use std::process::Command;
     use std::time::Duration;
 
@@ -93,7 +93,7 @@ mod loss {
         fn run(&self, pes: usize, scenario: &[&str]) -> Outcome {
             let mut cmd = Command::new("ip");
             cmd.args(["netns", "exec", &self.ns])
-                .arg(conformance::charmrun_path(PROGRAM))
+                .arg(converse_tests::charmrun_path(PROGRAM))
                 .arg(format!("+p{pes}"))
                 .arg(PROGRAM)
                 .args(scenario)
@@ -148,8 +148,8 @@ mod loss {
 
 mod relay {
     use super::{stats_field, DAMAGE_SCENARIOS};
-    use conformance::Launcher;
-    use net::udp::wire;
+    use converse_net::udp::wire;
+    use converse_tests::Launcher;
     use std::collections::HashMap;
     use std::net::{SocketAddr, UdpSocket};
     use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -295,8 +295,8 @@ mod relay {
 
 mod particular {
     use super::{retransmitted, stats_field};
-    use conformance::{wait_for_children, Launcher, Running};
-    use net::udp::wire::{self, Header, Kind};
+    use converse_net::udp::wire::{self, Header, Kind};
+    use converse_tests::{wait_for_children, Launcher, Running};
     use std::net::{SocketAddr, UdpSocket};
     use std::time::{Duration, Instant};
 
@@ -349,7 +349,7 @@ mod particular {
 
     #[test]
     fn sixty_four_nodes_on_one_socket_each_all_to_all() {
-        conformance::expect_ok(&udp(), PROGRAM, 64, &["alltoall", "200000"]);
+        converse_tests::expect_ok(&udp(), PROGRAM, 64, &["alltoall", "200000"]);
     }
 
     #[test]
@@ -480,8 +480,8 @@ mod particular {
 /// bound, a stopped peer grew each UDP sender by gigabytes within seconds).
 #[test]
 fn memory_toward_a_stalled_peer_is_bounded() {
-    conformance::expect_bounded_flood(
-        &conformance::Launcher::Charmrun {
+    converse_tests::expect_bounded_flood(
+        &converse_tests::Launcher::Charmrun {
             machine: "udp",
             opts: vec![],
         },
@@ -492,8 +492,8 @@ fn memory_toward_a_stalled_peer_is_bounded() {
 /// 128 nodes, every pair talking.
 #[test]
 fn a_128_node_all_to_all_completes() {
-    conformance::expect_ok(
-        &conformance::Launcher::Charmrun {
+    converse_tests::expect_ok(
+        &converse_tests::Launcher::Charmrun {
             machine: "udp",
             opts: vec![],
         },
@@ -506,7 +506,7 @@ fn a_128_node_all_to_all_completes() {
 /// A NaN setting is a one-line error, not a panic on every node.
 #[test]
 fn a_nan_setting_is_a_clear_error() {
-    let o = conformance::Launcher::Charmrun {
+    let o = converse_tests::Launcher::Charmrun {
         machine: "udp",
         opts: vec![],
     }

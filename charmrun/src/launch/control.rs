@@ -5,8 +5,8 @@
 
 use super::{Event, LaunchError};
 use crate::protocol::{self, Hello, Kind, SECRET_LEN};
+use converse_machine::{NodeInfo, NodeTable};
 use crossbeam_channel::Sender;
-use machine::{NodeInfo, NodeTable};
 use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};

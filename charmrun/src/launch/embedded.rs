@@ -11,7 +11,7 @@ use std::thread::JoinHandle;
 
 /// A job run by a launcher inside the calling program. Nodes in this process join through
 /// [`client`] with the [`LaunchEnv`](client::LaunchEnv)s of [`Embedded::envs`], handed to the
-/// runtime as their launch context ([`machine::BootConfig::launch`]).
+/// runtime as their launch context ([`converse_machine::BootConfig::launch`]).
 ///
 /// The launcher runs on a thread of its own; no signal handler is installed (the program's
 /// are its own). At the end it does what charmrun does, except that it never tells a node in

@@ -4,7 +4,7 @@
 //! program built as any variant gets the same behaviour.
 
 use super::rtt::RtoBounds;
-use machine::{MachineError, Settings};
+use converse_machine::{MachineError, Settings};
 use std::fmt::Display;
 use std::net::SocketAddr;
 use std::num::{IntErrorKind, ParseIntError};

@@ -15,7 +15,7 @@ use super::pool::Pool;
 use super::reassembly::{sacked, Arrival, Body, RecvWindow};
 use super::window::SendWindow;
 use super::wire::{self, Expect, Header, Kind, Reject, BASE, MAX_DATA_HEADER, MAX_SACK_EXT};
-use machine::Message;
+use converse_machine::Message;
 use std::io;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

@@ -14,7 +14,7 @@ use super::socket::{Arrived, Socket, RECV_BATCH};
 use super::wire;
 use crate::mesh;
 use charmrun::client::{Control, LaunchEnv};
-use machine::{BootConfig, Layer, Machine, MachineError, Message, NodeTable, SettingSpec};
+use converse_machine::{BootConfig, Layer, Machine, MachineError, Message, NodeTable, SettingSpec};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -5,7 +5,7 @@
 //! message received goes into it, its pages already mapped. A program that forwards what it
 //! receives (a ping-pong, a pipeline) then receives into warm memory every time.
 
-use machine::Message;
+use converse_machine::Message;
 
 /// Buffers smaller than this are left to the allocator (it keeps them warm itself).
 const MIN_BUFFER: usize = 64 << 10;

@@ -13,7 +13,7 @@
 
 use super::pool::Pool;
 use super::wire::{widen, Frag};
-use machine::{Message, HEADROOM};
+use converse_machine::{Message, HEADROOM};
 use std::collections::VecDeque;
 
 /// A received packet waiting for the ones before it.

@@ -6,7 +6,7 @@
 
 use super::pool::Pool;
 use super::wire::{Frag, Header, BASE, MAX_DATA_HEADER, MAX_MESSAGE};
-use machine::Message;
+use converse_machine::Message;
 use std::collections::VecDeque;
 
 /// Why a message cannot be queued: it is beyond what a fragment header can announce.

@@ -5,7 +5,7 @@
 use super::config::Config;
 use super::endpoint::Endpoint;
 use super::link::Transmit;
-use machine::Message;
+use converse_machine::Message;
 use std::io;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};

@@ -27,7 +27,7 @@ use super::pool::Pool;
 use super::rtt::{RtoBounds, Rtt};
 use super::send_queue::{SendQueue, TooLarge};
 use super::wire::{Frag, Header};
-use machine::Message;
+use converse_machine::Message;
 use std::time::{Duration, Instant};
 
 /// What a datagram costs in a socket buffer beyond its bytes (Linux charges each its

@@ -22,7 +22,7 @@
 //! 32 bytes of headroom every message has, so a message that fits one datagram is sent
 //! straight from its own buffer.
 
-use machine::ENVELOPE_LEN;
+use converse_machine::ENVELOPE_LEN;
 
 /// First byte of every datagram of this protocol.
 pub const MAGIC: u8 = 0xC5;

@@ -84,7 +84,7 @@ fn teardown(argv: &[String]) -> Result<(), String> {
         if sum != b * (b + 1) / 2 {
             return Err(format!("round {round}: sum {sum}"));
         }
-        let kids = conformance::children_of(std::process::id());
+        let kids = converse_tests::children_of(std::process::id());
         if !kids.is_empty() {
             return Err(format!("round {round}: processes left: {kids:?}"));
         }
