@@ -114,32 +114,59 @@ impl TreeSpec {
                 ))
             }
         };
-        let n = t.num_nodes();
-        if n > MAX_NODES {
-            return Err(spec_error(
-                spec,
-                format!("the tree would have more than {MAX_NODES} processes"),
-            ));
-        }
+        t.validate().map_err(|reason| spec_error(spec, reason))?;
         Ok(t)
     }
 
-    /// Number of processes the tree has (saturating for absurd specs).
-    pub fn num_nodes(&self) -> usize {
+    /// Whether the spec makes a tree an overlay can run: fan-outs of at least 1, a k of at
+    /// least 2, at least one back-end, at most [`MAX_NODES`] processes. The reason, if not.
+    fn validate(&self) -> Result<(), String> {
         match self {
-            TreeSpec::Balanced { fanout, depth } => {
-                TreeSpec::Generic(vec![*fanout; (*depth).min(64)]).num_nodes()
+            TreeSpec::Balanced { fanout, depth } if *fanout == 0 || *depth == 0 => {
+                return Err("a balanced tree needs a fan-out and a depth of at least 1".into())
             }
-            TreeSpec::Knomial { nodes, .. } => *nodes,
-            TreeSpec::Generic(levels) => {
-                let mut total: usize = 1;
-                let mut width: usize = 1;
-                for &f in levels {
-                    width = width.saturating_mul(f);
-                    total = total.saturating_add(width);
+            TreeSpec::Generic(levels) if levels.is_empty() => {
+                return Err("a generic tree needs at least one level".into())
+            }
+            TreeSpec::Generic(levels) if levels.contains(&0) => {
+                return Err("every fan-out must be at least 1".into())
+            }
+            TreeSpec::Knomial { k, .. } if *k < 2 => return Err("k must be at least 2".into()),
+            TreeSpec::Knomial { nodes, .. } if *nodes < 2 => {
+                return Err(format!(
+                    "a tree of {nodes} process(es) has no back-end; a tree overlay needs at \
+                     least one (k:K@2 or more)"
+                ))
+            }
+            _ => {}
+        }
+        if self.num_nodes() > MAX_NODES {
+            return Err(format!(
+                "the tree would have more than {MAX_NODES} processes"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Number of processes the tree has, exactly up to [`MAX_NODES`]; for larger trees some
+    /// number above it (the count stops there, so an absurd depth costs nothing).
+    pub fn num_nodes(&self) -> usize {
+        fn count(levels: impl IntoIterator<Item = usize>) -> usize {
+            let mut total: usize = 1;
+            let mut width: usize = 1;
+            for f in levels {
+                width = width.saturating_mul(f);
+                total = total.saturating_add(width);
+                if width == 0 || total > MAX_NODES {
+                    break;
                 }
-                total
             }
+            total
+        }
+        match self {
+            TreeSpec::Balanced { fanout, depth } => count(std::iter::repeat_n(*fanout, *depth)),
+            TreeSpec::Knomial { nodes, .. } => *nodes,
+            TreeSpec::Generic(levels) => count(levels.iter().copied()),
         }
     }
 
@@ -334,15 +361,12 @@ impl Namer<'_> {
 /// ```
 ///
 /// # Errors
-/// [`TopologyError`] when the host lists have too few slots.
+/// [`TopologyError`] when the spec makes no tree an overlay can run (see
+/// [`TreeSpec::parse`]: no back-end, a fan-out of 0, more than [`MAX_NODES`] processes), or
+/// when the host lists have too few slots.
 pub fn generate(spec: &TreeSpec, placement: &Placement) -> Result<Topology, TopologyError> {
-    let n = spec.num_nodes();
-    if n > MAX_NODES {
-        return Err(TopologyError::at(
-            None,
-            format!("the tree would have more than {MAX_NODES} processes"),
-        ));
-    }
+    spec.validate()
+        .map_err(|reason| TopologyError::at(None, format!("bad tree spec: {reason}")))?;
     let parents = spec.parents();
     let mut has_children = vec![false; parents.len()];
     for p in parents.iter().flatten() {
@@ -433,6 +457,75 @@ mod tests {
         ] {
             let e = TreeSpec::parse(bad).unwrap_err().to_string();
             assert!(e.starts_with(&format!("bad tree spec '{bad}'")), "{e}");
+        }
+    }
+
+    #[test]
+    fn degenerate_specs_are_one_line_errors() {
+        for (bad, want) in [
+            ("k:2@1", "a tree of 1 process(es) has no back-end"),
+            ("k:3@0", "the number of processes must be"),
+            ("b:0", "a fan-out must be a whole number of at least 1"),
+            ("b:0^3", "the fan-out must be"),
+            ("b:2^0", "the depth must be"),
+            ("k:1@5", "k must be at least 2"),
+            ("g:0x2", "a fan-out must be a whole number of at least 1"),
+            ("g:2x0", "a fan-out must be a whole number of at least 1"),
+            ("b:1^2000000", "more than 1048576 processes"),
+            ("b:1^18446744073709551615", "more than 1048576 processes"),
+            ("b:2^64", "more than 1048576 processes"),
+            ("g:1048576x1048576", "more than 1048576 processes"),
+            (
+                "g:65536x65536x65536x65536x65536",
+                "more than 1048576 processes",
+            ),
+            ("k:2@1048577", "more than 1048576 processes"),
+            (
+                "k:2@99999999999999999999999",
+                "the number of processes must be",
+            ),
+        ] {
+            let e = TreeSpec::parse(bad).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("bad tree spec '{bad}': ")), "{e}");
+            assert!(e.contains(want), "{bad}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+        // A chain of every level it may have is fine.
+        assert_eq!(
+            TreeSpec::parse("b:1^1048575").map(|s| s.num_nodes()),
+            Ok(MAX_NODES)
+        );
+    }
+
+    #[test]
+    fn generate_refuses_specs_built_by_hand_that_parse_would_refuse() {
+        // Built directly, these would hang (k < 2 never stops its digit loop), allocate
+        // without bound, or make a front-end without back-ends.
+        for spec in [
+            TreeSpec::Knomial { k: 1, nodes: 5 },
+            TreeSpec::Knomial { k: 0, nodes: 5 },
+            TreeSpec::Knomial { k: 2, nodes: 1 },
+            TreeSpec::Knomial { k: 2, nodes: 0 },
+            TreeSpec::Generic(vec![]),
+            TreeSpec::Generic(vec![0]),
+            TreeSpec::Generic(vec![3, 0]),
+            TreeSpec::Balanced {
+                fanout: 0,
+                depth: usize::MAX,
+            },
+            TreeSpec::Balanced {
+                fanout: 1,
+                depth: usize::MAX,
+            },
+            TreeSpec::Balanced {
+                fanout: 2,
+                depth: 0,
+            },
+        ] {
+            let e = generate(&spec, &Placement::default())
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with("bad tree spec: "), "{spec:?}: {e}");
         }
     }
 

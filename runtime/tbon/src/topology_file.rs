@@ -81,11 +81,33 @@ fn file(i: &mut In<'_>) -> ModalResult<Vec<(ProcName, Vec<ProcName>, usize)>> {
 
 /// 1-based line of byte `offset` in `text`.
 fn line_at(text: &str, offset: usize) -> usize {
-    text.as_bytes()[..offset.min(text.len())]
-        .iter()
-        .filter(|&&b| b == b'\n')
-        .count()
-        + 1
+    Lines::new(text).line_at(offset)
+}
+
+/// Where the lines of a text start, so that the line of each of many offsets costs a binary
+/// search, not a scan from the start of the text (a file of many statements would take
+/// quadratic time).
+struct Lines {
+    /// Byte offset of every `\n`.
+    newlines: Vec<usize>,
+}
+
+impl Lines {
+    fn new(text: &str) -> Lines {
+        Lines {
+            newlines: text
+                .bytes()
+                .enumerate()
+                .filter(|&(_, b)| b == b'\n')
+                .map(|(i, _)| i)
+                .collect(),
+        }
+    }
+
+    /// 1-based line of byte `offset`.
+    fn line_at(&self, offset: usize) -> usize {
+        self.newlines.partition_point(|&nl| nl < offset) + 1
+    }
 }
 
 /// What starts at `offset`, for error messages: the rest of its word, or "end of file".
@@ -114,14 +136,17 @@ fn found_at(text: &str, offset: usize) -> String {
 pub fn parse_entries(text: &str) -> Result<Vec<Entry>, TopologyError> {
     let parsed = file.parse(LocatingSlice::new(text));
     match parsed {
-        Ok(st) => Ok(st
-            .into_iter()
-            .map(|(parent, children, at)| Entry {
-                parent,
-                children,
-                line: Some(line_at(text, at)),
-            })
-            .collect()),
+        Ok(st) => {
+            let lines = Lines::new(text);
+            Ok(st
+                .into_iter()
+                .map(|(parent, children, at)| Entry {
+                    parent,
+                    children,
+                    line: Some(lines.line_at(at)),
+                })
+                .collect())
+        }
         Err(e) => {
             let offset = e.offset();
             let inner: &ContextError = e.inner();
@@ -236,6 +261,51 @@ c04:0 => c06:0 c07:0 c08:0 c09:0 ;
             "the topology defines no process"
         );
         assert!(parse("# nothing\n").is_err());
+    }
+
+    /// A chain `h:0 => h:1 ; h:1 => h:2 ; ...` of `levels` levels, one statement a line.
+    fn chain(levels: usize) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        for i in 0..levels {
+            let _ = writeln!(s, "h:{i} => h:{} ;", i + 1);
+        }
+        s
+    }
+
+    #[test]
+    fn a_million_level_chain_is_checked_in_linear_time_and_stack() {
+        // The old line numbering scanned the text from its start for every statement:
+        // quadratic, hours for this chain; any recursion on depth would overflow the stack of
+        // a test thread.
+        let levels = 1_000_000;
+        let t = parse(&chain(levels)).expect("a chain is a tree");
+        assert_eq!((t.num_nodes(), t.num_backends()), (levels + 1, 1));
+        assert_eq!(t.stats().depth as usize, levels);
+        assert_eq!(t.subtree_height(0) as usize, levels);
+        let be = t.backends()[0];
+        assert_eq!(t.nodes()[be].name(), &ProcName::new("h", levels as u32));
+        assert_eq!(t.root().backend_ranks(), 0..1);
+    }
+
+    #[test]
+    fn statements_deep_in_a_long_file_keep_their_lines() {
+        let mut text = chain(100_000);
+        text.push_str("h:5 => z:0 ;\n");
+        let e = parse(&text).unwrap_err();
+        assert_eq!(e.line, Some(100_001), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("line 100001: h:5 already has its children listed at line 6"),
+            "{e}"
+        );
+        let entries = parse_entries(&chain(3)).expect("entries");
+        let lines: Vec<_> = entries.iter().map(|e| e.line).collect();
+        assert_eq!(lines, [Some(1), Some(2), Some(3)]);
+        assert_eq!(line_at("a\nb\nc", 0), 1);
+        assert_eq!(line_at("a\nb\nc", 1), 1);
+        assert_eq!(line_at("a\nb\nc", 2), 2);
+        assert_eq!(line_at("a\nb\nc", 99), 3);
     }
 
     #[test]

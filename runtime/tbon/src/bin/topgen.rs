@@ -3,6 +3,7 @@
 
 use converse_tbon::topgen::{generate, HostList, Placement, TreeSpec};
 use converse_tbon::{topology_file, Topology};
+use std::io::Write;
 use std::process::ExitCode;
 
 const HELP: &str = "\
@@ -77,6 +78,7 @@ fn run(args: &[String]) -> Result<(), String> {
                 return Err("--check takes one file and at most an OUTPUT".into());
             }
             let t = topology_file::load(std::path::Path::new(&path)).map_err(|e| e.to_string())?;
+            t.require_backends().map_err(|e| format!("{path}: {e}"))?;
             (t, words.first())
         }
         None => {
@@ -113,9 +115,16 @@ fn run(args: &[String]) -> Result<(), String> {
     };
     match output {
         Some(path) => std::fs::write(path, text).map_err(|e| format!("cannot write {path}: {e}")),
+        // Not print!: it panics when stdout is closed early (`topgen b:1^100000 | head`),
+        // which is the reader's choice, not an error.
         None => {
-            print!("{text}");
-            Ok(())
+            let mut out = std::io::stdout().lock();
+            match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                    Err(format!("cannot write the topology: {e}"))
+                }
+                _ => Ok(()),
+            }
         }
     }
 }
