@@ -251,4 +251,13 @@ mod tests {
             "{e}"
         );
     }
+
+    proptest::proptest! {
+        #[test]
+        fn any_placement_string_parses_or_is_refused_without_a_panic(
+            s in "(sum|min|[0-9]{1,11}|=>|\\*|;| |é){0,20}|\\PC{0,40}"
+        ) {
+            let _ = Assign::parse(&s, 0, &builtin_named);
+        }
+    }
 }

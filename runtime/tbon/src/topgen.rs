@@ -602,4 +602,19 @@ mod tests {
         assert!(HostList::parse("a b").is_err());
         assert_eq!(HostList::parse("a:x").unwrap_err().line, Some(1));
     }
+
+    proptest::proptest! {
+        #[test]
+        fn any_spec_or_host_list_is_a_tree_or_an_error_without_a_panic(
+            s in "[bkgx]?:?([0-9]{1,3}|[0-9]{20}|[x^@:]){0,8}|\\PC{0,30}"
+        ) {
+            if let Ok(spec) = TreeSpec::parse(&s) {
+                if spec.num_nodes() <= 5_000 {
+                    let t = generate(&spec, &Placement::default());
+                    proptest::prop_assert!(t.is_ok_and(|t| t.num_backends() > 0), "{}", s);
+                }
+            }
+            let _ = HostList::parse(&s);
+        }
+    }
 }

@@ -180,17 +180,45 @@ pub fn parse(text: &str) -> Result<Topology, TopologyError> {
     Topology::from_entries(&parse_entries(text)?)
 }
 
+/// The most bytes [`read_text`] reads: more than a topology of the most processes a job may
+/// have takes (a million-process chain on `localhost` is 30 MiB), far less than what would
+/// exhaust memory.
+pub const MAX_FILE_BYTES: u64 = 128 << 20;
+
+/// Read a text file of at most [`MAX_FILE_BYTES`] (a topology or a host list; `what` says which,
+/// for the error), so that a path such as `/dev/zero` is refused instead of filling memory.
+///
+/// # Errors
+/// [`TopologyError`] naming the file: it cannot be read, is larger, or is not UTF-8.
+pub fn read_text(path: &std::path::Path, what: &str) -> Result<String, TopologyError> {
+    read_at_most(path, what, MAX_FILE_BYTES)
+}
+
+fn read_at_most(path: &std::path::Path, what: &str, limit: u64) -> Result<String, TopologyError> {
+    use std::io::Read;
+    let fail = |why: String| {
+        TopologyError::at(
+            None,
+            format!("cannot read {what} {}: {why}", path.display()),
+        )
+    };
+    let file = std::fs::File::open(path).map_err(|e| fail(e.to_string()))?;
+    let mut text = String::new();
+    file.take(limit + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| fail(e.to_string()))?;
+    if text.len() as u64 > limit {
+        return Err(fail(format!("it is larger than {} KiB", limit >> 10)));
+    }
+    Ok(text)
+}
+
 /// Read, parse and validate a topology file.
 ///
 /// # Errors
 /// [`TopologyError`] naming the file and line.
 pub fn load(path: &std::path::Path) -> Result<Topology, TopologyError> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        TopologyError::at(
-            None,
-            format!("cannot read topology file {}: {e}", path.display()),
-        )
-    })?;
+    let text = read_text(path, "topology file")?;
     parse(&text).map_err(|e| TopologyError {
         file: Some(path.display().to_string()),
         ..e
@@ -316,5 +344,34 @@ c04:0 => c06:0 c07:0 c08:0 c09:0 ;
         assert!(e.to_string().contains("no root"), "{e}");
         let e = parse("r:0 => s:0 ;\nx:0 => y:0 ;\ny:0 => x:0 ;\n").unwrap_err();
         assert!(e.to_string().contains("own descendant"), "{e}");
+    }
+
+    #[test]
+    fn an_endless_file_is_refused_not_read_into_memory() {
+        let zero = std::path::Path::new("/dev/zero");
+        let e = read_at_most(zero, "topology file", 1 << 20).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "cannot read topology file /dev/zero: it is larger than 1024 KiB"
+        );
+        let e = load(std::path::Path::new("/nonexistent.top"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("cannot read topology file /nonexistent.top: "),
+            "{e}"
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_text_parses_or_names_a_line_without_a_panic(
+            s in "([a-c]{1,2}:[0-9]{1,2}|=>|;|#|[ \n]|é|:|-|[0-9]{12}){0,60}|\\PC{0,80}"
+        ) {
+            match parse(&s) {
+                Ok(t) => proptest::prop_assert_eq!(parse(&t.to_topology_file()), Ok(t)),
+                Err(e) => proptest::prop_assert!(!e.to_string().contains('\n'), "{}", e),
+            }
+        }
     }
 }

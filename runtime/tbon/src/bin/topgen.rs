@@ -39,8 +39,8 @@ fn main() -> ExitCode {
 }
 
 fn read_hosts(path: &str) -> Result<HostList, String> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| format!("cannot read host list {path}: {e}"))?;
+    let text = topology_file::read_text(std::path::Path::new(path), "host list")
+        .map_err(|e| e.to_string())?;
     HostList::parse(&text).map_err(|e| format!("{path}: {e}"))
 }
 
