@@ -270,7 +270,8 @@ impl HostList {
                 ));
             }
             match at.get(host) {
-                Some(&i) => hosts[i].1 += slots,
+                // Saturating: `host:18446744073709551615` twice must not overflow.
+                Some(&i) => hosts[i].1 = hosts[i].1.saturating_add(slots),
                 None => {
                     at.insert(host.to_owned(), hosts.len());
                     hosts.push((host.to_owned(), slots));
@@ -295,7 +296,7 @@ impl HostList {
 
     /// Total slots.
     pub fn slots(&self) -> usize {
-        self.hosts.iter().map(|h| h.1).sum()
+        self.hosts.iter().fold(0, |n, h| n.saturating_add(h.1))
     }
 }
 
@@ -598,6 +599,9 @@ mod tests {
                 .contains("more than the 8 slot(s) of the back-end host list"),
             "{e}"
         );
+        let many = HostList::parse("a:18446744073709551615\nb:5\na:7\n").expect("list");
+        assert_eq!(many.hosts()[0], ("a".to_string(), usize::MAX));
+        assert_eq!(many.slots(), usize::MAX);
         assert!(HostList::parse("a:0").is_err());
         assert!(HostList::parse("a b").is_err());
         assert_eq!(HostList::parse("a:x").unwrap_err().line, Some(1));
