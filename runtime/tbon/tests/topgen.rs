@@ -113,6 +113,10 @@ fn degenerate_trees_are_refused_in_one_line() {
     let lone = dir.join("lone.top");
     let _ = std::fs::write(&lone, "localhost:0 => ;\n");
     let lone = lone.to_string_lossy().into_owned();
+    let flat = dir.join("flat.top");
+    let children: String = (1..=1_048_576).map(|i| format!(" b:{i}")).collect();
+    let _ = std::fs::write(&flat, format!("fe:0 =>{children} ;\n"));
+    let flat = flat.to_string_lossy().into_owned();
     for (args, want) in [
         (vec!["k:2@1"], "has no back-end"),
         (vec!["b:0"], "at least 1"),
@@ -124,6 +128,10 @@ fn degenerate_trees_are_refused_in_one_line() {
             vec!["--check", lone.as_str()],
             "lone.top: the tree is the front-end localhost:0 alone: a tree overlay needs at \
              least one back-end",
+        ),
+        (
+            vec!["--check", flat.as_str()],
+            "flat.top: the tree has 1048577 processes, more than the 1048576 a job may have",
         ),
     ] {
         let o = topgen(&args);

@@ -1,7 +1,7 @@
 //! `topgen`: generate, check and draw tree-overlay topologies (MRNet's `mrnet_topgen`).
 //! `topgen --help` says how.
 
-use converse_tbon::topgen::{generate, HostList, Placement, TreeSpec};
+use converse_tbon::topgen::{generate, HostList, Placement, TreeSpec, MAX_NODES};
 use converse_tbon::{topology_file, Topology};
 use std::io::Write;
 use std::process::ExitCode;
@@ -15,6 +15,7 @@ SPEC is the tree's shape:
   k:2@16              k-nomial tree of 16 processes (k = 2: binomial)
   g:2x4x3 or 2x4x3    generic: the root has 2 children, each of them 4, each of those 3
   g:32                flat: the front-end and 32 back-ends
+A tree has at least one back-end and at most 1048576 processes (--check holds files to this).
 
 options:
   --fe-host HOST      the front-end's host (default: localhost)
@@ -79,6 +80,12 @@ fn run(args: &[String]) -> Result<(), String> {
             }
             let t = topology_file::load(std::path::Path::new(&path)).map_err(|e| e.to_string())?;
             t.require_backends().map_err(|e| format!("{path}: {e}"))?;
+            if t.num_nodes() > MAX_NODES {
+                return Err(format!(
+                    "{path}: the tree has {} processes, more than the {MAX_NODES} a job may have",
+                    t.num_nodes()
+                ));
+            }
             (t, words.first())
         }
         None => {
