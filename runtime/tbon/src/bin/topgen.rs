@@ -15,7 +15,7 @@ SPEC is the tree's shape:
   k:2@16              k-nomial tree of 16 processes (k = 2: binomial)
   g:2x4x3 or 2x4x3    generic: the root has 2 children, each of them 4, each of those 3
   g:32                flat: the front-end and 32 back-ends
-A tree has at least one back-end and at most 1048576 processes (--check holds files to this).
+A tree has at least one back-end and at most MAX_NODES processes (--check holds files to this).
 
 options:
   --fe-host HOST      the front-end's host (default: localhost)
@@ -58,7 +58,7 @@ fn run(args: &[String]) -> Result<(), String> {
         };
         match a.as_str() {
             "--help" | "-h" => {
-                println!("{HELP}");
+                println!("{}", HELP.replace("MAX_NODES", &MAX_NODES.to_string()));
                 return Ok(());
             }
             "--fe-host" => placement.fe_host = value("--fe-host")?,
