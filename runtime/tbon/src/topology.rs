@@ -4,7 +4,9 @@
 //!
 //! A [`Topology`] is always a tree: it is only built through [`Topology::from_entries`], which
 //! checks that there is one root, no cycle, every node connected and nobody its own
-//! descendant, naming the line of the topology file that breaks the rule.
+//! descendant, naming the line of the topology file that breaks the rule. A front-end alone is
+//! a tree (tools may draw it), but not a network: [`Topology::require_backends`] refuses it
+//! where one is made.
 //!
 //! **Ranks.** Back-ends (the leaves) are ranked `0 .. B` from left to right, as MPI ranks its
 //! processes (MRNet's `rank_backends`). The front-end and the internal processes are ranked
