@@ -227,6 +227,14 @@ fn knomial_parents(k: usize, n: usize) -> Vec<Option<usize>> {
         .collect()
 }
 
+/// Whether `host` can stand in a topology file (the characters its grammar allows).
+fn is_host_name(host: &str) -> bool {
+    !host.is_empty()
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+}
+
 /// Hosts and how many processes each may take.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct HostList {
@@ -259,11 +267,7 @@ impl HostList {
                 },
                 None => (line, 1),
             };
-            if host.is_empty()
-                || !host
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
-            {
+            if !is_host_name(host) {
                 return Err(TopologyError::at(
                     Some(n + 1),
                     format!("'{host}' is not a host name"),
@@ -368,6 +372,16 @@ impl Namer<'_> {
 pub fn generate(spec: &TreeSpec, placement: &Placement) -> Result<Topology, TopologyError> {
     spec.validate()
         .map_err(|reason| TopologyError::at(None, format!("bad tree spec: {reason}")))?;
+    if !is_host_name(&placement.fe_host) {
+        // It would write a topology file that does not read back.
+        return Err(TopologyError::at(
+            None,
+            format!(
+                "'{}' is not a host name (letters, digits, '.', '-', '_')",
+                placement.fe_host.escape_debug()
+            ),
+        ));
+    }
     let parents = spec.parents();
     let mut has_children = vec![false; parents.len()];
     for p in parents.iter().flatten() {
@@ -593,6 +607,20 @@ mod tests {
                 "host2:1", "host3:0", "host3:1"
             ]
         );
+        for bad in ["a b", "", "fe:0", "x\ny"] {
+            let p = Placement {
+                fe_host: bad.into(),
+                ..Placement::default()
+            };
+            let e = generate(&TreeSpec::Generic(vec![2]), &p)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.ends_with("is not a host name (letters, digits, '.', '-', '_')"),
+                "{e}"
+            );
+            assert!(!e.contains('\n'), "{e}");
+        }
         let e = generate(&TreeSpec::Generic(vec![2, 5]), &p).unwrap_err();
         assert!(
             e.to_string()
