@@ -42,6 +42,8 @@ pub enum TreeSpec {
 pub const MAX_NODES: usize = converse::MAX_PES;
 
 fn spec_error(spec: &str, reason: impl std::fmt::Display) -> TopologyError {
+    // Escaped: the message stays one line whatever the user typed.
+    let spec = spec.escape_debug();
     TopologyError::at(None, format!("bad tree spec '{spec}': {reason}"))
 }
 
@@ -50,7 +52,10 @@ fn number(spec: &str, s: &str, what: &str) -> Result<usize, TopologyError> {
         Ok(n) if n >= 1 => Ok(n),
         _ => Err(spec_error(
             spec,
-            format!("{what} must be a whole number of at least 1, not '{s}'"),
+            format!(
+                "{what} must be a whole number of at least 1, not '{}'",
+                s.escape_debug()
+            ),
         )),
     }
 }
@@ -110,7 +115,10 @@ impl TreeSpec {
             other => {
                 return Err(spec_error(
                     spec,
-                    format!("unknown kind '{other}' (b: balanced, k: k-nomial, g: generic)"),
+                    format!(
+                        "unknown kind '{}' (b: balanced, k: k-nomial, g: generic)",
+                        other.escape_debug()
+                    ),
                 ))
             }
         };
@@ -481,6 +489,7 @@ mod tests {
             ("k:2@1", "a tree of 1 process(es) has no back-end"),
             ("k:3@0", "the number of processes must be"),
             ("b:0", "a fan-out must be a whole number of at least 1"),
+            ("g:2\n3", "a fan-out must be"),
             ("b:0^3", "the fan-out must be"),
             ("b:2^0", "the depth must be"),
             ("k:1@5", "k must be at least 2"),
@@ -501,7 +510,8 @@ mod tests {
             ),
         ] {
             let e = TreeSpec::parse(bad).unwrap_err().to_string();
-            assert!(e.starts_with(&format!("bad tree spec '{bad}': ")), "{e}");
+            let shown = bad.escape_debug();
+            assert!(e.starts_with(&format!("bad tree spec '{shown}': ")), "{e}");
             assert!(e.contains(want), "{bad}: {e}");
             assert!(!e.contains('\n'), "{e}");
         }
@@ -638,15 +648,19 @@ mod tests {
     proptest::proptest! {
         #[test]
         fn any_spec_or_host_list_is_a_tree_or_an_error_without_a_panic(
-            s in "[bkgx]?:?([0-9]{1,3}|[0-9]{20}|[x^@:]){0,8}|\\PC{0,30}"
+            s in "[bkgx]?:?([0-9]{1,3}|[0-9]{20}|[x^@:\n]){0,8}|\\PC{0,30}"
         ) {
-            if let Ok(spec) = TreeSpec::parse(&s) {
-                if spec.num_nodes() <= 5_000 {
+            match TreeSpec::parse(&s) {
+                Ok(spec) if spec.num_nodes() <= 5_000 => {
                     let t = generate(&spec, &Placement::default());
                     proptest::prop_assert!(t.is_ok_and(|t| t.num_backends() > 0), "{}", s);
                 }
+                Ok(_) => {}
+                Err(e) => proptest::prop_assert!(!e.to_string().contains('\n'), "{}", e),
             }
-            let _ = HostList::parse(&s);
+            if let Err(e) = HostList::parse(&s) {
+                proptest::prop_assert!(!e.to_string().contains('\n'), "{}", e);
+            }
         }
     }
 }
