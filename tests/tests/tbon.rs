@@ -198,6 +198,43 @@ fn a_tree_larger_than_the_job_is_refused() {
 }
 
 #[test]
+fn a_tree_without_back_ends_is_refused_not_run() {
+    // A front-end alone used to wait forever for replies nobody would send.
+    let dir = std::env::temp_dir().join(format!("tbon-lone-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let lone = dir.join("lone.top");
+    let _ = std::fs::write(&lone, "localhost:0 => ;\n");
+    let want = "a tree overlay needs at least one back-end";
+    let topo = format!("file:{}", lone.display());
+    let o = Launcher::Direct { machine: "local" }.run(
+        TBON,
+        2,
+        &["reduce", &topo],
+        Duration::from_secs(60),
+    );
+    assert_eq!(o.code, Some(3), "{o}");
+    assert!(o.stderr.contains(want), "{o}");
+    let (fe, be) = (
+        example("integer_addition_fe"),
+        example("integer_addition_be"),
+    );
+    let lone = lone.to_string_lossy().into_owned();
+    for (topo, want) in [
+        (lone.as_str(), want),
+        ("k:2@1", "a tree of 1 process(es) has no back-end"),
+    ] {
+        let o = run_bounded(
+            Command::new(&fe).args([topo, &be, &filters()]),
+            Duration::from_secs(60),
+        );
+        assert!(o.code.is_some_and(|c| c != 0), "{topo}\n{o}");
+        assert!(o.stderr.contains(want), "{topo}: want {want:?}\n{o}");
+        assert_eq!(o.stderr.trim().lines().count(), 1, "one line: {topo}\n{o}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn integer_addition_as_in_appendix_b() {
     let (fe, be) = (
         example("integer_addition_fe"),

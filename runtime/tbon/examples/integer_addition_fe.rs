@@ -18,8 +18,10 @@ const PROT_SUM: i32 = FIRST_APPLICATION_TAG + 1;
 
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().collect();
+    // argv may be empty (execve allows it): no indexing.
+    let me = argv.first().map_or("integer_addition_fe", String::as_str);
     let [_, topology, backend, library] = argv.as_slice() else {
-        eprintln!("usage: {} TOPOLOGY BACKEND FILTER_LIBRARY", argv[0]);
+        eprintln!("usage: {me} TOPOLOGY BACKEND FILTER_LIBRARY");
         return ExitCode::from(2);
     };
     let topo = if topology.contains(':') && !std::path::Path::new(topology).exists() {
@@ -31,7 +33,7 @@ fn main() -> ExitCode {
     let topo = match topo {
         Ok(t) => t,
         Err(e) => {
-            eprintln!("{}: {e}", argv[0]);
+            eprintln!("{me}: {e}");
             return ExitCode::from(2);
         }
     };
@@ -64,7 +66,7 @@ fn main() -> ExitCode {
         Ok(Ok(true)) => ExitCode::SUCCESS,
         Ok(Ok(false)) => ExitCode::from(1),
         Ok(Err(e)) | Err(e) => {
-            eprintln!("{}: {e}", argv[0]);
+            eprintln!("{me}: {e}");
             ExitCode::from(1)
         }
     }

@@ -81,8 +81,12 @@ fn fold_data(acc: &mut [u8], x: &[u8], codes: &[u8], op: Op) -> Result<(), Filte
                 i + 1
             )));
         }
+        // Checked: a count from the data is only trusted as far as the data goes.
         let start = at + head;
-        let end = start + n * w;
+        let end = n.checked_mul(w).and_then(|b| start.checked_add(b));
+        let Some(end) = end else {
+            return Err(FilterError(format!("element {} is cut short", i + 1)));
+        };
         let (Some(a), Some(b)) = (acc.get_mut(start..end), x.get(start..end)) else {
             return Err(FilterError(format!("element {} is cut short", i + 1)));
         };
@@ -520,6 +524,24 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.0.contains("one type"), "{e}");
+    }
+
+    #[test]
+    fn an_array_count_past_the_data_is_an_error_not_an_overflow() {
+        // `n * w` with a count of u64::MAX overflowed (a panic in debug builds).
+        let codes: Vec<u8> = Format::parse("%Aud")
+            .map(|f| f.codes().collect())
+            .unwrap_or_default();
+        let mut acc = u64::MAX.to_le_bytes().to_vec();
+        let x = acc.clone();
+        let e = fold_data(&mut acc, &x, &codes, Op::Sum).unwrap_err();
+        assert_eq!(e.0, "element 1 is cut short");
+        let mut acc = 3u32.to_le_bytes().to_vec();
+        let x = acc.clone();
+        let codes: Vec<u8> = Format::parse("%ad")
+            .map(|f| f.codes().collect())
+            .unwrap_or_default();
+        assert!(fold_data(&mut acc, &x, &codes, Op::Max).is_err());
     }
 
     #[test]

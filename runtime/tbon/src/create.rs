@@ -82,8 +82,8 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 /// ```
 ///
 /// # Errors
-/// [`TbonError::Create`] when the processes cannot be started or the root of the topology is
-/// not on this host, or the job ends badly; the errors of [`attach`].
+/// [`TbonError::Topology`] when the tree has no back-end; [`TbonError::Create`] when the
+/// processes cannot be started or the root of the topology is not on this host, or the job ends badly; the errors of [`attach`].
 pub fn create_network_fe<T: Send>(
     topology: &Topology,
     backend: &str,
@@ -108,6 +108,8 @@ pub fn create_network_fe_with<T: Send>(
     let _one = ONE_AT_A_TIME
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // Before starting anything: a front-end alone would wait forever for its back-ends.
+    topology.require_backends()?;
     let root = topology.root();
     if !is_this_machine(root.host()) {
         return Err(TbonError::Create(format!(

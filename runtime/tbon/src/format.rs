@@ -361,4 +361,15 @@ mod tests {
         assert!(Format::from_codes(&[0x04, 0x14]).is_some());
         assert!(Format::from_codes(&[0xff]).is_none());
     }
+
+    proptest::proptest! {
+        #[test]
+        fn any_string_parses_or_is_refused_without_a_panic(
+            s in "(%[aA]?(u?[chdf]|u?h?d|u?ld|lf|s|[a-zé]{0,2})|[ \t]|é|x){0,20}|\\PC{0,40}"
+        ) {
+            if let Ok(f) = Format::parse(&s) {
+                proptest::prop_assert_eq!(Format::parse(&f.to_string()), Ok(f));
+            }
+        }
+    }
 }

@@ -230,8 +230,9 @@ impl Report {
                     value: v2,
                 },
             ) => {
+                // Saturating: the counts come from children's messages.
                 *self = Report::Folded {
-                    ranks: r1 + r2,
+                    ranks: r1.saturating_add(r2),
                     value: v1.combine(v2, how),
                 }
             }
@@ -417,6 +418,29 @@ mod tests {
         assert_eq!(c.take(Metric::NumPackets, Context::Send), PerfData::UInt(2));
         assert_eq!(c.take(Metric::NumBytes, Context::Send), PerfData::UInt(0));
         assert!(matches!(c.take(Metric::MemPhysKb, Context::None), PerfData::Float(v) if v > 0.0));
+    }
+
+    #[test]
+    fn folded_rank_counts_saturate() {
+        // A child's message may claim any count; `u32::MAX + 1` overflowed (a panic in debug).
+        let mut r = Report::Folded {
+            ranks: u32::MAX,
+            value: PerfData::UInt(u64::MAX),
+        };
+        r.merge(
+            Report::Folded {
+                ranks: 1,
+                value: PerfData::UInt(1),
+            },
+            Aggregate::Sum,
+        );
+        assert_eq!(
+            r,
+            Report::Folded {
+                ranks: u32::MAX,
+                value: PerfData::UInt(u64::MAX)
+            }
+        );
     }
 
     #[test]

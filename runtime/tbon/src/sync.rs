@@ -190,10 +190,12 @@ impl Synchronizer {
         self.waiting = self.queues.iter().filter(|q| !q.batches.is_empty()).count();
     }
 
-    /// When [`poll`](Synchronizer::poll) will have something to give, if ever.
+    /// When [`poll`](Synchronizer::poll) will have something to give, if ever. A timeout too
+    /// long for the clock (a parameter packet may say anything) never falls due: only whole
+    /// waves go on, as without a timeout.
     pub fn deadline(&self) -> Option<Instant> {
         match self.mode {
-            SyncMode::Timeout => self.first_at.map(|t| t + self.timeout),
+            SyncMode::Timeout => self.first_at.and_then(|t| t.checked_add(self.timeout)),
             _ => None,
         }
     }
@@ -316,6 +318,20 @@ mod tests {
         assert!(s.push_at(2, pkt(6), false, Some(t1), &mut out));
         assert_eq!(vals(&out), [4, 5, 6]);
         assert_eq!(s.deadline(), None);
+    }
+
+    #[test]
+    fn a_timeout_past_the_clocks_end_never_falls_due() {
+        // `Instant + Duration::MAX` panics.
+        let t0 = Instant::now();
+        let mut s = Synchronizer::new(SyncMode::Timeout, 2);
+        s.set_timeout(Duration::MAX);
+        let mut out = Vec::new();
+        assert!(!s.push_at(0, pkt(1), false, Some(t0), &mut out));
+        assert_eq!(s.deadline(), None);
+        assert!(!s.poll(t0 + Duration::from_secs(3600), &mut out));
+        assert!(s.push_at(1, pkt(2), false, Some(t0), &mut out));
+        assert_eq!(vals(&out), [1, 2]);
     }
 
     #[test]

@@ -42,6 +42,8 @@ pub enum TreeSpec {
 pub const MAX_NODES: usize = converse::MAX_PES;
 
 fn spec_error(spec: &str, reason: impl std::fmt::Display) -> TopologyError {
+    // Escaped: the message stays one line whatever the user typed.
+    let spec = spec.escape_debug();
     TopologyError::at(None, format!("bad tree spec '{spec}': {reason}"))
 }
 
@@ -50,7 +52,10 @@ fn number(spec: &str, s: &str, what: &str) -> Result<usize, TopologyError> {
         Ok(n) if n >= 1 => Ok(n),
         _ => Err(spec_error(
             spec,
-            format!("{what} must be a whole number of at least 1, not '{s}'"),
+            format!(
+                "{what} must be a whole number of at least 1, not '{}'",
+                s.escape_debug()
+            ),
         )),
     }
 }
@@ -110,36 +115,66 @@ impl TreeSpec {
             other => {
                 return Err(spec_error(
                     spec,
-                    format!("unknown kind '{other}' (b: balanced, k: k-nomial, g: generic)"),
+                    format!(
+                        "unknown kind '{}' (b: balanced, k: k-nomial, g: generic)",
+                        other.escape_debug()
+                    ),
                 ))
             }
         };
-        let n = t.num_nodes();
-        if n > MAX_NODES {
-            return Err(spec_error(
-                spec,
-                format!("the tree would have more than {MAX_NODES} processes"),
-            ));
-        }
+        t.validate().map_err(|reason| spec_error(spec, reason))?;
         Ok(t)
     }
 
-    /// Number of processes the tree has (saturating for absurd specs).
-    pub fn num_nodes(&self) -> usize {
+    /// Whether the spec makes a tree an overlay can run: fan-outs of at least 1, a k of at
+    /// least 2, at least one back-end, at most [`MAX_NODES`] processes. The reason, if not.
+    fn validate(&self) -> Result<(), String> {
         match self {
-            TreeSpec::Balanced { fanout, depth } => {
-                TreeSpec::Generic(vec![*fanout; (*depth).min(64)]).num_nodes()
+            TreeSpec::Balanced { fanout, depth } if *fanout == 0 || *depth == 0 => {
+                return Err("a balanced tree needs a fan-out and a depth of at least 1".into())
             }
-            TreeSpec::Knomial { nodes, .. } => *nodes,
-            TreeSpec::Generic(levels) => {
-                let mut total: usize = 1;
-                let mut width: usize = 1;
-                for &f in levels {
-                    width = width.saturating_mul(f);
-                    total = total.saturating_add(width);
+            TreeSpec::Generic(levels) if levels.is_empty() => {
+                return Err("a generic tree needs at least one level".into())
+            }
+            TreeSpec::Generic(levels) if levels.contains(&0) => {
+                return Err("every fan-out must be at least 1".into())
+            }
+            TreeSpec::Knomial { k, .. } if *k < 2 => return Err("k must be at least 2".into()),
+            TreeSpec::Knomial { nodes, .. } if *nodes < 2 => {
+                return Err(format!(
+                    "a tree of {nodes} process(es) has no back-end; a tree overlay needs at \
+                     least one (k:K@2 or more)"
+                ))
+            }
+            _ => {}
+        }
+        if self.num_nodes() > MAX_NODES {
+            return Err(format!(
+                "the tree would have more than {MAX_NODES} processes"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Number of processes the tree has, exactly up to [`MAX_NODES`]; for larger trees some
+    /// number above it (the count stops there, so an absurd depth costs nothing).
+    pub fn num_nodes(&self) -> usize {
+        fn count(levels: impl IntoIterator<Item = usize>) -> usize {
+            let mut total: usize = 1;
+            let mut width: usize = 1;
+            for f in levels {
+                width = width.saturating_mul(f);
+                total = total.saturating_add(width);
+                if width == 0 || total > MAX_NODES {
+                    break;
                 }
-                total
             }
+            total
+        }
+        match self {
+            TreeSpec::Balanced { fanout, depth } => count(std::iter::repeat_n(*fanout, *depth)),
+            TreeSpec::Knomial { nodes, .. } => *nodes,
+            TreeSpec::Generic(levels) => count(levels.iter().copied()),
         }
     }
 
@@ -200,6 +235,14 @@ fn knomial_parents(k: usize, n: usize) -> Vec<Option<usize>> {
         .collect()
 }
 
+/// Whether `host` can stand in a topology file (the characters its grammar allows).
+fn is_host_name(host: &str) -> bool {
+    !host.is_empty()
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
+}
+
 /// Hosts and how many processes each may take.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct HostList {
@@ -232,18 +275,15 @@ impl HostList {
                 },
                 None => (line, 1),
             };
-            if host.is_empty()
-                || !host
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
-            {
+            if !is_host_name(host) {
                 return Err(TopologyError::at(
                     Some(n + 1),
                     format!("'{host}' is not a host name"),
                 ));
             }
             match at.get(host) {
-                Some(&i) => hosts[i].1 += slots,
+                // Saturating: `host:18446744073709551615` twice must not overflow.
+                Some(&i) => hosts[i].1 = hosts[i].1.saturating_add(slots),
                 None => {
                     at.insert(host.to_owned(), hosts.len());
                     hosts.push((host.to_owned(), slots));
@@ -268,7 +308,7 @@ impl HostList {
 
     /// Total slots.
     pub fn slots(&self) -> usize {
-        self.hosts.iter().map(|h| h.1).sum()
+        self.hosts.iter().fold(0, |n, h| n.saturating_add(h.1))
     }
 }
 
@@ -334,13 +374,20 @@ impl Namer<'_> {
 /// ```
 ///
 /// # Errors
-/// [`TopologyError`] when the host lists have too few slots.
+/// [`TopologyError`] when the spec makes no tree an overlay can run (see
+/// [`TreeSpec::parse`]: no back-end, a fan-out of 0, more than [`MAX_NODES`] processes), or
+/// when the host lists have too few slots.
 pub fn generate(spec: &TreeSpec, placement: &Placement) -> Result<Topology, TopologyError> {
-    let n = spec.num_nodes();
-    if n > MAX_NODES {
+    spec.validate()
+        .map_err(|reason| TopologyError::at(None, format!("bad tree spec: {reason}")))?;
+    if !is_host_name(&placement.fe_host) {
+        // It would write a topology file that does not read back.
         return Err(TopologyError::at(
             None,
-            format!("the tree would have more than {MAX_NODES} processes"),
+            format!(
+                "'{}' is not a host name (letters, digits, '.', '-', '_')",
+                placement.fe_host.escape_debug()
+            ),
         ));
     }
     let parents = spec.parents();
@@ -437,6 +484,77 @@ mod tests {
     }
 
     #[test]
+    fn degenerate_specs_are_one_line_errors() {
+        for (bad, want) in [
+            ("k:2@1", "a tree of 1 process(es) has no back-end"),
+            ("k:3@0", "the number of processes must be"),
+            ("b:0", "a fan-out must be a whole number of at least 1"),
+            ("g:2\n3", "a fan-out must be"),
+            ("b:0^3", "the fan-out must be"),
+            ("b:2^0", "the depth must be"),
+            ("k:1@5", "k must be at least 2"),
+            ("g:0x2", "a fan-out must be a whole number of at least 1"),
+            ("g:2x0", "a fan-out must be a whole number of at least 1"),
+            ("b:1^2000000", "more than 1048576 processes"),
+            ("b:1^18446744073709551615", "more than 1048576 processes"),
+            ("b:2^64", "more than 1048576 processes"),
+            ("g:1048576x1048576", "more than 1048576 processes"),
+            (
+                "g:65536x65536x65536x65536x65536",
+                "more than 1048576 processes",
+            ),
+            ("k:2@1048577", "more than 1048576 processes"),
+            (
+                "k:2@99999999999999999999999",
+                "the number of processes must be",
+            ),
+        ] {
+            let e = TreeSpec::parse(bad).unwrap_err().to_string();
+            let shown = bad.escape_debug();
+            assert!(e.starts_with(&format!("bad tree spec '{shown}': ")), "{e}");
+            assert!(e.contains(want), "{bad}: {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+        // A chain of every level it may have is fine.
+        assert_eq!(
+            TreeSpec::parse("b:1^1048575").map(|s| s.num_nodes()),
+            Ok(MAX_NODES)
+        );
+    }
+
+    #[test]
+    fn generate_refuses_specs_built_by_hand_that_parse_would_refuse() {
+        // Built directly, these would hang (k < 2 never stops its digit loop), allocate
+        // without bound, or make a front-end without back-ends.
+        for spec in [
+            TreeSpec::Knomial { k: 1, nodes: 5 },
+            TreeSpec::Knomial { k: 0, nodes: 5 },
+            TreeSpec::Knomial { k: 2, nodes: 1 },
+            TreeSpec::Knomial { k: 2, nodes: 0 },
+            TreeSpec::Generic(vec![]),
+            TreeSpec::Generic(vec![0]),
+            TreeSpec::Generic(vec![3, 0]),
+            TreeSpec::Balanced {
+                fanout: 0,
+                depth: usize::MAX,
+            },
+            TreeSpec::Balanced {
+                fanout: 1,
+                depth: usize::MAX,
+            },
+            TreeSpec::Balanced {
+                fanout: 2,
+                depth: 0,
+            },
+        ] {
+            let e = generate(&spec, &Placement::default())
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with("bad tree spec: "), "{spec:?}: {e}");
+        }
+    }
+
+    #[test]
     fn balanced_and_generic_shapes() {
         let p = Placement::default();
         let t = generate(
@@ -499,14 +617,50 @@ mod tests {
                 "host2:1", "host3:0", "host3:1"
             ]
         );
+        for bad in ["a b", "", "fe:0", "x\ny"] {
+            let p = Placement {
+                fe_host: bad.into(),
+                ..Placement::default()
+            };
+            let e = generate(&TreeSpec::Generic(vec![2]), &p)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.ends_with("is not a host name (letters, digits, '.', '-', '_')"),
+                "{e}"
+            );
+            assert!(!e.contains('\n'), "{e}");
+        }
         let e = generate(&TreeSpec::Generic(vec![2, 5]), &p).unwrap_err();
         assert!(
             e.to_string()
                 .contains("more than the 8 slot(s) of the back-end host list"),
             "{e}"
         );
+        let many = HostList::parse("a:18446744073709551615\nb:5\na:7\n").expect("list");
+        assert_eq!(many.hosts()[0], ("a".to_string(), usize::MAX));
+        assert_eq!(many.slots(), usize::MAX);
         assert!(HostList::parse("a:0").is_err());
         assert!(HostList::parse("a b").is_err());
         assert_eq!(HostList::parse("a:x").unwrap_err().line, Some(1));
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_spec_or_host_list_is_a_tree_or_an_error_without_a_panic(
+            s in "[bkgx]?:?([0-9]{1,3}|[0-9]{20}|[x^@:\n]){0,8}|\\PC{0,30}"
+        ) {
+            match TreeSpec::parse(&s) {
+                Ok(spec) if spec.num_nodes() <= 5_000 => {
+                    let t = generate(&spec, &Placement::default());
+                    proptest::prop_assert!(t.is_ok_and(|t| t.num_backends() > 0), "{}", s);
+                }
+                Ok(_) => {}
+                Err(e) => proptest::prop_assert!(!e.to_string().contains('\n'), "{}", e),
+            }
+            if let Err(e) = HostList::parse(&s) {
+                proptest::prop_assert!(!e.to_string().contains('\n'), "{}", e);
+            }
+        }
     }
 }

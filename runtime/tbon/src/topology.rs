@@ -4,7 +4,9 @@
 //!
 //! A [`Topology`] is always a tree: it is only built through [`Topology::from_entries`], which
 //! checks that there is one root, no cycle, every node connected and nobody its own
-//! descendant, naming the line of the topology file that breaks the rule.
+//! descendant, naming the line of the topology file that breaks the rule. A front-end alone is
+//! a tree (tools may draw it), but not a network: [`Topology::require_backends`] refuses it
+//! where one is made.
 //!
 //! **Ranks.** Back-ends (the leaves) are ranked `0 .. B` from left to right, as MPI ranks its
 //! processes (MRNet's `rank_backends`). The front-end and the internal processes are ranked
@@ -290,11 +292,14 @@ impl Topology {
             }
         }
         if let Some(lost) = (0..n).find(|&i| !seen[i]) {
-            // Follow parents from the lost node until one repeats: that is the cycle.
+            // Follow parents from the lost node until one repeats: that is the cycle. Where
+            // each node sits on the path is kept, so a long cycle is found in linear time.
             let mut path = vec![lost];
+            let mut at_step: Vec<Option<usize>> = vec![None; n];
+            at_step[lost] = Some(0);
             let mut cur = lost;
             while let Some((p, _)) = parent[cur] {
-                if let Some(pos) = path.iter().position(|&x| x == p) {
+                if let Some(pos) = at_step[p] {
                     let cycle: Vec<String> = path[pos..]
                         .iter()
                         .rev()
@@ -311,6 +316,7 @@ impl Topology {
                         ),
                     ));
                 }
+                at_step[p] = Some(path.len());
                 path.push(p);
                 cur = p;
             }
@@ -392,6 +398,25 @@ impl Topology {
             others,
             nodes,
         }
+    }
+
+    /// Refuse a tree without back-ends (a front-end alone): a tree overlay needs at least one,
+    /// for there would be nobody to send to, and a wave of replies would never come.
+    ///
+    /// # Errors
+    /// [`TopologyError`] saying so, in one line.
+    pub fn require_backends(&self) -> Result<(), TopologyError> {
+        if self.num_backends == 0 {
+            return Err(TopologyError::at(
+                None,
+                format!(
+                    "the tree is the front-end {} alone: a tree overlay needs at least one \
+                     back-end",
+                    self.nodes[0].name
+                ),
+            ));
+        }
+        Ok(())
     }
 
     /// A tree from a list of parents (`None` for the root, which must be node 0, and each
@@ -714,6 +739,37 @@ mod tests {
         assert_eq!((t.num_nodes(), t.num_backends()), (1, 0));
         assert_eq!(t.leaves(), [0]);
         assert_eq!(t.stats().depth, 0);
+    }
+
+    #[test]
+    fn a_tree_overlay_requires_a_back_end() {
+        let lone = Topology::from_entries(&[e("fe:0", &[], 1)]).expect("tree");
+        let msg = lone.require_backends().unwrap_err().to_string();
+        assert_eq!(
+            msg,
+            "the tree is the front-end fe:0 alone: a tree overlay needs at least one back-end"
+        );
+        assert_eq!(guide_example().require_backends(), Ok(()));
+    }
+
+    #[test]
+    fn a_long_cycle_is_named_in_linear_time() {
+        // 200,000 processes in a ring beside the root: a quadratic search of the path (the old
+        // code) would take minutes here.
+        let n = 200_000;
+        let name = |i: usize| format!("c:{i}");
+        let mut entries = vec![e("r:0", &["x:0"], 1)];
+        for i in 0..n {
+            let (p, c) = (name(i), name((i + 1) % n));
+            entries.push(e(&p, &[&c], i + 2));
+        }
+        let msg = Topology::from_entries(&entries).unwrap_err().to_string();
+        assert!(msg.contains("is its own descendant (c:"), "{}", &msg[..200]);
+        assert!(
+            msg.ends_with("so it is not connected to the root r:0"),
+            "{}",
+            &msg[..200]
+        );
     }
 
     #[test]

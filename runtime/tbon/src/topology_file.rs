@@ -81,11 +81,33 @@ fn file(i: &mut In<'_>) -> ModalResult<Vec<(ProcName, Vec<ProcName>, usize)>> {
 
 /// 1-based line of byte `offset` in `text`.
 fn line_at(text: &str, offset: usize) -> usize {
-    text.as_bytes()[..offset.min(text.len())]
-        .iter()
-        .filter(|&&b| b == b'\n')
-        .count()
-        + 1
+    Lines::new(text).line_at(offset)
+}
+
+/// Where the lines of a text start, so that the line of each of many offsets costs a binary
+/// search, not a scan from the start of the text (a file of many statements would take
+/// quadratic time).
+struct Lines {
+    /// Byte offset of every `\n`.
+    newlines: Vec<usize>,
+}
+
+impl Lines {
+    fn new(text: &str) -> Lines {
+        Lines {
+            newlines: text
+                .bytes()
+                .enumerate()
+                .filter(|&(_, b)| b == b'\n')
+                .map(|(i, _)| i)
+                .collect(),
+        }
+    }
+
+    /// 1-based line of byte `offset`.
+    fn line_at(&self, offset: usize) -> usize {
+        self.newlines.partition_point(|&nl| nl < offset) + 1
+    }
 }
 
 /// What starts at `offset`, for error messages: the rest of its word, or "end of file".
@@ -114,14 +136,17 @@ fn found_at(text: &str, offset: usize) -> String {
 pub fn parse_entries(text: &str) -> Result<Vec<Entry>, TopologyError> {
     let parsed = file.parse(LocatingSlice::new(text));
     match parsed {
-        Ok(st) => Ok(st
-            .into_iter()
-            .map(|(parent, children, at)| Entry {
-                parent,
-                children,
-                line: Some(line_at(text, at)),
-            })
-            .collect()),
+        Ok(st) => {
+            let lines = Lines::new(text);
+            Ok(st
+                .into_iter()
+                .map(|(parent, children, at)| Entry {
+                    parent,
+                    children,
+                    line: Some(lines.line_at(at)),
+                })
+                .collect())
+        }
         Err(e) => {
             let offset = e.offset();
             let inner: &ContextError = e.inner();
@@ -155,17 +180,45 @@ pub fn parse(text: &str) -> Result<Topology, TopologyError> {
     Topology::from_entries(&parse_entries(text)?)
 }
 
+/// The most bytes [`read_text`] reads: more than a topology of the most processes a job may
+/// have takes (a million-process chain on `localhost` is 30 MiB), far less than what would
+/// exhaust memory.
+pub const MAX_FILE_BYTES: u64 = 128 << 20;
+
+/// Read a text file of at most [`MAX_FILE_BYTES`] (a topology or a host list; `what` says which,
+/// for the error), so that a path such as `/dev/zero` is refused instead of filling memory.
+///
+/// # Errors
+/// [`TopologyError`] naming the file: it cannot be read, is larger, or is not UTF-8.
+pub fn read_text(path: &std::path::Path, what: &str) -> Result<String, TopologyError> {
+    read_at_most(path, what, MAX_FILE_BYTES)
+}
+
+fn read_at_most(path: &std::path::Path, what: &str, limit: u64) -> Result<String, TopologyError> {
+    use std::io::Read;
+    let fail = |why: String| {
+        TopologyError::at(
+            None,
+            format!("cannot read {what} {}: {why}", path.display()),
+        )
+    };
+    let file = std::fs::File::open(path).map_err(|e| fail(e.to_string()))?;
+    let mut text = String::new();
+    file.take(limit + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| fail(e.to_string()))?;
+    if text.len() as u64 > limit {
+        return Err(fail(format!("it is larger than {} KiB", limit >> 10)));
+    }
+    Ok(text)
+}
+
 /// Read, parse and validate a topology file.
 ///
 /// # Errors
 /// [`TopologyError`] naming the file and line.
 pub fn load(path: &std::path::Path) -> Result<Topology, TopologyError> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        TopologyError::at(
-            None,
-            format!("cannot read topology file {}: {e}", path.display()),
-        )
-    })?;
+    let text = read_text(path, "topology file")?;
     parse(&text).map_err(|e| TopologyError {
         file: Some(path.display().to_string()),
         ..e
@@ -238,6 +291,51 @@ c04:0 => c06:0 c07:0 c08:0 c09:0 ;
         assert!(parse("# nothing\n").is_err());
     }
 
+    /// A chain `h:0 => h:1 ; h:1 => h:2 ; ...` of `levels` levels, one statement a line.
+    fn chain(levels: usize) -> String {
+        use std::fmt::Write;
+        let mut s = String::new();
+        for i in 0..levels {
+            let _ = writeln!(s, "h:{i} => h:{} ;", i + 1);
+        }
+        s
+    }
+
+    #[test]
+    fn a_million_level_chain_is_checked_in_linear_time_and_stack() {
+        // The old line numbering scanned the text from its start for every statement:
+        // quadratic, hours for this chain; any recursion on depth would overflow the stack of
+        // a test thread.
+        let levels = 1_000_000;
+        let t = parse(&chain(levels)).expect("a chain is a tree");
+        assert_eq!((t.num_nodes(), t.num_backends()), (levels + 1, 1));
+        assert_eq!(t.stats().depth as usize, levels);
+        assert_eq!(t.subtree_height(0) as usize, levels);
+        let be = t.backends()[0];
+        assert_eq!(t.nodes()[be].name(), &ProcName::new("h", levels as u32));
+        assert_eq!(t.root().backend_ranks(), 0..1);
+    }
+
+    #[test]
+    fn statements_deep_in_a_long_file_keep_their_lines() {
+        let mut text = chain(100_000);
+        text.push_str("h:5 => z:0 ;\n");
+        let e = parse(&text).unwrap_err();
+        assert_eq!(e.line, Some(100_001), "{e}");
+        assert!(
+            e.to_string()
+                .starts_with("line 100001: h:5 already has its children listed at line 6"),
+            "{e}"
+        );
+        let entries = parse_entries(&chain(3)).expect("entries");
+        let lines: Vec<_> = entries.iter().map(|e| e.line).collect();
+        assert_eq!(lines, [Some(1), Some(2), Some(3)]);
+        assert_eq!(line_at("a\nb\nc", 0), 1);
+        assert_eq!(line_at("a\nb\nc", 1), 1);
+        assert_eq!(line_at("a\nb\nc", 2), 2);
+        assert_eq!(line_at("a\nb\nc", 99), 3);
+    }
+
     #[test]
     fn tree_errors_name_the_line() {
         let e = parse("a:0 => b:0 c:0 ;\n\nb:0 => c:0 ;\n").unwrap_err();
@@ -246,5 +344,34 @@ c04:0 => c06:0 c07:0 c08:0 c09:0 ;
         assert!(e.to_string().contains("no root"), "{e}");
         let e = parse("r:0 => s:0 ;\nx:0 => y:0 ;\ny:0 => x:0 ;\n").unwrap_err();
         assert!(e.to_string().contains("own descendant"), "{e}");
+    }
+
+    #[test]
+    fn an_endless_file_is_refused_not_read_into_memory() {
+        let zero = std::path::Path::new("/dev/zero");
+        let e = read_at_most(zero, "topology file", 1 << 20).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "cannot read topology file /dev/zero: it is larger than 1024 KiB"
+        );
+        let e = load(std::path::Path::new("/nonexistent.top"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("cannot read topology file /nonexistent.top: "),
+            "{e}"
+        );
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_text_parses_or_names_a_line_without_a_panic(
+            s in "([a-c]{1,2}:[0-9]{1,2}|=>|;|#|[ \n]|é|:|-|[0-9]{12}){0,60}|\\PC{0,80}"
+        ) {
+            match parse(&s) {
+                Ok(t) => proptest::prop_assert_eq!(parse(&t.to_topology_file()), Ok(t)),
+                Err(e) => proptest::prop_assert!(!e.to_string().contains('\n'), "{}", e),
+            }
+        }
     }
 }

@@ -105,3 +105,85 @@ fn bad_input_is_one_line_and_a_non_zero_exit() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn degenerate_trees_are_refused_in_one_line() {
+    let dir = std::env::temp_dir().join(format!("topgen-degenerate-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let lone = dir.join("lone.top");
+    let _ = std::fs::write(&lone, "localhost:0 => ;\n");
+    let lone = lone.to_string_lossy().into_owned();
+    let flat = dir.join("flat.top");
+    let children: String = (1..=1_048_576).map(|i| format!(" b:{i}")).collect();
+    let _ = std::fs::write(&flat, format!("fe:0 =>{children} ;\n"));
+    let flat = flat.to_string_lossy().into_owned();
+    for (args, want) in [
+        (vec!["k:2@1"], "has no back-end"),
+        (vec!["b:0"], "at least 1"),
+        (vec!["k:1@5"], "k must be at least 2"),
+        (vec!["g:0x2"], "at least 1"),
+        (vec!["b:1^2000000"], "more than 1048576 processes"),
+        (vec!["g:100000x100000"], "more than 1048576 processes"),
+        (
+            vec!["--check", lone.as_str()],
+            "lone.top: the tree is the front-end localhost:0 alone: a tree overlay needs at \
+             least one back-end",
+        ),
+        (
+            vec!["--check", flat.as_str()],
+            "flat.top: the tree has 1048577 processes, more than the 1048576 a job may have",
+        ),
+    ] {
+        let o = topgen(&args);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: want {want:?}, got {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(o.stdout.is_empty(), "{args:?}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_million_level_chain_is_generated_and_checked() {
+    // Checking was quadratic in the depth (a 50,000-level chain took 11 s, this one would
+    // take hours) and must not recurse on it.
+    let dir = std::env::temp_dir().join(format!("topgen-chain-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let chain = dir.join("chain.top");
+    let chain = chain.to_string_lossy().into_owned();
+    let o = topgen(&["b:1^1000000", &chain]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let o = topgen(&["--check", &chain, "--stats", "/dev/null"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(
+        text(&o.stderr).lines().next(),
+        Some(
+            "1000001 processes (1 back-ends), depth 1000000, fan-out min 1 max 1 avg 1.00 \
+             stddev 0.00"
+        )
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_reader_that_stops_early_is_no_error() {
+    use std::io::Read;
+    let child = Command::new(TOPGEN)
+        .arg("b:1^200000")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => panic!("cannot run {TOPGEN}: {e}"),
+    };
+    // Read one chunk, then close the pipe: topgen's next write fails with EPIPE.
+    let mut first = [0u8; 64];
+    let got = child.stdout.as_mut().map(|s| s.read(&mut first));
+    assert!(matches!(got, Some(Ok(n)) if n > 0));
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
+    assert!(!text(&o.stderr).contains("panicked"), "{}", text(&o.stderr));
+}

@@ -1,8 +1,9 @@
 //! `topgen`: generate, check and draw tree-overlay topologies (MRNet's `mrnet_topgen`).
 //! `topgen --help` says how.
 
-use converse_tbon::topgen::{generate, HostList, Placement, TreeSpec};
+use converse_tbon::topgen::{generate, HostList, Placement, TreeSpec, MAX_NODES};
 use converse_tbon::{topology_file, Topology};
+use std::io::Write;
 use std::process::ExitCode;
 
 const HELP: &str = "\
@@ -14,6 +15,7 @@ SPEC is the tree's shape:
   k:2@16              k-nomial tree of 16 processes (k = 2: binomial)
   g:2x4x3 or 2x4x3    generic: the root has 2 children, each of them 4, each of those 3
   g:32                flat: the front-end and 32 back-ends
+A tree has at least one back-end and at most MAX_NODES processes (--check holds files to this).
 
 options:
   --fe-host HOST      the front-end's host (default: localhost)
@@ -38,8 +40,8 @@ fn main() -> ExitCode {
 }
 
 fn read_hosts(path: &str) -> Result<HostList, String> {
-    let text =
-        std::fs::read_to_string(path).map_err(|e| format!("cannot read host list {path}: {e}"))?;
+    let text = topology_file::read_text(std::path::Path::new(path), "host list")
+        .map_err(|e| e.to_string())?;
     HostList::parse(&text).map_err(|e| format!("{path}: {e}"))
 }
 
@@ -56,7 +58,7 @@ fn run(args: &[String]) -> Result<(), String> {
         };
         match a.as_str() {
             "--help" | "-h" => {
-                println!("{HELP}");
+                println!("{}", HELP.replace("MAX_NODES", &MAX_NODES.to_string()));
                 return Ok(());
             }
             "--fe-host" => placement.fe_host = value("--fe-host")?,
@@ -77,6 +79,13 @@ fn run(args: &[String]) -> Result<(), String> {
                 return Err("--check takes one file and at most an OUTPUT".into());
             }
             let t = topology_file::load(std::path::Path::new(&path)).map_err(|e| e.to_string())?;
+            t.require_backends().map_err(|e| format!("{path}: {e}"))?;
+            if t.num_nodes() > MAX_NODES {
+                return Err(format!(
+                    "{path}: the tree has {} processes, more than the {MAX_NODES} a job may have",
+                    t.num_nodes()
+                ));
+            }
             (t, words.first())
         }
         None => {
@@ -113,9 +122,16 @@ fn run(args: &[String]) -> Result<(), String> {
     };
     match output {
         Some(path) => std::fs::write(path, text).map_err(|e| format!("cannot write {path}: {e}")),
+        // Not print!: it panics when stdout is closed early (`topgen b:1^100000 | head`),
+        // which is the reader's choice, not an error.
         None => {
-            print!("{text}");
-            Ok(())
+            let mut out = std::io::stdout().lock();
+            match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                    Err(format!("cannot write the topology: {e}"))
+                }
+                _ => Ok(()),
+            }
         }
     }
 }

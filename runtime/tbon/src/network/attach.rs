@@ -72,8 +72,8 @@ impl Options {
 /// ```
 ///
 /// # Errors
-/// [`TbonError::Topology`] or [`TbonError::Mapping`] on PE 0 when the tree is wrong or does not
-/// fit; on other PEs [`TbonError::Create`] with PE 0's reason; [`TbonError::AlreadyAttached`];
+/// [`TbonError::Topology`] or [`TbonError::Mapping`] on PE 0 when the tree is wrong, has no
+/// back-end or does not fit; on other PEs [`TbonError::Create`] with PE 0's reason; [`TbonError::AlreadyAttached`];
 /// [`TbonError::JobEnded`].
 pub fn attach<'p>(
     pe: &'p mut Pe,
@@ -98,6 +98,8 @@ pub fn attach<'p>(
     };
     if net.pe.my_pe() == 0 {
         let plan = topology(net.pe).and_then(|t| {
+            // A front-end alone would wait forever for replies nobody sends.
+            t.require_backends()?;
             let hosts = pe_hosts(net.pe);
             let host_refs: Vec<&str> = hosts.iter().map(String::as_str).collect();
             let pes = map_to_pes(&t, &host_refs, opts.policy)?;

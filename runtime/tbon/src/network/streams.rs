@@ -37,7 +37,8 @@ impl<'p> Network<'p> {
     /// packets going down.
     ///
     /// # Errors
-    /// [`TbonError::Role`] off the front-end; [`TbonError::NoFilter`] for a filter not loaded.
+    /// [`TbonError::Role`] off the front-end; [`TbonError::NoFilter`] for a filter not loaded;
+    /// [`TbonError::Usage`] for an empty communicator.
     pub fn new_stream(
         &mut self,
         comm: &Communicator,
@@ -78,6 +79,12 @@ impl<'p> Network<'p> {
         spec: StreamSpec,
     ) -> Result<Stream, TbonError> {
         self.front_end("new_stream")?;
+        if comm.is_empty() {
+            // Nothing would ever arrive on it: a receive would wait forever.
+            return Err(TbonError::Usage(
+                "a stream needs at least one end-point; the communicator is empty".into(),
+            ));
+        }
         let topo = self.topology();
         for a in [&spec.up, &spec.down] {
             for id in std::iter::once(a.default).chain(a.ranks.iter().map(|x| x.1)) {
