@@ -34,6 +34,7 @@ fn type_error(index: usize, format: &Format, expected: ElemType, found: ElemType
 pub struct Large<T>(pub T);
 
 /// Where packed bytes go: a message's payload, growing in place.
+#[derive(Debug)]
 pub struct Out<'a>(&'a mut Message);
 
 impl<'a> Out<'a> {
@@ -436,6 +437,7 @@ impl<P: Pack + ?Sized> Pack for &P {
 }
 
 /// Reads data elements; every read is bounds-checked.
+#[derive(Debug)]
 pub struct Reader<'a> {
     b: &'a [u8],
 }

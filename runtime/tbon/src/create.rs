@@ -26,6 +26,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 /// How [`create_network_fe_with`] makes the network.
+#[derive(Debug)]
 pub struct Settings {
     /// The back-end program.
     pub backend: String,

@@ -32,7 +32,7 @@ pub const FFI_ABI_VERSION: u32 = 1;
 
 /// Bytes lent across the boundary.
 #[repr(C)]
-#[derive(Clone, Copy)]
+#[derive(Debug, Clone, Copy)]
 pub struct FfiSlice {
     /// First byte (null with `len` 0 for none).
     pub ptr: *const u8,
@@ -68,6 +68,7 @@ impl FfiSlice {
 
 /// The local process's place in the tree, as [`TopologyLocalInfo`] in C types.
 #[repr(C)]
+#[derive(Debug)]
 pub struct FfiTopologyInfo {
     /// This process's rank.
     pub rank: u32,
@@ -89,6 +90,7 @@ pub struct FfiTopologyInfo {
 
 /// One filter call.
 #[repr(C)]
+#[derive(Debug)]
 pub struct FfiCall {
     /// [`FFI_ABI_VERSION`] of the caller.
     pub abi: u32,
@@ -113,6 +115,7 @@ pub struct FfiCall {
 
 /// A `const char *` a library exports as `NAME_format_string`.
 #[repr(transparent)]
+#[derive(Debug)]
 pub struct FfiFormatString(pub *const c_char);
 
 // SAFETY: it points to a string literal, immutable for the life of the program.

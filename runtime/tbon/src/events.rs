@@ -341,6 +341,7 @@ mod tests {
         assert_eq!(e.next().map(|x| x.kind), Some(EventKind::FilterFailed));
         // The descriptor is readable until cleared.
         let mut pfd = [nix::poll::PollFd::new(
+            // SAFETY: `fd` is the event queue's descriptor, open for the whole test.
             unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) },
             nix::poll::PollFlags::POLLIN,
         )];

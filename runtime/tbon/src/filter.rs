@@ -101,6 +101,7 @@ impl TopologyLocalInfo {
 }
 
 /// One run of a filter on one wave: what it reads, where its output goes, and what it may keep.
+#[derive(Debug)]
 pub struct FilterContext<'a> {
     /// The wave (never empty). The filter may take packets out of it.
     pub packets_in: &'a mut Vec<Packet>,
@@ -161,6 +162,15 @@ pub type FilterFn = dyn Fn(&mut FilterContext<'_>) -> Result<(), FilterError>;
 pub struct FnFilter {
     pub(crate) format: Option<Format>,
     pub(crate) f: Box<FilterFn>,
+}
+
+// By hand: it holds closures and the overlay's state, which have no useful text form.
+impl std::fmt::Debug for FnFilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FnFilter")
+            .field("format", &self.format)
+            .finish_non_exhaustive()
+    }
 }
 
 impl FnFilter {

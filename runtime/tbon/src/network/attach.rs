@@ -17,6 +17,13 @@ pub struct Options {
     filters: Vec<(String, Rc<dyn Filter>)>,
 }
 
+// By hand: it holds closures and the overlay's state, which have no useful text form.
+impl std::fmt::Debug for Options {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Options").finish_non_exhaustive()
+    }
+}
+
 impl Options {
     /// How tree processes are matched with PEs (by host, the default, or in order).
     pub fn policy(mut self, p: MapPolicy) -> Options {

@@ -42,6 +42,15 @@ pub struct Network<'p> {
     last_format: Option<(String, crate::format::Format)>,
 }
 
+// By hand: it holds closures and the overlay's state, which have no useful text form.
+impl std::fmt::Debug for Network<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Network")
+            .field("rank", &self.rank())
+            .finish_non_exhaustive()
+    }
+}
+
 impl<'p> Network<'p> {
     /// Run the scheduler until `cond` holds of the node.
     fn wait_for(&mut self, mut cond: impl FnMut(&Node) -> bool) -> Result<(), TbonError> {
