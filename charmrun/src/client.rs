@@ -11,21 +11,25 @@
 //! After [`Control::join`] a watchdog thread owns the read side of the control connection. It
 //! releases barriers, and it ends the process at once when charmrun says the job is over or
 //! the connection drops: so a node never outlives its job, even one whose main thread is hung
-//! and never polls.
+//! and never polls. A heartbeat thread tells charmrun every
+//! [`HEARTBEAT_INTERVAL`](protocol::HEARTBEAT_INTERVAL) that the process still answers, so a
+//! stopped or frozen node is noticed (`++hang-timeout`), and one busy in a long handler is not
+//! taken for one.
 
 use crate::protocol::{self, Hello, Kind};
 use machine::{MachineError, NodeTable};
 use signal::Signal;
 use std::io::Write;
 use std::net::{IpAddr, TcpStream};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 pub use machine::launch::{LaunchEnv, ENV_CHARMRUN, ENV_JOB, ENV_NODE, ENV_NODES, ENV_SECRET};
 
 /// A node's control connection to charmrun.
 pub struct Control {
-    writer: Mutex<TcpStream>,
+    /// Shared with the heartbeat thread, which ends when the connection does.
+    writer: Arc<Mutex<TcpStream>>,
     reader: Option<TcpStream>,
     local_ip: IpAddr,
     released: Signal,
@@ -79,7 +83,7 @@ impl Control {
             .try_clone()
             .map_err(|e| boot("cannot clone the connection to", e))?;
         Ok(Control {
-            writer: Mutex::new(stream),
+            writer: Arc::new(Mutex::new(stream)),
             reader: Some(reader),
             local_ip,
             released: Signal::default(),
@@ -145,6 +149,11 @@ impl Control {
             .name("charmrun-watchdog".into())
             .spawn(move || watchdog(reader, released, leaving))
             .map_err(|e| MachineError::io("starting the charmrun watchdog", e))?;
+        let writer = Arc::downgrade(&self.writer);
+        std::thread::Builder::new()
+            .name("charmrun-heartbeat".into())
+            .spawn(move || heartbeat(&writer))
+            .map_err(|e| MachineError::io("starting the charmrun heartbeat", e))?;
         Ok(table)
     }
 
@@ -244,6 +253,26 @@ impl Drop for Control {
             if let Ok(w) = self.writer.lock() {
                 let _ = w.shutdown(std::net::Shutdown::Both);
             }
+        }
+    }
+}
+
+/// Tell charmrun every [`HEARTBEAT_INTERVAL`](protocol::HEARTBEAT_INTERVAL) that this
+/// process still answers, until the connection is dropped or fails.
+fn heartbeat(writer: &Weak<Mutex<TcpStream>>) {
+    loop {
+        std::thread::sleep(protocol::HEARTBEAT_INTERVAL);
+        let Some(w) = writer.upgrade() else {
+            return;
+        };
+        let Ok(mut w) = w.lock() else {
+            return;
+        };
+        if protocol::write_frame(&mut *w, Kind::Heartbeat, &[])
+            .and_then(|()| w.flush())
+            .is_err()
+        {
+            return;
         }
     }
 }
