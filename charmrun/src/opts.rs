@@ -24,7 +24,7 @@ shell), connects them into one job, forwards their output, and exits with the jo
   ++timelimit SECS     end the job, killing every process, after SECS seconds
   ++hang-timeout SECS  end the job when a node stops answering charmrun for SECS seconds
                        (a stopped or frozen process; a node busy in a long handler still
-                       answers); default 60, 0 turns it off
+                       answers); default 60, at least 2, 0 turns it off
   ++prefix             prefix every output line with the PE that printed it
   ++verbose            say what charmrun does
   ++quiet              print nothing but errors and the program's own output: charmrun says
@@ -116,6 +116,9 @@ pub enum Parsed {
 
 /// `++hang-timeout`'s default.
 pub const DEFAULT_HANG_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Smallest `++hang-timeout` but 0: a few heartbeats, so a node late by one is not hung.
+pub const MIN_HANG_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Largest `+p`.
 pub const MAX_PES: usize = 1 << 16;
@@ -221,6 +224,13 @@ pub fn parse(args: &[String]) -> Result<Parsed, UsageError> {
                     Ok(z) if z == 0.0 => None,
                     _ => Some(secs("++hang-timeout", &v)?),
                 };
+                if o.hang_timeout.is_some_and(|t| t < MIN_HANG_TIMEOUT) {
+                    return Err(UsageError::Unsupported(format!(
+                        "++hang-timeout wants 0 (off) or at least {} s (nodes answer every {} s), got '{v}'",
+                        MIN_HANG_TIMEOUT.as_secs(),
+                        crate::protocol::HEARTBEAT_INTERVAL.as_secs_f64()
+                    )));
+                }
             }
             "++prefix" => o.prefix = true,
             "++verbose" => o.verbose = true,
@@ -393,6 +403,7 @@ mod tests {
             &["++quiet", "++verbose", "pgm"],
             &["++hang-timeout", "-3", "pgm"],
             &["++hang-timeout", "pgm"],
+            &["++hang-timeout", "1", "pgm"],
         ] {
             let e = p(bad).err().map(|e| e.to_string()).unwrap_or_default();
             assert!(!e.is_empty() && !e.contains('\n'), "{bad:?}: {e:?}");

@@ -57,23 +57,32 @@ struct Lines {
     pending: Vec<u8>,
     /// The next bytes continue a line that was split.
     continues: bool,
+    /// Set while this node's output waits to be written (see [`Watcher::busy`]).
+    busy: Arc<AtomicBool>,
 }
 
 impl Lines {
-    fn new(stream: Stream, prefix: String) -> Lines {
+    fn new(stream: Stream, prefix: String, busy: Arc<AtomicBool>) -> Lines {
         Lines {
             stream,
             prefix,
             pending: Vec::new(),
             continues: false,
+            busy,
         }
+    }
+
+    fn emit(&self, bytes: &[u8]) {
+        self.busy.store(true, Ordering::SeqCst);
+        emit(self.stream, bytes);
+        self.busy.store(false, Ordering::SeqCst);
     }
 
     /// Take `data`; pass on every complete line (and an over-long partial one) in one write.
     fn feed(&mut self, data: &[u8]) {
         let out = self.take(data);
         if !out.is_empty() {
-            emit(self.stream, &out);
+            self.emit(&out);
         }
     }
 
@@ -119,7 +128,7 @@ impl Lines {
             let end = self.pending.len();
             self.put(&mut out, 0, end, false);
             self.pending.clear();
-            emit(self.stream, &out);
+            self.emit(&out);
         }
     }
 }
@@ -147,10 +156,18 @@ fn emit(stream: Stream, bytes: &[u8]) {
     }
 }
 
+/// The output side of a watched node.
+pub struct Watcher {
+    /// The thread passing its output on.
+    pub thread: JoinHandle<()>,
+    /// Set while some of its output waits to be written: charmrun's reader is slow, and the
+    /// node may be blocked on its own full pipe, so it is not lingering.
+    pub busy: Arc<AtomicBool>,
+}
+
 /// Watch `child`: report its exit status to `on_exit` as soon as it exits, and pass on its
-/// output (each line prefixed with `prefix`) on a thread of its own, whose handle is returned.
-/// Once `job_over` is set, the output thread ends when its pipes end or stay quiet for
-/// [`QUIET`].
+/// output (each line prefixed with `prefix`) on a thread of its own. Once `job_over` is set,
+/// the output thread ends when its pipes end or stay quiet for [`QUIET`].
 ///
 /// # Errors
 /// When a thread cannot be started.
@@ -159,15 +176,16 @@ pub fn watch(
     prefix: String,
     job_over: Arc<AtomicBool>,
     on_exit: impl FnOnce(ExitStatus) + Send + 'static,
-) -> std::io::Result<JoinHandle<()>> {
+) -> std::io::Result<Watcher> {
+    let busy = Arc::new(AtomicBool::new(false));
     let pipes: [(Option<Box<dyn ReadFd>>, Lines); 2] = [
         (
             child.stdout.take().map(|p| Box::new(p) as Box<dyn ReadFd>),
-            Lines::new(Stream::Out, prefix.clone()),
+            Lines::new(Stream::Out, prefix.clone(), busy.clone()),
         ),
         (
             child.stderr.take().map(|p| Box::new(p) as Box<dyn ReadFd>),
-            Lines::new(Stream::Err, prefix),
+            Lines::new(Stream::Err, prefix, busy.clone()),
         ),
     ];
     let output = std::thread::Builder::new()
@@ -180,7 +198,10 @@ pub fn watch(
         // The output thread ends with the pipes, once the caller kills the process.
         return Err(e);
     }
-    Ok(output)
+    Ok(Watcher {
+        thread: output,
+        busy,
+    })
 }
 
 /// Pass on what the pipes bring until they end (or, once `job_over`, stay quiet).
@@ -265,7 +286,7 @@ mod tests {
 
     #[test]
     fn partial_lines_wait_for_their_end() {
-        let mut l = Lines::new(Stream::Err, "P: ".into());
+        let mut l = Lines::new(Stream::Err, "P: ".into(), Arc::default());
         assert_eq!(l.take(b"one\ntw"), b"P: one\n");
         assert_eq!(l.pending, b"tw");
         assert_eq!(l.take(b"o\nthree"), b"P: two\n");
@@ -276,7 +297,7 @@ mod tests {
 
     #[test]
     fn long_lines_stay_whole_up_to_the_limit() {
-        let mut l = Lines::new(Stream::Err, String::new());
+        let mut l = Lines::new(Stream::Err, String::new(), Arc::default());
         let chunk = vec![b'x'; 1 << 20];
         for _ in 0..3 {
             assert!(l.take(&chunk).is_empty());
@@ -287,7 +308,7 @@ mod tests {
 
     #[test]
     fn over_long_lines_are_split_visibly() {
-        let mut l = Lines::new(Stream::Err, "P: ".into());
+        let mut l = Lines::new(Stream::Err, "P: ".into(), Arc::default());
         let out = l.take(&vec![b'x'; MAX_LINE + 5]);
         assert!(out.starts_with(b"P: xxx"));
         assert!(out.ends_with(SPLIT_MARK));

@@ -23,7 +23,7 @@ use std::io::{self, Read, Write};
 pub use machine::launch::{secret_from_hex, shm_prefix, SECRET_LEN};
 
 /// How often a node's watchdog tells charmrun it still answers.
-pub const HEARTBEAT_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+pub const HEARTBEAT_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Largest control frame accepted: a node table for a very big job fits many times over, and a
 /// stranger cannot make us allocate more.

@@ -177,7 +177,7 @@ impl Drop for Running {
 /// SIGKILL `root`, everything below it, and their process groups. Launchers put each node in
 /// a group of its own, so killing the launcher's group alone would leave the nodes to their
 /// watchdogs; the tree is walked while `root` is still alive to hold it together.
-fn kill_tree(root: u32) {
+pub fn kill_tree(root: u32) {
     use nix::sys::signal::{kill, killpg, Signal::SIGKILL};
     use nix::unistd::{getpgid, Pid};
     let mut tree = vec![root];

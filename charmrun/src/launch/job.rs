@@ -7,11 +7,11 @@ use super::verdict::{Cause, Decision, Failure, Verdict};
 use super::Event;
 use crate::client;
 use crate::opts::Opts;
+use crate::output::Watcher;
 use crate::protocol::{self, Kind};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 /// How often the job loop looks at signals and deadlines when no event comes (events — frames,
@@ -60,8 +60,8 @@ pub(super) struct Job<'a> {
     pub(super) control: Option<ControlServer>,
     pub(super) events: Receiver<Event>,
     pub(super) tx: Sender<Event>,
-    /// One thread per node started here, passing its output on.
-    pub(super) outputs: Vec<JoinHandle<()>>,
+    /// One per node started here (with its number), passing its output on.
+    pub(super) outputs: Vec<(usize, Watcher)>,
     /// Set when the job is over: the output threads then let go of pipes that stay quiet.
     pub(super) output_over: Arc<AtomicBool>,
     pub(super) started: Instant,
@@ -156,6 +156,14 @@ impl<'a> Job<'a> {
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
                     return Err(launcher_failure("internal: event channel closed".into()))
+                }
+            }
+            // A node whose output waits for charmrun's reader is not lingering: it may be
+            // blocked on its own full pipe.
+            let now = Instant::now();
+            for (i, w) in &self.outputs {
+                if w.busy.load(Ordering::SeqCst) {
+                    self.verdict.output_pending(*i, now);
                 }
             }
             if let Some(sig) = super::signalled() {
@@ -325,8 +333,8 @@ impl<'a> Job<'a> {
     /// process groups is let go once it stays quiet (see [`output`](crate::output)).
     fn drain_output(&mut self) {
         self.output_over.store(true, Ordering::SeqCst);
-        for h in self.outputs.drain(..) {
-            let _ = h.join();
+        for (_, w) in self.outputs.drain(..) {
+            let _ = w.thread.join();
         }
     }
 }

@@ -100,7 +100,7 @@ impl Job<'_> {
                 let _ = tx.send(Event::Exited(i, st));
             });
             match watcher {
-                Ok(w) => self.outputs.push(w),
+                Ok(w) => self.outputs.push((i, w)),
                 Err(source) => {
                     // Nobody will report its exit: kill it now, and do not wait for it.
                     let pgid = nix::unistd::Pid::from_raw(pid as i32);

@@ -7,8 +7,8 @@
 //!
 //! The rules:
 //! - the job is over when every node has said `ENDING` and its process has exited (or, for a
-//!   process that lingers after closing its connection, [`LOST_GRACE`] later); its code is the
-//!   first non-zero one;
+//!   process that lingers after closing its connection, [`LOST_GRACE`] after that and after
+//!   its output last waited for charmrun's reader); its code is the first non-zero one;
 //! - a node that dies (exits without `ENDING`, is killed, is killed while leaving, or its
 //!   connection closes and stays closed) ends the job, named; its last frames are waited for
 //!   up to [`LOST_GRACE`];
@@ -282,6 +282,15 @@ impl Verdict {
     pub fn with_hang_timeout(mut self, hang_timeout: Option<Duration>) -> Verdict {
         self.hang_timeout = hang_timeout;
         self
+    }
+
+    /// Node `i`'s output was still waiting to be written at `at`: if it said it leaves and
+    /// closed its connection, its process may be blocked on its full pipe, not lingering, so
+    /// its [`LOST_GRACE`] counts from now.
+    pub fn output_pending(&mut self, i: usize, at: Instant) {
+        if let Some(NodeState::Lingering { at: since, .. }) = self.nodes.get_mut(i) {
+            *since = (*since).max(at);
+        }
     }
 
     /// Node `i` sent something (a frame, a heartbeat) at `at`.
@@ -672,6 +681,22 @@ mod tests {
         v.closed(0, t0);
         assert_eq!(v.decide(t0 + LOST_GRACE), Decision::Continue);
         assert_eq!(v.decide(t0 + LOST_GRACE + MS), Decision::Done(4));
+    }
+
+    #[test]
+    fn a_node_whose_output_waits_for_the_reader_is_not_lingering() {
+        let t0 = Instant::now();
+        let mut v = running(1, t0);
+        v.ending(0, 0);
+        v.closed(0, t0);
+        // charmrun's reader stalls: the node's output waits until t0 + 10 s.
+        for s in 1..=10 {
+            v.output_pending(0, t0 + Duration::from_secs(s));
+            assert_eq!(v.decide(t0 + Duration::from_secs(s)), Decision::Continue);
+        }
+        let quiet = t0 + Duration::from_secs(10);
+        assert_eq!(v.decide(quiet + LOST_GRACE), Decision::Continue);
+        assert_eq!(v.decide(quiet + LOST_GRACE + MS), Decision::Done(0));
     }
 
     #[test]
