@@ -741,3 +741,50 @@ fn a_node_busy_in_a_long_handler_is_not_taken_for_hung() {
     assert_eq!(o.code, Some(124), "{o}");
     assert!(!o.stderr.contains("stopped answering"), "{o}");
 }
+
+/// The node number charmrun gave process `pid` (from its environment).
+fn node_of(pid: u32) -> Option<usize> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    env.split(|&b| b == 0)
+        .find_map(|v| v.strip_prefix(b"CONVERSE_NODE="))
+        .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
+}
+
+#[test]
+fn in_a_cascade_the_node_that_died_is_named_not_the_peers_that_noticed() {
+    let host = hostname();
+    for round in 0..3 {
+        // Every node talks to every other, so the peers notice a death at once and abort.
+        let mut job = Running::start(
+            &mut tcp(&[]).command(PROGRAM, 6, &["alltoall", "1000000000"]),
+            limit(),
+        )
+        .expect("start");
+        let nodes = wait_for_children(job.pid(), 6, Duration::from_secs(20));
+        assert_eq!(nodes.len(), 6, "{}", job.stderr_so_far());
+        std::thread::sleep(Duration::from_millis(1500));
+        let victim = nodes[(round * 2 + 1) % 6];
+        let pe = node_of(victim).expect("node number");
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(victim as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let o = job.finish();
+        assert!(!o.timed_out, "{o}");
+        let charmrun_says: Vec<&str> = o
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("charmrun:"))
+            .collect();
+        assert_eq!(
+            charmrun_says,
+            [format!(
+                "charmrun: PE {pe} on {host} was killed by signal 9 (SIGKILL) before the job ended; ending the job"
+            )],
+            "{o}"
+        );
+        assert_eq!(o.code, Some(137), "{o}");
+        // One name per host: the nodes' messages use it too.
+        assert!(!o.stderr.contains("localhost"), "{o}");
+    }
+}
