@@ -221,7 +221,7 @@ pub fn parse(args: &[String]) -> Result<Parsed, UsageError> {
             "++hang-timeout" => {
                 let v = value("++hang-timeout")?;
                 o.hang_timeout = match v.parse::<f64>() {
-                    Ok(z) if z == 0.0 => None,
+                    Ok(0.0) => None,
                     _ => Some(secs("++hang-timeout", &v)?),
                 };
                 if o.hang_timeout.is_some_and(|t| t < MIN_HANG_TIMEOUT) {

@@ -194,10 +194,8 @@ pub fn watch(
     let exit = std::thread::Builder::new()
         .name("node-exit".into())
         .spawn(move || on_exit(child.wait().unwrap_or_else(|_| exit_status(1))));
-    if let Err(e) = exit {
-        // The output thread ends with the pipes, once the caller kills the process.
-        return Err(e);
-    }
+    // On error the output thread ends with the pipes, once the caller kills the process.
+    exit?;
     Ok(Watcher {
         thread: output,
         busy,

@@ -755,7 +755,7 @@ fn in_a_cascade_the_node_that_died_is_named_not_the_peers_that_noticed() {
     let host = hostname();
     for round in 0..3 {
         // Every node talks to every other, so the peers notice a death at once and abort.
-        let mut job = Running::start(
+        let job = Running::start(
             &mut tcp(&[]).command(PROGRAM, 6, &["alltoall", "1000000000"]),
             limit(),
         )
