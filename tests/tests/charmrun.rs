@@ -707,12 +707,19 @@ fn what_a_node_started_ends_with_the_job_however_it_ends() {
 
 #[test]
 fn a_stopped_node_is_noticed_and_named() {
+    for machine in ["tcp", "si"] {
+        a_stopped_node_is_noticed_on(machine);
+    }
+}
+
+fn a_stopped_node_is_noticed_on(machine: &'static str) {
     let start = Instant::now();
-    let mut job = Running::start(
-        &mut tcp(&["++hang-timeout", "2"]).command(PROGRAM, 4, &["wait", "60"]),
-        limit(),
-    )
-    .expect("start");
+    let launcher = Launcher::Charmrun {
+        machine,
+        opts: vec!["++hang-timeout".into(), "2".into()],
+    };
+    let mut job =
+        Running::start(&mut launcher.command(PROGRAM, 4, &["wait", "60"]), limit()).expect("start");
     let nodes = wait_for_children(job.pid(), 4, Duration::from_secs(20));
     assert_eq!(nodes.len(), 4, "{}", job.stderr_so_far());
     assert!(
