@@ -11,14 +11,17 @@
 //! After [`Control::join`] a watchdog thread owns the read side of the control connection. It
 //! releases barriers, and it ends the process at once when charmrun says the job is over or
 //! the connection drops: so a node never outlives its job, even one whose main thread is hung
-//! and never polls.
+//! and never polls. A heartbeat thread tells charmrun every
+//! [`HEARTBEAT_INTERVAL`](protocol::HEARTBEAT_INTERVAL) that the process still answers, so a
+//! stopped or frozen node is noticed (`++hang-timeout`), and one busy in a long handler is not
+//! taken for one.
 
 use crate::protocol::{self, Hello, Kind};
 use converse_machine::{MachineError, NodeTable};
 use signal::Signal;
 use std::io::Write;
 use std::net::{IpAddr, TcpStream};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 pub use converse_machine::launch::{
@@ -27,13 +30,23 @@ pub use converse_machine::launch::{
 
 /// A node's control connection to charmrun.
 pub struct Control {
-    writer: Mutex<TcpStream>,
+    /// Shared with the heartbeat thread, which ends when the connection does.
+    writer: Arc<Mutex<TcpStream>>,
     reader: Option<TcpStream>,
     local_ip: IpAddr,
     released: Signal,
     node: usize,
     /// For a node in the launcher's process: set once it said it leaves.
     leaving: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+}
+
+// By hand: it holds sockets, threads and handles, which have no useful text form.
+impl std::fmt::Debug for Control {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Control")
+            .field("node", &self.node)
+            .finish_non_exhaustive()
+    }
 }
 
 /// In a barrier, how long a layer's failure (a peer's connection closing, say) waits for the
@@ -81,7 +94,7 @@ impl Control {
             .try_clone()
             .map_err(|e| boot("cannot clone the connection to", e))?;
         Ok(Control {
-            writer: Mutex::new(stream),
+            writer: Arc::new(Mutex::new(stream)),
             reader: Some(reader),
             local_ip,
             released: Signal::default(),
@@ -147,6 +160,11 @@ impl Control {
             .name("charmrun-watchdog".into())
             .spawn(move || watchdog(reader, released, leaving))
             .map_err(|e| MachineError::io("starting the charmrun watchdog", e))?;
+        let writer = Arc::downgrade(&self.writer);
+        std::thread::Builder::new()
+            .name("charmrun-heartbeat".into())
+            .spawn(move || heartbeat(&writer))
+            .map_err(|e| MachineError::io("starting the charmrun heartbeat", e))?;
         Ok(table)
     }
 
@@ -251,6 +269,26 @@ impl Drop for Control {
     }
 }
 
+/// Tell charmrun every [`HEARTBEAT_INTERVAL`](protocol::HEARTBEAT_INTERVAL) that this
+/// process still answers, until the connection is dropped or fails.
+fn heartbeat(writer: &Weak<Mutex<TcpStream>>) {
+    loop {
+        std::thread::sleep(protocol::HEARTBEAT_INTERVAL);
+        let Some(w) = writer.upgrade() else {
+            return;
+        };
+        let Ok(mut w) = w.lock() else {
+            return;
+        };
+        if protocol::write_frame(&mut *w, Kind::Heartbeat, &[])
+            .and_then(|()| w.flush())
+            .is_err()
+        {
+            return;
+        }
+    }
+}
+
 fn watchdog(
     mut reader: TcpStream,
     released: Signal,
@@ -295,20 +333,20 @@ mod signal {
     use std::sync::{Arc, Condvar, Mutex};
 
     #[derive(Clone, Default)]
-    pub struct Signal(Arc<(Mutex<u64>, Condvar)>);
+    pub(super) struct Signal(Arc<(Mutex<u64>, Condvar)>);
 
     impl Signal {
-        pub fn ticket(&self) -> u64 {
+        pub(super) fn ticket(&self) -> u64 {
             self.0 .0.lock().map_or(0, |g| *g)
         }
-        pub fn raise(&self) {
+        pub(super) fn raise(&self) {
             if let Ok(mut g) = self.0 .0.lock() {
                 *g += 1;
             }
             self.0 .1.notify_all();
         }
         /// Wait until the counter is past `ticket`, or `timeout` passed; whether it is.
-        pub fn wait_past(&self, ticket: u64, timeout: Option<std::time::Duration>) -> bool {
+        pub(super) fn wait_past(&self, ticket: u64, timeout: Option<std::time::Duration>) -> bool {
             let deadline = timeout.map(|t| std::time::Instant::now() + t);
             let Ok(mut g) = self.0 .0.lock() else {
                 return false;

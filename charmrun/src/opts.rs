@@ -22,6 +22,9 @@ shell), connects them into one job, forwards their output, and exits with the jo
   ++timeout SECS       how long nodes may take to connect back (default 60; the MPI
                        launcher has its own with ++mpiexec)
   ++timelimit SECS     end the job, killing every process, after SECS seconds
+  ++hang-timeout SECS  end the job when a node stops answering charmrun for SECS seconds
+                       (a stopped or frozen process; a node busy in a long handler still
+                       answers); default 60, at least 2, 0 turns it off
   ++prefix             prefix every output line with the PE that printed it
   ++verbose            say what charmrun does
   ++quiet              print nothing but errors and the program's own output: charmrun says
@@ -88,6 +91,8 @@ pub struct Opts {
     pub timeout: Duration,
     /// `++timelimit`.
     pub timelimit: Option<Duration>,
+    /// `++hang-timeout` (`None`: off).
+    pub hang_timeout: Option<Duration>,
     /// `++prefix`.
     pub prefix: bool,
     /// `++verbose`.
@@ -109,6 +114,12 @@ pub enum Parsed {
     Help,
 }
 
+/// `++hang-timeout`'s default.
+pub const DEFAULT_HANG_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Smallest `++hang-timeout` but 0: a few heartbeats, so a node late by one is not hung.
+pub const MIN_HANG_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// Largest `+p`.
 pub const MAX_PES: usize = 1 << 16;
 
@@ -125,6 +136,7 @@ impl Opts {
             mpiexec: false,
             timeout: Duration::from_secs(60),
             timelimit: None,
+            hang_timeout: Some(DEFAULT_HANG_TIMEOUT),
             prefix: false,
             verbose: false,
             quiet: false,
@@ -206,6 +218,20 @@ pub fn parse(args: &[String]) -> Result<Parsed, UsageError> {
             "++mpiexec" => o.mpiexec = true,
             "++timeout" => o.timeout = secs("++timeout", &value("++timeout")?)?,
             "++timelimit" => o.timelimit = Some(secs("++timelimit", &value("++timelimit")?)?),
+            "++hang-timeout" => {
+                let v = value("++hang-timeout")?;
+                o.hang_timeout = match v.parse::<f64>() {
+                    Ok(0.0) => None,
+                    _ => Some(secs("++hang-timeout", &v)?),
+                };
+                if o.hang_timeout.is_some_and(|t| t < MIN_HANG_TIMEOUT) {
+                    return Err(UsageError::Unsupported(format!(
+                        "++hang-timeout wants 0 (off) or at least {} s (nodes answer every {} s), got '{v}'",
+                        MIN_HANG_TIMEOUT.as_secs(),
+                        crate::protocol::HEARTBEAT_INTERVAL.as_secs_f64()
+                    )));
+                }
+            }
             "++prefix" => o.prefix = true,
             "++verbose" => o.verbose = true,
             "++quiet" => o.quiet = true,
@@ -343,6 +369,16 @@ mod tests {
     }
 
     #[test]
+    fn hang_timeout_has_a_default_and_zero_turns_it_off() {
+        assert_eq!(run(&["pgm"]).hang_timeout, Some(DEFAULT_HANG_TIMEOUT));
+        assert_eq!(
+            run(&["++hang-timeout", "2.5", "pgm"]).hang_timeout,
+            Some(Duration::from_millis(2500))
+        );
+        assert_eq!(run(&["++hang-timeout", "0", "pgm"]).hang_timeout, None);
+    }
+
+    #[test]
     fn help() {
         assert_eq!(p(&["--help"]), Ok(Parsed::Help));
     }
@@ -365,6 +401,9 @@ mod tests {
             &["++remote-shell", "ssh -o 'unclosed", "pgm"],
             &["++remote-shell", " ", "pgm"],
             &["++quiet", "++verbose", "pgm"],
+            &["++hang-timeout", "-3", "pgm"],
+            &["++hang-timeout", "pgm"],
+            &["++hang-timeout", "1", "pgm"],
         ] {
             let e = p(bad).err().map(|e| e.to_string()).unwrap_or_default();
             assert!(!e.is_empty() && !e.contains('\n'), "{bad:?}: {e:?}");

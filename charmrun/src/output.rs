@@ -1,18 +1,45 @@
 //! Watching a node process: its stdout and stderr are passed on to charmrun's own, whole lines
-//! at a time, and its exit is reported — all from one thread per node, which polls both pipes
-//! and a pidfd of the process.
+//! at a time, and its exit is reported.
 //!
-//! Each complete line is written with one call under the stream's lock, so lines from different
-//! nodes never splice. Pipes are read until their end, so what a node printed just before it
-//! exited is never lost.
+//! Two threads per node, so that the job's end never waits behind its output: one waits for
+//! the process to exit and reports it at once; the other polls both pipes and writes what they
+//! bring. A write blocks as long as charmrun's reader does not read (a pager, a terminal
+//! paused with Ctrl-S): then the node's pipe fills and the node itself waits, and nothing is
+//! dropped. Only a reader that is gone (`EPIPE`) makes charmrun stop writing a stream; the
+//! pipes are still read (and what they bring dropped), so that no node blocks forever.
+//!
+//! Lines from different nodes never splice: every complete line is written whole, with one
+//! call, under one lock shared by stdout and stderr (they may be the same file). A line is
+//! held until its newline up to [`MAX_LINE`] bytes; a longer one is split there, each piece
+//! ending with [`SPLIT_MARK`], so the split is visible.
+//!
+//! Pipes are read until their end, so what a node printed just before it exited is never lost.
+//! When the job is over (see [`watch`]'s `job_over`) a pipe that stays quiet for `QUIET` is
+//! let go: whatever still holds it open escaped the job's process groups.
 
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::process::{Child, ExitStatus};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 /// A line longer than this is passed on in pieces rather than held in memory.
-const MAX_LINE: usize = 1 << 20;
+pub const MAX_LINE: usize = 64 << 20;
+
+/// What ends each piece of a line split at [`MAX_LINE`].
+pub const SPLIT_MARK: &[u8] = b" [charmrun: line longer than 64 MiB split here]\n";
+
+/// After the job is over, how long a pipe may stay quiet before it is let go.
+const QUIET: Duration = Duration::from_millis(300);
+
+/// Held for every write of node output, to either stream.
+static WRITING: Mutex<()> = Mutex::new(());
+
+/// Set once a stream's reader is gone (`EPIPE`): nothing more is written to it.
+static OUT_GONE: AtomicBool = AtomicBool::new(false);
+static ERR_GONE: AtomicBool = AtomicBool::new(false);
 
 /// Which of charmrun's streams to write to.
 #[derive(Debug, Clone, Copy)]
@@ -28,148 +55,213 @@ struct Lines {
     stream: Stream,
     prefix: String,
     pending: Vec<u8>,
+    /// The next bytes continue a line that was split.
+    continues: bool,
+    /// Set while this node's output waits to be written (see [`Watcher::busy`]).
+    busy: Arc<AtomicBool>,
 }
 
 impl Lines {
-    fn new(stream: Stream, prefix: String) -> Lines {
+    fn new(stream: Stream, prefix: String, busy: Arc<AtomicBool>) -> Lines {
         Lines {
             stream,
             prefix,
             pending: Vec::new(),
+            continues: false,
+            busy,
         }
     }
 
-    /// Take `data`; pass on every complete line (and any over-long partial one).
+    fn emit(&self, bytes: &[u8]) {
+        self.busy.store(true, Ordering::SeqCst);
+        emit(self.stream, bytes);
+        self.busy.store(false, Ordering::SeqCst);
+    }
+
+    /// Take `data`; pass on every complete line (and an over-long partial one) in one write.
     fn feed(&mut self, data: &[u8]) {
+        let out = self.take(data);
+        if !out.is_empty() {
+            self.emit(&out);
+        }
+    }
+
+    /// What `feed` writes: every complete line of what is pending plus `data`, prefixed.
+    fn take(&mut self, data: &[u8]) -> Vec<u8> {
+        let old = self.pending.len();
         self.pending.extend_from_slice(data);
+        let mut out = Vec::new();
         let mut start = 0;
-        while let Some(i) = self.pending[start..].iter().position(|&b| b == b'\n') {
-            let end = start + i + 1;
-            emit(self.stream, &self.prefix, &self.pending[start..end]);
+        // A newline can only be in what is new: `pending` held no complete line.
+        let mut from = old;
+        while let Some(i) = self.pending[from..].iter().position(|&b| b == b'\n') {
+            let end = from + i + 1;
+            self.put(&mut out, start, end, false);
             start = end;
+            from = end;
         }
         if self.pending.len() - start >= MAX_LINE {
-            emit(self.stream, &self.prefix, &self.pending[start..]);
-            start = self.pending.len();
+            let end = start + MAX_LINE;
+            self.put(&mut out, start, end, true);
+            start = end;
         }
         self.pending.drain(..start);
+        out
+    }
+
+    fn put(&mut self, out: &mut Vec<u8>, start: usize, end: usize, split: bool) {
+        if !self.continues {
+            out.extend_from_slice(self.prefix.as_bytes());
+        }
+        out.extend_from_slice(&self.pending[start..end]);
+        if split {
+            out.extend_from_slice(SPLIT_MARK);
+        }
+        self.continues = split;
     }
 
     /// End of the pipe: pass on a last line that had no newline, ending it.
     fn finish(&mut self) {
         if !self.pending.is_empty() {
             self.pending.push(b'\n');
-            emit(self.stream, &self.prefix, &self.pending);
+            let mut out = Vec::new();
+            let end = self.pending.len();
+            self.put(&mut out, 0, end, false);
             self.pending.clear();
+            self.emit(&out);
         }
     }
 }
 
-fn emit(stream: Stream, prefix: &str, line: &[u8]) {
-    // One write per line under the lock; an error means our own terminal is gone, and the
-    // node must still not block on a full pipe, so it is ignored and reading goes on.
-    let mut buf = Vec::with_capacity(prefix.len() + line.len());
-    buf.extend_from_slice(prefix.as_bytes());
-    buf.extend_from_slice(line);
-    let _ = match stream {
+/// Write whole lines to `stream`, blocking as long as its reader makes us.
+fn emit(stream: Stream, bytes: &[u8]) {
+    let gone = match stream {
+        Stream::Out => &OUT_GONE,
+        Stream::Err => &ERR_GONE,
+    };
+    if gone.load(Ordering::Relaxed) {
+        return;
+    }
+    let _writing = WRITING.lock().unwrap_or_else(|p| p.into_inner());
+    let r = match stream {
         Stream::Out => {
             let mut o = std::io::stdout().lock();
-            o.write_all(&buf).and_then(|()| o.flush())
+            o.write_all(bytes).and_then(|()| o.flush())
         }
-        Stream::Err => std::io::stderr().lock().write_all(&buf),
+        Stream::Err => std::io::stderr().lock().write_all(bytes),
     };
-}
-
-/// A pidfd for `pid`: readable once the process has exited. Raw `libc` because nix 0.29 has no
-/// wrapper for `pidfd_open`, and the standard library's is unstable.
-fn pidfd_open(pid: u32) -> Option<OwnedFd> {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::pid_t, 0) };
-    if fd < 0 {
-        return None;
+    // Other errors (a full disk, say) lose this write but not the next.
+    if r.is_err_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) {
+        gone.store(true, Ordering::Relaxed);
     }
-    // SAFETY: the descriptor is new and ours alone.
-    Some(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
-/// Watch `child`: pass on its output (each line prefixed with `prefix`) and call `on_exit`
-/// once with its exit status.
+/// The output side of a watched node.
+pub struct Watcher {
+    /// The thread passing its output on.
+    pub thread: JoinHandle<()>,
+    /// Set while some of its output waits to be written: charmrun's reader is slow, and the
+    /// node may be blocked on its own full pipe, so it is not lingering.
+    pub busy: Arc<AtomicBool>,
+}
+
+// By hand: it holds sockets, threads and handles, which have no useful text form.
+impl std::fmt::Debug for Watcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Watcher").finish_non_exhaustive()
+    }
+}
+
+/// Watch `child`: report its exit status to `on_exit` as soon as it exits, and pass on its
+/// output (each line prefixed with `prefix`) on a thread of its own. Once `job_over` is set,
+/// the output thread ends when its pipes end or stay quiet for `QUIET`.
+///
+/// # Errors
+/// When a thread cannot be started.
 pub fn watch(
     mut child: Child,
     prefix: String,
+    job_over: Arc<AtomicBool>,
     on_exit: impl FnOnce(ExitStatus) + Send + 'static,
-) -> std::io::Result<JoinHandle<()>> {
-    std::thread::Builder::new()
-        .name("node-watch".into())
-        .spawn(move || {
-            use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-            let mut pipes: [(Option<Box<dyn ReadFd>>, Lines); 2] = [
-                (
-                    child.stdout.take().map(|p| Box::new(p) as Box<dyn ReadFd>),
-                    Lines::new(Stream::Out, prefix.clone()),
-                ),
-                (
-                    child.stderr.take().map(|p| Box::new(p) as Box<dyn ReadFd>),
-                    Lines::new(Stream::Err, prefix),
-                ),
-            ];
-            // Without pidfd (kernels before 5.3) the exit is noticed when both pipes have ended.
-            let mut pidfd = pidfd_open(child.id());
-            let mut on_exit = Some(on_exit);
-            let mut buf = vec![0u8; 64 << 10];
-            loop {
-                let mut fds = Vec::with_capacity(3);
-                let mut who = Vec::with_capacity(3);
-                for (i, (p, _)) in pipes.iter().enumerate() {
-                    if let Some(p) = p {
-                        fds.push(PollFd::new(p.fd(), PollFlags::POLLIN));
-                        who.push(i);
-                    }
-                }
-                if let Some(fd) = &pidfd {
-                    fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
-                    who.push(2);
-                }
-                if fds.is_empty() {
-                    break;
-                }
-                if poll(&mut fds, PollTimeout::NONE).is_err() {
-                    continue;
-                }
-                let ready: Vec<usize> = fds
-                    .iter()
-                    .zip(&who)
-                    .filter(|(f, _)| f.revents().is_some_and(|r| !r.is_empty()))
-                    .map(|(_, &w)| w)
-                    .collect();
-                drop(fds);
-                for w in ready {
-                    if w == 2 {
-                        pidfd = None;
-                        let st = child.wait().unwrap_or_else(|_| exit_status(1));
-                        if let Some(f) = on_exit.take() {
-                            f(st);
-                        }
-                        continue;
-                    }
-                    let (pipe, lines) = &mut pipes[w];
-                    let n = match pipe.as_mut().map(|p| p.read(&mut buf)) {
-                        Some(Ok(n)) => n,
-                        Some(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                        _ => 0,
-                    };
-                    if n == 0 {
+) -> std::io::Result<Watcher> {
+    let busy = Arc::new(AtomicBool::new(false));
+    let pipes: [(Option<Box<dyn ReadFd>>, Lines); 2] = [
+        (
+            child.stdout.take().map(|p| Box::new(p) as Box<dyn ReadFd>),
+            Lines::new(Stream::Out, prefix.clone(), busy.clone()),
+        ),
+        (
+            child.stderr.take().map(|p| Box::new(p) as Box<dyn ReadFd>),
+            Lines::new(Stream::Err, prefix, busy.clone()),
+        ),
+    ];
+    let output = std::thread::Builder::new()
+        .name("node-output".into())
+        .spawn(move || forward(pipes, &job_over))?;
+    let exit = std::thread::Builder::new()
+        .name("node-exit".into())
+        .spawn(move || on_exit(child.wait().unwrap_or_else(|_| exit_status(1))));
+    // On error the output thread ends with the pipes, once the caller kills the process.
+    exit?;
+    Ok(Watcher {
+        thread: output,
+        busy,
+    })
+}
+
+/// Pass on what the pipes bring until they end (or, once `job_over`, stay quiet).
+fn forward(mut pipes: [(Option<Box<dyn ReadFd>>, Lines); 2], job_over: &AtomicBool) {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let mut buf = vec![0u8; 64 << 10];
+    let tick = PollTimeout::try_from(QUIET.as_millis() as i32).unwrap_or(PollTimeout::NONE);
+    loop {
+        let mut fds = Vec::with_capacity(2);
+        let mut who = Vec::with_capacity(2);
+        for (i, (p, _)) in pipes.iter().enumerate() {
+            if let Some(p) = p {
+                fds.push(PollFd::new(p.fd(), PollFlags::POLLIN));
+                who.push(i);
+            }
+        }
+        if fds.is_empty() {
+            return;
+        }
+        // Checked before polling: a pipe quiet for a whole tick after the job is over is let go.
+        let over = job_over.load(Ordering::SeqCst);
+        match poll(&mut fds, tick) {
+            Ok(0) if over => {
+                for (p, lines) in &mut pipes {
+                    if p.take().is_some() {
                         lines.finish();
-                        *pipe = None;
-                    } else {
-                        lines.feed(&buf[..n]);
                     }
                 }
+                return;
             }
-            if let Some(f) = on_exit.take() {
-                f(child.wait().unwrap_or_else(|_| exit_status(1)));
+            Ok(_) => {}
+            Err(_) => continue,
+        }
+        let ready: Vec<usize> = fds
+            .iter()
+            .zip(&who)
+            .filter(|(f, _)| f.revents().is_some_and(|r| !r.is_empty()))
+            .map(|(_, &w)| w)
+            .collect();
+        drop(fds);
+        for w in ready {
+            let (pipe, lines) = &mut pipes[w];
+            let n = match pipe.as_mut().map(|p| p.read(&mut buf)) {
+                Some(Ok(n)) => n,
+                Some(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                _ => 0,
+            };
+            if n == 0 {
+                lines.finish();
+                *pipe = None;
+            } else {
+                lines.feed(&buf[..n]);
             }
-        })
+        }
+    }
 }
 
 fn exit_status(code: i32) -> ExitStatus {
@@ -199,19 +291,36 @@ mod tests {
 
     #[test]
     fn partial_lines_wait_for_their_end() {
-        let mut l = Lines::new(Stream::Err, String::new());
-        l.feed(b"one\ntw");
+        let mut l = Lines::new(Stream::Err, "P: ".into(), Arc::default());
+        assert_eq!(l.take(b"one\ntw"), b"P: one\n");
         assert_eq!(l.pending, b"tw");
-        l.feed(b"o\nthree");
+        assert_eq!(l.take(b"o\nthree"), b"P: two\n");
         assert_eq!(l.pending, b"three");
-        l.finish();
+        assert_eq!(l.take(b"\nfour\nfive\n"), b"P: three\nP: four\nP: five\n");
         assert!(l.pending.is_empty());
     }
 
     #[test]
-    fn over_long_lines_are_passed_on_in_pieces() {
-        let mut l = Lines::new(Stream::Err, String::new());
-        l.feed(&vec![b'x'; MAX_LINE + 5]);
-        assert!(l.pending.is_empty());
+    fn long_lines_stay_whole_up_to_the_limit() {
+        let mut l = Lines::new(Stream::Err, String::new(), Arc::default());
+        let chunk = vec![b'x'; 1 << 20];
+        for _ in 0..3 {
+            assert!(l.take(&chunk).is_empty());
+        }
+        let out = l.take(b"\n");
+        assert_eq!(out.len(), (3 << 20) + 1);
+    }
+
+    #[test]
+    fn over_long_lines_are_split_visibly() {
+        let mut l = Lines::new(Stream::Err, "P: ".into(), Arc::default());
+        let out = l.take(&vec![b'x'; MAX_LINE + 5]);
+        assert!(out.starts_with(b"P: xxx"));
+        assert!(out.ends_with(SPLIT_MARK));
+        assert_eq!(out.len(), 3 + MAX_LINE + SPLIT_MARK.len());
+        assert_eq!(l.pending.len(), 5);
+        // The rest of the line carries no prefix: it is the same line.
+        assert_eq!(l.take(b"\n"), b"xxxxx\n");
+        assert_eq!(l.take(b"y\n"), b"P: y\n");
     }
 }

@@ -12,13 +12,18 @@
 //! | `ENDING` | node → charmrun | i32 code | I am leaving the job normally with this code |
 //! | `ABORT` | node → charmrun | UTF-8 reason | end the job now |
 //! | `DIE` | charmrun → node | UTF-8 reason | the job is over: exit at once |
+//! | `HEARTBEAT` | node → charmrun | empty | I still answer (every [`HEARTBEAT_INTERVAL`], from the node's watchdog, not its PEs) |
 //!
+//! A node that sends nothing for `++hang-timeout` (a stopped or frozen process) ends the job.
 //! A node whose control connection closes exits at once: nothing of a job outlives its
 //! charmrun.
 
 use std::io::{self, Read, Write};
 
 pub use converse_machine::launch::{secret_from_hex, shm_prefix, SECRET_LEN};
+
+/// How often a node's watchdog tells charmrun it still answers.
+pub const HEARTBEAT_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Largest control frame accepted: a node table for a very big job fits many times over, and a
 /// stranger cannot make us allocate more.
@@ -42,6 +47,8 @@ pub enum Kind {
     Abort = 6,
     /// Charmrun ends the job.
     Die = 7,
+    /// Node still answers.
+    Heartbeat = 8,
 }
 
 impl Kind {
@@ -54,6 +61,7 @@ impl Kind {
             5 => Kind::Ending,
             6 => Kind::Abort,
             7 => Kind::Die,
+            8 => Kind::Heartbeat,
             _ => return None,
         })
     }

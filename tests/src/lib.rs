@@ -165,6 +165,13 @@ pub struct Running {
     reaped: bool,
 }
 
+// By hand: it holds sockets, threads and handles, which have no useful text form.
+impl std::fmt::Debug for Running {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Running").finish_non_exhaustive()
+    }
+}
+
 impl Drop for Running {
     fn drop(&mut self) {
         if !self.reaped {
@@ -177,7 +184,7 @@ impl Drop for Running {
 /// SIGKILL `root`, everything below it, and their process groups. Launchers put each node in
 /// a group of its own, so killing the launcher's group alone would leave the nodes to their
 /// watchdogs; the tree is walked while `root` is still alive to hold it together.
-fn kill_tree(root: u32) {
+pub fn kill_tree(root: u32) {
     use nix::sys::signal::{kill, killpg, Signal::SIGKILL};
     use nix::unistd::{getpgid, Pid};
     let mut tree = vec![root];

@@ -24,11 +24,18 @@ fn limit() -> Duration {
     Duration::from_secs(60)
 }
 
+fn hostname() -> String {
+    nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_default()
+}
+
 #[test]
 fn exit_code_of_a_node_that_calls_process_exit_reaches_charmrun() {
     let o = tcp(&[]).run(PROGRAM, 4, &["proc-exit"], limit());
     assert_eq!(o.code, Some(3), "{o}");
-    assert!(o.stderr.contains("PE 3 on"), "{o}");
+    assert!(o.stderr.contains(&format!("PE 3 on {}", hostname())), "{o}");
     assert!(
         o.stderr.contains("exited with code 3 before the job ended"),
         "{o}"
@@ -147,8 +154,11 @@ fn a_node_that_never_connects_ends_start_up_naming_it() {
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(o.code, Some(1), "{o}");
     assert!(o.stderr.contains("start-up timed out after 1 s"), "{o}");
+    // One name per host: the one its nodes give it.
+    let host = hostname();
     assert!(
-        o.stderr.contains("PE 0 on localhost, PE 1 on localhost"),
+        o.stderr
+            .contains(&format!("PE 0 on {host}, PE 1 on {host}")),
         "{o}"
     );
 }
@@ -526,4 +536,262 @@ fn ends_soon(pid: u32) -> bool {
         return false;
     }
     true
+}
+
+/// Run `cmd` with a reader of its stdout that waits `stall` before reading, then reads
+/// `keep` bytes at most and closes the pipe (`None`: reads to the end). Bounded by `limit`:
+/// then the whole tree is killed. Returns the exit code, stdout read, stderr and the time
+/// taken.
+fn run_with_reader(
+    cmd: &mut Command,
+    stall: Duration,
+    keep: Option<usize>,
+    limit: Duration,
+) -> (Option<i32>, String, String, Duration) {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    let start = Instant::now();
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("start charmrun");
+    let mut out = child.stdout.take().expect("stdout");
+    let mut err = child.stderr.take().expect("stderr");
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let out = std::thread::spawn(move || {
+        std::thread::sleep(stall);
+        let mut s = Vec::new();
+        match keep {
+            None => {
+                let _ = out.read_to_end(&mut s);
+            }
+            Some(n) => {
+                let _ = (&mut out).take(n as u64).read_to_end(&mut s);
+            }
+        }
+        String::from_utf8_lossy(&s).into_owned()
+    });
+    let code = loop {
+        match child.try_wait() {
+            Ok(Some(st)) => break st.code(),
+            Ok(None) if start.elapsed() < limit => std::thread::sleep(Duration::from_millis(10)),
+            _ => {
+                converse_tests::kill_tree(child.id());
+                let _ = child.wait();
+                break None;
+            }
+        }
+    };
+    let took = start.elapsed();
+    let _ = nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    let out = out.join().unwrap_or_default();
+    let err = err.join().unwrap_or_default();
+    (code, out, err, took)
+}
+
+/// How often each `print PE p line k` line of `pes` PEs and `lines` lines each appears in
+/// `out`, checking each is whole (`width` x's): the counts of the wrong ones too.
+fn print_counts(out: &str, pes: usize, lines: usize, width: usize) -> (Vec<usize>, usize) {
+    let mut counts = vec![0usize; pes * lines];
+    let mut bad = 0;
+    for l in out.lines().filter(|l| l.contains("print PE")) {
+        let parsed = l.strip_prefix("print PE ").and_then(|r| {
+            let mut w = r.splitn(4, ' ');
+            let pe: usize = w.next()?.parse().ok()?;
+            let _ = w.next().filter(|&x| x == "line")?;
+            let k: usize = w.next()?.parse().ok()?;
+            let tail = w.next()?;
+            (pe < pes && k < lines && tail.len() == width && tail.bytes().all(|b| b == b'x'))
+                .then_some(pe * lines + k)
+        });
+        match parsed {
+            Some(i) => counts[i] += 1,
+            None => bad += 1,
+        }
+    }
+    (counts, bad)
+}
+
+#[test]
+fn output_is_never_dropped_while_the_reader_stalls() {
+    // 4 PEs x 3000 lines of ~120 B: far more than the pipes hold while nobody reads.
+    let (pes, lines, width) = (4, 3000, 100);
+    let (code, out, err, _) = run_with_reader(
+        &mut tcp(&[]).command(PROGRAM, pes, &["print", "3000", "100"]),
+        Duration::from_secs(4),
+        None,
+        limit(),
+    );
+    assert_eq!(code, Some(0), "stderr: {err}");
+    let (counts, bad) = print_counts(&out, pes, lines, width);
+    assert_eq!(bad, 0, "spliced or foreign lines; stderr: {err}");
+    let missing = counts.iter().filter(|&&c| c == 0).count();
+    let doubled = counts.iter().filter(|&&c| c > 1).count();
+    assert_eq!((missing, doubled), (0, 0), "stderr: {err}");
+    assert!(out.contains("conformance print: ok"), "stderr: {err}");
+}
+
+#[test]
+fn a_reader_that_goes_away_still_lets_the_job_end_properly() {
+    let (code, out, err, took) = run_with_reader(
+        &mut tcp(&[]).command(PROGRAM, 4, &["print", "3000", "100"]),
+        Duration::ZERO,
+        Some(1000),
+        limit(),
+    );
+    assert_eq!(out.len(), 1000);
+    assert_eq!(code, Some(0), "stderr: {err}");
+    assert!(
+        took < Duration::from_secs(30),
+        "took {took:?}; stderr: {err}"
+    );
+}
+
+#[test]
+fn lines_of_2_mib_from_two_nodes_stay_whole() {
+    let width = 2 << 20;
+    let o = tcp(&[]).run(PROGRAM, 2, &["print", "3", &width.to_string()], limit());
+    assert_eq!(o.code, Some(0), "{}", o.stderr);
+    let (counts, bad) = print_counts(&o.stdout, 2, 3, width);
+    assert_eq!(bad, 0, "spliced lines; stderr: {}", o.stderr);
+    assert!(counts.iter().all(|&c| c == 1), "{counts:?}; {}", o.stderr);
+}
+
+/// The pids of the `sleep`s the spawn scenario's PEs started.
+fn spawned(out: &str) -> Vec<u32> {
+    out.lines()
+        .filter_map(|l| {
+            l.split_once("conformance spawn: PE ")?
+                .1
+                .split_once(" child ")
+        })
+        .filter_map(|(_, pid)| pid.trim().parse().ok())
+        .collect()
+}
+
+#[test]
+fn what_a_node_started_ends_with_the_job_however_it_ends() {
+    for (args, code) in [(&["spawn"][..], Some(0)), (&["spawn", "crash"], Some(134))] {
+        let start = Instant::now();
+        let o = tcp(&[]).run(PROGRAM, 3, args, limit());
+        let took = start.elapsed();
+        assert_eq!(o.code, code, "{o}");
+        let kids = spawned(&o.stdout);
+        assert_eq!(kids.len(), 3, "{o}");
+        // The sleeps' parent was the node; once killed, init reaps them at once.
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while kids.iter().any(|&k| alive(k)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for k in kids {
+            assert!(
+                !alive(k),
+                "{args:?}: process {k} a node started survived\n{o}"
+            );
+        }
+        // A child holding the node's stdout does not hold charmrun up.
+        assert!(took < Duration::from_secs(4), "{args:?} took {took:?}\n{o}");
+    }
+}
+
+#[test]
+fn a_stopped_node_is_noticed_and_named() {
+    for machine in ["tcp", "si"] {
+        a_stopped_node_is_noticed_on(machine);
+    }
+}
+
+fn a_stopped_node_is_noticed_on(machine: &'static str) {
+    let start = Instant::now();
+    let launcher = Launcher::Charmrun {
+        machine,
+        opts: vec!["++hang-timeout".into(), "3".into()],
+    };
+    let mut job =
+        Running::start(&mut launcher.command(PROGRAM, 4, &["wait", "60"]), limit()).expect("start");
+    let nodes = wait_for_children(job.pid(), 4, Duration::from_secs(20));
+    assert_eq!(nodes.len(), 4, "{}", job.stderr_so_far());
+    assert!(
+        job.wait_for_stdout_lines("conformance wait: PE", 4, Duration::from_secs(20)),
+        "{}",
+        job.stderr_so_far()
+    );
+    let stopped = nix::unistd::Pid::from_raw(nodes[2] as i32);
+    nix::sys::signal::kill(stopped, nix::sys::signal::Signal::SIGSTOP).expect("SIGSTOP");
+    let o = job.finish();
+    assert_eq!(o.code, Some(1), "{o}");
+    assert!(
+        o.stderr
+            .contains(&format!("on {} stopped answering for 3 s", hostname())),
+        "{o}"
+    );
+    assert!(start.elapsed() < Duration::from_secs(30), "{o}");
+    for pid in nodes {
+        assert!(!alive(pid), "node process {pid} survived\n{o}");
+    }
+}
+
+#[test]
+fn a_node_busy_in_a_long_handler_is_not_taken_for_hung() {
+    let o = tcp(&["++hang-timeout", "3", "++timelimit", "6"]).run(PROGRAM, 2, &["hang"], limit());
+    assert_eq!(o.code, Some(124), "{o}");
+    assert!(!o.stderr.contains("stopped answering"), "{o}");
+}
+
+/// The node number charmrun gave process `pid` (from its environment).
+fn node_of(pid: u32) -> Option<usize> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    env.split(|&b| b == 0)
+        .find_map(|v| v.strip_prefix(b"CONVERSE_NODE="))
+        .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
+}
+
+#[test]
+fn in_a_cascade_the_node_that_died_is_named_not_the_peers_that_noticed() {
+    let host = hostname();
+    for round in 0..3 {
+        // Every node talks to every other, so the peers notice a death at once and abort.
+        let job = Running::start(
+            &mut tcp(&[]).command(PROGRAM, 6, &["alltoall", "1000000000"]),
+            limit(),
+        )
+        .expect("start");
+        let nodes = wait_for_children(job.pid(), 6, Duration::from_secs(20));
+        assert_eq!(nodes.len(), 6, "{}", job.stderr_so_far());
+        std::thread::sleep(Duration::from_millis(1500));
+        let victim = nodes[(round * 2 + 1) % 6];
+        let pe = node_of(victim).expect("node number");
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(victim as i32),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        let o = job.finish();
+        assert!(!o.timed_out, "{o}");
+        let charmrun_says: Vec<&str> = o
+            .stderr
+            .lines()
+            .filter(|l| l.starts_with("charmrun:"))
+            .collect();
+        assert_eq!(
+            charmrun_says,
+            [format!(
+                "charmrun: PE {pe} on {host} was killed by signal 9 (SIGKILL) before the job ended; ending the job"
+            )],
+            "{o}"
+        );
+        assert_eq!(o.code, Some(137), "{o}");
+        // One name per host: the nodes' messages use it too.
+        assert!(!o.stderr.contains("localhost"), "{o}");
+    }
 }

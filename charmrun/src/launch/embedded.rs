@@ -22,6 +22,15 @@ pub struct Embedded {
     handle: Option<JoinHandle<i32>>,
 }
 
+// By hand: it holds sockets, threads and handles, which have no useful text form.
+impl std::fmt::Debug for Embedded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Embedded")
+            .field("nodes_here", &self.envs.len())
+            .finish_non_exhaustive()
+    }
+}
+
 impl Embedded {
     /// What each in-process node joins with, in node order.
     pub fn envs(&self) -> &[client::LaunchEnv] {

@@ -7,9 +7,11 @@ use super::verdict::{Cause, Decision, Failure, Verdict};
 use super::Event;
 use crate::client;
 use crate::opts::Opts;
+use crate::output::Watcher;
 use crate::protocol::{self, Kind};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
-use std::thread::JoinHandle;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How often the job loop looks at signals and deadlines when no event comes (events — frames,
@@ -23,14 +25,29 @@ pub(super) enum Process {
     Embedded,
     /// A process, leading a process group of the same id, not reaped yet.
     Running(u32),
-    /// Its process has been reaped.
-    Reaped,
+    /// Its process has been reaped; what it started may still be in its group.
+    Reaped(u32),
+    /// Nothing of it is left to end.
+    Gone,
+}
+
+impl Process {
+    /// The same, once its process has been reaped.
+    pub(super) fn reaped(self) -> Process {
+        match self {
+            Process::Running(pid) => Process::Reaped(pid),
+            other => other,
+        }
+    }
 }
 
 /// One node of the job, as the launcher sees it (its place in the job is the verdict's).
 pub(super) struct Node {
-    /// The host it runs on.
+    /// The host it was started on, by the name charmrun knows it by.
     pub(super) host: String,
+    /// The host's name as the node gave it when it introduced itself: the name the nodes'
+    /// own messages use, so charmrun's use it too.
+    pub(super) reported: Option<String>,
     pub(super) process: Process,
 }
 
@@ -43,8 +60,10 @@ pub(super) struct Job<'a> {
     pub(super) control: Option<ControlServer>,
     pub(super) events: Receiver<Event>,
     pub(super) tx: Sender<Event>,
-    /// One thread per node started here, passing its output on.
-    pub(super) outputs: Vec<JoinHandle<()>>,
+    /// One per node started here (with its number), passing its output on.
+    pub(super) outputs: Vec<(usize, Watcher)>,
+    /// Set when the job is over: the output threads then let go of pipes that stay quiet.
+    pub(super) output_over: Arc<AtomicBool>,
     pub(super) started: Instant,
     pub(super) strangers: usize,
     /// The job's tag: its files in /dev/shm carry it.
@@ -63,11 +82,13 @@ impl<'a> Job<'a> {
         Job {
             opts,
             nodes: Vec::with_capacity(n),
-            verdict: Verdict::new(in_process, started, opts.timeout, opts.timelimit),
+            verdict: Verdict::new(in_process, started, opts.timeout, opts.timelimit)
+                .with_hang_timeout(opts.hang_timeout),
             control: None,
             events,
             tx,
             outputs: Vec::with_capacity(n),
+            output_over: Arc::new(AtomicBool::new(false)),
             started,
             strangers: 0,
             tag: String::new(),
@@ -85,8 +106,19 @@ impl<'a> Job<'a> {
         }
     }
 
+    /// "PE 3 on host-a": the host by the name its nodes gave it, once one of them has.
     fn label_at(&self, node: usize) -> String {
-        let host = self.nodes.get(node).map_or("?", |n| n.host.as_str());
+        let host = self.nodes.get(node).map_or("?", |n| {
+            n.reported
+                .as_deref()
+                .or_else(|| {
+                    self.nodes
+                        .iter()
+                        .filter(|m| m.host == n.host)
+                        .find_map(|m| m.reported.as_deref())
+                })
+                .unwrap_or(&n.host)
+        });
         format!("{} on {host}", self.label(node))
     }
 
@@ -124,6 +156,14 @@ impl<'a> Job<'a> {
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
                     return Err(launcher_failure("internal: event channel closed".into()))
+                }
+            }
+            // A node whose output waits for charmrun's reader is not lingering: it may be
+            // blocked on its own full pipe.
+            let now = Instant::now();
+            for (i, w) in &self.outputs {
+                if w.busy.load(Ordering::SeqCst) {
+                    self.verdict.output_pending(*i, now);
                 }
             }
             if let Some(sig) = super::signalled() {
@@ -167,6 +207,10 @@ impl<'a> Job<'a> {
                         hello.host
                     );
                 }
+                if let Some(n) = self.nodes.get_mut(i) {
+                    n.reported = Some(hello.host.clone());
+                }
+                self.verdict.heard(i, now);
                 if let Some(c) = self.control.as_mut() {
                     c.joined(i, stream, hello);
                 }
@@ -177,7 +221,9 @@ impl<'a> Job<'a> {
                     eprintln!("charmrun: refused a connection from {addr}: {why}");
                 }
             }
+            Event::Frame(i, Kind::Heartbeat, _) => self.verdict.heard(i, now),
             Event::Frame(i, Kind::Barrier, _) => {
+                self.verdict.heard(i, now);
                 if let Some(c) = self.control.as_mut() {
                     c.barrier(i);
                 }
@@ -196,7 +242,7 @@ impl<'a> Job<'a> {
             Event::Closed(i) => self.verdict.closed(i, now),
             Event::Exited(i, st) => {
                 if let Some(n) = self.nodes.get_mut(i) {
-                    n.process = Process::Reaped;
+                    n.process = n.process.reaped();
                 }
                 self.verdict.exited(i, st, now);
             }
@@ -218,7 +264,11 @@ impl<'a> Job<'a> {
     }
 
     /// End the job now: tell every node to die, kill what was started here (whole process
-    /// groups), and wait until every process has been reaped.
+    /// groups, also of nodes that have exited: what they started ends with the job), and wait
+    /// until every process has been reaped.
+    ///
+    /// A process that left its node's group (`setsid`, `setpgid`) escapes; so does what a
+    /// remote shell started on another host, beyond what ends with the shell's connection.
     pub(super) fn abandon(&mut self) {
         if let Some(c) = self.control.as_mut() {
             for (i, n) in self.nodes.iter().enumerate() {
@@ -231,7 +281,7 @@ impl<'a> Job<'a> {
             }
         }
         for n in &self.nodes {
-            if let Process::Running(pid) = n.process {
+            if let Process::Running(pid) | Process::Reaped(pid) = n.process {
                 let pgid = nix::unistd::Pid::from_raw(pid as i32);
                 let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
             }
@@ -245,7 +295,7 @@ impl<'a> Job<'a> {
         {
             if let Ok(Event::Exited(i, _)) = self.events.recv_timeout(TICK) {
                 if let Some(n) = self.nodes.get_mut(i) {
-                    n.process = Process::Reaped;
+                    n.process = n.process.reaped();
                 }
             }
         }
@@ -278,17 +328,13 @@ impl<'a> Job<'a> {
         }
     }
 
-    /// Wait for the output threads to pass on everything the nodes printed. A pipe kept open by
-    /// something a node left behind must not keep charmrun alive forever.
+    /// Wait for the output threads to pass on everything the nodes printed, however long
+    /// charmrun's reader takes to read it. A pipe kept open by a process that escaped the job's
+    /// process groups is let go once it stays quiet (see [`output`](crate::output)).
     fn drain_output(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(5);
-        for h in self.outputs.drain(..) {
-            while !h.is_finished() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(1));
-            }
-            if h.is_finished() {
-                let _ = h.join();
-            }
+        self.output_over.store(true, Ordering::SeqCst);
+        for (_, w) in self.outputs.drain(..) {
+            let _ = w.thread.join();
         }
     }
 }

@@ -44,7 +44,8 @@ impl Job<'_> {
                         embedded: true,
                     });
                     self.nodes.push(Node {
-                        host: "localhost".into(),
+                        host: client::hostname(),
+                        reported: None,
                         process: Process::Embedded,
                     });
                     continue;
@@ -55,7 +56,9 @@ impl Job<'_> {
                     host,
                 } => (program, args, host.as_ref()),
             };
-            let name = host.map_or_else(|| "localhost".to_string(), |h| h.name.clone());
+            // This host by the name its nodes give it, so that one host has one name in every
+            // message, the nodes' own included.
+            let name = host.map_or_else(client::hostname, |h| h.name.clone());
             let mut env = vec![
                 (client::ENV_CHARMRUN.to_string(), charmrun),
                 (client::ENV_NODE.to_string(), i.to_string()),
@@ -83,6 +86,7 @@ impl Job<'_> {
             // Pushed before anything else can fail, so that a failed start kills it.
             self.nodes.push(Node {
                 host: name,
+                reported: None,
                 process: Process::Running(pid),
             });
             let prefix = if self.opts.prefix {
@@ -91,18 +95,18 @@ impl Job<'_> {
                 String::new()
             };
             let tx = self.tx.clone();
-            // One thread per node passes its output on and reports its exit at once.
-            let watcher = output::watch(child, prefix, move |st| {
+            // Threads of the node's own pass its output on and report its exit at once.
+            let watcher = output::watch(child, prefix, self.output_over.clone(), move |st| {
                 let _ = tx.send(Event::Exited(i, st));
             });
             match watcher {
-                Ok(w) => self.outputs.push(w),
+                Ok(w) => self.outputs.push((i, w)),
                 Err(source) => {
                     // Nobody will report its exit: kill it now, and do not wait for it.
                     let pgid = nix::unistd::Pid::from_raw(pid as i32);
                     let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
                     if let Some(node) = self.nodes.last_mut() {
-                        node.process = Process::Reaped;
+                        node.process = Process::Gone;
                     }
                     return Err(LaunchError::Watch { node: i, source });
                 }

@@ -7,14 +7,20 @@
 //!
 //! The rules:
 //! - the job is over when every node has said `ENDING` and its process has exited (or, for a
-//!   process that lingers after closing its connection, [`LOST_GRACE`] later); its code is the
-//!   first non-zero one;
+//!   process that lingers after closing its connection, [`LOST_GRACE`] after that and after
+//!   its output last waited for charmrun's reader); its code is the first non-zero one;
 //! - a node that dies (exits without `ENDING`, is killed, is killed while leaving, or its
 //!   connection closes and stays closed) ends the job, named; its last frames are waited for
 //!   up to [`LOST_GRACE`];
 //! - a node that aborts ends the job [`ABORT_GRACE`] later, unless a node that died shows up
 //!   first: a peer's death makes its peers abort, and the message should name the node that
-//!   died, not one that noticed;
+//!   died, not one that noticed. An abort also waits while a node's death is under way (its
+//!   connection closed or its process exited, the other half not seen yet);
+//! - when several nodes died, the one named is the first killed by a signal, else the first
+//!   to die: in a cascade the peers that noticed a death exit after it, and with a code;
+//! - a node that sends nothing (no frame, no heartbeat) for the hang timeout, once every node
+//!   has joined, ends the job, named: it is stopped or frozen (its watchdog thread answers
+//!   even while its PEs are busy);
 //! - Ctrl-C (any of the signals charmrun catches), a cancellation by the embedding program,
 //!   `++timelimit` and the start-up timeout end the job at once.
 
@@ -126,6 +132,13 @@ pub enum Cause {
         /// It is in the launcher's own process (there is no process to wait for).
         in_process: bool,
     },
+    /// A node sent nothing for the hang timeout.
+    Hung {
+        /// The node.
+        node: usize,
+        /// How long it has been silent.
+        silent: Duration,
+    },
     /// A node aborted the job.
     Aborted {
         /// The node.
@@ -189,6 +202,11 @@ impl Failure {
                 node,
                 in_process: true,
             } => format!("lost contact with {} (in this process)", label(*node)),
+            Cause::Hung { node, silent } => format!(
+                "{} stopped answering for {:.0} s (stopped or frozen?); ending the job",
+                label(*node),
+                silent.as_secs_f64()
+            ),
             Cause::Aborted { node, reason } => {
                 format!("{} aborted the job: {reason}", label(*node))
             }
@@ -222,6 +240,15 @@ pub struct Verdict {
     job_code: i32,
     interrupted: Option<i32>,
     cancelled: Option<String>,
+    /// When each node was last heard from (any frame).
+    heard: Vec<Option<Instant>>,
+    /// When each node that died did.
+    died_at: Vec<Option<Instant>>,
+    /// A node silent this long is hung (`None`: never).
+    hang_timeout: Option<Duration>,
+    /// Since when every node has joined: silence counts from then at the earliest, since a
+    /// node waiting for the node table sends nothing.
+    all_in_since: Option<Instant>,
 }
 
 impl Verdict {
@@ -234,8 +261,9 @@ impl Verdict {
         startup_timeout: Duration,
         timelimit: Option<Duration>,
     ) -> Verdict {
+        let n = in_process.len();
         Verdict {
-            nodes: vec![NodeState::Starting; in_process.len()],
+            nodes: vec![NodeState::Starting; n],
             in_process,
             started,
             startup_timeout,
@@ -243,6 +271,32 @@ impl Verdict {
             job_code: 0,
             interrupted: None,
             cancelled: None,
+            heard: vec![None; n],
+            died_at: vec![None; n],
+            hang_timeout: None,
+            all_in_since: None,
+        }
+    }
+
+    /// The same, ending the job when a node sends nothing for `hang_timeout` (`None`: never).
+    pub fn with_hang_timeout(mut self, hang_timeout: Option<Duration>) -> Verdict {
+        self.hang_timeout = hang_timeout;
+        self
+    }
+
+    /// Node `i`'s output was still waiting to be written at `at`: if it said it leaves and
+    /// closed its connection, its process may be blocked on its full pipe, not lingering, so
+    /// its [`LOST_GRACE`] counts from now.
+    pub fn output_pending(&mut self, i: usize, at: Instant) {
+        if let Some(NodeState::Lingering { at: since, .. }) = self.nodes.get_mut(i) {
+            *since = (*since).max(at);
+        }
+    }
+
+    /// Node `i` sent something (a frame, a heartbeat) at `at`.
+    pub fn heard(&mut self, i: usize, at: Instant) {
+        if let Some(h) = self.heard.get_mut(i) {
+            *h = Some(h.map_or(at, |h| h.max(at)));
         }
     }
 
@@ -294,7 +348,12 @@ impl Verdict {
         let next = match n {
             NodeState::Running | NodeState::Ending { .. } if in_process => NodeState::Left { code },
             NodeState::Running | NodeState::Ending { .. } => NodeState::Ending { code },
-            NodeState::Exited { status, .. } => left_or_died(*status),
+            NodeState::Exited { status, at } => {
+                let at = *at;
+                let next = left_or_died(*status);
+                self.set_at(i, next, at);
+                return;
+            }
             _ => return,
         };
         self.set(i, next);
@@ -314,15 +373,21 @@ impl Verdict {
         let Some(n) = self.nodes.get_mut(i) else {
             return;
         };
-        *n = match n {
+        let next = match n {
             NodeState::Running => NodeState::Closed { at },
             NodeState::Ending { code } => NodeState::Lingering { code: *code, at },
-            NodeState::Exited { status, .. } => NodeState::Died {
-                status: *status,
-                when: Death::Running,
-            },
+            NodeState::Exited { status, at: exited } => {
+                let (status, exited) = (*status, *exited);
+                let died = NodeState::Died {
+                    status,
+                    when: Death::Running,
+                };
+                self.set_at(i, died, exited);
+                return;
+            }
             _ => return,
         };
+        *n = next;
     }
 
     /// Node `i`'s process exited at `at` with `status`.
@@ -343,7 +408,7 @@ impl Verdict {
             NodeState::Ending { .. } | NodeState::Lingering { .. } => left_or_died(status),
             _ => return,
         };
-        self.set(i, next);
+        self.set_at(i, next, at);
     }
 
     /// charmrun caught signal `sig`.
@@ -380,23 +445,25 @@ impl Verdict {
             return fail(1, Cause::NeverConnected { nodes, after });
         }
         let past = |at: Instant, grace: Duration| now.saturating_duration_since(at) > grace;
+        if let Some(i) = self.first_death() {
+            if let NodeState::Died { status, when } = self.nodes[i] {
+                let code = match when {
+                    Death::Starting => exit_code(status).max(1),
+                    Death::Running if exit_code(status) == 0 => 1,
+                    Death::Running | Death::Leaving => exit_code(status),
+                };
+                return fail(
+                    code,
+                    Cause::Died {
+                        node: i,
+                        status,
+                        when,
+                    },
+                );
+            }
+        }
         for i in 0..self.nodes.len() {
             match self.nodes[i] {
-                NodeState::Died { status, when } => {
-                    let code = match when {
-                        Death::Starting => exit_code(status).max(1),
-                        Death::Running if exit_code(status) == 0 => 1,
-                        Death::Running | Death::Leaving => exit_code(status),
-                    };
-                    return fail(
-                        code,
-                        Cause::Died {
-                            node: i,
-                            status,
-                            when,
-                        },
-                    );
-                }
                 NodeState::Closed { at } if past(at, LOST_GRACE) => {
                     let in_process = self.in_process[i];
                     return fail(
@@ -428,6 +495,26 @@ impl Verdict {
                 _ => {}
             }
         }
+        if self.all_in_since.is_none() && self.all_joined() {
+            self.all_in_since = Some(now);
+        }
+        if let (Some(limit), Some(since)) = (self.hang_timeout, self.all_in_since) {
+            for i in 0..self.nodes.len() {
+                let watched =
+                    matches!(self.nodes[i], NodeState::Running | NodeState::Ending { .. })
+                        && !self.in_process[i];
+                let last = self.heard[i].map_or(since, |h| h.max(since));
+                let silent = now.saturating_duration_since(last);
+                if watched && silent >= limit {
+                    return fail(1, Cause::Hung { node: i, silent });
+                }
+            }
+        }
+        // A death under way is named before any abort it may have caused.
+        let dying = self
+            .nodes
+            .iter()
+            .any(|n| matches!(n, NodeState::Closed { .. } | NodeState::Exited { .. }));
         let first_abort = self
             .nodes
             .iter()
@@ -437,7 +524,7 @@ impl Verdict {
                 _ => None,
             })
             .min_by_key(|&(_, _, at)| at);
-        if let Some((node, reason, at)) = first_abort {
+        if let Some((node, reason, at)) = first_abort.filter(|_| !dying) {
             if past(at, ABORT_GRACE) {
                 let reason = reason.clone();
                 return fail(1, Cause::Aborted { node, reason });
@@ -451,6 +538,27 @@ impl Verdict {
             return Decision::Done(self.job_code);
         }
         Decision::Continue
+    }
+
+    /// The node whose death is named: the first killed by a signal, else the first to die.
+    fn first_death(&self) -> Option<usize> {
+        (0..self.nodes.len())
+            .filter_map(|i| match &self.nodes[i] {
+                NodeState::Died { status, .. } => {
+                    Some((status.signal().is_none(), self.died_at[i], i))
+                }
+                _ => None,
+            })
+            .min()
+            .map(|(_, _, i)| i)
+    }
+
+    /// As [`Verdict::set`], for a state reached because of what happened at `at`.
+    fn set_at(&mut self, i: usize, next: NodeState, at: Instant) {
+        if matches!(next, NodeState::Died { .. }) {
+            self.died_at[i] = Some(at);
+        }
+        self.set(i, next);
     }
 
     fn set(&mut self, i: usize, next: NodeState) {
@@ -573,6 +681,22 @@ mod tests {
         v.closed(0, t0);
         assert_eq!(v.decide(t0 + LOST_GRACE), Decision::Continue);
         assert_eq!(v.decide(t0 + LOST_GRACE + MS), Decision::Done(4));
+    }
+
+    #[test]
+    fn a_node_whose_output_waits_for_the_reader_is_not_lingering() {
+        let t0 = Instant::now();
+        let mut v = running(1, t0);
+        v.ending(0, 0);
+        v.closed(0, t0);
+        // charmrun's reader stalls: the node's output waits until t0 + 10 s.
+        for s in 1..=10 {
+            v.output_pending(0, t0 + Duration::from_secs(s));
+            assert_eq!(v.decide(t0 + Duration::from_secs(s)), Decision::Continue);
+        }
+        let quiet = t0 + Duration::from_secs(10);
+        assert_eq!(v.decide(quiet + LOST_GRACE), Decision::Continue);
+        assert_eq!(v.decide(quiet + LOST_GRACE + MS), Decision::Done(0));
     }
 
     #[test]
@@ -743,6 +867,95 @@ mod tests {
             (f.code, f.message(&label)),
             (1, "the front-end failed".into())
         );
+    }
+
+    #[test]
+    fn a_silent_node_is_hung_after_the_timeout_and_named() {
+        let t0 = Instant::now();
+        let limit = Duration::from_secs(5);
+        let mut v = Verdict::new(vec![false; 3], t0, Duration::from_secs(60), None)
+            .with_hang_timeout(Some(limit));
+        for i in 0..3 {
+            assert!(v.hello(i));
+            v.heard(i, t0);
+        }
+        assert_eq!(v.decide(t0), Decision::Continue);
+        // Nodes 0 and 2 keep sending heartbeats; node 1 stops at t0 + 1 s.
+        v.heard(1, t0 + Duration::from_secs(1));
+        for s in 1..=6 {
+            v.heard(0, t0 + Duration::from_secs(s));
+            v.heard(2, t0 + Duration::from_secs(s));
+        }
+        assert_eq!(
+            v.decide(t0 + Duration::from_secs(6) - MS),
+            Decision::Continue
+        );
+        let f = failure(v.decide(t0 + Duration::from_secs(6)));
+        assert_eq!(f.code, 1);
+        assert_eq!(
+            f.message(&label),
+            "PE 1 on h stopped answering for 5 s (stopped or frozen?); ending the job"
+        );
+    }
+
+    #[test]
+    fn silence_counts_only_once_every_node_has_joined_and_zero_is_off() {
+        let t0 = Instant::now();
+        let limit = Duration::from_secs(2);
+        let mut v = Verdict::new(vec![false; 2], t0, Duration::from_secs(60), None)
+            .with_hang_timeout(Some(limit));
+        assert!(v.hello(0));
+        v.heard(0, t0);
+        // Node 0 waits for the table and sends nothing meanwhile: not hung.
+        assert_eq!(v.decide(t0 + 10 * limit), Decision::Continue);
+        let joined = t0 + 10 * limit + MS;
+        assert!(v.hello(1));
+        v.heard(1, joined);
+        assert_eq!(v.decide(joined), Decision::Continue);
+        assert_eq!(v.decide(joined + limit - MS), Decision::Continue);
+        assert!(matches!(
+            failure(v.decide(joined + limit)).cause,
+            Cause::Hung { node: 0, .. }
+        ));
+        let mut off = running(2, t0);
+        assert_eq!(
+            off.decide(t0 + Duration::from_secs(3600)),
+            Decision::Continue
+        );
+    }
+
+    #[test]
+    fn an_abort_waits_for_a_death_under_way() {
+        let t0 = Instant::now();
+        let mut v = running(3, t0);
+        // Node 2's connection closed; node 0 noticed and aborts; node 2's exit comes late.
+        v.closed(2, t0);
+        v.abort(0, "node 2 (h) is gone: connection reset".into(), t0);
+        assert_eq!(v.decide(t0 + ABORT_GRACE + MS), Decision::Continue);
+        v.exited(2, killed(9), t0 + 2 * ABORT_GRACE);
+        let f = failure(v.decide(t0 + 2 * ABORT_GRACE));
+        assert!(matches!(f.cause, Cause::Died { node: 2, .. }), "{f:?}");
+    }
+
+    #[test]
+    fn among_deaths_the_one_by_a_signal_then_the_first_is_named() {
+        let t0 = Instant::now();
+        let mut v = running(4, t0);
+        // Node 0 noticed node 3's death and exited with code 1, seen first.
+        v.exited(0, code(1), t0 + MS);
+        v.closed(0, t0 + MS);
+        v.exited(3, killed(9), t0 + 2 * MS);
+        v.closed(3, t0 + 2 * MS);
+        let f = failure(v.decide(t0 + 3 * MS));
+        assert!(matches!(f.cause, Cause::Died { node: 3, .. }), "{f:?}");
+        // Without a signal, the first to die.
+        let mut v = running(4, t0);
+        v.exited(2, code(4), t0 + MS);
+        v.closed(2, t0 + MS);
+        v.exited(1, code(1), t0 + 2 * MS);
+        v.closed(1, t0 + 2 * MS);
+        let f = failure(v.decide(t0 + 3 * MS));
+        assert!(matches!(f.cause, Cause::Died { node: 2, .. }), "{f:?}");
     }
 
     impl Decision {

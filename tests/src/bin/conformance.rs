@@ -29,6 +29,10 @@
 //! | silent     | the last PE stops polling for good, then PE 0 sends it a message: a layer   |
 //! |            | that waits for answers must give up on it                                  |
 //! | wait       | every PE idles for SECS (default 2) seconds, then the job exits 0           |
+//! | print      | every PE prints LINES lines (ARGS: LINES WIDTH, default 1000 100), each     |
+//! |            | `print PE p line k ` and WIDTH `x`s, then the job exits 0                   |
+//! | spawn      | every PE starts `sleep 300` sharing its stdout and prints its pid; then     |
+//! |            | the job exits 0, or (ARGS: crash) the last PE aborts                        |
 
 use converse::{ops, HandlerId, Message, Pe, ReduceTarget};
 use std::cell::{Cell, RefCell};
@@ -82,6 +86,15 @@ fn main() -> ExitCode {
             let mib = arg.and_then(|a| a.parse().ok()).unwrap_or(512);
             Box::new(move |pe: &mut Pe| flood(pe, mib))
         }
+        "print" => {
+            let lines = arg.and_then(|a| a.parse().ok()).unwrap_or(1000);
+            let width = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(100);
+            Box::new(move |pe: &mut Pe| print(pe, lines, width))
+        }
+        "spawn" => {
+            let crash = arg.as_deref() == Some("crash");
+            Box::new(move |pe: &mut Pe| spawn(pe, crash))
+        }
         "wait" => {
             let secs = arg.and_then(|a| a.parse().ok()).unwrap_or(2.0);
             Box::new(move |pe: &mut Pe| wait(pe, secs))
@@ -90,7 +103,7 @@ fn main() -> ExitCode {
         _ => {
             eprintln!(
                 "conformance: unknown scenario '{scenario}' (hello, fifo, broadcast, reduce, \
-                 priority, exit-code, mismatch, alltoall, sizes, idle, panic, scheduling, exit-early, exit-after-send, proc-exit, hang, silent, slow, flood, wait)"
+                 priority, exit-code, mismatch, alltoall, sizes, idle, panic, scheduling, exit-early, exit-after-send, proc-exit, hang, silent, slow, flood, wait, print, spawn)"
             );
             return ExitCode::from(2);
         }
@@ -858,4 +871,36 @@ fn flood(pe: &mut Pe, mib: u64) {
         1 => std::thread::sleep(Duration::from_secs(2)),
         _ => {}
     }
+}
+
+fn print(pe: &mut Pe, lines: usize, width: usize) {
+    use std::io::Write;
+    let v = verdict(pe, "print", move |_| {
+        format!("({lines} lines of {width} x per PE)")
+    });
+    let tail = "x".repeat(width);
+    let mut out = std::io::stdout().lock();
+    for k in 0..lines {
+        // One write per line: the line reaches charmrun's pipe whole or in pieces, as any
+        // program's would.
+        if writeln!(out, "print PE {} line {k} {tail}", pe.my_pe()).is_err() {
+            break;
+        }
+    }
+    drop(out);
+    report(pe, 0, v);
+}
+
+fn spawn(pe: &mut Pe, crash: bool) {
+    let v = verdict(pe, "spawn", |_| String::new());
+    // The child inherits stdout: it holds the node's pipe to charmrun open.
+    match std::process::Command::new("sleep").arg("300").spawn() {
+        Ok(child) => println!("conformance spawn: PE {} child {}", pe.my_pe(), child.id()),
+        Err(e) => complain(pe, format!("cannot start sleep: {e}")),
+    }
+    pe.barrier();
+    if crash && pe.my_pe() == pe.num_pes() - 1 {
+        std::process::abort();
+    }
+    report(pe, 0, v);
 }
