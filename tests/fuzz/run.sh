@@ -4,8 +4,8 @@
 #   tests/fuzz/run.sh [SECONDS] [TARGET...]     (default: 15 s, every target)
 #
 # Needs `cargo afl` (cargo install cargo-afl; AFL++ itself is built by `cargo afl config
-# --build`). Fails if a target cannot be built or started, or if AFL found any crash or hang;
-# it then prints each input's path and a hexdump of it. Replay one with
+# --build`); .ci/run installs both. Fails if a target cannot be built or started, or if AFL
+# found any crash or hang; it then prints each input's path and a hexdump of it. Replay one:
 #   target/release/TARGET < INPUT
 # Each run starts from the seeds that target/release/gen_seeds writes (real encodings) and
 # leaves its findings in out/TARGET/default/{crashes,hangs} and AFL's log in out/TARGET.log.
@@ -14,20 +14,19 @@ cd "$(dirname "$0")"
 
 secs=${1:-15}
 shift || true
-# Every cargo of this machine goes through the one lock (the CI machine has no wrapper).
-cargo_cmd=(cargo)
-command -v flock >/dev/null 2>&1 && cargo_cmd=(flock /tmp/cargo.lock cargo)
-
-"${cargo_cmd[@]}" afl build --release --quiet
-targets=("$@")
-if [ ${#targets[@]} -eq 0 ]; then
-  mapfile -t targets < <(sed -n 's/^    "\([a-z_]*\)",$/\1/p' src/lib.rs)
-fi
-[ ${#targets[@]} -gt 0 ] || { echo "no fuzz targets found" >&2; exit 1; }
+# The cargo that builds: where builds share a machine through a wrapper (FUZZ_CARGO=lcargo),
+# that one.
+start=$SECONDS
+"${FUZZ_CARGO:-cargo}" afl build --release --quiet
+echo "fuzz: targets built in $((SECONDS - start)) s"
 
 rm -rf seeds out
 mkdir out
+# One directory of seeds per target (src/lib.rs, TARGETS).
 target/release/gen_seeds seeds
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || mapfile -t targets < <(ls seeds)
+[ ${#targets[@]} -gt 0 ] || { echo "no fuzz targets found" >&2; exit 1; }
 
 # AFL_NO_UI: a log instead of the screen UI. AFL_SKIP_CPUFREQ and
 # AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES: CI machines' CPU governors and core_pattern are not
@@ -68,4 +67,4 @@ if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzzing found problems in: ${failed[*]}" >&2
   exit 1
 fi
-echo "fuzz: ${#targets[@]} targets, ${secs}s each, nothing found"
+echo "fuzz: ${#targets[@]} targets, ${secs}s each, nothing found ($((SECONDS - start)) s in all)"
