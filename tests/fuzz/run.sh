@@ -14,9 +14,9 @@ cd "$(dirname "$0")"
 
 secs=${1:-15}
 shift || true
+start=$SECONDS
 # The cargo that builds: where builds share a machine through a wrapper (FUZZ_CARGO=lcargo),
 # that one.
-start=$SECONDS
 "${FUZZ_CARGO:-cargo}" afl build --release --quiet
 echo "fuzz: targets built in $((SECONDS - start)) s"
 
