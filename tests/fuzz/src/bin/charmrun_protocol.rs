@@ -1,0 +1,4 @@
+//! AFL target: [`fuzz::charmrun_protocol`] on each input.
+fn main() {
+    afl::fuzz!(|data: &[u8]| fuzz::charmrun_protocol(data));
+}
