@@ -11,9 +11,9 @@
 //! a debugger or a plain test without AFL.
 
 use charmrun::protocol::{self, Hello, SECRET_LEN};
+use converse_machine::{Message, NodeInfo, NodeTable, ENVELOPE_LEN};
+use converse_net::udp::wire;
 use converse_tbon::{topology_file, Format, Packet};
-use machine::{Message, NodeInfo, NodeTable, ENVELOPE_LEN};
-use net::udp::wire;
 
 /// Every target, by the name of its binary.
 pub const TARGETS: &[&str] = &[

@@ -1,4 +1,4 @@
-//! AFL target: [`fuzz::charmrun_protocol`] on each input.
+//! AFL target: [`converse_fuzz::charmrun_protocol`] on each input.
 fn main() {
-    afl::fuzz!(|data: &[u8]| fuzz::charmrun_protocol(data));
+    afl::fuzz!(|data: &[u8]| converse_fuzz::charmrun_protocol(data));
 }

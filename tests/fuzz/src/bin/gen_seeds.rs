@@ -8,14 +8,14 @@ fn main() -> ExitCode {
         eprintln!("usage: gen_seeds DIR");
         return ExitCode::FAILURE;
     };
-    for target in fuzz::TARGETS {
+    for target in converse_fuzz::TARGETS {
         let sub = dir.join(target);
         if let Err(e) = std::fs::create_dir_all(&sub) {
             eprintln!("cannot create {}: {e}", sub.display());
             return ExitCode::FAILURE;
         }
-        for (name, bytes) in fuzz::seeds(target) {
-            fuzz::run(target, &bytes);
+        for (name, bytes) in converse_fuzz::seeds(target) {
+            converse_fuzz::run(target, &bytes);
             if let Err(e) = std::fs::write(sub.join(name), &bytes) {
                 eprintln!("cannot write {}/{name}: {e}", sub.display());
                 return ExitCode::FAILURE;

@@ -1,4 +1,4 @@
-//! AFL target: [`fuzz::node_table`] on each input.
+//! AFL target: [`converse_fuzz::node_table`] on each input.
 fn main() {
-    afl::fuzz!(|data: &[u8]| fuzz::node_table(data));
+    afl::fuzz!(|data: &[u8]| converse_fuzz::node_table(data));
 }

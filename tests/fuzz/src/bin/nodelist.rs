@@ -1,4 +1,4 @@
-//! AFL target: [`fuzz::nodelist`] on each input.
+//! AFL target: [`converse_fuzz::nodelist`] on each input.
 fn main() {
-    afl::fuzz!(|data: &[u8]| fuzz::nodelist(data));
+    afl::fuzz!(|data: &[u8]| converse_fuzz::nodelist(data));
 }

@@ -1,4 +1,4 @@
-//! AFL target: [`fuzz::tbon_packet`] on each input.
+//! AFL target: [`converse_fuzz::tbon_packet`] on each input.
 fn main() {
-    afl::fuzz!(|data: &[u8]| fuzz::tbon_packet(data));
+    afl::fuzz!(|data: &[u8]| converse_fuzz::tbon_packet(data));
 }

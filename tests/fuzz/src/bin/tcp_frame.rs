@@ -1,4 +1,4 @@
-//! AFL target: [`fuzz::tcp_frame`] on each input.
+//! AFL target: [`converse_fuzz::tcp_frame`] on each input.
 fn main() {
-    afl::fuzz!(|data: &[u8]| fuzz::tcp_frame(data));
+    afl::fuzz!(|data: &[u8]| converse_fuzz::tcp_frame(data));
 }

@@ -1,4 +1,4 @@
-//! AFL target: [`fuzz::topology_file`] on each input.
+//! AFL target: [`converse_fuzz::topology_file`] on each input.
 fn main() {
-    afl::fuzz!(|data: &[u8]| fuzz::topology_file(data));
+    afl::fuzz!(|data: &[u8]| converse_fuzz::topology_file(data));
 }

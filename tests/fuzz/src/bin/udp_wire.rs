@@ -1,4 +1,4 @@
-//! AFL target: [`fuzz::udp_wire`] on each input.
+//! AFL target: [`converse_fuzz::udp_wire`] on each input.
 fn main() {
-    afl::fuzz!(|data: &[u8]| fuzz::udp_wire(data));
+    afl::fuzz!(|data: &[u8]| converse_fuzz::udp_wire(data));
 }
