@@ -20,6 +20,7 @@
 
 use std::io::{self, Read, Write};
 
+use converse_machine::bytes::{ByteReader, ByteWriter};
 pub use converse_machine::launch::{secret_from_hex, shm_prefix, SECRET_LEN};
 
 /// How often a node's watchdog tells charmrun it still answers.
@@ -135,31 +136,22 @@ impl Hello {
     pub fn encode(&self) -> Vec<u8> {
         let mut b = Vec::with_capacity(32 + self.host.len() + self.info.len());
         b.extend_from_slice(&self.secret);
-        b.extend_from_slice(&self.node.to_le_bytes());
-        b.extend_from_slice(&self.pid.to_le_bytes());
-        b.extend_from_slice(&(self.host.len() as u32).to_le_bytes());
-        b.extend_from_slice(self.host.as_bytes());
+        b.put_u32(self.node);
+        b.put_u32(self.pid);
+        b.put_str(&self.host);
         b.extend_from_slice(&self.info);
         b
     }
 
     /// Decode a `HELLO` body; `None` if it is not one.
     pub fn decode(b: &[u8]) -> Option<Hello> {
-        let (secret, b) = b.split_first_chunk::<SECRET_LEN>()?;
-        let (node, b) = b.split_first_chunk::<4>()?;
-        let (pid, b) = b.split_first_chunk::<4>()?;
-        let (hlen, b) = b.split_first_chunk::<4>()?;
-        let hlen = u32::from_le_bytes(*hlen) as usize;
-        if hlen > b.len() {
-            return None;
-        }
-        let (host, info) = b.split_at(hlen);
+        let mut r = ByteReader::new(b);
         Some(Hello {
-            secret: *secret,
-            node: u32::from_le_bytes(*node),
-            pid: u32::from_le_bytes(*pid),
-            host: std::str::from_utf8(host).ok()?.to_owned(),
-            info: info.to_vec(),
+            secret: r.array().ok()?,
+            node: r.u32().ok()?,
+            pid: r.u32().ok()?,
+            host: r.str().ok()?.to_owned(),
+            info: r.rest().to_vec(),
         })
     }
 }

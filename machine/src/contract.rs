@@ -50,8 +50,10 @@ use std::time::Duration;
 ///
 /// # Errors and dead peers
 /// Every error is fatal to the job: the runtime reports it with the PE and node and aborts. A
-/// layer signals a peer that died, closed its end or stopped answering with
-/// [`MachineError::PeerDead`], naming the node; it never retries forever. Bytes from a peer
+/// layer signals a peer that died or closed its end with [`MachineError::PeerDead`], and one
+/// that stopped answering (which may only be busy in a long handler) with
+/// [`MachineError::PeerSilent`], naming the node and the setting that bounds the wait; it
+/// never retries forever. Bytes from a peer
 /// that do not decode are [`MachineError::Corrupt`]. Packets from outside the job (wrong secret)
 /// are not errors: the layer drops and counts them.
 ///

@@ -18,6 +18,24 @@ pub enum MachineError {
         /// What the layer saw (connection reset, timeout, ...).
         reason: String,
     },
+    /// A peer sent nothing for longer than the layer waits while data to it is outstanding. The
+    /// layer cannot tell a dead or stopped node from one busy in a long handler (its protocol
+    /// does not run then), so it says which setting to raise for the latter.
+    #[error(
+        "node {node} ({host}) sent nothing for {secs:.1} s while data to it waited: it died, was \
+         stopped, or is busy in a handler for longer than {setting} allows (for long handlers, \
+         raise it: +set {setting}=SECONDS)"
+    )]
+    PeerSilent {
+        /// The silent node.
+        node: usize,
+        /// Its host as the node table has it.
+        host: String,
+        /// How long it has been silent, in seconds.
+        secs: f64,
+        /// The setting that bounds the silence.
+        setting: &'static str,
+    },
     /// A node number outside the node table.
     #[error("no node {node} (the job has {nodes})")]
     InvalidNode {

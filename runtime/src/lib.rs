@@ -38,7 +38,7 @@ mod variant;
 
 pub use args::{parse_args, RuntimeArgs, MAX_PES};
 pub use collectives::{tree_children, tree_parent, Combine, ReduceTarget};
-pub use converse_machine::LaunchEnv;
+pub use converse_machine::{bytes, LaunchEnv};
 pub use converse_machine::{Message, NodeTable};
 pub use error::RuntimeError;
 pub use pe::{HandlerId, Pe};

@@ -321,7 +321,9 @@ mod particular {
         assert!(!o.timed_out, "{o}");
         assert_ne!(o.code, Some(0), "{o}");
         assert!(
-            o.stderr.contains("node 2 (") && o.stderr.contains("is gone: no answer for 2."),
+            o.stderr.contains("node 2 (")
+                && o.stderr.contains("sent nothing for 2.")
+                && o.stderr.contains("+set udp.dead_after_s=SECONDS"),
             "{o}"
         );
         assert!(started.elapsed() < Duration::from_secs(30), "{o}");

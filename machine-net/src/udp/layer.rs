@@ -183,6 +183,16 @@ impl UdpMachine {
     fn failure(&self, f: Failure) -> MachineError {
         match f {
             Failure::Dead { node, reason } => MachineError::peer_dead(&self.table, node, reason),
+            Failure::Silent { node, secs, .. } => MachineError::PeerSilent {
+                node,
+                host: self
+                    .table
+                    .node(node)
+                    .map_or("?", |n| n.host.as_str())
+                    .to_owned(),
+                secs,
+                setting: "udp.dead_after_s",
+            },
             Failure::TooLarge { node, len } => MachineError::Io {
                 context: format!("sending a message of {len} bytes to node {node}"),
                 source: std::io::Error::other("larger than the udp layer carries (1 TiB)"),

@@ -14,6 +14,7 @@ use crate::events::EventKind;
 use crate::perf::{Aggregate, Context, Metric, PerfData, Report};
 use crate::stream::{Assign, FilterType, StreamSpec};
 use crate::topology::{ProcName, Rank};
+use converse::bytes::{ByteReader, ByteWriter};
 
 const PLAN: u8 = 1;
 /// The first byte of a plan, which a process takes before anything else.
@@ -103,30 +104,30 @@ const ERROR_KINDS: [EventKind; 3] = [
     EventKind::PacketRefused,
 ];
 
-/// Appends little-endian fields.
+/// Appends the overlay's control fields, on the project's one checked byte writer.
 #[derive(Default)]
 pub(crate) struct Enc(pub Vec<u8>);
 
 impl Enc {
     pub(crate) fn u8(&mut self, v: u8) -> &mut Enc {
-        self.0.push(v);
+        self.0.put_u8(v);
         self
     }
     pub(crate) fn u32(&mut self, v: u32) -> &mut Enc {
-        self.0.extend_from_slice(&v.to_le_bytes());
+        self.0.put_u32(v);
         self
     }
     fn u64(&mut self, v: u64) -> &mut Enc {
-        self.0.extend_from_slice(&v.to_le_bytes());
+        self.0.put_u64(v);
         self
     }
     fn bytes(&mut self, b: &[u8]) -> &mut Enc {
-        self.u32(b.len() as u32);
-        self.0.extend_from_slice(b);
+        self.0.put_bytes(b);
         self
     }
     fn str(&mut self, s: &str) -> &mut Enc {
-        self.bytes(s.as_bytes())
+        self.0.put_str(s);
+        self
     }
     fn assign(&mut self, a: &Assign) -> &mut Enc {
         self.u32(a.default).u32(a.ranks.len() as u32);
@@ -143,41 +144,32 @@ impl Enc {
     }
 }
 
-/// Reads little-endian fields; `None` when the bytes run out or lie.
-pub(crate) struct Dec<'a>(pub &'a [u8]);
+/// Reads the overlay's control fields, on the project's one checked byte reader; `None` when
+/// the bytes run out or lie.
+pub(crate) struct Dec<'a>(pub ByteReader<'a>);
 
 impl<'a> Dec<'a> {
+    pub(crate) fn new(b: &'a [u8]) -> Dec<'a> {
+        Dec(ByteReader::new(b))
+    }
     pub(crate) fn u8(&mut self) -> Option<u8> {
-        let (v, rest) = self.0.split_first()?;
-        self.0 = rest;
-        Some(*v)
+        self.0.u8().ok()
     }
     pub(crate) fn u32(&mut self) -> Option<u32> {
-        let (v, rest) = self.0.split_first_chunk::<4>()?;
-        self.0 = rest;
-        Some(u32::from_le_bytes(*v))
+        self.0.u32().ok()
     }
     fn u64(&mut self) -> Option<u64> {
-        let (v, rest) = self.0.split_first_chunk::<8>()?;
-        self.0 = rest;
-        Some(u64::from_le_bytes(*v))
+        self.0.u64().ok()
     }
     fn bytes(&mut self) -> Option<&'a [u8]> {
-        let n = self.u32()? as usize;
-        if n > self.0.len() {
-            return None;
-        }
-        let (b, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Some(b)
+        self.0.bytes().ok()
     }
     fn str(&mut self) -> Option<String> {
-        String::from_utf8(self.bytes()?.to_vec()).ok()
+        self.0.str().ok().map(str::to_owned)
     }
     /// A count of items each taking at least `min` bytes: refused if the bytes cannot hold it.
     fn count(&mut self, min: usize) -> Option<usize> {
-        let n = self.u32()? as usize;
-        (n.checked_mul(min)? <= self.0.len()).then_some(n)
+        self.0.count(min).ok()
     }
     fn assign(&mut self) -> Option<Assign> {
         let default = self.u32()?;
@@ -195,7 +187,7 @@ impl<'a> Dec<'a> {
         }
     }
     fn end(&self) -> Option<()> {
-        self.0.is_empty().then_some(())
+        self.0.finish().ok()
     }
 }
 
@@ -293,7 +285,7 @@ impl Ctl {
     }
 
     pub(crate) fn decode(b: &[u8]) -> Option<Ctl> {
-        let mut d = Dec(b);
+        let mut d = Dec::new(b);
         let ctl = match d.u8()? {
             PLAN => {
                 let n = d.count(16)?;
