@@ -77,6 +77,11 @@ impl Conn {
         self.out_bytes
     }
 
+    /// Whether a frame is part-way in: some of its bytes read, the rest to come.
+    pub(crate) fn mid_frame(&self) -> bool {
+        self.big.is_some() || self.in_end > self.in_start
+    }
+
     /// Whether frames wait for the socket.
     pub(crate) fn has_output(&self) -> bool {
         !self.out.is_empty()
@@ -241,5 +246,51 @@ impl Conn {
             }
         }
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::net::TcpListener;
+    use std::time::{Duration, Instant};
+
+    /// A connected pair: our `Conn` and the raw peer end.
+    fn pair() -> (Conn, TcpStream) {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let peer = TcpStream::connect(l.local_addr().expect("addr")).expect("connect");
+        let (ours, _) = l.accept().expect("accept");
+        ours.set_nonblocking(true).expect("nonblocking");
+        (Conn::new(ours), peer)
+    }
+
+    /// Receive until `n` messages came or a few seconds passed.
+    fn receive_until(c: &mut Conn, n: usize) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut got = 0;
+        while got < n && Instant::now() < deadline {
+            got += c.receive(&mut |_| {}).expect("receive");
+        }
+        got
+    }
+
+    #[test]
+    fn a_frame_half_in_is_mid_frame_until_its_rest_comes() {
+        let (mut c, mut peer) = pair();
+        assert!(!c.mid_frame());
+        let msg = Message::from_payload(&[7u8; 1000]);
+        let mut frame = (msg.wire_len() as u32).to_le_bytes().to_vec();
+        frame.extend_from_slice(msg.wire());
+        peer.write_all(&frame[..500]).expect("first half");
+        // The first half arrives: read, nothing complete, the frame is part-way in.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !c.mid_frame() && Instant::now() < deadline {
+            assert_eq!(c.receive(&mut |_| {}).expect("receive"), 0);
+        }
+        assert!(c.mid_frame());
+        peer.write_all(&frame[500..]).expect("second half");
+        assert_eq!(receive_until(&mut c, 1), 1);
+        assert!(!c.mid_frame());
     }
 }

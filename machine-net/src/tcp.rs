@@ -338,6 +338,14 @@ impl Machine for TcpMachine {
         })
     }
 
+    fn in_transfer(&self) -> bool {
+        !self.backlog.is_empty()
+            || self
+                .readers
+                .iter()
+                .any(|&p| self.links[p].conn.as_ref().is_some_and(Conn::mid_frame))
+    }
+
     fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
         let mut n = 0;
         if !self.backlog.is_empty() {

@@ -104,6 +104,16 @@ pub trait Machine: Send {
         0
     }
 
+    /// Whether a message is part-way through this node's side of the interconnect: a frame
+    /// partly read (its rest is on the way) or partly written. The scheduler then keeps polling
+    /// for a while instead of blocking in [`wait`](Self::wait), since the rest is usually
+    /// microseconds away and a wake-up per chunk costs more than the polling; after a bounded
+    /// time it blocks as usual, so a peer stopped mid-message does not make this node spin.
+    /// Called only when idle. The default, `false`, always lets the scheduler block.
+    fn in_transfer(&self) -> bool {
+        false
+    }
+
     /// The communication server: push out pending sends, then hand the messages that have
     /// arrived to `deliver`, in per-sender order. Returns how many messages were handed up. A
     /// layer may stop after a batch so the scheduler can dispatch; what is left is handed up

@@ -110,6 +110,12 @@ const TIMER_CHECK_EVERY: u32 = 256;
 /// How often a spinning idle scheduler looks at the clock, in loop turns.
 const CLOCK_EVERY_IDLE: u32 = 32;
 
+/// How long an idle PE keeps polling while its layer is part-way through a message
+/// ([`Machine::in_transfer`](converse_machine::Machine::in_transfer)): several times what a
+/// 4 MiB message takes on a fast link, short enough that a peer stopped mid-message costs
+/// only a few milliseconds of spinning per idle period.
+const TRANSFER_SPIN: Duration = Duration::from_millis(2);
+
 impl Pe {
     /// Run `f` once, `delay` from now (Converse's `CcdCallFnAfter`).
     pub fn after(&mut self, delay: Duration, f: impl FnOnce(&mut Pe) + 'static) {
@@ -225,6 +231,10 @@ impl Pe {
             }
             let since = *idle_since.get_or_insert(now);
             if now - since < self.tun.spin {
+                continue;
+            }
+            // A message is half-way in or out: its rest comes faster than a wake-up would.
+            if now - since < TRANSFER_SPIN && self.machine.in_transfer() {
                 continue;
             }
             if !told_idle {
