@@ -24,7 +24,8 @@ shell), connects them into one job, forwards their output, and exits with the jo
   ++timelimit SECS     end the job, killing every process, after SECS seconds
   ++hang-timeout SECS  end the job when a node stops answering charmrun for SECS seconds
                        (a stopped or frozen process; a node busy in a long handler still
-                       answers); default 60, at least 2, 0 turns it off
+                       answers); default 60, at least 2, 0 turns it off; not with
+                       ++mpiexec (the MPI launcher's ranks send no heartbeats)
   ++prefix             prefix every output line with the PE that printed it
   ++verbose            say what charmrun does
   ++quiet              print nothing but errors and the program's own output: charmrun says

@@ -23,7 +23,7 @@ use std::process::{Child, ExitStatus};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// A line longer than this is passed on in pieces rather than held in memory.
 pub const MAX_LINE: usize = 64 << 20;
@@ -33,6 +33,9 @@ pub const SPLIT_MARK: &[u8] = b" [charmrun: line longer than 64 MiB split here]\
 
 /// After the job is over, how long a pipe may stay quiet before it is let go.
 const QUIET: Duration = Duration::from_millis(300);
+
+/// After the job is over, the longest the pipes are waited on in all (see `forward`).
+const FINAL_DRAIN: Duration = Duration::from_secs(5);
 
 /// Held for every write of node output, to either stream.
 static WRITING: Mutex<()> = Mutex::new(());
@@ -214,6 +217,9 @@ fn forward(mut pipes: [(Option<Box<dyn ReadFd>>, Lines); 2], job_over: &AtomicBo
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     let mut buf = vec![0u8; 64 << 10];
     let tick = PollTimeout::try_from(QUIET.as_millis() as i32).unwrap_or(PollTimeout::NONE);
+    // Time spent waiting on the pipes since the job ended (writes to a slow reader do not
+    // count: output is never dropped while the reader lives).
+    let mut waited_after = Duration::ZERO;
     loop {
         let mut fds = Vec::with_capacity(2);
         let mut who = Vec::with_capacity(2);
@@ -228,7 +234,19 @@ fn forward(mut pipes: [(Option<Box<dyn ReadFd>>, Lines); 2], job_over: &AtomicBo
         }
         // Checked before polling: a pipe quiet for a whole tick after the job is over is let go.
         let over = job_over.load(Ordering::SeqCst);
-        match poll(&mut fds, tick) {
+        let polled = Instant::now();
+        let r = poll(&mut fds, tick);
+        if over {
+            waited_after += polled.elapsed();
+        }
+        // Something that escaped the job's process groups and keeps printing must not keep
+        // charmrun alive: after FINAL_DRAIN of waiting, the pipes are let go, quiet or not.
+        let r = if over && waited_after >= FINAL_DRAIN {
+            Ok(0)
+        } else {
+            r
+        };
+        match r {
             Ok(0) if over => {
                 for (p, lines) in &mut pipes {
                     if p.take().is_some() {

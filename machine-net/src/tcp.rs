@@ -75,8 +75,8 @@ pub struct TcpMachine {
     ctl: std::sync::Arc<Control>,
 }
 
-// By hand: the fields are the layer's working state, which says nothing a reader of a log
-// could use beyond the node.
+// By hand: the fields are the layer's working state (sockets, queues, buffers); the node
+// number says which one it is.
 impl std::fmt::Debug for TcpMachine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("TcpMachine")

@@ -49,8 +49,7 @@ pub struct Block {
     failed: AtomicU64,
 }
 
-// By hand: the fields are the layer's working state, which says nothing a reader of a log
-// could use beyond its type.
+// By hand: a block of atomics in shared memory; printing them would race with their users.
 impl std::fmt::Debug for Block {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Block").finish_non_exhaustive()

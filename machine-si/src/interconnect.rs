@@ -48,8 +48,8 @@ pub struct Si {
     pids: Vec<i32>,
 }
 
-// By hand: the fields are the layer's working state, which says nothing a reader of a log
-// could use beyond the node.
+// By hand: the fields are the layer's working state (sockets, queues, buffers); the node
+// number says which one it is.
 impl std::fmt::Debug for Si {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Si")

@@ -128,8 +128,7 @@ pub fn probe(pid: i32, addr: u64, nonce: u64) -> Result<bool, PullError> {
 /// [`probe`].
 pub struct ProbeWord(Box<u64>);
 
-// By hand: the fields are the layer's working state, which says nothing a reader of a log
-// could use beyond its type.
+// By hand: the word's address is all there is, and it means nothing in a log.
 impl std::fmt::Debug for ProbeWord {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProbeWord").finish_non_exhaustive()

@@ -46,8 +46,8 @@ pub struct LocalMachine {
     barrier: Arc<Barrier>,
 }
 
-// By hand: the fields are the layer's working state, which says nothing a reader of a log
-// could use beyond the node.
+// By hand: the fields are the layer's working state (sockets, queues, buffers); the node
+// number says which one it is.
 impl std::fmt::Debug for LocalMachine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LocalMachine")

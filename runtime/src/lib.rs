@@ -58,8 +58,7 @@ pub struct Runtime {
     launch: Option<LaunchEnv>,
 }
 
-// By hand: the fields are the layer's working state, which says nothing a reader of a log
-// could use beyond the layer.
+// By hand: the chosen layer is what a reader needs; the rest is arguments and settings.
 impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Runtime")

@@ -51,8 +51,8 @@ pub struct Pe {
     pub(crate) dropped: u64,
 }
 
-// By hand: the fields are the layer's working state, which says nothing a reader of a log
-// could use beyond the pe.
+// By hand: handlers, queues and the layer have no useful text form; the PE's number says
+// which one it is.
 impl std::fmt::Debug for Pe {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Pe")

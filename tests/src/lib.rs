@@ -432,6 +432,39 @@ pub fn expect_bounded_flood(launcher: &Launcher, program: &str) {
     assert!(peak < 96, "PE 0 peaked at {peak} MiB:\n{o}");
 }
 
+/// The limits every layer started by charmrun must hold at scale and toward a stalled peer,
+/// as tests for the layer named (`launched_layer_limits!("tcp")`):
+/// - 128 nodes, every pair talking, complete (TCP once closed peers' connections as strangers'
+///   beyond 64 pending);
+/// - a receiver that stops polling does not make its sender grow without limit
+///   ([`expect_bounded_flood`]).
+#[macro_export]
+macro_rules! launched_layer_limits {
+    ($machine:literal) => {
+        fn limits_launcher() -> $crate::Launcher {
+            $crate::Launcher::Charmrun {
+                machine: $machine,
+                opts: vec![],
+            }
+        }
+
+        #[test]
+        fn a_128_node_all_to_all_completes() {
+            $crate::expect_ok(
+                &limits_launcher(),
+                env!("CARGO_BIN_EXE_conformance"),
+                128,
+                &["alltoall", "200000"],
+            );
+        }
+
+        #[test]
+        fn memory_toward_a_stalled_peer_is_bounded() {
+            $crate::expect_bounded_flood(&limits_launcher(), env!("CARGO_BIN_EXE_conformance"));
+        }
+    };
+}
+
 /// The conformance suite for one launcher: every layer must pass these unchanged.
 ///
 /// ```ignore

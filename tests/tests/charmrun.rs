@@ -762,14 +762,19 @@ fn in_a_cascade_the_node_that_died_is_named_not_the_peers_that_noticed() {
     let host = hostname();
     for round in 0..3 {
         // Every node talks to every other, so the peers notice a death at once and abort.
-        let job = Running::start(
+        let mut job = Running::start(
             &mut tcp(&[]).command(PROGRAM, 6, &["alltoall", "1000000000"]),
             limit(),
         )
         .expect("start");
         let nodes = wait_for_children(job.pid(), 6, Duration::from_secs(20));
         assert_eq!(nodes.len(), 6, "{}", job.stderr_so_far());
-        std::thread::sleep(Duration::from_millis(1500));
+        // PE 0's banner comes once every node has joined: the all-to-all is under way.
+        assert!(
+            job.wait_for_stdout_lines("Converse>", 1, Duration::from_secs(20)),
+            "{}",
+            job.stderr_so_far()
+        );
         let victim = nodes[(round * 2 + 1) % 6];
         let pe = node_of(victim).expect("node number");
         let _ = nix::sys::signal::kill(

@@ -299,28 +299,4 @@ mod particular {
     }
 }
 
-/// A receiver that stops polling does not make its sender grow without limit.
-#[test]
-fn memory_toward_a_stalled_peer_is_bounded() {
-    converse_tests::expect_bounded_flood(
-        &converse_tests::Launcher::Charmrun {
-            machine: "si",
-            opts: vec![],
-        },
-        env!("CARGO_BIN_EXE_conformance"),
-    );
-}
-
-/// 128 nodes on one host's shared memory, every pair talking.
-#[test]
-fn a_128_node_all_to_all_completes() {
-    converse_tests::expect_ok(
-        &converse_tests::Launcher::Charmrun {
-            machine: "si",
-            opts: vec![],
-        },
-        env!("CARGO_BIN_EXE_conformance"),
-        128,
-        &["alltoall", "200000"],
-    );
-}
+converse_tests::launched_layer_limits!("si");

@@ -478,32 +478,7 @@ mod particular {
     }
 }
 
-/// A receiver that stops polling does not make its sender grow without limit (before the
-/// bound, a stopped peer grew each UDP sender by gigabytes within seconds).
-#[test]
-fn memory_toward_a_stalled_peer_is_bounded() {
-    converse_tests::expect_bounded_flood(
-        &converse_tests::Launcher::Charmrun {
-            machine: "udp",
-            opts: vec![],
-        },
-        env!("CARGO_BIN_EXE_conformance"),
-    );
-}
-
-/// 128 nodes, every pair talking.
-#[test]
-fn a_128_node_all_to_all_completes() {
-    converse_tests::expect_ok(
-        &converse_tests::Launcher::Charmrun {
-            machine: "udp",
-            opts: vec![],
-        },
-        env!("CARGO_BIN_EXE_conformance"),
-        128,
-        &["alltoall", "200000"],
-    );
-}
+converse_tests::launched_layer_limits!("udp");
 
 /// A NaN setting is a one-line error, not a panic on every node.
 #[test]

@@ -120,11 +120,12 @@ impl ControlServer {
             .encode();
         for i in 0..self.conns.len() {
             self.send(i, Kind::Table, &table);
-            if let Some(reader) = self.conns[i]
-                .stream
-                .as_ref()
-                .and_then(|c| c.try_clone().ok())
-            {
+            if let Some(c) = self.conns[i].stream.as_ref() {
+                // A node nobody reads would never have its barriers released: out of
+                // descriptors is the launcher's failure, said at once.
+                let reader = c
+                    .try_clone()
+                    .map_err(|e| format!("cannot watch node {i}'s control connection: {e}"))?;
                 let tx = self.tx.clone();
                 std::thread::spawn(move || read_loop(i, reader, tx));
             }

@@ -150,9 +150,17 @@ impl<'a> Job<'a> {
     /// Serve the job until every node has left (`Ok` with the job's code) or it must end.
     fn event_loop(&mut self) -> Result<i32, Failure> {
         let mut table_sent = false;
+        let mut last_turn = Instant::now();
         loop {
             match self.events.recv_timeout(TICK) {
-                Ok(e) => self.on_event(e),
+                Ok(e) => {
+                    self.on_event(e);
+                    // Everything already queued is taken before deciding: after charmrun
+                    // itself was paused, the heartbeats waiting here must count.
+                    while let Ok(e) = self.events.try_recv() {
+                        self.on_event(e);
+                    }
+                }
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => {
                     return Err(launcher_failure("internal: event channel closed".into()))
@@ -161,6 +169,10 @@ impl<'a> Job<'a> {
             // A node whose output waits for charmrun's reader is not lingering: it may be
             // blocked on its own full pipe.
             let now = Instant::now();
+            if now.saturating_duration_since(last_turn) > super::verdict::PAUSE_GAP {
+                self.verdict.restart_silence(now);
+            }
+            last_turn = now;
             for (i, w) in &self.outputs {
                 if w.busy.load(Ordering::SeqCst) {
                     self.verdict.output_pending(*i, now);

@@ -14,6 +14,7 @@ impl Job<'_> {
     /// so far is still in the job, for [`Job::abandon`] to end.
     pub(super) fn start(&mut self, plan: &[NodeStart]) -> Result<(), LaunchError> {
         let n = plan.len();
+        raise_descriptor_limit();
         self.tag = protocol::new_tag().map_err(LaunchError::Random)?;
         let secret = protocol::new_secret().map_err(LaunchError::Random)?;
         let control = ControlServer::open(n, secret, self.tx.clone())?;
@@ -148,4 +149,17 @@ fn routes(plan: &[NodeStart]) -> Result<Vec<IpAddr>, LaunchError> {
         }
     }
     Ok(routes)
+}
+
+/// Each node costs charmrun about four descriptors (its two output pipes, its control
+/// connection and the reader's clone of it): a few hundred nodes pass the usual soft limit of
+/// 1024. Raise the soft limit to the hard one, as MPI launchers do; where that fails, the
+/// first descriptor that cannot be had is an error naming the node.
+fn raise_descriptor_limit() {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
+        if soft < hard {
+            let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+        }
+    }
 }

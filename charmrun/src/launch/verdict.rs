@@ -32,6 +32,10 @@ use std::time::{Duration, Instant};
 /// wait for the other half, so the verdict sees every frame it sent and how it died.
 pub const LOST_GRACE: Duration = Duration::from_secs(3);
 
+/// A gap between two turns of the job loop longer than this means charmrun itself was not
+/// running (stopped with Ctrl-Z, descheduled): the loop turns every few tens of milliseconds.
+pub const PAUSE_GAP: Duration = Duration::from_secs(1);
+
 /// After a node aborts, how long to look for a node that died first.
 pub const ABORT_GRACE: Duration = Duration::from_millis(750);
 
@@ -278,6 +282,16 @@ impl Verdict {
         }
     }
 
+    /// Charmrun was not running until `now` (see [`PAUSE_GAP`]): nodes' silence counts only
+    /// while it listened, so it starts again now. Heartbeats sent meanwhile may still be on
+    /// their way through charmrun's own reader threads.
+    pub fn restart_silence(&mut self, now: Instant) {
+        self.all_in_since = self.all_in_since.map(|_| now);
+        for h in self.heard.iter_mut().flatten() {
+            *h = (*h).max(now);
+        }
+    }
+
     /// The same, ending the job when a node sends nothing for `hang_timeout` (`None`: never).
     pub fn with_hang_timeout(mut self, hang_timeout: Option<Duration>) -> Verdict {
         self.hang_timeout = hang_timeout;
@@ -498,6 +512,7 @@ impl Verdict {
         if self.all_in_since.is_none() && self.all_joined() {
             self.all_in_since = Some(now);
         }
+
         if let (Some(limit), Some(since)) = (self.hang_timeout, self.all_in_since) {
             for i in 0..self.nodes.len() {
                 let watched =
@@ -896,6 +911,29 @@ mod tests {
             f.message(&label),
             "PE 1 on h stopped answering for 5 s (stopped or frozen?); ending the job"
         );
+    }
+
+    #[test]
+    fn silence_while_charmrun_itself_was_stopped_does_not_count() {
+        let t0 = Instant::now();
+        let limit = Duration::from_secs(2);
+        let mut v = Verdict::new(vec![false; 2], t0, Duration::from_secs(60), None)
+            .with_hang_timeout(Some(limit));
+        for i in 0..2 {
+            assert!(v.hello(i));
+            v.heard(i, t0);
+        }
+        assert_eq!(v.decide(t0), Decision::Continue);
+        // Charmrun was stopped for a minute; the nodes' heartbeats have not been read yet.
+        let back = t0 + Duration::from_secs(60);
+        v.restart_silence(back);
+        assert_eq!(v.decide(back + limit - MS), Decision::Continue);
+        // Node 1's heartbeats come again, node 0's do not: node 0 is hung, counted from `back`.
+        v.heard(1, back + limit - MS);
+        assert!(matches!(
+            failure(v.decide(back + limit)).cause,
+            Cause::Hung { node: 0, .. }
+        ));
     }
 
     #[test]

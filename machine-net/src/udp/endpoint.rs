@@ -129,8 +129,7 @@ pub struct Endpoint {
     pub stats: Stats,
 }
 
-// By hand: the fields are the layer's working state, which says nothing a reader of a log
-// could use beyond the peers.
+// By hand: per-peer windows and buffers would flood a log; the peer count says what it is.
 impl std::fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Endpoint")

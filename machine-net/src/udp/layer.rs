@@ -67,7 +67,7 @@ const SETTINGS: &[SettingSpec] = &[
     },
     SettingSpec {
         key: "udp.via",
-        meaning: "send every datagram through this HOST:PORT relay (tests)",
+        meaning: "send every datagram through this IP:PORT relay (tests)",
     },
 ];
 
@@ -95,8 +95,8 @@ pub struct UdpMachine {
     ctl: Arc<Control>,
 }
 
-// By hand: the fields are the layer's working state, which says nothing a reader of a log
-// could use beyond the node.
+// By hand: the fields are the layer's working state (sockets, queues, buffers); the node
+// number says which one it is.
 impl std::fmt::Debug for UdpMachine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("UdpMachine")
