@@ -5,7 +5,28 @@ use crate::launch::LaunchEnv;
 use crate::message::Message;
 use crate::node_table::NodeTable;
 use crate::settings::{SettingSpec, Settings};
+use std::sync::Arc;
 use std::time::Duration;
+
+/// Ends a node's [`Machine::wait`] from another thread.
+///
+/// In SMP mode (several PEs per process) the runtime's communication thread owns the node's
+/// `Machine` and blocks in [`wait`](Machine::wait) when idle; a worker PE that hands it an
+/// outgoing message rings this to wake it. A layer provides it through
+/// [`Machine::waker`], typically as an eventfd in the set its `wait` polls, or a flag its wait
+/// loop checks.
+///
+/// # Contract
+/// - A `wake` is never lost: one that comes while the node is not inside `wait` makes the
+///   next `wait` return at once (it is sticky, like an eventfd's counter), and one that comes
+///   during a `wait` ends it promptly. Several wakes before a `wait` may end only one.
+/// - `wake` may be called from any thread, any number of times, and never blocks. The runtime
+///   calls it only when the communication thread says it is about to sleep, so its cost (a
+///   system call, say) is not paid per message.
+pub trait Wake: Send + Sync {
+    /// Make the node's current or next [`wait`](Machine::wait) return promptly.
+    fn wake(&self);
+}
 
 /// One node's view of an interconnect: the Rust analog of Charm++'s LRTS machine layer.
 ///
@@ -112,6 +133,17 @@ pub trait Machine: Send {
     /// Called only when idle. The default, `false`, always lets the scheduler block.
     fn in_transfer(&self) -> bool {
         false
+    }
+
+    /// A handle that ends this node's [`wait`](Self::wait) from another thread (see [`Wake`]).
+    /// Asked for once, at start-up, and only when the node runs several PEs (`+ppn` above 1).
+    ///
+    /// Optional: with the default, `None`, the runtime's communication thread never blocks in
+    /// `wait` for longer than 1 ms at a time, so a worker's message to another node waits at
+    /// most that long when the node was idle, and an idle node wakes a thousand times a
+    /// second. Every layer of this repository provides one.
+    fn waker(&self) -> Option<Arc<dyn Wake>> {
+        None
     }
 
     /// The communication server: push out pending sends, then hand the messages that have

@@ -21,7 +21,7 @@ mod message;
 mod node_table;
 mod settings;
 
-pub use contract::{BootConfig, BootFn, Layer, Machine};
+pub use contract::{BootConfig, BootFn, Layer, Machine, Wake};
 pub use error::{MachineError, WireError};
 pub use launch::LaunchEnv;
 pub use message::{zeroed, Message, ENVELOPE_LEN, HEADROOM};
