@@ -47,9 +47,6 @@ pub fn command(opts: &Opts) -> Result<Command, UsageError> {
              (pass it a host file, e.g. ++remote-shell \"mpiexec --hostfile FILE\")",
         );
     }
-    if opts.ppn > 1 {
-        return refuse("++ppn does not go with ++mpiexec: the MPI layer runs one PE per rank");
-    }
     if opts.prefix {
         return refuse(
             "++prefix does not go with ++mpiexec: the MPI launcher forwards the output \
@@ -63,7 +60,8 @@ pub fn command(opts: &Opts) -> Result<Command, UsageError> {
         .ok_or_else(|| UsageError::BadShell(launcher.into()))?;
     let mut c = Command::new(name);
     c.args(rest)
-        .args(["-n", &opts.pes.to_string()])
+        // One rank per node process; each runs `+ppn` PEs (passed on by `node_args`).
+        .args(["-n", &(opts.pes / opts.ppn).to_string()])
         .arg(&opts.program)
         .args(opts.node_args());
     Ok(c)

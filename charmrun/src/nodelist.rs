@@ -8,7 +8,8 @@
 //!
 //! In both, `#` and `//` start comments and blank lines are ignored. Processes are placed on
 //! the hosts round-robin in file order: node 0 on the first host, node 1 on the second, ...
-//! wrapping around (as the topology library's `mturun` does).
+//! wrapping around (as the topology library's `mturun` does). A host with `++cpus N` takes N
+//! processes in a row per round (Charm++'s charmrun lists it N times).
 
 use std::path::Path;
 
@@ -17,7 +18,8 @@ use std::path::Path;
 pub struct Host {
     /// Host name or address, as the remote shell and the resolver take it.
     pub name: String,
-    /// `++cpus`: how many processors it has (informational; placement is round-robin).
+    /// `++cpus`: how many processors it has: it takes this many node processes in a row per
+    /// round of the round-robin placement.
     pub cpus: usize,
     /// `++shell`: a remote shell for this host instead of the default.
     pub shell: Option<String>,

@@ -10,7 +10,9 @@ Starts N node processes of PROGRAM (locally, or on the hosts of a nodelist throu
 shell), connects them into one job, forwards their output, and exits with the job's exit code.
 
   +p N                 number of PEs (also accepted after PROGRAM, as Charm++'s charmrun does)
-  ++ppn K              PEs per node process: only 1 is supported yet
+  ++ppn K              PEs per node process (default 1): with K above 1 each process runs
+                       K worker threads and one communication thread (SMP mode); +p must
+                       be a multiple of K
   ++local              start every node on this host, ignoring any nodelist
   ++nodelist FILE      hosts to start nodes on: Charm++ nodelist or one host per line
   ++remote-shell CMD   how to reach a host (default: ssh, run as `CMD HOST COMMAND`; CMD is
@@ -248,13 +250,6 @@ pub fn parse(args: &[String]) -> Result<Parsed, UsageError> {
     if !pes_given {
         o.pes = 1;
     }
-    if o.ppn > 1 {
-        // The runtime refuses it on every node; say so once, before starting anything.
-        return Err(UsageError::Unsupported(format!(
-            "++ppn {} is not supported yet: run one PE per node process (++ppn 1)",
-            o.ppn
-        )));
-    }
     if !o.pes.is_multiple_of(o.ppn) {
         return Err(UsageError::Unsupported(format!(
             "+p {} is not a multiple of ++ppn {}",
@@ -398,7 +393,6 @@ mod tests {
             &["+p3", "++ppn", "2", "pgm"],
             &["++nodelist"],
             &["+p", "2", "pgm", "+p", "0"],
-            &["++ppn", "2", "+p4", "pgm"],
             &["++remote-shell", "ssh -o 'unclosed", "pgm"],
             &["++remote-shell", " ", "pgm"],
             &["++quiet", "++verbose", "pgm"],

@@ -29,22 +29,15 @@ fn help_exits_zero_and_names_every_option() {
     ] {
         assert!(text.contains(opt), "{opt} missing from:\n{text}");
     }
-    // charmrun refuses ++ppn above 1 (the runtime does not run several PEs per node yet):
-    // the help says so rather than offering it.
-    let ppn = text
-        .lines()
-        .find(|l| l.contains("++ppn"))
-        .unwrap_or_default();
-    assert!(ppn.contains("only 1 is supported yet"), "{ppn}");
 }
 
 #[test]
-fn what_the_help_offers_as_unsupported_is_refused_in_one_line() {
-    let o = charmrun(&["+p4", "++ppn", "2", "/bin/true"]);
+fn pes_not_a_multiple_of_ppn_is_refused_in_one_line() {
+    let o = charmrun(&["+p3", "++ppn", "2", "/bin/true"]);
     assert_eq!(o.status.code(), Some(2));
     let err = String::from_utf8_lossy(&o.stderr);
     assert_eq!(err.lines().count(), 1, "{err}");
-    assert!(err.contains("++ppn 2 is not supported yet"), "{err}");
+    assert!(err.contains("+p 3 is not a multiple of ++ppn 2"), "{err}");
 }
 
 #[test]

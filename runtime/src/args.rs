@@ -4,6 +4,7 @@
 //! `--` ends them: what follows is left to the program untouched.
 
 use crate::error::RuntimeError;
+use crate::placement::CoreList;
 use converse_machine::Settings;
 
 /// The largest `+p` accepted: far beyond any machine, small enough that a typo cannot make the
@@ -17,6 +18,10 @@ pub struct RuntimeArgs {
     pub num_pes: usize,
     /// `+ppn K`: PEs per node.
     pub pes_per_node: usize,
+    /// `+pemap LIST`: the cores PEs are pinned to.
+    pub pemap: Option<CoreList>,
+    /// `+commap LIST`: the cores communication threads are pinned to.
+    pub commap: Option<CoreList>,
     /// `+machine NAME`: the layer to run on, if given.
     pub machine: Option<String>,
     /// `+quiet`: no start-up banner.
@@ -35,6 +40,8 @@ impl Default for RuntimeArgs {
         RuntimeArgs {
             num_pes: 1,
             pes_per_node: 1,
+            pemap: None,
+            commap: None,
             machine: None,
             quiet: false,
             version: false,
@@ -46,7 +53,8 @@ impl Default for RuntimeArgs {
 
 /// One line listing every runtime argument, for error messages.
 pub(crate) const USAGE: &str =
-    "runtime arguments: +p N, +ppn K, +machine NAME, +set KEY=VALUE, +quiet, +version";
+    "runtime arguments: +p N, +ppn K, +pemap CORES, +commap CORES, +machine NAME, \
+     +set KEY=VALUE, +quiet, +version";
 
 /// Split `argv` (with `argv[0]`) into runtime arguments and the program's.
 ///
@@ -81,6 +89,10 @@ where
         // Order matters: "ppn" before "p", since "+ppn4" also starts with "p".
         if let Some(v) = flag.strip_prefix("ppn") {
             out.pes_per_node = count("+ppn", value(v, "+ppn", &mut it)?)?;
+        } else if let Some(v) = flag.strip_prefix("pemap") {
+            out.pemap = Some(cores("+pemap", value(v, "+pemap", &mut it)?)?);
+        } else if let Some(v) = flag.strip_prefix("commap") {
+            out.commap = Some(cores("+commap", value(v, "+commap", &mut it)?)?);
         } else if let Some(v) = flag
             .strip_prefix('p')
             .filter(|v| !v.starts_with(char::is_alphabetic))
@@ -124,6 +136,10 @@ fn value(
         .ok_or_else(|| RuntimeError::Args(format!("{flag} needs a value")))
 }
 
+fn cores(flag: &str, v: String) -> Result<CoreList, RuntimeError> {
+    CoreList::parse(&v).map_err(|e| RuntimeError::Args(format!("{flag} {v}: {e}")))
+}
+
 fn count(flag: &str, v: String) -> Result<usize, RuntimeError> {
     match v.parse::<usize>() {
         Ok(n) if (1..=MAX_PES).contains(&n) => Ok(n),
@@ -143,6 +159,9 @@ mod tests {
         assert_eq!((a.num_pes, a.pes_per_node, a.quiet), (3, 1, true));
         assert_eq!(a.machine.as_deref(), Some("local"));
         assert_eq!(a.program, ["p"]);
+        let a = parse_args(["p", "+pemap", "0-3", "+commap4"]).unwrap();
+        assert_eq!(a.pemap.map(|m| m.cores().to_vec()), Some(vec![0, 1, 2, 3]));
+        assert_eq!(a.commap.map(|m| m.cores().to_vec()), Some(vec![4]));
     }
 
     #[test]
@@ -172,6 +191,8 @@ mod tests {
             vec!["p", "+machine"],
             vec!["p", "+set", "novalue"],
             vec!["p", "+set", "=v"],
+            vec!["p", "+pemap", "3-1"],
+            vec!["p", "+commap"],
         ] {
             assert!(parse_args(bad.clone()).is_err(), "{bad:?}");
         }

@@ -1,40 +1,16 @@
 //! Collectives, built as handlers over point-to-point messages: spanning-tree broadcast,
 //! reduction with a user combine function, barrier.
 //!
-//! All use a k-ary spanning tree (`tree.branching`, default 4) over the PEs. A broadcast's tree
-//! is rooted at its sender; reductions and barriers are rooted at PE 0.
+//! All use the node-aware spanning tree of [`tree`](crate::tree) (fan-out `tree.branching`,
+//! default 4): one message per node crosses the interconnect, and the PEs of a node pass it on
+//! among themselves. A broadcast's tree is rooted at its sender; reductions and barriers are
+//! rooted at PE 0.
 
 use crate::lifecycle::{SystemHandler, USER_BASE};
 use crate::pe::{HandlerId, Pe};
 use converse_machine::Message;
 use std::collections::HashMap;
 use std::rc::Rc;
-
-/// The children of `me` in the `k`-ary spanning tree over `n` PEs rooted at `root`.
-///
-/// ```
-/// let kids: Vec<usize> = converse::tree_children(0, 0, 10, 4).collect();
-/// assert_eq!(kids, [1, 2, 3, 4]);
-/// // Rooted at 7, the tree is the same shape, shifted: relative rank r is PE (r + 7) % 10.
-/// let kids: Vec<usize> = converse::tree_children(7, 7, 10, 4).collect();
-/// assert_eq!(kids, [8, 9, 0, 1]);
-/// assert_eq!(converse::tree_parent(7, 1, 10, 4), Some(7));
-/// ```
-pub fn tree_children(root: usize, me: usize, n: usize, k: usize) -> impl Iterator<Item = usize> {
-    let rel = (me + n - root) % n;
-    // Saturating: a child number past `n` ends the list instead of wrapping into the tree.
-    (1..=k)
-        .map(move |i| rel.saturating_mul(k).saturating_add(i))
-        .take_while(move |&c| c < n)
-        .map(move |c| (c + root) % n)
-}
-
-/// The parent of `me` in the `k`-ary spanning tree over `n` PEs rooted at `root`; `None` for
-/// the root.
-pub fn tree_parent(root: usize, me: usize, n: usize, k: usize) -> Option<usize> {
-    let rel = (me + n - root) % n;
-    (rel != 0).then(|| ((rel - 1) / k + root) % n)
-}
 
 /// Where a reduction's result goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,8 +33,8 @@ struct Round {
     target: Option<ReduceTarget>,
     /// Children's contributions that came before this PE's own.
     early: Vec<Message>,
-    /// Which children contributed (bit i: the i-th child); at most 64 children.
-    children_in: u64,
+    /// Which children contributed (bit i: the i-th child); at most 128 children.
+    children_in: u128,
 }
 
 /// Reduction rounds in progress on one PE, by sequence number.
@@ -116,8 +92,8 @@ impl Pe {
         msg: Message,
         keep: bool,
     ) -> Option<Message> {
-        let (me, n, k) = (self.my_pe, self.num_pes, self.tun.branching);
-        let mut children = tree_children(root, me, n, k).peekable();
+        let kids = self.tree().children(root, self.my_pe);
+        let mut children = kids.as_slice().iter().copied().peekable();
         while let Some(child) = children.next() {
             if children.peek().is_none() && !keep {
                 self.route(child, msg);
@@ -183,17 +159,14 @@ impl Pe {
 
     pub(crate) fn on_reduce_contribution(&mut self, msg: Message) {
         let seq = msg.arg0();
-        let (me, k) = (self.my_pe, self.tun.branching);
-        // Which of my children sent it (children of PE p are p*k+1 ..= p*k+k in the tree
-        // rooted at 0); anything else, or a second contribution from the same child, is not
-        // part of this round.
+        // Which of my children sent it; anything else, or a second contribution from the same
+        // child, is not part of this round.
         let src = msg.src_pe() as usize;
-        let first_child = me.saturating_mul(k).saturating_add(1);
-        let slot = src.wrapping_sub(first_child);
-        if src < first_child || slot >= k {
+        let kids = self.tree().children(0, self.my_pe);
+        let Some(slot) = kids.as_slice().iter().position(|&c| c == src) else {
             return self.drop_message(&msg, "its reduction contribution is not from a child");
-        }
-        let bit = 1u64 << slot;
+        };
+        let bit = 1u128 << slot;
         let round = self.reductions.rounds.entry(seq).or_default();
         if round.children_in & bit != 0 {
             return self.drop_message(&msg, "a second contribution from the same child");
@@ -207,8 +180,8 @@ impl Pe {
     }
 
     fn finish_round_if_complete(&mut self, seq: u32) {
-        let (me, n, k) = (self.my_pe, self.num_pes, self.tun.branching);
-        let children = tree_children(0, me, n, k).count() as u32;
+        let me = self.my_pe;
+        let children = self.tree().children(0, me).as_slice().len() as u32;
         let Some(round) = self.reductions.rounds.get(&seq) else {
             return;
         };
@@ -224,7 +197,7 @@ impl Pe {
         // The accumulator becomes a message: one copy of the (usually small) combined value per
         // tree level.
         let mut m = Message::from_payload(&acc);
-        match tree_parent(0, me, n, k) {
+        match self.tree().parent(0, me) {
             Some(parent) => {
                 m.set_handler(SystemHandler::Reduce.id());
                 m.set_arg0(seq);
@@ -258,30 +231,5 @@ impl Pe {
 
     pub(crate) fn on_barrier_done(&mut self) {
         self.reductions.barriers_done += 1;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn every_pe_has_exactly_one_parent_in_every_tree() {
-        for n in 1..40 {
-            for k in 2..6 {
-                for root in [0, n / 2, n - 1] {
-                    let mut seen = vec![0; n];
-                    seen[root] += 1;
-                    for me in 0..n {
-                        for c in tree_children(root, me, n, k) {
-                            seen[c] += 1;
-                            assert_eq!(tree_parent(root, c, n, k), Some(me));
-                        }
-                    }
-                    assert!(seen.iter().all(|&s| s == 1), "n={n} k={k} root={root}");
-                    assert_eq!(tree_parent(root, root, n, k), None);
-                }
-            }
-        }
     }
 }

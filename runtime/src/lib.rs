@@ -22,28 +22,46 @@
 //! ```
 //!
 //! Run it with `+p4` for four PEs. Runtime arguments start with `+` and are removed before the
-//! program sees its own ([`Pe::args`]): `+p N`, `+ppn K`, `+machine NAME` (the layer),
-//! `+set KEY=VALUE` (a setting), `+quiet` (no banner), `+version`.
+//! program sees its own ([`Pe::args`]): `+p N` (PEs in the job), `+ppn K` (PEs per process:
+//! SMP mode, see below), `+pemap CORES` and `+commap CORES` (pinning), `+machine NAME` (the
+//! layer), `+set KEY=VALUE` (a setting), `+quiet` (no banner), `+version`.
+//!
+//! **Nodes and PEs.** A *node* is a process (a thread group of the in-process layer). With
+//! `+ppn 1` (the default) it runs one PE, which drives the layer itself. With `+ppn K` above 1
+//! it runs K PEs, each on a worker thread of its own, plus one communication thread that alone
+//! drives the layer (Charm++'s SMP mode): PEs of one node hand each other messages by pointer,
+//! messages for other nodes go through the communication thread, and the layer's protocol
+//! keeps running while every PE computes. [`Pe::send_node`] sends to a node as a whole: the
+//! first of its PEs free to take the message runs it.
 
 mod args;
 mod collectives;
+mod comm;
 mod error;
 mod layers;
 mod lifecycle;
+mod link;
+mod node;
 pub mod ops;
 mod pe;
+mod placement;
 mod queue;
 mod scheduler;
+mod tree;
 mod variant;
 
 pub use args::{parse_args, RuntimeArgs, MAX_PES};
-pub use collectives::{tree_children, tree_parent, Combine, ReduceTarget};
+pub use collectives::{Combine, ReduceTarget};
 pub use converse_machine::{bytes, LaunchEnv};
 pub use converse_machine::{Message, NodeTable};
 pub use error::RuntimeError;
 pub use pe::{HandlerId, Pe};
+pub use placement::CoreList;
+pub use tree::{tree_children, tree_parent};
 
 use converse_machine::{BootConfig, Layer, Machine, Settings};
+use link::Link;
+use node::NodeShared;
 use scheduler::Tunables;
 use std::panic::AssertUnwindSafe;
 use std::process::ExitCode;
@@ -275,10 +293,9 @@ impl Runtime {
             println!("{}", version_line());
             return Ok(0);
         }
-        if self.args.pes_per_node > 1 {
+        if self.args.commap.is_some() && self.args.pes_per_node == 1 {
             return Err(RuntimeError::Args(
-                "+ppn above 1 (several PEs per node) is not supported yet: run one PE per node"
-                    .into(),
+                "+commap pins the communication thread, which runs only with +ppn above 1".into(),
             ));
         }
         let cfg = BootConfig {
@@ -288,27 +305,19 @@ impl Runtime {
             launch: self.launch.clone(),
         };
         let mut nodes = (self.layer.boot)(&cfg)?;
-        if let Some(m) = nodes.first() {
-            let t = m.table();
-            if t.num_pes() != t.num_nodes() {
-                return Err(RuntimeError::Args(format!(
-                    "layer {} gave {} PEs on {} nodes; several PEs per node are not supported yet",
-                    self.layer.name,
-                    t.num_pes(),
-                    t.num_nodes()
-                )));
-            }
-        }
         let program: Arc<[String]> = self.args.program.clone().into();
         let job = Job {
             tun: self.tun,
             args: program,
             quiet: self.args.quiet,
+            pemap: self.args.pemap.clone(),
+            commap: self.args.commap.clone(),
             start: &start,
         };
         let results: Vec<Result<i32, RuntimeError>> = if nodes.len() == 1 {
-            let m = nodes.pop().map(|m| job.run_pe(m));
-            m.into_iter().collect()
+            // The calling thread drives the node: with MPI it is the thread that initialised
+            // the library, the only one FUNNELED lets call it.
+            nodes.pop().map(|m| job.run_node(m)).unwrap_or_default()
         } else {
             std::thread::scope(|s| {
                 let handles: Vec<_> = nodes
@@ -317,11 +326,11 @@ impl Runtime {
                     .map(|(i, m)| {
                         let job = &job;
                         let spawned = std::thread::Builder::new()
-                            .name(format!("pe{i}"))
+                            .name(format!("node{i}"))
                             .stack_size(PE_STACK)
-                            .spawn_scoped(s, move || job.run_pe(m));
+                            .spawn_scoped(s, move || job.run_node(m));
                         spawned.unwrap_or_else(|e| {
-                            // The PEs already running would wait for this one forever.
+                            // The nodes already running would wait for this one forever.
                             eprintln!("converse: cannot start the thread of node {i}: {e}");
                             std::process::exit(1)
                         })
@@ -330,7 +339,7 @@ impl Runtime {
                 handles
                     .into_iter()
                     .enumerate()
-                    .map(|(i, h)| h.join().unwrap_or(Err(RuntimeError::Panicked(i))))
+                    .flat_map(|(i, h)| h.join().unwrap_or(vec![Err(RuntimeError::Panicked(i))]))
                     .collect()
             })
         };
@@ -346,21 +355,111 @@ struct Job<'a, F> {
     tun: Tunables,
     args: Arc<[String]>,
     quiet: bool,
+    pemap: Option<CoreList>,
+    commap: Option<CoreList>,
     start: &'a F,
 }
 
 impl<F: Fn(&mut Pe) + Sync> Job<'_, F> {
-    /// One PE's life: start function, scheduler until the job exits, layer barrier and exit.
-    fn run_pe(&self, machine: Box<dyn Machine>) -> Result<i32, RuntimeError> {
-        let mut pe = Pe::new(machine, self.tun, self.args.clone(), variant::NAME);
+    /// One node's life: its PE on this thread (one PE per node), or its PEs on worker threads
+    /// and this thread as the communication thread (several). The results of its PEs, and of
+    /// its communication thread if it has one.
+    fn run_node(&self, mut machine: Box<dyn Machine>) -> Vec<Result<i32, RuntimeError>> {
+        let table = machine.table().clone();
+        let node = machine.my_node();
+        let (first, pes) = table.node(node).map_or((0, 1), |n| (n.first_pe, n.num_pes));
+        if pes == 1 {
+            return vec![self.run_pe(Link::Own(machine), table, node, first)];
+        }
+        let shared = Arc::new(NodeShared::new(
+            node,
+            &table,
+            machine.layer(),
+            machine.waker(),
+        ));
+        std::thread::scope(|s| {
+            let workers: Vec<_> = (0..pes)
+                .map(|rank| {
+                    let link = Link::Worker {
+                        node: Arc::clone(&shared),
+                        rank,
+                    };
+                    let table = table.clone();
+                    let spawned = std::thread::Builder::new()
+                        .name(format!("pe{}", first + rank))
+                        .stack_size(PE_STACK)
+                        .spawn_scoped(s, move || self.run_pe(link, table, node, first + rank));
+                    spawned.unwrap_or_else(|e| {
+                        eprintln!(
+                            "converse: cannot start the thread of PE {}: {e}",
+                            first + rank
+                        );
+                        std::process::exit(1)
+                    })
+                })
+                .collect();
+            let pinned = match &self.commap {
+                Some(map) => placement::pin_current(
+                    placement::comm_core(map, &table, node),
+                    &format!("the communication thread of node {node}"),
+                ),
+                None => Ok(()),
+            };
+            let mut tun = self.tun;
+            if pe::host_oversubscribed(&table, node) {
+                tun.spin = std::time::Duration::ZERO;
+            }
+            let comm = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                if let Err(e) = &pinned {
+                    machine.abort(&format!("node {node}: {e}"));
+                }
+                comm::run(&mut *machine, &shared, &tun)
+            }));
+            let comm = match comm {
+                Ok(r) => r,
+                Err(_) => machine.abort(&format!(
+                    "node {node}: the communication thread panicked; ending the job"
+                )),
+            };
+            let mut results: Vec<_> = workers
+                .into_iter()
+                .enumerate()
+                .map(|(rank, h)| {
+                    h.join()
+                        .unwrap_or(Err(RuntimeError::Panicked(first + rank)))
+                })
+                .collect();
+            results.push(comm);
+            results
+        })
+    }
+
+    /// One PE's life: start function, scheduler until the job exits, then leaving the layer
+    /// (or telling the communication thread that this PE is done).
+    fn run_pe(
+        &self,
+        link: Link,
+        table: NodeTable,
+        node: usize,
+        me: usize,
+    ) -> Result<i32, RuntimeError> {
+        let mut pe = Pe::new(
+            link,
+            table,
+            node,
+            me,
+            self.tun,
+            self.args.clone(),
+            variant::NAME,
+        );
+        if let Some(map) = &self.pemap {
+            let core = placement::pe_core(map, &pe.table, node, me);
+            if let Err(e) = placement::pin_current(core, &format!("PE {me}")) {
+                pe.abort(&e);
+            }
+        }
         if pe.my_pe() == 0 && !self.quiet {
-            println!(
-                "Converse> variant {}, layer {}: {} PEs on {} nodes",
-                variant::NAME,
-                pe.layer(),
-                pe.num_pes(),
-                pe.num_nodes()
-            );
+            println!("{}", self.banner(&pe));
         }
         // A panicking PE ends the whole job at once, through its layer, so that no peer waits
         // for it forever (in a barrier, or for a message it was to send).
@@ -372,6 +471,44 @@ impl<F: Fn(&mut Pe) + Sync> Job<'_, F> {
             Ok(()) => pe.finish(),
             Err(_) => pe.abort("panicked; ending the job"),
         }
+    }
+
+    /// The start-up line: variant, layer, nodes × PEs, the communication threads, pinning.
+    fn banner(&self, pe: &Pe) -> String {
+        let t = &pe.table;
+        let mut line = format!(
+            "Converse> variant {}, layer {}: {} PEs on {} nodes",
+            variant::NAME,
+            pe.layer(),
+            pe.num_pes(),
+            pe.num_nodes()
+        );
+        let sizes: Vec<usize> = t.nodes().iter().map(|n| n.num_pes).collect();
+        let smp = sizes.iter().any(|&k| k > 1);
+        if smp {
+            let (lo, hi) = (
+                sizes.iter().min().copied().unwrap_or(1),
+                sizes.iter().max().copied().unwrap_or(1),
+            );
+            let per = if lo == hi {
+                format!("{lo}")
+            } else {
+                format!("{lo} to {hi}")
+            };
+            line += &format!(" (SMP: {per} PEs per node + 1 communication thread each)");
+        }
+        match (&self.pemap, &self.commap) {
+            (None, None) => line += ", not pinned",
+            (pm, cm) => {
+                if let Some(m) = pm {
+                    line += &format!(", PEs pinned to cores {m}");
+                }
+                if let Some(m) = cm {
+                    line += &format!(", communication threads to cores {m}");
+                }
+            }
+        }
+        line
     }
 }
 
@@ -389,10 +526,16 @@ impl Pe {
                 RuntimeError::Reported(Box::new(e))
             });
         }
-        // The job is over: what still arrives (sent before the exit reached its sender) is
-        // not run, as what was still queued here was not.
-        self.machine.barrier(&mut drop)?;
-        self.machine.exit(code)?;
+        match &mut self.link {
+            Link::Own(machine) => {
+                // The job is over: what still arrives (sent before the exit reached its
+                // sender) is not run, as what was still queued here was not.
+                machine.barrier(&mut drop)?;
+                machine.exit(code)?;
+            }
+            // The communication thread leaves the layer once every PE of the node is done.
+            Link::Worker { node, .. } => node.worker_done(code),
+        }
         match self.life.failure.take() {
             Some(e) => Err(e),
             None => Ok(code),

@@ -14,7 +14,6 @@
 //! nodes in the layer's barrier and calls the layer's exit, so no node tears down its
 //! interconnect while another still sends.
 
-use crate::collectives::{tree_children, tree_parent};
 use crate::error::RuntimeError;
 use crate::pe::Pe;
 use converse_machine::bytes::{ByteReader, ByteWriter};
@@ -179,6 +178,9 @@ impl Pe {
         self.life.exit_code = code;
         self.queue.clear();
         self.life.replay.clear();
+        if let crate::link::Link::Worker { node, .. } = &self.link {
+            node.node_queue.clear();
+        }
     }
 
     /// Start-up check, on first scheduling: report once the children have.
@@ -192,11 +194,11 @@ impl Pe {
 
     /// Report up the tree (PE 0: decide) once started and every child has reported.
     fn try_report(&mut self) {
-        let (me, n, k) = (self.my_pe, self.num_pes, self.tun.branching);
+        let me = self.my_pe;
         if self.life.phase != (Phase::Checking { reported: false }) {
             return;
         }
-        if self.life.reports.len() < tree_children(0, me, n, k).count() {
+        if self.life.reports.len() < self.tree().children(0, me).as_slice().len() {
             return;
         }
         self.life.phase = Phase::Checking { reported: true };
@@ -212,7 +214,7 @@ impl Pe {
                 below
             }
         });
-        match tree_parent(0, me, n, k) {
+        match self.tree().parent(0, me) {
             Some(parent) => {
                 let mut m = Message::from_payload(&encode_report(mine, differs.as_ref()));
                 m.set_handler(S::Handshake.id());
@@ -230,9 +232,12 @@ impl Pe {
     }
 
     fn on_report(&mut self, msg: Message) {
-        let (me, n, k) = (self.my_pe, self.num_pes, self.tun.branching);
         let child = msg.src_pe() as usize;
-        if !tree_children(0, me, n, k).any(|c| c == child)
+        if !self
+            .tree()
+            .children(0, self.my_pe)
+            .as_slice()
+            .contains(&child)
             || self.life.reports.iter().any(|r| r.0 == child)
         {
             return self.drop_message(&msg, "a start-up report from a PE that is not a child");

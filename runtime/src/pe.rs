@@ -3,9 +3,12 @@
 
 use crate::collectives::Reductions;
 use crate::lifecycle::Lifecycle;
+use crate::link::Link;
+use crate::node::NODE_BIT;
 use crate::queue::Queue;
 use crate::scheduler::{Timers, Tunables};
-use converse_machine::{Machine, Message, NodeTable};
+use crate::tree::Tree;
+use converse_machine::{Message, NodeTable};
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -35,7 +38,8 @@ pub struct Pe {
     pub(crate) num_pes: usize,
     pub(crate) my_node: usize,
     pub(crate) table: NodeTable,
-    pub(crate) machine: Box<dyn Machine>,
+    /// The way to the interconnect: the layer itself, or the node's communication thread.
+    pub(crate) link: Link,
     pub(crate) queue: Queue,
     handlers: Vec<Rc<HandlerFn>>,
     pub(crate) handler_names: Vec<String>,
@@ -84,34 +88,46 @@ fn host_cores() -> usize {
     }
 }
 
+/// Threads that poll on `node`'s host: its nodes' PEs, plus a communication thread for each
+/// node of several PEs.
+pub(crate) fn threads_on_host(table: &NodeTable, node: usize) -> usize {
+    let host = table.node(node).map(|n| n.host.as_str());
+    table
+        .nodes()
+        .iter()
+        .filter(|n| Some(n.host.as_str()) == host)
+        .map(|n| n.num_pes + usize::from(n.num_pes > 1))
+        .sum()
+}
+
+/// Whether threads that spin before blocking would take cores from each other on `node`'s
+/// host: then nobody should spin.
+pub(crate) fn host_oversubscribed(table: &NodeTable, node: usize) -> bool {
+    threads_on_host(table, node) > host_cores()
+}
+
 impl Pe {
+    /// PE `my_pe` of node `my_node`, reaching the interconnect through `link`.
     pub(crate) fn new(
-        machine: Box<dyn Machine>,
+        link: Link,
+        table: NodeTable,
+        my_node: usize,
+        my_pe: usize,
         mut tun: Tunables,
         args: Arc<[String]>,
         variant: &'static str,
     ) -> Pe {
-        let table = machine.table().clone();
-        let my_node = machine.my_node();
-        let first = table.node(my_node).map_or(0, |n| n.first_pe);
-        // Spinning before blocking only pays with a core to spare: on a host running more PEs
-        // than it has cores, a spinning PE takes the core from one that has work.
-        let host = table.node(my_node).map(|n| n.host.as_str());
-        let pes_here: usize = table
-            .nodes()
-            .iter()
-            .filter(|n| Some(n.host.as_str()) == host)
-            .map(|n| n.num_pes)
-            .sum();
-        if pes_here > host_cores() {
+        // Spinning before blocking only pays with a core to spare: on a host running more
+        // threads than it has cores, a spinning PE takes the core from one that has work.
+        if host_oversubscribed(&table, my_node) {
             tun.spin = std::time::Duration::ZERO;
         }
         Pe {
-            my_pe: first,
+            my_pe,
             num_pes: table.num_pes(),
             my_node,
             table,
-            machine,
+            link,
             queue: Queue::default(),
             handlers: Vec::new(),
             handler_names: Vec::new(),
@@ -165,7 +181,26 @@ impl Pe {
 
     /// The layer this job runs on (`"local"`, `"tcp"`, ...).
     pub fn layer(&self) -> &'static str {
-        self.machine.layer()
+        self.link.layer()
+    }
+
+    /// Number of PEs on this PE's node.
+    pub fn node_size(&self) -> usize {
+        self.table.node(self.my_node).map_or(1, |n| n.num_pes)
+    }
+
+    /// The first PE of node `node`.
+    pub fn node_first_pe(&self, node: usize) -> usize {
+        self.table.node(node).map_or(0, |n| n.first_pe)
+    }
+
+    /// The spanning trees collectives travel.
+    #[inline]
+    pub(crate) fn tree(&self) -> Tree<'_> {
+        Tree {
+            table: &self.table,
+            k: self.tun.branching,
+        }
     }
 
     /// The build variant of this program (`"multicore"`, ...).
@@ -280,7 +315,8 @@ impl Pe {
     }
 
     /// Stamp source and destination and hand the message to whoever delivers it: the local
-    /// queue for this PE, the layer for any other.
+    /// queue for this PE, the destination's inbox for a PE of this node, the layer (or the
+    /// communication thread) for any other.
     pub(crate) fn route(&mut self, dest: usize, mut msg: Message) {
         assert!(
             dest < self.num_pes,
@@ -295,13 +331,82 @@ impl Pe {
             return;
         }
         let node = self.table.node_of(dest);
+        if let Link::Worker { node: n, .. } = &self.link {
+            if node == self.my_node {
+                // A PE of this process: the message moves by pointer, no copy, no hop.
+                if let Some(inbox) = n.inboxes.get(dest - n.first_pe) {
+                    inbox.push(msg);
+                }
+                return;
+            }
+        }
+        self.send_to_node(node, msg);
+    }
+
+    /// Hand `msg` (already stamped) to another node.
+    #[inline]
+    fn send_to_node(&mut self, node: usize, msg: Message) {
         // A stalled peer must not make this node grow without limit (one field read per send).
-        if self.machine.queued(node) >= self.tun.max_queued {
+        if self.link.queued(node) >= self.tun.max_queued {
             self.wait_for_room(node);
         }
-        if let Err(e) = self.machine.send(node, msg) {
+        let sent = match &mut self.link {
+            Link::Own(m) => m.send(node, msg),
+            Link::Worker { node: n, .. } => {
+                n.post(node, msg);
+                Ok(())
+            }
+        };
+        if let Err(e) = sent {
             self.fatal(&e.to_string());
         }
+    }
+
+    /// Send a copy of `payload` to handler `h` on node `node`, to be run by the first PE of
+    /// that node free to take it (Charm++'s `CmiSyncNodeSend` and node queue). Node messages
+    /// and PE messages run in one priority order on each PE; the handler sees the sender as
+    /// the message's source.
+    ///
+    /// # Panics
+    /// When `node` is not a node of the job.
+    pub fn send_node(&mut self, node: usize, h: HandlerId, payload: &[u8]) {
+        self.send_node_msg(node, h, Message::from_payload(payload));
+    }
+
+    /// Like [`send_node`](Pe::send_node), giving `msg` away (no copy); it keeps its priority.
+    ///
+    /// # Panics
+    /// When `node` is not a node of the job.
+    pub fn send_node_msg(&mut self, node: usize, h: HandlerId, mut msg: Message) {
+        msg.set_handler(h.0);
+        self.route_node(node, msg);
+    }
+
+    /// Stamp a node message and hand it on.
+    pub(crate) fn route_node(&mut self, node: usize, mut msg: Message) {
+        let nodes = self.table.num_nodes();
+        assert!(
+            node < nodes,
+            "PE {}: send to node {node}, but the job has {nodes} nodes",
+            self.my_pe
+        );
+        msg.set_src_pe(self.my_pe as u32);
+        msg.set_dst_pe(NODE_BIT | node as u32);
+        if node != self.my_node {
+            return self.send_to_node(node, msg);
+        }
+        match &self.link {
+            Link::Worker { node: n, .. } => n.post_node(msg),
+            // The node's only PE is the first free to take it.
+            Link::Own(_) => self.queue.push(msg),
+        }
+    }
+
+    /// Whether a message's destination is this PE, or this PE's node.
+    #[inline]
+    pub(crate) fn is_for_me(&self, msg: &Message) -> bool {
+        let dst = msg.dst_pe();
+        dst as usize == self.my_pe || dst == NODE_BIT | self.my_node as u32
     }
 
     /// Run the handler a message names. Messages for ids nobody registered are dropped and
@@ -336,11 +441,29 @@ impl Pe {
 
     /// End the whole job now: print `reason` naming this PE, stop every other PE, exit non-zero.
     pub fn abort(&mut self, reason: &str) -> ! {
-        let reason = format!("PE {}: {reason}", self.my_pe);
-        self.machine.abort(&reason)
+        match &mut self.link {
+            // With one PE per node, the PE's number is the node's.
+            Link::Own(m) => m.abort(&format!("PE {}: {reason}", self.my_pe)),
+            Link::Worker { node, .. } => {
+                let reason = format!("PE {} (node {}): {reason}", self.my_pe, self.my_node);
+                // The communication thread owns the layer that can end the job: it aborts the
+                // process, and this thread waits for that. Should it be stuck itself, the
+                // process still ends.
+                node.request_abort(reason.clone());
+                let deadline = std::time::Instant::now() + ABORT_GRACE;
+                while std::time::Instant::now() < deadline {
+                    std::thread::park_timeout(ABORT_GRACE);
+                }
+                eprintln!("converse: {reason} (the communication thread did not end the job)");
+                std::process::exit(1)
+            }
+        }
     }
 
     pub(crate) fn fatal(&mut self, reason: &str) -> ! {
         self.abort(reason)
     }
 }
+
+/// How long a worker that asked to end the job waits for its communication thread to do it.
+const ABORT_GRACE: std::time::Duration = std::time::Duration::from_secs(10);

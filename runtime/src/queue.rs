@@ -67,6 +67,15 @@ impl Queue {
         }
     }
 
+    /// The priority of the message [`pop`](Self::pop) would return.
+    #[inline]
+    pub(crate) fn peek_priority(&self) -> Option<i32> {
+        match self.prio.peek() {
+            Some(e) if e.prio < 0 || self.zero.is_empty() => Some(e.prio),
+            _ => self.zero.front().map(|_| 0),
+        }
+    }
+
     /// Drop everything (at job exit).
     pub(crate) fn clear(&mut self) {
         self.zero.clear();
@@ -98,9 +107,12 @@ mod tests {
         for (p, t) in input {
             q.push(msg(p, t));
         }
-        let order: Vec<u8> = std::iter::from_fn(|| q.pop())
-            .map(|m| m.payload()[0])
-            .collect();
+        let mut order = Vec::new();
+        while let Some(p) = q.peek_priority() {
+            let m = q.pop().unwrap();
+            assert_eq!(m.priority(), p);
+            order.push(m.payload()[0]);
+        }
         assert_eq!(order, vec![6, 2, 5, 1, 4, 0, 3, 7]);
         assert!(q.pop().is_none());
     }

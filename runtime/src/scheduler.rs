@@ -1,6 +1,7 @@
 //! The scheduler: the loop that runs the communication server, dispatches handlers by
 //! priority, fires timers, and goes idle without burning a core.
 
+use crate::link::Link;
 use crate::pe::Pe;
 use converse_machine::{MachineError, Message, SettingSpec, Settings};
 use std::time::{Duration, Instant};
@@ -234,7 +235,7 @@ impl Pe {
                 continue;
             }
             // A message is half-way in or out: its rest comes faster than a wake-up would.
-            if now - since < TRANSFER_SPIN && self.machine.in_transfer() {
+            if now - since < TRANSFER_SPIN && self.link.in_transfer() {
                 continue;
             }
             if !told_idle {
@@ -247,7 +248,7 @@ impl Pe {
                 Some(due) => due.saturating_duration_since(now).min(self.tun.idle_max),
                 None => self.tun.idle_max,
             };
-            if let Err(e) = self.machine.wait(timeout) {
+            if let Err(e) = self.link.wait(timeout) {
                 self.fatal(&e.to_string());
             }
         }
@@ -278,9 +279,9 @@ impl Pe {
     /// re-enters the sender), and an idle wait blocks in the layer rather than spinning.
     #[cold]
     pub(crate) fn wait_for_room(&mut self, node: usize) {
-        while self.machine.queued(node) >= self.tun.max_queued {
+        while self.link.queued(node) >= self.tun.max_queued {
             if self.poll() == 0 {
-                if let Err(e) = self.machine.wait(Duration::from_millis(1)) {
+                if let Err(e) = self.link.wait(Duration::from_millis(1)) {
                     self.fatal(&e.to_string());
                 }
             }
@@ -291,7 +292,7 @@ impl Pe {
     #[inline]
     pub(crate) fn poll(&mut self) -> usize {
         let q = &mut self.queue;
-        match self.machine.advance(&mut |m| q.push(m)) {
+        match self.link.advance(&mut |m| q.push(m)) {
             Ok(n) => n,
             Err(e) => self.fatal(&e.to_string()),
         }
@@ -311,7 +312,7 @@ impl Pe {
                     }
                     continue;
                 }
-                None => self.queue.pop(),
+                None => self.next_message(),
             };
             let Some(msg) = next else { break };
             self.dispatch(msg);
@@ -323,10 +324,23 @@ impl Pe {
         n
     }
 
+    /// The next message to run: this PE's, or its node's when one comes first by priority.
+    #[inline]
+    fn next_message(&mut self) -> Option<Message> {
+        if let Link::Worker { node, .. } = &self.link {
+            if !node.node_queue.is_empty() {
+                if let Some(m) = node.node_queue.pop_before(self.queue.peek_priority()) {
+                    return Some(m);
+                }
+            }
+        }
+        self.queue.pop()
+    }
+
     /// Run one message: a system handler, a user handler, or hold it until start-up is done.
     #[inline]
     pub(crate) fn dispatch(&mut self, msg: Message) {
-        if msg.dst_pe() as usize != self.my_pe {
+        if !self.is_for_me(&msg) {
             return self.drop_message(&msg, "it is addressed to another PE");
         }
         self.run_handler(msg);

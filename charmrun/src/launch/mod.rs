@@ -69,16 +69,20 @@ pub enum NodeStart {
 }
 
 /// What every node of a job started from a command line runs: `opts.program` on the hosts
-/// round-robin (or all here).
+/// round-robin (or all here). A host with `++cpus N` takes N node processes in a row per
+/// round, as Charm++'s charmrun lists such a host N times in its node table.
 pub fn plan_of(opts: &Opts, hosts: Option<&[Host]>) -> Vec<NodeStart> {
     let args = opts.node_args();
+    let slots: Vec<&Host> = hosts
+        .unwrap_or_default()
+        .iter()
+        .flat_map(|h| std::iter::repeat_n(h, h.cpus.max(1)))
+        .collect();
     (0..opts.pes / opts.ppn)
         .map(|i| NodeStart::Process {
             program: opts.program.clone(),
             args: args.clone(),
-            host: hosts
-                .filter(|h| !h.is_empty())
-                .map(|h| h[i % h.len()].clone()),
+            host: (!slots.is_empty()).then(|| slots[i % slots.len()].clone()),
         })
         .collect()
 }
@@ -117,5 +121,31 @@ pub(crate) fn install_signal_handlers() {
     for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
         // SAFETY: the handler only stores to an atomic, which is async-signal-safe.
         let _ = unsafe { sigaction(s, &act) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_with_cpus_take_that_many_nodes_in_a_row() {
+        let host = |name: &str, cpus| Host {
+            name: name.into(),
+            cpus,
+            shell: None,
+        };
+        let hosts = [host("a", 2), host("b", 1)];
+        let mut opts = Opts::with_pes(8);
+        opts.ppn = 2;
+        opts.program = "pgm".into();
+        let placed: Vec<String> = plan_of(&opts, Some(&hosts))
+            .into_iter()
+            .map(|n| match n {
+                NodeStart::Process { host, .. } => host.map(|h| h.name).unwrap_or_default(),
+                NodeStart::InProcess => String::new(),
+            })
+            .collect();
+        assert_eq!(placed, ["a", "a", "b", "a"]);
     }
 }

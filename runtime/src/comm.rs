@@ -1,0 +1,113 @@
+//! The communication thread of an SMP node: the one thread that drives the node's layer.
+//!
+//! It hands what the workers queued for other nodes to the layer, pushes every arrival into
+//! its destination PE's inbox (or the node queue), and keeps the layer's protocol running
+//! whatever the workers do — acknowledgements, retransmissions, dead-peer detection and the
+//! launcher's control traffic go on while every PE computes in a long handler. When there is
+//! nothing to move it spins briefly, then blocks in [`Machine::wait`]; a worker that queues a
+//! message rings the layer's [`Wake`](converse_machine::Wake) to end the wait. Once every
+//! worker has left its scheduler it meets the other nodes in the layer's barrier and leaves.
+
+use crate::error::RuntimeError;
+use crate::node::NodeShared;
+use crate::scheduler::Tunables;
+use converse_machine::Machine;
+use std::time::{Duration, Instant};
+
+/// Longest wait in the layer when the layer has no waker: a worker's message to another node
+/// waits at most this long when the node was idle.
+const NO_WAKER_WAIT: Duration = Duration::from_millis(1);
+
+/// As the scheduler's: how long to keep polling while the layer is part-way through a message.
+const TRANSFER_SPIN: Duration = Duration::from_millis(2);
+
+/// Messages handed to the layer per turn before the thread polls for arrivals again.
+const SEND_BATCH: usize = 256;
+
+/// Drive `machine` for the node's workers until they are all done; then the layer's barrier
+/// and exit. Returns the node's exit code. Any layer error ends the whole job here, naming the
+/// node.
+pub(crate) fn run(
+    machine: &mut dyn Machine,
+    node: &NodeShared,
+    tun: &Tunables,
+) -> Result<i32, RuntimeError> {
+    let me = node.node;
+    let fatal = |m: &mut dyn Machine, e: &dyn std::fmt::Display| -> ! {
+        m.abort(&format!("node {me} (communication thread): {e}"))
+    };
+    let wait_cap = if node.has_waker() {
+        tun.idle_max
+    } else {
+        NO_WAKER_WAIT.min(tun.idle_max)
+    };
+    // Nodes the layer held bytes for at the last look: re-read after each advance, since the
+    // workers bound their sends by it.
+    let mut watched: Vec<usize> = Vec::new();
+    let mut idle_since: Option<Instant> = None;
+    let mut idle_turns: u32 = 0;
+    loop {
+        if let Some(reason) = node.abort_requested() {
+            machine.abort(&reason);
+        }
+        let mut moved = 0;
+        while moved < SEND_BATCH {
+            let Some((dest, msg)) = node.next_outgoing() else {
+                break;
+            };
+            let len = msg.wire_len();
+            if let Err(e) = machine.send(dest, msg) {
+                fatal(machine, &e);
+            }
+            let held = machine.queued(dest);
+            node.sent(dest, len, held);
+            if held > 0 && !watched.contains(&dest) {
+                watched.push(dest);
+            }
+            moved += 1;
+        }
+        match machine.advance(&mut |m| node.deliver(m)) {
+            Ok(n) => moved += n,
+            Err(e) => fatal(machine, &e),
+        }
+        if !watched.is_empty() {
+            watched.retain(|&d| {
+                let held = machine.queued(d);
+                node.layer_holds(d, held);
+                held > 0
+            });
+        }
+        if moved > 0 {
+            idle_since = None;
+            continue;
+        }
+        // A worker queues its last messages before it says it is done: look at the outbox
+        // again after seeing that, or they could be left behind.
+        if node.workers_done() && node.outbox_is_empty() {
+            break;
+        }
+        // Idle: as the scheduler does, spin a little (a reply is often microseconds away) with
+        // the clock read every few turns only, then block in the layer.
+        idle_turns = idle_turns.wrapping_add(1);
+        if idle_since.is_some() && !idle_turns.is_multiple_of(32) {
+            std::hint::spin_loop();
+            continue;
+        }
+        let now = Instant::now();
+        let since = *idle_since.get_or_insert(now);
+        if now - since < tun.spin || (now - since < TRANSFER_SPIN && machine.in_transfer()) {
+            continue;
+        }
+        let mut waited = Ok(());
+        node.comm_sleep(|| waited = machine.wait(wait_cap));
+        if let Err(e) = waited {
+            fatal(machine, &e);
+        }
+    }
+    // The job is over: what still arrives (sent before the exit reached its sender) is not
+    // run, as what was still queued was not.
+    machine.barrier(&mut drop)?;
+    let code = node.exit_code();
+    machine.exit(code)?;
+    Ok(code)
+}

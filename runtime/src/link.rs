@@ -1,0 +1,96 @@
+//! How a PE reaches the interconnect: by owning its node's layer (one PE per process, today's
+//! path: no extra thread, no extra hop), or through its node's communication thread (SMP mode).
+
+use crate::node::NodeShared;
+use converse_machine::{Machine, MachineError, Message};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A PE's way to the interconnect.
+pub(crate) enum Link {
+    /// The PE is its node's only PE and drives the layer itself.
+    Own(Box<dyn Machine>),
+    /// The PE is worker `rank` of a node whose communication thread drives the layer.
+    Worker {
+        /// What the node's threads share.
+        node: Arc<NodeShared>,
+        /// This PE's rank in the node.
+        rank: usize,
+    },
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Link::Own(m) => write!(f, "Own({})", m.layer()),
+            Link::Worker { node, rank } => write!(f, "Worker(node {}, rank {rank})", node.node),
+        }
+    }
+}
+
+impl Link {
+    /// The layer's name.
+    pub(crate) fn layer(&self) -> &'static str {
+        match self {
+            Link::Own(m) => m.layer(),
+            Link::Worker { node, .. } => node.layer,
+        }
+    }
+
+    /// Wire bytes held for `node` on their way out.
+    #[inline]
+    pub(crate) fn queued(&self, node: usize) -> usize {
+        match self {
+            Link::Own(m) => m.queued(node),
+            Link::Worker { node: n, .. } => n.held(node),
+        }
+    }
+
+    /// Whether a message is part-way through the layer (see
+    /// [`Machine::in_transfer`]). A worker never sees the layer: its communication thread
+    /// spins for transfers instead.
+    pub(crate) fn in_transfer(&self) -> bool {
+        match self {
+            Link::Own(m) => m.in_transfer(),
+            Link::Worker { .. } => false,
+        }
+    }
+
+    /// Take in what arrived for this PE.
+    #[inline]
+    pub(crate) fn advance(
+        &mut self,
+        deliver: &mut dyn FnMut(Message),
+    ) -> Result<usize, MachineError> {
+        match self {
+            Link::Own(m) => m.advance(deliver),
+            Link::Worker { node, rank } => {
+                let Some(inbox) = node.inboxes.get(*rank) else {
+                    return Ok(0);
+                };
+                // Bounded, so that a flood from siblings cannot keep this PE from dispatching.
+                let mut n = 0;
+                while n < INBOX_BATCH {
+                    let Some(m) = inbox.pop() else { break };
+                    deliver(m);
+                    n += 1;
+                }
+                Ok(n)
+            }
+        }
+    }
+
+    /// Block until something may have arrived for this PE, or `timeout`.
+    pub(crate) fn wait(&mut self, timeout: Duration) -> Result<(), MachineError> {
+        match self {
+            Link::Own(m) => m.wait(timeout),
+            Link::Worker { node, rank } => {
+                node.worker_sleep(*rank, timeout);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Most messages a worker takes from its inbox per poll.
+const INBOX_BATCH: usize = 256;

@@ -1,0 +1,387 @@
+//! SMP mode's shared state: what the PEs of one process and its communication thread share.
+//!
+//! With `+ppn K` above 1 a process hosts one node of K PEs, each on a worker thread of its
+//! own, plus one communication thread that alone drives the node's [`Machine`]. They meet
+//! here, through lock-free queues only:
+//!
+//! | from → to | path |
+//! |---|---|
+//! | worker → PE of the same node | straight into the destination's [`Inbox`] (the message is moved, not copied) |
+//! | worker → another node | the node's outbox, which the communication thread hands to the layer |
+//! | interconnect → PE | the communication thread pushes each arrival into its destination's inbox |
+//! | anyone → node | the [`NodeQueue`], taken by the first PE free to run it |
+//!
+//! A sleeping thread is woken only when it says it sleeps (a flag it sets before it blocks,
+//! checked by the pusher after a fence), so a busy receiver costs a pusher no system call.
+//!
+//! [`Machine`]: converse_machine::Machine
+
+use crate::queue::Queue;
+use converse_machine::{Message, NodeTable, Wake};
+use crossbeam_queue::SegQueue;
+use crossbeam_utils::CachePadded;
+use std::sync::atomic::{fence, AtomicBool, AtomicI32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::thread::Thread;
+use std::time::Duration;
+
+/// The bit of a message's destination field that makes it a node message: the low bits are
+/// then the node, and the first PE of that node free to take it runs it (Charm++'s node
+/// queue). PE numbers stay far below it ([`MAX_PES`](crate::MAX_PES)).
+pub(crate) const NODE_BIT: u32 = 1 << 31;
+
+/// A thread that may sleep until somebody hands it work.
+#[derive(Debug, Default)]
+struct Sleeper {
+    sleeping: AtomicBool,
+    thread: OnceLock<Thread>,
+}
+
+impl Sleeper {
+    /// Called by the pusher after it published its work.
+    #[inline]
+    fn wake_if_sleeping(&self) {
+        // Pairs with the fence in `sleep`: either the sleeper sees the work before it blocks,
+        // or this load sees its flag (the Dekker pattern; the queues' own orderings are only
+        // acquire/release, hence the explicit fences).
+        fence(Ordering::SeqCst);
+        if self.sleeping.load(Ordering::Relaxed) {
+            if let Some(t) = self.thread.get() {
+                t.unpark();
+            }
+        }
+    }
+
+    /// Block for up to `timeout` unless `has_work` says there is some. Spurious returns are
+    /// fine: the caller polls again.
+    fn sleep(&self, timeout: Duration, has_work: impl Fn() -> bool) {
+        self.thread.get_or_init(std::thread::current);
+        self.sleeping.store(true, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        if !has_work() {
+            // park's token is sticky: an unpark between the check and here ends it at once.
+            std::thread::park_timeout(timeout);
+        }
+        self.sleeping.store(false, Ordering::Relaxed);
+    }
+}
+
+/// One PE's inbox: every message for it from another thread of its process.
+#[derive(Debug, Default)]
+pub(crate) struct Inbox {
+    q: SegQueue<Message>,
+    sleeper: Sleeper,
+}
+
+impl Inbox {
+    /// Hand `msg` to the PE, waking it if it sleeps. Lock-free; no allocation except when the
+    /// queue starts a new block (one per 31 messages).
+    #[inline]
+    pub(crate) fn push(&self, msg: Message) {
+        self.q.push(msg);
+        self.sleeper.wake_if_sleeping();
+    }
+
+    #[inline]
+    pub(crate) fn pop(&self) -> Option<Message> {
+        self.q.pop()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.q.is_empty()
+    }
+}
+
+/// Messages for the node as a whole, by priority. A mutex guards it, as Charm++'s node queue
+/// has a lock: node messages are the rare kind, and PE messages never touch it — a PE looks
+/// at `len` (one atomic load) before it takes the lock.
+#[derive(Default)]
+pub(crate) struct NodeQueue {
+    len: AtomicUsize,
+    q: Mutex<Queue>,
+}
+
+impl std::fmt::Debug for NodeQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeQueue")
+            .field("len", &self.len.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+impl NodeQueue {
+    fn push(&self, msg: Message) {
+        // A poisoned lock means a PE panicked while holding it; the job is being aborted.
+        if let Ok(mut q) = self.q.lock() {
+            q.push(msg);
+            self.len.fetch_add(1, Ordering::Release);
+        }
+    }
+
+    #[inline]
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len.load(Ordering::Acquire) == 0
+    }
+
+    /// The next node message, if it comes before a PE message of priority `before` (or there
+    /// is none): node and PE messages run in one priority order.
+    pub(crate) fn pop_before(&self, before: Option<i32>) -> Option<Message> {
+        let mut q = self.q.lock().ok()?;
+        let first = q.peek_priority()?;
+        if before.is_some_and(|b| b < first) {
+            return None;
+        }
+        let m = q.pop();
+        if m.is_some() {
+            self.len.fetch_sub(1, Ordering::Release);
+        }
+        m
+    }
+
+    /// Drop everything (at job exit).
+    pub(crate) fn clear(&self) {
+        if let Ok(mut q) = self.q.lock() {
+            q.clear();
+            self.len.store(0, Ordering::Release);
+        }
+    }
+}
+
+/// Bytes held for one destination node.
+#[derive(Debug, Default)]
+struct Held {
+    /// Wire bytes in the outbox (workers add, the communication thread subtracts).
+    outbox: AtomicUsize,
+    /// What the layer holds, as the communication thread last read
+    /// [`Machine::queued`](converse_machine::Machine::queued).
+    layer: AtomicUsize,
+}
+
+/// What the PEs of one process and its communication thread share.
+pub(crate) struct NodeShared {
+    /// This node's number.
+    pub node: usize,
+    /// Its first PE: PE `first_pe + r` is rank `r`.
+    pub first_pe: usize,
+    /// The layer's name.
+    pub layer: &'static str,
+    /// One inbox per PE of the node, by rank; padded so that two PEs' inboxes never share a
+    /// cache line.
+    pub inboxes: Box<[CachePadded<Inbox>]>,
+    /// Node messages.
+    pub node_queue: NodeQueue,
+    /// Messages for other nodes, for the communication thread: (destination node, message).
+    outbox: SegQueue<(usize, Message)>,
+    /// Per destination node, what is held for it. Workers keep the sum under
+    /// `peer.max_queued_mib`.
+    held: Box<[Held]>,
+    comm: CachePadded<Sleeper>,
+    /// Wakes the communication thread out of the layer's `wait`, when the layer has one.
+    waker: Option<Arc<dyn Wake>>,
+    /// Workers still running; the communication thread leaves the layer once none is.
+    live_workers: AtomicUsize,
+    /// The node's exit code: the first non-zero one a worker reports.
+    exit_code: AtomicI32,
+    /// Set when a PE asked to end the whole job; the reason is in `abort_reason`.
+    aborting: AtomicBool,
+    abort_reason: Mutex<Option<String>>,
+}
+
+impl std::fmt::Debug for NodeShared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeShared")
+            .field("node", &self.node)
+            .field("pes", &self.inboxes.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl NodeShared {
+    pub(crate) fn new(
+        node: usize,
+        table: &NodeTable,
+        layer: &'static str,
+        waker: Option<Arc<dyn Wake>>,
+    ) -> NodeShared {
+        let (first_pe, pes) = table.node(node).map_or((0, 1), |n| (n.first_pe, n.num_pes));
+        NodeShared {
+            node,
+            first_pe,
+            inboxes: (0..pes)
+                .map(|_| CachePadded::new(Inbox::default()))
+                .collect(),
+            node_queue: NodeQueue::default(),
+            outbox: SegQueue::new(),
+            held: (0..table.num_nodes()).map(|_| Held::default()).collect(),
+            comm: CachePadded::new(Sleeper::default()),
+            waker,
+            live_workers: AtomicUsize::new(pes),
+            exit_code: AtomicI32::new(0),
+            aborting: AtomicBool::new(false),
+            abort_reason: Mutex::new(None),
+            layer,
+        }
+    }
+
+    // ---- worker side ----
+
+    /// Bytes held for `node` (outbox and layer).
+    #[inline]
+    pub(crate) fn held(&self, node: usize) -> usize {
+        self.held.get(node).map_or(0, |h| {
+            h.outbox.load(Ordering::Relaxed) + h.layer.load(Ordering::Relaxed)
+        })
+    }
+
+    /// Queue `msg` for another node and wake the communication thread if it sleeps.
+    #[inline]
+    pub(crate) fn post(&self, node: usize, msg: Message) {
+        if let Some(h) = self.held.get(node) {
+            h.outbox.fetch_add(msg.wire_len(), Ordering::Relaxed);
+        }
+        self.outbox.push((node, msg));
+        self.wake_comm();
+    }
+
+    /// Queue a node message for this node and wake one sleeping PE to take it.
+    pub(crate) fn post_node(&self, msg: Message) {
+        self.node_queue.push(msg);
+        fence(Ordering::SeqCst);
+        // One sleeper is enough: a PE that is awake looks at the node queue between messages.
+        if let Some(i) = self
+            .inboxes
+            .iter()
+            .find(|i| i.sleeper.sleeping.load(Ordering::Relaxed))
+        {
+            i.sleeper.wake_if_sleeping();
+        }
+    }
+
+    /// Worker `rank` has nothing to do: block up to `timeout` unless its inbox or the node
+    /// queue has something.
+    pub(crate) fn worker_sleep(&self, rank: usize, timeout: Duration) {
+        if let Some(inbox) = self.inboxes.get(rank) {
+            inbox
+                .sleeper
+                .sleep(timeout, || !inbox.is_empty() || !self.node_queue.is_empty());
+        }
+    }
+
+    /// A worker left its scheduler for good with `code`.
+    pub(crate) fn worker_done(&self, code: i32) {
+        if code != 0 {
+            let _ = self
+                .exit_code
+                .compare_exchange(0, code, Ordering::AcqRel, Ordering::Acquire);
+        }
+        self.live_workers.fetch_sub(1, Ordering::AcqRel);
+        self.wake_comm();
+    }
+
+    /// Ask the communication thread to end the whole job (it owns the layer that can).
+    pub(crate) fn request_abort(&self, reason: String) {
+        if let Ok(mut r) = self.abort_reason.lock() {
+            r.get_or_insert(reason);
+        }
+        self.aborting.store(true, Ordering::Release);
+        self.wake_comm();
+    }
+
+    #[inline]
+    fn wake_comm(&self) {
+        fence(Ordering::SeqCst);
+        if self.comm.sleeping.load(Ordering::Relaxed) {
+            // Without a waker the communication thread's waits are short (see `comm_sleep`).
+            if let Some(w) = &self.waker {
+                w.wake();
+            }
+        }
+    }
+
+    // ---- communication thread side ----
+
+    /// The next message for another node, with its destination. The caller hands it to the
+    /// layer and then calls [`sent`](Self::sent).
+    #[inline]
+    pub(crate) fn next_outgoing(&self) -> Option<(usize, Message)> {
+        self.outbox.pop()
+    }
+
+    /// `len` wire bytes for `node` left the outbox; the layer now holds `layer_queued` for it.
+    #[inline]
+    pub(crate) fn sent(&self, node: usize, len: usize, layer_queued: usize) {
+        if let Some(h) = self.held.get(node) {
+            h.outbox.fetch_sub(len, Ordering::Relaxed);
+            h.layer.store(layer_queued, Ordering::Relaxed);
+        }
+    }
+
+    /// The layer now holds `layer_queued` for `node` (after an `advance` moved some out).
+    pub(crate) fn layer_holds(&self, node: usize, layer_queued: usize) {
+        if let Some(h) = self.held.get(node) {
+            h.layer.store(layer_queued, Ordering::Relaxed);
+        }
+    }
+
+    /// Hand an arrival to the PE or node it is for.
+    #[inline]
+    pub(crate) fn deliver(&self, msg: Message) {
+        let dst = msg.dst_pe();
+        if dst & NODE_BIT != 0 {
+            return self.post_node(msg);
+        }
+        // A message for a PE this node does not host goes to rank 0, which drops and reports
+        // it as misaddressed (it can only come from a broken peer).
+        let rank = (dst as usize).wrapping_sub(self.first_pe);
+        let inbox = self.inboxes.get(rank).or(self.inboxes.first());
+        if let Some(i) = inbox {
+            i.push(msg);
+        }
+    }
+
+    /// Whether nothing waits to go to another node.
+    pub(crate) fn outbox_is_empty(&self) -> bool {
+        self.outbox.is_empty()
+    }
+
+    /// Whether every worker is done.
+    pub(crate) fn workers_done(&self) -> bool {
+        self.live_workers.load(Ordering::Acquire) == 0
+    }
+
+    /// The node's exit code, once the workers are done.
+    pub(crate) fn exit_code(&self) -> i32 {
+        self.exit_code.load(Ordering::Acquire)
+    }
+
+    /// The reason a PE gave for ending the job, if one asked.
+    pub(crate) fn abort_requested(&self) -> Option<String> {
+        if !self.aborting.load(Ordering::Acquire) {
+            return None;
+        }
+        let r = self.abort_reason.lock().ok().and_then(|r| r.clone());
+        Some(r.unwrap_or_else(|| "a PE ended the job".into()))
+    }
+
+    /// Whether the workers handed the communication thread anything to do.
+    fn comm_has_work(&self) -> bool {
+        !self.outbox.is_empty() || self.aborting.load(Ordering::Relaxed) || self.workers_done()
+    }
+
+    /// The communication thread has nothing to do: run `block` (the layer's wait) unless a
+    /// worker handed it work meanwhile. A worker that hands it work while it blocks rings the
+    /// layer's waker; without one, the caller must keep `block` short.
+    pub(crate) fn comm_sleep(&self, block: impl FnOnce()) {
+        self.comm.sleeping.store(true, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        if !self.comm_has_work() {
+            block();
+        }
+        self.comm.sleeping.store(false, Ordering::Relaxed);
+    }
+
+    /// Whether the layer gave a waker.
+    pub(crate) fn has_waker(&self) -> bool {
+        self.waker.is_some()
+    }
+}
