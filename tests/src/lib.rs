@@ -30,6 +30,15 @@ pub enum Launcher {
         /// Extra mpirun options.
         opts: Vec<String>,
     },
+    /// Another launcher's job in SMP mode: `ppn` PEs per process (`+ppn`, `++ppn`, or
+    /// `mpirun -n N/ppn PROGRAM +ppn K`). The PE count given to [`command`](Self::command)
+    /// stays the job's total.
+    Smp {
+        /// How the processes are started.
+        inner: Box<Launcher>,
+        /// PEs per process.
+        ppn: usize,
+    },
 }
 
 /// What a finished (or killed) job left.
@@ -110,6 +119,38 @@ impl Launcher {
                     .args(args);
                 c
             }
+            Launcher::Smp { inner, ppn } => {
+                let ppn_arg = ppn.to_string();
+                match &**inner {
+                    Launcher::Direct { .. } => {
+                        let mut c = inner.command(program, pes, args);
+                        c.args(["+ppn", &ppn_arg]);
+                        c
+                    }
+                    Launcher::Charmrun { machine, opts } => {
+                        let mut opts = opts.clone();
+                        opts.extend(["++ppn".to_string(), ppn_arg]);
+                        Launcher::Charmrun {
+                            machine,
+                            opts,
+                        }
+                        .command(program, pes, args)
+                    }
+                    Launcher::Mpirun { .. } | Launcher::Smp { .. } => {
+                        let mut c = inner.command(program, pes / ppn, args);
+                        c.args(["+ppn", &ppn_arg]);
+                        c
+                    }
+                }
+            }
+        }
+    }
+
+    /// PEs per process of this launcher's jobs.
+    pub fn ppn(&self) -> usize {
+        match self {
+            Launcher::Smp { ppn, .. } => *ppn,
+            _ => 1,
         }
     }
 
@@ -473,15 +514,29 @@ macro_rules! launched_layer_limits {
 #[macro_export]
 macro_rules! conformance_suite {
     ($launcher:expr) => {
+        $crate::conformance_suite!($launcher, ppn = 1);
+    };
+    ($launcher:expr, ppn = $ppn:literal) => {
         const PROGRAM: &str = env!("CARGO_BIN_EXE_conformance");
 
         fn launcher() -> $crate::Launcher {
-            $launcher
+            match $ppn {
+                1 => $launcher,
+                ppn => $crate::Launcher::Smp {
+                    inner: Box::new($launcher),
+                    ppn,
+                },
+            }
+        }
+
+        /// A job of `n` processes: `n` times the PEs per process.
+        fn pes(n: usize) -> usize {
+            n * $ppn
         }
 
         #[test]
         fn hello_prints_one_line_per_pe() {
-            for pes in [1, 2, 4, 8] {
+            for pes in [1, 2, 4, 8].map(pes) {
                 let o = $crate::expect_ok(&launcher(), PROGRAM, pes, &["hello"]);
                 for pe in 0..pes {
                     let line = format!("hello from PE {pe} of {pes}");
@@ -492,34 +547,34 @@ macro_rules! conformance_suite {
 
         #[test]
         fn fifo_per_pair() {
-            $crate::expect_ok(&launcher(), PROGRAM, 4, &["fifo"]);
+            $crate::expect_ok(&launcher(), PROGRAM, pes(4), &["fifo"]);
         }
 
         #[test]
         fn broadcast_reaches_every_pe_exactly_once() {
-            for pes in [1, 3, 7] {
+            for pes in [1, 3, 7].map(pes) {
                 $crate::expect_ok(&launcher(), PROGRAM, pes, &["broadcast"]);
             }
         }
 
         #[test]
         fn reduction_results() {
-            for pes in [1, 2, 6] {
+            for pes in [1, 2, 6].map(pes) {
                 $crate::expect_ok(&launcher(), PROGRAM, pes, &["reduce"]);
             }
         }
 
         #[test]
         fn priority_order() {
-            $crate::expect_ok(&launcher(), PROGRAM, 2, &["priority"]);
+            $crate::expect_ok(&launcher(), PROGRAM, pes(2), &["priority"]);
         }
 
         #[test]
         fn exit_code_propagates() {
-            for (pes, code) in [(1, "3"), (4, "3"), (4, "42")] {
+            for (n, code) in [(1, "3"), (4, "3"), (4, "42")] {
                 let o = launcher().run(
                     PROGRAM,
-                    pes,
+                    pes(n),
                     &["exit-code", code],
                     std::time::Duration::from_secs(60),
                 );
@@ -530,10 +585,11 @@ macro_rules! conformance_suite {
         #[test]
         fn handler_mismatch_is_a_clear_error() {
             // 3 PEs: the last is PE 0's child; 9 PEs: PE 8 is a grandchild, reported via PE 1.
-            for (pes, last) in [(3, 2), (9, 8)] {
+            for n in [3, 9] {
+                let last = pes(n) - 1;
                 let o = launcher().run(
                     PROGRAM,
-                    pes,
+                    pes(n),
                     &["mismatch"],
                     std::time::Duration::from_secs(60),
                 );
@@ -551,41 +607,55 @@ macro_rules! conformance_suite {
 
         #[test]
         fn one_million_messages_all_to_all() {
-            $crate::expect_ok(&launcher(), PROGRAM, 4, &["alltoall", "1000000"]);
+            $crate::expect_ok(&launcher(), PROGRAM, pes(4), &["alltoall", "1000000"]);
         }
 
         #[test]
         fn messages_from_0_bytes_to_64_mib() {
-            $crate::expect_ok(&launcher(), PROGRAM, 2, &["sizes", "67108864"]);
+            $crate::expect_ok(&launcher(), PROGRAM, pes(2), &["sizes", "67108864"]);
         }
 
         #[test]
         fn a_panicking_pe_ends_the_whole_job() {
-            let o = launcher().run(PROGRAM, 3, &["panic"], std::time::Duration::from_secs(60));
+            let last = pes(3) - 1;
+            let o = launcher().run(
+                PROGRAM,
+                pes(3),
+                &["panic"],
+                std::time::Duration::from_secs(60),
+            );
             assert!(!o.timed_out, "{o}");
             assert!(o.code.is_some_and(|c| c != 0), "{o}");
-            assert!(o.stderr.contains("deliberate panic on PE 2"), "{o}");
-            assert!(o.stderr.contains("PE 2: panicked; ending the job"), "{o}");
+            assert!(
+                o.stderr.contains(&format!("deliberate panic on PE {last}")),
+                "{o}"
+            );
+            // "PE 2: panicked", or "PE 5 (node 2): panicked" with several PEs per node.
+            let named = match $ppn {
+                1 => format!("PE {last}: panicked; ending the job"),
+                ppn => format!("PE {last} (node {}): panicked; ending the job", last / ppn),
+            };
+            assert!(o.stderr.contains(&named), "{named}\n{o}");
             assert_eq!(o.lines_with("passed the barrier"), 0, "{o}");
         }
 
         #[test]
         fn nested_scheduling_timers_and_barrier_then() {
-            for pes in [1, 2, 5] {
+            for pes in [1, 2, 5].map(pes) {
                 $crate::expect_ok(&launcher(), PROGRAM, pes, &["scheduling"]);
             }
         }
 
         #[test]
         fn exit_right_after_a_large_send_does_not_hang() {
-            $crate::expect_ok(&launcher(), PROGRAM, 3, &["exit-after-send"]);
+            $crate::expect_ok(&launcher(), PROGRAM, pes(3), &["exit-after-send"]);
         }
 
         #[test]
         fn exit_during_start_up_ends_the_job() {
             let o = launcher().run(
                 PROGRAM,
-                4,
+                pes(4),
                 &["exit-early"],
                 std::time::Duration::from_secs(60),
             );
@@ -594,7 +664,7 @@ macro_rules! conformance_suite {
 
         #[test]
         fn idle_pes_block_and_callbacks_fire() {
-            $crate::expect_ok(&launcher(), PROGRAM, 4, &["idle"]);
+            $crate::expect_ok(&launcher(), PROGRAM, pes(4), &["idle"]);
         }
     };
 }
