@@ -8,6 +8,7 @@
 
 use crate::lifecycle::{SystemHandler, USER_BASE};
 use crate::pe::{HandlerId, Pe};
+use crate::tree::tree_children;
 use converse_machine::Message;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -73,6 +74,62 @@ impl Pe {
         if let Some(mut local) = self.forward_down(me, msg, true) {
             local.set_handler(h.raw());
             self.route(me, local);
+        }
+    }
+
+    /// Send a copy of `payload` to handler `h` on every other node, run there by the first PE
+    /// free to take it (Converse's `CmiSyncNodeBroadcast`). It travels a spanning tree over the
+    /// nodes rooted here: one message per node. Handlers see this PE as the source.
+    pub fn broadcast_node(&mut self, h: HandlerId, payload: &[u8]) {
+        let msg = self.node_tree_message(h, Message::from_payload(payload));
+        self.forward_down_nodes(msg, false);
+    }
+
+    /// Like [`broadcast_node`](Pe::broadcast_node), and to this PE's node too (Converse's
+    /// `CmiSyncNodeBroadcastAll`).
+    pub fn broadcast_node_all(&mut self, h: HandlerId, payload: &[u8]) {
+        let msg = self.node_tree_message(h, Message::from_payload(payload));
+        if let Some(mut local) = self.forward_down_nodes(msg, true) {
+            local.set_handler(h.raw());
+            let me = self.my_node;
+            self.route_node(me, local);
+        }
+    }
+
+    fn node_tree_message(&self, h: HandlerId, mut msg: Message) -> Message {
+        msg.set_handler(SystemHandler::NodeBroadcast.id());
+        msg.set_arg0(self.my_pe as u32);
+        msg.set_arg1(h.raw());
+        msg
+    }
+
+    /// Send a node broadcast on to this node's children in the tree over nodes rooted at the
+    /// root PE's node; as [`forward_down`](Pe::forward_down), the last child gets `msg` itself
+    /// unless the caller keeps it (`keep`), in which case it is returned.
+    fn forward_down_nodes(&mut self, msg: Message, keep: bool) -> Option<Message> {
+        let (nodes, k) = (self.table.num_nodes(), self.tun.branching);
+        let root_node = self.table.node_of(msg.arg0() as usize);
+        let mut children = tree_children(root_node, self.my_node, nodes, k).peekable();
+        while let Some(child) = children.next() {
+            if children.peek().is_none() && !keep {
+                self.route_node(child, msg);
+                return None;
+            }
+            self.route_node(child, msg.clone());
+        }
+        Some(msg)
+    }
+
+    pub(crate) fn on_node_broadcast(&mut self, msg: Message) {
+        let root = msg.arg0() as usize;
+        let target = msg.arg1();
+        if root >= self.num_pes || target < USER_BASE {
+            return self.drop_message(&msg, "its node broadcast names no PE or a runtime handler");
+        }
+        if let Some(mut local) = self.forward_down_nodes(msg, true) {
+            local.set_handler(target);
+            local.set_src_pe(root as u32);
+            self.run_handler(local);
         }
     }
 

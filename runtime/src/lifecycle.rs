@@ -38,6 +38,8 @@ pub(crate) enum SystemHandler {
     Reduce = 5,
     /// A barrier completed.
     BarrierDone = 6,
+    /// A node broadcast travelling down the tree over nodes.
+    NodeBroadcast = 7,
 }
 
 /// The first handler id a program's own handlers get.
@@ -66,6 +68,7 @@ impl Target {
             4 => Target::System(S::TreeBroadcast),
             5 => Target::System(S::Reduce),
             6 => Target::System(S::BarrierDone),
+            7 => Target::System(S::NodeBroadcast),
             id if id >= USER_BASE => Target::User,
             _ => Target::Unknown,
         }
@@ -307,6 +310,7 @@ impl Pe {
             S::TreeBroadcast => self.on_tree_broadcast(msg),
             S::Reduce => self.on_reduce_contribution(msg),
             S::BarrierDone => self.on_barrier_done(),
+            S::NodeBroadcast => self.on_node_broadcast(msg),
         }
     }
 }

@@ -130,11 +130,7 @@ impl Launcher {
                     Launcher::Charmrun { machine, opts } => {
                         let mut opts = opts.clone();
                         opts.extend(["++ppn".to_string(), ppn_arg]);
-                        Launcher::Charmrun {
-                            machine,
-                            opts,
-                        }
-                        .command(program, pes, args)
+                        Launcher::Charmrun { machine, opts }.command(program, pes, args)
                     }
                     Launcher::Mpirun { .. } | Launcher::Smp { .. } => {
                         let mut c = inner.command(program, pes / ppn, args);

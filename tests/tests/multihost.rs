@@ -192,9 +192,10 @@ fn a_charm_nodelist_places_nodes_and_the_suite_runs_across_hosts() {
             1,
             "{o}"
         );
+        // `++cpus 2`: the first host takes two processes in a row, as in Charm++.
         assert!(o.stderr.contains("PE 0 connected from 10.99.0.3"), "{o}");
-        assert!(o.stderr.contains("PE 1 connected from 10.99.0.2"), "{o}");
-        assert!(o.stderr.contains("PE 2 connected from 10.99.0.3"), "{o}");
+        assert!(o.stderr.contains("PE 1 connected from 10.99.0.3"), "{o}");
+        assert!(o.stderr.contains("PE 2 connected from 10.99.0.2"), "{o}");
     }
 }
 

@@ -74,3 +74,151 @@ mod si_ppn4 {
         ppn = 4
     );
 }
+
+/// What only SMP mode has: node messages, pinning, long handlers on UDP, its bad input.
+mod particular {
+    use converse_tests::{expect_ok, run_bounded, Launcher};
+    use std::process::Command;
+    use std::time::Duration;
+
+    const PROGRAM: &str = env!("CARGO_BIN_EXE_conformance");
+
+    fn smp(inner: Launcher, ppn: usize) -> Launcher {
+        Launcher::Smp {
+            inner: Box::new(inner),
+            ppn,
+        }
+    }
+
+    fn charmrun(machine: &'static str) -> Launcher {
+        Launcher::Charmrun {
+            machine,
+            opts: vec![],
+        }
+    }
+
+    #[test]
+    fn node_messages_run_exactly_once_on_a_pe_of_their_node() {
+        let local = || Launcher::Direct { machine: "local" };
+        for (launcher, pes) in [
+            (local(), 3),
+            (smp(local(), 2), 6),
+            (smp(local(), 4), 8),
+            (smp(charmrun("tcp"), 2), 4),
+            (smp(charmrun("udp"), 2), 4),
+            (smp(charmrun("si"), 3), 6),
+            (charmrun("tcp"), 3),
+        ] {
+            expect_ok(&launcher, PROGRAM, pes, &["node"]);
+        }
+    }
+
+    /// `(thread or PE, cores)` from the scenario's `pinning ... cores LIST` lines.
+    fn pinned(stdout: &str, what: &str) -> Vec<(String, String)> {
+        stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix(&format!("pinning {what} ")))
+            .filter_map(|l| l.split_once(" cores "))
+            .map(|(a, b)| (a.to_owned(), b.to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn pemap_and_commap_pin_the_threads() {
+        // One process, two nodes of two PEs: the host's PEs take the list in order, wrapping;
+        // the communication threads ("node0", "node1") take +commap.
+        let o = expect_ok(
+            &smp(Launcher::Direct { machine: "local" }, 2),
+            PROGRAM,
+            4,
+            &["pinning", "+pemap", "1,0", "+commap", "1"],
+        );
+        let pes = pinned(&o.stdout, "PE");
+        for (pe, core) in [("0", "1"), ("1", "0"), ("2", "1"), ("3", "0")] {
+            assert!(pes.contains(&(pe.into(), core.into())), "PE {pe}\n{o}");
+        }
+        let threads = pinned(&o.stdout, "thread");
+        for t in ["node0", "node1"] {
+            assert!(threads.contains(&(t.into(), "1".into())), "{t}\n{o}");
+        }
+        assert!(
+            o.stdout
+                .contains("PEs pinned to cores 1,0, communication threads to cores 1"),
+            "{o}"
+        );
+        // Through charmrun: the communication thread is the process's main thread.
+        let o = expect_ok(
+            &smp(charmrun("tcp"), 2),
+            PROGRAM,
+            4,
+            &["pinning", "+pemap", "0", "+commap", "1"],
+        );
+        let threads = pinned(&o.stdout, "thread");
+        assert!(threads.contains(&("conformance".into(), "1".into())), "{o}");
+        assert!(threads.contains(&("pe0".into(), "0".into())), "{o}");
+        assert!(threads.contains(&("pe1".into(), "0".into())), "{o}");
+    }
+
+    #[test]
+    fn without_pinning_nothing_is_pinned() {
+        let o = expect_ok(
+            &smp(Launcher::Direct { machine: "local" }, 2),
+            PROGRAM,
+            2,
+            &["pinning"],
+        );
+        assert!(o.stdout.contains("not pinned"), "{o}");
+        let all: String = (0..nix::sched::CpuSet::count())
+            .take(std::thread::available_parallelism().map_or(1, |n| n.get()))
+            .map(|c| c.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        for (pe, cores) in pinned(&o.stdout, "PE") {
+            assert_eq!(cores, all, "PE {pe}\n{o}");
+        }
+    }
+
+    /// Every worker computes for 4 s with data outstanding toward it, while the UDP layer
+    /// calls a peer dead after 1.5 s of silence: the communication threads keep answering.
+    #[test]
+    fn udp_job_outlives_handlers_longer_than_dead_after() {
+        expect_ok(
+            &smp(charmrun("udp"), 2),
+            PROGRAM,
+            4,
+            &["compute", "4", "+set", "udp.dead_after_s=1.5"],
+        );
+    }
+
+    #[test]
+    fn bad_smp_arguments_are_one_line_errors() {
+        for (args, want) in [
+            (vec!["+p3", "+ppn", "2"], "not a multiple of +ppn 2"),
+            (
+                vec!["+p2", "+commap", "1"],
+                "+commap pins the communication thread",
+            ),
+            (vec!["+p2", "+ppn", "2", "+pemap", "2-1"], "+pemap 2-1"),
+        ] {
+            let o = run_bounded(
+                Command::new(PROGRAM)
+                    .arg("hello")
+                    .args(&args)
+                    .args(["+machine", "local"]),
+                Duration::from_secs(30),
+            );
+            assert!(o.code.is_some_and(|c| c != 0), "{args:?}\n{o}");
+            assert_eq!(o.stderr.lines().count(), 1, "{args:?}\n{o}");
+            assert!(o.stderr.contains(want), "{args:?}: {want}\n{o}");
+        }
+        // A core this host does not have: the PE that cannot be pinned ends the job.
+        let o = run_bounded(
+            Command::new(PROGRAM).args([
+                "hello", "+p2", "+ppn", "2", "+pemap", "1000", "+machine", "local",
+            ]),
+            Duration::from_secs(30),
+        );
+        assert_ne!(o.code, Some(0), "{o}");
+        assert!(o.stderr.contains("cannot pin PE"), "{o}");
+    }
+}

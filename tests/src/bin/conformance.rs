@@ -33,6 +33,14 @@
 //! |            | `print PE p line k ` and WIDTH `x`s, then the job exits 0                   |
 //! | spawn      | every PE starts `sleep 300` sharing its stdout and prints its pid; then     |
 //! |            | the job exits 0, or (ARGS: crash) the last PE aborts                        |
+//! | node       | node messages and node broadcasts from every PE: each runs exactly once, on |
+//! |            | a PE of the node it was sent to                                             |
+//! | pinning    | every PE prints the cores it may run on, PE 0 those of each thread          |
+//! | compute    | every PE computes SECS (default 5) s in a handler with data outstanding     |
+//! |            | toward it; the job completes                                                |
+
+#[path = "conformance/smp.rs"]
+mod smp;
 
 use converse::{ops, HandlerId, Message, Pe, ReduceTarget};
 use std::cell::{Cell, RefCell};
@@ -94,6 +102,12 @@ fn main() -> ExitCode {
         "spawn" => {
             let crash = arg.as_deref() == Some("crash");
             Box::new(move |pe: &mut Pe| spawn(pe, crash))
+        }
+        "node" => Box::new(smp::node),
+        "pinning" => Box::new(smp::pinning),
+        "compute" => {
+            let secs = arg.as_deref().and_then(|a| a.parse().ok()).unwrap_or(5.0);
+            Box::new(move |pe: &mut Pe| smp::compute(pe, secs))
         }
         "wait" => {
             let secs = arg.and_then(|a| a.parse().ok()).unwrap_or(2.0);
