@@ -230,11 +230,20 @@ fn check_start(
     let world = universe.world();
     let size = world.size() as usize;
     launcher_env::check_size(size, &library).map_err(MachineError::Boot)?;
-    if cfg.num_pes != 1 && cfg.num_pes != size {
+    // One node per rank, `+ppn` PEs each; `+p` (when given) must agree.
+    let ppn = cfg.pes_per_node.max(1);
+    if cfg.num_pes != 1 && cfg.num_pes != size * ppn {
         return Err(MachineError::Boot(format!(
-            "+p{} asks for {} PEs but the MPI job has {size} rank(s): start it with \
-             `mpirun -n {}` (one PE per rank)",
-            cfg.num_pes, cfg.num_pes, cfg.num_pes
+            "+p{} asks for {} PEs but the MPI job has {size} rank(s) of {ppn} PE(s) each: start \
+             it with `mpirun -n {}`{}",
+            cfg.num_pes,
+            cfg.num_pes,
+            cfg.num_pes / ppn,
+            if ppn == 1 {
+                " (one PE per rank)".to_owned()
+            } else {
+                format!(" (+ppn {ppn}: {ppn} PEs per rank)")
+            }
         )));
     }
     let mut mine = [0u8; HOST_LEN];
@@ -249,8 +258,8 @@ fn check_start(
         .map(|(i, h)| {
             let end = h.iter().position(|&b| b == 0).unwrap_or(HOST_LEN);
             NodeInfo {
-                first_pe: i,
-                num_pes: 1,
+                first_pe: i * ppn,
+                num_pes: ppn,
                 host: String::from_utf8_lossy(&h[..end]).into_owned(),
                 addr: Vec::new(),
             }

@@ -17,6 +17,12 @@ converse_tests::conformance_suite!({
     converse_tests::Launcher::Mpirun { opts: vec![] }
 });
 
+/// SMP mode under MPI: `mpirun -n N/2 PROGRAM +ppn 2`; only the communication thread, the
+/// one that initialised MPI, calls it (FUNNELED).
+mod ppn2 {
+    converse_tests::conformance_suite!(converse_tests::Launcher::Mpirun { opts: vec![] }, ppn = 2);
+}
+
 mod particular {
     use converse_tests::{mpirun_options, run_bounded, wait_for_children, Running};
     use std::process::Command;
