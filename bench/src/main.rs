@@ -6,6 +6,7 @@
 //!     [+set K=V ...]
 //!     (--layer mpi needs `--features mpi` and starts its jobs with mpirun)
 //! bench rate [--messages N] [--csv FILE]
+//! bench smp [--layers tcp,udp,si] [--iters N] [--messages N] [--ks 1,2]
 //! bench idle [--layer si] [--secs S]
 //! bench udp [--iters N] [--runs R]
 //! ```
@@ -18,6 +19,7 @@ mod raw;
 #[cfg(feature = "mpi")]
 mod raw_mpi;
 mod report;
+mod smp;
 mod startup;
 mod tbon;
 mod udp;
@@ -104,6 +106,9 @@ enum Cmd {
         /// Pin this node's process to core (node number mod cores).
         #[arg(long)]
         pin: bool,
+        /// The PE that plays against PE 0.
+        #[arg(long, default_value_t = 1)]
+        peer: usize,
     },
     /// One node of a layer-only ping-pong (the Machine trait driven directly).
     #[command(hide = true)]
@@ -200,6 +205,22 @@ enum Cmd {
     /// A busy process on the last core (for `bench udp`).
     #[command(hide = true)]
     Spin,
+    /// SMP mode: PE to PE inside a process, worker to worker across processes at `++ppn 2`
+    /// against `++ppn 1`, the message rate of K PEs of one process, start-up.
+    Smp {
+        /// Layers for the across-processes ping-pong and the start-up.
+        #[arg(long, value_delimiter = ',', default_value = "tcp,udp,si")]
+        layers: Vec<String>,
+        /// Round trips per ping-pong size.
+        #[arg(long, default_value_t = 20_000)]
+        iters: u64,
+        /// Messages per PE in the rate measurement.
+        #[arg(long, default_value_t = 1_000_000)]
+        messages: u64,
+        /// PEs per process in the rate measurement, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "1,2")]
+        ks: Vec<usize>,
+    },
     /// Messages sent and dispatched per second on one PE, next to a bare queue + call.
     Rate {
         /// Messages per measurement.
@@ -252,13 +273,13 @@ fn main() -> ExitCode {
             waves: waves.max(1),
             csv: csv.as_deref(),
         }),
-        Cmd::PePingpong { job, pin } => {
+        Cmd::PePingpong { job, pin, peer } => {
             if pin {
                 udp::pin_to_node_core();
             }
             converse::Runtime::from_args(argv)
                 .map_err(anyhow::Error::from)
-                .and_then(|rt| pingpong::pe_main(rt, &job.sizes, job.iters, &job.csv))
+                .and_then(|rt| pingpong::pe_main(rt, &job.sizes, job.iters, &job.csv, peer))
         }
         Cmd::RawTcpEcho {
             addr,
@@ -288,6 +309,12 @@ fn main() -> ExitCode {
         #[cfg(feature = "mpi")]
         Cmd::RawMpi(j) => raw_mpi::rank_main(&j.sizes, j.iters, &j.csv),
         Cmd::Rate { messages, csv } => rate::run(messages.max(1), csv.as_deref()),
+        Cmd::Smp {
+            layers,
+            iters,
+            messages,
+            ks,
+        } => smp::run(&layers, iters.max(1), messages.max(1), &ks),
         Cmd::Udp { iters, runs, parts } => udp::run(iters.max(1), runs.max(1), &parts),
         Cmd::Spin => udp::spin(),
         Cmd::RawShmEcho {

@@ -67,7 +67,7 @@ pub(crate) fn run(
     let (rows, direct) = if layer == "local" {
         let args = ["bench", "+p2", "+quiet", "+machine", "local"];
         let rt = Runtime::from_args(args.iter().chain(&set).copied())?;
-        (job(rt, sizes, iters, layer)?, Vec::new())
+        (job(rt, sizes, iters, layer, 1)?, Vec::new())
     } else {
         let rows = under_charmrun_with(layer, sizes, iters, "pe-pingpong", &[], &set)?;
         let direct = under_charmrun_with(layer, sizes, iters, "pe-direct", &[], &set)?;
@@ -133,8 +133,8 @@ pub(crate) fn run(
 }
 
 /// The command that starts a 2-node job of this program on `layer`: `mpirun -n 2` for MPI,
-/// else `charmrun +p2`.
-fn launcher(layer: &str, me: &Path) -> anyhow::Result<std::process::Command> {
+/// else `charmrun +p2`; with `ppn` above 1, two nodes of `ppn` PEs each.
+fn launcher(layer: &str, me: &Path, ppn: usize) -> anyhow::Result<std::process::Command> {
     if layer == "mpi" {
         let mut c = std::process::Command::new("mpirun");
         let version = std::process::Command::new("mpirun")
@@ -151,7 +151,15 @@ fn launcher(layer: &str, me: &Path) -> anyhow::Result<std::process::Command> {
         return Ok(c);
     }
     let mut c = std::process::Command::new(charmrun_beside(me)?);
-    c.args(["+p2", "++quiet", "++timelimit", "600"]);
+    c.args([
+        format!("+p{}", 2 * ppn).as_str(),
+        "++quiet",
+        "++timelimit",
+        "600",
+    ]);
+    if ppn > 1 {
+        c.args(["++ppn", &ppn.to_string()]);
+    }
     Ok(c)
 }
 
@@ -172,6 +180,23 @@ fn launched(layer: &str, sizes: &[usize], iters: u64, mode: &str) -> anyhow::Res
     under_charmrun_with(layer, sizes, iters, mode, &[], &[])
 }
 
+/// The handler-driven ping-pong between the first PEs of two nodes of `ppn` PEs each on
+/// `layer` (so with `ppn` above 1 every message goes through both communication threads);
+/// node 0's figures.
+pub(crate) fn across_nodes(
+    layer: &str,
+    sizes: &[usize],
+    iters: u64,
+    ppn: usize,
+) -> anyhow::Result<Vec<Row>> {
+    let peer = ppn.to_string();
+    let mut extra = vec!["--peer", peer.as_str()];
+    if layer == "mpi" && ppn > 1 {
+        extra.extend(["+ppn", peer.as_str()]);
+    }
+    run_job(layer, sizes, iters, "pe-pingpong", &[], &extra, ppn)
+}
+
 /// As [`launched`], with the launcher started through `prefix` (`ip netns exec NS`, say) and
 /// `extra` runtime arguments (`+set KEY=VALUE`) for the job.
 pub(crate) fn under_charmrun_with(
@@ -182,10 +207,22 @@ pub(crate) fn under_charmrun_with(
     prefix: &[&str],
     extra: &[&str],
 ) -> anyhow::Result<Vec<Row>> {
+    run_job(layer, sizes, iters, mode, prefix, extra, 1)
+}
+
+fn run_job(
+    layer: &str,
+    sizes: &[usize],
+    iters: u64,
+    mode: &str,
+    prefix: &[&str],
+    extra: &[&str],
+    ppn: usize,
+) -> anyhow::Result<Vec<Row>> {
     let me = std::env::current_exe().context("finding the bench executable")?;
     let out = std::env::temp_dir().join(format!("bench-pingpong-{}.csv", std::process::id()));
     let sizes_arg = crate::report::size_list(sizes);
-    let launch = launcher(layer, &me)?;
+    let launch = launcher(layer, &me, ppn)?;
     let mut cmd = match prefix.split_first() {
         Some((first, rest)) => {
             let mut c = std::process::Command::new(first);
@@ -225,18 +262,32 @@ pub(crate) fn under_charmrun_with(
     rows
 }
 
-/// `bench pe-pingpong`: one PE of a launched ping-pong job; PE 0 writes the CSV.
-pub(crate) fn pe_main(rt: Runtime, sizes: &[usize], iters: u64, csv: &Path) -> anyhow::Result<()> {
+/// `bench pe-pingpong`: one PE of a launched ping-pong job (PE 0 against `peer`); PE 0
+/// writes the CSV.
+pub(crate) fn pe_main(
+    rt: Runtime,
+    sizes: &[usize],
+    iters: u64,
+    csv: &Path,
+    peer: usize,
+) -> anyhow::Result<()> {
     let layer = rt.layer().to_owned();
-    let rows = job(rt, sizes, iters, &layer)?;
+    let rows = job(rt, sizes, iters, &layer, peer)?;
     if !rows.is_empty() {
         report::write_csv(csv, &rows.iter().collect::<Vec<_>>())?;
     }
     Ok(())
 }
 
-/// The handler-driven ping-pong on `rt`; PE 0's rows (empty on other PEs).
-fn job(rt: Runtime, sizes: &[usize], iters: u64, label: &str) -> anyhow::Result<Vec<Row>> {
+/// The handler-driven ping-pong between PE 0 and PE `peer` on `rt`; PE 0's rows (empty on
+/// other PEs).
+pub(crate) fn job(
+    rt: Runtime,
+    sizes: &[usize],
+    iters: u64,
+    label: &str,
+    peer: usize,
+) -> anyhow::Result<Vec<Row>> {
     let result = Mutex::new(Vec::new());
     let label = label.to_owned();
     let code = rt.run(|pe| {
@@ -254,7 +305,7 @@ fn job(rt: Runtime, sizes: &[usize], iters: u64, label: &str) -> anyhow::Result<
         let st = state.clone();
         let label = label.clone();
         let ball = pe.register("ball", move |pe, msg| {
-            if pe.my_pe() == 1 {
+            if pe.my_pe() == peer {
                 return pe.forward(0, msg);
             }
             let now = Instant::now();
@@ -288,13 +339,13 @@ fn job(rt: Runtime, sizes: &[usize], iters: u64, label: &str) -> anyhow::Result<
             };
             s.sent_at = Instant::now();
             drop(s);
-            pe.forward(1, msg);
+            pe.forward(peer, msg);
         });
         if pe.my_pe() == 0 {
             let first = state.borrow().sizes.first().copied();
             if let Some(size) = first {
                 state.borrow_mut().sent_at = Instant::now();
-                pe.send_msg(1, ball, Message::new(size));
+                pe.send_msg(peer, ball, Message::new(size));
             }
             let st = state.clone();
             pe.run_until(|_| st.borrow().finished || st.borrow().sizes.is_empty());

@@ -83,7 +83,7 @@ pub(crate) fn connect_back(addr: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn median(n: usize, mut f: impl FnMut() -> anyhow::Result<f64>) -> anyhow::Result<f64> {
+pub(crate) fn median(n: usize, mut f: impl FnMut() -> anyhow::Result<f64>) -> anyhow::Result<f64> {
     let mut v = (0..n).map(|_| f()).collect::<anyhow::Result<Vec<f64>>>()?;
     v.sort_by(f64::total_cmp);
     Ok(v[v.len() / 2])

@@ -406,7 +406,7 @@ impl<F: Fn(&mut Pe) + Sync> Job<'_, F> {
                 None => Ok(()),
             };
             let mut tun = self.tun;
-            if pe::host_oversubscribed(&table, node) {
+            if !pe::spin_policy(&table, node).1 {
                 tun.spin = std::time::Duration::ZERO;
             }
             let comm = std::panic::catch_unwind(AssertUnwindSafe(|| {

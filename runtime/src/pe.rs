@@ -88,22 +88,33 @@ fn host_cores() -> usize {
     }
 }
 
-/// Threads that poll on `node`'s host: its nodes' PEs, plus a communication thread for each
-/// node of several PEs.
-pub(crate) fn threads_on_host(table: &NodeTable, node: usize) -> usize {
+/// PEs and communication threads on `node`'s host: its nodes' PEs, plus a communication
+/// thread for each node of several PEs.
+pub(crate) fn threads_on_host(table: &NodeTable, node: usize) -> (usize, usize) {
     let host = table.node(node).map(|n| n.host.as_str());
     table
         .nodes()
         .iter()
         .filter(|n| Some(n.host.as_str()) == host)
-        .map(|n| n.num_pes + usize::from(n.num_pes > 1))
-        .sum()
+        .fold((0, 0), |(p, c), n| {
+            (p + n.num_pes, c + usize::from(n.num_pes > 1))
+        })
 }
 
-/// Whether threads that spin before blocking would take cores from each other on `node`'s
-/// host: then nobody should spin.
-pub(crate) fn host_oversubscribed(table: &NodeTable, node: usize) -> bool {
-    threads_on_host(table, node) > host_cores()
+/// How the threads of `node`'s host may spin, as (PEs may spin, communication threads may
+/// spin, spinning PEs should yield). Spinning before blocking only pays with a core to spare:
+/// on a host running more spinners than cores, a spinning thread takes the core from one that
+/// has work. PEs come first: the communication threads spin only when every thread has a
+/// core, and PEs that share cores with communication threads yield as they spin, so that a
+/// communication thread woken by an arrival runs at once.
+pub(crate) fn spin_policy(table: &NodeTable, node: usize) -> (bool, bool, bool) {
+    let (pes, comms) = threads_on_host(table, node);
+    let cores = host_cores();
+    (
+        pes <= cores,
+        pes + comms <= cores,
+        comms > 0 && pes + comms > cores,
+    )
 }
 
 impl Pe {
@@ -117,11 +128,11 @@ impl Pe {
         args: Arc<[String]>,
         variant: &'static str,
     ) -> Pe {
-        // Spinning before blocking only pays with a core to spare: on a host running more
-        // threads than it has cores, a spinning PE takes the core from one that has work.
-        if host_oversubscribed(&table, my_node) {
+        let (spin, _, yields) = spin_policy(&table, my_node);
+        if !spin {
             tun.spin = std::time::Duration::ZERO;
         }
+        tun.spin_yields = yields;
         Pe {
             my_pe,
             num_pes: table.num_pes(),

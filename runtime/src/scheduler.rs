@@ -38,6 +38,10 @@ pub(crate) const SETTINGS: &[SettingSpec] = &[
 pub(crate) struct Tunables {
     /// How long an idle PE keeps polling before it blocks (`sched.spin_us`).
     pub spin: Duration,
+    /// Whether a spinning PE yields its core every few turns: on a host with more threads than
+    /// cores (a communication thread per SMP node), so that a thread with work — the
+    /// communication thread woken by an arrival — gets the core at once.
+    pub spin_yields: bool,
     /// The longest single block while idle (`sched.idle_max_ms`); a block also ends at the next
     /// timer and whenever a message arrives.
     pub idle_max: Duration,
@@ -58,6 +62,7 @@ impl Tunables {
     pub(crate) fn from_settings(s: &Settings) -> Result<Tunables, MachineError> {
         let t = Tunables {
             spin: Duration::from_micros(s.get_or("sched.spin_us", 50)?),
+            spin_yields: false,
             idle_max: Duration::from_millis(s.get_or("sched.idle_max_ms", 10)?),
             batch: s.get_or("sched.batch", 64)?,
             branching: s.get_or("tree.branching", 4)?,
@@ -225,6 +230,9 @@ impl Pe {
             if idle_since.is_some() && !idle_turns.is_multiple_of(CLOCK_EVERY_IDLE) {
                 std::hint::spin_loop();
                 continue;
+            }
+            if self.tun.spin_yields {
+                std::thread::yield_now();
             }
             let now = Instant::now();
             if !self.timers.timers.is_empty() && self.fire_timers(now) {
