@@ -10,12 +10,14 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 /// `bench idle`: run the waiting job on `layer` for `secs` seconds and print each node's CPU.
-pub(crate) fn run(layer: &str, secs: f64) -> anyhow::Result<()> {
+/// With `ppn` above 1 each node runs that many PEs and a communication thread.
+pub(crate) fn run(layer: &str, secs: f64, ppn: usize) -> anyhow::Result<()> {
     let me = std::env::current_exe().context("finding the bench executable")?;
     let charmrun = crate::pingpong::charmrun_beside(&me)?;
     let out = std::env::temp_dir().join(format!("bench-idle-{}", std::process::id()));
     let status = std::process::Command::new(&charmrun)
-        .args(["+p2", "++quiet", "++timelimit", "600"])
+        .args([format!("+p{}", 2 * ppn), "++ppn".into(), ppn.to_string()])
+        .args(["++quiet", "++timelimit", "600"])
         .arg(&me)
         .args(["pe-wait", "--secs", &secs.to_string(), "--out"])
         .arg(&out)
@@ -46,8 +48,8 @@ pub(crate) fn run(layer: &str, secs: f64) -> anyhow::Result<()> {
         );
     }
     println!(
-        "(2 nodes on layer {layer} under charmrun, idle for {secs} s after start-up; CPU = the \
-         node's process, all threads, from getrusage)"
+        "(2 nodes of {ppn} PE(s) on layer {layer} under charmrun, idle for {secs} s after \
+         start-up; CPU = the node's process, all threads, from getrusage)"
     );
     Ok(())
 }

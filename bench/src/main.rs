@@ -7,7 +7,7 @@
 //!     (--layer mpi needs `--features mpi` and starts its jobs with mpirun)
 //! bench rate [--messages N] [--csv FILE]
 //! bench smp [--layers tcp,udp,si] [--iters N] [--messages N] [--ks 1,2]
-//! bench idle [--layer si] [--secs S]
+//! bench idle [--layer si] [--secs S] [--ppn K]
 //! bench udp [--iters N] [--runs R]
 //! ```
 
@@ -71,6 +71,9 @@ enum Cmd {
         /// Idle seconds measured.
         #[arg(long, default_value_t = 10.0)]
         secs: f64,
+        /// PEs per node (above 1: SMP mode, with a communication thread per node).
+        #[arg(long, default_value_t = 1)]
+        ppn: usize,
     },
     /// One PE of the job `bench idle` measures.
     #[command(hide = true)]
@@ -331,7 +334,7 @@ fn main() -> ExitCode {
             direct::pe_main(&layer, &job.sizes, job.iters, &job.csv, settings)
         }
         Cmd::Startup { pes, layer } => startup::run(&pes, &layer),
-        Cmd::Idle { layer, secs } => idle::run(&layer, secs.max(1.0)),
+        Cmd::Idle { layer, secs, ppn } => idle::run(&layer, secs.max(1.0), ppn.max(1)),
         Cmd::PeWait { secs, out } => converse::Runtime::from_args(argv)
             .map_err(anyhow::Error::from)
             .and_then(|rt| idle::pe_main(rt, secs, &out)),
