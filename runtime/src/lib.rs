@@ -111,6 +111,12 @@ impl RuntimeBuilder {
         self
     }
 
+    /// `+ppn`: PEs per node (default 1; above 1, SMP mode).
+    pub fn pes_per_node(mut self, k: usize) -> RuntimeBuilder {
+        self.args.pes_per_node = k;
+        self
+    }
+
     /// `+machine`: the layer to run on (default: as [`Runtime::from_args`] chooses).
     pub fn layer(mut self, name: &str) -> RuntimeBuilder {
         self.args.machine = Some(name.to_owned());
@@ -385,10 +391,24 @@ impl<F: Fn(&mut Pe) + Sync> Job<'_, F> {
                         rank,
                     };
                     let table = table.clone();
+                    let shared = &shared;
                     let spawned = std::thread::Builder::new()
                         .name(format!("pe{}", first + rank))
                         .stack_size(PE_STACK)
-                        .spawn_scoped(s, move || self.run_pe(link, table, node, first + rank));
+                        .spawn_scoped(s, move || {
+                            // `run_pe` catches the program's panics; one outside them would
+                            // leave the communication thread waiting for this PE forever.
+                            let me = first + rank;
+                            std::panic::catch_unwind(AssertUnwindSafe(|| {
+                                self.run_pe(link, table, node, me)
+                            }))
+                            .unwrap_or_else(|_| {
+                                shared.request_abort(format!(
+                                    "PE {me} (node {node}): panicked outside its handlers"
+                                ));
+                                Err(RuntimeError::Panicked(me))
+                            })
+                        });
                     spawned.unwrap_or_else(|e| {
                         eprintln!(
                             "converse: cannot start the thread of PE {}: {e}",

@@ -221,4 +221,39 @@ mod particular {
         assert_ne!(o.code, Some(0), "{o}");
         assert!(o.stderr.contains("cannot pin PE"), "{o}");
     }
+
+    #[test]
+    fn a_process_that_dies_ends_the_job_naming_its_node_and_pes() {
+        for machine in ["tcp", "udp", "si"] {
+            let o =
+                smp(charmrun(machine), 2).run(PROGRAM, 4, &["proc-exit"], Duration::from_secs(60));
+            assert_eq!(o.code, Some(3), "{machine}\n{o}");
+            assert!(o.stderr.contains("node 1 (PEs 2-3)"), "{machine}\n{o}");
+        }
+    }
+
+    #[test]
+    fn every_line_of_every_pe_arrives_once_and_whole() {
+        let (pes, lines, width) = (8, 2000, 100);
+        let o = expect_ok(
+            &smp(charmrun("tcp"), 4),
+            PROGRAM,
+            pes,
+            &["print", &lines.to_string(), &width.to_string()],
+        );
+        let mut seen = std::collections::HashMap::new();
+        let tail = "x".repeat(width);
+        for l in o.stdout.lines().filter(|l| l.starts_with("print PE ")) {
+            let Some((head, rest)) = l.split_once(" line ") else {
+                panic!("spliced line: {l}");
+            };
+            let Some((k, xs)) = rest.split_once(' ') else {
+                panic!("spliced line: {l}");
+            };
+            assert_eq!(xs, tail, "spliced line: {l}");
+            *seen.entry((head.to_owned(), k.to_owned())).or_insert(0) += 1;
+        }
+        assert_eq!(seen.len(), pes * lines, "lines lost");
+        assert!(seen.values().all(|&c| c == 1), "lines doubled");
+    }
 }
