@@ -385,3 +385,106 @@ impl NodeShared {
         self.waker.is_some()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Instant;
+
+    fn node(pes: usize) -> NodeShared {
+        NodeShared::new(1, &NodeTable::uniform(3, pes), "test", None)
+    }
+
+    fn msg(dst: u32, prio: i32, tag: u8) -> Message {
+        let mut m = Message::from_payload(&[tag]).with_priority(prio);
+        m.set_dst_pe(dst);
+        m
+    }
+
+    #[test]
+    fn arrivals_go_to_their_pe_the_node_queue_or_rank_0() {
+        let n = node(2);
+        n.deliver(msg(3, 0, 1));
+        n.deliver(msg(NODE_BIT | 1, 0, 2));
+        n.deliver(msg(0, 0, 3)); // another node's PE: rank 0 drops it as misaddressed
+        assert_eq!(n.inboxes[1].pop().map(|m| m.payload()[0]), Some(1));
+        assert_eq!(n.inboxes[0].pop().map(|m| m.payload()[0]), Some(3));
+        assert!(!n.node_queue.is_empty());
+        assert_eq!(
+            n.node_queue.pop_before(None).map(|m| m.payload()[0]),
+            Some(2)
+        );
+        assert!(n.node_queue.is_empty());
+    }
+
+    #[test]
+    fn node_messages_keep_their_place_in_priority_order() {
+        let n = node(2);
+        n.post_node(msg(NODE_BIT | 1, 5, 1));
+        // A PE whose own next message has priority 0 keeps it first ...
+        assert!(n.node_queue.pop_before(Some(0)).is_none());
+        // ... and takes the node message when it has nothing better.
+        assert_eq!(
+            n.node_queue.pop_before(Some(7)).map(|m| m.payload()[0]),
+            Some(1)
+        );
+        n.post_node(msg(NODE_BIT | 1, -1, 2));
+        assert_eq!(
+            n.node_queue.pop_before(Some(0)).map(|m| m.payload()[0]),
+            Some(2)
+        );
+    }
+
+    #[test]
+    fn a_sleeping_pe_is_woken_by_a_push_and_a_wake_is_never_lost() {
+        let n = Arc::new(node(2));
+        let t = Instant::now();
+        let pusher = {
+            let n = Arc::clone(&n);
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(20));
+                n.inboxes[0].push(msg(2, 0, 9));
+            })
+        };
+        // Sleeps until the push (the loop covers spurious returns), far below its timeout.
+        while n.inboxes[0].is_empty() {
+            n.worker_sleep(0, Duration::from_secs(20));
+        }
+        assert!(t.elapsed() < Duration::from_secs(10));
+        pusher.join().unwrap();
+        // Work already there: no sleep at all.
+        let t = Instant::now();
+        n.worker_sleep(0, Duration::from_secs(20));
+        assert!(t.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn what_is_held_for_a_peer_counts_the_outbox_and_the_layer() {
+        let n = node(2);
+        let m = msg(4, 0, 0);
+        let len = m.wire_len();
+        n.post(2, m);
+        assert_eq!(n.held(2), len);
+        let (dest, m) = n.next_outgoing().unwrap();
+        assert_eq!(dest, 2);
+        n.sent(2, m.wire_len(), 100);
+        assert_eq!(n.held(2), 100);
+        n.layer_holds(2, 0);
+        assert_eq!(n.held(2), 0);
+        assert_eq!(n.held(99), 0);
+    }
+
+    #[test]
+    fn the_node_ends_once_every_worker_is_done_with_the_first_nonzero_code() {
+        let n = node(3);
+        n.worker_done(0);
+        n.worker_done(4);
+        assert!(!n.workers_done());
+        n.worker_done(5);
+        assert!(n.workers_done());
+        assert_eq!(n.exit_code(), 4);
+        assert!(n.abort_requested().is_none());
+        n.request_abort("why".into());
+        assert_eq!(n.abort_requested().as_deref(), Some("why"));
+    }
+}
