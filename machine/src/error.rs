@@ -19,12 +19,13 @@ pub enum MachineError {
         reason: String,
     },
     /// A peer sent nothing for longer than the layer waits while data to it is outstanding. The
-    /// layer cannot tell a dead or stopped node from one busy in a long handler (its protocol
-    /// does not run then), so it says which setting to raise for the latter.
+    /// layer cannot tell a dead or stopped node from one busy in a long handler (with one PE
+    /// per process its protocol does not run then), so it says what to do for the latter.
     #[error(
         "node {node} ({host}) sent nothing for {secs:.1} s while data to it waited: it died, was \
          stopped, or is busy in a handler for longer than {setting} allows (for long handlers, \
-         raise it: +set {setting}=SECONDS)"
+         run with ++ppn 2 or more, whose communication thread keeps answering while PEs \
+         compute, or raise it: +set {setting}=SECONDS)"
     )]
     PeerSilent {
         /// The silent node.
