@@ -80,6 +80,17 @@ impl Link {
         }
     }
 
+    /// The longest single block of this PE when idle: `idle_max` for a PE that waits in the
+    /// layer (a layer's wait may need the scheduler back now and then); far longer for a
+    /// worker, whose every arrival (inbox, node queue, exit) unparks it, so that an idle SMP
+    /// node's workers do not wake a hundred times a second for nothing.
+    pub(crate) fn idle_cap(&self, idle_max: Duration) -> Duration {
+        match self {
+            Link::Own(_) => idle_max,
+            Link::Worker { .. } => WORKER_IDLE_MAX.max(idle_max),
+        }
+    }
+
     /// Block until something may have arrived for this PE, or `timeout`.
     pub(crate) fn wait(&mut self, timeout: Duration) -> Result<(), MachineError> {
         match self {
@@ -91,6 +102,9 @@ impl Link {
         }
     }
 }
+
+/// Longest single park of an idle worker (see [`Link::idle_cap`]).
+const WORKER_IDLE_MAX: Duration = Duration::from_secs(1);
 
 /// Most messages a worker takes from its inbox per poll.
 const INBOX_BATCH: usize = 256;

@@ -252,9 +252,10 @@ impl Pe {
                     continue;
                 }
             }
+            let cap = self.link.idle_cap(self.tun.idle_max);
             let timeout = match self.timers.next_due() {
-                Some(due) => due.saturating_duration_since(now).min(self.tun.idle_max),
-                None => self.tun.idle_max,
+                Some(due) => due.saturating_duration_since(now).min(cap),
+                None => cap,
             };
             if let Err(e) = self.link.wait(timeout) {
                 self.fatal(&e.to_string());
