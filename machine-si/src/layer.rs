@@ -27,13 +27,15 @@
 
 use crate::interconnect::Si;
 use crate::pull::PullError;
+use crate::wake::SiWaker;
 use charmrun::client::{Control, LaunchEnv};
 use converse_machine::{
-    BootConfig, Layer, Machine, MachineError, Message, NodeTable, SettingSpec, HEADROOM,
+    BootConfig, Layer, Machine, MachineError, Message, NodeTable, SettingSpec, Wake, HEADROOM,
 };
 use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The registry entry for this layer.
@@ -162,6 +164,8 @@ pub struct SiMachine {
     incoming: Vec<Option<Incoming>>,
     /// Buffers of small messages sent, kept to receive small messages into.
     spares: Vec<Vec<u8>>,
+    /// Ends `wait` from other threads: a flag its sleep checks and our own doorbell.
+    waker: Arc<SiWaker>,
 }
 
 // By hand: the fields are the layer's working state (sockets, queues, buffers); the node
@@ -287,6 +291,9 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
         })
         .collect();
     let chunk = si.max_write().min(PIECE) - HEADER;
+    let bell = si
+        .own_bell()
+        .ok_or_else(|| MachineError::Boot("the SI port is not open".into()))?;
     Ok(vec![Box::new(SiMachine {
         me,
         table,
@@ -303,6 +310,7 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
         lending: Vec::new(),
         incoming: (0..n).map(|_| None).collect(),
         spares: Vec::with_capacity(SPARES),
+        waker: Arc::new(SiWaker::new(bell)),
     })])
 }
 
@@ -699,6 +707,10 @@ impl Machine for SiMachine {
         Ok(n)
     }
 
+    fn waker(&self) -> Option<Arc<dyn Wake>> {
+        Some(self.waker.clone())
+    }
+
     fn wait(&mut self, timeout: Duration) -> Result<(), MachineError> {
         // Idle is when a receiver's copy of our loan gets our help (it rings us to offer it).
         if !self.lending.is_empty() && self.help_receivers() {
@@ -709,7 +721,10 @@ impl Machine for SiMachine {
         } else {
             timeout.min(BACKLOG_NAP)
         };
-        self.si.wait(t);
+        let waker = &self.waker;
+        self.si.wait_unless(t, || waker.pending());
+        // A wake is answered by this return (the barrier's and exit's naps leave it pending).
+        waker.take();
         Ok(())
     }
 
