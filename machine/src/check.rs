@@ -410,6 +410,25 @@ fn exercise(
     }
 }
 
+/// Check only the [`Wake`] contract on one node, for a layer whose nodes cannot all run in one
+/// process (MPI: one node per process), on the thread that runs the node (the one whose `wait`
+/// a wake must end). The interconnect must be quiet: no peer sends to this node meanwhile.
+/// `Ok(false)` when the layer has no [`waker`](Machine::waker).
+///
+/// # Errors
+/// What broke the contract (a wake lost, a message that arrived), naming the node.
+pub fn waker(m: &mut dyn Machine) -> Result<bool, CheckError> {
+    let Some(w) = m.waker() else {
+        return Ok(false);
+    };
+    check_waker(m, &w).map_err(|what| CheckError {
+        layer: m.layer(),
+        node: m.my_node(),
+        what,
+    })?;
+    Ok(true)
+}
+
 /// The [`Wake`] contract: a wake from another thread ends a `wait`; a wake before `wait`
 /// makes it return at once; many wakes from several threads end a `wait` and leave the waker
 /// working. No message may arrive meanwhile.
