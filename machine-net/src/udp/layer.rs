@@ -340,6 +340,10 @@ impl Machine for UdpMachine {
         self.ep.held(node)
     }
 
+    fn in_transfer(&self) -> bool {
+        self.ep.in_transfer()
+    }
+
     fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
         self.progress(deliver).map_err(|f| self.failure(f))
     }
