@@ -692,6 +692,15 @@ impl Machine for SiMachine {
         self.held.get(node).copied().unwrap_or(0)
     }
 
+    fn in_transfer(&self) -> bool {
+        // Out: pieces (or whole records) wait for ring room the receiver is freeing, or a lent
+        // buffer waits to be pulled (the receiver may offer us chunks of the copy, which we
+        // take sooner polling than woken). In: a message read in pieces, the rest to come.
+        !self.backlog.is_empty()
+            || !self.lending.is_empty()
+            || self.incoming.iter().any(Option::is_some)
+    }
+
     fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
         let mut n = 0;
         if !self.backlog.is_empty() {
