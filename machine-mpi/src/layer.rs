@@ -618,6 +618,13 @@ impl Machine for MpiMachine {
         self.backlog_bytes.get(node).copied().unwrap_or(0)
     }
 
+    fn in_transfer(&self) -> bool {
+        // Out: a large send whose data is still moving (rendezvous: it needs our progress
+        // calls, which `advance` makes), or messages waiting for credit that is on its way.
+        // In: a huge message whose pieces are still coming.
+        self.sends.large() > 0 || self.backlogged() || self.incoming.iter().any(Option::is_some)
+    }
+
     fn waker(&self) -> Option<Arc<dyn Wake>> {
         Some(self.waker.clone())
     }
@@ -625,7 +632,9 @@ impl Machine for MpiMachine {
     fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
         // Completing sends only frees their buffers (every probe below drives MPI's progress
         // engine already), so it waits until a few have gathered: one call fewer per message.
-        if self.sends.len() >= COMPLETE_EVERY {
+        // A large send is asked about at once: until it is known complete, `in_transfer`
+        // keeps the scheduler polling.
+        if self.sends.len() >= COMPLETE_EVERY || self.sends.large() > 0 {
             self.sends.complete()?;
         }
         let mut n = 0;
