@@ -367,7 +367,7 @@ impl Si {
     }
 
     /// [`Si::wait`], not sleeping at all when `also` says so; `also` is asked after this
-    /// node says it sleeps, so whoever makes it true and then rings [`Si::own_bell`] either
+    /// node says it sleeps, so whoever makes it true and then rings this node's own bell either
     /// keeps this node from sleeping or wakes it.
     pub fn wait_unless(&self, timeout: Duration, also: impl Fn() -> bool) {
         if let Some(p) = self.port.as_ref() {
