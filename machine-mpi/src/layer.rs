@@ -5,7 +5,8 @@
 //! advance():         MPI_Testsome(sends) ; while MPI_Improbe(ANY_SOURCE) finds a message:
 //!                        allocate its exact size, MPI_Mrecv into it, hand it up
 //! wait(t):           MPI_Iprobe, napping between probes (MPI has no blocking wait that
-//!                    does not spin), the nap growing while nothing comes
+//!                    does not spin), the nap growing while nothing comes; a wake from
+//!                    another thread (`wake.rs`) ends the nap and the wait
 //! barrier():         MPI_Ibarrier, keeping sends and receives moving until it completes
 //! exit():            finish the sends (2 s at most), a second MPI_Ibarrier, MPI_Finalize
 //! abort():           print the reason, MPI_Abort
@@ -31,8 +32,9 @@
 use crate::launcher_env;
 use crate::mpi_call;
 use crate::sends::{InFlight, Keep};
+use crate::wake::MpiWaker;
 use converse_machine::{
-    BootConfig, Layer, Machine, MachineError, Message, NodeInfo, NodeTable, HEADROOM,
+    BootConfig, Layer, Machine, MachineError, Message, NodeInfo, NodeTable, Wake, HEADROOM,
 };
 use mpi::ffi;
 use mpi::topology::Communicator;
@@ -134,6 +136,8 @@ pub struct MpiMachine {
     /// A message went out or came in since `wait` last looked (a flag, so that the hot path
     /// does not read the clock).
     active: bool,
+    /// Ends `wait` from other threads, with no MPI call.
+    waker: Arc<MpiWaker>,
 }
 
 // By hand: the fields are the layer's working state (MPI handles among them).
@@ -200,6 +204,8 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
                 nap: NAP_MIN,
                 last_activity: Instant::now(),
                 active: false,
+                // The booting thread is the one FUNNELED lets call MPI: the one that naps.
+                waker: Arc::new(MpiWaker::for_this_thread()),
             })])
         }
         Err(e) => {
@@ -621,10 +627,23 @@ impl Machine for MpiMachine {
         self.backlog_bytes.get(node).copied().unwrap_or(0)
     }
 
+    fn in_transfer(&self) -> bool {
+        // Out: a large send whose data is still moving (rendezvous: it needs our progress
+        // calls, which `advance` makes), or messages waiting for credit that is on its way.
+        // In: a huge message whose pieces are still coming.
+        self.sends.large() > 0 || self.backlogged() || self.incoming.iter().any(Option::is_some)
+    }
+
+    fn waker(&self) -> Option<Arc<dyn Wake>> {
+        Some(self.waker.clone())
+    }
+
     fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
         // Completing sends only frees their buffers (every probe below drives MPI's progress
         // engine already), so it waits until a few have gathered: one call fewer per message.
-        if self.sends.len() >= COMPLETE_EVERY {
+        // A large send is asked about at once: until it is known complete, `in_transfer`
+        // keeps the scheduler polling.
+        if self.sends.len() >= COMPLETE_EVERY || self.sends.large() > 0 {
             self.sends.complete()?;
         }
         let mut n = 0;
@@ -660,6 +679,9 @@ impl Machine for MpiMachine {
             self.last_activity = Instant::now();
         }
         loop {
+            if self.waker.take() {
+                return Ok(());
+            }
             self.sends.complete()?;
             if self.probe()? {
                 return Ok(());
@@ -675,7 +697,8 @@ impl Machine for MpiMachine {
                 std::thread::yield_now();
                 continue;
             }
-            std::thread::sleep(self.nap.min(deadline - now));
+            // A wake ends the nap at once (an unpark; see wake.rs for the worst case).
+            self.waker.nap(self.nap.min(deadline - now));
             self.nap = (self.nap * 2).min(NAP_MAX);
         }
     }

@@ -15,6 +15,9 @@ pub mod launcher_env;
 mod layer;
 #[cfg(feature = "mpi")]
 mod sends;
+// Needs no MPI: its tests run in every build.
+#[cfg(any(feature = "mpi", test))]
+mod wake;
 
 #[cfg(feature = "mpi")]
 pub use layer::{boot, MpiMachine, LAYER};

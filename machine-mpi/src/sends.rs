@@ -21,6 +21,22 @@ pub(crate) enum Keep {
     Shared(Arc<Message>),
 }
 
+/// Sends from this many bytes count as large: beyond the eager limits of MPI's usual transports
+/// (Open MPI: 4 KiB in shared memory, 64 KiB over TCP), MPI moves them by rendezvous, so their
+/// data is still on its way after `MPI_Isend` returns and needs this rank's progress calls.
+pub(crate) const LARGE: usize = 64 << 10;
+
+impl Keep {
+    /// Whether the send that reads it is [`LARGE`]: a whole message that large, or a piece of
+    /// a huge one (pieces are at least 4 KiB and usually far larger).
+    fn is_large(&self) -> bool {
+        match self {
+            Keep::One(m) => m.wire_len() >= LARGE,
+            Keep::Shared(_) => true,
+        }
+    }
+}
+
 /// The posted sends of one node.
 pub(crate) struct InFlight {
     requests: Vec<ffi::MPI_Request>,
@@ -28,6 +44,8 @@ pub(crate) struct InFlight {
     messages: Vec<Keep>,
     /// Scratch for `MPI_Testsome`'s answer, kept to avoid an allocation per call.
     done: Vec<c_int>,
+    /// How many of the sends are [`LARGE`].
+    large: usize,
 }
 
 impl InFlight {
@@ -37,6 +55,7 @@ impl InFlight {
             requests: Vec::new(),
             messages: Vec::new(),
             done: Vec::new(),
+            large: 0,
         }
     }
 
@@ -50,8 +69,15 @@ impl InFlight {
         self.requests.is_empty()
     }
 
+    /// How many [`LARGE`] sends are in flight (not yet reported complete by
+    /// [`complete`](Self::complete)).
+    pub(crate) fn large(&self) -> usize {
+        self.large
+    }
+
     /// Keep `request` (already posted) and the message it reads until it completes.
     pub(crate) fn push(&mut self, request: ffi::MPI_Request, msg: Keep) {
+        self.large += usize::from(msg.is_large());
         self.requests.push(request);
         self.messages.push(msg);
     }
@@ -88,7 +114,9 @@ impl InFlight {
         for &i in done.iter() {
             let i = i as usize;
             self.requests.swap_remove(i);
-            self.messages.swap_remove(i);
+            if self.messages.swap_remove(i).is_large() {
+                self.large -= 1;
+            }
         }
         Ok(count as usize)
     }
@@ -105,6 +133,7 @@ impl InFlight {
             }
         }
         self.requests.clear();
+        self.large = 0;
         for m in self.messages.drain(..) {
             std::mem::forget(m);
         }

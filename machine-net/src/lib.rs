@@ -17,3 +17,4 @@ mod mesh;
 pub mod tcp;
 #[cfg(feature = "udp")]
 pub mod udp;
+mod wake;

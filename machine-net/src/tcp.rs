@@ -2,13 +2,15 @@
 //! nodes, opened on first use (see `mesh.rs`).
 //!
 //! Every socket is non-blocking and driven by the scheduler's poll loop; an idle node blocks in
-//! `epoll_wait` on all of them. Framing and buffers: `conn.rs`.
+//! `epoll_wait` on all of them, and on the eventfd its [`waker`](Machine::waker) rings
+//! (`wake.rs`). Framing and buffers: `conn.rs`.
 
 use crate::conn::{Conn, ConnError};
 use crate::mesh::{self, Intro, Kind, Pending};
+use crate::wake::WakeFd;
 use charmrun::client::{Control, LaunchEnv};
 use charmrun::protocol::SECRET_LEN;
-use converse_machine::{BootConfig, Layer, Machine, MachineError, Message, NodeTable};
+use converse_machine::{BootConfig, Layer, Machine, MachineError, Message, NodeTable, Wake};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use std::collections::VecDeque;
 use std::net::TcpListener;
@@ -42,6 +44,7 @@ const MAX_STRANGERS: usize = 64;
 /// Epoll tokens: a connection is its peer's node number; these are the others.
 const LISTENER: u64 = u64::MAX;
 const PENDING: u64 = u64::MAX - 1;
+const WAKE: u64 = u64::MAX - 2;
 
 /// What this node has with one peer (see `mesh.rs` for how the pair's connection comes about).
 #[derive(Default)]
@@ -73,6 +76,8 @@ pub struct TcpMachine {
     events: Vec<EpollEvent>,
     advances: u32,
     ctl: std::sync::Arc<Control>,
+    /// In the epoll set: other threads ring it to end `wait`.
+    wake: WakeFd,
 }
 
 // By hand: the fields are the layer's working state (sockets, queues, buffers); the node
@@ -114,6 +119,10 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
     epoll
         .add(&listener, EpollEvent::new(EpollFlags::EPOLLIN, LISTENER))
         .map_err(|e| MachineError::io("epoll_ctl", e.into()))?;
+    let wake = WakeFd::new().map_err(|e| MachineError::io("creating the node's eventfd", e))?;
+    epoll
+        .add(wake.fd(), EpollEvent::new(EpollFlags::EPOLLIN, WAKE))
+        .map_err(|e| MachineError::io("epoll_ctl", e.into()))?;
     let n = table.num_nodes();
     Ok(vec![Box::new(TcpMachine {
         me: env.node,
@@ -128,6 +137,7 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
         events: vec![EpollEvent::empty(); 64],
         advances: 0,
         ctl: std::sync::Arc::new(ctl),
+        wake,
     })])
 }
 
@@ -136,6 +146,18 @@ fn epoll_err(e: nix::errno::Errno) -> MachineError {
 }
 
 impl TcpMachine {
+    /// A nap outside `wait` (barrier, exit): up to 1 ms in `epoll_wait`. A wake it sees is
+    /// reset, so the nap does not turn into a spin, and kept for the next `wait`.
+    fn nap(&mut self) {
+        let ready = self
+            .epoll
+            .wait(&mut self.events, EpollTimeout::from(1u16))
+            .unwrap_or(0);
+        if self.events[..ready].iter().any(|e| e.data() == WAKE) {
+            self.wake.reset();
+        }
+    }
+
     fn dead(&self, node: usize, reason: String) -> MachineError {
         MachineError::peer_dead(&self.table, node, reason)
     }
@@ -372,6 +394,8 @@ impl Machine for TcpMachine {
         for i in 0..ready {
             match self.events[i].data() {
                 LISTENER | PENDING => accept = true,
+                // Left rung for `wait`, which returns at once: no read on the message path.
+                WAKE => {}
                 peer => n += self.receive_from(peer as usize, deliver)?,
             }
         }
@@ -384,19 +408,32 @@ impl Machine for TcpMachine {
         Ok(n)
     }
 
+    fn waker(&self) -> Option<std::sync::Arc<dyn Wake>> {
+        Some(self.wake.waker())
+    }
+
     fn wait(&mut self, timeout: Duration) -> Result<(), MachineError> {
+        if self.wake.take() {
+            // Woken during the barrier's nap, and not answered yet.
+            return Ok(());
+        }
         let ms = timeout.as_millis().clamp(1, u16::MAX as u128) as u16;
         let ready = match self.epoll.wait(&mut self.events, EpollTimeout::from(ms)) {
             Ok(r) => r,
             Err(nix::errno::Errno::EINTR) => 0,
             Err(e) => return Err(MachineError::io("epoll_wait", e.into())),
         };
-        if self.events[..ready]
-            .iter()
-            .any(|e| e.data() == LISTENER || e.data() == PENDING)
-        {
-            // New connections and introductions are taken at the next advance.
-            self.advances = ACCEPT_EVERY - 1;
+        for e in &self.events[..ready] {
+            match e.data() {
+                // New connections and introductions are taken at the next advance.
+                LISTENER | PENDING => self.advances = ACCEPT_EVERY - 1,
+                WAKE => {
+                    self.wake.reset();
+                    // Answered by this return.
+                    self.wake.take();
+                }
+                _ => {}
+            }
         }
         Ok(())
     }
@@ -407,7 +444,7 @@ impl Machine for TcpMachine {
         let ctl = std::sync::Arc::clone(&self.ctl);
         ctl.barrier_while(|| {
             let r = self.advance(deliver);
-            let _ = self.epoll.wait(&mut self.events, EpollTimeout::from(1u16));
+            self.nap();
             r.map(|_| ())
         })
     }
@@ -423,7 +460,7 @@ impl Machine for TcpMachine {
             if self.flush_backlog().is_err() {
                 break;
             }
-            let _ = self.epoll.wait(&mut self.events, EpollTimeout::from(1u16));
+            self.nap();
         }
         self.ctl.ending(code)
     }

@@ -23,7 +23,7 @@
 use crate::coop::{self, Offer};
 use crate::pull::{self, ProbeWord, PullError};
 use crate::ring::{Consumer, Producer, Ring};
-use crate::segment::{Bell, Segment};
+use crate::segment::{Bell, OwnBell, Segment};
 use nix::sys::signal::kill;
 use nix::unistd::Pid;
 use std::cell::Cell;
@@ -363,9 +363,22 @@ impl Si {
 
     /// Sleep until a writer rings this node's doorbell, or `timeout`.
     pub fn wait(&self, timeout: Duration) {
+        self.wait_unless(timeout, || false);
+    }
+
+    /// [`Si::wait`], not sleeping at all when `also` says so; `also` is asked after this
+    /// node says it sleeps, so whoever makes it true and then rings this node's own bell either
+    /// keeps this node from sleeping or wakes it.
+    pub fn wait_unless(&self, timeout: Duration, also: impl Fn() -> bool) {
         if let Some(p) = self.port.as_ref() {
-            p.sleep(timeout, || self.any_waiting());
+            p.sleep(timeout, || also() || self.any_waiting());
         }
+    }
+
+    /// This node's own doorbell, for its other threads: ringing it ends a [`Si::wait`]. `None`
+    /// before [`Si::open`].
+    pub(crate) fn own_bell(&self) -> Option<OwnBell> {
+        self.port.as_ref().map(Segment::own_bell)
     }
 
     /// `si_close`: remove this node's port file. Mappings (ours and the peers') stay valid, so

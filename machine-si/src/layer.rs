@@ -27,13 +27,15 @@
 
 use crate::interconnect::Si;
 use crate::pull::PullError;
+use crate::wake::SiWaker;
 use charmrun::client::{Control, LaunchEnv};
 use converse_machine::{
-    BootConfig, Layer, Machine, MachineError, Message, NodeTable, SettingSpec, HEADROOM,
+    BootConfig, Layer, Machine, MachineError, Message, NodeTable, SettingSpec, Wake, HEADROOM,
 };
 use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The registry entry for this layer.
@@ -162,6 +164,8 @@ pub struct SiMachine {
     incoming: Vec<Option<Incoming>>,
     /// Buffers of small messages sent, kept to receive small messages into.
     spares: Vec<Vec<u8>>,
+    /// Ends `wait` from other threads: a flag its sleep checks and our own doorbell.
+    waker: Arc<SiWaker>,
 }
 
 // By hand: the fields are the layer's working state (sockets, queues, buffers); the node
@@ -287,6 +291,9 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
         })
         .collect();
     let chunk = si.max_write().min(PIECE) - HEADER;
+    let bell = si
+        .own_bell()
+        .ok_or_else(|| MachineError::Boot("the SI port is not open".into()))?;
     Ok(vec![Box::new(SiMachine {
         me,
         table,
@@ -303,6 +310,7 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
         lending: Vec::new(),
         incoming: (0..n).map(|_| None).collect(),
         spares: Vec::with_capacity(SPARES),
+        waker: Arc::new(SiWaker::new(bell)),
     })])
 }
 
@@ -684,6 +692,15 @@ impl Machine for SiMachine {
         self.held.get(node).copied().unwrap_or(0)
     }
 
+    fn in_transfer(&self) -> bool {
+        // Out: pieces (or whole records) wait for ring room the receiver is freeing, or a lent
+        // buffer waits to be pulled (the receiver may offer us chunks of the copy, which we
+        // take sooner polling than woken). In: a message read in pieces, the rest to come.
+        !self.backlog.is_empty()
+            || !self.lending.is_empty()
+            || self.incoming.iter().any(Option::is_some)
+    }
+
     fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
         let mut n = 0;
         if !self.backlog.is_empty() {
@@ -699,6 +716,10 @@ impl Machine for SiMachine {
         Ok(n)
     }
 
+    fn waker(&self) -> Option<Arc<dyn Wake>> {
+        Some(self.waker.clone())
+    }
+
     fn wait(&mut self, timeout: Duration) -> Result<(), MachineError> {
         // Idle is when a receiver's copy of our loan gets our help (it rings us to offer it).
         if !self.lending.is_empty() && self.help_receivers() {
@@ -709,7 +730,10 @@ impl Machine for SiMachine {
         } else {
             timeout.min(BACKLOG_NAP)
         };
-        self.si.wait(t);
+        let waker = &self.waker;
+        self.si.wait_unless(t, || waker.pending());
+        // A wake is answered by this return (the barrier's and exit's naps leave it pending).
+        waker.take();
         Ok(())
     }
 

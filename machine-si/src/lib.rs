@@ -27,5 +27,6 @@ pub mod layer;
 pub mod pull;
 mod ring;
 mod segment;
+mod wake;
 
 pub use layer::LAYER;

@@ -17,6 +17,7 @@ use std::fs::OpenOptions;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 const MAGIC: u64 = 0x5349_5f50_4f52_5431; // "SI_PORT1"
@@ -25,7 +26,8 @@ const HEADER: usize = 128;
 /// A mapped port.
 pub(crate) struct Segment {
     path: PathBuf,
-    map: MmapRaw,
+    /// Shared with the owner's [`OwnBell`]s, which may outlive the segment on other threads.
+    map: Arc<MmapRaw>,
     nodes: usize,
     cap: usize,
 }
@@ -55,7 +57,7 @@ impl Segment {
         // A fresh file reads as zeros: every ring starts empty. Pages are allocated on first
         // touch, so unused rings cost nothing.
         f.set_len(size(nodes, cap) as u64)?;
-        let map = MmapOptions::new().map_raw(&f)?;
+        let map = Arc::new(MmapOptions::new().map_raw(&f)?);
         let seg = Segment {
             path: path.to_owned(),
             map,
@@ -107,7 +109,7 @@ impl Segment {
         }
         Ok(Segment {
             path: path.to_owned(),
-            map,
+            map: Arc::new(map),
             nodes,
             cap,
         })
@@ -174,6 +176,14 @@ impl Segment {
         }
     }
 
+    /// Owner side: its own doorbell, for other threads of its process to ring (the layer's
+    /// waker). It keeps the mapping alive, so it may outlive the segment.
+    pub(crate) fn own_bell(&self) -> OwnBell {
+        OwnBell {
+            map: self.map.clone(),
+        }
+    }
+
     /// Owner side: sleep until a writer rings or `timeout` passes, unless `has_work` says there
     /// is already something to read.
     pub(crate) fn sleep(&self, timeout: Duration, has_work: impl Fn() -> bool) {
@@ -218,6 +228,23 @@ impl Bell {
             self.word(0).fetch_add(1, Ordering::SeqCst);
             futex_wake(self.word(0));
         }
+    }
+}
+
+/// A port's doorbell as its owner's other threads hold it: like [`Bell`], but owning a share of
+/// the mapping, so ringing it is sound whenever it is rung.
+pub(crate) struct OwnBell {
+    map: Arc<MmapRaw>,
+}
+
+impl OwnBell {
+    /// Wake the owner if it sleeps; as [`Bell::ring`], so whatever the caller stored before
+    /// ringing is seen by the owner's `has_work` or ends its sleep.
+    pub(crate) fn ring(&self) {
+        Bell {
+            base: self.map.as_mut_ptr(),
+        }
+        .ring();
     }
 }
 

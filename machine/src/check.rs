@@ -9,7 +9,11 @@
 //! 2. sends another stream and goes straight into [`Machine::barrier`]: what arrives during
 //!    the barrier must reach the barrier's `deliver`, the rest the next `advance`, and none may
 //!    be lost or doubled;
-//! 3. meets the others in a second barrier and calls [`Machine::exit`].
+//! 3. if the layer has a [`waker`](Machine::waker) (while every node is past that barrier
+//!    and the interconnect is quiet): a wake from another thread ends a long `wait`, a wake
+//!    before `wait` makes it return at once, a burst of wakes from several threads ends a
+//!    `wait` and leaves the waker working;
+//! 4. meets the others in a last barrier and calls [`Machine::exit`].
 //!
 //! A layer booted in one call for all nodes (the in-process layer) is checked with a
 //! configuration without [`launch`](BootConfig::launch); a launched layer is booted once per
@@ -23,8 +27,10 @@
 //! assert_eq!(report.nodes, 3);
 //! ```
 
-use crate::contract::{BootConfig, Layer, Machine};
+use crate::contract::{BootConfig, Layer, Machine, Wake};
 use crate::message::Message;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Messages each node sends each other node in the ordering phase.
@@ -33,6 +39,14 @@ const STREAM: u32 = 600;
 const BEFORE_BARRIER: u32 = 100;
 /// How long a phase may take before the check fails: generous, the machine may be loaded.
 const PHASE_LIMIT: Duration = Duration::from_secs(60);
+
+/// The `wait` a wake must end: long, so that a lost wake is plain.
+const WAKE_WAIT: Duration = Duration::from_secs(30);
+/// How soon a woken `wait` must have returned: "promptly" with room for a loaded machine;
+/// well short of [`WAKE_WAIT`], which is what a lost wake would take.
+const WAKE_LIMIT: Duration = Duration::from_secs(10);
+/// How long the waking thread lets the node sleep before it wakes it.
+const WAKE_AFTER: Duration = Duration::from_millis(20);
 
 /// Messages each node hands up from each other node over the whole check.
 pub const PER_PAIR: u64 = STREAM as u64 + BEFORE_BARRIER as u64;
@@ -46,6 +60,8 @@ pub struct Report {
     pub messages: u64,
     /// Of those, how many the barrier handed up (the rest came from `advance`).
     pub during_barrier: u64,
+    /// Whether every node had a [`waker`](Machine::waker), and it kept its promises.
+    pub woken: bool,
 }
 
 /// The contract was broken, or the layer failed; the text names the node and what it saw.
@@ -76,7 +92,7 @@ pub fn run(
         what,
     };
     let first = cfg_for(0);
-    let results: Vec<Result<(u64, u64), CheckError>> = if first.launch.is_none() {
+    let results: Vec<Result<Outcome, CheckError>> = if first.launch.is_none() {
         let machines = (layer.boot)(&first).map_err(|e| fail(0, format!("boot: {e}")))?;
         if machines.len() != nodes {
             return Err(fail(
@@ -114,19 +130,28 @@ pub fn run(
         nodes,
         messages: 0,
         during_barrier: 0,
+        woken: true,
     };
     for r in results {
-        let (messages, during) = r?;
-        report.messages += messages;
-        report.during_barrier += during;
+        let o = r?;
+        report.messages += o.messages;
+        report.during_barrier += o.during_barrier;
+        report.woken &= o.woken;
     }
     Ok(report)
 }
 
+/// One node's part of a [`Report`].
+struct Outcome {
+    messages: u64,
+    during_barrier: u64,
+    woken: bool,
+}
+
 fn join_all(
     layer: &'static str,
-    handles: Vec<std::thread::ScopedJoinHandle<'_, Result<(u64, u64), CheckError>>>,
-) -> Vec<Result<(u64, u64), CheckError>> {
+    handles: Vec<std::thread::ScopedJoinHandle<'_, Result<Outcome, CheckError>>>,
+) -> Vec<Result<Outcome, CheckError>> {
     handles
         .into_iter()
         .enumerate()
@@ -278,15 +303,15 @@ impl Node {
     }
 }
 
-/// One node's part of the check: (messages handed up, of which by the barrier).
+/// One node's part of the check.
 ///
-/// A node that finds a breach still goes through both barriers and `exit`, so that no other
+/// A node that finds a breach still goes through every barrier and `exit`, so that no other
 /// node waits for it forever; the others then fail too, at worst after [`PHASE_LIMIT`].
 fn exercise(
     layer: &'static str,
     mut m: Box<dyn Machine>,
     nodes: usize,
-) -> Result<(u64, u64), CheckError> {
+) -> Result<Outcome, CheckError> {
     let me = m.my_node();
     let fail = |what: String| CheckError {
         layer,
@@ -351,7 +376,15 @@ fn exercise(
         failure = drain(&mut *m, &mut node, 1).err();
     }
 
-    // 3. Nobody leaves while a peer still receives.
+    // 3. The waker, while nothing moves: every node is past the barrier, the streams are
+    // drained, and the last barrier below keeps every peer (and its sockets) alive meanwhile.
+    let waker = m.waker();
+    let woken = waker.is_some();
+    if let (Some(w), None, None) = (waker, &failure, &node.broken) {
+        failure = check_waker(&mut *m, &w).err();
+    }
+
+    // 4. Nobody leaves while a peer still receives.
     let mut stray = None;
     let last = m.barrier(&mut |msg| {
         stray.get_or_insert_with(|| {
@@ -369,8 +402,108 @@ fn exercise(
         .or(exit.err().map(|e| format!("exit: {e}")));
     match what {
         Some(w) => Err(fail(w)),
-        None => Ok((node.total, node.during)),
+        None => Ok(Outcome {
+            messages: node.total,
+            during_barrier: node.during,
+            woken,
+        }),
     }
+}
+
+/// Check only the [`Wake`] contract on one node, for a layer whose nodes cannot all run in one
+/// process (MPI: one node per process), on the thread that runs the node (the one whose `wait`
+/// a wake must end). The interconnect must be quiet: no peer sends to this node meanwhile.
+/// `Ok(false)` when the layer has no [`waker`](Machine::waker).
+///
+/// # Errors
+/// What broke the contract (a wake lost, a message that arrived), naming the node.
+pub fn waker(m: &mut dyn Machine) -> Result<bool, CheckError> {
+    let Some(w) = m.waker() else {
+        return Ok(false);
+    };
+    check_waker(m, &w).map_err(|what| CheckError {
+        layer: m.layer(),
+        node: m.my_node(),
+        what,
+    })?;
+    Ok(true)
+}
+
+/// The [`Wake`] contract: a wake from another thread ends a `wait`; a wake before `wait`
+/// makes it return at once; many wakes from several threads end a `wait` and leave the waker
+/// working. No message may arrive meanwhile.
+fn check_waker(m: &mut dyn Machine, w: &Arc<dyn Wake>) -> Result<(), String> {
+    woken_while_waiting(m, w, "a wake from another thread during wait")?;
+    w.wake();
+    timed_wait(
+        m,
+        "wait after a wake (a wake before wait must make it return at once)",
+    )?;
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                for _ in 0..1000 {
+                    w.wake();
+                }
+            });
+        }
+    });
+    timed_wait(m, "wait after 2000 wakes from two threads")?;
+    woken_while_waiting(m, w, "a wake during wait after a burst of wakes")
+}
+
+/// `wait` once, long; it must return within [`WAKE_LIMIT`].
+fn timed_wait(m: &mut dyn Machine, what: &str) -> Result<(), String> {
+    let start = Instant::now();
+    m.wait(WAKE_WAIT).map_err(|e| format!("{what}: {e}"))?;
+    let took = start.elapsed();
+    if took > WAKE_LIMIT {
+        return Err(format!("{what}: returned after {took:?}, not at once"));
+    }
+    Ok(())
+}
+
+/// Wait (advancing between waits, as a communication thread would: a spurious return is
+/// allowed) until another thread, after [`WAKE_AFTER`], has woken the node; the whole must take
+/// less than [`WAKE_LIMIT`], where a lost wake takes [`WAKE_WAIT`].
+fn woken_while_waiting(m: &mut dyn Machine, w: &Arc<dyn Wake>, what: &str) -> Result<(), String> {
+    let rung = AtomicBool::new(false);
+    let start = Instant::now();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(WAKE_AFTER);
+            // Said before the wake: whoever sees it is sure the wake comes (it may already be
+            // pending: it is sticky).
+            rung.store(true, Ordering::SeqCst);
+            w.wake();
+        });
+        let mut stray = None;
+        loop {
+            m.advance(&mut |msg| {
+                stray.get_or_insert(msg.src_pe());
+            })
+            .map_err(|e| format!("{what}: advance: {e}"))?;
+            if let Some(src) = stray {
+                return Err(format!("{what}: a message from node {src} arrived"));
+            }
+            if rung.load(Ordering::SeqCst) {
+                break;
+            }
+            m.wait(WAKE_WAIT)
+                .map_err(|e| format!("{what}: wait: {e}"))?;
+            if start.elapsed() > WAKE_LIMIT {
+                break;
+            }
+        }
+        Ok(())
+    })?;
+    let took = start.elapsed();
+    if took > WAKE_LIMIT {
+        return Err(format!(
+            "{what}: the wait ended after {took:?} (the wake came after {WAKE_AFTER:?})"
+        ));
+    }
+    Ok(())
 }
 
 /// Advance (waiting when idle) until phase `i` is complete, or fail after [`PHASE_LIMIT`].

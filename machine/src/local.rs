@@ -5,12 +5,16 @@
 //! A message crosses nodes by moving its `Message` through an unbounded channel: no byte of it
 //! is copied, and the only per-message cost beyond the channel's own is waking a receiver that
 //! is blocked in [`Machine::wait`] (crossbeam makes that syscall only when one is).
+//!
+//! Its [`waker`](Machine::waker) is a second channel of one slot that `wait` selects on next
+//! to the inbox: a wake is a token in that slot (sticky until a `wait` takes it, and a wake
+//! finding the slot full does nothing), never a message.
 
-use crate::contract::{BootConfig, Layer, Machine};
+use crate::contract::{BootConfig, Layer, Machine, Wake};
 use crate::error::MachineError;
 use crate::message::Message;
 use crate::node_table::NodeTable;
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TryRecvError};
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
@@ -44,6 +48,22 @@ pub struct LocalMachine {
     /// A message caught by `wait`, handed up by the next `advance`.
     caught: Option<Message>,
     barrier: Arc<Barrier>,
+    /// The slot [`LocalWaker`] puts its token in, and the waker itself (handed out by
+    /// `waker`).
+    wakes: Receiver<()>,
+    waker: Arc<LocalWaker>,
+}
+
+/// The in-process layer's [`Wake`]: a token in a channel of one slot.
+#[derive(Debug)]
+struct LocalWaker(Sender<()>);
+
+impl Wake for LocalWaker {
+    fn wake(&self) {
+        // Full: a wake is already pending, which is all a second one would say. Disconnected:
+        // the node is gone, nobody to wake.
+        let _ = self.0.try_send(());
+    }
 }
 
 // By hand: the fields are the layer's working state (sockets, queues, buffers); the node
@@ -86,6 +106,7 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
         .into_iter()
         .enumerate()
         .map(|(me, inbox)| {
+            let (wake_tx, wakes) = crossbeam_channel::bounded(1);
             Box::new(LocalMachine {
                 me,
                 table: table.clone(),
@@ -93,6 +114,8 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
                 inbox,
                 caught: None,
                 barrier: barrier.clone(),
+                wakes,
+                waker: Arc::new(LocalWaker(wake_tx)),
             }) as Box<dyn Machine>
         })
         .collect())
@@ -122,6 +145,10 @@ impl Machine for LocalMachine {
             .map_err(|_| MachineError::peer_dead(&self.table, node, "its thread has ended"))
     }
 
+    fn waker(&self) -> Option<Arc<dyn Wake>> {
+        Some(self.waker.clone())
+    }
+
     fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
         let mut n = 0;
         if let Some(m) = self.caught.take() {
@@ -145,9 +172,18 @@ impl Machine for LocalMachine {
         if self.caught.is_some() || !self.inbox.is_empty() {
             return Ok(());
         }
-        match self.inbox.recv_timeout(timeout) {
-            Ok(m) => self.caught = Some(m),
-            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {}
+        // A pending wake is taken here (the select finds it at once); one that comes while
+        // the select sleeps ends it. A message in the inbox is never dropped: the select takes
+        // it into `caught`.
+        crossbeam_channel::select! {
+            recv(self.inbox) -> m => {
+                // Disconnected cannot happen while we hold a sender to ourselves.
+                if let Ok(m) = m {
+                    self.caught = Some(m);
+                }
+            }
+            recv(self.wakes) -> _ => {}
+            default(timeout) => {}
         }
         Ok(())
     }
@@ -214,6 +250,41 @@ mod tests {
     fn passes_the_in_process_check() {
         let report = crate::check::run(&LAYER, 4, |_| cfg(4)).expect("check");
         assert_eq!(report.nodes, 4);
+        assert!(report.woken, "every node has a waker, and it works");
+    }
+
+    #[test]
+    fn a_wake_ends_a_wait_and_is_never_handed_up() {
+        let mut nodes = boot(&cfg(2)).expect("boot");
+        let w = nodes[1].waker().expect("a waker");
+        let start = std::time::Instant::now();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(20));
+                w.wake();
+            });
+            nodes[1].wait(Duration::from_secs(30)).expect("wait");
+        });
+        assert!(start.elapsed() < Duration::from_secs(10), "woken promptly");
+        // Sticky: a wake before the wait ends it at once.
+        w.wake();
+        w.wake();
+        let start = std::time::Instant::now();
+        nodes[1].wait(Duration::from_secs(30)).expect("wait");
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "returned at once"
+        );
+        let mut n = 0;
+        nodes[1].advance(&mut |_| n += 1).expect("advance");
+        assert_eq!(n, 0, "a wake is not a message");
+        // A message that comes with a wake pending is still handed up.
+        w.wake();
+        nodes[0].send(1, Message::from_payload(b"x")).expect("send");
+        nodes[1].wait(Duration::from_secs(30)).expect("wait");
+        nodes[1].wait(Duration::from_secs(30)).expect("wait");
+        nodes[1].advance(&mut |_| n += 1).expect("advance");
+        assert_eq!(n, 1);
     }
 
     #[test]

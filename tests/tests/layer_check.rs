@@ -29,6 +29,7 @@ fn check_launched(layer: &str, n: usize) {
         report.messages,
         (n * (n - 1)) as u64 * converse_machine::check::PER_PAIR
     );
+    assert!(report.woken, "every node has a waker, and it works");
     assert_eq!(code, 0, "the launcher's verdict");
 }
 
@@ -38,6 +39,7 @@ fn local_keeps_the_contract() {
         converse_machine::check::run(&converse_machine::local::LAYER, 5, |_| BootConfig::new(5))
             .expect("check");
     assert_eq!(r.messages, 5 * 4 * converse_machine::check::PER_PAIR);
+    assert!(r.woken, "every node has a waker, and it works");
 }
 
 #[test]

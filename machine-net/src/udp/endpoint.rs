@@ -630,6 +630,18 @@ impl Endpoint {
             .map_or(0, SendWindow::held)
     }
 
+    /// Whether a message is part-way through: the socket refused datagrams, packets wait for
+    /// a window to open (a message part-way out: acknowledgements to come will let the rest
+    /// go), or a message is part-way reassembled (its other fragments are on the way). Sent
+    /// packets merely waiting for their acknowledgement do not count: what comes next is the
+    /// peer's answer, not the rest of a message. A walk over the peers: only asked when idle.
+    pub fn in_transfer(&self) -> bool {
+        self.blocked
+            || self.peers.iter().any(|p| {
+                !p.gone && (p.rx.assembling() || p.tx.as_ref().is_some_and(SendWindow::has_work))
+            })
+    }
+
     /// Every message sent has been acknowledged, or its peer has left.
     pub fn settled(&self) -> bool {
         self.peers
@@ -823,6 +835,65 @@ mod tests {
             .expect("no timers");
         assert!(eps[0].settled());
         assert!(w.out.is_empty(), "nothing more was sent");
+    }
+
+    #[test]
+    fn a_message_part_way_through_is_in_transfer_on_both_sides() {
+        let a = addrs();
+        let t = Instant::now();
+        let small = Config {
+            window: 4,
+            ..Config::default()
+        };
+        let mut eps = [
+            Endpoint::new(0, &a, TAG, small, 1 << 20, t),
+            Endpoint::new(1, &a, TAG, Config::default(), 1 << 20, t),
+        ];
+        let mut wires = [
+            Wire {
+                out: Vec::new(),
+                max: 1400,
+            },
+            Wire {
+                out: Vec::new(),
+                max: 1400,
+            },
+        ];
+        assert!(!eps[0].in_transfer() && !eps[1].in_transfer());
+        // About 30 fragments through a window of 4: most wait for acknowledgements.
+        eps[0]
+            .send(1, numbered(1, 40_000), t, &mut wires[0])
+            .expect("send");
+        assert!(eps[0].in_transfer(), "the rest waits for the window");
+        assert!(!eps[1].in_transfer());
+        let (_, first) = wires[0].out.remove(0);
+        let mut got = 0;
+        eps[1].receive(&first, a[0], t, &mut |_| got += 1);
+        assert!(eps[1].in_transfer(), "one fragment in, the rest to come");
+        // Everything else, both ways, until the message is in and acknowledged.
+        let mut now = t;
+        for _ in 0..10_000 {
+            if got == 1 && eps.iter().all(Endpoint::settled) {
+                break;
+            }
+            now += Duration::from_micros(50);
+            for n in 0..2 {
+                for (_, d) in std::mem::take(&mut wires[n].out) {
+                    eps[1 - n].receive(&d, a[n], now, &mut |_| got += 1);
+                }
+            }
+            for n in 0..2 {
+                eps[n].flush(now, &mut wires[n]).expect("flush");
+                eps[n].on_timers(now, &mut wires[n]).expect("timers");
+            }
+        }
+        assert_eq!(got, 1, "delivered");
+        assert!(!eps[0].in_transfer() && !eps[1].in_transfer());
+        // A message sent whole and waiting only for its acknowledgement is not in transfer.
+        eps[0]
+            .send(1, numbered(2, 10), now, &mut wires[0])
+            .expect("send");
+        assert!(!eps[0].in_transfer());
     }
 
     /// A node receiving from peer 1 at `a[1]`, and a valid data datagram from it.

@@ -5,7 +5,8 @@
 //! routes to charmrun, send that address as this node's info, receive the node table. The
 //! scheduler's poll loop drives everything else: `advance` takes datagrams in batches and runs
 //! due timers; an idle node blocks in `ppoll` on its one socket until a datagram comes or its
-//! next timer is due (no timer runs while nothing is outstanding, so an idle job sleeps).
+//! next timer is due (no timer runs while nothing is outstanding, so an idle job sleeps), or
+//! until another thread rings the eventfd of its [`waker`](Machine::waker), polled with it.
 
 use super::config::Config;
 use super::endpoint::{Endpoint, Failure};
@@ -13,8 +14,11 @@ use super::link::Landing;
 use super::socket::{Arrived, Socket, RECV_BATCH};
 use super::wire;
 use crate::mesh;
+use crate::wake::WakeFd;
 use charmrun::client::{Control, LaunchEnv};
-use converse_machine::{BootConfig, Layer, Machine, MachineError, Message, NodeTable, SettingSpec};
+use converse_machine::{
+    BootConfig, Layer, Machine, MachineError, Message, NodeTable, SettingSpec, Wake,
+};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -93,6 +97,8 @@ pub struct UdpMachine {
     /// Polls in a row that found nothing (see `CLOCK_EVERY`).
     empty_polls: u32,
     ctl: Arc<Control>,
+    /// Polled with the socket when idle: other threads ring it to end `wait`.
+    wake: WakeFd,
 }
 
 // By hand: the fields are the layer's working state (sockets, queues, buffers); the node
@@ -119,6 +125,7 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
             env.num_nodes
         )));
     }
+    let wake = WakeFd::new().map_err(|e| MachineError::io("creating the node's eventfd", e))?;
     let mut ctl = Control::connect(&env)?;
     let mut sock = Socket::bind(ctl.local_ip(), conf.mtu)
         .map_err(|e| MachineError::io("opening the node's UDP socket", e))?;
@@ -176,6 +183,7 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
         stats,
         empty_polls: 0,
         ctl: Arc::new(ctl),
+        wake,
     })])
 }
 
@@ -260,7 +268,8 @@ impl UdpMachine {
         Ok(n)
     }
 
-    /// Sleep until a datagram comes, the next timer, or `limit`.
+    /// Sleep until a datagram comes, the next timer, a wake, or `limit`. A wake seen is reset
+    /// and kept for the next `wait` (see [`WakeFd::take`]).
     fn pause(&mut self, limit: Duration) -> Result<(), MachineError> {
         let mut t = limit;
         if let Some(due) = self.ep.next_timer() {
@@ -269,9 +278,14 @@ impl UdpMachine {
         if t.is_zero() {
             return Ok(());
         }
-        self.sock
-            .wait(self.ep.blocked(), t)
-            .map_err(|e| MachineError::io("waiting on the UDP socket", e))
+        let rung = self
+            .sock
+            .wait(self.ep.blocked(), Some(self.wake.fd()), t)
+            .map_err(|e| MachineError::io("waiting on the UDP socket", e))?;
+        if rung {
+            self.wake.reset();
+        }
+        Ok(())
     }
 
     fn print_stats(&self) {
@@ -326,12 +340,27 @@ impl Machine for UdpMachine {
         self.ep.held(node)
     }
 
+    fn in_transfer(&self) -> bool {
+        self.ep.in_transfer()
+    }
+
     fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
         self.progress(deliver).map_err(|f| self.failure(f))
     }
 
+    fn waker(&self) -> Option<Arc<dyn Wake>> {
+        Some(self.wake.waker())
+    }
+
     fn wait(&mut self, timeout: Duration) -> Result<(), MachineError> {
-        self.pause(timeout)
+        if self.wake.take() {
+            // Woken during the barrier's nap, and not answered yet.
+            return Ok(());
+        }
+        let r = self.pause(timeout);
+        // A wake this pause saw is answered by this return.
+        self.wake.take();
+        r
     }
 
     fn barrier(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<(), MachineError> {

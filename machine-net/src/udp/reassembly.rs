@@ -176,6 +176,11 @@ impl RecvWindow {
         self.nxt
     }
 
+    /// Whether a message is part-way in: some of its fragments here, the rest to come.
+    pub(super) fn assembling(&self) -> bool {
+        !self.partials.is_empty()
+    }
+
     /// A data packet with sequence number `seq` (low 32 bits) arrived. Hands up, in order,
     /// every message it completes. A large message being put together takes its buffer from
     /// `pool` when one fits.

@@ -19,7 +19,7 @@ use nix::sys::time::TimeSpec;
 use std::io;
 use std::mem::MaybeUninit;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::time::Duration;
 
 /// Datagrams taken by one `recvmmsg`.
@@ -426,24 +426,38 @@ impl Socket {
         })
     }
 
-    /// Block until a datagram arrives (or, with `writable`, the socket can take more), or
-    /// `timeout` passes.
+    /// Block until a datagram arrives (or, with `writable`, the socket can take more), `wake`
+    /// (an eventfd, say) becomes readable, or `timeout` passes. Whether `wake` is readable.
     ///
     /// # Errors
     /// The OS's, except interruptions.
-    pub(super) fn wait(&self, writable: bool, timeout: Duration) -> io::Result<()> {
+    pub(super) fn wait(
+        &self,
+        writable: bool,
+        wake: Option<BorrowedFd<'_>>,
+        timeout: Duration,
+    ) -> io::Result<bool> {
         let events = if writable {
             PollFlags::POLLIN | PollFlags::POLLOUT
         } else {
             PollFlags::POLLIN
         };
-        let mut pfd = [PollFd::new(self.sock.as_fd(), events)];
+        // Without `wake` the second entry is not passed (it only fills the array).
+        let mut pfd = [
+            PollFd::new(self.sock.as_fd(), events),
+            PollFd::new(wake.unwrap_or(self.sock.as_fd()), PollFlags::POLLIN),
+        ];
+        let n = if wake.is_some() { 2 } else { 1 };
         // A timeout beyond what the kernel's seconds hold means "a long time", not an error.
         let ts = TimeSpec::from_duration(timeout.min(Duration::from_secs(i32::MAX as u64)));
-        match nix::poll::ppoll(&mut pfd, Some(ts), None) {
-            Ok(_) | Err(Errno::EINTR) => Ok(()),
-            Err(e) => Err(e.into()),
+        match nix::poll::ppoll(&mut pfd[..n], Some(ts), None) {
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
         }
+        Ok(wake.is_some()
+            && pfd[1]
+                .revents()
+                .is_some_and(|r| r.contains(PollFlags::POLLIN)))
     }
 
     /// Send up to [`SEND_BATCH`] datagrams in one system call; how many the socket took.
@@ -608,7 +622,7 @@ mod tests {
         let end = std::time::Instant::now() + Duration::from_secs(5);
         while got.len() < 2 {
             assert!(std::time::Instant::now() < end, "got only {got:?}");
-            b.wait(false, Duration::from_secs(1)).expect("wait");
+            b.wait(false, None, Duration::from_secs(1)).expect("wait");
             // SAFETY: no landing zone.
             let n = unsafe { b.recv(&[]) }.expect("recv");
             for i in 0..n {
@@ -637,7 +651,7 @@ mod tests {
         let end = std::time::Instant::now() + Duration::from_secs(5);
         while got.len() < 2 {
             assert!(std::time::Instant::now() < end, "got only {got:?}");
-            b.wait(false, Duration::from_secs(1)).expect("wait");
+            b.wait(false, None, Duration::from_secs(1)).expect("wait");
             // SAFETY: no landing zone.
             let n = unsafe { b.recv(&[]) }.expect("recv");
             for i in 0..n {
