@@ -1,0 +1,2 @@
+//! Draws recorded topology traces (placeholder until the drawing step).
+fn main() {}
