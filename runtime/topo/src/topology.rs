@@ -548,11 +548,11 @@ mod tests {
         }
         // A ring with a chord, weighted: an arbitrary graph.
         let mut m = vec![vec![0u32; n]; n];
-        for i in 0..n {
-            let j = (i + 1) % n;
+        for (i, j) in (0..n).map(|i| (i, (i + 1) % n)) {
             if i != j {
-                m[i][j] = 1 + (i as u32 % 3);
-                m[j][i] = m[i][j];
+                let w = 1 + (i as u32 % 3);
+                m[i][j] = w;
+                m[j][i] = w;
             }
         }
         if n > 3 {

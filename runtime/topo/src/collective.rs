@@ -1,0 +1,934 @@
+//! Collectives over the topology's spanning tree rooted at the root: broadcast, scatter
+//! (equal and uneven segments), gather in id order, reduce with the program's function,
+//! all-reduce and barrier.
+//!
+//! Every process calls a collective with matching arguments, in the same order; calls are
+//! matched by a sequence number per topology. Each message carries its call's signature
+//! (operation, root, size), and a process that sees one differ from its own call fails the
+//! collective on every process ([`Kind::Mismatch`] to all). A mismatch that makes nobody send
+//! to a process that would see it (a process that believes itself the root of a reduction
+//! waits for children who send elsewhere) is found by the slow call's check: after
+//! [`VERIFY_AFTER`] a pending call sends its signature to every process, and whoever called
+//! something else for that number says so. So a mismatch ends as an error, never a hang.
+
+use crate::error::TopoError;
+use crate::process::{block, Later, Payload, State, Topo};
+use crate::wire::{self, Header, Kind, DOWN, VISUAL};
+use converse::{Message, Pe};
+use std::collections::{BTreeMap, HashMap};
+use std::rc::{Rc, Weak};
+use std::time::Duration;
+
+/// How long a collective may wait before it checks that every process called the same.
+pub const VERIFY_AFTER: Duration = Duration::from_millis(500);
+
+/// Signatures kept after their call ended, to answer late checks.
+const SIGS_KEPT: usize = 1024;
+
+/// A combine function for [`Topo::reduce`]: fold a contribution into the accumulator. It
+/// must be associative; contributions are folded in a fixed order (a process's own first,
+/// then its children's subtrees in increasing id), so it need not be commutative for the
+/// result to be the same on every run. `converse::ops` has ready ones.
+pub type Combine = dyn Fn(&mut Vec<u8>, &[u8]);
+
+/// The operations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum Op {
+    Broadcast = 1,
+    Scatter = 2,
+    ScatterUneven = 3,
+    Gather = 4,
+    Reduce = 5,
+    AllReduce = 6,
+    Barrier = 7,
+}
+
+impl Op {
+    fn from_u8(b: u8) -> Option<Op> {
+        Some(match b {
+            1 => Op::Broadcast,
+            2 => Op::Scatter,
+            3 => Op::ScatterUneven,
+            4 => Op::Gather,
+            5 => Op::Reduce,
+            6 => Op::AllReduce,
+            7 => Op::Barrier,
+            _ => return None,
+        })
+    }
+
+    /// The name traces and errors use.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Op::Broadcast => "broadcast",
+            Op::Scatter => "scatter",
+            Op::ScatterUneven => "scatter_uneven",
+            Op::Gather => "gather",
+            Op::Reduce => "reduce",
+            Op::AllReduce => "all_reduce",
+            Op::Barrier => "barrier",
+        }
+    }
+
+    /// Data flows from the root down (else: up to it, and for all-reduce and barrier back).
+    fn downward(self) -> bool {
+        matches!(self, Op::Broadcast | Op::Scatter | Op::ScatterUneven)
+    }
+}
+
+/// What a call says about itself: every process's must be the same.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Sig {
+    op: u8,
+    root: u32,
+    aux: u64,
+}
+
+impl Sig {
+    fn describe(self) -> String {
+        let name = Op::from_u8(self.op).map_or("an unknown collective", Op::name);
+        match Op::from_u8(self.op) {
+            Some(Op::Scatter) => {
+                format!("{name} from root {} of {} bytes each", self.root, self.aux)
+            }
+            Some(Op::Reduce) | Some(Op::AllReduce) => {
+                format!("{name} to root {} of {} bytes", self.root, self.aux)
+            }
+            Some(Op::Gather) => format!("{name} to root {}", self.root),
+            Some(Op::Barrier) => name.to_owned(),
+            _ => format!("{name} from root {}", self.root),
+        }
+    }
+}
+
+/// A collective's result on one process, before it is given the type its call returns.
+pub(crate) enum Outcome {
+    Bytes(Payload),
+    Gathered(Option<Vec<Vec<u8>>>),
+    Value(Option<Vec<u8>>),
+}
+
+type Then = Box<dyn FnOnce(&mut Pe, Result<Outcome, TopoError>)>;
+
+/// A call in progress on this process.
+struct Pending {
+    op: Op,
+    sig: Sig,
+    visual: bool,
+    /// This process's contribution (upward), or the accumulator.
+    own: Option<Vec<u8>>,
+    /// Children in the tree, and what each sent up.
+    kids: Vec<usize>,
+    got: Vec<Option<Message>>,
+    combine: Option<Rc<Combine>>,
+    /// All-reduce: the value went up; waiting for it to come back down.
+    sent_up: bool,
+    then: Option<Then>,
+}
+
+/// The collectives' state on one process.
+#[derive(Default)]
+pub(crate) struct Collectives {
+    next_seq: u32,
+    pending: HashMap<u32, Pending>,
+    /// Messages of calls this process has not made yet.
+    early: HashMap<u32, Vec<Message>>,
+    failed: Option<TopoError>,
+    sigs: BTreeMap<u32, Sig>,
+    /// Checks from other processes about calls this process has not made yet.
+    queries: Vec<(usize, u32, Sig)>,
+}
+
+/// What a call brings.
+enum Input<'a> {
+    /// Broadcast: the root's data.
+    Bytes(&'a [u8]),
+    /// Scatter: the root's data, split in equal segments.
+    Equal(&'a [u8], usize),
+    /// Uneven scatter: the root's segment for each process.
+    Segments(&'a [&'a [u8]]),
+    /// Gather, reduce, all-reduce, barrier: this process's contribution.
+    Up(Vec<u8>),
+}
+
+impl State {
+    fn tree_root(op: Op, root: usize) -> usize {
+        match op {
+            Op::AllReduce | Op::Barrier => 0,
+            _ => root,
+        }
+    }
+
+    // Everything a call brings, passed once from the public calls' one entry point.
+    #[allow(clippy::too_many_arguments)]
+    fn start(
+        &mut self,
+        pe: &mut Pe,
+        weak: Weak<std::cell::RefCell<State>>,
+        op: Op,
+        root: usize,
+        aux: u64,
+        input: Input<'_>,
+        combine: Option<Rc<Combine>>,
+        then: Then,
+        later: &mut Later,
+    ) {
+        if let Some(e) = &self.coll.failed {
+            let e = e.clone();
+            later.push(Box::new(move |pe| then(pe, Err(e))));
+            return;
+        }
+        let seq = self.coll.next_seq;
+        self.coll.next_seq = seq.wrapping_add(1);
+        let sig = Sig {
+            op: op as u8,
+            root: root as u32,
+            aux,
+        };
+        self.coll.sigs.insert(seq, sig);
+        while self.coll.sigs.len() > SIGS_KEPT {
+            self.coll.sigs.pop_first();
+        }
+        if root >= self.n {
+            let detail = format!(
+                "process {} called {} with root {root}, which is not one of the {} processes",
+                self.me,
+                op.name(),
+                self.n
+            );
+            self.coll
+                .pending
+                .insert(seq, self.pending(op, sig, root, None, None, then));
+            return self.fail(pe, seq, detail, later);
+        }
+        let visual = self.visual_now();
+        let troot = Self::tree_root(op, root);
+        let (own, bad) = match &input {
+            Input::Up(v) => (Some(v.clone()), None),
+            Input::Equal(d, each) if self.me == root && d.len() != each * self.n => (
+                None,
+                Some(format!(
+                    "process {root}, the root of scatter, has {} bytes, not {} segments of {each}",
+                    d.len(),
+                    self.n
+                )),
+            ),
+            Input::Segments(s) if self.me == root && s.len() != self.n => (
+                None,
+                Some(format!(
+                    "process {root}, the root of scatter_uneven, has {} segments for {} processes",
+                    s.len(),
+                    self.n
+                )),
+            ),
+            _ => (None, None),
+        };
+        let mut p = self.pending(op, sig, troot, own, combine, then);
+        p.visual = visual;
+        self.coll.pending.insert(seq, p);
+        if let Some(detail) = bad {
+            return self.fail(pe, seq, detail, later);
+        }
+        let queries: Vec<_> = self
+            .coll
+            .queries
+            .iter()
+            .filter(|q| q.1 == seq)
+            .copied()
+            .collect();
+        self.coll.queries.retain(|q| q.1 != seq);
+        for (from, _, theirs) in queries {
+            if theirs != sig {
+                return self.fail(pe, seq, self.differ(from, theirs, sig), later);
+            }
+        }
+        if self.me == root && op.downward() {
+            self.root_sends(pe, seq, input, later);
+        } else {
+            self.try_finish_up(pe, seq, later);
+        }
+        for m in self.coll.early.remove(&seq).unwrap_or_default() {
+            self.coll_message(pe, seq, m, later);
+        }
+        if self.coll.pending.contains_key(&seq) {
+            pe.after(VERIFY_AFTER, move |pe| {
+                if let Some(st) = weak.upgrade() {
+                    st.borrow_mut().verify(pe, seq);
+                }
+            });
+        }
+    }
+
+    fn pending(
+        &self,
+        op: Op,
+        sig: Sig,
+        troot: usize,
+        own: Option<Vec<u8>>,
+        combine: Option<Rc<Combine>>,
+        then: Then,
+    ) -> Pending {
+        let kids = self
+            .topo
+            .tree(troot)
+            .map(|t| t.children(self.me).to_vec())
+            .unwrap_or_default();
+        Pending {
+            op,
+            sig,
+            visual: false,
+            own,
+            got: vec![None; kids.len()],
+            kids,
+            combine,
+            sent_up: false,
+            then: Some(then),
+        }
+    }
+
+    fn header(&self, seq: u32, p: &Pending) -> Header {
+        let mut h = Header::new(Kind::Coll, self.me, p.sig.root as usize);
+        h.op = p.op as u8;
+        h.seq = seq;
+        h.aux = p.sig.aux;
+        if p.visual {
+            h.flags |= VISUAL;
+        }
+        h
+    }
+
+    /// Send `msg` (header and body set) to `to` as a new send of this process.
+    fn send_coll(&mut self, pe: &mut Pe, op: Op, to: usize, mut msg: Message) {
+        self.vc[self.me] += 1;
+        wire::write_vc(msg.payload_mut(), &self.vc);
+        if let Ok(h) = Header::read(msg.payload(), self.n) {
+            self.record(&h, op.name(), to, &msg);
+        }
+        let hid = self.h.coll;
+        self.hop(pe, hid, to, msg);
+    }
+
+    /// The root of a broadcast or scatter starts it.
+    fn root_sends(&mut self, pe: &mut Pe, seq: u32, input: Input<'_>, later: &mut Later) {
+        let Some(p) = self.coll.pending.get(&seq) else {
+            return;
+        };
+        let h = self.header(seq, p);
+        let (op, kids) = (p.op, p.kids.clone());
+        match input {
+            Input::Bytes(d) => {
+                let msg = wire::message_with(&h, &self.vc, d);
+                for &c in &kids {
+                    self.send_coll(pe, op, c, msg.clone());
+                }
+                self.complete(seq, Ok(Outcome::Bytes(Payload::new(msg, self.n))), later);
+            }
+            Input::Equal(d, each) => {
+                let segs: Vec<&[u8]> = if each == 0 {
+                    vec![&[]; self.n]
+                } else {
+                    d.chunks(each).collect()
+                };
+                self.scatter_down(pe, seq, h, op, &kids, &|id| segs[id], later);
+            }
+            Input::Segments(s) => {
+                self.scatter_down(pe, seq, h, op, &kids, &|id| s[id], later);
+            }
+            Input::Up(_) => {}
+        }
+    }
+
+    /// Send each child the segments of its subtree, keep this process's own.
+    #[allow(clippy::too_many_arguments)]
+    fn scatter_down<'a>(
+        &mut self,
+        pe: &mut Pe,
+        seq: u32,
+        h: Header,
+        op: Op,
+        kids: &[usize],
+        seg: &dyn Fn(usize) -> &'a [u8],
+        later: &mut Later,
+    ) {
+        let Some(tree) = self.topo.tree(h.dst as usize) else {
+            return;
+        };
+        let tree = tree.clone();
+        for &c in kids {
+            let body = wire::bundle(tree.subtree(c).iter().map(|&id| (id, seg(id))));
+            let msg = wire::message_with(&h, &self.vc, &body);
+            self.send_coll(pe, op, c, msg);
+        }
+        let own = wire::message_with(&h, &self.vc, seg(self.me));
+        self.complete(seq, Ok(Outcome::Bytes(Payload::new(own, self.n))), later);
+    }
+
+    pub(crate) fn on_coll(&mut self, pe: &mut Pe, msg: Message, later: &mut Later) {
+        let h = match Header::read(msg.payload(), self.n) {
+            Ok(h) => h,
+            Err(e) => return eprintln!("converse-topo: process {}: {e}", self.me),
+        };
+        if self.coll.failed.is_some() {
+            return;
+        }
+        if self.coll.pending.contains_key(&h.seq) {
+            self.coll_message(pe, h.seq, msg, later);
+        } else if h.seq.wrapping_sub(self.coll.next_seq) < u32::MAX / 2 {
+            // A call this process has not made yet.
+            self.coll.early.entry(h.seq).or_default().push(msg);
+        } else if let Some(&mine) = self.coll.sigs.get(&h.seq) {
+            // A call this process has finished: it must still have been the same call (a
+            // process that believed itself a broadcast's root finished at once).
+            let theirs = Sig {
+                op: h.op,
+                root: h.dst,
+                aux: h.aux,
+            };
+            if theirs != mine {
+                let d = self.differ(h.src as usize, theirs, mine);
+                self.fail(pe, h.seq, d, later);
+            }
+        }
+    }
+
+    fn coll_message(&mut self, pe: &mut Pe, seq: u32, msg: Message, later: &mut Later) {
+        let Ok(h) = Header::read(msg.payload(), self.n) else {
+            return;
+        };
+        let Some(p) = self.coll.pending.get_mut(&seq) else {
+            return;
+        };
+        let theirs = Sig {
+            op: h.op,
+            root: h.dst,
+            aux: h.aux,
+        };
+        if theirs != p.sig {
+            let mine = p.sig;
+            return self.fail(pe, seq, self.differ(h.src as usize, theirs, mine), later);
+        }
+        p.visual |= h.flags & VISUAL != 0;
+        let op = p.op;
+        let from = h.src as usize;
+        self.receive_time(msg.payload());
+        if op.downward() || h.flags & DOWN != 0 {
+            self.down_message(pe, seq, h, msg, later);
+        } else if let Some(p) = self.coll.pending.get_mut(&seq) {
+            match p.kids.iter().position(|&k| k == from) {
+                Some(i) if p.got[i].is_none() => p.got[i] = Some(msg),
+                _ => {
+                    return eprintln!(
+                        "converse-topo: process {}: {} #{seq} from {from}, not a child waited for",
+                        self.me,
+                        op.name()
+                    )
+                }
+            }
+            self.try_finish_up(pe, seq, later);
+        }
+    }
+
+    /// A broadcast, scatter or all-reduce result from the parent: pass it on, keep ours.
+    fn down_message(&mut self, pe: &mut Pe, seq: u32, h: Header, msg: Message, later: &mut Later) {
+        let Some(p) = self.coll.pending.get(&seq) else {
+            return;
+        };
+        let (op, kids, visual) = (p.op, p.kids.clone(), p.visual);
+        let mut h2 = h;
+        h2.src = self.me as u32;
+        if visual {
+            h2.flags |= VISUAL;
+        }
+        match op {
+            Op::Scatter | Op::ScatterUneven => {
+                let body = &msg.payload()[wire::body_at(self.n)..];
+                let segs = match wire::unbundle(body, self.n) {
+                    Ok(s) => s,
+                    Err(e) => return eprintln!("converse-topo: process {}: {e}", self.me),
+                };
+                let Some(tree) = self.topo.tree(h.dst as usize).cloned() else {
+                    return;
+                };
+                let mut it = segs.iter();
+                let mine = match it.next() {
+                    Some(&(id, d)) if id == self.me => d,
+                    _ => return eprintln!("converse-topo: scatter bundle not for {}", self.me),
+                };
+                if op == Op::Scatter && mine.len() as u64 != h.aux {
+                    return eprintln!("converse-topo: scatter segment of {} bytes", mine.len());
+                }
+                let start = mine.as_ptr() as usize - msg.payload().as_ptr() as usize;
+                let range = start..start + mine.len();
+                for &c in &kids {
+                    let k = tree.subtree(c).len();
+                    let parts: Vec<(usize, &[u8])> = it.by_ref().take(k).copied().collect();
+                    let body = wire::bundle(parts.iter().copied());
+                    let m = wire::message_with(&h2, &self.vc, &body);
+                    self.send_coll(pe, op, c, m);
+                }
+                let own = Payload::part(msg, self.n, range);
+                self.complete(seq, Ok(Outcome::Bytes(own)), later);
+            }
+            _ => {
+                for &c in &kids {
+                    let mut m = msg.clone();
+                    wire::write_header(m.payload_mut(), &h2);
+                    self.send_coll(pe, op, c, m);
+                }
+                let out = if op == Op::Broadcast {
+                    Outcome::Bytes(Payload::new(msg, self.n))
+                } else {
+                    Outcome::Value(Some(msg.payload()[wire::body_at(self.n)..].to_vec()))
+                };
+                self.complete(seq, Ok(out), later);
+            }
+        }
+    }
+
+    /// Upward: once this process's contribution and every child's are in, fold them and send
+    /// the result to the parent (or finish at the root).
+    fn try_finish_up(&mut self, pe: &mut Pe, seq: u32, later: &mut Later) {
+        let Some(p) = self.coll.pending.get_mut(&seq) else {
+            return;
+        };
+        if p.sent_up || p.own.is_none() || p.got.iter().any(Option::is_none) {
+            return;
+        }
+        let (op, troot) = (p.op, p.sig.root as usize);
+        let troot = Self::tree_root(op, troot);
+        let own = p.own.take().unwrap_or_default();
+        let got: Vec<Message> = p.got.iter_mut().filter_map(Option::take).collect();
+        let at = wire::body_at(self.n);
+        let value = match op {
+            Op::Gather => {
+                let mut parts: Vec<(usize, &[u8])> = vec![(self.me, &own)];
+                for m in &got {
+                    match wire::unbundle(&m.payload()[at..], self.n) {
+                        Ok(s) => parts.extend(s),
+                        Err(e) => return eprintln!("converse-topo: process {}: {e}", self.me),
+                    }
+                }
+                if self.me == troot {
+                    let mut all = vec![Vec::new(); self.n];
+                    for (id, d) in parts {
+                        all[id] = d.to_vec();
+                    }
+                    return self.complete(seq, Ok(Outcome::Gathered(Some(all))), later);
+                }
+                wire::bundle(parts.iter().copied())
+            }
+            _ => {
+                let mut acc = own;
+                if let Some(f) = &p.combine {
+                    for m in &got {
+                        f(&mut acc, &m.payload()[at..]);
+                    }
+                }
+                acc
+            }
+        };
+        let Some(p) = self.coll.pending.get(&seq) else {
+            return;
+        };
+        let h = self.header(seq, p);
+        let parent = self.topo.tree(troot).and_then(|t| t.parent(self.me));
+        match parent {
+            Some(parent) => {
+                if let Some(p) = self.coll.pending.get_mut(&seq) {
+                    p.sent_up = true;
+                }
+                let msg = wire::message_with(&h, &self.vc, &value);
+                self.send_coll(pe, op, parent, msg);
+                match op {
+                    Op::Gather => self.complete(seq, Ok(Outcome::Gathered(None)), later),
+                    Op::Reduce => self.complete(seq, Ok(Outcome::Value(None)), later),
+                    _ => {}
+                }
+            }
+            None => {
+                if matches!(op, Op::AllReduce | Op::Barrier) {
+                    let mut hd = h;
+                    hd.flags |= DOWN;
+                    let kids = self.coll.pending.get(&seq).map(|p| p.kids.clone());
+                    let msg = wire::message_with(&hd, &self.vc, &value);
+                    for c in kids.unwrap_or_default() {
+                        self.send_coll(pe, op, c, msg.clone());
+                    }
+                }
+                self.complete(seq, Ok(Outcome::Value(Some(value))), later);
+            }
+        }
+    }
+
+    fn complete(&mut self, seq: u32, r: Result<Outcome, TopoError>, later: &mut Later) {
+        if let Some(then) = self
+            .coll
+            .pending
+            .remove(&seq)
+            .and_then(|mut p| p.then.take())
+        {
+            later.push(Box::new(move |pe| then(pe, r)));
+        }
+    }
+
+    fn differ(&self, other: usize, theirs: Sig, mine: Sig) -> String {
+        format!(
+            "process {other} called {}, process {} called {}",
+            theirs.describe(),
+            self.me,
+            mine.describe()
+        )
+    }
+
+    /// A mismatch found here: fail every call on every process.
+    fn fail(&mut self, pe: &mut Pe, seq: u32, detail: String, later: &mut Later) {
+        if self.coll.failed.is_some() {
+            return;
+        }
+        let mut h = Header::new(Kind::Mismatch, self.me, self.me);
+        h.seq = seq;
+        let me = self.me;
+        for id in (0..self.n).filter(|&i| i != me) {
+            let m = wire::message_with(&h, &self.vc, detail.as_bytes());
+            let hid = self.h.ctl;
+            self.hop(pe, hid, id, m);
+        }
+        self.failed_by(TopoError::Mismatch { seq, detail }, later);
+    }
+
+    fn failed_by(&mut self, e: TopoError, later: &mut Later) {
+        if self.coll.failed.is_some() {
+            return;
+        }
+        self.coll.failed = Some(e.clone());
+        self.coll.early.clear();
+        let mut seqs: Vec<u32> = self.coll.pending.keys().copied().collect();
+        seqs.sort_unstable();
+        for s in seqs {
+            self.complete(s, Err(e.clone()), later);
+        }
+    }
+
+    /// A call is slow: ask every process what it called under this number.
+    fn verify(&mut self, pe: &mut Pe, seq: u32) {
+        let Some(p) = self.coll.pending.get(&seq) else {
+            return;
+        };
+        if self.coll.failed.is_some() {
+            return;
+        }
+        let mut h = Header::new(Kind::Verify, self.me, p.sig.root as usize % self.n);
+        h.seq = seq;
+        h.op = p.sig.op;
+        h.aux = p.sig.aux;
+        let body = p.sig.root.to_le_bytes();
+        let me = self.me;
+        for id in (0..self.n).filter(|&i| i != me) {
+            let m = wire::message_with(&h, &self.vc, &body);
+            let hid = self.h.ctl;
+            self.hop(pe, hid, id, m);
+        }
+    }
+
+    /// A mismatch or a check from another process.
+    pub(crate) fn on_coll_ctl(&mut self, pe: &mut Pe, h: Header, body: &[u8], later: &mut Later) {
+        match h.kind {
+            Kind::Mismatch => {
+                let detail = String::from_utf8_lossy(body).into_owned();
+                self.failed_by(TopoError::Mismatch { seq: h.seq, detail }, later);
+            }
+            Kind::Verify => {
+                let root = body
+                    .get(..4)
+                    .map_or(u32::MAX, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+                let theirs = Sig {
+                    op: h.op,
+                    root,
+                    aux: h.aux,
+                };
+                let from = h.src as usize;
+                match self.coll.sigs.get(&h.seq) {
+                    Some(&mine) if mine != theirs => {
+                        let d = self.differ(from, theirs, mine);
+                        self.fail(pe, h.seq, d, later);
+                    }
+                    Some(_) => {}
+                    None => self.coll.queries.push((from, h.seq, theirs)),
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+impl Topo {
+    #[allow(clippy::too_many_arguments)]
+    fn call(
+        &self,
+        pe: &mut Pe,
+        op: Op,
+        root: usize,
+        aux: u64,
+        input: Input<'_>,
+        combine: Option<Rc<Combine>>,
+        then: Then,
+    ) {
+        let mut later: Later = Vec::new();
+        let weak = Rc::downgrade(&self.st);
+        self.st
+            .borrow_mut()
+            .start(pe, weak, op, root, aux, input, combine, then, &mut later);
+        for f in later {
+            f(pe);
+        }
+    }
+
+    /// Broadcast `data` from `root` to every process (message-driven): `then` gets the bytes
+    /// on every process, the root included. Only the root's `data` is used.
+    pub fn broadcast_then(
+        &self,
+        pe: &mut Pe,
+        root: usize,
+        data: &[u8],
+        then: impl FnOnce(&mut Pe, Result<Payload, TopoError>) + 'static,
+    ) {
+        let then: Then = Box::new(move |pe, r| then(pe, r.and_then(bytes)));
+        self.call(pe, Op::Broadcast, root, 0, Input::Bytes(data), None, then);
+    }
+
+    /// Broadcast `data` from `root` to every process (blocking: returns the bytes, on the root
+    /// too). Only the root's `data` is used.
+    ///
+    /// # Errors
+    /// [`TopoError::Mismatch`] when processes disagree on the call, [`TopoError::JobEnded`].
+    pub fn broadcast(&self, pe: &mut Pe, root: usize, data: &[u8]) -> Result<Payload, TopoError> {
+        block(pe, |pe, then| self.broadcast_then(pe, root, data, then))
+    }
+
+    /// Scatter (message-driven): the root's `data` is split into one segment of `each` bytes
+    /// per process, the i-th to process i. Every process passes the same `each` (the size it
+    /// expects); only the root's `data` is used.
+    pub fn scatter_then(
+        &self,
+        pe: &mut Pe,
+        root: usize,
+        data: &[u8],
+        each: usize,
+        then: impl FnOnce(&mut Pe, Result<Payload, TopoError>) + 'static,
+    ) {
+        let then: Then = Box::new(move |pe, r| then(pe, r.and_then(bytes)));
+        let input = Input::Equal(data, each);
+        self.call(pe, Op::Scatter, root, each as u64, input, None, then);
+    }
+
+    /// Scatter equal segments (blocking): returns this process's segment.
+    ///
+    /// # Errors
+    /// [`TopoError::Mismatch`] when processes disagree (roots, `each`) or the root's data is
+    /// not `each` × processes bytes; [`TopoError::JobEnded`].
+    pub fn scatter(
+        &self,
+        pe: &mut Pe,
+        root: usize,
+        data: &[u8],
+        each: usize,
+    ) -> Result<Payload, TopoError> {
+        block(pe, |pe, then| self.scatter_then(pe, root, data, each, then))
+    }
+
+    /// Scatter segments of any sizes (message-driven): process i gets `segments[i]` of the
+    /// root's list; the others pass an empty list.
+    pub fn scatter_uneven_then(
+        &self,
+        pe: &mut Pe,
+        root: usize,
+        segments: &[&[u8]],
+        then: impl FnOnce(&mut Pe, Result<Payload, TopoError>) + 'static,
+    ) {
+        let then: Then = Box::new(move |pe, r| then(pe, r.and_then(bytes)));
+        let input = Input::Segments(segments);
+        self.call(pe, Op::ScatterUneven, root, 0, input, None, then);
+    }
+
+    /// Scatter segments of any sizes (blocking): returns this process's segment.
+    ///
+    /// # Errors
+    /// As [`scatter`](Self::scatter); the root must give one segment per process.
+    pub fn scatter_uneven(
+        &self,
+        pe: &mut Pe,
+        root: usize,
+        segments: &[&[u8]],
+    ) -> Result<Payload, TopoError> {
+        block(pe, |pe, then| {
+            self.scatter_uneven_then(pe, root, segments, then)
+        })
+    }
+
+    /// Gather every process's `data` at `root` (message-driven): the root's `then` gets
+    /// `Some` of every process's bytes, in process-id order; the others' get `None`.
+    pub fn gather_then(
+        &self,
+        pe: &mut Pe,
+        root: usize,
+        data: &[u8],
+        then: impl FnOnce(&mut Pe, Result<Option<Vec<Vec<u8>>>, TopoError>) + 'static,
+    ) {
+        let then: Then = Box::new(move |pe, r| {
+            then(
+                pe,
+                r.map(|o| match o {
+                    Outcome::Gathered(g) => g,
+                    _ => None,
+                }),
+            )
+        });
+        self.call(
+            pe,
+            Op::Gather,
+            root,
+            0,
+            Input::Up(data.to_vec()),
+            None,
+            then,
+        );
+    }
+
+    /// Gather (blocking): `Some(segments by process id)` at the root, `None` elsewhere.
+    ///
+    /// # Errors
+    /// [`TopoError::Mismatch`], [`TopoError::JobEnded`].
+    pub fn gather(
+        &self,
+        pe: &mut Pe,
+        root: usize,
+        data: &[u8],
+    ) -> Result<Option<Vec<Vec<u8>>>, TopoError> {
+        block(pe, |pe, then| self.gather_then(pe, root, data, then))
+    }
+
+    /// Reduce every process's `data` with `combine` to `root` (message-driven): the root's
+    /// `then` gets `Some(result)`, the others' `None`. Every process gives the same number of
+    /// bytes.
+    pub fn reduce_then(
+        &self,
+        pe: &mut Pe,
+        root: usize,
+        data: &[u8],
+        combine: impl Fn(&mut Vec<u8>, &[u8]) + 'static,
+        then: impl FnOnce(&mut Pe, Result<Option<Vec<u8>>, TopoError>) + 'static,
+    ) {
+        let then: Then = Box::new(move |pe, r| then(pe, r.map(value)));
+        let aux = data.len() as u64;
+        let c: Rc<Combine> = Rc::new(combine);
+        self.call(
+            pe,
+            Op::Reduce,
+            root,
+            aux,
+            Input::Up(data.to_vec()),
+            Some(c),
+            then,
+        );
+    }
+
+    /// Reduce (blocking): `Some(result)` at the root, `None` elsewhere.
+    ///
+    /// ```no_run
+    /// # use converse_topo::{attach, Topology};
+    /// converse::run(|pe| {
+    ///     let n = pe.num_pes();
+    ///     let t = attach(pe, Topology::torus2(2, n / 2).unwrap()).unwrap().unwrap();
+    ///     let mine = (t.id() as u64).to_le_bytes();
+    ///     if let Some(sum) = t.reduce(pe, 0, &mine, converse::ops::sum_u64).unwrap() {
+    ///         println!("sum of ids: {}", u64::from_le_bytes(sum.try_into().unwrap()));
+    ///     }
+    ///     t.barrier(pe).unwrap();
+    ///     pe.exit(0);
+    /// });
+    /// ```
+    ///
+    /// # Errors
+    /// [`TopoError::Mismatch`] (different roots, or sizes), [`TopoError::JobEnded`].
+    pub fn reduce(
+        &self,
+        pe: &mut Pe,
+        root: usize,
+        data: &[u8],
+        combine: impl Fn(&mut Vec<u8>, &[u8]) + 'static,
+    ) -> Result<Option<Vec<u8>>, TopoError> {
+        block(pe, |pe, then| {
+            self.reduce_then(pe, root, data, combine, then)
+        })
+    }
+
+    /// Reduce and hand the result to every process (message-driven).
+    pub fn all_reduce_then(
+        &self,
+        pe: &mut Pe,
+        data: &[u8],
+        combine: impl Fn(&mut Vec<u8>, &[u8]) + 'static,
+        then: impl FnOnce(&mut Pe, Result<Vec<u8>, TopoError>) + 'static,
+    ) {
+        let then: Then = Box::new(move |pe, r| then(pe, r.map(|o| value(o).unwrap_or_default())));
+        let aux = data.len() as u64;
+        let c: Rc<Combine> = Rc::new(combine);
+        self.call(
+            pe,
+            Op::AllReduce,
+            0,
+            aux,
+            Input::Up(data.to_vec()),
+            Some(c),
+            then,
+        );
+    }
+
+    /// Reduce and hand the result to every process (blocking).
+    ///
+    /// # Errors
+    /// [`TopoError::Mismatch`], [`TopoError::JobEnded`].
+    pub fn all_reduce(
+        &self,
+        pe: &mut Pe,
+        data: &[u8],
+        combine: impl Fn(&mut Vec<u8>, &[u8]) + 'static,
+    ) -> Result<Vec<u8>, TopoError> {
+        block(pe, |pe, then| self.all_reduce_then(pe, data, combine, then))
+    }
+
+    /// A barrier across the topology (message-driven): `then` runs once every process has
+    /// called it.
+    pub fn barrier_then(
+        &self,
+        pe: &mut Pe,
+        then: impl FnOnce(&mut Pe, Result<(), TopoError>) + 'static,
+    ) {
+        let then: Then = Box::new(move |pe, r| then(pe, r.map(|_| ())));
+        let c: Rc<Combine> = Rc::new(|_: &mut Vec<u8>, _: &[u8]| {});
+        self.call(pe, Op::Barrier, 0, 0, Input::Up(Vec::new()), Some(c), then);
+    }
+
+    /// A barrier across the topology (blocking, running handlers meanwhile).
+    ///
+    /// # Errors
+    /// [`TopoError::Mismatch`], [`TopoError::JobEnded`].
+    pub fn barrier(&self, pe: &mut Pe) -> Result<(), TopoError> {
+        block(pe, |pe, then| self.barrier_then(pe, then))
+    }
+}
+
+fn bytes(o: Outcome) -> Result<Payload, TopoError> {
+    match o {
+        Outcome::Bytes(p) => Ok(p),
+        _ => Err(TopoError::Corrupt("a collective gave no bytes".into())),
+    }
+}
+
+fn value(o: Outcome) -> Option<Vec<u8>> {
+    match o {
+        Outcome::Value(v) => v,
+        _ => None,
+    }
+}

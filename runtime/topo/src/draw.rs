@@ -1,0 +1,1 @@
+//! Drawing traces (next step).
