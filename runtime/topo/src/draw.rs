@@ -4,7 +4,7 @@
 //! Processes are laid out by the topology's own geometry: a ring on a circle, a line in a row,
 //! a grid or torus as a grid (row-major, process 0 at the upper left; a 3-D or larger one as
 //! side-by-side 2-D panels of its last two dimensions), a star around its centre, others on a
-//! circle. Channels are grey (a torus's wrap-around channels curve); each recorded hop of a
+//! circle. Channels are grey (a torus's wrap-around channels are dashed stubs at both ends); each recorded hop of a
 //! call is a red arrow numbered in the order the hops were sent.
 
 use crate::trace::{Hop, Trace};
@@ -20,7 +20,7 @@ pub const NODE_RADIUS: f64 = 16.0;
 /// Node fill colour (what a picture test looks for).
 pub const NODE_FILL: (u8, u8, u8) = (0x4a, 0x90, 0xd9);
 /// Height of the title line above the drawing.
-const TITLE: f64 = 28.0;
+const TITLE: f64 = 40.0;
 
 /// One call's hops, as pictures group them.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -37,7 +37,7 @@ impl Call {
     /// A title for the picture.
     pub fn title(&self) -> String {
         match self.op.as_str() {
-            "send" => format!("send #{} from process {}", self.seq, self.root),
+            "send" => "point-to-point sends".to_owned(),
             op if op.starts_with("mutex") => format!("{op} (mutex traffic)"),
             op => format!("{op} #{} (root {})", self.seq, self.root),
         }
@@ -53,8 +53,9 @@ impl Call {
 pub fn calls(trace: &Trace) -> BTreeMap<Call, Vec<Hop>> {
     let mut m: BTreeMap<Call, Vec<Hop>> = BTreeMap::new();
     for h in &trace.hops {
-        // Mutex messages are one story per trace, not one per message.
-        let (seq, root) = if h.op.starts_with("mutex") {
+        // Mutex messages and point-to-point sends are one story per trace each, not one
+        // picture per message.
+        let (seq, root) = if h.op.starts_with("mutex") || h.op == "send" {
             (0, 0)
         } else {
             (h.seq, h.root)
@@ -148,6 +149,29 @@ fn on_circle(k: usize, k_all: usize, r: f64) -> (f64, f64) {
     (r + r * a.cos(), r + r * a.sin())
 }
 
+/// For a wrap-around channel of a grid-like layout (its ends more than a step apart), the
+/// two stubs that stand for it: from each end outward, away from the other end.
+type Seg = ((f64, f64), (f64, f64));
+fn wrap_stubs(trace: &Trace, p: (f64, f64), q: (f64, f64)) -> Option<(Seg, Seg)> {
+    let grid = matches!(trace.shape.as_str(), "grid" | "torus" | "line");
+    let (dx, dy) = (q.0 - p.0, q.1 - p.1);
+    let len = (dx * dx + dy * dy).sqrt();
+    if !grid || len <= 1.5 * STEP {
+        return None;
+    }
+    let (ux, uy) = (dx / len, dy / len);
+    let stub = |c: (f64, f64), sx: f64, sy: f64| {
+        (
+            (c.0 + sx * NODE_RADIUS, c.1 + sy * NODE_RADIUS),
+            (
+                c.0 + sx * (NODE_RADIUS + 20.0),
+                c.1 + sy * (NODE_RADIUS + 20.0),
+            ),
+        )
+    };
+    Some((stub(p, -ux, -uy), stub(q, ux, uy)))
+}
+
 fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
@@ -157,14 +181,6 @@ fn escape(s: &str) -> String {
 /// The SVG of the topology, with `call`'s hops as numbered arrows when given.
 pub fn svg(trace: &Trace, call: Option<(&Call, &[Hop])>) -> String {
     let (pos, (w, h)) = layout(trace);
-    let mut s = String::new();
-    let _ = write!(
-        s,
-        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{w:.0}" height="{h:.0}" viewBox="0 0 {w:.0} {h:.0}" font-family="sans-serif">
-<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#d62728"/></marker></defs>
-<rect x="0" y="0" width="{w:.0}" height="{h:.0}" fill="white"/>
-"##
-    );
     let title = match call {
         Some((c, hops)) => format!(
             "{} topology of {}: {} — {} hops",
@@ -175,28 +191,33 @@ pub fn svg(trace: &Trace, call: Option<(&Call, &[Hop])>) -> String {
         ),
         None => format!("{} topology of {} processes", trace.shape, trace.n),
     };
+    // Wide enough for the title too (about 7 px a character at 14 px).
+    let w = w.max(16.0 + 7.5 * title.chars().count() as f64);
+    let mut s = String::new();
+    let _ = write!(
+        s,
+        r##"<svg xmlns="http://www.w3.org/2000/svg" width="{w:.0}" height="{h:.0}" viewBox="0 0 {w:.0} {h:.0}" font-family="sans-serif">
+<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" markerHeight="7" orient="auto-start-reverse"><path d="M0,0 L10,5 L0,10 z" fill="#d62728"/></marker></defs>
+<rect x="0" y="0" width="{w:.0}" height="{h:.0}" fill="white"/>
+"##
+    );
     let _ = writeln!(
         s,
         r#"<text x="8" y="20" font-size="14" fill="black">{}</text>"#,
         escape(&title)
     );
-    // Channels.
+    // Channels. A torus's wrap-around channel would run over the nodes between its ends, so
+    // it is drawn as two dashed stubs leaving each end outward, as torus pictures usually do.
     for &(a, b, wt) in &trace.edges {
         let (p, q) = (pos[a], pos[b]);
-        let far = ((p.0 - q.0).powi(2) + (p.1 - q.1).powi(2)).sqrt() > 1.5 * STEP;
-        let grid = matches!(trace.shape.as_str(), "grid" | "torus" | "line");
-        if far && grid {
-            // A wrap-around channel: a curve bulging away, so it does not run over the nodes
-            // between its ends.
-            let (mx, my) = ((p.0 + q.0) / 2.0, (p.1 + q.1) / 2.0);
-            let (dx, dy) = (q.0 - p.0, q.1 - p.1);
-            let len = (dx * dx + dy * dy).sqrt().max(1.0);
-            let (cx, cy) = (mx - dy / len * 0.35 * STEP, my + dx / len * 0.35 * STEP);
-            let _ = writeln!(
-                s,
-                r##"<path d="M{:.1},{:.1} Q{cx:.1},{cy:.1} {:.1},{:.1}" fill="none" stroke="#bbbbbb" stroke-width="1.5" stroke-dasharray="4 3"/>"##,
-                p.0, p.1, q.0, q.1
-            );
+        if let Some(((p0, p1), (q0, q1))) = wrap_stubs(trace, p, q) {
+            for (u, v) in [(p0, p1), (q0, q1)] {
+                let _ = writeln!(
+                    s,
+                    r##"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#bbbbbb" stroke-width="1.5" stroke-dasharray="4 3"/>"##,
+                    u.0, u.1, v.0, v.1
+                );
+            }
         } else {
             let _ = writeln!(
                 s,
@@ -223,41 +244,57 @@ pub fn svg(trace: &Trace, call: Option<(&Call, &[Hop])>) -> String {
         );
     }
     // Hops, numbered in order, each pulled a little to the side so that a pair of opposite
-    // hops shows as two arrows.
+    // hops shows as two arrows; a hop over a wrap-around channel leaves along one stub and
+    // arrives along the other.
     if let Some((_, hops)) = call {
         for (k, hop) in hops.iter().enumerate() {
             let (p, q) = (pos[hop.from], pos[hop.to]);
-            let (dx, dy) = (q.0 - p.0, q.1 - p.1);
-            let len = (dx * dx + dy * dy).sqrt();
-            if len < 1.0 {
-                continue;
-            }
-            let (ux, uy) = (dx / len, dy / len);
-            let (ox, oy) = (-uy * 5.0, ux * 5.0);
-            let start = (p.0 + ux * NODE_RADIUS + ox, p.1 + uy * NODE_RADIUS + oy);
-            let end = (
-                q.0 - ux * (NODE_RADIUS + 2.0) + ox,
-                q.1 - uy * (NODE_RADIUS + 2.0) + oy,
-            );
-            let _ = writeln!(
-                s,
-                r##"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#d62728" stroke-width="2" marker-end="url(#arrow)"><title>{} -> {}: {} bytes, vector time {}</title></line>"##,
-                start.0,
-                start.1,
-                end.0,
-                end.1,
+            let tip = format!(
+                "<title>{} -> {}: {} bytes, vector time {}</title>",
                 hop.from,
                 hop.to,
                 hop.bytes,
                 hop.vc.to_text()
             );
-            let (mx, my) = (
-                (start.0 + end.0) / 2.0 + ox * 2.0,
-                (start.1 + end.1) / 2.0 + oy * 2.0,
-            );
+            let (segments, label_at) = match wrap_stubs(trace, p, q) {
+                Some(((p0, p1), (q0, q1))) => (vec![(p0, p1, false), (q1, q0, true)], p1),
+                None => {
+                    let (dx, dy) = (q.0 - p.0, q.1 - p.1);
+                    let len = (dx * dx + dy * dy).sqrt();
+                    if len < 1.0 {
+                        continue;
+                    }
+                    let (ux, uy) = (dx / len, dy / len);
+                    let (ox, oy) = (-uy * 5.0, ux * 5.0);
+                    let start = (p.0 + ux * NODE_RADIUS + ox, p.1 + uy * NODE_RADIUS + oy);
+                    let end = (
+                        q.0 - ux * (NODE_RADIUS + 2.0) + ox,
+                        q.1 - uy * (NODE_RADIUS + 2.0) + oy,
+                    );
+                    let mid = (
+                        (start.0 + end.0) / 2.0 + ox * 2.0,
+                        (start.1 + end.1) / 2.0 + oy * 2.0,
+                    );
+                    (vec![(start, end, true)], mid)
+                }
+            };
+            for (u, v, head) in segments {
+                let marker = if head {
+                    r#" marker-end="url(#arrow)""#
+                } else {
+                    ""
+                };
+                let _ = writeln!(
+                    s,
+                    r##"<line x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#d62728" stroke-width="2"{marker}>{tip}</line>"##,
+                    u.0, u.1, v.0, v.1
+                );
+            }
             let _ = writeln!(
                 s,
-                r##"<text x="{mx:.1}" y="{my:.1}" font-size="11" fill="#d62728" text-anchor="middle" dominant-baseline="central">{}</text>"##,
+                r##"<text x="{:.1}" y="{:.1}" font-size="11" fill="#d62728" text-anchor="middle" dominant-baseline="central">{}</text>"##,
+                label_at.0,
+                label_at.1,
                 k + 1
             );
         }
@@ -372,7 +409,7 @@ mod tests {
             ],
         );
         let cs = calls(&trace);
-        assert_eq!(cs.len(), 2);
+        assert_eq!(cs.len(), 2, "the sends are one picture");
         let (c, hops) = cs.iter().next().unwrap();
         assert_eq!(c.op, "broadcast");
         // In the order sent.

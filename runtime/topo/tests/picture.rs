@@ -132,7 +132,8 @@ fn check_picture(
     );
     let (pos, (w, h)) = draw::layout(&trace);
     shape_check(&pos);
-    let Some(img) = render(&svg, w as u32, h as u32, &dir) else {
+    // Wide enough for the title, which may be wider than the drawing.
+    let Some(img) = render(&svg, w.max(900.0) as u32, h as u32, &dir) else {
         eprintln!(
             "SKIPPED picture check of {name}: chromium is not installed (apt-get install chromium)"
         );
@@ -158,7 +159,12 @@ fn check_picture(
         "{name}: only {red} red pixels for {} arrows",
         pes - 1
     );
-    std::fs::remove_dir_all(&dir).ok();
+    // TOPO_KEEP_PICTURES=1 keeps them to look at.
+    if std::env::var_os("TOPO_KEEP_PICTURES").is_none() {
+        std::fs::remove_dir_all(&dir).ok();
+    } else {
+        eprintln!("pictures kept in {}", out.display());
+    }
 }
 
 #[test]
