@@ -21,6 +21,46 @@ fn scenario(l: &Launcher, args: &[&str], pes: usize) -> Outcome {
     o
 }
 
+/// The topology crate's examples, each with arguments and what it prints when right.
+const EXAMPLES: [(&str, &[&str], &str); 4] = [
+    ("token_ring", &["3"], "token went 3 times round 6 processes"),
+    ("jacobi_torus", &[], "matches the serial computation"),
+    ("scatter_gather", &["100"], "gathered: ok"),
+    ("mutex_counter", &["5"], "counter = 30 (want 30): ok"),
+];
+
+/// `target/<profile>/examples/NAME`, built by `cargo test --workspace` or
+/// `cargo build --release -p converse-topo --examples`.
+fn example(name: &str) -> String {
+    let p = std::path::Path::new(TOPO)
+        .with_file_name("examples")
+        .join(name);
+    assert!(
+        p.exists(),
+        "{} is not built: run `cargo build --release -p converse-topo --examples`",
+        p.display()
+    );
+    p.to_string_lossy().into_owned()
+}
+
+/// Run an example as `launcher` runs programs, with the charmrun built next to the tests
+/// (the examples live in a directory of their own).
+fn run_example(l: &Launcher, path: &str, pes: usize, args: &[&str]) -> Outcome {
+    let mut c = match l {
+        Launcher::Charmrun { machine, opts } => {
+            let mut c = std::process::Command::new(converse_tests::charmrun_path(TOPO));
+            c.arg(format!("+p{pes}"))
+                .args(opts)
+                .arg(path)
+                .args(args)
+                .args(["+machine", machine]);
+            c
+        }
+        _ => l.command(path, pes, args),
+    };
+    converse_tests::run_bounded(&mut c, Duration::from_secs(120))
+}
+
 macro_rules! topo_suite {
     ($modname:ident, $launcher:expr) => {
         mod $modname {
@@ -34,6 +74,18 @@ macro_rules! topo_suite {
             fn every_class_at_1_2_7_and_16_processes() {
                 for pes in [1, 2, 7, 16] {
                     scenario(&launcher(), &["all"], pes);
+                }
+            }
+
+            #[test]
+            fn the_examples_check_their_results() {
+                let l = launcher();
+                for (name, args, want) in EXAMPLES {
+                    let o = run_example(&l, &example(name), 6, args);
+                    assert!(
+                        o.code == Some(0) && o.stdout.contains(want),
+                        "{name} via {l:?}:\n{o}"
+                    );
                 }
             }
 
