@@ -7,20 +7,22 @@
 //! (operation, root, size), and a process that sees one differ from its own call fails the
 //! collective on every process ([`Kind::Mismatch`] to all). A mismatch that makes nobody send
 //! to a process that would see it (a process that believes itself the root of a reduction
-//! waits for children who send elsewhere) is found by the slow call's check: after
-//! [`VERIFY_AFTER`] a pending call sends its signature to every process, and whoever called
-//! something else for that number says so. So a mismatch ends as an error, never a hang.
+//! waits for children who send elsewhere) is found by the slow call's check: a call still
+//! pending after [`VERIFY_AFTER`] (one periodic timer per topology looks, so a call costs no
+//! timer of its own) sends its signature to every process, and whoever called something else
+//! for that number says so. So a mismatch ends as an error, never a hang.
 
 use crate::error::TopoError;
 use crate::process::{block, Later, Payload, State, Topo};
 use crate::wire::{self, Header, Kind, DOWN, VISUAL};
 use converse::{Message, Pe};
 use std::collections::{BTreeMap, HashMap};
-use std::rc::{Rc, Weak};
+use std::rc::Rc;
 use std::time::Duration;
 
-/// How long a collective may wait before it checks that every process called the same.
-pub const VERIFY_AFTER: Duration = Duration::from_millis(500);
+/// How long a collective may wait before it checks that every process called the same: it
+/// checks at the second look of a timer of this period, so after one to two periods.
+pub const VERIFY_AFTER: Duration = Duration::from_millis(250);
 
 /// Signatures kept after their call ended, to answer late checks.
 const SIGS_KEPT: usize = 1024;
@@ -124,6 +126,8 @@ struct Pending {
     combine: Option<Rc<Combine>>,
     /// All-reduce: the value went up; waiting for it to come back down.
     sent_up: bool,
+    /// Looks of the periodic check that found it pending.
+    looks: u8,
     then: Option<Then>,
 }
 
@@ -165,7 +169,6 @@ impl State {
     fn start(
         &mut self,
         pe: &mut Pe,
-        weak: Weak<std::cell::RefCell<State>>,
         op: Op,
         root: usize,
         aux: u64,
@@ -251,13 +254,6 @@ impl State {
         for m in self.coll.early.remove(&seq).unwrap_or_default() {
             self.coll_message(pe, seq, m, later);
         }
-        if self.coll.pending.contains_key(&seq) {
-            pe.after(VERIFY_AFTER, move |pe| {
-                if let Some(st) = weak.upgrade() {
-                    st.borrow_mut().verify(pe, seq);
-                }
-            });
-        }
     }
 
     fn pending(
@@ -283,6 +279,7 @@ impl State {
             kids,
             combine,
             sent_up: false,
+            looks: 0,
             then: Some(then),
         }
     }
@@ -610,6 +607,20 @@ impl State {
         }
     }
 
+    /// The periodic look: calls pending since the previous look are slow; check them.
+    pub(crate) fn look_for_slow_calls(&mut self, pe: &mut Pe) {
+        let mut slow = Vec::new();
+        for (&seq, p) in self.coll.pending.iter_mut() {
+            p.looks = p.looks.saturating_add(1);
+            if p.looks == 2 {
+                slow.push(seq);
+            }
+        }
+        for seq in slow {
+            self.verify(pe, seq);
+        }
+    }
+
     /// A call is slow: ask every process what it called under this number.
     fn verify(&mut self, pe: &mut Pe, seq: u32) {
         let Some(p) = self.coll.pending.get(&seq) else {
@@ -675,10 +686,9 @@ impl Topo {
         then: Then,
     ) {
         let mut later: Later = Vec::new();
-        let weak = Rc::downgrade(&self.st);
         self.st
             .borrow_mut()
-            .start(pe, weak, op, root, aux, input, combine, then, &mut later);
+            .start(pe, op, root, aux, input, combine, then, &mut later);
         for f in later {
             f(pe);
         }

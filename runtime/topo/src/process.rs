@@ -370,6 +370,15 @@ pub fn attach(pe: &mut Pe, topology: Topology) -> Result<Option<Topo>, TopoError
         mutex,
     }));
     *cell.borrow_mut() = Some(st.clone());
+    // The look for slow collectives (see `collective`): one timer per topology.
+    let weak = Rc::downgrade(&st);
+    pe.every(crate::collective::VERIFY_AFTER, move |pe| {
+        if let Some(st) = weak.upgrade() {
+            if let Ok(mut s) = st.try_borrow_mut() {
+                s.look_for_slow_calls(pe);
+            }
+        }
+    });
     Ok(Some(Topo { st }))
 }
 
