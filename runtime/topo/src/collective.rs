@@ -5,7 +5,7 @@
 //! Every process calls a collective with matching arguments, in the same order; calls are
 //! matched by a sequence number per topology. Each message carries its call's signature
 //! (operation, root, size), and a process that sees one differ from its own call fails the
-//! collective on every process ([`Kind::Mismatch`] to all). A mismatch that makes nobody send
+//! collective on every process (a mismatch message to all). A mismatch that makes nobody send
 //! to a process that would see it (a process that believes itself the root of a reduction
 //! waits for children who send elsewhere) is found by the slow call's check: a call still
 //! pending after [`VERIFY_AFTER`] (one periodic timer per topology looks, so a call costs no
