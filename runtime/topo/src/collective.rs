@@ -16,7 +16,7 @@ use crate::error::TopoError;
 use crate::process::{block, Later, Payload, State, Topo};
 use crate::wire::{self, Header, Kind, DOWN, VISUAL};
 use converse::{Message, Pe};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -120,8 +120,9 @@ struct Pending {
     visual: bool,
     /// This process's contribution (upward), or the accumulator.
     own: Option<Vec<u8>>,
-    /// Children in the tree, and what each sent up.
-    kids: Vec<usize>,
+    /// The root of the tree this call travels (its children are looked up there, not copied).
+    troot: usize,
+    /// What each child sent up, by its place among the children.
     got: Vec<Option<Message>>,
     combine: Option<Rc<Combine>>,
     /// All-reduce: the value went up; waiting for it to come back down.
@@ -131,15 +132,65 @@ struct Pending {
     then: Option<Then>,
 }
 
+/// Calls in progress: rarely more than one or two, so a list beats a hash map.
+#[derive(Default)]
+struct Pendings(Vec<(u32, Pending)>);
+
+impl Pendings {
+    fn get(&self, seq: &u32) -> Option<&Pending> {
+        self.0.iter().find(|e| e.0 == *seq).map(|e| &e.1)
+    }
+    fn get_mut(&mut self, seq: &u32) -> Option<&mut Pending> {
+        self.0.iter_mut().find(|e| e.0 == *seq).map(|e| &mut e.1)
+    }
+    fn contains_key(&self, seq: &u32) -> bool {
+        self.0.iter().any(|e| e.0 == *seq)
+    }
+    fn insert(&mut self, seq: u32, p: Pending) {
+        self.0.push((seq, p));
+    }
+    fn remove(&mut self, seq: &u32) -> Option<Pending> {
+        let i = self.0.iter().position(|e| e.0 == *seq)?;
+        Some(self.0.swap_remove(i).1)
+    }
+    fn keys(&self) -> impl Iterator<Item = &u32> {
+        self.0.iter().map(|e| &e.0)
+    }
+    fn iter_mut(&mut self) -> impl Iterator<Item = (&u32, &mut Pending)> {
+        self.0.iter_mut().map(|e| (&e.0, &mut e.1))
+    }
+}
+
+/// The signatures of the last [`SIGS_KEPT`] calls, by sequence number (a ring).
+struct Sigs(Vec<Option<(u32, Sig)>>);
+
+impl Default for Sigs {
+    fn default() -> Sigs {
+        Sigs(vec![None; SIGS_KEPT])
+    }
+}
+
+impl Sigs {
+    fn insert(&mut self, seq: u32, sig: Sig) {
+        self.0[seq as usize % SIGS_KEPT] = Some((seq, sig));
+    }
+    fn get(&self, seq: &u32) -> Option<&Sig> {
+        match &self.0[*seq as usize % SIGS_KEPT] {
+            Some((s, sig)) if s == seq => Some(sig),
+            _ => None,
+        }
+    }
+}
+
 /// The collectives' state on one process.
 #[derive(Default)]
 pub(crate) struct Collectives {
     next_seq: u32,
-    pending: HashMap<u32, Pending>,
+    pending: Pendings,
     /// Messages of calls this process has not made yet.
     early: HashMap<u32, Vec<Message>>,
     failed: Option<TopoError>,
-    sigs: BTreeMap<u32, Sig>,
+    sigs: Sigs,
     /// Checks from other processes about calls this process has not made yet.
     queries: Vec<(usize, u32, Sig)>,
 }
@@ -190,9 +241,6 @@ impl State {
             aux,
         };
         self.coll.sigs.insert(seq, sig);
-        while self.coll.sigs.len() > SIGS_KEPT {
-            self.coll.sigs.pop_first();
-        }
         if root >= self.n {
             let detail = format!(
                 "process {} called {} with root {root}, which is not one of the {} processes",
@@ -233,14 +281,19 @@ impl State {
         if let Some(detail) = bad {
             return self.fail(pe, seq, detail, later);
         }
-        let queries: Vec<_> = self
-            .coll
-            .queries
-            .iter()
-            .filter(|q| q.1 == seq)
-            .copied()
-            .collect();
-        self.coll.queries.retain(|q| q.1 != seq);
+        let queries: Vec<_> = if self.coll.queries.is_empty() {
+            Vec::new()
+        } else {
+            let q = self
+                .coll
+                .queries
+                .iter()
+                .filter(|q| q.1 == seq)
+                .copied()
+                .collect();
+            self.coll.queries.retain(|q| q.1 != seq);
+            q
+        };
         for (from, _, theirs) in queries {
             if theirs != sig {
                 return self.fail(pe, seq, self.differ(from, theirs, sig), later);
@@ -251,8 +304,12 @@ impl State {
         } else {
             self.try_finish_up(pe, seq, later);
         }
-        for m in self.coll.early.remove(&seq).unwrap_or_default() {
-            self.coll_message(pe, seq, m, later);
+        if !self.coll.early.is_empty() {
+            for m in self.coll.early.remove(&seq).unwrap_or_default() {
+                if let Ok(h) = Header::read(m.payload(), self.n) {
+                    self.coll_message(pe, seq, h, m, later);
+                }
+            }
         }
     }
 
@@ -268,15 +325,14 @@ impl State {
         let kids = self
             .topo
             .tree(troot)
-            .map(|t| t.children(self.me).to_vec())
-            .unwrap_or_default();
+            .map_or(0, |t| t.children(self.me).len());
         Pending {
             op,
             sig,
             visual: false,
             own,
-            got: vec![None; kids.len()],
-            kids,
+            troot,
+            got: std::iter::repeat_with(|| None).take(kids).collect(),
             combine,
             sent_up: false,
             looks: 0,
@@ -299,8 +355,10 @@ impl State {
     fn send_coll(&mut self, pe: &mut Pe, op: Op, to: usize, mut msg: Message) {
         self.vc[self.me] += 1;
         wire::write_vc(msg.payload_mut(), &self.vc);
-        if let Ok(h) = Header::read(msg.payload(), self.n) {
-            self.record(&h, op.name(), to, &msg);
+        if msg.payload()[1] & VISUAL != 0 {
+            if let Ok(h) = Header::read(msg.payload(), self.n) {
+                self.record(&h, op.name(), to, &msg);
+            }
         }
         let hid = self.h.coll;
         self.hop(pe, hid, to, msg);
@@ -312,11 +370,12 @@ impl State {
             return;
         };
         let h = self.header(seq, p);
-        let (op, kids) = (p.op, p.kids.clone());
+        let (op, topo) = (p.op, self.topo.clone());
+        let kids = topo.tree(p.troot).map_or(&[][..], |t| t.children(self.me));
         match input {
             Input::Bytes(d) => {
                 let msg = wire::message_with(&h, &self.vc, d);
-                for &c in &kids {
+                for &c in kids {
                     self.send_coll(pe, op, c, msg.clone());
                 }
                 self.complete(seq, Ok(Outcome::Bytes(Payload::new(msg, self.n))), later);
@@ -327,10 +386,10 @@ impl State {
                 } else {
                     d.chunks(each).collect()
                 };
-                self.scatter_down(pe, seq, h, op, &kids, &|id| segs[id], later);
+                self.scatter_down(pe, seq, h, op, kids, &|id| segs[id], later);
             }
             Input::Segments(s) => {
-                self.scatter_down(pe, seq, h, op, &kids, &|id| s[id], later);
+                self.scatter_down(pe, seq, h, op, kids, &|id| s[id], later);
             }
             Input::Up(_) => {}
         }
@@ -370,7 +429,7 @@ impl State {
             return;
         }
         if self.coll.pending.contains_key(&h.seq) {
-            self.coll_message(pe, h.seq, msg, later);
+            self.coll_message(pe, h.seq, h, msg, later);
         } else if h.seq.wrapping_sub(self.coll.next_seq) < u32::MAX / 2 {
             // A call this process has not made yet.
             self.coll.early.entry(h.seq).or_default().push(msg);
@@ -389,10 +448,7 @@ impl State {
         }
     }
 
-    fn coll_message(&mut self, pe: &mut Pe, seq: u32, msg: Message, later: &mut Later) {
-        let Ok(h) = Header::read(msg.payload(), self.n) else {
-            return;
-        };
+    fn coll_message(&mut self, pe: &mut Pe, seq: u32, h: Header, msg: Message, later: &mut Later) {
         let Some(p) = self.coll.pending.get_mut(&seq) else {
             return;
         };
@@ -412,7 +468,9 @@ impl State {
         if op.downward() || h.flags & DOWN != 0 {
             self.down_message(pe, seq, h, msg, later);
         } else if let Some(p) = self.coll.pending.get_mut(&seq) {
-            match p.kids.iter().position(|&k| k == from) {
+            let topo = self.topo.clone();
+            let kids = topo.tree(p.troot).map_or(&[][..], |t| t.children(self.me));
+            match kids.iter().position(|&k| k == from) {
                 Some(i) if p.got[i].is_none() => p.got[i] = Some(msg),
                 _ => {
                     return eprintln!(
@@ -431,7 +489,8 @@ impl State {
         let Some(p) = self.coll.pending.get(&seq) else {
             return;
         };
-        let (op, kids, visual) = (p.op, p.kids.clone(), p.visual);
+        let (op, visual, topo) = (p.op, p.visual, self.topo.clone());
+        let kids = topo.tree(p.troot).map_or(&[][..], |t| t.children(self.me));
         let mut h2 = h;
         h2.src = self.me as u32;
         if visual {
@@ -457,7 +516,7 @@ impl State {
                 }
                 let start = mine.as_ptr() as usize - msg.payload().as_ptr() as usize;
                 let range = start..start + mine.len();
-                for &c in &kids {
+                for &c in kids {
                     let k = tree.subtree(c).len();
                     let parts: Vec<(usize, &[u8])> = it.by_ref().take(k).copied().collect();
                     let body = wire::bundle(parts.iter().copied());
@@ -468,7 +527,7 @@ impl State {
                 self.complete(seq, Ok(Outcome::Bytes(own)), later);
             }
             _ => {
-                for &c in &kids {
+                for &c in kids {
                     let mut m = msg.clone();
                     wire::write_header(m.payload_mut(), &h2);
                     self.send_coll(pe, op, c, m);
@@ -547,9 +606,10 @@ impl State {
                 if matches!(op, Op::AllReduce | Op::Barrier) {
                     let mut hd = h;
                     hd.flags |= DOWN;
-                    let kids = self.coll.pending.get(&seq).map(|p| p.kids.clone());
+                    let topo = self.topo.clone();
+                    let kids = topo.tree(troot).map_or(&[][..], |t| t.children(self.me));
                     let msg = wire::message_with(&hd, &self.vc, &value);
-                    for c in kids.unwrap_or_default() {
+                    for &c in kids {
                         self.send_coll(pe, op, c, msg.clone());
                     }
                 }
