@@ -46,7 +46,10 @@ pub(crate) fn run(p: &Params<'_>) -> anyhow::Result<()> {
     println!(
         "\ndistributed mutex (Raymond's token over the spanning tree): lock+unlock per second"
     );
-    println!("{:>4} {:<18} {:>14}", "PEs", "class", "lock+unlock/s");
+    println!(
+        "{:>4} {:<18} {:>14} {:>14}",
+        "PEs", "class", "lock+unlock/s", "token moves/s"
+    );
     for &c in p.contenders {
         job(&me, p.layer, c, &["mutex", "0", &p.locks.to_string()])?;
     }
@@ -162,9 +165,17 @@ pub(crate) fn pe_main(
                     }
                 }
                 pe.barrier();
+                let secs = start.elapsed().as_secs_f64();
+                // Token moves over the whole job: how often the lock really changed hands.
+                let passes = t
+                    .all_reduce(pe, &t.token_passes().to_le_bytes(), ops::sum_u64)
+                    .ok()
+                    .and_then(|v| v.try_into().ok())
+                    .map_or(0, u64::from_le_bytes);
+                pe.barrier();
                 if pe.my_pe() == 0 {
-                    let rate = (iters * n) as f64 / start.elapsed().as_secs_f64();
-                    println!("{n:>4} {name:<18} {rate:>14.0}");
+                    let rate = (iters * n) as f64 / secs;
+                    println!("{n:>4} {name:<18} {rate:>14.0} {:>14.0}", passes as f64 / secs);
                 }
             }
         } else {

@@ -29,6 +29,8 @@ pub(crate) struct MutexState {
     waiting: VecDeque<Granted>,
     /// Entries so far (for tests and the bench).
     pub entries: u64,
+    /// Times this process passed the token on.
+    pub passes: u64,
 }
 
 impl MutexState {
@@ -42,6 +44,7 @@ impl MutexState {
             queue: VecDeque::new(),
             waiting: VecDeque::new(),
             entries: 0,
+            passes: 0,
         }
     }
 }
@@ -75,6 +78,7 @@ impl State {
                     }
                 } else {
                     self.mutex.holder = head;
+                    self.mutex.passes += 1;
                     self.mutex_send(pe, Kind::MutexToken, head);
                 }
             }
@@ -105,6 +109,10 @@ impl Topo {
         pe: &mut Pe,
         then: impl FnOnce(&mut Pe, Result<(), TopoError>) + 'static,
     ) {
+        // Take in requests that already arrived first, so that they queue ahead of this one: a
+        // process that locks and unlocks in a loop without otherwise scheduling would keep
+        // the token to itself (no one else's request reaching its queue) and starve the others.
+        pe.progress();
         let mut later: Later = Vec::new();
         {
             let mut s = self.st.borrow_mut();
@@ -167,5 +175,10 @@ impl Topo {
     /// How many times this process entered the mutex.
     pub fn lock_entries(&self) -> u64 {
         self.st.borrow().mutex.entries
+    }
+
+    /// How many times this process passed the mutex's token to a neighbour.
+    pub fn token_passes(&self) -> u64 {
+        self.st.borrow().mutex.passes
     }
 }
