@@ -127,6 +127,29 @@ topo_suite!(
 );
 
 #[test]
+fn every_call_recorded_for_a_whole_run() {
+    let l = Launcher::Direct { machine: "local" };
+    let mut c = l.command(TOPO, 7, &["all"]);
+    c.env("CONVERSE_TOPO_VISUAL", "1");
+    let o = converse_tests::run_bounded(&mut c, Duration::from_secs(120));
+    assert!(
+        o.code == Some(0) && o.lines_with("topo all: ok") == 1,
+        "{o}"
+    );
+    // With the setting, process 0 records its barriers' and mutex hops too, not only the
+    // calls the scenario marks: more hops than without.
+    let plain = scenario(&l, &["all"], 7);
+    let hops = |o: &Outcome| -> usize {
+        o.stdout
+            .lines()
+            .filter_map(|l| l.split("recorded ").nth(1))
+            .filter_map(|r| r.split_whitespace().next()?.parse::<usize>().ok())
+            .sum()
+    };
+    assert!(hops(&o) > hops(&plain), "{} vs {}", hops(&o), hops(&plain));
+}
+
+#[test]
 fn matrix_files_good_and_bad() {
     let l = Launcher::Direct { machine: "local" };
     let dir = std::env::temp_dir().join(format!("topo-files-{}", std::process::id()));

@@ -164,6 +164,17 @@ fn collectives(pe: &mut Pe, name: &str, t: &Topo) {
             got.as_deref().ok() == Some(&data[..]),
             "broadcast of 64 KiB",
         );
+        // The root's send happened before this process's receive (its own entry counts it).
+        if let Ok(p) = &got {
+            let (sent, now) = (p.sent_at(), t.vector_time());
+            if me != root && !(sent.happened_before(&now) && sent.entries()[me] < now.entries()[me])
+            {
+                fail(
+                    pe,
+                    &format!("{name}: broadcast vector time {sent:?} not before {now:?}"),
+                );
+            }
+        }
         let small = t.broadcast(pe, root, &root.to_le_bytes());
         check(
             pe,
