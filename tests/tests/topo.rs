@@ -98,6 +98,7 @@ macro_rules! topo_suite {
                 );
                 assert!(o.stdout.contains("of 4 bytes each"), "{o}");
                 assert!(o.stdout.contains("called broadcast from root 6"), "{o}");
+                assert!(o.stdout.contains("called gather to root 0"), "{o}");
             }
         }
     };

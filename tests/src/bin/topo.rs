@@ -345,7 +345,16 @@ fn mismatch_kinds(pe: &mut Pe, ts: &[(String, Topo)]) {
     }
     for (k, (name, t)) in ts.iter().enumerate() {
         let me = t.id();
-        let r = match k % 3 {
+        let r = match k % 4 {
+            // Different operations under one number: one process gathers, the others meet
+            // in a barrier.
+            3 => {
+                if me == 1 {
+                    t.gather(pe, 0, b"odd one out").map(|_| ())
+                } else {
+                    t.barrier(pe)
+                }
+            }
             // A process that thinks it is the root of a reduction others root at 0: it
             // waits for children who send elsewhere; only the check finds it.
             0 => {
@@ -437,9 +446,34 @@ fn main() -> ExitCode {
                 Err(e) => fail(pe, &format!("{name}: attach: {e}")),
             }
         }
+        // A ring over some of the PEs only, in another order: the odd ones, backwards.
+        let odd: Vec<usize> = (1..n).step_by(2).rev().collect();
+        let subset = match Topology::ring(odd.len()).and_then(|r| r.on_pes(&odd)) {
+            Ok(r) => match attach(pe, r) {
+                Ok(t) => t,
+                Err(e) => fail(pe, &format!("subset ring: attach: {e}")),
+            },
+            Err(_) => None, // a job of one PE has no odd PE
+        };
+        if let Some(t) = &subset {
+            if t.topology().pe_of(t.id()) != Some(pe.my_pe()) || pe.my_pe() % 2 != 1 {
+                fail(pe, "subset ring: a process on the wrong PE");
+            }
+        }
         match scenario.as_str() {
             "all" => {
-                for (name, t) in &ts {
+                // Every PE takes part in the runtime barrier after each topology, members or
+                // not.
+                let all = ts
+                    .iter()
+                    .map(|(n, t)| (n.clone(), Some(t.clone())))
+                    .chain(std::iter::once(("ring on the odd PEs".to_string(), subset)));
+                for (name, t) in all {
+                    let Some(t) = t else {
+                        pe.barrier();
+                        continue;
+                    };
+                    let (name, t) = (&name, &t);
                     p2p(pe, name, t);
                     collectives(pe, name, t);
                     mutex(pe, name, t, &mon);
