@@ -84,7 +84,10 @@ pub fn layout(trace: &Trace) -> (Vec<(f64, f64)>, (f64, f64)) {
     let n = trace.n;
     let unit: Vec<(f64, f64)> = match trace.shape.as_str() {
         "line" => (0..n).map(|i| (i as f64, 0.0)).collect(),
-        "grid" | "torus" if !trace.dims.is_empty() => grid_units(&trace.dims, n),
+        // (A trace file with a zero extent is not a grid: drawn as a line rather than trusted.)
+        "grid" | "torus" if !trace.dims.is_empty() && !trace.dims.contains(&0) => {
+            grid_units(&trace.dims, n)
+        }
         "star" => {
             let others: Vec<usize> = (0..n).filter(|&i| i != trace.centre).collect();
             let r = radius_units(others.len());
@@ -119,13 +122,13 @@ fn grid_units(dims: &[usize], n: usize) -> Vec<(f64, f64)> {
         [.., r, c] => (*r, *c),
         [] => (1, n),
     };
-    let per = (rows * cols).max(1);
+    let per = rows.saturating_mul(cols).max(1);
     (0..n)
         .map(|i| {
             let panel = i / per;
             let r = (i % per) / cols;
             let c = i % cols;
-            ((panel * (cols + 1) + c) as f64, r as f64)
+            ((panel as f64) * (cols as f64 + 1.0) + c as f64, r as f64)
         })
         .collect()
 }
@@ -395,6 +398,19 @@ mod tests {
         let t3 = Trace::new(&Topology::torus(&[2, 2, 2]).unwrap(), vec![]);
         let (pos, _) = layout(&t3);
         assert!(pos[4].0 > pos[1].0, "the second panel is to the right");
+    }
+
+    #[test]
+    fn a_hostile_trace_draws_without_panicking() {
+        let t = Trace::parse(
+            "topo-trace 1\nshape torus\ndims 0 3\ncentre 9\nn 3\nedge 0 2 1\n",
+            "t",
+        )
+        .unwrap();
+        assert_eq!(layout(&t).0.len(), 3);
+        assert!(svg(&t, None).contains("</svg>"));
+        let s = Trace::parse("topo-trace 1\nshape star\ncentre 9\nn 2\n", "t").unwrap();
+        assert_eq!(layout(&s).0.len(), 2);
     }
 
     #[test]
