@@ -3,6 +3,10 @@
 //! reduction on the same PEs in the same job; and the distributed mutex's lock+unlock rate
 //! with 2, 4 and 8 contending PEs.
 //!
+//! Broadcast is measured twice: blocking (each call waits for its data) and message-driven
+//! (`bcast-md`: all calls made at once, callbacks counting), which is how the runtime's own
+//! broadcast is driven.
+//!
 //! `bench topo` launches one job per PE count (`bench pe-topo`: directly for the in-process
 //! layer, under charmrun for the others), whose PE 0 prints the rows.
 
@@ -184,7 +188,8 @@ pub(crate) fn pe_main(
                 for (name, t) in &ts {
                     let topo = t.topology();
                     let (diam, height) = (topo.diameter(), topo.tree(0).map_or(0, |t| t.height()));
-                    for (k, op) in ["broadcast", "reduce", "gather"].into_iter().enumerate() {
+                    let ops = ["broadcast", "bcast-md", "reduce", "gather"];
+                    for (op, k) in ops.into_iter().zip([0, 0, 1, 2]) {
                         let us = topo_time(pe, t, op, size, iters);
                         if pe.my_pe() == 0 {
                             println!(
@@ -256,6 +261,24 @@ fn topo_time(pe: &mut Pe, t: &Topo, op: &str, size: usize, iters: usize) -> f64 
     let data = vec![1u8; size];
     pe.barrier();
     let start = Instant::now();
+    if op == "bcast-md" {
+        // Message-driven: every call made at once, their callbacks counting; the runtime's
+        // broadcast is measured the same way.
+        let done = Rc::new(Cell::new(0usize));
+        for _ in 0..iters {
+            let d = done.clone();
+            t.broadcast_then(pe, 0, &data, move |pe, r| {
+                if r.is_err() {
+                    pe.abort("broadcast failed");
+                }
+                d.set(d.get() + 1);
+            });
+        }
+        let d = done.clone();
+        pe.run_until(move |_| d.get() == iters);
+        pe.barrier();
+        return start.elapsed().as_secs_f64() * 1e6 / iters as f64;
+    }
     for _ in 0..iters {
         let r = match op {
             "broadcast" => t.broadcast(pe, 0, &data).map(|_| ()),

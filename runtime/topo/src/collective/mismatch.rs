@@ -93,7 +93,7 @@ impl State {
         }
         self.coll.failed = Some(e.clone());
         self.coll.early.clear();
-        let mut seqs: Vec<u32> = self.coll.pending.keys().copied().collect();
+        let mut seqs: Vec<u32> = self.coll.pending.keys().collect();
         seqs.sort_unstable();
         for s in seqs {
             self.complete(s, Err(e.clone()), later);
@@ -102,10 +102,17 @@ impl State {
 
     /// The periodic look: calls pending since the previous look are slow; check them.
     pub(crate) fn look_for_slow_calls(&mut self, pe: &mut Pe) {
+        // At most a few checks per look, oldest first (a program may have thousands of
+        // message-driven calls in flight); a checked call is not checked again.
+        const CHECKS_PER_LOOK: usize = 8;
         let mut slow = Vec::new();
-        for (&seq, p) in self.coll.pending.iter_mut() {
-            p.looks = p.looks.saturating_add(1);
-            if p.looks == 2 {
+        for (seq, p) in self.coll.pending.iter_mut() {
+            if p.looks == u8::MAX {
+                continue;
+            }
+            p.looks = p.looks.saturating_add(1).min(2);
+            if p.looks == 2 && slow.len() < CHECKS_PER_LOOK {
+                p.looks = u8::MAX;
                 slow.push(seq);
             }
         }

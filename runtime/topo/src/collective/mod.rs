@@ -107,32 +107,62 @@ struct Pending {
     then: Option<Then>,
 }
 
-/// Calls in progress: rarely more than one or two, so a list beats a hash map.
+/// Calls in progress, by sequence number. Numbers are given out in order, so the calls in
+/// progress lie in a window from the oldest unfinished one: a deque indexed from its start
+/// (a program may have thousands of message-driven calls in flight).
 #[derive(Default)]
-struct Pendings(Vec<(u32, Pending)>);
+struct Pendings {
+    base: u32,
+    slots: std::collections::VecDeque<Option<Pending>>,
+}
 
 impl Pendings {
+    fn index(&self, seq: u32) -> usize {
+        seq.wrapping_sub(self.base) as usize
+    }
     fn get(&self, seq: &u32) -> Option<&Pending> {
-        self.0.iter().find(|e| e.0 == *seq).map(|e| &e.1)
+        self.slots.get(self.index(*seq))?.as_ref()
     }
     fn get_mut(&mut self, seq: &u32) -> Option<&mut Pending> {
-        self.0.iter_mut().find(|e| e.0 == *seq).map(|e| &mut e.1)
+        let i = self.index(*seq);
+        self.slots.get_mut(i)?.as_mut()
     }
     fn contains_key(&self, seq: &u32) -> bool {
-        self.0.iter().any(|e| e.0 == *seq)
+        self.get(seq).is_some()
     }
     fn insert(&mut self, seq: u32, p: Pending) {
-        self.0.push((seq, p));
+        if self.slots.is_empty() {
+            self.base = seq;
+        }
+        let i = self.index(seq);
+        while self.slots.len() <= i {
+            self.slots.push_back(None);
+        }
+        self.slots[i] = Some(p);
     }
     fn remove(&mut self, seq: &u32) -> Option<Pending> {
-        let i = self.0.iter().position(|e| e.0 == *seq)?;
-        Some(self.0.swap_remove(i).1)
+        let i = self.index(*seq);
+        let p = self.slots.get_mut(i)?.take();
+        while matches!(self.slots.front(), Some(None)) {
+            self.slots.pop_front();
+            self.base = self.base.wrapping_add(1);
+        }
+        p
     }
-    fn keys(&self) -> impl Iterator<Item = &u32> {
-        self.0.iter().map(|e| &e.0)
+    fn keys(&self) -> impl Iterator<Item = u32> + '_ {
+        let base = self.base;
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.is_some())
+            .map(move |(i, _)| base.wrapping_add(i as u32))
     }
-    fn iter_mut(&mut self) -> impl Iterator<Item = (&u32, &mut Pending)> {
-        self.0.iter_mut().map(|e| (&e.0, &mut e.1))
+    fn iter_mut(&mut self) -> impl Iterator<Item = (u32, &mut Pending)> {
+        let base = self.base;
+        self.slots
+            .iter_mut()
+            .enumerate()
+            .filter_map(move |(i, p)| p.as_mut().map(|p| (base.wrapping_add(i as u32), p)))
     }
 }
 
@@ -581,5 +611,50 @@ impl State {
         {
             later.push(Box::new(move |pe| then(pe, r)));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call() -> Pending {
+        Pending {
+            op: Op::Barrier,
+            sig: Sig {
+                op: Op::Barrier as u8,
+                root: 0,
+                aux: 0,
+            },
+            visual: false,
+            own: None,
+            troot: 0,
+            got: Vec::new(),
+            combine: None,
+            sent_up: false,
+            looks: 0,
+            then: None,
+        }
+    }
+
+    #[test]
+    fn pending_calls_are_a_window_that_slides_as_the_oldest_end() {
+        let mut p = Pendings::default();
+        for seq in 10..15 {
+            p.insert(seq, call());
+        }
+        assert!(p.remove(&12).is_some());
+        assert!(!p.contains_key(&12) && p.contains_key(&10) && p.contains_key(&14));
+        assert!(p.remove(&10).is_some() && p.remove(&11).is_some());
+        // The window starts at the oldest call still running.
+        assert_eq!(p.base, 13);
+        assert_eq!(p.keys().collect::<Vec<_>>(), [13, 14]);
+        assert!(p.get(&9).is_none() && p.get(&99).is_none() && p.remove(&99).is_none());
+        assert!(p.remove(&13).is_some() && p.remove(&14).is_some());
+        assert!(p.slots.is_empty());
+        // Numbers wrap around.
+        p.insert(u32::MAX, call());
+        p.insert(0, call());
+        assert!(p.contains_key(&0) && p.contains_key(&u32::MAX));
     }
 }
