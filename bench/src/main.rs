@@ -9,6 +9,7 @@
 //! bench smp [--layers tcp,udp,si] [--iters N] [--messages N] [--ks 1,2]
 //! bench idle [--layer si] [--secs S] [--ppn K]
 //! bench udp [--iters N] [--runs R]
+//! bench topo [--layer local] [--pes 8,16] [--sizes 8,65536] [--iters N] [--contenders 2,4,8]
 //! ```
 
 mod direct;
@@ -22,6 +23,7 @@ mod report;
 mod smp;
 mod startup;
 mod tbon;
+mod topo;
 mod udp;
 
 use clap::{Parser, Subcommand};
@@ -182,6 +184,36 @@ enum Cmd {
         #[arg(long)]
         csv: Option<PathBuf>,
     },
+    /// Process topologies: broadcast, reduce and gather per topology class next to the
+    /// runtime's own collectives on the same PEs, and the distributed mutex's lock rate.
+    Topo {
+        /// The layer (`local`: in-process; others under charmrun).
+        #[arg(long, default_value = "local")]
+        layer: String,
+        /// PE counts, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "8,16")]
+        pes: Vec<usize>,
+        /// Message sizes in bytes, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "8,65536")]
+        sizes: Vec<usize>,
+        /// Operations per measurement.
+        #[arg(long, default_value_t = 200)]
+        iters: usize,
+        /// Contending PEs for the mutex, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "2,4,8")]
+        contenders: Vec<usize>,
+        /// Lock+unlock pairs per PE.
+        #[arg(long, default_value_t = 2000)]
+        locks: usize,
+    },
+    /// One PE of a `bench topo` job.
+    #[command(hide = true)]
+    PeTopo {
+        mode: String,
+        #[arg(value_delimiter = ',')]
+        sizes: Vec<usize>,
+        iters: usize,
+    },
     /// The back-end program of `bench tbon`.
     #[command(hide = true)]
     TbonBe,
@@ -276,6 +308,24 @@ fn main() -> ExitCode {
             waves: waves.max(1),
             csv: csv.as_deref(),
         }),
+        Cmd::Topo {
+            layer,
+            pes,
+            sizes,
+            iters,
+            contenders,
+            locks,
+        } => topo::run(&topo::Params {
+            pes: &pes,
+            sizes: &sizes,
+            iters: iters.max(1),
+            contenders: &contenders,
+            locks: locks.max(1),
+            layer: &layer,
+        }),
+        Cmd::PeTopo { mode, sizes, iters } => converse::Runtime::from_args(argv)
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| topo::pe_main(rt, &mode, &sizes, iters.max(1))),
         Cmd::PePingpong { job, pin, peer } => {
             if pin {
                 udp::pin_to_node_core();
