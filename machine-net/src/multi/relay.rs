@@ -117,3 +117,81 @@ fn run(s: &Shared, bell: Doorbell, wake: &dyn Wake) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use converse_si::interconnect::Si;
+    use std::path::PathBuf;
+    use std::sync::mpsc;
+
+    struct Chan(std::sync::Mutex<mpsc::Sender<()>>);
+    impl Wake for Chan {
+        fn wake(&self) {
+            if let Ok(s) = self.0.lock() {
+                let _ = s.send(());
+            }
+        }
+    }
+
+    /// Two nodes' interconnects in this process: 0 reads, 1 writes to it.
+    fn pair(name: &str) -> (Si, Si) {
+        let path = |n: usize| {
+            PathBuf::from(format!(
+                "/dev/shm/cv-relay-test-{}-{name}-{n}",
+                std::process::id()
+            ))
+        };
+        let mut a = Si::init(0, 2);
+        let mut b = Si::init(1, 2);
+        a.open(&path(0), 4096).expect("port 0");
+        b.open(&path(1), 4096).expect("port 1");
+        b.attach(0, &path(0)).expect("attach");
+        a.close();
+        b.close();
+        (a, b)
+    }
+
+    #[test]
+    fn a_record_written_while_the_node_sleeps_rings_the_network_wake_once() {
+        let (a, b) = pair("ring");
+        let (tx, rx) = mpsc::channel();
+        let bell = a.doorbell().expect("open port");
+        let mut relay =
+            Relay::start(bell, Arc::new(Chan(std::sync::Mutex::new(tx)))).expect("start");
+        // Several sleeps in a row, the writer ringing in each: one wake per sleep.
+        for round in 0..3 {
+            let seen = a.arm().expect("nothing waiting yet");
+            relay.arm(seen);
+            assert!(b.try_write(0, b"hello"), "round {round}");
+            assert_eq!(
+                rx.recv_timeout(Duration::from_secs(5)),
+                Ok(()),
+                "round {round}"
+            );
+            a.disarm();
+            relay.disarm();
+            let mut got = [0u8; 5];
+            assert_eq!(a.peek(1), Some(5));
+            a.read(1, &mut got);
+            assert_eq!(&got, b"hello");
+        }
+        relay.stop();
+        assert!(rx.try_recv().is_err(), "one wake per sleep");
+    }
+
+    #[test]
+    fn nothing_rings_while_the_node_is_awake_and_a_waiting_record_is_no_sleep() {
+        let (a, b) = pair("awake");
+        let (tx, rx) = mpsc::channel();
+        let bell = a.doorbell().expect("open port");
+        let mut relay =
+            Relay::start(bell, Arc::new(Chan(std::sync::Mutex::new(tx)))).expect("start");
+        // Awake: the writer does not ring, the relay does not wake anybody.
+        assert!(b.try_write(0, b"x"));
+        assert!(rx.recv_timeout(Duration::from_millis(200)).is_err());
+        // A record is waiting: arming says so instead of sleeping.
+        assert_eq!(a.arm(), None);
+        relay.stop();
+    }
+}
