@@ -8,7 +8,7 @@
 //! bench rate [--messages N] [--csv FILE]
 //! bench smp [--layers tcp,udp,si] [--iters N] [--messages N] [--ks 1,2]
 //! bench idle [--layer si] [--secs S] [--ppn K]
-//! bench multi [--sizes 8,65536,1048576] [--iters N] [--messages N]   (root: namespace hosts)
+//! bench multi [--sizes 8,65536,1048576] [--iters N] [--messages N] [--runs R]   (root)
 //! bench udp [--iters N] [--runs R]
 //! ```
 
@@ -238,6 +238,9 @@ enum Cmd {
         /// Messages of the all-to-all.
         #[arg(long, default_value_t = 1_000_000)]
         messages: u64,
+        /// Interleaved runs of every series (the least p50 is shown).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
     },
     /// Messages sent and dispatched per second on one PE, next to a bare queue + call.
     Rate {
@@ -330,7 +333,8 @@ fn main() -> ExitCode {
             sizes,
             iters,
             messages,
-        } => multi::run(&sizes, iters.max(1), messages.max(1)),
+            runs,
+        } => multi::run(&sizes, iters.max(1), messages.max(1), runs.max(1)),
         Cmd::Rate { messages, csv } => rate::run(messages.max(1), csv.as_deref()),
         Cmd::Smp {
             layers,

@@ -117,6 +117,19 @@ fn suite_on_two_hosts(tag: &str, layer: &str, net: &str) {
     ] {
         let o = job(&hosts, TWO_BY_TWO, 4, scenario, layer);
         let want = if scenario[0] == "exit-code" { 5 } else { 0 };
+        if scenario[0] == "idle" {
+            // PE 0's process over an idle second: blocking in one wait for both transports
+            // costs next to nothing (the runtime's own check allows a quarter).
+            let ms: f64 = o
+                .stdout
+                .split("process CPU ")
+                .nth(1)
+                .and_then(|r| r.split(' ').next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| panic!("no CPU figure\n{o}"));
+            eprintln!("{layer} idle: {ms} ms of CPU in an idle second");
+            assert!(ms < 100.0, "{o}");
+        }
         assert_eq!(o.code, Some(want), "{scenario:?}: {o}");
         if scenario[0] != "exit-code" {
             assert_eq!(

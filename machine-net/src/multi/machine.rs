@@ -16,6 +16,16 @@ const NAP: Duration = Duration::from_millis(1);
 /// same-host peers may write: their messages wait at most this long.
 const NO_WAKER_SLICE: Duration = Duration::from_millis(1);
 
+/// Advances after the network part last handed up a message during which it is polled on
+/// every advance, as a network layer alone would be.
+const NET_HOT: u32 = 1024;
+
+/// Otherwise the network part is polled on every this many advances only: its poll is a
+/// system call per socket, shared memory's a cache line per peer, so a same-host exchange
+/// would otherwise spend its time asking sockets that have nothing. A message from another
+/// host waits at most this many (sub-microsecond) polls, then the network is hot again.
+const NET_COLD_EVERY: u32 = 32;
+
 /// Messages and wire bytes sent over one transport.
 #[derive(Debug, Default, Clone, Copy)]
 struct Sent {
@@ -38,6 +48,8 @@ pub struct MultiMachine<N: Part> {
     net: N,
     /// Index 0: shared memory; 1: the network.
     sent: [Sent; 2],
+    /// Advances since the network part last handed up a message (see `NET_HOT`).
+    since_net: u32,
     stats: bool,
     relay: Option<Relay>,
     ctl: Arc<Control>,
@@ -90,6 +102,7 @@ impl<N: Part> MultiMachine<N> {
             si,
             net,
             sent: [Sent::default(); 2],
+            since_net: 0,
             stats,
             relay,
             ctl,
@@ -110,7 +123,17 @@ impl<N: Part> MultiMachine<N> {
             n += self.si.advance(deliver)?;
         }
         if self.net_peers > 0 {
-            n += self.net.advance(deliver)?;
+            self.since_net = self.since_net.saturating_add(1);
+            if self.shm_peers == 0
+                || self.since_net < NET_HOT
+                || self.since_net.is_multiple_of(NET_COLD_EVERY)
+            {
+                let k = self.net.advance(deliver)?;
+                if k > 0 {
+                    self.since_net = 0;
+                }
+                n += k;
+            }
         }
         Ok(n)
     }
@@ -211,6 +234,7 @@ impl<N: Part> Machine for MultiMachine<N> {
             if self.si.interconnect().any_waiting() {
                 return Ok(());
             }
+            self.since_net = 0;
             return self.net.wait(t.min(NO_WAKER_SLICE));
         };
         let Some(seen) = self.si.interconnect().arm() else {
@@ -221,6 +245,8 @@ impl<N: Part> Machine for MultiMachine<N> {
         let r = self.net.wait(t);
         self.si.interconnect().disarm();
         relay.disarm();
+        // Whichever ended the wait, the network is asked at once.
+        self.since_net = 0;
         r
     }
 
