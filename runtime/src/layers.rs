@@ -130,6 +130,16 @@ mod tests {
     }
 
     #[test]
+    fn composites_are_found_by_name_and_come_first_under_a_launcher() {
+        if cfg!(all(feature = "si", feature = "tcp")) {
+            assert_eq!(find("si+tcp").map(|l| l.name).ok(), Some("si+tcp"));
+            assert_eq!(all().next().map(|l| l.name), Some("si+tcp"));
+        }
+        let e = find("si+mpi").err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(e.contains("si+tcp, si+udp"), "{e}");
+    }
+
+    #[test]
     fn errors_tell_missing_from_unknown() {
         let e = find("nope")
             .err()
