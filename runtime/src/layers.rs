@@ -135,7 +135,10 @@ mod tests {
             assert_eq!(find("si+tcp").map(|l| l.name).ok(), Some("si+tcp"));
             assert_eq!(all().next().map(|l| l.name), Some("si+tcp"));
         }
-        let e = find("si+mpi").err().map(|e| e.to_string()).unwrap_or_default();
+        let e = find("si+mpi")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         assert!(e.contains("si+tcp, si+udp"), "{e}");
     }
 

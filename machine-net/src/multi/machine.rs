@@ -242,6 +242,12 @@ impl<N: Part> Machine for MultiMachine<N> {
             return Ok(());
         };
         relay.arm(seen);
+        // A record written before the relay could see this sleep rang nobody: look once more.
+        if self.si.interconnect().any_waiting() {
+            self.si.interconnect().disarm();
+            relay.disarm();
+            return Ok(());
+        }
         let r = self.net.wait(t);
         self.si.interconnect().disarm();
         relay.disarm();

@@ -2,13 +2,15 @@
 //! wait (epoll, ppoll: sockets and timers), and this thread sleeps on the SI doorbell for it,
 //! ringing the network layer's [`Wake`] when a same-host peer writes.
 //!
-//! Writers ring the doorbell only while the port's owner says it sleeps; the owner says so
-//! ([`Si::arm`](converse_si::interconnect::Si::arm)) just before its network wait and checks
-//! its rings after that, so a record is either seen then or rings the bell (the SI layer's own
-//! sleep protocol, split over two threads). The owner publishes each sleep here as a
-//! generation and the doorbell value to wait past; the relay wakes the network layer only
-//! when the bell rang during the current sleep. It naps at most [`NAP`] at a time, so an idle
-//! job costs it one wake-up a second.
+//! Writers ring the doorbell only while the port's owner says it sleeps. Before its network
+//! wait the owner says so ([`Si::arm`](converse_si::interconnect::Si::arm)), publishes the
+//! sleep here (a generation and the doorbell value it saw), and looks at its rings once more:
+//! a record written before the relay could see the sleep is found by that look, any later one
+//! rings a bell the relay wakes for (both sides order their store before their load with a
+//! full fence). The relay stays asleep on the doorbell the whole time, between the node's
+//! sleeps too (nobody rings then), so a sleep costs the node no system call here; it wakes the
+//! network layer once per sleep in which the bell rang, and naps at most [`NAP`] at a time (an
+//! idle job: one wake-up a second).
 
 use converse_machine::Wake;
 use converse_si::interconnect::Doorbell;
@@ -60,7 +62,8 @@ impl Relay {
         })
     }
 
-    /// The node sleeps from now on; `seen` is the doorbell value [`Si::arm`] returned.
+    /// The node sleeps from now on; `seen` is the doorbell value [`Si::arm`] returned. The
+    /// caller then looks at its rings once more before it sleeps.
     ///
     /// [`Si::arm`]: converse_si::interconnect::Si::arm
     pub(crate) fn arm(&mut self, seen: u32) {
@@ -68,9 +71,7 @@ impl Relay {
         self.generation = self.generation.wrapping_add(1).max(1);
         let word = (u64::from(self.generation) << 32) | u64::from(seen);
         self.shared.sleep.store(word, Ordering::SeqCst);
-        if let Some(t) = &self.thread {
-            t.thread().unpark();
-        }
+        std::sync::atomic::fence(Ordering::SeqCst);
     }
 
     /// The node's sleep is over.
@@ -83,7 +84,6 @@ impl Relay {
         self.shared.stop.store(true, Ordering::SeqCst);
         if let Some(t) = self.thread.take() {
             self.bell.kick();
-            t.thread().unpark();
             let _ = t.join();
         }
     }
@@ -96,25 +96,18 @@ impl Drop for Relay {
 }
 
 fn run(s: &Shared, bell: Doorbell, wake: &dyn Wake) {
+    // The sleep last woken for: one wake per sleep.
+    let mut woken = IDLE;
     while !s.stop.load(Ordering::SeqCst) {
+        let now = bell.value();
         let sleep = s.sleep.load(Ordering::SeqCst);
-        if sleep == IDLE {
-            std::thread::park_timeout(NAP);
-            continue;
-        }
-        let seen = sleep as u32;
-        // Returns at once if the bell rang since `seen`.
-        bell.wait_past(seen, NAP);
-        if s.stop.load(Ordering::SeqCst) {
-            return;
-        }
-        // Rung during the sleep still going on: wake the node's network wait, once.
-        if s.sleep.load(Ordering::SeqCst) == sleep && bell.value() != seen {
+        if sleep != IDLE && sleep != woken && now != sleep as u32 {
+            // Rung during the sleep going on: end the node's network wait.
             wake.wake();
-            while s.sleep.load(Ordering::SeqCst) == sleep && !s.stop.load(Ordering::SeqCst) {
-                std::thread::park_timeout(NAP);
-            }
+            woken = sleep;
         }
+        // Returns at once if it rang since `now`.
+        bell.wait_past(now, NAP);
     }
 }
 
@@ -163,6 +156,7 @@ mod tests {
         for round in 0..3 {
             let seen = a.arm().expect("nothing waiting yet");
             relay.arm(seen);
+            assert!(!a.any_waiting());
             assert!(b.try_write(0, b"hello"), "round {round}");
             assert_eq!(
                 rx.recv_timeout(Duration::from_secs(5)),
