@@ -161,6 +161,9 @@ pub struct SiMachine {
     /// Peers with something in `lent`.
     lending: Vec<usize>,
     incoming: Vec<Option<Incoming>>,
+    /// The nodes whose ports we attached, the only ones that can write to ours: what
+    /// `advance` reads (in a composite, only the nodes of this host).
+    senders: Vec<usize>,
     /// Buffers of small messages sent, kept to receive small messages into.
     spares: Vec<Vec<u8>>,
 }
@@ -353,7 +356,11 @@ impl SiOpen {
             })
             .collect();
         let chunk = si.max_write().min(PIECE) - HEADER;
+        let senders = (0..n)
+            .filter(|&node| node != me && table.node(node).is_some_and(|i| !i.addr.is_empty()))
+            .collect();
         Ok(SiMachine {
+            senders,
             me,
             table,
             si,
@@ -719,8 +726,8 @@ impl SiMachine {
     /// Read and drop whatever peers still send (the job is over), so that their own exit
     /// flushes end too; a peer that is gone has nothing more to read.
     fn drain_and_drop(&mut self) {
-        for s in 0..self.incoming.len() {
-            let _ = self.receive_from(s, &mut |_| {}, 1 << 20);
+        for i in 0..self.senders.len() {
+            let _ = self.receive_from(self.senders[i], &mut |_| {}, 1 << 20);
         }
     }
 }
@@ -777,8 +784,8 @@ impl Machine for SiMachine {
             self.help_receivers();
             self.reclaim();
         }
-        for s in 0..self.incoming.len() {
-            n += self.receive_from(s, deliver, BUDGET)?;
+        for i in 0..self.senders.len() {
+            n += self.receive_from(self.senders[i], deliver, BUDGET)?;
         }
         Ok(n)
     }

@@ -24,7 +24,7 @@ const NET_HOT: u32 = 1024;
 /// system call per socket, shared memory's a cache line per peer, so a same-host exchange
 /// would otherwise spend its time asking sockets that have nothing. A message from another
 /// host waits at most this many (sub-microsecond) polls, then the network is hot again.
-const NET_COLD_EVERY: u32 = 32;
+const NET_COLD_EVERY: u32 = 64;
 
 /// Messages and wire bytes sent over one transport.
 #[derive(Debug, Default, Clone, Copy)]
