@@ -178,6 +178,21 @@ mod tests {
         }
     }
 
+    proptest::proptest! {
+        #[test]
+        fn any_bytes_decode_or_are_refused_never_a_panic(
+            bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64)
+        ) {
+            let nodes = vec![NodeInfo { first_pe: 0, num_pes: 1, host: "h".into(), addr: bytes }];
+            let t = NodeTable::new(nodes).expect("table");
+            if let Ok(i) = decode(&t, 0) {
+                // What decodes encodes back to the same bytes.
+                let again = encode(i.host, i.shm, i.net);
+                proptest::prop_assert_eq!(&again, &t.nodes()[0].addr);
+            }
+        }
+    }
+
     #[test]
     fn two_hosts_of_two_nodes_pair_same_host_nodes_on_shared_memory_and_symmetrically() {
         // Nodes 0 and 2 on host A, 1 and 3 on host B (round-robin placement).
