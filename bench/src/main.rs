@@ -8,12 +8,14 @@
 //! bench rate [--messages N] [--csv FILE]
 //! bench smp [--layers tcp,udp,si] [--iters N] [--messages N] [--ks 1,2]
 //! bench idle [--layer si] [--secs S] [--ppn K]
+//! bench multi [--sizes 8,65536,1048576] [--iters N] [--messages N] [--runs R]   (root)
 //! bench udp [--iters N] [--runs R]
 //! bench topo [--layer local] [--pes 8,16] [--sizes 8,65536] [--iters N] [--contenders 2,4,8]
 //! ```
 
 mod direct;
 mod idle;
+mod multi;
 mod pingpong;
 mod rate;
 mod raw;
@@ -256,6 +258,22 @@ enum Cmd {
         #[arg(long, value_delimiter = ',', default_value = "1,2")]
         ks: Vec<usize>,
     },
+    /// si+tcp against si and tcp alone over two namespace hosts (needs root): same-host and
+    /// cross-host ping-pong in one 4-process job, the all-to-all's wall time.
+    Multi {
+        /// Message sizes in bytes, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "8,65536,1048576")]
+        sizes: Vec<usize>,
+        /// Timed round trips per size.
+        #[arg(long, default_value_t = 5_000)]
+        iters: u64,
+        /// Messages of the all-to-all.
+        #[arg(long, default_value_t = 1_000_000)]
+        messages: u64,
+        /// Interleaved runs of every series (the least p50 is shown).
+        #[arg(long, default_value_t = 3)]
+        runs: usize,
+    },
     /// Messages sent and dispatched per second on one PE, next to a bare queue + call.
     Rate {
         /// Messages per measurement.
@@ -361,6 +379,12 @@ fn main() -> ExitCode {
         ),
         #[cfg(feature = "mpi")]
         Cmd::RawMpi(j) => raw_mpi::rank_main(&j.sizes, j.iters, &j.csv),
+        Cmd::Multi {
+            sizes,
+            iters,
+            messages,
+            runs,
+        } => multi::run(&sizes, iters.max(1), messages.max(1), runs.max(1)),
         Cmd::Rate { messages, csv } => rate::run(messages.max(1), csv.as_deref()),
         Cmd::Smp {
             layers,

@@ -7,12 +7,16 @@
 //! - [`udp`]: one UDP socket per node; packetization, sliding windows, cumulative and
 //!   selective acknowledgements, retransmission on a timer from measured round trips,
 //!   congestion and flow control, dead-peer detection, every datagram checked.
+//! - [`multi`] (feature `si`): `si+tcp` and `si+udp`, shared memory between the nodes of a
+//!   host and one of the above between hosts, chosen per peer at boot.
 
 #[cfg(feature = "tcp")]
 mod conn;
 // Addresses in the node table serve both layers; connection set-up only TCP.
 #[cfg_attr(not(feature = "tcp"), allow(dead_code))]
 mod mesh;
+#[cfg(all(feature = "si", any(feature = "tcp", feature = "udp")))]
+pub mod multi;
 #[cfg(feature = "tcp")]
 pub mod tcp;
 #[cfg(feature = "udp")]

@@ -46,6 +46,22 @@ pub(crate) fn decode_addr(table: &NodeTable, node: usize) -> Result<SocketAddr, 
         .map_err(|_| bad("does not parse"))
 }
 
+/// Check that the table holds `pes_per_node` PEs on every node, as `+ppn` says.
+///
+/// # Errors
+/// [`MachineError::Boot`] when it does not.
+pub(crate) fn check_pes(table: &NodeTable, pes_per_node: usize) -> Result<(), MachineError> {
+    if table.num_pes() == table.num_nodes() * pes_per_node {
+        return Ok(());
+    }
+    Err(MachineError::Boot(format!(
+        "the node table has {} PEs on {} nodes, but +ppn is {}",
+        table.num_pes(),
+        table.num_nodes(),
+        pes_per_node
+    )))
+}
+
 /// Top bit of the introduction's word: "connect back to me".
 const REQUEST: u32 = 1 << 31;
 

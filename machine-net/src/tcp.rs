@@ -10,10 +10,11 @@ use crate::mesh::{self, Intro, Kind, Pending};
 use crate::wake::WakeFd;
 use charmrun::client::{Control, LaunchEnv};
 use charmrun::protocol::SECRET_LEN;
-use converse_machine::{BootConfig, Layer, Machine, MachineError, Message, NodeTable, Wake};
+use converse_machine::{BootConfig, Layer, Machine, MachineError, Message, NodeTable, Part, Wake};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use std::collections::VecDeque;
 use std::net::TcpListener;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// The registry entry for this layer.
@@ -75,7 +76,7 @@ pub struct TcpMachine {
     epoll: Epoll,
     events: Vec<EpollEvent>,
     advances: u32,
-    ctl: std::sync::Arc<Control>,
+    ctl: Arc<Control>,
     /// In the epoll set: other threads ring it to end `wait`.
     wake: WakeFd,
 }
@@ -97,48 +98,80 @@ impl std::fmt::Debug for TcpMachine {
 pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
     let env = LaunchEnv::for_boot(cfg)?;
     let mut ctl = Control::connect(&env)?;
-    let listener = charmrun::net::listener(ctl.local_ip(), 4096)
-        .map_err(|e| MachineError::io("opening the node's listener", e))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| MachineError::io("node listener address", e))?;
-    let table = ctl.join(&env, mesh::encode_addr(addr))?;
-    if table.num_pes() != table.num_nodes() * cfg.pes_per_node {
-        return Err(MachineError::Boot(format!(
-            "the node table has {} PEs on {} nodes, but +ppn is {}",
-            table.num_pes(),
-            table.num_nodes(),
-            cfg.pes_per_node
-        )));
+    let open = TcpOpen::open(&ctl)?;
+    let table = ctl.join(&env, open.info())?;
+    mesh::check_pes(&table, cfg.pes_per_node)?;
+    Ok(vec![Box::new(open.connect(&env, table, Arc::new(ctl))?)])
+}
+
+/// A TCP node between the two phases of its boot (see [`converse_machine::Part`]): its
+/// listener is open, and [`info`](Self::info) says where peers reach it.
+#[derive(Debug)]
+pub struct TcpOpen {
+    listener: TcpListener,
+    addr: std::net::SocketAddr,
+}
+
+impl TcpOpen {
+    /// Open the node's listener on the address that routes to charmrun.
+    ///
+    /// # Errors
+    /// [`MachineError::Io`] when the listener cannot be opened.
+    pub fn open(ctl: &Control) -> Result<TcpOpen, MachineError> {
+        let listener = charmrun::net::listener(ctl.local_ip(), 4096)
+            .map_err(|e| MachineError::io("opening the node's listener", e))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| MachineError::io("node listener address", e))?;
+        Ok(TcpOpen { listener, addr })
     }
-    listener
-        .set_nonblocking(true)
-        .map_err(|e| MachineError::io("configuring the listener", e))?;
-    let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)
-        .map_err(|e| MachineError::io("epoll_create", e.into()))?;
-    epoll
-        .add(&listener, EpollEvent::new(EpollFlags::EPOLLIN, LISTENER))
-        .map_err(|e| MachineError::io("epoll_ctl", e.into()))?;
-    let wake = WakeFd::new().map_err(|e| MachineError::io("creating the node's eventfd", e))?;
-    epoll
-        .add(wake.fd(), EpollEvent::new(EpollFlags::EPOLLIN, WAKE))
-        .map_err(|e| MachineError::io("epoll_ctl", e.into()))?;
-    let n = table.num_nodes();
-    Ok(vec![Box::new(TcpMachine {
-        me: env.node,
-        table,
-        secret: env.secret,
-        listener,
-        links: (0..n).map(|_| Link::default()).collect(),
-        readers: Vec::new(),
-        pending: Vec::new(),
-        backlog: Vec::new(),
-        epoll,
-        events: vec![EpollEvent::empty(); 64],
-        advances: 0,
-        ctl: std::sync::Arc::new(ctl),
-        wake,
-    })])
+
+    /// This node's info for the node table: the listener's address.
+    pub fn info(&self) -> Vec<u8> {
+        mesh::encode_addr(self.addr)
+    }
+
+    /// Finish booting with the node table (whose `addr` of each peer this layer serves is
+    /// what that peer's [`info`](Self::info) gave) and the job's control connection.
+    ///
+    /// # Errors
+    /// [`MachineError::Io`] when the poll set cannot be made.
+    pub fn connect(
+        self,
+        env: &LaunchEnv,
+        table: NodeTable,
+        ctl: Arc<Control>,
+    ) -> Result<TcpMachine, MachineError> {
+        let listener = self.listener;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| MachineError::io("configuring the listener", e))?;
+        let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)
+            .map_err(|e| MachineError::io("epoll_create", e.into()))?;
+        epoll
+            .add(&listener, EpollEvent::new(EpollFlags::EPOLLIN, LISTENER))
+            .map_err(|e| MachineError::io("epoll_ctl", e.into()))?;
+        let wake = WakeFd::new().map_err(|e| MachineError::io("creating the node's eventfd", e))?;
+        epoll
+            .add(wake.fd(), EpollEvent::new(EpollFlags::EPOLLIN, WAKE))
+            .map_err(|e| MachineError::io("epoll_ctl", e.into()))?;
+        let n = table.num_nodes();
+        Ok(TcpMachine {
+            me: env.node,
+            table,
+            secret: env.secret,
+            listener,
+            links: (0..n).map(|_| Link::default()).collect(),
+            readers: Vec::new(),
+            pending: Vec::new(),
+            backlog: Vec::new(),
+            epoll,
+            events: vec![EpollEvent::empty(); 64],
+            advances: 0,
+            ctl,
+            wake,
+        })
+    }
 }
 
 fn epoll_err(e: nix::errno::Errno) -> MachineError {
@@ -441,7 +474,7 @@ impl Machine for TcpMachine {
     fn barrier(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<(), MachineError> {
         // Keep the interconnect moving while others catch up: frames still queued here may be
         // what a peer needs to reach the barrier (its exit, say).
-        let ctl = std::sync::Arc::clone(&self.ctl);
+        let ctl = Arc::clone(&self.ctl);
         ctl.barrier_while(|| {
             let r = self.advance(deliver);
             self.nap();
@@ -450,6 +483,17 @@ impl Machine for TcpMachine {
     }
 
     fn exit(&mut self, code: i32) -> Result<(), MachineError> {
+        self.leave()?;
+        self.ctl.ending(code)
+    }
+
+    fn abort(&mut self, reason: &str) -> ! {
+        self.ctl.abort(reason)
+    }
+}
+
+impl Part for TcpMachine {
+    fn leave(&mut self) -> Result<(), MachineError> {
         // Frames still queued go out if the peers take them soon; the job is over, so not
         // forever.
         let deadline = std::time::Instant::now() + EXIT_FLUSH;
@@ -462,10 +506,6 @@ impl Machine for TcpMachine {
             }
             self.nap();
         }
-        self.ctl.ending(code)
-    }
-
-    fn abort(&mut self, reason: &str) -> ! {
-        self.ctl.abort(reason)
+        Ok(())
     }
 }

@@ -23,6 +23,7 @@
 use crate::coop::{self, Offer};
 use crate::pull::{self, ProbeWord, PullError};
 use crate::ring::{Consumer, Producer, Ring};
+pub use crate::segment::Doorbell;
 use crate::segment::{Bell, OwnBell, Segment};
 use nix::sys::signal::kill;
 use nix::unistd::Pid;
@@ -379,6 +380,31 @@ impl Si {
     /// before [`Si::open`].
     pub(crate) fn own_bell(&self) -> Option<OwnBell> {
         self.port.as_ref().map(Segment::own_bell)
+    }
+
+    /// Begin an idle sleep that another thread does on [`Si::doorbell`]: from now on writers
+    /// ring. The doorbell value to wait past, or `None` (and not begun) when a record is
+    /// already waiting. End it with [`Si::disarm`].
+    pub fn arm(&self) -> Option<u32> {
+        let p = self.port.as_ref()?;
+        let seen = p.arm();
+        if self.any_waiting() {
+            p.disarm();
+            return None;
+        }
+        Some(seen)
+    }
+
+    /// End the sleep [`Si::arm`] began.
+    pub fn disarm(&self) {
+        if let Some(p) = self.port.as_ref() {
+            p.disarm();
+        }
+    }
+
+    /// This node's doorbell, for a thread that sleeps on it; valid while `self` lives.
+    pub fn doorbell(&self) -> Option<Doorbell> {
+        self.port.as_ref().map(Segment::doorbell_handle)
     }
 
     /// `si_close`: remove this node's port file. Mappings (ours and the peers') stay valid, so

@@ -30,7 +30,7 @@ use crate::pull::PullError;
 use crate::wake::SiWaker;
 use charmrun::client::{Control, LaunchEnv};
 use converse_machine::{
-    BootConfig, Layer, Machine, MachineError, Message, NodeTable, SettingSpec, Wake, HEADROOM,
+    BootConfig, Layer, Machine, MachineError, Message, NodeTable, Part, SettingSpec, Wake, HEADROOM,
 };
 use std::collections::VecDeque;
 use std::path::Path;
@@ -142,7 +142,7 @@ pub struct SiMachine {
     me: usize,
     table: NodeTable,
     si: Si,
-    ctl: std::sync::Arc<Control>,
+    ctl: Arc<Control>,
     /// Most wire bytes one record carries after the header (a piece).
     chunk: usize,
     /// Per peer: the wire size from which a message to it is lent (`usize::MAX`: never, it
@@ -162,6 +162,9 @@ pub struct SiMachine {
     /// Peers with something in `lent`.
     lending: Vec<usize>,
     incoming: Vec<Option<Incoming>>,
+    /// The nodes whose ports we attached, the only ones that can write to ours: what
+    /// `advance` reads (in a composite, only the nodes of this host).
+    senders: Vec<usize>,
     /// Buffers of small messages sent, kept to receive small messages into.
     spares: Vec<Vec<u8>>,
     /// Ends `wait` from other threads: a flag its sleep checks and our own doorbell.
@@ -216,26 +219,9 @@ fn note_no_single_copy(e: &PullError) {
 /// shared memory cannot be set up.
 pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
     let env = LaunchEnv::for_boot(cfg)?;
-    let ring_kib: usize = cfg.settings.get_or("si.ring_kib", DEFAULT_RING_KIB)?;
-    let ring = ring_kib
-        .checked_mul(1024)
-        .filter(|r| r.is_power_of_two() && *r >= 4096)
-        .ok_or_else(|| MachineError::Setting {
-            key: "si.ring_kib".into(),
-            reason: format!("{ring_kib} is not a power of two of at least 4"),
-        })?;
-    let lend_from = single_copy_from(cfg)?;
-    let coop: bool = cfg.settings.get_or("si.copy_together", true)?;
     let mut ctl = Control::connect(&env)?;
-    // Named with the job's tag: charmrun removes it if this node dies before it does.
-    let path = env.shm_path(&format!("si-{}", env.node));
-    let mut si = Si::init(env.node, env.num_nodes);
-    si.open(Path::new(&path), ring)
-        .map_err(|e| MachineError::io(format!("creating the SI port {path}"), e))?;
-    // Until every node has mapped it: removed on any error return below (the guard's drop),
-    // and by the control watchdog if charmrun goes away meanwhile (it ends the process).
-    let port_file = charmrun::cleanup::remove_on_exit(&path);
-    let table = ctl.join(&env, path.clone().into_bytes())?;
+    let open = SiOpen::open(cfg, &env)?;
+    let table = ctl.join(&env, open.info())?;
     let me = env.node;
     let my_host = table.node(me).map(|n| n.host.clone()).unwrap_or_default();
     let others: Vec<&str> = table
@@ -245,73 +231,160 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
         .filter(|h| *h != my_host)
         .collect();
     if !others.is_empty() {
-        si.close();
+        open.si.close();
         return Err(MachineError::Boot(format!(
             "the si layer is shared memory on one host, but this job spans hosts ({my_host}, {}); \
-             use the tcp layer across hosts",
+             use the tcp layer across hosts, or si+tcp for shared memory inside each host",
             others.join(", ")
         )));
     }
-    for (node, info) in table.nodes().iter().enumerate() {
-        if node == me {
-            continue;
-        }
-        let p = std::str::from_utf8(&info.addr)
-            .map_err(|_| MachineError::Boot(format!("node {node}'s SI port name is not text")))?;
-        si.attach(node, Path::new(p))
-            .map_err(|e| MachineError::io(format!("attaching node {node}'s SI port {p}"), e))?;
+    Ok(vec![Box::new(open.connect(table, Arc::new(ctl))?)])
+}
+
+/// An SI node between the two phases of its boot (see [`converse_machine::Part`]): its port
+/// exists, and [`info`](Self::info) names it.
+pub struct SiOpen {
+    me: usize,
+    si: Si,
+    path: String,
+    /// Removes the port file if boot ends before every node has mapped it.
+    port_file: charmrun::cleanup::RemoveOnExit,
+    lend_from: Option<usize>,
+    coop: bool,
+}
+
+// By hand: the interconnect's mappings have no useful text form.
+impl std::fmt::Debug for SiOpen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SiOpen")
+            .field("port", &self.path)
+            .finish_non_exhaustive()
     }
-    let n = table.num_nodes();
-    if lend_from != Some(usize::MAX) {
-        for node in 0..n {
-            match si.enable_pull(node) {
-                Ok(_) => {}
-                Err(e @ PullError::Denied(_)) => {
-                    note_no_single_copy(&e);
-                    break;
+}
+
+impl SiOpen {
+    /// `si_init`, `si_open`: create this node's port (its `si.*` settings from `cfg`).
+    ///
+    /// # Errors
+    /// [`MachineError::Setting`] for a bad `si.*` setting; [`MachineError::Io`] when the port
+    /// cannot be made.
+    pub fn open(cfg: &BootConfig, env: &LaunchEnv) -> Result<SiOpen, MachineError> {
+        let ring_kib: usize = cfg.settings.get_or("si.ring_kib", DEFAULT_RING_KIB)?;
+        let ring = ring_kib
+            .checked_mul(1024)
+            .filter(|r| r.is_power_of_two() && *r >= 4096)
+            .ok_or_else(|| MachineError::Setting {
+                key: "si.ring_kib".into(),
+                reason: format!("{ring_kib} is not a power of two of at least 4"),
+            })?;
+        let lend_from = single_copy_from(cfg)?;
+        let coop: bool = cfg.settings.get_or("si.copy_together", true)?;
+        // Named with the job's tag: charmrun removes it if this node dies before it does.
+        let path = env.shm_path(&format!("si-{}", env.node));
+        let mut si = Si::init(env.node, env.num_nodes);
+        si.open(Path::new(&path), ring)
+            .map_err(|e| MachineError::io(format!("creating the SI port {path}"), e))?;
+        // Until every node has mapped it: removed on any error return (the guard's drop),
+        // and by the control watchdog if charmrun goes away meanwhile (it ends the process).
+        let port_file = charmrun::cleanup::remove_on_exit(&path);
+        Ok(SiOpen {
+            me: env.node,
+            si,
+            path,
+            port_file,
+            lend_from,
+            coop,
+        })
+    }
+
+    /// This node's info for the node table: the port's name.
+    pub fn info(&self) -> Vec<u8> {
+        self.path.clone().into_bytes()
+    }
+
+    /// Attach the port of every node whose `addr` in `table` is not empty (a composite
+    /// leaves it empty for nodes it reaches another way), probe whom we can pull from, meet
+    /// every node of the job in a barrier of `ctl` (all of them call this, whatever they
+    /// attach), then remove our port's name.
+    ///
+    /// # Errors
+    /// [`MachineError::Boot`]/[`MachineError::Io`] when a port cannot be attached.
+    pub fn connect(self, table: NodeTable, ctl: Arc<Control>) -> Result<SiMachine, MachineError> {
+        let SiOpen {
+            me,
+            mut si,
+            path: _,
+            port_file,
+            lend_from,
+            coop,
+        } = self;
+        for (node, info) in table.nodes().iter().enumerate() {
+            if node == me || info.addr.is_empty() {
+                continue;
+            }
+            let p = std::str::from_utf8(&info.addr).map_err(|_| {
+                MachineError::Boot(format!("node {node}'s SI port name is not text"))
+            })?;
+            si.attach(node, Path::new(p))
+                .map_err(|e| MachineError::io(format!("attaching node {node}'s SI port {p}"), e))?;
+        }
+        let n = table.num_nodes();
+        if lend_from != Some(usize::MAX) {
+            for node in 0..n {
+                match si.enable_pull(node) {
+                    Ok(_) => {}
+                    Err(e @ PullError::Denied(_)) => {
+                        note_no_single_copy(&e);
+                        break;
+                    }
+                    // Any other failure leaves that pair on the rings; a dead peer is
+                    // charmrun's to report.
+                    Err(_) => {}
                 }
-                // Any other failure leaves that pair on the rings; a dead peer is charmrun's
-                // to report.
-                Err(_) => {}
             }
         }
-    }
-    // Every node has attached every port and said whom it can pull from: the names are no
-    // longer needed, and the pull permissions can be read.
-    ctl.barrier()?;
-    si.close();
-    drop(port_file);
-    let lend_from = (0..n)
-        .map(|node| match lend_from {
-            _ if !si.can_lend_to(node) => usize::MAX,
-            Some(from) => from,
-            // It will take chunks of the copy with us when we can write into its memory too.
-            None if coop && si.can_pull_from(node) => LEND_FROM_TOGETHER,
-            None => LEND_FROM_ALONE,
+        // Every node has attached every port and said whom it can pull from: the names are
+        // no longer needed, and the pull permissions can be read.
+        ctl.barrier()?;
+        si.close();
+        drop(port_file);
+        let lend_from = (0..n)
+            .map(|node| match lend_from {
+                _ if !si.can_lend_to(node) => usize::MAX,
+                Some(from) => from,
+                // It will take chunks of the copy with us when we can write into its memory
+                // too.
+                None if coop && si.can_pull_from(node) => LEND_FROM_TOGETHER,
+                None => LEND_FROM_ALONE,
+            })
+            .collect();
+        let chunk = si.max_write().min(PIECE) - HEADER;
+        let senders = (0..n)
+            .filter(|&node| node != me && table.node(node).is_some_and(|i| !i.addr.is_empty()))
+            .collect();
+        let bell = si
+            .own_bell()
+            .ok_or_else(|| MachineError::Boot("the SI port is not open".into()))?;
+        Ok(SiMachine {
+            senders,
+            me,
+            table,
+            si,
+            ctl,
+            chunk,
+            lend_from,
+            coop,
+            out: (0..n).map(|_| VecDeque::new()).collect(),
+            backlog: Vec::new(),
+            lent: (0..n).map(|_| VecDeque::new()).collect(),
+            held: vec![0; n],
+            loans: vec![0; n],
+            lending: Vec::new(),
+            incoming: (0..n).map(|_| None).collect(),
+            spares: Vec::with_capacity(SPARES),
+            waker: Arc::new(SiWaker::new(bell)),
         })
-        .collect();
-    let chunk = si.max_write().min(PIECE) - HEADER;
-    let bell = si
-        .own_bell()
-        .ok_or_else(|| MachineError::Boot("the SI port is not open".into()))?;
-    Ok(vec![Box::new(SiMachine {
-        me,
-        table,
-        si,
-        ctl: std::sync::Arc::new(ctl),
-        chunk,
-        lend_from,
-        coop,
-        out: (0..n).map(|_| VecDeque::new()).collect(),
-        backlog: Vec::new(),
-        lent: (0..n).map(|_| VecDeque::new()).collect(),
-        held: vec![0; n],
-        loans: vec![0; n],
-        lending: Vec::new(),
-        incoming: (0..n).map(|_| None).collect(),
-        spares: Vec::with_capacity(SPARES),
-        waker: Arc::new(SiWaker::new(bell)),
-    })])
+    }
 }
 
 fn header(kind: Kind, size: usize, src: usize) -> [u8; HEADER] {
@@ -632,6 +705,23 @@ impl SiMachine {
         helped
     }
 
+    /// Before an idle sleep that a composite layer does for this node elsewhere (not in
+    /// [`Machine::wait`]): do what `wait` would do first, and say how long the sleep may last
+    /// at most. `Some(ZERO)`: it did work (helped a receiver copy a loan), do not sleep;
+    /// `Some(t)`: output waits for ring room, which peers free without telling us; `None`:
+    /// as long as the caller likes.
+    pub fn sleep_bound(&mut self) -> Option<Duration> {
+        if !self.lending.is_empty() && self.help_receivers() {
+            return Some(Duration::ZERO);
+        }
+        (!self.backlog.is_empty()).then_some(BACKLOG_NAP)
+    }
+
+    /// The interconnect, for a composite layer's idle sleep ([`Si::arm`], [`Si::doorbell`]).
+    pub fn interconnect(&self) -> &Si {
+        &self.si
+    }
+
     /// Whether something is still queued for, or lent to, a peer that has not left.
     fn owes_peers(&self) -> bool {
         self.backlog
@@ -643,8 +733,8 @@ impl SiMachine {
     /// Read and drop whatever peers still send (the job is over), so that their own exit
     /// flushes end too; a peer that is gone has nothing more to read.
     fn drain_and_drop(&mut self) {
-        for s in 0..self.incoming.len() {
-            let _ = self.receive_from(s, &mut |_| {}, 1 << 20);
+        for i in 0..self.senders.len() {
+            let _ = self.receive_from(self.senders[i], &mut |_| {}, 1 << 20);
         }
     }
 }
@@ -710,8 +800,8 @@ impl Machine for SiMachine {
             self.help_receivers();
             self.reclaim();
         }
-        for s in 0..self.incoming.len() {
-            n += self.receive_from(s, deliver, BUDGET)?;
+        for i in 0..self.senders.len() {
+            n += self.receive_from(self.senders[i], deliver, BUDGET)?;
         }
         Ok(n)
     }
@@ -740,7 +830,7 @@ impl Machine for SiMachine {
     fn barrier(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<(), MachineError> {
         // Keep the interconnect moving while others catch up: frames still queued here may be
         // what a peer needs to reach the barrier (its exit, say).
-        let ctl = std::sync::Arc::clone(&self.ctl);
+        let ctl = Arc::clone(&self.ctl);
         ctl.barrier_while(|| {
             let r = self.advance(deliver);
             self.si.wait(Duration::from_millis(1));
@@ -749,6 +839,17 @@ impl Machine for SiMachine {
     }
 
     fn exit(&mut self, code: i32) -> Result<(), MachineError> {
+        self.leave()?;
+        self.ctl.ending(code)
+    }
+
+    fn abort(&mut self, reason: &str) -> ! {
+        self.ctl.abort(reason)
+    }
+}
+
+impl Part for SiMachine {
+    fn leave(&mut self) -> Result<(), MachineError> {
         // What is still queued goes out, and what we lent gets pulled, if the peers take it
         // soon (they drain their ports in their own exit); a peer that has left takes nothing.
         let deadline = Instant::now() + EXIT_FLUSH;
@@ -768,11 +869,7 @@ impl Machine for SiMachine {
         // counted) by this last drain.
         self.si.mark_closed();
         self.drain_and_drop();
-        self.ctl.ending(code)
-    }
-
-    fn abort(&mut self, reason: &str) -> ! {
-        self.ctl.abort(reason)
+        Ok(())
     }
 }
 

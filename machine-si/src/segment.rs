@@ -196,6 +196,28 @@ impl Segment {
         self.sleeping().store(0, Ordering::Relaxed);
     }
 
+    /// Owner side, for a sleep another thread does on [`Doorbell::wait_past`] (a composite
+    /// layer's relay): say the owner sleeps, so writers ring from now on. The doorbell's
+    /// value to wait past; the caller then checks for work, as [`Segment::sleep`] does.
+    pub(crate) fn arm(&self) -> u32 {
+        self.sleeping().store(1, Ordering::SeqCst);
+        let seen = self.doorbell().load(Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
+        seen
+    }
+
+    /// Owner side: the sleep [`Segment::arm`] began is over.
+    pub(crate) fn disarm(&self) {
+        self.sleeping().store(0, Ordering::Relaxed);
+    }
+
+    /// The doorbell, for a thread that sleeps on it.
+    pub(crate) fn doorbell_handle(&self) -> Doorbell {
+        Doorbell {
+            base: self.map.as_mut_ptr(),
+        }
+    }
+
     /// The file's path.
     pub(crate) fn path(&self) -> &Path {
         &self.path
@@ -245,6 +267,43 @@ impl OwnBell {
             base: self.map.as_mut_ptr(),
         }
         .ring();
+    }
+}
+
+/// A port's doorbell as a thread other than the owner's main one sleeps on it: a pointer into
+/// the mapping, valid as long as the [`Segment`] it came from (whoever holds it must stop
+/// using it before the interconnect is dropped).
+#[derive(Clone, Copy, Debug)]
+pub struct Doorbell {
+    base: *mut u8,
+}
+
+// SAFETY: a pointer into a shared mapping that outlives its use; only atomics are reached
+// through it.
+unsafe impl Send for Doorbell {}
+
+impl Doorbell {
+    fn word(&self) -> &AtomicU32 {
+        // SAFETY: as for `Segment::word`: the header of a live mapping.
+        unsafe { &*(self.base.add(24) as *const AtomicU32) }
+    }
+
+    /// Sleep until the doorbell is rung past `seen` (what [`Segment::arm`] returned), or
+    /// `timeout`. Returns at once if it already was.
+    pub fn wait_past(&self, seen: u32, timeout: Duration) {
+        futex_wait(self.word(), seen, timeout);
+    }
+
+    /// Its value now: it changes each time it is rung.
+    pub fn value(&self) -> u32 {
+        self.word().load(Ordering::SeqCst)
+    }
+
+    /// Ring it whatever the owner said: ends a [`wait_past`](Self::wait_past) (to stop the
+    /// thread that sleeps on it).
+    pub fn kick(&self) {
+        self.word().fetch_add(1, Ordering::SeqCst);
+        futex_wake(self.word());
     }
 }
 

@@ -13,6 +13,7 @@
 
 pub mod bytes;
 pub mod check;
+pub mod compose;
 mod contract;
 mod error;
 pub mod launch;
@@ -21,6 +22,7 @@ mod message;
 mod node_table;
 mod settings;
 
+pub use compose::Part;
 pub use contract::{BootConfig, BootFn, Layer, Machine, Wake};
 pub use error::{MachineError, WireError};
 pub use launch::LaunchEnv;

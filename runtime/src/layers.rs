@@ -7,7 +7,7 @@ use converse_machine::Layer;
 
 /// Every layer name the project knows, compiled in or not, so that a name of a layer this
 /// build lacks gets a different error from a misspelt one.
-pub(crate) const KNOWN: &[&str] = &["local", "tcp", "udp", "si", "mpi"];
+pub(crate) const KNOWN: &[&str] = &["local", "tcp", "udp", "si", "mpi", "si+tcp", "si+udp"];
 
 /// The layers compiled into this program, in order of preference.
 pub(crate) const COMPILED: &[Layer] = &[
@@ -22,9 +22,25 @@ pub(crate) const COMPILED: &[Layer] = &[
     converse_mpi::LAYER,
 ];
 
+/// The composite layers compiled in (one job over several transports, each peer reached by
+/// one of them), in order of preference: preferred to [`COMPILED`] under a launcher, so a
+/// program with the SI and TCP layers runs on `si+tcp` under charmrun without `+machine`
+/// (shared memory inside each host, TCP between hosts).
+pub(crate) const COMPOSED: &[Layer] = &[
+    #[cfg(all(feature = "si", feature = "tcp"))]
+    converse_net::multi::SI_TCP,
+    #[cfg(all(feature = "si", feature = "udp"))]
+    converse_net::multi::SI_UDP,
+];
+
+/// Every layer compiled in, composites first.
+fn all() -> impl Iterator<Item = &'static Layer> {
+    COMPOSED.iter().chain(COMPILED)
+}
+
 /// The layer to run on when `+machine` is not given: if a launcher started this process, the
 /// variant's default layer when it is one that launcher starts, else the first compiled-in
-/// layer it starts; without a launcher, the variant's default.
+/// layer it starts (a composite first); without a launcher, the variant's default.
 ///
 /// # Errors
 /// As [`find`], for the variant's default.
@@ -33,7 +49,7 @@ pub(crate) fn choose(default: &str) -> Result<&'static Layer, RuntimeError> {
     if (default.launched)() {
         return Ok(default);
     }
-    if let Some(l) = COMPILED.iter().find(|l| (l.launched)()) {
+    if let Some(l) = all().find(|l| (l.launched)()) {
         return Ok(l);
     }
     // Started by mpirun without the MPI layer: every rank would run alone as a one-PE job.
@@ -54,7 +70,7 @@ pub(crate) fn choose(default: &str) -> Result<&'static Layer, RuntimeError> {
 /// # Errors
 /// [`RuntimeError::Layer`] saying whether the name is unknown or the layer was not compiled in.
 pub(crate) fn find(name: &str) -> Result<&'static Layer, RuntimeError> {
-    if let Some(l) = COMPILED.iter().find(|l| l.name == name) {
+    if let Some(l) = all().find(|l| l.name == name) {
         return Ok(l);
     }
     let compiled = names();
@@ -71,15 +87,31 @@ pub(crate) fn find(name: &str) -> Result<&'static Layer, RuntimeError> {
     }
 }
 
+/// For the banner: the transports node `node` uses and how many peers each serves, when
+/// `layer` is a composite (`si+tcp`); `None` otherwise.
+pub(crate) fn describe(
+    layer: &str,
+    table: &converse_machine::NodeTable,
+    node: usize,
+) -> Option<String> {
+    #[cfg(all(feature = "si", any(feature = "tcp", feature = "udp")))]
+    if layer.contains('+') {
+        return converse_net::multi::describe(layer, table, node);
+    }
+    let _ = (layer, table, node);
+    None
+}
+
 /// Every setting a key may name: the runtime's, each compiled-in layer's, and the MPI layer's
 /// even where it is not compiled in (a variant file for it is still checked).
 pub(crate) fn settings() -> Vec<&'static [converse_machine::SettingSpec]> {
     let mut all = vec![crate::scheduler::SETTINGS, converse_mpi::SETTINGS];
-    all.extend(COMPILED.iter().map(|l| l.settings));
+    all.extend(self::all().map(|l| l.settings));
     all
 }
 
-/// Names of the compiled-in layers, comma-separated.
+/// Names of the compiled-in layers, comma-separated (the composites are named by
+/// `+machine`'s errors and the README).
 pub(crate) fn names() -> String {
     COMPILED
         .iter()
@@ -95,6 +127,19 @@ mod tests {
     #[test]
     fn local_is_always_there() {
         assert_eq!(find("local").map(|l| l.name).ok(), Some("local"));
+    }
+
+    #[test]
+    fn composites_are_found_by_name_and_come_first_under_a_launcher() {
+        if cfg!(all(feature = "si", feature = "tcp")) {
+            assert_eq!(find("si+tcp").map(|l| l.name).ok(), Some("si+tcp"));
+            assert_eq!(all().next().map(|l| l.name), Some("si+tcp"));
+        }
+        let e = find("si+mpi")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("si+tcp, si+udp"), "{e}");
     }
 
     #[test]

@@ -503,6 +503,9 @@ impl<F: Fn(&mut Pe) + Sync> Job<'_, F> {
             pe.num_pes(),
             pe.num_nodes()
         );
+        if let Some(d) = layers::describe(pe.layer(), t, pe.my_node()) {
+            line += &format!(" (node {}: {d})", pe.my_node());
+        }
         let sizes: Vec<usize> = t.nodes().iter().map(|n| n.num_pes).collect();
         let smp = sizes.iter().any(|&k| k > 1);
         if smp {

@@ -56,3 +56,13 @@ fn udp_keeps_the_contract() {
 fn si_keeps_the_contract() {
     check_launched("si", 4);
 }
+
+#[test]
+fn si_tcp_keeps_the_contract() {
+    check_launched("si+tcp", 4);
+}
+
+#[test]
+fn si_udp_keeps_the_contract() {
+    check_launched("si+udp", 4);
+}

@@ -1,136 +1,12 @@
-//! Jobs across hosts: each "host" is a network namespace with its own interface, joined to the
-//! others by veth pairs on a bridge, so start-up and every message cross a real network stack.
-//! charmrun runs on one host and reaches the others through a remote-shell command that runs
-//! `ip netns exec HOST ...`, exactly as it would use ssh. Needs root (to create namespaces);
-//! without it the tests say they were skipped.
+//! Jobs across hosts made of network namespaces (`converse_tests::hosts`). Needs root (to
+//! create namespaces); without it the tests say they were skipped.
 
-use converse_tests::{ip, run_bounded};
-use std::path::PathBuf;
+use converse_tests::hosts::Hosts;
+use converse_tests::run_bounded;
 use std::process::Command;
 use std::time::Duration;
 
 const PROGRAM: &str = env!("CARGO_BIN_EXE_conformance");
-
-/// Three hosts: 10.99.0.1 (where charmrun runs), 10.99.0.2, 10.99.0.3.
-struct Hosts {
-    prefix: String,
-    dir: PathBuf,
-}
-
-const IPS: [&str; 3] = ["10.99.0.1", "10.99.0.2", "10.99.0.3"];
-
-impl Hosts {
-    /// Build the hosts, or `None` (after saying why) when this machine cannot.
-    fn new(tag: &str) -> Option<Hosts> {
-        if !nix::unistd::geteuid().is_root() {
-            eprintln!("skipped: creating network namespaces needs root");
-            return None;
-        }
-        let prefix = format!("cv{}{tag}", std::process::id() % 100_000);
-        let dir = std::env::temp_dir().join(format!("{prefix}-multihost"));
-        let hosts = Hosts { prefix, dir };
-        let sw = hosts.ns("sw");
-        if !ip(&["netns", "add", &sw]) {
-            eprintln!("skipped: `ip netns add` failed (no iproute2 or no permission)");
-            return None;
-        }
-        let ok = ip(&["-n", &sw, "link", "add", "br0", "type", "bridge"])
-            && ip(&["-n", &sw, "link", "set", "br0", "up"])
-            && (0..IPS.len()).all(|h| hosts.add_host(h));
-        if !ok {
-            panic!(
-                "could not build the test network in namespaces {}*",
-                hosts.prefix
-            );
-        }
-        std::fs::create_dir_all(&hosts.dir).expect("temp dir");
-        Some(hosts)
-    }
-
-    fn ns(&self, name: &str) -> String {
-        format!("{}-{name}", self.prefix)
-    }
-
-    fn host_ns(&self, h: usize) -> String {
-        self.ns(&format!("h{h}"))
-    }
-
-    fn add_host(&self, h: usize) -> bool {
-        let (ns, sw) = (self.host_ns(h), self.ns("sw"));
-        let (inner, outer) = (
-            format!("{}e{h}", self.prefix),
-            format!("{}p{h}", self.prefix),
-        );
-        ip(&["netns", "add", &ns])
-            && ip(&[
-                "link", "add", &inner, "type", "veth", "peer", "name", &outer,
-            ])
-            && ip(&["link", "set", &inner, "netns", &ns])
-            && ip(&["link", "set", &outer, "netns", &sw])
-            && ip(&["-n", &sw, "link", "set", &outer, "master", "br0"])
-            && ip(&["-n", &sw, "link", "set", &outer, "up"])
-            && ip(&[
-                "-n",
-                &ns,
-                "addr",
-                "add",
-                &format!("{}/24", IPS[h]),
-                "dev",
-                &inner,
-            ])
-            && ip(&["-n", &ns, "link", "set", &inner, "up"])
-            && ip(&["-n", &ns, "link", "set", "lo", "up"])
-    }
-
-    /// A remote-shell command: `SHELL HOST COMMAND` runs COMMAND in HOST's namespace.
-    fn shell(&self) -> PathBuf {
-        let path = self.dir.join("netns-shell");
-        // Logs its arguments, so a test can check what a remote shell's command line shows.
-        let log = self.dir.join("shell-args.log");
-        let mut script = format!(
-            "#!/bin/sh\necho \"$*\" >> {}\nhost=\"$1\"; shift\ncase \"$host\" in\n  localhost) ns={} ;;\n",
-            log.display(),
-            self.host_ns(0)
-        );
-        for (h, addr) in IPS.iter().enumerate() {
-            script.push_str(&format!("  {addr}) ns={} ;;\n", self.host_ns(h)));
-        }
-        // Each host also gets a host name of its own, as real hosts have.
-        script.push_str("  *) echo \"netns-shell: no route to host $host\" >&2; exit 255 ;;\nesac\nexec ip netns exec \"$ns\" unshare --uts sh -c \"hostname $ns && $1\"\n");
-        std::fs::write(&path, script).expect("write shell");
-        Command::new("chmod")
-            .arg("+x")
-            .arg(&path)
-            .status()
-            .expect("chmod");
-        path
-    }
-
-    fn file(&self, name: &str, text: &str) -> PathBuf {
-        let p = self.dir.join(name);
-        std::fs::write(&p, text).expect("write file");
-        p
-    }
-
-    /// charmrun, run on host 0.
-    fn charmrun(&self, args: &[String]) -> converse_tests::Outcome {
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.host_ns(0)])
-            .arg(converse_tests::charmrun_path(PROGRAM))
-            .args(args);
-        run_bounded(&mut cmd, Duration::from_secs(90))
-    }
-}
-
-impl Drop for Hosts {
-    fn drop(&mut self) {
-        for h in 0..IPS.len() {
-            ip(&["netns", "del", &self.host_ns(h)]);
-        }
-        ip(&["netns", "del", &self.ns("sw")]);
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
 
 fn args(v: &[&str]) -> Vec<String> {
     v.iter().map(|s| s.to_string()).collect()
@@ -146,7 +22,7 @@ fn a_job_spans_hosts_from_a_machine_file_round_robin() {
     a.push("++nodelist".into());
     a.push(machines.display().to_string());
     a.extend(args(&[PROGRAM, "alltoall", "100000", "+machine", "tcp"]));
-    let o = hosts.charmrun(&a);
+    let o = hosts.charmrun(PROGRAM, &a);
     assert_eq!(o.code, Some(0), "{o}");
     assert_eq!(o.lines_with("conformance alltoall: ok"), 1, "{o}");
     // Round-robin in file order: PEs 0 and 2 on the first host, 1 and 3 on the second.
@@ -185,7 +61,7 @@ fn a_charm_nodelist_places_nodes_and_the_suite_runs_across_hosts() {
         a.push(PROGRAM.into());
         a.extend(args(scenario));
         a.extend(args(&["+machine", "tcp"]));
-        let o = hosts.charmrun(&a);
+        let o = hosts.charmrun(PROGRAM, &a);
         assert_eq!(o.code, Some(0), "{scenario:?}: {o}");
         assert_eq!(
             o.lines_with(&format!("conformance {}: ok", scenario[0])),
@@ -211,7 +87,7 @@ fn a_host_named_localhost_next_to_remote_ones_gets_a_routable_address() {
     a.push("++nodelist".into());
     a.push(machines.display().to_string());
     a.extend(args(&[PROGRAM, "alltoall", "20000", "+machine", "tcp"]));
-    let o = hosts.charmrun(&a);
+    let o = hosts.charmrun(PROGRAM, &a);
     assert_eq!(o.code, Some(0), "{o}");
     assert!(o.stderr.contains("PE 0 connected from 10.99.0.1"), "{o}");
     assert_eq!(o.lines_with("conformance alltoall: ok"), 1, "{o}");
@@ -227,7 +103,7 @@ fn the_job_secret_is_not_on_the_remote_command_line() {
     a.push("++nodelist".into());
     a.push(machines.display().to_string());
     a.extend(args(&[PROGRAM, "hello", "+machine", "tcp"]));
-    let o = hosts.charmrun(&a);
+    let o = hosts.charmrun(PROGRAM, &a);
     assert_eq!(o.code, Some(0), "{o}");
     let logged = std::fs::read_to_string(hosts.dir.join("shell-args.log")).unwrap_or_default();
     assert!(
@@ -251,7 +127,7 @@ fn an_unreachable_host_is_one_clear_error() {
     a.push("++nodelist".into());
     a.push(machines.display().to_string());
     a.extend(args(&[PROGRAM, "hello", "+machine", "tcp"]));
-    let o = hosts.charmrun(&a);
+    let o = hosts.charmrun(PROGRAM, &a);
     assert_ne!(o.code, Some(0), "{o}");
     assert!(!o.timed_out, "{o}");
     assert!(
@@ -271,7 +147,7 @@ fn the_si_layer_refuses_a_job_that_spans_hosts() {
     a.push("++nodelist".into());
     a.push(machines.display().to_string());
     a.extend(args(&[PROGRAM, "hello", "+machine", "si"]));
-    let o = hosts.charmrun(&a);
+    let o = hosts.charmrun(PROGRAM, &a);
     assert_ne!(o.code, Some(0), "{o}");
     assert!(!o.timed_out, "{o}");
     assert!(

@@ -17,7 +17,7 @@ use crate::mesh;
 use crate::wake::WakeFd;
 use charmrun::client::{Control, LaunchEnv};
 use converse_machine::{
-    BootConfig, Layer, Machine, MachineError, Message, NodeTable, SettingSpec, Wake,
+    BootConfig, Layer, Machine, MachineError, Message, NodeTable, Part, SettingSpec, Wake,
 };
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -117,74 +117,128 @@ impl std::fmt::Debug for UdpMachine {
 /// [`MachineError::Boot`] when not started by charmrun or when start-up fails;
 /// [`MachineError::Setting`] for a bad `udp.*` setting.
 pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
-    let conf = Config::from_settings(&cfg.settings)?;
     let env = LaunchEnv::for_boot(cfg)?;
-    if env.num_nodes > usize::from(u16::MAX) {
-        return Err(MachineError::Boot(format!(
-            "the udp layer numbers nodes in 16 bits; {} nodes are too many",
-            env.num_nodes
-        )));
-    }
-    let wake = WakeFd::new().map_err(|e| MachineError::io("creating the node's eventfd", e))?;
+    let conf = Config::from_settings(&cfg.settings)?;
     let mut ctl = Control::connect(&env)?;
-    let mut sock = Socket::bind(ctl.local_ip(), conf.mtu)
-        .map_err(|e| MachineError::io("opening the node's UDP socket", e))?;
-    let rcvbuf = sock
-        .set_buffers(conf.sockbuf)
-        .map_err(|e| MachineError::io("sizing the UDP socket's buffers", e))?;
-    let addr = sock
-        .local_addr()
-        .map_err(|e| MachineError::io("the UDP socket's address", e))?;
-    let table = ctl.join(&env, mesh::encode_addr(addr))?;
-    if table.num_pes() != table.num_nodes() * cfg.pes_per_node {
-        return Err(MachineError::Boot(format!(
-            "the node table has {} PEs on {} nodes, but +ppn is {}",
-            table.num_pes(),
-            table.num_nodes(),
-            cfg.pes_per_node
-        )));
+    let open = UdpOpen::open(conf, &env, &ctl)?;
+    let table = ctl.join(&env, open.info())?;
+    mesh::check_pes(&table, cfg.pes_per_node)?;
+    Ok(vec![Box::new(open.connect(&env, table, Arc::new(ctl))?)])
+}
+
+/// A UDP node between the two phases of its boot (see [`converse_machine::Part`]): its
+/// socket is bound, and [`info`](Self::info) says where peers reach it.
+pub struct UdpOpen {
+    conf: Config,
+    sock: Socket,
+    rcvbuf: usize,
+    addr: std::net::SocketAddr,
+}
+
+// By hand: the socket has no useful text form.
+impl std::fmt::Debug for UdpOpen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("UdpOpen")
+            .field("addr", &self.addr)
+            .finish_non_exhaustive()
     }
-    let addrs = (0..table.num_nodes())
-        .map(|n| {
-            if n == env.node {
-                Ok(addr)
-            } else {
-                mesh::decode_addr(&table, n)
-            }
+}
+
+impl UdpOpen {
+    /// Bind the node's socket on the address that routes to charmrun, with `conf` (the
+    /// `udp.*` settings, [`Config::from_settings`]).
+    ///
+    /// # Errors
+    /// [`MachineError::Boot`] for a job of more nodes than the protocol numbers;
+    /// [`MachineError::Io`] when the socket cannot be set up.
+    pub fn open(conf: Config, env: &LaunchEnv, ctl: &Control) -> Result<UdpOpen, MachineError> {
+        if env.num_nodes > usize::from(u16::MAX) {
+            return Err(MachineError::Boot(format!(
+                "the udp layer numbers nodes in 16 bits; {} nodes are too many",
+                env.num_nodes
+            )));
+        }
+        let sock = Socket::bind(ctl.local_ip(), conf.mtu)
+            .map_err(|e| MachineError::io("opening the node's UDP socket", e))?;
+        let rcvbuf = sock
+            .set_buffers(conf.sockbuf)
+            .map_err(|e| MachineError::io("sizing the UDP socket's buffers", e))?;
+        let addr = sock
+            .local_addr()
+            .map_err(|e| MachineError::io("the UDP socket's address", e))?;
+        Ok(UdpOpen {
+            conf,
+            sock,
+            rcvbuf,
+            addr,
         })
-        .collect::<Result<Vec<_>, _>>()?;
-    let stats = conf.stats;
-    let via = conf.via;
-    let mut ep = Endpoint::new(
-        env.node as u16,
-        &addrs,
-        wire::tag(&env.secret),
-        conf,
-        rcvbuf,
-        Instant::now(),
-    );
-    ep.announce(&mut sock)
-        .map_err(|e| MachineError::io("announcing this node to the relay", e))?;
-    // One address to send to (the relay, or the other node of two): connect to it.
-    let only = match via {
-        Some(relay) => Some(relay),
-        None if addrs.len() == 2 => Some(addrs[1 - env.node]),
-        None => None,
-    };
-    if let Some(peer) = only {
-        sock.connect(peer)
-            .map_err(|e| MachineError::io("connecting the UDP socket to its one peer", e))?;
     }
-    Ok(vec![Box::new(UdpMachine {
-        me: env.node,
-        table,
-        sock,
-        ep,
-        stats,
-        empty_polls: 0,
-        ctl: Arc::new(ctl),
-        wake,
-    })])
+
+    /// This node's info for the node table: the socket's address.
+    pub fn info(&self) -> Vec<u8> {
+        mesh::encode_addr(self.addr)
+    }
+
+    /// Finish booting with the node table (every node's `addr` what its
+    /// [`info`](Self::info) gave) and the job's control connection.
+    ///
+    /// # Errors
+    /// [`MachineError::Boot`] for a malformed table; [`MachineError::Io`] from the socket.
+    pub fn connect(
+        self,
+        env: &LaunchEnv,
+        table: NodeTable,
+        ctl: Arc<Control>,
+    ) -> Result<UdpMachine, MachineError> {
+        let UdpOpen {
+            conf,
+            mut sock,
+            rcvbuf,
+            addr,
+        } = self;
+        let addrs = (0..table.num_nodes())
+            .map(|n| {
+                if n == env.node {
+                    Ok(addr)
+                } else {
+                    mesh::decode_addr(&table, n)
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let stats = conf.stats;
+        let via = conf.via;
+        let mut ep = Endpoint::new(
+            env.node as u16,
+            &addrs,
+            wire::tag(&env.secret),
+            conf,
+            rcvbuf,
+            Instant::now(),
+        );
+        ep.announce(&mut sock)
+            .map_err(|e| MachineError::io("announcing this node to the relay", e))?;
+        // One address to send to (the relay, or the other node of two): connect to it.
+        let only = match via {
+            Some(relay) => Some(relay),
+            None if addrs.len() == 2 => Some(addrs[1 - env.node]),
+            None => None,
+        };
+        if let Some(peer) = only {
+            sock.connect(peer)
+                .map_err(|e| MachineError::io("connecting the UDP socket to its one peer", e))?;
+        }
+        let wake = WakeFd::new().map_err(|e| MachineError::io("creating the node's eventfd", e))?;
+        Ok(UdpMachine {
+            me: env.node,
+            table,
+            sock,
+            ep,
+            stats,
+            empty_polls: 0,
+            ctl,
+            wake,
+        })
+    }
 }
 
 impl UdpMachine {
@@ -366,17 +420,34 @@ impl Machine for UdpMachine {
     fn barrier(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<(), MachineError> {
         // Keep the protocol moving while others catch up: our retransmissions and our
         // acknowledgements may be what a peer needs to reach the barrier.
-        self.ep.set_eager(true);
+        self.barrier_mode(true);
         let ctl = Arc::clone(&self.ctl);
         let r = ctl.barrier_while(|| {
             self.progress(deliver).map_err(|f| self.failure(f))?;
             self.pause(NAP)
         });
-        self.ep.set_eager(false);
+        self.barrier_mode(false);
         r
     }
 
     fn exit(&mut self, code: i32) -> Result<(), MachineError> {
+        self.leave()?;
+        self.ctl.ending(code)
+    }
+
+    fn abort(&mut self, reason: &str) -> ! {
+        self.ctl.abort(reason)
+    }
+}
+
+impl Part for UdpMachine {
+    fn barrier_mode(&mut self, on: bool) {
+        // Acknowledge at once: a peer's last sends are then settled without waiting for
+        // the delayed acknowledgement.
+        self.ep.set_eager(on);
+    }
+
+    fn leave(&mut self) -> Result<(), MachineError> {
         // Get what we sent acknowledged if the peers answer soon (a peer that says goodbye
         // answers for everything); keep acknowledging theirs meanwhile. The job is over:
         // what arrives now is dropped, and not forever.
@@ -392,10 +463,6 @@ impl Machine for UdpMachine {
         if self.stats {
             self.print_stats();
         }
-        self.ctl.ending(code)
-    }
-
-    fn abort(&mut self, reason: &str) -> ! {
-        self.ctl.abort(reason)
+        Ok(())
     }
 }

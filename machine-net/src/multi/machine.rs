@@ -1,0 +1,300 @@
+//! The composite node: shared memory to the peers on its host, the network layer to the
+//! others, one control connection to charmrun for both.
+
+use super::plan::{self, Route};
+use super::relay::Relay;
+use charmrun::client::Control;
+use converse_machine::{Machine, MachineError, Message, NodeTable, Part, Wake};
+use converse_si::layer::SiMachine;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Longest nap of the barrier's loop between two looks at both transports.
+const NAP: Duration = Duration::from_millis(1);
+
+/// Without a network [`Wake`] to ring from the relay, the longest network wait while
+/// same-host peers may write: their messages wait at most this long.
+const NO_WAKER_SLICE: Duration = Duration::from_millis(1);
+
+/// Advances after the network part last handed up a message during which it is polled on
+/// every advance, as a network layer alone would be.
+const NET_HOT: u32 = 1024;
+
+/// Otherwise the network part is polled on every this many advances only: its poll is a
+/// system call per socket, shared memory's a cache line per peer, so a same-host exchange
+/// would otherwise spend its time asking sockets that have nothing. A message from another
+/// host waits at most this many (sub-microsecond) polls, then the network is hot again.
+const NET_COLD_EVERY: u32 = 64;
+
+/// Messages and wire bytes sent over one transport.
+#[derive(Debug, Default, Clone, Copy)]
+struct Sent {
+    messages: u64,
+    bytes: u64,
+}
+
+/// One node of a composite job.
+pub struct MultiMachine<N: Part> {
+    name: &'static str,
+    net_name: &'static str,
+    me: usize,
+    /// The job's table as charmrun sent it (each node's composite info).
+    table: NodeTable,
+    /// Per node: the transport this node reaches it by.
+    route: Vec<Route>,
+    shm_peers: usize,
+    net_peers: usize,
+    si: SiMachine,
+    net: N,
+    /// Index 0: shared memory; 1: the network.
+    sent: [Sent; 2],
+    /// Advances since the network part last handed up a message (see `NET_HOT`).
+    since_net: u32,
+    stats: bool,
+    relay: Option<Relay>,
+    ctl: Arc<Control>,
+}
+
+// By hand: the parts' working state has no useful text form.
+impl<N: Part> std::fmt::Debug for MultiMachine<N> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MultiMachine")
+            .field("layer", &self.name)
+            .field("node", &self.me)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<N: Part> MultiMachine<N> {
+    /// A node over `si` and `net`, reaching each node as `route` says.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        name: &'static str,
+        net_name: &'static str,
+        table: NodeTable,
+        route: Vec<Route>,
+        si: SiMachine,
+        net: N,
+        stats: bool,
+        ctl: Arc<Control>,
+    ) -> Result<MultiMachine<N>, MachineError> {
+        let (shm_peers, net_peers) = plan::peers(&route);
+        // One blocking wait for both: the network layer's, with the relay ringing it for the
+        // SI doorbell. Only needed when both have peers.
+        let relay = match (shm_peers > 0 && net_peers > 0, net.waker()) {
+            (true, Some(wake)) => match si.interconnect().doorbell() {
+                Some(bell) => Some(
+                    Relay::start(bell, wake)
+                        .map_err(|e| MachineError::io("starting the SI relay thread", e))?,
+                ),
+                None => None,
+            },
+            _ => None,
+        };
+        Ok(MultiMachine {
+            name,
+            net_name,
+            me: si.my_node(),
+            table,
+            route,
+            shm_peers,
+            net_peers,
+            si,
+            net,
+            sent: [Sent::default(); 2],
+            since_net: 0,
+            stats,
+            relay,
+            ctl,
+        })
+    }
+
+    fn invalid(&self, node: usize) -> MachineError {
+        MachineError::InvalidNode {
+            node,
+            nodes: self.table.num_nodes(),
+        }
+    }
+
+    /// Both parts' arrivals.
+    fn advance_both(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
+        let mut n = 0;
+        if self.shm_peers > 0 {
+            n += self.si.advance(deliver)?;
+        }
+        if self.net_peers > 0 {
+            self.since_net = self.since_net.saturating_add(1);
+            if self.shm_peers == 0
+                || self.since_net < NET_HOT
+                || self.since_net.is_multiple_of(NET_COLD_EVERY)
+            {
+                let k = self.net.advance(deliver)?;
+                if k > 0 {
+                    self.since_net = 0;
+                }
+                n += k;
+            }
+        }
+        Ok(n)
+    }
+
+    /// The line `stats=true` prints at exit.
+    fn stats_line(&self) -> String {
+        let part = |name: &str, peers: usize, s: Sent| {
+            format!(
+                "{name} to {}: {} messages, {} bytes",
+                plan::plural(peers),
+                s.messages,
+                s.bytes
+            )
+        };
+        format!(
+            "converse stats: node {} ({}) sent {}; {}",
+            self.me,
+            self.name,
+            part("si", self.shm_peers, self.sent[0]),
+            part(self.net_name, self.net_peers, self.sent[1])
+        )
+    }
+}
+
+impl<N: Part> Machine for MultiMachine<N> {
+    fn layer(&self) -> &'static str {
+        self.name
+    }
+
+    fn my_node(&self) -> usize {
+        self.me
+    }
+
+    fn table(&self) -> &NodeTable {
+        &self.table
+    }
+
+    #[inline]
+    fn send(&mut self, node: usize, msg: Message) -> Result<(), MachineError> {
+        let bytes = msg.wire_len() as u64;
+        match self.route.get(node) {
+            Some(Route::Shm) => {
+                self.sent[0].messages += 1;
+                self.sent[0].bytes += bytes;
+                self.si.send(node, msg)
+            }
+            Some(Route::Net) => {
+                self.sent[1].messages += 1;
+                self.sent[1].bytes += bytes;
+                self.net.send(node, msg)
+            }
+            _ => Err(self.invalid(node)),
+        }
+    }
+
+    #[inline]
+    fn queued(&self, node: usize) -> usize {
+        match self.route.get(node) {
+            Some(Route::Shm) => self.si.queued(node),
+            Some(Route::Net) => self.net.queued(node),
+            _ => 0,
+        }
+    }
+
+    fn in_transfer(&self) -> bool {
+        (self.shm_peers > 0 && self.si.in_transfer())
+            || (self.net_peers > 0 && self.net.in_transfer())
+    }
+
+    fn waker(&self) -> Option<Arc<dyn Wake>> {
+        // The wait that `wait` blocks in.
+        if self.net_peers == 0 {
+            self.si.waker()
+        } else {
+            self.net.waker()
+        }
+    }
+
+    fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
+        self.advance_both(deliver)
+    }
+
+    fn wait(&mut self, timeout: Duration) -> Result<(), MachineError> {
+        if self.net_peers == 0 {
+            return self.si.wait(timeout);
+        }
+        if self.shm_peers == 0 {
+            return self.net.wait(timeout);
+        }
+        let t = match self.si.sleep_bound() {
+            Some(Duration::ZERO) => return Ok(()),
+            Some(b) => timeout.min(b),
+            None => timeout,
+        };
+        let Some(relay) = self.relay.as_mut() else {
+            // No way to end the network wait from the doorbell: bounded slices, so that a
+            // same-host message waits at most one.
+            if self.si.interconnect().any_waiting() {
+                return Ok(());
+            }
+            self.since_net = 0;
+            return self.net.wait(t.min(NO_WAKER_SLICE));
+        };
+        let Some(seen) = self.si.interconnect().arm() else {
+            // A same-host record is already waiting.
+            return Ok(());
+        };
+        relay.arm(seen);
+        // A record written before the relay could see this sleep rang nobody: look once more.
+        if self.si.interconnect().any_waiting() {
+            self.si.interconnect().disarm();
+            relay.disarm();
+            return Ok(());
+        }
+        let r = self.net.wait(t);
+        self.si.interconnect().disarm();
+        relay.disarm();
+        // Whichever ended the wait, the network is asked at once.
+        self.since_net = 0;
+        r
+    }
+
+    fn barrier(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<(), MachineError> {
+        // The job's one barrier, both parts kept moving: what either still holds may be what
+        // a peer needs to reach it.
+        self.si.barrier_mode(true);
+        self.net.barrier_mode(true);
+        let ctl = Arc::clone(&self.ctl);
+        let r = ctl.barrier_while(|| {
+            self.advance_both(deliver)?;
+            self.wait(NAP)
+        });
+        self.si.barrier_mode(false);
+        self.net.barrier_mode(false);
+        r
+    }
+
+    fn exit(&mut self, code: i32) -> Result<(), MachineError> {
+        if let Some(mut r) = self.relay.take() {
+            r.stop();
+        }
+        let shm = self.si.leave();
+        let net = self.net.leave();
+        if self.stats {
+            eprintln!("{}", self.stats_line());
+        }
+        // The launcher hears the exit whatever a part said: the job is over either way.
+        let told = self.ctl.ending(code);
+        shm.and(net).and(told)
+    }
+
+    fn abort(&mut self, reason: &str) -> ! {
+        self.ctl.abort(reason)
+    }
+}
+
+impl<N: Part> Drop for MultiMachine<N> {
+    fn drop(&mut self) {
+        // The relay sleeps on the SI port's mapping: it ends before the port is unmapped.
+        if let Some(mut r) = self.relay.take() {
+            r.stop();
+        }
+    }
+}
