@@ -90,7 +90,11 @@ pub(crate) fn run(
         // the clock read every few turns only, then block in the layer.
         idle_turns = idle_turns.wrapping_add(1);
         if idle_since.is_some() && !idle_turns.is_multiple_of(32) {
-            std::hint::spin_loop();
+            if tun.spin_yields {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
             continue;
         }
         let now = Instant::now();

@@ -426,9 +426,10 @@ impl<F: Fn(&mut Pe) + Sync> Job<'_, F> {
                 None => Ok(()),
             };
             let mut tun = self.tun;
-            if !pe::spin_policy(&table, node).1 {
-                tun.spin = std::time::Duration::ZERO;
-            }
+            // A communication thread without a core of its own still spins before it blocks
+            // (a reply is often microseconds away, and a wake-up through the kernel costs
+            // several), but yields at every turn, so that PEs with work keep their cores.
+            tun.spin_yields = !pe::spin_policy(&table, node).1;
             let comm = std::panic::catch_unwind(AssertUnwindSafe(|| {
                 if let Err(e) = &pinned {
                     machine.abort(&format!("node {node}: {e}"));

@@ -128,11 +128,9 @@ impl Pe {
         args: Arc<[String]>,
         variant: &'static str,
     ) -> Pe {
-        let (spin, _, yields) = spin_policy(&table, my_node);
-        if !spin {
+        if !spin_policy(&table, my_node).0 {
             tun.spin = std::time::Duration::ZERO;
         }
-        tun.spin_yields = yields;
         Pe {
             my_pe,
             num_pes: table.num_pes(),

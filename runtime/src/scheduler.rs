@@ -38,9 +38,8 @@ pub(crate) const SETTINGS: &[SettingSpec] = &[
 pub(crate) struct Tunables {
     /// How long an idle PE keeps polling before it blocks (`sched.spin_us`).
     pub spin: Duration,
-    /// Whether a spinning PE yields its core every few turns: on a host with more threads than
-    /// cores (a communication thread per SMP node), so that a thread with work — the
-    /// communication thread woken by an arrival — gets the core at once.
+    /// Whether the thread yields its core at each turn of its spin: set for a communication
+    /// thread on a host with more threads than cores (see `pe::spin_policy`).
     pub spin_yields: bool,
     /// The longest single block while idle (`sched.idle_max_ms`); a block also ends at the next
     /// timer and whenever a message arrives.
@@ -230,9 +229,6 @@ impl Pe {
             if idle_since.is_some() && !idle_turns.is_multiple_of(CLOCK_EVERY_IDLE) {
                 std::hint::spin_loop();
                 continue;
-            }
-            if self.tun.spin_yields {
-                std::thread::yield_now();
             }
             let now = Instant::now();
             if !self.timers.timers.is_empty() && self.fire_timers(now) {
