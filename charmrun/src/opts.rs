@@ -16,9 +16,17 @@ shell), connects them into one job, forwards their output, and exits with the jo
   ++remote-shell CMD   how to reach a host (default: ssh, run as `CMD HOST COMMAND`; CMD is
                        split into words as a shell does, quotes included);
                        with ++mpiexec, the MPI launcher to run (default: mpiexec)
-  ++mpiexec            hand the job to the MPI launcher: `mpiexec -n N PROGRAM ARGS`
-                       (for programs built with the MPI layer; not with ++nodelist or
-                       ++prefix, which the MPI launcher does its own way)
+  ++mpiexec            start the job through the MPI launcher: for the MPI layer
+                       `mpiexec -n N PROGRAM ARGS` (not with ++nodelist or ++prefix, which
+                       the MPI launcher does its own way); for a net layer named with
+                       +machine tcp|udp|si, `mpiexec -n N charmrun ++agent`: one agent per
+                       node, each starting its node, connecting back to charmrun
+                       (++remote-shell srun: through Slurm)
+Inside a Slurm allocation (SLURM_JOB_NODELIST set), without ++nodelist or ++local, nodes go
+round-robin on the allocation's hosts, one agent per host started with srun.
+  ++agents             one remote shell per host, not per node: it starts charmrun as that
+                       host's agent, which starts the host's nodes and relays for them
+  ++batch N            at most N remote shells starting at once (with ++agents, ++mpiexec)
   ++timeout SECS       how long nodes may take to connect back (default 60; the MPI
                        launcher has its own with ++mpiexec)
   ++timelimit SECS     end the job, killing every process, after SECS seconds
@@ -100,6 +108,10 @@ pub struct Opts {
     pub verbose: bool,
     /// `++quiet`.
     pub quiet: bool,
+    /// `++agents`: one remote shell per host, starting an agent.
+    pub agents: bool,
+    /// `++batch`: at most this many remote shells starting at once.
+    pub batch: Option<usize>,
     /// The program.
     pub program: String,
     /// Its arguments.
@@ -141,6 +153,8 @@ impl Opts {
             prefix: false,
             verbose: false,
             quiet: false,
+            agents: false,
+            batch: None,
             program: String::new(),
             args: Vec::new(),
         }
@@ -236,6 +250,8 @@ pub fn parse(args: &[String]) -> Result<Parsed, UsageError> {
             "++prefix" => o.prefix = true,
             "++verbose" => o.verbose = true,
             "++quiet" => o.quiet = true,
+            "++agents" => o.agents = true,
+            "++batch" => o.batch = Some(count("++batch", &value("++batch")?, 1 << 16)?),
             _ if a.starts_with("++") || (a.starts_with('-') && a.len() > 1) => {
                 return Err(UsageError::Unknown(a))
             }
@@ -284,7 +300,7 @@ pub fn shell_words(cmd: &str) -> Option<Vec<String>> {
 
 /// The layer the program's runtime arguments name (`+machine NAME`, `+machine=NAME`,
 /// `+machineNAME`), read as the runtime reads them: up to `--`.
-fn runtime_machine(args: &[String]) -> Option<String> {
+pub fn runtime_machine(args: &[String]) -> Option<String> {
     let mut it = args.iter().take_while(|a| *a != "--");
     let mut machine = None;
     while let Some(a) = it.next() {
@@ -405,6 +421,8 @@ mod tests {
             &["++hang-timeout", "-3", "pgm"],
             &["++hang-timeout", "pgm"],
             &["++hang-timeout", "1", "pgm"],
+            &["++batch", "0", "pgm"],
+            &["++batch", "pgm"],
         ] {
             let e = p(bad).err().map(|e| e.to_string()).unwrap_or_default();
             assert!(!e.is_empty() && !e.contains('\n'), "{bad:?}: {e:?}");
@@ -449,5 +467,13 @@ mod tests {
         );
         assert_eq!(shell_words("  "), None);
         assert_eq!(shell_words("a 'b"), None);
+    }
+
+    #[test]
+    fn agents_and_batch() {
+        let o = run(&["++agents", "++batch", "3", "pgm"]);
+        assert!(o.agents);
+        assert_eq!(o.batch, Some(3));
+        assert_eq!(run(&["pgm"]).batch, None);
     }
 }

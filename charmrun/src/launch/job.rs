@@ -3,8 +3,10 @@
 //! every process group killed and reaped, the job's files removed, its output drained.
 
 use super::control::ControlServer;
-use super::verdict::{Cause, Decision, Failure, Verdict};
-use super::Event;
+use super::fleet::Fleet;
+use super::verdict::{Cause, Death, Decision, Failure, Verdict};
+use super::{Event, NodeStart};
+use crate::agent::wire::{Plan, PlanNode};
 use crate::client;
 use crate::opts::Opts;
 use crate::output::Watcher;
@@ -49,6 +51,19 @@ pub(super) struct Node {
     /// own messages use, so charmrun's use it too.
     pub(super) reported: Option<String>,
     pub(super) process: Process,
+    /// The last lines of its remote shell's stderr (or its agent's), if it has one.
+    pub(super) tail: Option<crate::output::Tail>,
+}
+
+/// What starting an agent's shell later needs.
+#[derive(Debug, Clone)]
+pub(super) struct ShellCtx {
+    /// The control socket's port.
+    pub(super) port: u16,
+    /// The job secret, hex.
+    pub(super) secret_hex: String,
+    /// Where nodes start.
+    pub(super) cwd: String,
 }
 
 /// One job.
@@ -70,6 +85,14 @@ pub(super) struct Job<'a> {
     pub(super) tag: String,
     /// What each in-process node joins with.
     pub(super) in_process: Vec<client::LaunchEnv>,
+    /// What each node runs.
+    pub(super) plan: Vec<NodeStart>,
+    /// The agents and the shells that start them (none when nodes start by themselves).
+    pub(super) fleet: Fleet,
+    /// Set once the control socket is open.
+    pub(super) shell_ctx: Option<ShellCtx>,
+    /// Passing on the shells' output.
+    pub(super) shell_outputs: Vec<Watcher>,
 }
 
 impl<'a> Job<'a> {
@@ -93,6 +116,10 @@ impl<'a> Job<'a> {
             strangers: 0,
             tag: String::new(),
             in_process: Vec::new(),
+            plan: Vec::new(),
+            fleet: Fleet::default(),
+            shell_ctx: None,
+            shell_outputs: Vec::new(),
         }
     }
 
@@ -128,6 +155,7 @@ impl<'a> Job<'a> {
             Ok(code) => code,
             Err(f) => {
                 eprintln!("charmrun: {}", f.message(&|i| self.label_at(i)));
+                self.explain(&f);
                 f.code
             }
         };
@@ -181,6 +209,11 @@ impl<'a> Job<'a> {
             if let Some(sig) = super::signalled() {
                 self.verdict.interrupt(sig);
             }
+            if !self.fleet.queue.is_empty() {
+                if let Err(e) = self.start_shells() {
+                    self.verdict.cancel(e.to_string());
+                }
+            }
             if !table_sent && self.verdict.all_joined() {
                 self.send_table()?;
                 table_sent = true;
@@ -227,6 +260,33 @@ impl<'a> Job<'a> {
                     c.joined(i, stream, hello);
                 }
             }
+            Event::RelayedHello(a, hello) => {
+                let i = hello.node as usize;
+                if !self.verdict.hello(i) {
+                    self.strangers += 1;
+                    return;
+                }
+                if let Some(n) = self.nodes.get_mut(i) {
+                    n.reported = Some(hello.host.clone());
+                }
+                self.verdict.heard(i, now);
+                if self.opts.verbose {
+                    self.progress(a, i, hello.pid);
+                }
+                if let Some(c) = self.control.as_mut() {
+                    c.joined_via(i, a, hello);
+                }
+            }
+            Event::Agent(stream, hello) => self.agent_joined(stream, &hello),
+            Event::AgentClosed(a) => {
+                if let Some(ag) = self.fleet.agents.get_mut(a) {
+                    ag.gone = true;
+                    let why = format!("its agent on {} closed its connection to charmrun", ag.host);
+                    let nodes = ag.nodes.clone();
+                    self.verdict.agent_lost(&nodes, why, now);
+                }
+            }
+            Event::ShellExited(s, st) => self.shell_exited(s, st, now),
             Event::Stranger(addr, why) => {
                 self.strangers += 1;
                 if self.opts.verbose {
@@ -261,6 +321,151 @@ impl<'a> Job<'a> {
         }
     }
 
+    /// Agent `hello.agent` introduced itself: send it its plan.
+    fn agent_joined(
+        &mut self,
+        stream: std::net::TcpStream,
+        hello: &crate::agent::wire::AgentHello,
+    ) {
+        let a = hello.agent as usize;
+        let fresh = self.fleet.agents.get(a).is_some_and(|ag| !ag.connected);
+        if !fresh {
+            self.strangers += 1;
+            return;
+        }
+        let launched = matches!(
+            self.fleet.shells[self.fleet.agents[a].shell].cmd,
+            super::fleet::ShellCmd::Launcher(_)
+        );
+        let ag = &mut self.fleet.agents[a];
+        ag.connected = true;
+        if launched {
+            // A batch launcher placed it: its host is the one it names.
+            ag.host = hello.host.clone();
+            for &i in &ag.nodes {
+                if let Some(n) = self.nodes.get_mut(i) {
+                    n.host = hello.host.clone();
+                }
+            }
+        }
+        let ag = &self.fleet.agents[a];
+        if self.opts.verbose {
+            let from = stream
+                .peer_addr()
+                .map_or("?".to_string(), |a| a.ip().to_string());
+            eprintln!(
+                "charmrun: agent {a} connected from {from} (pid {}, host {}) for {} node(s)",
+                hello.pid,
+                hello.host,
+                ag.nodes.len()
+            );
+        }
+        let cwd = self
+            .shell_ctx
+            .as_ref()
+            .map_or(String::new(), |c| c.cwd.clone());
+        let plan = Plan {
+            cwd,
+            num_nodes: self.nodes.len() as u32,
+            nodes: ag
+                .nodes
+                .iter()
+                .filter_map(|&i| match self.plan.get(i) {
+                    Some(NodeStart::Process { program, args, .. }) => Some(PlanNode {
+                        node: i as u32,
+                        program: program.clone(),
+                        args: args.clone(),
+                        prefix: if self.opts.prefix {
+                            self.label(i) + ": "
+                        } else {
+                            String::new()
+                        },
+                    }),
+                    _ => None,
+                })
+                .collect(),
+        };
+        let nodes = ag.nodes.clone();
+        if let Some(c) = self.control.as_mut() {
+            if let Err(why) = c.agent_joined(a, stream, &nodes, &plan.encode()) {
+                self.verdict.cancel(why);
+            }
+        }
+    }
+
+    /// A shell that starts agents exited: the nodes of any agent it started that never
+    /// connected are dead before starting, by its exit status.
+    fn shell_exited(&mut self, s: usize, st: std::process::ExitStatus, now: Instant) {
+        let Some(shell) = self.fleet.shells.get_mut(s) else {
+            return;
+        };
+        shell.process = shell.process.reaped();
+        for &a in &shell.agents {
+            let ag = &self.fleet.agents[a];
+            if !ag.connected {
+                for &i in &ag.nodes {
+                    self.verdict.exited(i, st, now);
+                }
+            }
+        }
+    }
+
+    /// `++verbose`: node `i` of agent `a` connected; how many are in, on its host and in all.
+    fn progress(&self, a: usize, i: usize, pid: u32) {
+        let Some(ag) = self.fleet.agents.get(a) else {
+            return;
+        };
+        let joined = |nodes: &mut dyn Iterator<Item = usize>| {
+            nodes
+                .filter(|&j| {
+                    !matches!(
+                        self.verdict.state(j),
+                        Some(super::verdict::NodeState::Starting) | None
+                    )
+                })
+                .count()
+        };
+        let here = joined(&mut ag.nodes.iter().copied());
+        let all = joined(&mut (0..self.nodes.len()));
+        eprintln!(
+            "charmrun: {} connected (pid {pid}): {here} of {} on {}, {all} of {} in all",
+            self.label(i),
+            ag.nodes.len(),
+            ag.host,
+            self.nodes.len()
+        );
+    }
+
+    /// After the failure's sentence: what the remote shells of the nodes it names said, in
+    /// their own words (why a node never connected, usually).
+    fn explain(&self, f: &Failure) {
+        let nodes: Vec<usize> = match &f.cause {
+            Cause::NeverConnected { nodes, .. } => nodes.clone(),
+            Cause::Died {
+                node,
+                when: Death::Starting,
+                ..
+            } => vec![*node],
+            Cause::AgentLost { node, .. } => vec![*node],
+            _ => return,
+        };
+        let mut said: Vec<(String, Vec<String>)> = Vec::new();
+        for i in nodes {
+            let Some(n) = self.nodes.get(i) else { continue };
+            let Some(tail) = &n.tail else { continue };
+            let lines = tail.lines();
+            if !lines.is_empty() && !said.iter().any(|(h, _)| *h == n.host) {
+                said.push((n.host.clone(), lines));
+            }
+        }
+        for (host, lines) in said {
+            eprintln!("charmrun: the remote shell for {host} said:");
+            for l in lines {
+                eprintln!("charmrun:   {l}");
+            }
+        }
+    }
+
     fn send_table(&mut self) -> Result<(), Failure> {
         if let Some(c) = self.control.as_mut() {
             c.send_table(self.opts.ppn).map_err(launcher_failure)?;
@@ -291,23 +496,62 @@ impl<'a> Job<'a> {
                 }
                 c.die(i);
             }
-        }
-        for n in &self.nodes {
-            if let Process::Running(pid) | Process::Reaped(pid) = n.process {
-                let pgid = nix::unistd::Pid::from_raw(pid as i32);
-                let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+            for a in 0..c.agents() {
+                c.die_agent(a);
             }
         }
+        // No more shells: whatever waits in the queue is never started.
+        self.fleet.queue.clear();
+        for n in &self.nodes {
+            if let Process::Running(pid) | Process::Reaped(pid) = n.process {
+                kill_group(pid);
+            }
+        }
+        // Agents end their nodes and then themselves: a moment for that, then their shells'
+        // groups are killed (an agent killed first leaves its nodes to their watchdogs).
         let deadline = Instant::now() + Duration::from_secs(10);
-        while self
-            .nodes
-            .iter()
-            .any(|n| matches!(n.process, Process::Running(_)))
-            && Instant::now() < deadline
-        {
-            if let Ok(Event::Exited(i, _)) = self.events.recv_timeout(TICK) {
-                if let Some(n) = self.nodes.get_mut(i) {
-                    n.process = n.process.reaped();
+        let agents_deadline = Instant::now() + AGENT_GRACE;
+        let mut shells_killed = false;
+        loop {
+            let nodes_running = self
+                .nodes
+                .iter()
+                .any(|n| matches!(n.process, Process::Running(_)));
+            let shells_running = self
+                .fleet
+                .shells
+                .iter()
+                .any(|s| matches!(s.process, Process::Running(_)));
+            if (!nodes_running && !shells_running) || Instant::now() >= deadline {
+                break;
+            }
+            if !shells_killed && (Instant::now() >= agents_deadline || !shells_running) {
+                shells_killed = true;
+                for s in &self.fleet.shells {
+                    if let Process::Running(pid) | Process::Reaped(pid) = s.process {
+                        kill_group(pid);
+                    }
+                }
+            }
+            match self.events.recv_timeout(TICK) {
+                Ok(Event::Exited(i, _)) => {
+                    if let Some(n) = self.nodes.get_mut(i) {
+                        n.process = n.process.reaped();
+                    }
+                }
+                Ok(Event::ShellExited(s, _)) => {
+                    if let Some(s) = self.fleet.shells.get_mut(s) {
+                        s.process = s.process.reaped();
+                    }
+                }
+                _ => {}
+            }
+        }
+        if !shells_killed {
+            // Whatever a shell's group still holds ends with the job.
+            for s in &self.fleet.shells {
+                if let Process::Reaped(pid) = s.process {
+                    kill_group(pid);
                 }
             }
         }
@@ -348,7 +592,19 @@ impl<'a> Job<'a> {
         for (_, w) in self.outputs.drain(..) {
             let _ = w.thread.join();
         }
+        for w in self.shell_outputs.drain(..) {
+            let _ = w.thread.join();
+        }
     }
+}
+
+/// After `DIE`, how long agents get to end their nodes and leave before their shells are
+/// killed.
+const AGENT_GRACE: Duration = Duration::from_secs(3);
+
+fn kill_group(pid: u32) {
+    let pgid = nix::unistd::Pid::from_raw(pid as i32);
+    let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
 }
 
 fn launcher_failure(why: String) -> Failure {

@@ -3,16 +3,17 @@
 //! a thread watching its output and exit.
 
 use super::control::ControlServer;
-use super::job::{Job, Node, Process};
-use super::{Event, LaunchError, NodeStart};
-use crate::{client, output, protocol, spawn};
+use super::fleet::{Fleet, ShellCmd};
+use super::job::{Job, Node, Process, ShellCtx};
+use super::{Event, LaunchError, NodeStart, Spread};
+use crate::{agent, client, output, protocol, spawn};
 use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 impl Job<'_> {
     /// Open the control socket and start every node of `plan`. On failure, what was started
     /// so far is still in the job, for [`Job::abandon`] to end.
-    pub(super) fn start(&mut self, plan: &[NodeStart]) -> Result<(), LaunchError> {
+    pub(super) fn start(&mut self, plan: &[NodeStart], spread: Spread) -> Result<(), LaunchError> {
         let n = plan.len();
         raise_descriptor_limit();
         self.tag = protocol::new_tag().map_err(LaunchError::Random)?;
@@ -32,7 +33,43 @@ impl Job<'_> {
         }
         let routes = routes(plan)?;
         let secret_hex = protocol::secret_to_hex(&secret);
+        let mut fleet = match spread {
+            Spread::Direct => Fleet::default(),
+            Spread::PerHost => {
+                Fleet::per_host(plan, self.opts.remote_shell(), |_, i| Ok(routes[i]))?
+            }
+            Spread::Launcher {
+                words,
+                agents,
+                hosts,
+            } => {
+                let route = match hosts.as_ref().and_then(|h| h.first()) {
+                    Some(h) => spawn::address_towards(h)
+                        .ok()
+                        .filter(|a| !a.is_loopback())
+                        .unwrap_or_else(spawn::outward_address),
+                    None => spawn::outward_address(),
+                };
+                Fleet::launcher(words, n, agents, hosts.as_deref(), route)
+            }
+        };
+        fleet.batch = self.opts.batch;
+        self.plan = plan.to_vec();
+        self.shell_ctx = Some(ShellCtx {
+            port,
+            secret_hex: secret_hex.clone(),
+            cwd: cwd.clone(),
+        });
         for (i, start) in plan.iter().enumerate() {
+            if let Some(a) = fleet.agent_of(i) {
+                self.nodes.push(Node {
+                    host: fleet.agents[a].host.clone(),
+                    reported: None,
+                    process: Process::Gone,
+                    tail: Some(fleet.shells[fleet.agents[a].shell].stderr_tail.clone()),
+                });
+                continue;
+            }
             let charmrun = SocketAddr::new(routes[i], port).to_string();
             let (program, args, host) = match start {
                 NodeStart::InProcess => {
@@ -48,6 +85,7 @@ impl Job<'_> {
                         host: client::hostname(),
                         reported: None,
                         process: Process::Embedded,
+                        tail: None,
                     });
                     continue;
                 }
@@ -85,10 +123,12 @@ impl Job<'_> {
             })?;
             let pid = child.id();
             // Pushed before anything else can fail, so that a failed start kills it.
+            let tail = host.map(|_| output::Tail::default());
             self.nodes.push(Node {
                 host: name,
                 reported: None,
                 process: Process::Running(pid),
+                tail: tail.clone(),
             });
             let prefix = if self.opts.prefix {
                 self.label(i) + ": "
@@ -97,9 +137,10 @@ impl Job<'_> {
             };
             let tx = self.tx.clone();
             // Threads of the node's own pass its output on and report its exit at once.
-            let watcher = output::watch(child, prefix, self.output_over.clone(), move |st| {
-                let _ = tx.send(Event::Exited(i, st));
-            });
+            let watcher =
+                output::watch_keeping(child, prefix, self.output_over.clone(), tail, move |st| {
+                    let _ = tx.send(Event::Exited(i, st));
+                });
             match watcher {
                 Ok(w) => self.outputs.push((i, w)),
                 Err(source) => {
@@ -110,6 +151,89 @@ impl Job<'_> {
                         node.process = Process::Gone;
                     }
                     return Err(LaunchError::Watch { node: i, source });
+                }
+            }
+        }
+        self.fleet = fleet;
+        self.start_shells()
+    }
+
+    /// Start the agents' shells `++batch` leaves room for (all of them without it).
+    pub(super) fn start_shells(&mut self) -> Result<(), LaunchError> {
+        let Some(ctx) = self.shell_ctx.clone() else {
+            return Ok(());
+        };
+        let exe = std::env::current_exe()
+            .map_err(LaunchError::NoCurrentDir)?
+            .display()
+            .to_string();
+        for s in self.fleet.next_to_start() {
+            let shell = &self.fleet.shells[s];
+            let charmrun = SocketAddr::new(shell.route, ctx.port).to_string();
+            let mut env = vec![
+                (client::ENV_CHARMRUN.to_string(), charmrun),
+                (client::ENV_JOB.to_string(), self.tag.clone()),
+            ];
+            let first = self.fleet.agents[shell.agents[0]].nodes.first().copied();
+            let child = match &shell.cmd {
+                ShellCmd::Remote { shell: sh, host } => {
+                    env.push((agent::ENV_AGENT.to_string(), shell.agents[0].to_string()));
+                    let secret = (client::ENV_SECRET, ctx.secret_hex.as_str());
+                    spawn::remote(
+                        sh,
+                        host,
+                        &ctx.cwd,
+                        &exe,
+                        &[agent::FLAG.into()],
+                        &env,
+                        secret,
+                    )
+                }
+                ShellCmd::Launcher(words) => {
+                    // The launcher passes its environment on to the agents: the secret
+                    // travels there, not on its command line.
+                    env.push((client::ENV_SECRET.to_string(), ctx.secret_hex.clone()));
+                    spawn::launcher(words, &exe, &[agent::FLAG.into()], &env)
+                }
+            };
+            let host = self.fleet.agents[shell.agents[0]].host.clone();
+            let child = child.map_err(|source| LaunchError::Spawn {
+                node: first.unwrap_or(0),
+                host: host.clone(),
+                source,
+            })?;
+            let pid = child.id();
+            self.fleet.shells[s].process = Process::Running(pid);
+            if self.opts.verbose {
+                let n: usize = self.fleet.shells[s]
+                    .agents
+                    .iter()
+                    .map(|&a| self.fleet.agents[a].nodes.len())
+                    .sum();
+                eprintln!(
+                    "charmrun: starting {} agent(s) for {n} node(s) on {host} (pid {pid})",
+                    self.fleet.shells[s].agents.len()
+                );
+            }
+            let tx = self.tx.clone();
+            let tail = Some(self.fleet.shells[s].stderr_tail.clone());
+            // An agent prefixes its nodes' lines itself.
+            let watcher =
+                output::watch_keeping(child, String::new(), self.output_over.clone(), tail, {
+                    move |st| {
+                        let _ = tx.send(Event::ShellExited(s, st));
+                    }
+                });
+            match watcher {
+                Ok(w) => self.shell_outputs.push(w),
+                Err(source) => {
+                    let pgid = nix::unistd::Pid::from_raw(pid as i32);
+                    let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+                    self.fleet.shells[s].process = Process::Gone;
+                    return Err(LaunchError::Watch {
+                        node: first.unwrap_or(0),
+                        source,
+                    });
                 }
             }
         }
