@@ -4,6 +4,8 @@
 //! The conformance suite ([`conformance_suite!`]) is the same list of tests for every layer;
 //! a layer's test file instantiates it with the launcher that starts jobs on that layer.
 
+pub mod netns;
+
 use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};

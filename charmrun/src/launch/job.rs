@@ -453,7 +453,13 @@ impl<'a> Job<'a> {
         for i in nodes {
             let Some(n) = self.nodes.get(i) else { continue };
             let Some(tail) = &n.tail else { continue };
-            let lines = tail.lines();
+            // A shell that exited at once may have its last words still in the pipe.
+            let until = Instant::now() + Duration::from_millis(300);
+            let mut lines = tail.lines();
+            while lines.is_empty() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(10));
+                lines = tail.lines();
+            }
             if !lines.is_empty() && !said.iter().any(|(h, _)| *h == n.host) {
                 said.push((n.host.clone(), lines));
             }
