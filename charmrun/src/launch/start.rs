@@ -210,9 +210,14 @@ impl Job<'_> {
                     .iter()
                     .map(|&a| self.fleet.agents[a].nodes.len())
                     .sum();
+                let shell = &self.fleet.shells[s];
+                let place = match &shell.cmd {
+                    ShellCmd::Remote { .. } => format!("on {host}"),
+                    ShellCmd::Launcher(words) => format!("through `{}`", words.join(" ")),
+                };
                 eprintln!(
-                    "charmrun: starting {} agent(s) for {n} node(s) on {host} (pid {pid})",
-                    self.fleet.shells[s].agents.len()
+                    "charmrun: starting {} agent(s) for {n} node(s) {place} (pid {pid})",
+                    shell.agents.len()
                 );
             }
             let tx = self.tx.clone();
