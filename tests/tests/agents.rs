@@ -399,3 +399,39 @@ fn a_256_node_job_across_8_hosts_starts_and_ends_cleanly() {
         said("job ended with code")
     );
 }
+
+#[test]
+fn batch_holds_back_remote_shells_while_one_is_stuck_with_or_without_agents() {
+    let Some(hosts) = Hosts::new("k", 3) else {
+        return;
+    };
+    let log = hosts.dir.join("batch.log");
+    // The first host's shell hangs; the second's works.
+    let shell = hosts.file(
+        "stuck-first",
+        &format!(
+            "#!/bin/sh\necho \"$1\" >> {}\n[ \"$1\" = 10.98.0.2 ] && exec sleep 600\nexec {} \"$@\"\n",
+            log.display(),
+            hosts.shell().display()
+        ),
+    );
+    let _ = Command::new("chmod").arg("+x").arg(&shell).status();
+    let machines = hosts.machines("machines", 1..3);
+    for agents in [false, true] {
+        let _ = std::fs::remove_file(&log);
+        let mut a = args(&["+p2", "++batch", "1", "++timeout", "2", "++remote-shell"]);
+        a.push(shell.display().to_string());
+        a.push("++nodelist".into());
+        a.push(machines.display().to_string());
+        if agents {
+            a.push("++agents".into());
+        }
+        a.extend(args(&[PROGRAM, "hello", "+machine", "tcp"]));
+        let o = hosts.charmrun(PROGRAM, &a, Duration::from_secs(30));
+        assert_eq!(o.code, Some(1), "agents {agents}: {o}");
+        assert!(o.stderr.contains("never connected"), "{o}");
+        // The second host's shell never started: the first was still starting.
+        let logged = std::fs::read_to_string(&log).unwrap_or_default();
+        assert_eq!(logged.trim(), "10.98.0.2", "agents {agents}: {logged}\n{o}");
+    }
+}

@@ -93,6 +93,12 @@ pub(super) struct Job<'a> {
     pub(super) shell_ctx: Option<ShellCtx>,
     /// Passing on the shells' output.
     pub(super) shell_outputs: Vec<Watcher>,
+    /// charmrun's address as each node's host reaches it.
+    pub(super) routes: Vec<std::net::IpAddr>,
+    /// Nodes to start through their remote shell once `++batch` leaves room, in order.
+    pub(super) queued_nodes: std::collections::VecDeque<usize>,
+    /// Nodes to start at once (used while starting).
+    pub(super) to_start: Vec<usize>,
 }
 
 impl<'a> Job<'a> {
@@ -120,6 +126,9 @@ impl<'a> Job<'a> {
             fleet: Fleet::default(),
             shell_ctx: None,
             shell_outputs: Vec::new(),
+            routes: Vec::new(),
+            queued_nodes: std::collections::VecDeque::new(),
+            to_start: Vec::new(),
         }
     }
 
@@ -211,6 +220,11 @@ impl<'a> Job<'a> {
             }
             if !self.fleet.queue.is_empty() {
                 if let Err(e) = self.start_shells() {
+                    self.verdict.cancel(e.to_string());
+                }
+            }
+            if !self.queued_nodes.is_empty() {
+                if let Err(e) = self.start_queued_nodes() {
                     self.verdict.cancel(e.to_string());
                 }
             }
@@ -508,6 +522,7 @@ impl<'a> Job<'a> {
         }
         // No more shells: whatever waits in the queue is never started.
         self.fleet.queue.clear();
+        self.queued_nodes.clear();
         for n in &self.nodes {
             if let Process::Running(pid) | Process::Reaped(pid) = n.process {
                 kill_group(pid);

@@ -61,18 +61,15 @@ impl Job<'_> {
             cwd: cwd.clone(),
         });
         for (i, start) in plan.iter().enumerate() {
-            if let Some(a) = fleet.agent_of(i) {
-                self.nodes.push(Node {
+            let charmrun = SocketAddr::new(routes[i], port).to_string();
+            let node = match (fleet.agent_of(i), start) {
+                (Some(a), _) => Node {
                     host: fleet.agents[a].host.clone(),
                     reported: None,
                     process: Process::Gone,
                     tail: Some(fleet.shells[fleet.agents[a].shell].stderr_tail.clone()),
-                });
-                continue;
-            }
-            let charmrun = SocketAddr::new(routes[i], port).to_string();
-            let (program, args, host) = match start {
-                NodeStart::InProcess => {
+                },
+                (None, NodeStart::InProcess) => {
                     self.in_process.push(client::LaunchEnv {
                         charmrun,
                         secret,
@@ -81,81 +78,132 @@ impl Job<'_> {
                         job: self.tag.clone(),
                         embedded: true,
                     });
-                    self.nodes.push(Node {
+                    Node {
                         host: client::hostname(),
                         reported: None,
                         process: Process::Embedded,
                         tail: None,
-                    });
-                    continue;
-                }
-                NodeStart::Process {
-                    program,
-                    args,
-                    host,
-                } => (program, args, host.as_ref()),
-            };
-            // This host by the name its nodes give it, so that one host has one name in every
-            // message, the nodes' own included.
-            let name = host.map_or_else(client::hostname, |h| h.name.clone());
-            let mut env = vec![
-                (client::ENV_CHARMRUN.to_string(), charmrun),
-                (client::ENV_NODE.to_string(), i.to_string()),
-                (client::ENV_NODES.to_string(), n.to_string()),
-                (client::ENV_JOB.to_string(), self.tag.clone()),
-            ];
-            let child = match host {
-                None => {
-                    // Another user cannot read a local process's environment.
-                    env.push((client::ENV_SECRET.to_string(), secret_hex.clone()));
-                    spawn::local(program, args, &env)
-                }
-                Some(h) => {
-                    let shell = h.shell.as_deref().unwrap_or(self.opts.remote_shell());
-                    let secret = (client::ENV_SECRET, secret_hex.as_str());
-                    spawn::remote(shell, &h.name, &cwd, program, args, &env, secret)
-                }
-            };
-            let child = child.map_err(|source| LaunchError::Spawn {
-                node: i,
-                host: name.clone(),
-                source,
-            })?;
-            let pid = child.id();
-            // Pushed before anything else can fail, so that a failed start kills it.
-            let tail = host.map(|_| output::Tail::default());
-            self.nodes.push(Node {
-                host: name,
-                reported: None,
-                process: Process::Running(pid),
-                tail: tail.clone(),
-            });
-            let prefix = if self.opts.prefix {
-                self.label(i) + ": "
-            } else {
-                String::new()
-            };
-            let tx = self.tx.clone();
-            // Threads of the node's own pass its output on and report its exit at once.
-            let watcher =
-                output::watch_keeping(child, prefix, self.output_over.clone(), tail, move |st| {
-                    let _ = tx.send(Event::Exited(i, st));
-                });
-            match watcher {
-                Ok(w) => self.outputs.push((i, w)),
-                Err(source) => {
-                    // Nobody will report its exit: kill it now, and do not wait for it.
-                    let pgid = nix::unistd::Pid::from_raw(pid as i32);
-                    let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
-                    if let Some(node) = self.nodes.last_mut() {
-                        node.process = Process::Gone;
                     }
-                    return Err(LaunchError::Watch { node: i, source });
                 }
-            }
+                (None, NodeStart::Process { host, .. }) => {
+                    // Through a remote shell only when a host is named; `++batch` bounds how
+                    // many of those start at once.
+                    if host.is_some() && self.opts.batch.is_some() {
+                        self.queued_nodes.push_back(i);
+                    } else {
+                        self.to_start.push(i);
+                    }
+                    Node {
+                        // This host by the name its nodes give it, so that one host has one
+                        // name in every message, the nodes' own included.
+                        host: host
+                            .as_ref()
+                            .map_or_else(client::hostname, |h| h.name.clone()),
+                        reported: None,
+                        process: Process::Gone,
+                        tail: host.as_ref().map(|_| output::Tail::default()),
+                    }
+                }
+            };
+            self.nodes.push(node);
         }
+        self.routes = routes;
+        for i in std::mem::take(&mut self.to_start) {
+            self.start_node(i)?;
+        }
+        self.start_queued_nodes()?;
         self.fleet = fleet;
         self.start_shells()
+    }
+
+    /// Start the nodes waiting for their remote shell that `++batch` leaves room for: a shell
+    /// is starting until its node connects or it exits.
+    pub(super) fn start_queued_nodes(&mut self) -> Result<(), LaunchError> {
+        let Some(batch) = self.opts.batch else {
+            return Ok(());
+        };
+        while !self.queued_nodes.is_empty() {
+            let starting = (0..self.nodes.len())
+                .filter(|&i| {
+                    matches!(self.nodes[i].process, Process::Running(_))
+                        && self.nodes[i].tail.is_some()
+                        && self.verdict.state(i) == Some(&super::verdict::NodeState::Starting)
+                })
+                .count();
+            if starting >= batch {
+                break;
+            }
+            if let Some(i) = self.queued_nodes.pop_front() {
+                self.start_node(i)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Start node `i`'s process: here, or through its host's remote shell.
+    fn start_node(&mut self, i: usize) -> Result<(), LaunchError> {
+        let Some(NodeStart::Process {
+            program,
+            args,
+            host,
+        }) = self.plan.get(i).cloned()
+        else {
+            return Ok(());
+        };
+        let Some(ctx) = self.shell_ctx.clone() else {
+            return Ok(());
+        };
+        let n = self.nodes.len();
+        let charmrun = SocketAddr::new(self.routes[i], ctx.port).to_string();
+        let mut env = vec![
+            (client::ENV_CHARMRUN.to_string(), charmrun),
+            (client::ENV_NODE.to_string(), i.to_string()),
+            (client::ENV_NODES.to_string(), n.to_string()),
+            (client::ENV_JOB.to_string(), self.tag.clone()),
+        ];
+        let child = match &host {
+            None => {
+                // Another user cannot read a local process's environment.
+                env.push((client::ENV_SECRET.to_string(), ctx.secret_hex.clone()));
+                spawn::local(&program, &args, &env)
+            }
+            Some(h) => {
+                let shell = h.shell.as_deref().unwrap_or(self.opts.remote_shell());
+                let secret = (client::ENV_SECRET, ctx.secret_hex.as_str());
+                spawn::remote(shell, &h.name, &ctx.cwd, &program, &args, &env, secret)
+            }
+        };
+        let child = child.map_err(|source| LaunchError::Spawn {
+            node: i,
+            host: self.nodes[i].host.clone(),
+            source,
+        })?;
+        let pid = child.id();
+        // Set before anything else can fail, so that a failed start kills it.
+        self.nodes[i].process = Process::Running(pid);
+        let prefix = if self.opts.prefix {
+            self.label(i) + ": "
+        } else {
+            String::new()
+        };
+        let tx = self.tx.clone();
+        let tail = self.nodes[i].tail.clone();
+        // Threads of the node's own pass its output on and report its exit at once.
+        let watcher =
+            output::watch_keeping(child, prefix, self.output_over.clone(), tail, move |st| {
+                let _ = tx.send(Event::Exited(i, st));
+            });
+        match watcher {
+            Ok(w) => self.outputs.push((i, w)),
+            Err(source) => {
+                // Nobody will report its exit: kill it now, and do not wait for it.
+                let pgid = nix::unistd::Pid::from_raw(pid as i32);
+                let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+                self.nodes[i].process = Process::Gone;
+                return Err(LaunchError::Watch { node: i, source });
+            }
+        }
+        Ok(())
     }
 
     /// Start the agents' shells `++batch` leaves room for (all of them without it).
