@@ -26,7 +26,9 @@ Inside a Slurm allocation (SLURM_JOB_NODELIST set), without ++nodelist or ++loca
 round-robin on the allocation's hosts, one agent per host started with srun.
   ++agents             one remote shell per host, not per node: it starts charmrun as that
                        host's agent, which starts the host's nodes and relays for them
-  ++batch N            at most N remote shells starting at once (with ++agents, ++mpiexec)
+  ++batch N            at most N remote shells starting at once
+  ++fanout K           with ++agents, charmrun starts at most K agents itself; each of them
+                       starts agents on its share of the other hosts, and so on (default 32)
   ++timeout SECS       how long nodes may take to connect back (default 60; the MPI
                        launcher has its own with ++mpiexec)
   ++timelimit SECS     end the job, killing every process, after SECS seconds
@@ -112,6 +114,8 @@ pub struct Opts {
     pub agents: bool,
     /// `++batch`: at most this many remote shells starting at once.
     pub batch: Option<usize>,
+    /// `++fanout`: at most this many agents started by one (charmrun or an agent).
+    pub fanout: usize,
     /// The program.
     pub program: String,
     /// Its arguments.
@@ -132,6 +136,9 @@ pub const DEFAULT_HANG_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Smallest `++hang-timeout` but 0: a few heartbeats, so a node late by one is not hung.
 pub const MIN_HANG_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// `++fanout`'s default: a tree of agents only past this many hosts.
+pub const DEFAULT_FANOUT: usize = 32;
 
 /// Largest `+p`.
 pub const MAX_PES: usize = 1 << 16;
@@ -155,6 +162,7 @@ impl Opts {
             quiet: false,
             agents: false,
             batch: None,
+            fanout: DEFAULT_FANOUT,
             program: String::new(),
             args: Vec::new(),
         }
@@ -252,6 +260,7 @@ pub fn parse(args: &[String]) -> Result<Parsed, UsageError> {
             "++quiet" => o.quiet = true,
             "++agents" => o.agents = true,
             "++batch" => o.batch = Some(count("++batch", &value("++batch")?, 1 << 16)?),
+            "++fanout" => o.fanout = count("++fanout", &value("++fanout")?, 1 << 16)?,
             _ if a.starts_with("++") || (a.starts_with('-') && a.len() > 1) => {
                 return Err(UsageError::Unknown(a))
             }
@@ -475,5 +484,7 @@ mod tests {
         assert!(o.agents);
         assert_eq!(o.batch, Some(3));
         assert_eq!(run(&["pgm"]).batch, None);
+        assert_eq!(run(&["++fanout", "4", "pgm"]).fanout, 4);
+        assert_eq!(run(&["pgm"]).fanout, DEFAULT_FANOUT);
     }
 }

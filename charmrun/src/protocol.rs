@@ -18,10 +18,13 @@
 //! | `RELAY` | both | node u32, kind u8, body | a node's frame, through its host's agent |
 //! | `EXITED` | agent → charmrun, relayed | raw wait status i32 | the node's process exited |
 //! | `CLOSED` | agent → charmrun, relayed | empty | the node's connection to its agent closed |
+//! | `LOST` | agent → charmrun | nodes (u32 count, u32 each), why (str) | an agent below this one is gone, with these nodes |
 //!
 //! An agent (`charmrun ++agent`, one per host) is to its nodes what charmrun is: they connect
 //! to it with the same frames. It relays them to charmrun over its one connection, and sends
 //! the node table, `DIE` (to the agent: end every node here) and barrier releases down.
+//! Agents below an agent (a tree) connect to it as it connects to charmrun; it passes their
+//! frames up and charmrun's down unchanged.
 //!
 //! A node that sends nothing for `++hang-timeout` (a stopped or frozen process) ends the job.
 //! A node whose control connection closes exits at once: nothing of a job outlives its
@@ -69,6 +72,8 @@ pub enum Kind {
     Exited = 12,
     /// A node's connection to its agent closed (relayed).
     Closed = 13,
+    /// An agent below is gone, and its nodes with it.
+    Lost = 14,
 }
 
 impl Kind {
@@ -88,6 +93,7 @@ impl Kind {
             11 => Kind::Relay,
             12 => Kind::Exited,
             13 => Kind::Closed,
+            14 => Kind::Lost,
             _ => return None,
         })
     }

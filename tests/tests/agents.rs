@@ -435,3 +435,66 @@ fn batch_holds_back_remote_shells_while_one_is_stuck_with_or_without_agents() {
         assert_eq!(logged.trim(), "10.98.0.2", "agents {agents}: {logged}\n{o}");
     }
 }
+
+#[test]
+fn agents_start_agents_in_a_tree_and_a_lost_one_below_is_named() {
+    let Some(hosts) = Hosts::new("l", 8) else {
+        return;
+    };
+    let machines = hosts.machines("machines", 1..8).display().to_string();
+    // Seven hosts, fan-out 2: charmrun starts agents 0 and 1; agent 0 starts 2 and 3, agent 1
+    // starts 4 and 5, agent 2 starts 6 (on 10.98.0.8, three levels down).
+    let log = hosts.dir.join("shell-args.log");
+    for scenario in [&["broadcast"][..], &["reduce"], &["exit-code", "4"]] {
+        let _ = std::fs::remove_file(&log);
+        let mut sc = scenario.to_vec();
+        sc.extend(["+machine", "tcp"]);
+        let a = agent_job(&hosts, 14, &machines, &["++fanout", "2", "++verbose"], &sc);
+        let o = hosts.charmrun(PROGRAM, &a, Duration::from_secs(60));
+        let code = if scenario[0] == "exit-code" { 4 } else { 0 };
+        assert_eq!(o.code, Some(code), "{scenario:?}: {o}");
+        assert!(o.stderr.contains("14 of 14 in all"), "{o}");
+        assert!(o.stderr.contains("(it starts 3 agent(s) below it)"), "{o}");
+        let logged = std::fs::read_to_string(&log).unwrap_or_default();
+        assert_eq!(logged.lines().count(), 7, "one shell per host: {logged}");
+        assert!(!logged.contains("CONVERSE_SECRET="), "{logged}");
+    }
+    // Kill the agent on the deepest host.
+    let a = agent_job(
+        &hosts,
+        14,
+        &machines,
+        &["++fanout", "2"],
+        &["wait", "60", "+machine", "tcp"],
+    );
+    let mut cmd = hosts.on_host0(&converse_tests::charmrun_path(PROGRAM));
+    cmd.args(&a);
+    let mut job = Running::start(&mut cmd, Duration::from_secs(60)).expect("start charmrun");
+    assert!(
+        job.wait_for_stdout_lines("waits 60 s", 14, Duration::from_secs(30)),
+        "{}",
+        job.stderr_so_far()
+    );
+    let all = descendants(job.pid());
+    let deepest = all.iter().copied().find(|&p| {
+        let env = std::fs::read(format!("/proc/{p}/environ")).unwrap_or_default();
+        cmdline(p).contains("++agent")
+            && String::from_utf8_lossy(&env).contains("CONVERSE_AGENT=6\0")
+    });
+    let deepest = deepest.expect("the deepest agent runs");
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(deepest as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    let o = job.finish();
+    assert_eq!(o.code, Some(1), "{o}");
+    assert!(
+        o.stderr
+            .contains("its agent on 10.98.0.8 closed its connection; ending the job"),
+        "{o}"
+    );
+    // Every process of the job is gone, those the agents started on other hosts included.
+    let mut left = gone_within(&all, Duration::from_secs(10));
+    left.retain(|&p| p != deepest);
+    assert_eq!(left, Vec::<u32>::new());
+}

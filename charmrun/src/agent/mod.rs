@@ -59,6 +59,10 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long, at the end, the agent waits for its nodes' processes once killed.
 const REAP_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// At the end, how long agents below get to end their nodes and leave before their shells
+/// are killed.
+const CHILD_GRACE: Duration = Duration::from_secs(3);
+
 /// What the agent's threads tell its loop.
 enum Ev {
     /// A frame from charmrun.
@@ -73,6 +77,29 @@ enum Ev {
     Closed(usize),
     /// The node in slot `.0` exited.
     Exited(usize, ExitStatus),
+    /// An agent below this one introduced itself.
+    Child(TcpStream, AgentHello),
+    /// A frame from child agent `.0`.
+    ChildFrame(usize, Kind, Vec<u8>),
+    /// Child agent `.0`'s connection closed.
+    ChildClosed(usize),
+    /// The remote shell of child agent `.0` exited.
+    ShellExited(usize, ExitStatus),
+}
+
+/// An agent this one starts (in a tree of agents).
+struct Child {
+    agent: u32,
+    host: String,
+    shell: String,
+    /// Its own plan (its nodes, the agents below it).
+    plan: Plan,
+    /// Every node it and the agents below it start.
+    subtree: Vec<usize>,
+    conn: Option<TcpStream>,
+    /// Its remote shell's process (group) id, while it runs.
+    pid: Option<u32>,
+    reaped: bool,
 }
 
 /// Why an agent could not do its job.
@@ -167,7 +194,31 @@ fn serve() -> Result<i32, AgentError> {
         );
     }
     let (tx, rx) = crossbeam_channel::unbounded();
-    let listener = crate::net::listener(local_ip, 4096).map_err(AgentError::Listen)?;
+    let children: Vec<Child> = plan
+        .agents
+        .iter()
+        .filter(|a| a.parent == agent)
+        .filter_map(|a| {
+            let p = plan.of(a.agent)?;
+            Some(Child {
+                agent: a.agent,
+                host: a.host.clone(),
+                shell: a.shell.clone(),
+                subtree: p.all_nodes().collect(),
+                plan: p,
+                conn: None,
+                pid: None,
+                reaped: false,
+            })
+        })
+        .collect();
+    // Agents below this one reach it from other hosts; nodes from this one.
+    let bind = if children.is_empty() {
+        local_ip
+    } else {
+        std::net::Ipv4Addr::UNSPECIFIED.into()
+    };
+    let listener = crate::net::listener(bind, 4096).map_err(AgentError::Listen)?;
     let port = listener.local_addr().map_err(AgentError::Listen)?.port();
     {
         let tx = tx.clone();
@@ -181,6 +232,7 @@ fn serve() -> Result<i32, AgentError> {
     let mut agent = Agent {
         up,
         plan,
+        children,
         conns: Vec::new(),
         pids: Vec::new(),
         reaped: Vec::new(),
@@ -190,6 +242,7 @@ fn serve() -> Result<i32, AgentError> {
         rx,
     };
     agent.start_nodes(SocketAddr::new(local_ip, port), &job, &secret_hex);
+    agent.start_children(local_ip, port, &job, &secret_hex);
     agent.serve(&secret);
     agent.end();
     Ok(0)
@@ -210,6 +263,7 @@ fn connect(addr: &str) -> std::io::Result<TcpStream> {
 struct Agent {
     up: TcpStream,
     plan: Plan,
+    children: Vec<Child>,
     /// Each node's connection once it introduced itself (by slot: place in the plan).
     conns: Vec<Option<TcpStream>>,
     /// Each node's process (group) id; `None` when it could not be started.
@@ -274,6 +328,79 @@ impl Agent {
         }
     }
 
+    /// Start the agents below this one, each through its host's remote shell.
+    fn start_children(
+        &mut self,
+        local_ip: std::net::IpAddr,
+        port: u16,
+        job: &str,
+        secret_hex: &str,
+    ) {
+        let exe = std::env::current_exe()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| "charmrun".into());
+        for c in 0..self.children.len() {
+            let child = &self.children[c];
+            let route = spawn::address_towards(&child.host)
+                .ok()
+                .filter(|a| !a.is_loopback())
+                .unwrap_or(local_ip);
+            let env = [
+                (
+                    client::ENV_CHARMRUN.to_string(),
+                    SocketAddr::new(route, port).to_string(),
+                ),
+                (client::ENV_JOB.to_string(), job.to_string()),
+                (ENV_AGENT.to_string(), child.agent.to_string()),
+            ];
+            let secret = (client::ENV_SECRET, secret_hex);
+            let tx = self.tx.clone();
+            let started = spawn::remote(
+                &child.shell,
+                &child.host,
+                &self.plan.cwd,
+                &exe,
+                &[FLAG.into()],
+                &env,
+                secret,
+            )
+            .and_then(|proc| {
+                let pid = proc.id();
+                let w = output::watch(proc, String::new(), self.over.clone(), move |st| {
+                    let _ = tx.send(Ev::ShellExited(c, st));
+                });
+                match w {
+                    Ok(w) => Ok((pid, w)),
+                    Err(e) => {
+                        kill_group(pid);
+                        Err(e)
+                    }
+                }
+            });
+            match started {
+                Ok((pid, w)) => {
+                    self.children[c].pid = Some(pid);
+                    self.watchers.push(w);
+                }
+                Err(e) => {
+                    eprintln!(
+                        "charmrun agent on {}: cannot start the agent for {}: {e}",
+                        client::hostname(),
+                        self.children[c].host
+                    );
+                    let _ = self
+                        .tx
+                        .send(Ev::ShellExited(c, ExitStatus::from_raw(127 << 8)));
+                }
+            }
+        }
+    }
+
+    /// The child agent whose tree starts `node`.
+    fn child_of(&self, node: usize) -> Option<usize> {
+        self.children.iter().position(|c| c.subtree.contains(&node))
+    }
+
     fn slot_of(&self, node: usize) -> Option<usize> {
         self.plan.nodes.iter().position(|p| p.node as usize == node)
     }
@@ -331,15 +458,60 @@ impl Agent {
                     for s in 0..self.conns.len() {
                         self.down(s, Kind::Table, &body);
                     }
+                    for c in 0..self.children.len() {
+                        self.tell_child(c, Kind::Table, &body);
+                    }
                     true
                 }
                 Ev::Up(Kind::Relay, body) => {
                     if let Some((node, k, b)) = wire::unrelay(&body) {
                         if let Some(s) = self.slot_of(node) {
                             self.down(s, k, b);
+                        } else if let Some(c) = self.child_of(node) {
+                            self.tell_child(c, Kind::Relay, &body);
                         }
                     }
                     true
+                }
+                Ev::Child(stream, h) => {
+                    let c = self
+                        .children
+                        .iter()
+                        .position(|c| c.agent == h.agent && c.conn.is_none());
+                    if let Some(c) = c.filter(|_| protocol::secrets_equal(&h.secret, secret)) {
+                        self.child_joined(c, stream);
+                    }
+                    true
+                }
+                // What comes up from below goes on up as it is.
+                Ev::ChildFrame(c, Kind::Relay, body) => {
+                    // Only what concerns its own tree: the rest is not its to say.
+                    let mine = wire::unrelay(&body)
+                        .is_some_and(|(node, ..)| self.children[c].subtree.contains(&node));
+                    !mine || self.up(Kind::Relay, &body)
+                }
+                Ev::ChildFrame(_, Kind::Lost, body) => self.up(Kind::Lost, &body),
+                Ev::ChildFrame(..) => true,
+                Ev::ChildClosed(c) => {
+                    let child = &self.children[c];
+                    let why = format!("its agent on {} closed its connection", child.host);
+                    let body = wire::lost(&child.subtree, &why);
+                    self.up(Kind::Lost, &body)
+                }
+                Ev::ShellExited(c, st) => {
+                    self.children[c].reaped = true;
+                    self.children[c].pid = None;
+                    if self.children[c].conn.is_some() {
+                        true
+                    } else {
+                        // Its agent never came: its nodes died before starting, by the
+                        // shell's status (its own words went up on stderr).
+                        let raw = st.into_raw().to_le_bytes();
+                        let nodes = self.children[c].subtree.clone();
+                        nodes
+                            .iter()
+                            .all(|&n| self.up(Kind::Relay, &wire::relay(n, Kind::Exited, &raw)))
+                    }
                 }
                 Ev::Up(Kind::Die, _) | Ev::UpClosed => return,
                 Ev::Up(..) => true,
@@ -371,6 +543,31 @@ impl Agent {
         )
     }
 
+    /// Child agent `c` introduced itself on `stream`: send it its plan, read what it says.
+    fn child_joined(&mut self, c: usize, mut stream: TcpStream) {
+        let _ = stream.set_read_timeout(None);
+        let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
+        let _ = stream.set_nodelay(true);
+        let plan = self.children[c].plan.encode();
+        if protocol::write_frame(&mut stream, Kind::Plan, &plan)
+            .and_then(|()| stream.flush())
+            .is_err()
+        {
+            return;
+        }
+        if let Ok(reader) = stream.try_clone() {
+            let tx = self.tx.clone();
+            std::thread::spawn(move || child_loop(c, reader, tx));
+        }
+        self.children[c].conn = Some(stream);
+    }
+
+    fn tell_child(&mut self, c: usize, kind: Kind, body: &[u8]) {
+        if let Some(s) = self.children.get_mut(c).and_then(|c| c.conn.as_mut()) {
+            let _ = protocol::write_frame(s, kind, body).and_then(|()| s.flush());
+        }
+    }
+
     fn up(&mut self, kind: Kind, body: &[u8]) -> bool {
         protocol::write_frame(&mut self.up, kind, body)
             .and_then(|()| self.up.flush())
@@ -390,19 +587,38 @@ impl Agent {
         for s in 0..self.conns.len() {
             self.down(s, Kind::Die, &[]);
         }
+        for c in 0..self.children.len() {
+            self.tell_child(c, Kind::Die, &[]);
+        }
         for pid in self.pids.iter().flatten() {
             kill_group(*pid);
         }
-        let deadline = Instant::now() + REAP_TIMEOUT;
-        while self
-            .reaped
-            .iter()
-            .zip(&self.pids)
-            .any(|(r, p)| !r && p.is_some())
-            && Instant::now() < deadline
-        {
-            if let Ok(Ev::Exited(s, _)) = self.rx.recv_timeout(Duration::from_millis(20)) {
-                self.reaped[s] = true;
+        let start = Instant::now();
+        let mut children_killed = false;
+        loop {
+            let nodes_left = self
+                .reaped
+                .iter()
+                .zip(&self.pids)
+                .any(|(r, p)| !r && p.is_some());
+            let children_left = self.children.iter().any(|c| c.pid.is_some());
+            if (!nodes_left && !children_left) || start.elapsed() >= REAP_TIMEOUT {
+                break;
+            }
+            // Agents below end their own nodes first; their shells go after a grace.
+            if !children_killed && start.elapsed() >= CHILD_GRACE {
+                children_killed = true;
+                for pid in self.children.iter().filter_map(|c| c.pid) {
+                    kill_group(pid);
+                }
+            }
+            match self.rx.recv_timeout(Duration::from_millis(20)) {
+                Ok(Ev::Exited(s, _)) => self.reaped[s] = true,
+                Ok(Ev::ShellExited(c, _)) => {
+                    self.children[c].pid = None;
+                    self.children[c].reaped = true;
+                }
+                _ => {}
             }
         }
         self.over.store(true, Ordering::SeqCst);
@@ -427,6 +643,22 @@ fn up_loop(mut r: TcpStream, tx: Sender<Ev>) {
             }
             Err(_) => {
                 let _ = tx.send(Ev::UpClosed);
+                return;
+            }
+        }
+    }
+}
+
+fn child_loop(c: usize, mut r: TcpStream, tx: Sender<Ev>) {
+    loop {
+        match protocol::read_frame(&mut r) {
+            Ok((k, body)) => {
+                if tx.send(Ev::ChildFrame(c, k, body)).is_err() {
+                    return;
+                }
+            }
+            Err(_) => {
+                let _ = tx.send(Ev::ChildClosed(c));
                 return;
             }
         }
@@ -459,12 +691,17 @@ fn accept_loop(listener: std::net::TcpListener, secret: [u8; SECRET_LEN], tx: Se
         // One thread per connection, so a stranger that sends nothing delays nobody.
         std::thread::spawn(move || {
             let _ = s.set_read_timeout(Some(HELLO_TIMEOUT));
-            if let Ok((Kind::Hello, body)) = protocol::read_frame_limited(&mut s, 64 << 10) {
-                if let Some(h) = Hello::decode(&body) {
-                    if protocol::secrets_equal(&h.secret, &secret) {
-                        let _ = tx.send(Ev::Hello(s, h));
-                    }
-                }
+            let ev = match protocol::read_frame_limited(&mut s, 64 << 10) {
+                Ok((Kind::Hello, body)) => Hello::decode(&body)
+                    .filter(|h| protocol::secrets_equal(&h.secret, &secret))
+                    .map(|h| Ev::Hello(s, h)),
+                Ok((Kind::Agent, body)) => AgentHello::decode(&body)
+                    .filter(|h| protocol::secrets_equal(&h.secret, &secret))
+                    .map(|h| Ev::Child(s, h)),
+                _ => None,
+            };
+            if let Some(ev) = ev {
+                let _ = tx.send(ev);
             }
         });
     }

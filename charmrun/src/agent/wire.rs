@@ -55,6 +55,21 @@ pub struct PlanNode {
     pub prefix: String,
 }
 
+/// An agent below another in the tree of agents, and what it starts.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SubAgent {
+    /// Its number in the job.
+    pub agent: u32,
+    /// The agent that starts it.
+    pub parent: u32,
+    /// Its host.
+    pub host: String,
+    /// The remote shell that reaches its host.
+    pub shell: String,
+    /// Its nodes.
+    pub nodes: Vec<PlanNode>,
+}
+
 /// What an agent starts (`PLAN`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
@@ -64,6 +79,48 @@ pub struct Plan {
     pub num_nodes: u32,
     /// This agent's nodes.
     pub nodes: Vec<PlanNode>,
+    /// Every agent below this one: those whose parent it is it starts itself, and hands
+    /// each the part of this list below it.
+    pub agents: Vec<SubAgent>,
+}
+
+fn put_nodes(b: &mut Vec<u8>, nodes: &[PlanNode]) {
+    b.put_u32(nodes.len() as u32);
+    for n in nodes {
+        b.put_u32(n.node);
+        b.put_str(&n.program);
+        b.put_str(&n.prefix);
+        b.put_u32(n.args.len() as u32);
+        for a in &n.args {
+            b.put_str(a);
+        }
+    }
+}
+
+fn get_nodes(r: &mut ByteReader<'_>, num_nodes: u32) -> Option<Vec<PlanNode>> {
+    // Each node takes at least its number and three lengths.
+    let count = r.count(16).ok()?;
+    let mut nodes = Vec::with_capacity(count);
+    for _ in 0..count {
+        let node = r.u32().ok()?;
+        let program = r.str().ok()?.to_owned();
+        let prefix = r.str().ok()?.to_owned();
+        let argc = r.count(4).ok()?;
+        let mut args = Vec::with_capacity(argc);
+        for _ in 0..argc {
+            args.push(r.str().ok()?.to_owned());
+        }
+        if node >= num_nodes {
+            return None;
+        }
+        nodes.push(PlanNode {
+            node,
+            program,
+            args,
+            prefix,
+        });
+    }
+    Some(nodes)
 }
 
 impl Plan {
@@ -72,15 +129,14 @@ impl Plan {
         let mut b = Vec::new();
         b.put_str(&self.cwd);
         b.put_u32(self.num_nodes);
-        b.put_u32(self.nodes.len() as u32);
-        for n in &self.nodes {
-            b.put_u32(n.node);
-            b.put_str(&n.program);
-            b.put_str(&n.prefix);
-            b.put_u32(n.args.len() as u32);
-            for a in &n.args {
-                b.put_str(a);
-            }
+        put_nodes(&mut b, &self.nodes);
+        b.put_u32(self.agents.len() as u32);
+        for a in &self.agents {
+            b.put_u32(a.agent);
+            b.put_u32(a.parent);
+            b.put_str(&a.host);
+            b.put_str(&a.shell);
+            put_nodes(&mut b, &a.nodes);
         }
         b
     }
@@ -90,26 +146,17 @@ impl Plan {
         let mut r = ByteReader::new(b);
         let cwd = r.str().ok()?.to_owned();
         let num_nodes = r.u32().ok()?;
-        // Each node takes at least its number and three lengths.
-        let count = r.count(16).ok()?;
-        let mut nodes = Vec::with_capacity(count);
+        let nodes = get_nodes(&mut r, num_nodes)?;
+        // Each agent takes at least two numbers and three lengths.
+        let count = r.count(20).ok()?;
+        let mut agents = Vec::with_capacity(count);
         for _ in 0..count {
-            let node = r.u32().ok()?;
-            let program = r.str().ok()?.to_owned();
-            let prefix = r.str().ok()?.to_owned();
-            let argc = r.count(4).ok()?;
-            let mut args = Vec::with_capacity(argc);
-            for _ in 0..argc {
-                args.push(r.str().ok()?.to_owned());
-            }
-            if node >= num_nodes {
-                return None;
-            }
-            nodes.push(PlanNode {
-                node,
-                program,
-                args,
-                prefix,
+            agents.push(SubAgent {
+                agent: r.u32().ok()?,
+                parent: r.u32().ok()?,
+                host: r.str().ok()?.to_owned(),
+                shell: r.str().ok()?.to_owned(),
+                nodes: get_nodes(&mut r, num_nodes)?,
             });
         }
         r.finish().ok()?;
@@ -117,8 +164,60 @@ impl Plan {
             cwd,
             num_nodes,
             nodes,
+            agents,
         })
     }
+
+    /// The plan of agent `agent` of [`Plan::agents`]: its nodes, and the agents below it.
+    pub fn of(&self, agent: u32) -> Option<Plan> {
+        let me = self.agents.iter().find(|a| a.agent == agent)?;
+        let mut below = Vec::new();
+        let mut parents = vec![agent];
+        while let Some(p) = parents.pop() {
+            for a in self.agents.iter().filter(|a| a.parent == p) {
+                below.push(a.clone());
+                parents.push(a.agent);
+            }
+        }
+        Some(Plan {
+            cwd: self.cwd.clone(),
+            num_nodes: self.num_nodes,
+            nodes: me.nodes.clone(),
+            agents: below,
+        })
+    }
+
+    /// Every node this plan starts, its agents' included.
+    pub fn all_nodes(&self) -> impl Iterator<Item = usize> + '_ {
+        self.nodes
+            .iter()
+            .chain(self.agents.iter().flat_map(|a| a.nodes.iter()))
+            .map(|n| n.node as usize)
+    }
+}
+
+/// The body of a `LOST` frame: an agent below is gone, and with it `nodes`.
+pub fn lost(nodes: &[usize], why: &str) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.put_u32(nodes.len() as u32);
+    for &n in nodes {
+        b.put_u32(n as u32);
+    }
+    b.put_str(why);
+    b
+}
+
+/// A `LOST` body taken apart; `None` if it is not one.
+pub fn unlost(b: &[u8]) -> Option<(Vec<usize>, String)> {
+    let mut r = ByteReader::new(b);
+    let n = r.count(4).ok()?;
+    let mut nodes = Vec::with_capacity(n);
+    for _ in 0..n {
+        nodes.push(r.u32().ok()? as usize);
+    }
+    let why = r.str().ok()?.to_owned();
+    r.finish().ok()?;
+    Some((nodes, why))
 }
 
 /// The body of a `RELAY` frame carrying node `node`'s frame of `kind`.
@@ -176,15 +275,53 @@ mod tests {
                     prefix: String::new(),
                 },
             ],
+            agents: vec![
+                SubAgent {
+                    agent: 2,
+                    parent: 0,
+                    host: "b".into(),
+                    shell: "ssh".into(),
+                    nodes: vec![PlanNode {
+                        node: 2,
+                        program: "/bin/pgm".into(),
+                        args: vec![],
+                        prefix: String::new(),
+                    }],
+                },
+                SubAgent {
+                    agent: 3,
+                    parent: 2,
+                    host: "c".into(),
+                    shell: "ssh".into(),
+                    nodes: vec![],
+                },
+            ],
         };
         let b = p.encode();
         assert_eq!(Plan::decode(&b), Some(p.clone()));
         for len in 0..b.len() {
             assert_eq!(Plan::decode(&b[..len]), None, "len {len}");
         }
+        assert_eq!(p.all_nodes().collect::<Vec<_>>(), [1, 5, 2]);
+        // Agent 2's plan: its node, and agent 3 below it.
+        let two = p.of(2).expect("agent 2");
+        assert_eq!(two.nodes[0].node, 2);
+        assert_eq!(two.agents.len(), 1);
+        assert_eq!(two.agents[0].agent, 3);
+        assert_eq!(p.of(9), None);
         let mut bad = p;
         bad.nodes[1].node = 8;
         assert_eq!(Plan::decode(&bad.encode()), None);
+    }
+
+    #[test]
+    fn lost_round_trips() {
+        let b = lost(&[3, 7], "its agent on h closed");
+        assert_eq!(
+            unlost(&b),
+            Some((vec![3, 7], "its agent on h closed".into()))
+        );
+        assert_eq!(unlost(&b[..b.len() - 1]), None);
     }
 
     #[test]

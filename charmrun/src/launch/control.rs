@@ -337,6 +337,13 @@ fn agent_read_loop(a: usize, mine: &[bool], mut r: TcpStream, tx: Sender<Event>)
                 },
                 _ => None,
             },
+            Ok((Kind::Lost, body)) => wire::unlost(&body).map(|(nodes, why)| {
+                let nodes = nodes
+                    .into_iter()
+                    .filter(|&i| mine.get(i).copied().unwrap_or(false))
+                    .collect();
+                Event::Lost(nodes, why)
+            }),
             Ok(_) => None,
             Err(_) => {
                 let _ = tx.send(Event::AgentClosed(a));

@@ -33,6 +33,10 @@ pub(super) struct AgentSlot {
     pub(super) nodes: Vec<usize>,
     /// The shell that starts it.
     pub(super) shell: usize,
+    /// The agent that starts it (`None`: charmrun does).
+    pub(super) parent: Option<usize>,
+    /// Its nodes and those of every agent below it.
+    pub(super) subtree: Vec<usize>,
     /// It introduced itself.
     pub(super) connected: bool,
     /// Its connection closed.
@@ -95,6 +99,8 @@ impl Fleet {
                         host: h.name.clone(),
                         nodes: Vec::new(),
                         shell: s,
+                        parent: None,
+                        subtree: Vec::new(),
                         connected: false,
                         gone: false,
                     });
@@ -104,7 +110,52 @@ impl Fleet {
             f.agents[a].nodes.push(i);
         }
         f.queue = (0..f.shells.len()).collect();
+        f.arrange_tree(None);
         Ok(f)
+    }
+
+    /// Make a tree of the agents when there are more than `fanout`: charmrun starts the first
+    /// `fanout`, and agent `a` beyond them is started by agent `(a - fanout) / fanout`, so no
+    /// agent starts more than `fanout` others. Only charmrun's own agents' shells stay queued.
+    pub(super) fn arrange_tree(&mut self, fanout: Option<usize>) {
+        let m = self.agents.len();
+        for a in 0..m {
+            self.agents[a].parent = fanout.filter(|&k| k > 0 && a >= k).map(|k| (a - k) / k);
+            self.agents[a].subtree = self.agents[a].nodes.clone();
+        }
+        // Parents come before their children: gather the subtrees from the leaves up.
+        for a in (0..m).rev() {
+            if let Some(p) = self.agents[a].parent {
+                let below = self.agents[a].subtree.clone();
+                self.agents[p].subtree.extend(below);
+            }
+        }
+        let top: Vec<usize> = (0..m)
+            .filter(|&a| self.agents[a].parent.is_none())
+            .map(|a| self.agents[a].shell)
+            .collect();
+        self.queue.retain(|s| top.contains(s));
+    }
+
+    /// The agents below `a`, each after its parent.
+    pub(super) fn below(&self, a: usize) -> Vec<usize> {
+        let mut out = Vec::new();
+        let mut parents = vec![a];
+        while let Some(p) = parents.pop() {
+            for b in (0..self.agents.len()).filter(|&b| self.agents[b].parent == Some(p)) {
+                out.push(b);
+                parents.push(b);
+            }
+        }
+        out
+    }
+
+    /// The agent charmrun started whose tree holds agent `a`.
+    pub(super) fn top_of(&self, mut a: usize) -> usize {
+        while let Some(p) = self.agents.get(a).and_then(|ag| ag.parent) {
+            a = p;
+        }
+        a
     }
 
     /// `agents` agents started by one launcher command (`words`), node `i` on agent
@@ -132,6 +183,8 @@ impl Fleet {
                     .unwrap_or_else(|| format!("the launcher's task {a}")),
                 nodes: (a..nodes).step_by(agents).collect(),
                 shell: 0,
+                parent: None,
+                subtree: (a..nodes).step_by(agents).collect(),
                 connected: false,
                 gone: false,
             })
@@ -194,6 +247,30 @@ mod tests {
         assert_eq!(f.agents[1].nodes, [1, 3]);
         assert_eq!(f.agent_of(4), Some(2));
         assert_eq!(f.shells.len(), 3);
+    }
+
+    #[test]
+    fn beyond_the_fanout_agents_start_agents() {
+        let plan: Vec<_> = ["a", "b", "c", "d", "e", "f", "g"]
+            .iter()
+            .map(|h| on(h))
+            .collect();
+        let mut f =
+            Fleet::per_host(&plan, "ssh", |_, _| Ok(IpAddr::from([10, 0, 0, 1]))).expect("fleet");
+        f.arrange_tree(Some(2));
+        let parents: Vec<_> = f.agents.iter().map(|a| a.parent).collect();
+        assert_eq!(
+            parents,
+            [None, None, Some(0), Some(0), Some(1), Some(1), Some(2)]
+        );
+        // Agent 0 holds its node, its children's and agent 6's (below agent 2).
+        let mut t = f.agents[0].subtree.clone();
+        t.sort_unstable();
+        assert_eq!(t, [0, 2, 3, 6]);
+        assert_eq!(f.below(0), [2, 3, 6]);
+        assert_eq!(f.top_of(6), 0);
+        // Only charmrun's own two agents' shells are started by charmrun.
+        assert_eq!(f.next_to_start(), [0, 1]);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use super::control::ControlServer;
 use super::fleet::Fleet;
 use super::verdict::{Cause, Death, Decision, Failure, Verdict};
 use super::{Event, NodeStart};
-use crate::agent::wire::{Plan, PlanNode};
+use crate::agent::wire::{Plan, PlanNode, SubAgent};
 use crate::client;
 use crate::opts::Opts;
 use crate::output::Watcher;
@@ -296,10 +296,11 @@ impl<'a> Job<'a> {
                 if let Some(ag) = self.fleet.agents.get_mut(a) {
                     ag.gone = true;
                     let why = format!("its agent on {} closed its connection to charmrun", ag.host);
-                    let nodes = ag.nodes.clone();
+                    let nodes = ag.subtree.clone();
                     self.verdict.agent_lost(&nodes, why, now);
                 }
             }
+            Event::Lost(nodes, why) => self.verdict.agent_lost(&nodes, why, now),
             Event::ShellExited(s, st) => self.shell_exited(s, st, now),
             Event::Stranger(addr, why) => {
                 self.strangers += 1;
@@ -342,7 +343,12 @@ impl<'a> Job<'a> {
         hello: &crate::agent::wire::AgentHello,
     ) {
         let a = hello.agent as usize;
-        let fresh = self.fleet.agents.get(a).is_some_and(|ag| !ag.connected);
+        // Agents below another connect to it, not here.
+        let fresh = self
+            .fleet
+            .agents
+            .get(a)
+            .is_some_and(|ag| !ag.connected && ag.parent.is_none());
         if !fresh {
             self.strangers += 1;
             return;
@@ -381,30 +387,53 @@ impl<'a> Job<'a> {
         let plan = Plan {
             cwd,
             num_nodes: self.nodes.len() as u32,
-            nodes: ag
-                .nodes
-                .iter()
-                .filter_map(|&i| match self.plan.get(i) {
-                    Some(NodeStart::Process { program, args, .. }) => Some(PlanNode {
-                        node: i as u32,
-                        program: program.clone(),
-                        args: args.clone(),
-                        prefix: if self.opts.prefix {
-                            self.label(i) + ": "
-                        } else {
-                            String::new()
-                        },
-                    }),
-                    _ => None,
+            nodes: self.plan_nodes(&ag.nodes),
+            agents: self
+                .fleet
+                .below(a)
+                .into_iter()
+                .map(|b| {
+                    let sub = &self.fleet.agents[b];
+                    let shell = match &self.fleet.shells[sub.shell].cmd {
+                        super::fleet::ShellCmd::Remote { shell, .. } => shell.clone(),
+                        super::fleet::ShellCmd::Launcher(w) => w.join(" "),
+                    };
+                    SubAgent {
+                        agent: b as u32,
+                        parent: sub.parent.unwrap_or(a) as u32,
+                        host: sub.host.clone(),
+                        shell,
+                        nodes: self.plan_nodes(&sub.nodes),
+                    }
                 })
                 .collect(),
         };
-        let nodes = ag.nodes.clone();
+        let nodes = ag.subtree.clone();
         if let Some(c) = self.control.as_mut() {
             if let Err(why) = c.agent_joined(a, stream, &nodes, &plan.encode()) {
                 self.verdict.cancel(why);
             }
         }
+    }
+
+    /// What nodes `nodes` run, for an agent's plan.
+    fn plan_nodes(&self, nodes: &[usize]) -> Vec<PlanNode> {
+        nodes
+            .iter()
+            .filter_map(|&i| match self.plan.get(i) {
+                Some(NodeStart::Process { program, args, .. }) => Some(PlanNode {
+                    node: i as u32,
+                    program: program.clone(),
+                    args: args.clone(),
+                    prefix: if self.opts.prefix {
+                        self.label(i) + ": "
+                    } else {
+                        String::new()
+                    },
+                }),
+                _ => None,
+            })
+            .collect()
     }
 
     /// A shell that starts agents exited: the nodes of any agent it started that never
@@ -417,7 +446,7 @@ impl<'a> Job<'a> {
         for &a in &shell.agents {
             let ag = &self.fleet.agents[a];
             if !ag.connected {
-                for &i in &ag.nodes {
+                for &i in &ag.subtree {
                     self.verdict.exited(i, st, now);
                 }
             }
@@ -426,7 +455,13 @@ impl<'a> Job<'a> {
 
     /// `++verbose`: node `i` of agent `a` connected; how many are in, on its host and in all.
     fn progress(&self, a: usize, i: usize, pid: u32) {
-        let Some(ag) = self.fleet.agents.get(a) else {
+        // The agent that started it, which may be below agent `a`.
+        let Some(ag) = self
+            .fleet
+            .agent_of(i)
+            .or(Some(a))
+            .and_then(|a| self.fleet.agents.get(a))
+        else {
             return;
         };
         let joined = |nodes: &mut dyn Iterator<Item = usize>| {

@@ -56,6 +56,8 @@ enum Event {
     RelayedHello(usize, Hello),
     /// Agent `.0`'s connection closed.
     AgentClosed(usize),
+    /// An agent below one of charmrun's is gone, with these nodes; why.
+    Lost(Vec<usize>, String),
     /// The remote shell (or batch launcher) `.0` that started agents exited.
     ShellExited(usize, ExitStatus),
 }

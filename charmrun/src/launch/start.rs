@@ -36,7 +36,9 @@ impl Job<'_> {
         let mut fleet = match spread {
             Spread::Direct => Fleet::default(),
             Spread::PerHost => {
-                Fleet::per_host(plan, self.opts.remote_shell(), |_, i| Ok(routes[i]))?
+                let mut f = Fleet::per_host(plan, self.opts.remote_shell(), |_, i| Ok(routes[i]))?;
+                f.arrange_tree(Some(self.opts.fanout));
+                f
             }
             Spread::Launcher {
                 words,
@@ -67,7 +69,13 @@ impl Job<'_> {
                     host: fleet.agents[a].host.clone(),
                     reported: None,
                     process: Process::Gone,
-                    tail: Some(fleet.shells[fleet.agents[a].shell].stderr_tail.clone()),
+                    // What its agent's shell says comes up through the shell of the agent
+                    // charmrun started.
+                    tail: Some(
+                        fleet.shells[fleet.agents[fleet.top_of(a)].shell]
+                            .stderr_tail
+                            .clone(),
+                    ),
                 },
                 (None, NodeStart::InProcess) => {
                     self.in_process.push(client::LaunchEnv {
@@ -256,10 +264,14 @@ impl Job<'_> {
                 let n: usize = self.fleet.shells[s]
                     .agents
                     .iter()
-                    .map(|&a| self.fleet.agents[a].nodes.len())
+                    .map(|&a| self.fleet.agents[a].subtree.len())
                     .sum();
                 let shell = &self.fleet.shells[s];
+                let below = self.fleet.below(shell.agents[0]).len();
                 let place = match &shell.cmd {
+                    ShellCmd::Remote { .. } if below > 0 => {
+                        format!("on {host} (it starts {below} agent(s) below it)")
+                    }
                     ShellCmd::Remote { .. } => format!("on {host}"),
                     ShellCmd::Launcher(words) => format!("through `{}`", words.join(" ")),
                 };
