@@ -253,10 +253,16 @@ impl Job<'_> {
                 }
             };
             let host = self.fleet.agents[shell.agents[0]].host.clone();
-            let child = child.map_err(|source| LaunchError::Spawn {
-                node: first.unwrap_or(0),
-                host: host.clone(),
-                source,
+            let child = child.map_err(|source| match &shell.cmd {
+                ShellCmd::Launcher(words) => LaunchError::MpiLauncher {
+                    program: words.first().cloned().unwrap_or_default(),
+                    source,
+                },
+                ShellCmd::Remote { .. } => LaunchError::Spawn {
+                    node: first.unwrap_or(0),
+                    host: host.clone(),
+                    source,
+                },
             })?;
             let pid = child.id();
             self.fleet.shells[s].process = Process::Running(pid);
