@@ -498,3 +498,47 @@ fn agents_start_agents_in_a_tree_and_a_lost_one_below_is_named() {
     left.retain(|&p| p != deepest);
     assert_eq!(left, Vec::<u32>::new());
 }
+
+#[test]
+fn output_through_agents_comes_whole_and_what_nodes_start_ends_with_the_job() {
+    let Some(hosts) = Hosts::new("m", 3) else {
+        return;
+    };
+    let machines = hosts.machines("machines", 1..3).display().to_string();
+    let a = agent_job(
+        &hosts,
+        4,
+        &machines,
+        &[],
+        &["print", "20000", "300", "+machine", "tcp"],
+    );
+    let o = hosts.charmrun(PROGRAM, &a, Duration::from_secs(90));
+    assert_eq!(o.code, Some(0), "{}", o.stderr);
+    let tail = "x".repeat(300);
+    let lines: Vec<&str> = o
+        .stdout
+        .lines()
+        .filter(|l| l.contains("print PE"))
+        .collect();
+    assert_eq!(lines.len(), 4 * 20000, "{}", o.stderr);
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.starts_with("print PE ") && l.ends_with(&tail) && l.len() < 340),
+        "a line was spliced"
+    );
+    // A node's child keeps its pipe open: it ends with the job, on its host.
+    let a = agent_job(&hosts, 2, &machines, &[], &["spawn", "+machine", "tcp"]);
+    let o = hosts.charmrun(PROGRAM, &a, Duration::from_secs(30));
+    assert_eq!(o.code, Some(0), "{o}");
+    let kids: Vec<u32> = o
+        .stdout
+        .lines()
+        .filter_map(|l| l.split(" child ").nth(1)?.trim().parse().ok())
+        .collect();
+    assert_eq!(kids.len(), 2, "{o}");
+    assert_eq!(
+        gone_within(&kids, Duration::from_secs(5)),
+        Vec::<u32>::new()
+    );
+}
