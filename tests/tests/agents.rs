@@ -542,3 +542,36 @@ fn output_through_agents_comes_whole_and_what_nodes_start_ends_with_the_job() {
         Vec::<u32>::new()
     );
 }
+
+#[test]
+fn the_mpi_launcher_itself_starts_the_net_layers_through_agents() {
+    if !converse_tests::have_mpirun() {
+        eprintln!("skipped: no mpirun on the PATH");
+        return;
+    }
+    let launcher = std::iter::once("mpiexec".to_string())
+        .chain(converse_tests::mpirun_options())
+        .collect::<Vec<_>>()
+        .join(" ");
+    let charmrun = converse_tests::charmrun_path(PROGRAM);
+    let job = |extra: &[&str], scenario: &[&str], layer: &str| {
+        let mut cmd = Command::new(&charmrun);
+        cmd.args(["+p4", "++mpiexec", "++remote-shell", &launcher])
+            .args(extra)
+            .arg(PROGRAM)
+            .args(scenario)
+            .args(["+machine", layer])
+            .envs(converse_tests::mpirun_env());
+        converse_tests::run_bounded(&mut cmd, Duration::from_secs(60))
+    };
+    for layer in ["tcp", "udp", "si"] {
+        let o = job(&[], &["reduce"], layer);
+        assert_eq!(o.code, Some(0), "{layer}: {o}");
+        assert_eq!(o.lines_with("conformance reduce: ok"), 1, "{layer}: {o}");
+    }
+    let o = job(&[], &["exit-code", "6"], "tcp");
+    assert_eq!(o.code, Some(6), "{o}");
+    let o = job(&["++timelimit", "2"], &["wait", "60"], "tcp");
+    assert_eq!(o.code, Some(124), "{o}");
+    assert!(o.stderr.contains("++timelimit of 2 s reached"), "{o}");
+}
