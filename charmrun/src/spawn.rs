@@ -120,10 +120,18 @@ pub fn launcher(
         .spawn()
 }
 
-/// An address of this host that other hosts may reach: the first IPv4 address of an
+/// An address of this host that other hosts may reach: what its own host name resolves to,
+/// unless that is loopback (Debian's 127.0.1.1 entry); else the first IPv4 address of an
 /// interface that is up and not loopback; loopback when there is none (a one-host job).
 pub fn outward_address() -> IpAddr {
     use nix::net::if_::InterfaceFlags;
+    let named = (crate::client::hostname().as_str(), 0)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.find(|a| a.is_ipv4() && !a.ip().is_loopback()));
+    if let Some(a) = named {
+        return a.ip();
+    }
     nix::ifaddrs::getifaddrs()
         .ok()
         .and_then(|mut addrs| {
