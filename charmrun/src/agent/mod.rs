@@ -5,7 +5,7 @@
 //! The agent connects back to charmrun and introduces itself with the job secret, which it
 //! finds in its environment (the remote shell reads it from its standard input, a batch
 //! launcher passes the environment on: never a command line). charmrun answers with the
-//! [`Plan`](wire::Plan): which nodes to start here, with what. The agent starts them with
+//! [`Plan`]: which nodes to start here, with what. The agent starts them with
 //! itself as their charmrun: they connect to its own control socket (on the address its own
 //! connection to charmrun leaves from, so their layers listen where other hosts reach them),
 //! and it relays their frames up and charmrun's down over its one connection. It passes their
