@@ -575,3 +575,27 @@ fn the_mpi_launcher_itself_starts_the_net_layers_through_agents() {
     assert_eq!(o.code, Some(124), "{o}");
     assert!(o.stderr.contains("++timelimit of 2 s reached"), "{o}");
 }
+
+#[test]
+fn a_stopped_agent_is_noticed_by_the_hang_timeout_and_ended() {
+    let Some(hosts) = Hosts::new("n", 3) else {
+        return;
+    };
+    let (job, all) = long_job(&hosts, &["++hang-timeout", "2"]);
+    let agent = all
+        .iter()
+        .copied()
+        .find(|&p| cmdline(p).contains("++agent") && cmdline(p).starts_with('/'))
+        .expect("an agent runs");
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(agent as i32),
+        nix::sys::signal::Signal::SIGSTOP,
+    );
+    let o = job.finish();
+    assert_eq!(o.code, Some(1), "{o}");
+    assert!(o.stderr.contains("stopped answering for 2 s"), "{o}");
+    assert_eq!(
+        gone_within(&all, Duration::from_secs(10)),
+        Vec::<u32>::new()
+    );
+}
