@@ -599,3 +599,25 @@ fn a_stopped_agent_is_noticed_by_the_hang_timeout_and_ended() {
         Vec::<u32>::new()
     );
 }
+
+#[test]
+fn verbose_counts_nodes_per_host_with_one_shell_per_node_too() {
+    let Some(hosts) = Hosts::new("o", 3) else {
+        return;
+    };
+    let machines = hosts.machines("machines", 1..3);
+    let mut a = args(&["+p4", "++verbose", "++remote-shell"]);
+    a.push(hosts.shell().display().to_string());
+    a.push("++nodelist".into());
+    a.push(machines.display().to_string());
+    a.extend(args(&[PROGRAM, "hello", "+machine", "tcp"]));
+    let o = hosts.charmrun(PROGRAM, &a, Duration::from_secs(60));
+    assert_eq!(o.code, Some(0), "{o}");
+    for h in 1..3 {
+        assert!(
+            o.stderr.contains(&format!("2 of 2 on {}", Hosts::addr(h))),
+            "{o}"
+        );
+    }
+    assert!(o.stderr.contains("4 of 4 in all"), "{o}");
+}

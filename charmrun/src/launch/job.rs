@@ -260,10 +260,11 @@ impl<'a> Job<'a> {
                         .filter(|t| t.chars().all(|c| c.is_ascii_graphic()))
                         .map_or(String::new(), |t| format!(", info {t}"));
                     eprintln!(
-                        "charmrun: {} connected from {from} (pid {}, host {}{info})",
+                        "charmrun: {} connected from {from} (pid {}, host {}{info}): {}",
                         self.label(i),
                         hello.pid,
-                        hello.host
+                        hello.host,
+                        self.counts(i)
                     );
                 }
                 if let Some(n) = self.nodes.get_mut(i) {
@@ -285,7 +286,7 @@ impl<'a> Job<'a> {
                 }
                 self.verdict.heard(i, now);
                 if self.opts.verbose {
-                    self.progress(a, i, hello.pid);
+                    self.progress(i, hello.pid);
                 }
                 if let Some(c) = self.control.as_mut() {
                     c.joined_via(i, a, hello);
@@ -453,36 +454,36 @@ impl<'a> Job<'a> {
         }
     }
 
-    /// `++verbose`: node `i` of agent `a` connected; how many are in, on its host and in all.
-    fn progress(&self, a: usize, i: usize, pid: u32) {
-        // The agent that started it, which may be below agent `a`.
-        let Some(ag) = self
-            .fleet
-            .agent_of(i)
-            .or(Some(a))
-            .and_then(|a| self.fleet.agents.get(a))
-        else {
-            return;
-        };
-        let joined = |nodes: &mut dyn Iterator<Item = usize>| {
-            nodes
-                .filter(|&j| {
-                    !matches!(
-                        self.verdict.state(j),
-                        Some(super::verdict::NodeState::Starting) | None
-                    )
-                })
-                .count()
-        };
-        let here = joined(&mut ag.nodes.iter().copied());
-        let all = joined(&mut (0..self.nodes.len()));
+    /// `++verbose`: node `i` connected through an agent; how many are in, on its host and in
+    /// all.
+    fn progress(&self, i: usize, pid: u32) {
         eprintln!(
-            "charmrun: {} connected (pid {pid}): {here} of {} on {}, {all} of {} in all",
+            "charmrun: {} connected (pid {pid}): {}",
             self.label(i),
-            ag.nodes.len(),
-            ag.host,
-            self.nodes.len()
+            self.counts(i)
         );
+    }
+
+    /// "3 of 4 on host-a, 7 of 16 in all": how many nodes have connected, on node `i`'s host
+    /// (as charmrun knows it) and in the whole job.
+    fn counts(&self, i: usize) -> String {
+        let joined = |j: &usize| {
+            !matches!(
+                self.verdict.state(*j),
+                Some(super::verdict::NodeState::Starting) | None
+            )
+        };
+        let host = self.nodes.get(i).map_or("?", |n| n.host.as_str());
+        let here: Vec<usize> = (0..self.nodes.len())
+            .filter(|&j| self.nodes[j].host == host)
+            .collect();
+        format!(
+            "{} of {} on {host}, {} of {} in all",
+            here.iter().filter(|j| joined(j)).count(),
+            here.len(),
+            (0..self.nodes.len()).filter(|j| joined(j)).count(),
+            self.nodes.len()
+        )
     }
 
     /// After the failure's sentence: what the remote shells of the nodes it names said, in
