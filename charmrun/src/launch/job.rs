@@ -260,7 +260,7 @@ impl<'a> Job<'a> {
                         .filter(|t| t.chars().all(|c| c.is_ascii_graphic()))
                         .map_or(String::new(), |t| format!(", info {t}"));
                     eprintln!(
-                        "charmrun: {} connected from {from} (pid {}, host {}{info}): {}",
+                        "charmrun: {} connected from {from} (pid {}, host {}, {}{info})",
                         self.label(i),
                         hello.pid,
                         hello.host,
