@@ -621,3 +621,65 @@ fn verbose_counts_nodes_per_host_with_one_shell_per_node_too() {
     }
     assert!(o.stderr.contains("4 of 4 in all"), "{o}");
 }
+
+#[test]
+fn output_through_agents_is_never_dropped_while_the_reader_stalls() {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+    let Some(hosts) = Hosts::new("p", 3) else {
+        return;
+    };
+    let machines = hosts.machines("machines", 1..3).display().to_string();
+    // 4 PEs x 3000 lines of ~120 B: far more than the pipes hold while nobody reads, held up
+    // past every grace the job's end has (the nodes' and the agents').
+    let a = agent_job(
+        &hosts,
+        4,
+        &machines,
+        &[],
+        &["print", "3000", "100", "+machine", "tcp"],
+    );
+    let mut child = hosts
+        .on_host0(&converse_tests::charmrun_path(PROGRAM))
+        .args(&a)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .expect("start charmrun");
+    let mut out = child.stdout.take().expect("stdout");
+    let mut err = child.stderr.take().expect("stderr");
+    let err = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let out = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(8));
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let start = Instant::now();
+    let code = loop {
+        match child.try_wait() {
+            Ok(Some(st)) => break st.code(),
+            Ok(None) if start.elapsed() < Duration::from_secs(60) => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            _ => {
+                converse_tests::kill_tree(child.id());
+                let _ = child.wait();
+                break None;
+            }
+        }
+    };
+    let out = out.join().unwrap_or_default();
+    let err = err.join().unwrap_or_default();
+    assert_eq!(code, Some(0), "{err}");
+    let lines = out.lines().filter(|l| l.starts_with("print PE ")).count();
+    assert_eq!(lines, 4 * 3000, "{err}");
+    assert!(out.contains("conformance print: ok"), "{err}");
+}

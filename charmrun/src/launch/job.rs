@@ -91,8 +91,8 @@ pub(super) struct Job<'a> {
     pub(super) fleet: Fleet,
     /// Set once the control socket is open.
     pub(super) shell_ctx: Option<ShellCtx>,
-    /// Passing on the shells' output.
-    pub(super) shell_outputs: Vec<Watcher>,
+    /// Passing on the output of each shell that starts agents (with the shell's number).
+    pub(super) shell_outputs: Vec<(usize, Watcher)>,
     /// charmrun's address as each node's host reaches it.
     pub(super) routes: Vec<std::net::IpAddr>,
     /// Nodes to start through their remote shell once `++batch` leaves room, in order.
@@ -213,6 +213,17 @@ impl<'a> Job<'a> {
             for (i, w) in &self.outputs {
                 if w.busy.load(Ordering::SeqCst) {
                     self.verdict.output_pending(*i, now);
+                }
+            }
+            // An agent's nodes write through it and its shell: when charmrun's reader holds
+            // the shell's output up, they may be blocked on their own pipes, not lingering.
+            for (sh, w) in &self.shell_outputs {
+                if w.busy.load(Ordering::SeqCst) {
+                    for &a in &self.fleet.shells[*sh].agents {
+                        for &i in &self.fleet.agents[a].subtree {
+                            self.verdict.output_pending(i, now);
+                        }
+                    }
                 }
             }
             if let Some(sig) = super::signalled() {
@@ -579,10 +590,19 @@ impl<'a> Job<'a> {
                 .shells
                 .iter()
                 .any(|s| matches!(s.process, Process::Running(_)));
-            if (!nodes_running && !shells_running) || Instant::now() >= deadline {
+            // An agent still passing its nodes' output on to a slow reader is not hung: it
+            // gets the time the reader takes (output is never dropped while the reader lives).
+            let passing_output = self
+                .shell_outputs
+                .iter()
+                .any(|(_, w)| w.busy.load(Ordering::SeqCst));
+            if (!nodes_running && !shells_running)
+                || (Instant::now() >= deadline && !passing_output)
+            {
                 break;
             }
-            if !shells_killed && (Instant::now() >= agents_deadline || !shells_running) {
+            let grace_over = Instant::now() >= agents_deadline && !passing_output;
+            if !shells_killed && (grace_over || !shells_running) {
                 shells_killed = true;
                 for s in &self.fleet.shells {
                     if let Process::Running(pid) | Process::Reaped(pid) = s.process {
@@ -649,7 +669,7 @@ impl<'a> Job<'a> {
         for (_, w) in self.outputs.drain(..) {
             let _ = w.thread.join();
         }
-        for w in self.shell_outputs.drain(..) {
+        for (_, w) in self.shell_outputs.drain(..) {
             let _ = w.thread.join();
         }
     }

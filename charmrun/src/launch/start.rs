@@ -296,7 +296,7 @@ impl Job<'_> {
                     }
                 });
             match watcher {
-                Ok(w) => self.shell_outputs.push(w),
+                Ok(w) => self.shell_outputs.push((s, w)),
                 Err(source) => {
                     let pgid = nix::unistd::Pid::from_raw(pid as i32);
                     let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
