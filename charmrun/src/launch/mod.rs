@@ -6,8 +6,11 @@
 //! - `control`: the control server (introductions, node table, barriers, `DIE`);
 //! - [`verdict`]: what the nodes' deeds mean for the job (a pure state machine);
 //! - `job`: serving a started job to its end, and ending it;
+//! - `fleet`, `agents`: nodes started by agents (one per host, a tree of them, or a batch
+//!   launcher's tasks), and `++batch`;
 //! - [`start_embedded`]: the launcher on a thread of a program that joins its own job.
 
+mod agents;
 mod control;
 mod embedded;
 mod error;
