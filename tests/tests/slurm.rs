@@ -190,10 +190,39 @@ impl Slurm {
 
 impl Drop for Slurm {
     fn drop(&mut self) {
+        // Jobs end first (a step's slurmstepd waits for the daemons to hear of its end).
+        let _ = Command::new("scancel")
+            .args(["--full", "--user=root"])
+            .env("SLURM_CONF", &self.conf)
+            .output();
+        wait_for(Duration::from_secs(10), || {
+            Command::new("squeue")
+                .arg("-h")
+                .env("SLURM_CONF", &self.conf)
+                .output()
+                .is_ok_and(|o| o.stdout.is_empty())
+        });
         // slurmd first, so no job step outlives it; then the controller, then munge.
         for c in self.daemons.iter_mut().rev() {
             let _ = c.kill();
             let _ = c.wait();
+        }
+        // Whatever this cluster's slurmd started and is still there (a step daemon that
+        // lost its slurmd) carries its configuration in its environment.
+        let mark = format!("SLURM_CONF={}", self.conf.display());
+        for p in std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        {
+            let env = std::fs::read(format!("/proc/{p}/environ")).unwrap_or_default();
+            if String::from_utf8_lossy(&env).split('\0').any(|v| v == mark) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(p),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
         }
         let _ = std::fs::remove_dir_all(&self.dir);
     }
@@ -255,4 +284,58 @@ fn inside_an_allocation_charmrun_places_nodes_on_its_hosts_and_mpiexec_goes_thro
         assert_eq!(o.code, Some(0), "{layer}: {o}\n{}", slurm.logs());
         assert_eq!(o.lines_with("conformance reduce: ok"), 1, "{layer}: {o}");
     }
+}
+
+/// Processes running `PROGRAM` with `arg` among their arguments.
+fn programs_with(arg: &str) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| {
+            let c = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            let c = String::from_utf8_lossy(&c);
+            c.starts_with(PROGRAM) && c.split('\0').any(|a| a == arg)
+        })
+        .collect()
+}
+
+#[test]
+fn killing_charmrun_in_an_allocation_leaves_no_node_behind() {
+    let Some(slurm) = Slurm::start("b") else {
+        return;
+    };
+    let mut cmd = Command::new("salloc");
+    cmd.args(["-N1", "-n1", "--time=2"])
+        .arg(converse_tests::charmrun_path(PROGRAM))
+        .args(["+p3", PROGRAM, "wait", "61", "+machine", "tcp"])
+        .env("SLURM_CONF", &slurm.conf);
+    let mut job =
+        converse_tests::Running::start(&mut cmd, Duration::from_secs(60)).expect("salloc");
+    assert!(
+        job.wait_for_stdout_lines("waits 61 s", 3, Duration::from_secs(30)),
+        "{}\n{}",
+        job.stderr_so_far(),
+        slurm.logs()
+    );
+    let nodes = programs_with("61");
+    assert_eq!(nodes.len(), 3, "{nodes:?}");
+    let charmrun = converse_tests::children_of(job.pid())
+        .into_iter()
+        .find(|&p| {
+            std::fs::read(format!("/proc/{p}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains("charmrun"))
+        })
+        .expect("charmrun runs under salloc");
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(charmrun as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    assert!(
+        wait_for(Duration::from_secs(10), || programs_with("61").is_empty()),
+        "left: {:?}",
+        programs_with("61")
+    );
+    drop(job);
 }
