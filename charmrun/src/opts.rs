@@ -22,8 +22,6 @@ shell), connects them into one job, forwards their output, and exits with the jo
                        +machine tcp|udp|si, `mpiexec -n N charmrun ++agent`: one agent per
                        node, each starting its node, connecting back to charmrun
                        (++remote-shell srun: through Slurm)
-Inside a Slurm allocation (SLURM_JOB_NODELIST set), without ++nodelist or ++local, nodes go
-round-robin on the allocation's hosts, one agent per host started with srun.
   ++agents             one remote shell per host, not per node: it starts charmrun as that
                        host's agent, which starts the host's nodes and relays for them
   ++batch N            at most N remote shells starting at once
@@ -35,12 +33,14 @@ round-robin on the allocation's hosts, one agent per host started with srun.
   ++hang-timeout SECS  end the job when a node stops answering charmrun for SECS seconds
                        (a stopped or frozen process; a node busy in a long handler still
                        answers); default 60, at least 2, 0 turns it off; not with
-                       ++mpiexec (the MPI launcher's ranks send no heartbeats)
+                       ++mpiexec for the MPI layer (its ranks send no heartbeats)
   ++prefix             prefix every output line with the PE that printed it
   ++verbose            say what charmrun does
   ++quiet              print nothing but errors and the program's own output: charmrun says
                        nothing, and the program gets +quiet (no start-up banner)
   --help               this text
+Inside a Slurm allocation (SLURM_JOB_NODELIST set), without ++nodelist or ++local, nodes go
+round-robin on the allocation's hosts, one agent per host started with srun.
 Everything after PROGRAM goes to it, except +p; everything after `--` goes to it unread.
 The local layer (+machine local) runs every PE in one process: run such a program directly
 with +p N, not through charmrun.";
