@@ -81,8 +81,11 @@ fn four_hosts_by_four_nodes_through_agents_pass_the_conformance_subset() {
         ("tcp", &["reduce"], 0),
         ("tcp", &["fifo"], 0),
         ("tcp", &["alltoall", "20000"], 0),
+        ("tcp", &["priority"], 0),
+        ("tcp", &["sizes", "8388608"], 0),
         ("udp", &["reduce"], 0),
         ("tcp", &["exit-code", "5"], 5),
+        ("tcp", &["mismatch"], 1),
     ] {
         let _ = std::fs::remove_file(&log);
         let mut sc = scenario.to_vec();
