@@ -245,27 +245,33 @@ fn a_host_whose_remote_shell_fails_is_named_with_what_the_shell_said() {
     let Some(hosts) = Hosts::new("f", 2) else {
         return;
     };
-    // 10.98.0.99 is nobody: the remote shell fails as ssh does.
+    // 10.98.0.99 is nobody: the remote shell fails as ssh does. With ++fanout 1 the agent on
+    // 10.98.0.2 starts that shell itself, and says so up the tree.
     let machines = hosts.file("machines", "10.98.0.2\n10.98.0.99\n");
-    let a = agent_job(
-        &hosts,
-        4,
-        &machines.display().to_string(),
-        &["++timeout", "20"],
-        &["hello", "+machine", "tcp"],
-    );
-    let o = hosts.charmrun(PROGRAM, &a, Duration::from_secs(60));
-    assert_eq!(o.code, Some(255), "{o}");
-    assert!(
-        o.stderr
-            .contains("PE 1 on 10.98.0.99 exited with code 255 before connecting to charmrun"),
-        "{o}"
-    );
-    assert!(
-        o.stderr.contains("the remote shell for 10.98.0.99 said:"),
-        "{o}"
-    );
-    assert!(o.stderr.contains("No route to host"), "{o}");
+    for fanout in ["32", "1"] {
+        let a = agent_job(
+            &hosts,
+            4,
+            &machines.display().to_string(),
+            &["++timeout", "20", "++fanout", fanout],
+            &["hello", "+machine", "tcp"],
+        );
+        let o = hosts.charmrun(PROGRAM, &a, Duration::from_secs(60));
+        assert_eq!(o.code, Some(255), "fanout {fanout}: {o}");
+        assert!(
+            o.stderr
+                .contains("PE 1 on 10.98.0.99 exited with code 255 before connecting to charmrun"),
+            "fanout {fanout}: {o}"
+        );
+        assert!(
+            o.stderr.contains("the remote shell for 10.98.0.99 said:"),
+            "fanout {fanout}: {o}"
+        );
+        assert!(
+            o.stderr.contains("No route to host"),
+            "fanout {fanout}: {o}"
+        );
+    }
 }
 
 #[test]
