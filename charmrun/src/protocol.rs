@@ -24,7 +24,9 @@
 //! to it with the same frames. It relays them to charmrun over its one connection, and sends
 //! the node table, `DIE` (to the agent: end every node here) and barrier releases down.
 //! Agents below an agent (a tree) connect to it as it connects to charmrun; it passes their
-//! frames up and charmrun's down unchanged.
+//! frames up and charmrun's down unchanged. Barriers are gathered on the way: an agent sends
+//! one `BARRIER` of its own once its nodes and the agents below it all have, and gets one
+//! `RELEASE` for all of them.
 //!
 //! A node that sends nothing for `++hang-timeout` (a stopped or frozen process) ends the job.
 //! A node whose control connection closes exits at once: nothing of a job outlives its

@@ -231,6 +231,8 @@ fn serve() -> Result<i32, AgentError> {
     }
     let mut agent = Agent {
         up,
+        node_at_barrier: vec![false; plan.nodes.len()],
+        child_at_barrier: vec![false; children.len()],
         plan,
         children,
         conns: Vec::new(),
@@ -264,6 +266,9 @@ struct Agent {
     up: TcpStream,
     plan: Plan,
     children: Vec<Child>,
+    /// Which nodes here, and which agents below, reached the current barrier.
+    node_at_barrier: Vec<bool>,
+    child_at_barrier: Vec<bool>,
     /// Each node's connection once it introduced itself (by slot: place in the plan).
     conns: Vec<Option<TcpStream>>,
     /// Each node's process (group) id; `None` when it could not be started.
@@ -435,6 +440,10 @@ impl Agent {
                         _ => true,
                     }
                 }
+                Ev::Frame(s, Kind::Barrier, _) => {
+                    self.node_at_barrier[s] = true;
+                    self.barrier_step()
+                }
                 Ev::Frame(s, k, body) => {
                     let node = self.plan.nodes[s].node as usize;
                     self.up(Kind::Relay, &wire::relay(node, k, &body))
@@ -491,6 +500,10 @@ impl Agent {
                     !mine || self.up(Kind::Relay, &body)
                 }
                 Ev::ChildFrame(_, Kind::Lost, body) => self.up(Kind::Lost, &body),
+                Ev::ChildFrame(c, Kind::Barrier, _) => {
+                    self.child_at_barrier[c] = true;
+                    self.barrier_step()
+                }
                 Ev::ChildFrame(..) => true,
                 Ev::ChildClosed(c) => {
                     let child = &self.children[c];
@@ -512,6 +525,15 @@ impl Agent {
                             .iter()
                             .all(|&n| self.up(Kind::Relay, &wire::relay(n, Kind::Exited, &raw)))
                     }
+                }
+                Ev::Up(Kind::Release, _) => {
+                    for s in 0..self.conns.len() {
+                        self.down(s, Kind::Release, &[]);
+                    }
+                    for c in 0..self.children.len() {
+                        self.tell_child(c, Kind::Release, &[]);
+                    }
+                    true
                 }
                 Ev::Up(Kind::Die, _) | Ev::UpClosed => return,
                 Ev::Up(..) => true,
@@ -541,6 +563,21 @@ impl Agent {
             Kind::Relay,
             &wire::relay(h.node as usize, Kind::Hello, &h.encode()),
         )
+    }
+
+    /// A barrier reached here: once every node here and every agent below has reached it,
+    /// tell the agent above (or charmrun) once for all of them; its release comes back as
+    /// one `RELEASE` for this agent. So charmrun handles one frame per agent it started, not
+    /// one per node. Whether the upward write worked.
+    fn barrier_step(&mut self) -> bool {
+        let all =
+            self.node_at_barrier.iter().all(|&b| b) && self.child_at_barrier.iter().all(|&b| b);
+        if !all {
+            return true;
+        }
+        self.node_at_barrier.iter_mut().for_each(|b| *b = false);
+        self.child_at_barrier.iter_mut().for_each(|b| *b = false);
+        self.up(Kind::Barrier, &[])
     }
 
     /// Child agent `c` introduced itself on `stream`: send it its plan, read what it says.

@@ -159,10 +159,39 @@ impl ControlServer {
         if let Some(c) = self.conns.get_mut(i) {
             c.at_barrier = true;
         }
-        if self.conns.iter().all(|c| c.at_barrier) {
-            for j in 0..self.conns.len() {
-                self.conns[j].at_barrier = false;
-                self.send(j, Kind::Release, &[]);
+        self.release_if_complete();
+    }
+
+    /// Agent `a` says every node in its tree (`nodes`) reached the barrier.
+    pub(super) fn agent_barrier(&mut self, nodes: &[usize]) {
+        for &i in nodes {
+            if let Some(c) = self.conns.get_mut(i) {
+                c.at_barrier = true;
+            }
+        }
+        self.release_if_complete();
+    }
+
+    /// When every node reached the barrier, release them all: each node of its own, and
+    /// each agent once for all of its nodes.
+    fn release_if_complete(&mut self) {
+        if !self.conns.iter().all(|c| c.at_barrier) {
+            return;
+        }
+        let mut agents_released = vec![false; self.agents.len()];
+        for j in 0..self.conns.len() {
+            self.conns[j].at_barrier = false;
+            match self.conns[j].link {
+                Link::Agent(a) => {
+                    if !agents_released.get(a).copied().unwrap_or(true) {
+                        agents_released[a] = true;
+                        if let Some(s) = self.agents.get_mut(a).and_then(Option::as_mut) {
+                            let _ = protocol::write_frame(s, Kind::Release, &[])
+                                .and_then(|()| s.flush());
+                        }
+                    }
+                }
+                _ => self.send(j, Kind::Release, &[]),
             }
         }
     }
@@ -337,6 +366,7 @@ fn agent_read_loop(a: usize, mine: &[bool], mut r: TcpStream, tx: Sender<Event>)
                 },
                 _ => None,
             },
+            Ok((Kind::Barrier, _)) => Some(Event::AgentBarrier(a)),
             Ok((Kind::Lost, body)) => wire::unlost(&body).map(|(nodes, why)| {
                 let nodes = nodes
                     .into_iter()

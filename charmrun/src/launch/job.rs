@@ -312,6 +312,11 @@ impl<'a> Job<'a> {
                 }
             }
             Event::Lost(nodes, why) => self.verdict.agent_lost(&nodes, why, now),
+            Event::AgentBarrier(a) => {
+                if let (Some(ag), Some(c)) = (self.fleet.agents.get(a), self.control.as_mut()) {
+                    c.agent_barrier(&ag.subtree);
+                }
+            }
             Event::ShellExited(s, st) => self.shell_exited(s, st, now),
             Event::Stranger(addr, why) => {
                 self.strangers += 1;

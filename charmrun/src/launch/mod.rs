@@ -59,6 +59,8 @@ enum Event {
     RelayedHello(usize, Hello),
     /// Agent `.0`'s connection closed.
     AgentClosed(usize),
+    /// Every node in agent `.0`'s tree reached the barrier.
+    AgentBarrier(usize),
     /// An agent below one of charmrun's is gone, with these nodes; why.
     Lost(Vec<usize>, String),
     /// The remote shell (or batch launcher) `.0` that started agents exited.
