@@ -26,7 +26,8 @@
 //! Agents below an agent (a tree) connect to it as it connects to charmrun; it passes their
 //! frames up and charmrun's down unchanged. Barriers are gathered on the way: an agent sends
 //! one `BARRIER` of its own once its nodes and the agents below it all have, and gets one
-//! `RELEASE` for all of them.
+//! `RELEASE` for all of them. Heartbeats too: an agent sends one `HEARTBEAT` of its own every
+//! interval, its body naming the nodes of its tree that have gone silent (as `LOST`'s).
 //!
 //! A node that sends nothing for `++hang-timeout` (a stopped or frozen process) ends the job.
 //! A node whose control connection closes exits at once: nothing of a job outlives its

@@ -692,3 +692,38 @@ fn output_through_agents_is_never_dropped_while_the_reader_stalls() {
     assert_eq!(lines, 4 * 3000, "{err}");
     assert!(out.contains("conformance print: ok"), "{err}");
 }
+
+#[test]
+fn a_stopped_node_behind_an_agent_is_named_by_the_hang_timeout() {
+    let Some(hosts) = Hosts::new("q", 3) else {
+        return;
+    };
+    let (job, all) = long_job(&hosts, &["++hang-timeout", "2"]);
+    let node = all
+        .iter()
+        .copied()
+        .find(|&p| cmdline(p).starts_with(PROGRAM))
+        .expect("a node runs");
+    let env = std::fs::read(format!("/proc/{node}/environ")).unwrap_or_default();
+    let env = String::from_utf8_lossy(&env).into_owned();
+    let pe = env
+        .split('\0')
+        .find_map(|v| v.strip_prefix("CONVERSE_NODE="))
+        .expect("its node number")
+        .to_string();
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(node as i32),
+        nix::sys::signal::Signal::SIGSTOP,
+    );
+    let o = job.finish();
+    assert_eq!(o.code, Some(1), "{o}");
+    assert!(
+        o.stderr.contains(&format!("PE {pe} on cw")),
+        "names the stopped node: {o}"
+    );
+    assert!(o.stderr.contains("stopped answering for 2 s"), "{o}");
+    assert_eq!(
+        gone_within(&all, Duration::from_secs(10)),
+        Vec::<u32>::new()
+    );
+}

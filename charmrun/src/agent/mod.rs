@@ -233,6 +233,8 @@ fn serve() -> Result<i32, AgentError> {
         up,
         node_at_barrier: vec![false; plan.nodes.len()],
         child_at_barrier: vec![false; children.len()],
+        node_heard: vec![None; plan.nodes.len()],
+        child_heard: vec![None; children.len()],
         plan,
         children,
         conns: Vec::new(),
@@ -269,6 +271,10 @@ struct Agent {
     /// Which nodes here, and which agents below, reached the current barrier.
     node_at_barrier: Vec<bool>,
     child_at_barrier: Vec<bool>,
+    /// When each node here last sent anything.
+    node_heard: Vec<Option<Instant>>,
+    /// When each agent below last sent its heartbeat, and the nodes it then said were silent.
+    child_heard: Vec<Option<(Instant, Vec<usize>)>>,
     /// Each node's connection once it introduced itself (by slot: place in the plan).
     conns: Vec<Option<TcpStream>>,
     /// Each node's process (group) id; `None` when it could not be started.
@@ -413,7 +419,14 @@ impl Agent {
     /// Relay until the job is over: charmrun says so (or is gone), or the agent is signalled.
     fn serve(&mut self, secret: &[u8; SECRET_LEN]) {
         let mut last_signal_check = Instant::now();
+        let mut last_beat = Instant::now();
         loop {
+            if last_beat.elapsed() >= protocol::HEARTBEAT_INTERVAL {
+                last_beat = Instant::now();
+                if !self.heartbeat() {
+                    return;
+                }
+            }
             let ev = match self.rx.recv_timeout(Duration::from_millis(50)) {
                 Ok(ev) => Some(ev),
                 Err(RecvTimeoutError::Timeout) => None,
@@ -440,11 +453,17 @@ impl Agent {
                         _ => true,
                     }
                 }
+                Ev::Frame(s, Kind::Heartbeat, _) => {
+                    self.node_heard[s] = Some(Instant::now());
+                    true
+                }
                 Ev::Frame(s, Kind::Barrier, _) => {
+                    self.node_heard[s] = Some(Instant::now());
                     self.node_at_barrier[s] = true;
                     self.barrier_step()
                 }
                 Ev::Frame(s, k, body) => {
+                    self.node_heard[s] = Some(Instant::now());
                     let node = self.plan.nodes[s].node as usize;
                     self.up(Kind::Relay, &wire::relay(node, k, &body))
                 }
@@ -500,6 +519,11 @@ impl Agent {
                     !mine || self.up(Kind::Relay, &body)
                 }
                 Ev::ChildFrame(_, Kind::Lost, body) => self.up(Kind::Lost, &body),
+                Ev::ChildFrame(c, Kind::Heartbeat, body) => {
+                    let silent = wire::unlost(&body).map_or(Vec::new(), |(n, _)| n);
+                    self.child_heard[c] = Some((Instant::now(), silent));
+                    true
+                }
                 Ev::ChildFrame(c, Kind::Barrier, _) => {
                     self.child_at_barrier[c] = true;
                     self.barrier_step()
@@ -559,10 +583,35 @@ impl Agent {
             }
         }
         self.conns[s] = Some(stream);
+        // Its silence counts from now: a node stopped before its first heartbeat is silent.
+        self.node_heard[s] = Some(Instant::now());
         self.up(
             Kind::Relay,
             &wire::relay(h.node as usize, Kind::Hello, &h.encode()),
         )
+    }
+
+    /// Tell the agent above (or charmrun) that this agent still answers, and which of the
+    /// nodes in its tree have not: so charmrun handles one heartbeat per agent it started,
+    /// not one per node, and still names a node that stopped (`++hang-timeout`). A node is
+    /// silent when nothing came from it for two heartbeat intervals; an agent below that is
+    /// silent makes its whole tree silent. Nodes not yet introduced are not counted (charmrun
+    /// watches silence only once all have joined). Whether the write worked.
+    fn heartbeat(&mut self) -> bool {
+        let late = 2 * protocol::HEARTBEAT_INTERVAL;
+        let quiet = |t: Option<Instant>| t.is_some_and(|t| t.elapsed() > late);
+        let mut silent: Vec<usize> = (0..self.plan.nodes.len())
+            .filter(|&s| self.conns[s].is_some() && quiet(self.node_heard[s]))
+            .map(|s| self.plan.nodes[s].node as usize)
+            .collect();
+        for (c, child) in self.children.iter().enumerate() {
+            match &self.child_heard[c] {
+                Some((at, nodes)) if at.elapsed() <= late => silent.extend(nodes),
+                Some(_) => silent.extend(&child.subtree),
+                None => {}
+            }
+        }
+        self.up(Kind::Heartbeat, &wire::lost(&silent, ""))
     }
 
     /// A barrier reached here: once every node here and every agent below has reached it,
@@ -597,6 +646,7 @@ impl Agent {
             std::thread::spawn(move || child_loop(c, reader, tx));
         }
         self.children[c].conn = Some(stream);
+        self.child_heard[c] = Some((Instant::now(), Vec::new()));
     }
 
     fn tell_child(&mut self, c: usize, kind: Kind, body: &[u8]) {

@@ -367,6 +367,10 @@ fn agent_read_loop(a: usize, mine: &[bool], mut r: TcpStream, tx: Sender<Event>)
                 _ => None,
             },
             Ok((Kind::Barrier, _)) => Some(Event::AgentBarrier(a)),
+            Ok((Kind::Heartbeat, body)) => Some(Event::AgentHeartbeat(
+                a,
+                wire::unlost(&body).map_or(Vec::new(), |(nodes, _)| nodes),
+            )),
             Ok((Kind::Lost, body)) => wire::unlost(&body).map(|(nodes, why)| {
                 let nodes = nodes
                     .into_iter()

@@ -312,6 +312,13 @@ impl<'a> Job<'a> {
                 }
             }
             Event::Lost(nodes, why) => self.verdict.agent_lost(&nodes, why, now),
+            Event::AgentHeartbeat(a, silent) => {
+                if let Some(ag) = self.fleet.agents.get(a) {
+                    for &i in ag.subtree.iter().filter(|i| !silent.contains(i)) {
+                        self.verdict.heard(i, now);
+                    }
+                }
+            }
             Event::AgentBarrier(a) => {
                 if let (Some(ag), Some(c)) = (self.fleet.agents.get(a), self.control.as_mut()) {
                     c.agent_barrier(&ag.subtree);

@@ -61,6 +61,8 @@ enum Event {
     AgentClosed(usize),
     /// Every node in agent `.0`'s tree reached the barrier.
     AgentBarrier(usize),
+    /// Agent `.0` still answers, and so do the nodes in its tree but these.
+    AgentHeartbeat(usize, Vec<usize>),
     /// An agent below one of charmrun's is gone, with these nodes; why.
     Lost(Vec<usize>, String),
     /// The remote shell (or batch launcher) `.0` that started agents exited.
