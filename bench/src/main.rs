@@ -95,6 +95,10 @@ enum Cmd {
         /// The layer.
         #[arg(long, default_value = "tcp")]
         layer: String,
+        /// More charmrun options, split at white space (e.g. "++agents ++nodelist
+        /// FILE ++remote-shell CMD": the job through one agent per host).
+        #[arg(long, default_value = "")]
+        charmrun_args: String,
     },
     /// A PE of the trivial job `bench startup` times.
     #[command(hide = true)]
@@ -407,7 +411,11 @@ fn main() -> ExitCode {
         Cmd::PeDirect { layer, job } => {
             direct::pe_main(&layer, &job.sizes, job.iters, &job.csv, settings)
         }
-        Cmd::Startup { pes, layer } => startup::run(&pes, &layer),
+        Cmd::Startup {
+            pes,
+            layer,
+            charmrun_args,
+        } => startup::run(&pes, &layer, &charmrun_args),
         Cmd::Idle { layer, secs, ppn } => idle::run(&layer, secs.max(1.0), ppn.max(1)),
         Cmd::PeWait { secs, out } => converse::Runtime::from_args(argv)
             .map_err(anyhow::Error::from)

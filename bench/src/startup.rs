@@ -12,9 +12,14 @@ use std::time::Instant;
 /// Runs per point; the median is reported.
 const RUNS: usize = 5;
 
-pub(crate) fn run(pes: &[usize], layer: &str) -> anyhow::Result<()> {
+pub(crate) fn run(pes: &[usize], layer: &str, charmrun_args: &str) -> anyhow::Result<()> {
     let me = std::env::current_exe().context("finding the bench executable")?;
     let charmrun = crate::pingpong::charmrun_beside(&me)?;
+    // Split at white space: paths with spaces need a wrapper script.
+    let extra: Vec<&str> = charmrun_args.split_whitespace().collect();
+    if !extra.is_empty() {
+        println!("charmrun {}", extra.join(" "));
+    }
     println!(
         "{:>5} | {:>12} | {:>14} | {:>6}",
         "PEs", "job ms", "fork+conn ms", "ratio"
@@ -24,6 +29,7 @@ pub(crate) fn run(pes: &[usize], layer: &str) -> anyhow::Result<()> {
             let t = Instant::now();
             let st = Command::new(&charmrun)
                 .args([format!("+p{p}"), "++quiet".into()])
+                .args(&extra)
                 .arg(&me)
                 .args(["pe-noop", "+machine", layer, "+quiet"])
                 .stdout(Stdio::null())

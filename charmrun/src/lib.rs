@@ -7,6 +7,7 @@
 //! ends the job with the first non-zero exit code of any node — or at once, naming the node,
 //! when one crashes. Layers use [`client`] for their side; charmrun knows nothing of any layer.
 
+pub mod agent;
 pub mod cleanup;
 pub mod client;
 pub mod launch;
@@ -16,4 +17,5 @@ pub mod nodelist;
 pub mod opts;
 pub mod output;
 pub mod protocol;
+pub mod slurm;
 pub mod spawn;

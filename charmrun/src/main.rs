@@ -1,11 +1,15 @@
 //! `charmrun +p N [options] PROGRAM [ARGS...]`: see `charmrun --help`.
 
+use charmrun::launch::Spread;
 use charmrun::opts::{self, Parsed};
 use std::os::unix::fs::PermissionsExt;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some(charmrun::agent::FLAG) {
+        return ExitCode::from(charmrun::agent::run().clamp(0, 255) as u8);
+    }
     let o = match opts::parse(&args) {
         Ok(Parsed::Run(o)) => o,
         Ok(Parsed::Help) => {
@@ -21,7 +25,7 @@ fn main() -> ExitCode {
         eprintln!("charmrun: {e}");
         return ExitCode::from(2);
     }
-    if o.mpiexec {
+    if o.mpiexec && !charmrun::mpiexec::for_net_layer(&o) {
         return match charmrun::mpiexec::run(&o) {
             Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
             Err(e) => {
@@ -40,13 +44,66 @@ fn main() -> ExitCode {
         },
         _ => None,
     };
-    match charmrun::launch::run(&o, hosts.as_deref()) {
+    let (hosts, spread) = match spread(&o, hosts) {
+        Ok(s) => s,
+        Err(e) => {
+            eprintln!("charmrun: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    match charmrun::launch::run(&o, hosts.as_deref(), spread) {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
         Err(e) => {
             eprintln!("charmrun: {e}");
             ExitCode::from(e.exit_code())
         }
     }
+}
+
+/// How the nodes start, and on which hosts: `++mpiexec` (a net layer's: agents through the
+/// launcher), a Slurm allocation's hosts (agents through `srun`) when no nodelist says
+/// otherwise, `++agents` (one per host of the nodelist), or each node by itself.
+fn spread(
+    o: &opts::Opts,
+    hosts: Option<Vec<charmrun::nodelist::Host>>,
+) -> Result<(Option<Vec<charmrun::nodelist::Host>>, Spread), String> {
+    let nodes = o.pes / o.ppn;
+    if o.mpiexec {
+        let words = charmrun::mpiexec::agent_words(o, nodes).map_err(|e| e.to_string())?;
+        let spread = Spread::Launcher {
+            words,
+            agents: nodes,
+            hosts: None,
+        };
+        return Ok((None, spread));
+    }
+    if hosts.is_none() && !o.local {
+        if let Some(alloc) = charmrun::slurm::allocation() {
+            let alloc = alloc?;
+            let srun = opts::shell_words(o.remote_shell.as_deref().unwrap_or("srun"))
+                .unwrap_or_else(|| vec!["srun".into()]);
+            let h = alloc.hosts.len().min(nodes);
+            if o.verbose {
+                eprintln!(
+                    "charmrun: in a Slurm allocation of {} host(s): {} agent(s) through srun",
+                    alloc.hosts.len(),
+                    h
+                );
+            }
+            let spread = Spread::Launcher {
+                words: charmrun::slurm::srun_words(&srun, h),
+                agents: h,
+                hosts: Some(alloc.hosts),
+            };
+            return Ok((None, spread));
+        }
+    }
+    let spread = if hosts.is_some() && o.agents {
+        Spread::PerHost
+    } else {
+        Spread::Direct
+    };
+    Ok((hosts, spread))
 }
 
 /// The program must exist and be executable here (nodes on other hosts see the same path).

@@ -67,6 +67,63 @@ pub fn command(opts: &Opts) -> Result<Command, UsageError> {
     Ok(c)
 }
 
+/// Whether `opts` runs a net layer (`+machine tcp|udp|si`): then `++mpiexec` starts agents
+/// through the launcher instead of handing the job to it.
+pub fn for_net_layer(opts: &Opts) -> bool {
+    crate::opts::runtime_machine(&opts.args)
+        .is_some_and(|m| ["tcp", "udp", "si"].contains(&m.as_str()))
+}
+
+/// The launcher command that starts `tasks` agents of a net-layer job (charmrun adds
+/// `charmrun ++agent`): `++remote-shell` (or `mpiexec`) with `-n TASKS`. Open MPI passes only
+/// the variables it is told to to other hosts: it gets `-x` for each of charmrun's (by name,
+/// so the secret is not on the command line).
+///
+/// # Errors
+/// [`UsageError`] when an option cannot go with `++mpiexec`.
+pub fn agent_words(opts: &Opts, tasks: usize) -> Result<Vec<String>, UsageError> {
+    if opts.nodelist.is_some() && !opts.local {
+        return Err(UsageError::Unsupported(
+            "++nodelist does not go with ++mpiexec: the launcher places the tasks \
+             (pass it a host file, e.g. ++remote-shell \"mpiexec --hostfile FILE\")"
+                .into(),
+        ));
+    }
+    let launcher = opts.remote_shell.as_deref().unwrap_or(DEFAULT);
+    let mut words = shell_words(launcher).ok_or_else(|| UsageError::BadShell(launcher.into()))?;
+    if is_open_mpi(&words[0]) {
+        for v in [
+            crate::client::ENV_CHARMRUN,
+            crate::client::ENV_JOB,
+            crate::client::ENV_SECRET,
+        ] {
+            words.extend(["-x".to_string(), v.to_string()]);
+        }
+    }
+    words.extend(["-n".to_string(), tasks.to_string()]);
+    Ok(words)
+}
+
+/// Whether `program` is Open MPI's launcher (it says so in its `--version`).
+fn is_open_mpi(program: &str) -> bool {
+    let base = program.rsplit('/').next().unwrap_or(program);
+    if !matches!(
+        base,
+        "mpiexec" | "mpirun" | "orterun" | "mpiexec.openmpi" | "mpirun.openmpi"
+    ) {
+        return false;
+    }
+    Command::new(program)
+        .arg("--version")
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        .output()
+        .is_ok_and(|o| {
+            let t = String::from_utf8_lossy(&o.stdout);
+            t.contains("Open MPI") || t.contains("OpenRTE")
+        })
+}
+
 /// Why charmrun ends the launcher early.
 enum Ending {
     Signal(i32),

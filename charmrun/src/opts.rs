@@ -18,21 +18,31 @@ shell), connects them into one job, forwards their output, and exits with the jo
   ++remote-shell CMD   how to reach a host (default: ssh, run as `CMD HOST COMMAND`; CMD is
                        split into words as a shell does, quotes included);
                        with ++mpiexec, the MPI launcher to run (default: mpiexec)
-  ++mpiexec            hand the job to the MPI launcher: `mpiexec -n N PROGRAM ARGS`
-                       (for programs built with the MPI layer; not with ++nodelist or
-                       ++prefix, which the MPI launcher does its own way)
+  ++mpiexec            start the job through the MPI launcher: for the MPI layer
+                       `mpiexec -n N PROGRAM ARGS` (not with ++nodelist or ++prefix, which
+                       the MPI launcher does its own way); for a net layer named with
+                       +machine tcp|udp|si, `mpiexec -n N charmrun ++agent`: one agent per
+                       node, each starting its node, connecting back to charmrun
+                       (++remote-shell srun: through Slurm)
+  ++agents             one remote shell per host, not per node: it starts charmrun as that
+                       host's agent, which starts the host's nodes and relays for them
+  ++batch N            at most N remote shells starting at once
+  ++fanout K           with ++agents, charmrun starts at most K agents itself; each of them
+                       starts agents on its share of the other hosts, and so on (default 32)
   ++timeout SECS       how long nodes may take to connect back (default 60; the MPI
                        launcher has its own with ++mpiexec)
   ++timelimit SECS     end the job, killing every process, after SECS seconds
   ++hang-timeout SECS  end the job when a node stops answering charmrun for SECS seconds
                        (a stopped or frozen process; a node busy in a long handler still
                        answers); default 60, at least 2, 0 turns it off; not with
-                       ++mpiexec (the MPI launcher's ranks send no heartbeats)
+                       ++mpiexec for the MPI layer (its ranks send no heartbeats)
   ++prefix             prefix every output line with the PE that printed it
   ++verbose            say what charmrun does
   ++quiet              print nothing but errors and the program's own output: charmrun says
                        nothing, and the program gets +quiet (no start-up banner)
   --help               this text
+Inside a Slurm allocation (SLURM_JOB_NODELIST set), without ++nodelist or ++local, nodes go
+round-robin on the allocation's hosts, one agent per host started with srun.
 Everything after PROGRAM goes to it, except +p; everything after `--` goes to it unread.
 The local layer (+machine local) runs every PE in one process: run such a program directly
 with +p N, not through charmrun.";
@@ -102,6 +112,12 @@ pub struct Opts {
     pub verbose: bool,
     /// `++quiet`.
     pub quiet: bool,
+    /// `++agents`: one remote shell per host, starting an agent.
+    pub agents: bool,
+    /// `++batch`: at most this many remote shells starting at once.
+    pub batch: Option<usize>,
+    /// `++fanout`: at most this many agents started by one (charmrun or an agent).
+    pub fanout: usize,
     /// The program.
     pub program: String,
     /// Its arguments.
@@ -123,6 +139,9 @@ pub const DEFAULT_HANG_TIMEOUT: Duration = Duration::from_secs(60);
 /// Smallest `++hang-timeout` but 0: a few heartbeats, so a node late by one is not hung.
 pub const MIN_HANG_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// `++fanout`'s default: a tree of agents only past this many hosts.
+pub const DEFAULT_FANOUT: usize = 32;
+
 /// Largest `+p`.
 pub const MAX_PES: usize = 1 << 16;
 
@@ -143,6 +162,9 @@ impl Opts {
             prefix: false,
             verbose: false,
             quiet: false,
+            agents: false,
+            batch: None,
+            fanout: DEFAULT_FANOUT,
             program: String::new(),
             args: Vec::new(),
         }
@@ -238,6 +260,9 @@ pub fn parse(args: &[String]) -> Result<Parsed, UsageError> {
             "++prefix" => o.prefix = true,
             "++verbose" => o.verbose = true,
             "++quiet" => o.quiet = true,
+            "++agents" => o.agents = true,
+            "++batch" => o.batch = Some(count("++batch", &value("++batch")?, 1 << 16)?),
+            "++fanout" => o.fanout = count("++fanout", &value("++fanout")?, 1 << 16)?,
             _ if a.starts_with("++") || (a.starts_with('-') && a.len() > 1) => {
                 return Err(UsageError::Unknown(a))
             }
@@ -279,7 +304,7 @@ pub fn shell_words(cmd: &str) -> Option<Vec<String>> {
 
 /// The layer the program's runtime arguments name (`+machine NAME`, `+machine=NAME`,
 /// `+machineNAME`), read as the runtime reads them: up to `--`.
-fn runtime_machine(args: &[String]) -> Option<String> {
+pub fn runtime_machine(args: &[String]) -> Option<String> {
     let mut it = args.iter().take_while(|a| *a != "--");
     let mut machine = None;
     while let Some(a) = it.next() {
@@ -399,6 +424,8 @@ mod tests {
             &["++hang-timeout", "-3", "pgm"],
             &["++hang-timeout", "pgm"],
             &["++hang-timeout", "1", "pgm"],
+            &["++batch", "0", "pgm"],
+            &["++batch", "pgm"],
         ] {
             let e = p(bad).err().map(|e| e.to_string()).unwrap_or_default();
             assert!(!e.is_empty() && !e.contains('\n'), "{bad:?}: {e:?}");
@@ -443,5 +470,15 @@ mod tests {
         );
         assert_eq!(shell_words("  "), None);
         assert_eq!(shell_words("a 'b"), None);
+    }
+
+    #[test]
+    fn agents_and_batch() {
+        let o = run(&["++agents", "++batch", "3", "pgm"]);
+        assert!(o.agents);
+        assert_eq!(o.batch, Some(3));
+        assert_eq!(run(&["pgm"]).batch, None);
+        assert_eq!(run(&["++fanout", "4", "pgm"]).fanout, 4);
+        assert_eq!(run(&["pgm"]).fanout, DEFAULT_FANOUT);
     }
 }

@@ -53,6 +53,32 @@ pub enum Stream {
     Err,
 }
 
+/// The last few lines a process wrote to its stderr, kept while they are passed on: what a
+/// remote shell said when its node or agent never connected.
+#[derive(Debug, Clone, Default)]
+pub struct Tail(Arc<Mutex<std::collections::VecDeque<String>>>);
+
+impl Tail {
+    /// Lines kept.
+    pub const KEEP: usize = 4;
+
+    fn push(&self, bytes: &[u8]) {
+        let mut t = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        for line in bytes.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+            if t.len() == Self::KEEP {
+                t.pop_front();
+            }
+            t.push_back(String::from_utf8_lossy(line).chars().take(300).collect());
+        }
+    }
+
+    /// The lines kept, oldest first.
+    pub fn lines(&self) -> Vec<String> {
+        let t = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        t.iter().cloned().collect()
+    }
+}
+
 /// Bytes of one pipe not yet passed on: at most a partial last line.
 struct Lines {
     stream: Stream,
@@ -62,6 +88,8 @@ struct Lines {
     continues: bool,
     /// Set while this node's output waits to be written (see [`Watcher::busy`]).
     busy: Arc<AtomicBool>,
+    /// Where to keep its last lines, if anywhere.
+    tail: Option<Tail>,
 }
 
 impl Lines {
@@ -72,10 +100,14 @@ impl Lines {
             pending: Vec::new(),
             continues: false,
             busy,
+            tail: None,
         }
     }
 
     fn emit(&self, bytes: &[u8]) {
+        if let Some(t) = &self.tail {
+            t.push(bytes);
+        }
         self.busy.store(true, Ordering::SeqCst);
         emit(self.stream, bytes);
         self.busy.store(false, Ordering::SeqCst);
@@ -182,12 +214,28 @@ impl std::fmt::Debug for Watcher {
 /// # Errors
 /// When a thread cannot be started.
 pub fn watch(
-    mut child: Child,
+    child: Child,
     prefix: String,
     job_over: Arc<AtomicBool>,
     on_exit: impl FnOnce(ExitStatus) + Send + 'static,
 ) -> std::io::Result<Watcher> {
+    watch_keeping(child, prefix, job_over, None, on_exit)
+}
+
+/// As [`watch`], keeping the last lines of its stderr in `tail`.
+///
+/// # Errors
+/// When a thread cannot be started.
+pub fn watch_keeping(
+    mut child: Child,
+    prefix: String,
+    job_over: Arc<AtomicBool>,
+    tail: Option<Tail>,
+    on_exit: impl FnOnce(ExitStatus) + Send + 'static,
+) -> std::io::Result<Watcher> {
     let busy = Arc::new(AtomicBool::new(false));
+    let mut err_lines = Lines::new(Stream::Err, prefix.clone(), busy.clone());
+    err_lines.tail = tail;
     let pipes: [(Option<Box<dyn ReadFd>>, Lines); 2] = [
         (
             child.stdout.take().map(|p| Box::new(p) as Box<dyn ReadFd>),
@@ -195,7 +243,7 @@ pub fn watch(
         ),
         (
             child.stderr.take().map(|p| Box::new(p) as Box<dyn ReadFd>),
-            Lines::new(Stream::Err, prefix, busy.clone()),
+            err_lines,
         ),
     ];
     let output = std::thread::Builder::new()
@@ -340,5 +388,13 @@ mod tests {
         // The rest of the line carries no prefix: it is the same line.
         assert_eq!(l.take(b"\n"), b"xxxxx\n");
         assert_eq!(l.take(b"y\n"), b"P: y\n");
+    }
+
+    #[test]
+    fn a_tail_keeps_the_last_lines() {
+        let t = Tail::default();
+        t.push(b"one\ntwo\n");
+        t.push(b"three\nfour\nfive\n");
+        assert_eq!(t.lines(), ["two", "three", "four", "five"]);
     }
 }

@@ -13,6 +13,21 @@
 //! | `ABORT` | node → charmrun | UTF-8 reason | end the job now |
 //! | `DIE` | charmrun → node | UTF-8 reason | the job is over: exit at once |
 //! | `HEARTBEAT` | node → charmrun | empty | I still answer (every [`HEARTBEAT_INTERVAL`], from the node's watchdog, not its PEs) |
+//! | `AGENT` | agent → charmrun | [`AgentHello`](crate::agent::wire::AgentHello) | I am agent `a` of this job, on this host |
+//! | `PLAN` | charmrun → agent | [`Plan`](crate::agent::wire::Plan) | start these nodes here |
+//! | `RELAY` | both | node u32, kind u8, body | a node's frame, through its host's agent |
+//! | `EXITED` | agent → charmrun, relayed | raw wait status i32 | the node's process exited |
+//! | `CLOSED` | agent → charmrun, relayed | empty | the node's connection to its agent closed |
+//! | `LOST` | agent → charmrun | nodes (u32 count, u32 each), why (str) | an agent below this one is gone, with these nodes |
+//!
+//! An agent (`charmrun ++agent`, one per host) is to its nodes what charmrun is: they connect
+//! to it with the same frames. It relays them to charmrun over its one connection, and sends
+//! the node table, `DIE` (to the agent: end every node here) and barrier releases down.
+//! Agents below an agent (a tree) connect to it as it connects to charmrun; it passes their
+//! frames up and charmrun's down unchanged. Barriers are gathered on the way: an agent sends
+//! one `BARRIER` of its own once its nodes and the agents below it all have, and gets one
+//! `RELEASE` for all of them. Heartbeats too: an agent sends one `HEARTBEAT` of its own every
+//! interval, its body naming the nodes of its tree that have gone silent (as `LOST`'s).
 //!
 //! A node that sends nothing for `++hang-timeout` (a stopped or frozen process) ends the job.
 //! A node whose control connection closes exits at once: nothing of a job outlives its
@@ -50,10 +65,23 @@ pub enum Kind {
     Die = 7,
     /// Node still answers.
     Heartbeat = 8,
+    /// An agent introduces itself.
+    Agent = 9,
+    /// What an agent starts.
+    Plan = 10,
+    /// A node's frame through its agent.
+    Relay = 11,
+    /// A node's process exited (relayed).
+    Exited = 12,
+    /// A node's connection to its agent closed (relayed).
+    Closed = 13,
+    /// An agent below is gone, and its nodes with it.
+    Lost = 14,
 }
 
 impl Kind {
-    fn from_u8(b: u8) -> Option<Kind> {
+    /// The kind of byte `b`, if it is one.
+    pub fn from_u8(b: u8) -> Option<Kind> {
         Some(match b {
             1 => Kind::Hello,
             2 => Kind::Table,
@@ -63,6 +91,12 @@ impl Kind {
             6 => Kind::Abort,
             7 => Kind::Die,
             8 => Kind::Heartbeat,
+            9 => Kind::Agent,
+            10 => Kind::Plan,
+            11 => Kind::Relay,
+            12 => Kind::Exited,
+            13 => Kind::Closed,
+            14 => Kind::Lost,
             _ => return None,
         })
     }

@@ -90,6 +90,61 @@ pub fn remote(
     Ok(child)
 }
 
+/// Start a batch launcher (`words`, e.g. `mpiexec -n 4` or `srun --ntasks=2`) running
+/// `program args` in each of its tasks, with `env` added to the environment it passes on; in a
+/// process group of its own, output piped, as a node.
+///
+/// # Errors
+/// When `words` is empty or the launcher cannot be started.
+pub fn launcher(
+    words: &[String],
+    program: &str,
+    args: &[String],
+    env: &[(String, String)],
+) -> io::Result<Child> {
+    let Some((name, rest)) = words.split_first() else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "empty launcher command",
+        ));
+    };
+    Command::new(name)
+        .args(rest)
+        .arg(program)
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+}
+
+/// An address of this host that other hosts may reach: what its own host name resolves to,
+/// unless that is loopback (Debian's 127.0.1.1 entry); else the first IPv4 address of an
+/// interface that is up and not loopback; loopback when there is none (a one-host job).
+pub fn outward_address() -> IpAddr {
+    use nix::net::if_::InterfaceFlags;
+    let named = (crate::client::hostname().as_str(), 0)
+        .to_socket_addrs()
+        .ok()
+        .and_then(|mut a| a.find(|a| a.is_ipv4() && !a.ip().is_loopback()));
+    if let Some(a) = named {
+        return a.ip();
+    }
+    nix::ifaddrs::getifaddrs()
+        .ok()
+        .and_then(|mut addrs| {
+            addrs.find_map(|a| {
+                let up = a.flags.contains(InterfaceFlags::IFF_UP)
+                    && !a.flags.contains(InterfaceFlags::IFF_LOOPBACK);
+                let ip = a.address?.as_sockaddr_in()?.ip();
+                up.then_some(IpAddr::V4(ip))
+            })
+        })
+        .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST))
+}
+
 /// Quote a word for a POSIX shell.
 pub fn quote(s: &str) -> String {
     if !s.is_empty()

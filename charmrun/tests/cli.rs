@@ -48,3 +48,45 @@ fn no_program_is_a_usage_error() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("no program to run"), "{err}");
 }
+
+#[test]
+fn help_names_the_cluster_options() {
+    let o = charmrun(&["--help"]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    for opt in ["++agents", "++batch N", "++fanout K", "++mpiexec", "Slurm"] {
+        assert!(text.contains(opt), "{opt} missing from:\n{text}");
+    }
+}
+
+#[test]
+fn a_net_layer_job_through_a_launcher_that_does_not_exist_is_one_line() {
+    let o = charmrun(&[
+        "+p2",
+        "++mpiexec",
+        "++remote-shell",
+        "/nonexistent/mpiexec",
+        "/bin/true",
+        "+machine",
+        "tcp",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("cannot start the launcher '/nonexistent/mpiexec'"),
+        "{err}"
+    );
+}
+
+#[test]
+fn an_agent_not_started_by_charmrun_says_what_is_missing() {
+    let o = Command::new(env!("CARGO_BIN_EXE_charmrun"))
+        .arg("++agent")
+        .env_clear()
+        .output()
+        .expect("charmrun runs");
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("CONVERSE_CHARMRUN is not set"), "{err}");
+}

@@ -5,6 +5,7 @@
 //! a layer's test file instantiates it with the launcher that starts jobs on that layer.
 
 pub mod hosts;
+pub mod netns;
 
 use std::io::Read;
 use std::os::unix::process::CommandExt;

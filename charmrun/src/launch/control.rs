@@ -4,11 +4,14 @@
 //! (`BARRIER`, `ENDING`, `ABORT`) and their connections closing arrive as [`Event`]s.
 
 use super::{Event, LaunchError};
+use crate::agent::wire::{self, AgentHello};
 use crate::protocol::{self, Hello, Kind, SECRET_LEN};
 use converse_machine::{NodeInfo, NodeTable};
 use crossbeam_channel::Sender;
 use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,10 +30,22 @@ const MAX_HELLO: usize = 64 << 10;
 /// time limits even if a node stops reading.
 const CONTROL_WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// How charmrun reaches one node.
+#[derive(Default)]
+enum Link {
+    /// Not yet.
+    #[default]
+    None,
+    /// Its own connection.
+    Direct(TcpStream),
+    /// Through the agent of this number.
+    Agent(usize),
+}
+
 /// One node's side of the control server.
 #[derive(Default)]
 struct Conn {
-    stream: Option<TcpStream>,
+    link: Link,
     /// Its introduction, until the table is built.
     hello: Option<Hello>,
     at_barrier: bool,
@@ -39,6 +54,8 @@ struct Conn {
 /// The control socket and every node's connection to it.
 pub(super) struct ControlServer {
     conns: Vec<Conn>,
+    /// Each agent's connection, once it introduced itself.
+    agents: Vec<Option<TcpStream>>,
     port: u16,
     /// Cleared to end the accepting thread.
     accepting: Arc<AtomicBool>,
@@ -64,6 +81,7 @@ impl ControlServer {
         }
         Ok(ControlServer {
             conns: (0..n).map(|_| Conn::default()).collect(),
+            agents: Vec::new(),
             port,
             accepting,
             tx,
@@ -78,9 +96,62 @@ impl ControlServer {
     /// Node `i` introduced itself on `stream` (the verdict has accepted it).
     pub(super) fn joined(&mut self, i: usize, stream: TcpStream, hello: Hello) {
         if let Some(c) = self.conns.get_mut(i) {
-            c.stream = Some(stream);
+            c.link = Link::Direct(stream);
             c.hello = Some(hello);
         }
+    }
+
+    /// Agent `a`, which starts `nodes`, introduced itself on `stream`: from now on its frames
+    /// are read, and `plan` is sent to it.
+    ///
+    /// # Errors
+    /// A sentence when its connection cannot be read or written.
+    pub(super) fn agent_joined(
+        &mut self,
+        a: usize,
+        mut stream: TcpStream,
+        nodes: &[usize],
+        plan: &[u8],
+    ) -> Result<(), String> {
+        let reader = stream
+            .try_clone()
+            .map_err(|e| format!("cannot watch agent {a}'s control connection: {e}"))?;
+        protocol::write_frame(&mut stream, Kind::Plan, plan)
+            .and_then(|()| stream.flush())
+            .map_err(|e| format!("cannot send agent {a} its plan: {e}"))?;
+        if self.agents.len() <= a {
+            self.agents.resize_with(a + 1, || None);
+        }
+        self.agents[a] = Some(stream);
+        let mut mine = vec![false; self.conns.len()];
+        for &i in nodes {
+            if let Some(m) = mine.get_mut(i) {
+                *m = true;
+            }
+        }
+        let tx = self.tx.clone();
+        std::thread::spawn(move || agent_read_loop(a, &mine, reader, tx));
+        Ok(())
+    }
+
+    /// Node `i` introduced itself through agent `a` (the verdict has accepted it).
+    pub(super) fn joined_via(&mut self, i: usize, a: usize, hello: Hello) {
+        if let Some(c) = self.conns.get_mut(i) {
+            c.link = Link::Agent(a);
+            c.hello = Some(hello);
+        }
+    }
+
+    /// Tell agent `a` the job is over: it ends every node it started.
+    pub(super) fn die_agent(&mut self, a: usize) {
+        if let Some(s) = self.agents.get_mut(a).and_then(Option::as_mut) {
+            let _ = protocol::write_frame(s, Kind::Die, &[]).and_then(|()| s.flush());
+        }
+    }
+
+    /// The number of agents that introduced themselves.
+    pub(super) fn agents(&self) -> usize {
+        self.agents.len()
     }
 
     /// Node `i` reached the barrier: when every node has, release them all.
@@ -88,10 +159,39 @@ impl ControlServer {
         if let Some(c) = self.conns.get_mut(i) {
             c.at_barrier = true;
         }
-        if self.conns.iter().all(|c| c.at_barrier) {
-            for j in 0..self.conns.len() {
-                self.conns[j].at_barrier = false;
-                self.send(j, Kind::Release, &[]);
+        self.release_if_complete();
+    }
+
+    /// Agent `a` says every node in its tree (`nodes`) reached the barrier.
+    pub(super) fn agent_barrier(&mut self, nodes: &[usize]) {
+        for &i in nodes {
+            if let Some(c) = self.conns.get_mut(i) {
+                c.at_barrier = true;
+            }
+        }
+        self.release_if_complete();
+    }
+
+    /// When every node reached the barrier, release them all: each node of its own, and
+    /// each agent once for all of its nodes.
+    fn release_if_complete(&mut self) {
+        if !self.conns.iter().all(|c| c.at_barrier) {
+            return;
+        }
+        let mut agents_released = vec![false; self.agents.len()];
+        for j in 0..self.conns.len() {
+            self.conns[j].at_barrier = false;
+            match self.conns[j].link {
+                Link::Agent(a) => {
+                    if !agents_released.get(a).copied().unwrap_or(true) {
+                        agents_released[a] = true;
+                        if let Some(s) = self.agents.get_mut(a).and_then(Option::as_mut) {
+                            let _ = protocol::write_frame(s, Kind::Release, &[])
+                                .and_then(|()| s.flush());
+                        }
+                    }
+                }
+                _ => self.send(j, Kind::Release, &[]),
             }
         }
     }
@@ -118,9 +218,16 @@ impl ControlServer {
         let table = NodeTable::new(infos)
             .map_err(|e| format!("cannot build the node table: {e}"))?
             .encode();
+        // Once to each agent, which hands it to its nodes.
+        for s in self.agents.iter_mut().flatten() {
+            let _ = protocol::write_frame(s, Kind::Table, &table).and_then(|()| s.flush());
+        }
         for i in 0..self.conns.len() {
+            if !matches!(self.conns[i].link, Link::Direct(_)) {
+                continue;
+            }
             self.send(i, Kind::Table, &table);
-            if let Some(c) = self.conns[i].stream.as_ref() {
+            if let Link::Direct(c) = &self.conns[i].link {
                 // A node nobody reads would never have its barriers released: out of
                 // descriptors is the launcher's failure, said at once.
                 let reader = c
@@ -139,9 +246,19 @@ impl ControlServer {
     }
 
     fn send(&mut self, i: usize, kind: Kind, body: &[u8]) {
-        if let Some(c) = self.conns.get_mut(i).and_then(|c| c.stream.as_mut()) {
-            // A node that cannot be told anything more is handled when its process exits.
-            let _ = protocol::write_frame(c, kind, body).and_then(|()| c.flush());
+        // A node that cannot be told anything more is handled when its process exits.
+        match self.conns.get_mut(i).map(|c| &mut c.link) {
+            Some(Link::Direct(c)) => {
+                let _ = protocol::write_frame(c, kind, body).and_then(|()| c.flush());
+            }
+            Some(Link::Agent(a)) => {
+                let a = *a;
+                if let Some(s) = self.agents.get_mut(a).and_then(Option::as_mut) {
+                    let _ = protocol::write_frame(s, Kind::Relay, &wire::relay(i, kind, body))
+                        .and_then(|()| s.flush());
+                }
+            }
+            _ => {}
         }
     }
 
@@ -189,9 +306,14 @@ fn introduce(mut s: TcpStream, secret: &[u8; SECRET_LEN]) -> Event {
     let _ = s.set_read_timeout(Some(HELLO_TIMEOUT));
     let verdict = match protocol::read_frame_limited(&mut s, MAX_HELLO) {
         Ok((Kind::Hello, body)) => match Hello::decode(&body) {
-            Some(h) if protocol::secrets_equal(&h.secret, secret) => Ok(h),
+            Some(h) if protocol::secrets_equal(&h.secret, secret) => Ok(Ok(h)),
             Some(_) => Err("wrong job secret".to_string()),
             None => Err("malformed introduction".to_string()),
+        },
+        Ok((Kind::Agent, body)) => match AgentHello::decode(&body) {
+            Some(h) if protocol::secrets_equal(&h.secret, secret) => Ok(Err(h)),
+            Some(_) => Err("wrong job secret".to_string()),
+            None => Err("malformed agent introduction".to_string()),
         },
         Ok((k, _)) => Err(format!("unexpected {k:?} before introduction")),
         Err(e) => Err(format!("no introduction: {e}")),
@@ -201,7 +323,10 @@ fn introduce(mut s: TcpStream, secret: &[u8; SECRET_LEN]) -> Event {
             let _ = s.set_read_timeout(None);
             let _ = s.set_write_timeout(Some(CONTROL_WRITE_TIMEOUT));
             let _ = s.set_nodelay(true);
-            Event::Hello(s, h)
+            match h {
+                Ok(h) => Event::Hello(s, h),
+                Err(a) => Event::Agent(s, a),
+            }
         }
         Err(why) => Event::Stranger(peer, why),
     }
@@ -217,6 +342,50 @@ fn read_loop(node: usize, mut r: TcpStream, tx: Sender<Event>) {
             }
             Err(_) => {
                 let _ = tx.send(Event::Closed(node));
+                return;
+            }
+        }
+    }
+}
+
+/// Read what agent `a` relays for its nodes (`mine[i]`: node `i` is one of them); anything it
+/// says of another node is ignored.
+fn agent_read_loop(a: usize, mine: &[bool], mut r: TcpStream, tx: Sender<Event>) {
+    loop {
+        let ev = match protocol::read_frame(&mut r) {
+            Ok((Kind::Relay, body)) => match wire::unrelay(&body) {
+                Some((i, k, b)) if mine.get(i).copied().unwrap_or(false) => match k {
+                    Kind::Hello => Hello::decode(b)
+                        .filter(|h| h.node as usize == i)
+                        .map(|h| Event::RelayedHello(a, h)),
+                    Kind::Exited => b
+                        .first_chunk::<4>()
+                        .map(|s| Event::Exited(i, ExitStatus::from_raw(i32::from_le_bytes(*s)))),
+                    Kind::Closed => Some(Event::Closed(i)),
+                    k => Some(Event::Frame(i, k, b.to_vec())),
+                },
+                _ => None,
+            },
+            Ok((Kind::Barrier, _)) => Some(Event::AgentBarrier(a)),
+            Ok((Kind::Heartbeat, body)) => Some(Event::AgentHeartbeat(
+                a,
+                wire::unlost(&body).map_or(Vec::new(), |(nodes, _)| nodes),
+            )),
+            Ok((Kind::Lost, body)) => wire::unlost(&body).map(|(nodes, why)| {
+                let nodes = nodes
+                    .into_iter()
+                    .filter(|&i| mine.get(i).copied().unwrap_or(false))
+                    .collect();
+                Event::Lost(nodes, why)
+            }),
+            Ok(_) => None,
+            Err(_) => {
+                let _ = tx.send(Event::AgentClosed(a));
+                return;
+            }
+        };
+        if let Some(ev) = ev {
+            if tx.send(ev).is_err() {
                 return;
             }
         }

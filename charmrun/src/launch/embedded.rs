@@ -76,7 +76,7 @@ pub fn start_embedded(opts: Opts, plan: Vec<NodeStart>) -> Result<Embedded, Laun
         .spawn(move || {
             let in_process = plan.iter().map(|s| *s == NodeStart::InProcess).collect();
             let mut job = Job::new(&opts, in_process);
-            match job.start(&plan) {
+            match job.start(&plan, super::Spread::Direct) {
                 Ok(()) => {
                     let _ = ready_tx.send(Ok((job.in_process.clone(), job.tx.clone())));
                     job.run()

@@ -55,8 +55,8 @@ pub enum LaunchError {
     /// The command line asks for something this way of starting a job cannot do.
     #[error(transparent)]
     Usage(#[from] UsageError),
-    /// The MPI launcher (`++mpiexec`) cannot be started.
-    #[error("cannot start the MPI launcher '{program}': {source}")]
+    /// The MPI launcher (`++mpiexec`), or `srun` in a Slurm allocation, cannot be started.
+    #[error("cannot start the launcher '{program}': {source}")]
     MpiLauncher {
         /// Its program.
         program: String,

@@ -3,8 +3,9 @@
 //! every process group killed and reaped, the job's files removed, its output drained.
 
 use super::control::ControlServer;
-use super::verdict::{Cause, Decision, Failure, Verdict};
-use super::Event;
+use super::fleet::Fleet;
+use super::verdict::{Cause, Death, Decision, Failure, Verdict};
+use super::{Event, NodeStart};
 use crate::client;
 use crate::opts::Opts;
 use crate::output::Watcher;
@@ -49,6 +50,19 @@ pub(super) struct Node {
     /// own messages use, so charmrun's use it too.
     pub(super) reported: Option<String>,
     pub(super) process: Process,
+    /// The last lines of its remote shell's stderr (or its agent's), if it has one.
+    pub(super) tail: Option<crate::output::Tail>,
+}
+
+/// What starting an agent's shell later needs.
+#[derive(Debug, Clone)]
+pub(super) struct ShellCtx {
+    /// The control socket's port.
+    pub(super) port: u16,
+    /// The job secret, hex.
+    pub(super) secret_hex: String,
+    /// Where nodes start.
+    pub(super) cwd: String,
 }
 
 /// One job.
@@ -70,6 +84,20 @@ pub(super) struct Job<'a> {
     pub(super) tag: String,
     /// What each in-process node joins with.
     pub(super) in_process: Vec<client::LaunchEnv>,
+    /// What each node runs.
+    pub(super) plan: Vec<NodeStart>,
+    /// The agents and the shells that start them (none when nodes start by themselves).
+    pub(super) fleet: Fleet,
+    /// Set once the control socket is open.
+    pub(super) shell_ctx: Option<ShellCtx>,
+    /// Passing on the output of each shell that starts agents (with the shell's number).
+    pub(super) shell_outputs: Vec<(usize, Watcher)>,
+    /// charmrun's address as each node's host reaches it.
+    pub(super) routes: Vec<std::net::IpAddr>,
+    /// Nodes to start through their remote shell once `++batch` leaves room, in order.
+    pub(super) queued_nodes: std::collections::VecDeque<usize>,
+    /// Nodes to start at once (used while starting).
+    pub(super) to_start: Vec<usize>,
 }
 
 impl<'a> Job<'a> {
@@ -93,6 +121,13 @@ impl<'a> Job<'a> {
             strangers: 0,
             tag: String::new(),
             in_process: Vec::new(),
+            plan: Vec::new(),
+            fleet: Fleet::default(),
+            shell_ctx: None,
+            shell_outputs: Vec::new(),
+            routes: Vec::new(),
+            queued_nodes: std::collections::VecDeque::new(),
+            to_start: Vec::new(),
         }
     }
 
@@ -128,6 +163,7 @@ impl<'a> Job<'a> {
             Ok(code) => code,
             Err(f) => {
                 eprintln!("charmrun: {}", f.message(&|i| self.label_at(i)));
+                self.explain(&f);
                 f.code
             }
         };
@@ -178,8 +214,29 @@ impl<'a> Job<'a> {
                     self.verdict.output_pending(*i, now);
                 }
             }
+            // An agent's nodes write through it and its shell: when charmrun's reader holds
+            // the shell's output up, they may be blocked on their own pipes, not lingering.
+            for (sh, w) in &self.shell_outputs {
+                if w.busy.load(Ordering::SeqCst) {
+                    for &a in &self.fleet.shells[*sh].agents {
+                        for &i in &self.fleet.agents[a].subtree {
+                            self.verdict.output_pending(i, now);
+                        }
+                    }
+                }
+            }
             if let Some(sig) = super::signalled() {
                 self.verdict.interrupt(sig);
+            }
+            if !self.fleet.queue.is_empty() {
+                if let Err(e) = self.start_shells() {
+                    self.verdict.cancel(e.to_string());
+                }
+            }
+            if !self.queued_nodes.is_empty() {
+                if let Err(e) = self.start_queued_nodes() {
+                    self.verdict.cancel(e.to_string());
+                }
             }
             if !table_sent && self.verdict.all_joined() {
                 self.send_table()?;
@@ -213,10 +270,11 @@ impl<'a> Job<'a> {
                         .filter(|t| t.chars().all(|c| c.is_ascii_graphic()))
                         .map_or(String::new(), |t| format!(", info {t}"));
                     eprintln!(
-                        "charmrun: {} connected from {from} (pid {}, host {}{info})",
+                        "charmrun: {} connected from {from} (pid {}, host {}, {}{info})",
                         self.label(i),
                         hello.pid,
-                        hello.host
+                        hello.host,
+                        self.counts(i)
                     );
                 }
                 if let Some(n) = self.nodes.get_mut(i) {
@@ -227,6 +285,46 @@ impl<'a> Job<'a> {
                     c.joined(i, stream, hello);
                 }
             }
+            Event::RelayedHello(a, hello) => {
+                let i = hello.node as usize;
+                if !self.verdict.hello(i) {
+                    self.strangers += 1;
+                    return;
+                }
+                if let Some(n) = self.nodes.get_mut(i) {
+                    n.reported = Some(hello.host.clone());
+                }
+                self.verdict.heard(i, now);
+                if self.opts.verbose {
+                    self.progress(i, hello.pid);
+                }
+                if let Some(c) = self.control.as_mut() {
+                    c.joined_via(i, a, hello);
+                }
+            }
+            Event::Agent(stream, hello) => self.agent_joined(stream, &hello),
+            Event::AgentClosed(a) => {
+                if let Some(ag) = self.fleet.agents.get_mut(a) {
+                    ag.gone = true;
+                    let why = format!("its agent on {} closed its connection to charmrun", ag.host);
+                    let nodes = ag.subtree.clone();
+                    self.verdict.agent_lost(&nodes, why, now);
+                }
+            }
+            Event::Lost(nodes, why) => self.verdict.agent_lost(&nodes, why, now),
+            Event::AgentHeartbeat(a, silent) => {
+                if let Some(ag) = self.fleet.agents.get(a) {
+                    for &i in ag.subtree.iter().filter(|i| !silent.contains(i)) {
+                        self.verdict.heard(i, now);
+                    }
+                }
+            }
+            Event::AgentBarrier(a) => {
+                if let (Some(ag), Some(c)) = (self.fleet.agents.get(a), self.control.as_mut()) {
+                    c.agent_barrier(&ag.subtree);
+                }
+            }
+            Event::ShellExited(s, st) => self.shell_exited(s, st, now),
             Event::Stranger(addr, why) => {
                 self.strangers += 1;
                 if self.opts.verbose {
@@ -261,6 +359,74 @@ impl<'a> Job<'a> {
         }
     }
 
+    /// `++verbose`: node `i` connected through an agent; how many are in, on its host and in
+    /// all.
+    pub(super) fn progress(&self, i: usize, pid: u32) {
+        eprintln!(
+            "charmrun: {} connected (pid {pid}): {}",
+            self.label(i),
+            self.counts(i)
+        );
+    }
+
+    /// "3 of 4 on host-a, 7 of 16 in all": how many nodes have connected, on node `i`'s host
+    /// (as charmrun knows it) and in the whole job.
+    fn counts(&self, i: usize) -> String {
+        let joined = |j: &usize| {
+            !matches!(
+                self.verdict.state(*j),
+                Some(super::verdict::NodeState::Starting) | None
+            )
+        };
+        let host = self.nodes.get(i).map_or("?", |n| n.host.as_str());
+        let here: Vec<usize> = (0..self.nodes.len())
+            .filter(|&j| self.nodes[j].host == host)
+            .collect();
+        format!(
+            "{} of {} on {host}, {} of {} in all",
+            here.iter().filter(|j| joined(j)).count(),
+            here.len(),
+            (0..self.nodes.len()).filter(|j| joined(j)).count(),
+            self.nodes.len()
+        )
+    }
+
+    /// After the failure's sentence: what the remote shells of the nodes it names said, in
+    /// their own words (why a node never connected, usually).
+    fn explain(&self, f: &Failure) {
+        let nodes: Vec<usize> = match &f.cause {
+            Cause::NeverConnected { nodes, .. } => nodes.clone(),
+            Cause::Died {
+                node,
+                when: Death::Starting,
+                ..
+            } => vec![*node],
+            Cause::AgentLost { node, .. } => vec![*node],
+            _ => return,
+        };
+        let mut said: Vec<(String, Vec<String>)> = Vec::new();
+        for i in nodes {
+            let Some(n) = self.nodes.get(i) else { continue };
+            let Some(tail) = &n.tail else { continue };
+            // A shell that exited at once may have its last words still in the pipe.
+            let until = Instant::now() + Duration::from_millis(300);
+            let mut lines = tail.lines();
+            while lines.is_empty() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(10));
+                lines = tail.lines();
+            }
+            if !lines.is_empty() && !said.iter().any(|(h, _)| *h == n.host) {
+                said.push((n.host.clone(), lines));
+            }
+        }
+        for (host, lines) in said {
+            eprintln!("charmrun: the remote shell for {host} said:");
+            for l in lines {
+                eprintln!("charmrun:   {l}");
+            }
+        }
+    }
+
     fn send_table(&mut self) -> Result<(), Failure> {
         if let Some(c) = self.control.as_mut() {
             c.send_table(self.opts.ppn).map_err(launcher_failure)?;
@@ -291,23 +457,72 @@ impl<'a> Job<'a> {
                 }
                 c.die(i);
             }
-        }
-        for n in &self.nodes {
-            if let Process::Running(pid) | Process::Reaped(pid) = n.process {
-                let pgid = nix::unistd::Pid::from_raw(pid as i32);
-                let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+            for a in 0..c.agents() {
+                c.die_agent(a);
             }
         }
+        // No more shells: whatever waits in the queue is never started.
+        self.fleet.queue.clear();
+        self.queued_nodes.clear();
+        for n in &self.nodes {
+            if let Process::Running(pid) | Process::Reaped(pid) = n.process {
+                kill_group(pid);
+            }
+        }
+        // Agents end their nodes and then themselves: a moment for that, then their shells'
+        // groups are killed (an agent killed first leaves its nodes to their watchdogs).
         let deadline = Instant::now() + Duration::from_secs(10);
-        while self
-            .nodes
-            .iter()
-            .any(|n| matches!(n.process, Process::Running(_)))
-            && Instant::now() < deadline
-        {
-            if let Ok(Event::Exited(i, _)) = self.events.recv_timeout(TICK) {
-                if let Some(n) = self.nodes.get_mut(i) {
-                    n.process = n.process.reaped();
+        let agents_deadline = Instant::now() + AGENT_GRACE;
+        let mut shells_killed = false;
+        loop {
+            let nodes_running = self
+                .nodes
+                .iter()
+                .any(|n| matches!(n.process, Process::Running(_)));
+            let shells_running = self
+                .fleet
+                .shells
+                .iter()
+                .any(|s| matches!(s.process, Process::Running(_)));
+            // An agent still passing its nodes' output on to a slow reader is not hung: it
+            // gets the time the reader takes (output is never dropped while the reader lives).
+            let passing_output = self
+                .shell_outputs
+                .iter()
+                .any(|(_, w)| w.busy.load(Ordering::SeqCst));
+            if (!nodes_running && !shells_running)
+                || (Instant::now() >= deadline && !passing_output)
+            {
+                break;
+            }
+            let grace_over = Instant::now() >= agents_deadline && !passing_output;
+            if !shells_killed && (grace_over || !shells_running) {
+                shells_killed = true;
+                for s in &self.fleet.shells {
+                    if let Process::Running(pid) | Process::Reaped(pid) = s.process {
+                        kill_group(pid);
+                    }
+                }
+            }
+            match self.events.recv_timeout(TICK) {
+                Ok(Event::Exited(i, _)) => {
+                    if let Some(n) = self.nodes.get_mut(i) {
+                        n.process = n.process.reaped();
+                    }
+                }
+                Ok(Event::ShellExited(s, _)) => {
+                    if let Some(s) = self.fleet.shells.get_mut(s) {
+                        s.process = s.process.reaped();
+                    }
+                }
+                _ => {}
+            }
+        }
+        if !shells_killed {
+            // Whatever a shell's group still holds ends with the job.
+            for s in &self.fleet.shells {
+                if let Process::Reaped(pid) = s.process {
+                    kill_group(pid);
                 }
             }
         }
@@ -348,7 +563,19 @@ impl<'a> Job<'a> {
         for (_, w) in self.outputs.drain(..) {
             let _ = w.thread.join();
         }
+        for (_, w) in self.shell_outputs.drain(..) {
+            let _ = w.thread.join();
+        }
     }
+}
+
+/// After `DIE`, how long agents get to end their nodes and leave before their shells are
+/// killed.
+const AGENT_GRACE: Duration = Duration::from_secs(3);
+
+fn kill_group(pid: u32) {
+    let pgid = nix::unistd::Pid::from_raw(pid as i32);
+    let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
 }
 
 fn launcher_failure(why: String) -> Failure {

@@ -6,11 +6,15 @@
 //! - `control`: the control server (introductions, node table, barriers, `DIE`);
 //! - [`verdict`]: what the nodes' deeds mean for the job (a pure state machine);
 //! - `job`: serving a started job to its end, and ending it;
+//! - `fleet`, `agents`: nodes started by agents (one per host, a tree of them, or a batch
+//!   launcher's tasks), and `++batch`;
 //! - [`start_embedded`]: the launcher on a thread of a program that joins its own job.
 
+mod agents;
 mod control;
 mod embedded;
 mod error;
+mod fleet;
 mod job;
 mod start;
 pub mod verdict;
@@ -19,6 +23,7 @@ pub use embedded::{start_embedded, Embedded};
 pub use error::LaunchError;
 pub(crate) use verdict::exit_code;
 
+use crate::agent::wire::AgentHello;
 use crate::nodelist::Host;
 use crate::opts::Opts;
 use crate::protocol::{Hello, Kind};
@@ -48,6 +53,38 @@ enum Event {
     Closed(usize),
     /// A node's process exited.
     Exited(usize, ExitStatus),
+    /// A connection proved the job secret and says it is this agent.
+    Agent(TcpStream, AgentHello),
+    /// Agent `.0` relays node `.1.node`'s introduction.
+    RelayedHello(usize, Hello),
+    /// Agent `.0`'s connection closed.
+    AgentClosed(usize),
+    /// Every node in agent `.0`'s tree reached the barrier.
+    AgentBarrier(usize),
+    /// Agent `.0` still answers, and so do the nodes in its tree but these.
+    AgentHeartbeat(usize, Vec<usize>),
+    /// An agent below one of charmrun's is gone, with these nodes; why.
+    Lost(Vec<usize>, String),
+    /// The remote shell (or batch launcher) `.0` that started agents exited.
+    ShellExited(usize, ExitStatus),
+}
+
+/// How a job's nodes are started.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Spread {
+    /// Each node by itself: here, or through a remote shell of its own.
+    Direct,
+    /// One agent per host of the plan, each through one remote shell (`++agents`).
+    PerHost,
+    /// Agents started all at once by one batch launcher (`mpiexec`, `srun`).
+    Launcher {
+        /// The launcher's command, before `charmrun ++agent`.
+        words: Vec<String>,
+        /// How many agents it starts (its tasks); node `i` is on agent `i % agents`.
+        agents: usize,
+        /// The host each agent runs on, when known (a Slurm allocation's).
+        hosts: Option<Vec<String>>,
+    },
 }
 
 /// What to start for one node of a job.
@@ -92,11 +129,11 @@ pub fn plan_of(opts: &Opts, hosts: Option<&[Host]>) -> Vec<NodeStart> {
 ///
 /// # Errors
 /// [`LaunchError`] when the job could not be started; whatever was started is ended first.
-pub fn run(opts: &Opts, hosts: Option<&[Host]>) -> Result<i32, LaunchError> {
+pub fn run(opts: &Opts, hosts: Option<&[Host]>, spread: Spread) -> Result<i32, LaunchError> {
     install_signal_handlers();
     let plan = plan_of(opts, hosts);
     let mut job = Job::new(opts, vec![false; plan.len()]);
-    match job.start(&plan) {
+    match job.start(&plan, spread) {
         Ok(()) => Ok(job.run()),
         Err(e) => {
             job.abandon();

@@ -150,6 +150,14 @@ pub enum Cause {
         /// Its reason.
         reason: String,
     },
+    /// The agent that started a node (and others on its host) is gone while the node was
+    /// still in the job.
+    AgentLost {
+        /// The first such node.
+        node: usize,
+        /// What happened to the agent.
+        why: String,
+    },
     /// The launcher itself cannot go on (a node table that cannot be built, say).
     Launcher(String),
 }
@@ -214,6 +222,9 @@ impl Failure {
             Cause::Aborted { node, reason } => {
                 format!("{} aborted the job: {reason}", label(*node))
             }
+            Cause::AgentLost { node, why } => {
+                format!("lost {}: {why}; ending the job", label(*node))
+            }
             Cause::Launcher(why) => why.clone(),
         }
     }
@@ -253,6 +264,8 @@ pub struct Verdict {
     /// Since when every node has joined: silence counts from then at the earliest, since a
     /// node waiting for the node table sends nothing.
     all_in_since: Option<Instant>,
+    /// The first node whose agent went away while it was in the job, why, and when.
+    agent_lost: Option<(usize, String, Instant)>,
 }
 
 impl Verdict {
@@ -279,6 +292,7 @@ impl Verdict {
             died_at: vec![None; n],
             hang_timeout: None,
             all_in_since: None,
+            agent_lost: None,
         }
     }
 
@@ -425,6 +439,24 @@ impl Verdict {
         self.set_at(i, next, at);
     }
 
+    /// The agent of `nodes` went away at `at` (`why`). Those of them still in the job are
+    /// lost with it: the first is named, unless one of them died first, which is named then.
+    /// Its relayed frames all came before, so a node that left normally is not counted.
+    pub fn agent_lost(&mut self, nodes: &[usize], why: String, at: Instant) {
+        if self.agent_lost.is_some() {
+            return;
+        }
+        let lost = nodes.iter().copied().find(|&i| {
+            !matches!(
+                self.nodes.get(i),
+                Some(NodeState::Left { .. } | NodeState::Died { .. }) | None
+            )
+        });
+        if let Some(i) = lost {
+            self.agent_lost = Some((i, why, at));
+        }
+    }
+
     /// charmrun caught signal `sig`.
     pub fn interrupt(&mut self, sig: i32) {
         self.interrupted.get_or_insert(sig);
@@ -475,6 +507,10 @@ impl Verdict {
                     },
                 );
             }
+        }
+        if let Some((node, why, _)) = &self.agent_lost {
+            let (node, why) = (*node, why.clone());
+            return fail(1, Cause::AgentLost { node, why });
         }
         for i in 0..self.nodes.len() {
             match self.nodes[i] {
@@ -650,6 +686,34 @@ mod tests {
 
     fn label(i: usize) -> String {
         format!("PE {i} on h")
+    }
+
+    #[test]
+    fn a_lost_agent_names_its_first_node_still_in_the_job() {
+        let t0 = Instant::now();
+        let mut v = running(4, t0);
+        // Node 1 left normally before its agent went away; node 3 is still in the job.
+        v.ending(1, 0);
+        v.exited(1, code(0), t0);
+        v.agent_lost(&[1, 3], "its agent on h1 closed its connection".into(), t0);
+        let f = failure(v.decide(t0));
+        assert_eq!(f.code, 1);
+        assert_eq!(
+            f.message(&label),
+            "lost PE 3 on h: its agent on h1 closed its connection; ending the job"
+        );
+    }
+
+    #[test]
+    fn an_agent_whose_nodes_all_left_is_not_lost() {
+        let t0 = Instant::now();
+        let mut v = running(2, t0);
+        for i in 0..2 {
+            v.ending(i, 0);
+            v.exited(i, code(0), t0);
+        }
+        v.agent_lost(&[0, 1], "gone".into(), t0);
+        assert_eq!(v.decide(t0), Decision::Done(0));
     }
 
     #[test]

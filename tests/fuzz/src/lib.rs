@@ -147,6 +147,7 @@ pub fn charmrun_protocol(data: &[u8]) {
     if let Ok(text) = std::str::from_utf8(data) {
         let _ = protocol::secret_from_hex(text);
     }
+    agent_bodies(data);
     // A node not yet trusted is read with a small limit, a trusted one with the full one.
     for limit in [256, protocol::MAX_FRAME] {
         let mut r = data;
@@ -159,8 +160,27 @@ pub fn charmrun_protocol(data: &[u8]) {
             if kind == protocol::Kind::Hello {
                 let _ = Hello::decode(&body);
             }
+            agent_bodies(&body);
         }
     }
+}
+
+/// What charmrun and its agents exchange beyond the nodes' frames (charmrun/src/agent/wire.rs):
+/// an agent's introduction and plan encode back to the same bytes; a relayed frame's envelope
+/// and a lost agent's report decode without panicking.
+fn agent_bodies(data: &[u8]) {
+    use charmrun::agent::wire::{self, AgentHello, Plan};
+    if let Some(h) = AgentHello::decode(data) {
+        assert_eq!(h.encode(), data, "AGENT round trip");
+    }
+    if let Some(p) = Plan::decode(data) {
+        assert_eq!(p.encode(), data, "PLAN round trip");
+        for a in &p.agents {
+            let _ = p.of(a.agent);
+        }
+    }
+    let _ = wire::unrelay(data);
+    let _ = wire::unlost(data);
 }
 
 /// The node table (machine/src/node_table.rs) every layer exchanges at start-up:
@@ -371,7 +391,39 @@ pub fn seeds(name: &str) -> Vec<(&'static str, Vec<u8>)> {
             protocol::write_frame(w, protocol::Kind::Barrier, &[]).expect("vec");
             protocol::write_frame(w, protocol::Kind::Ending, &0i32.to_le_bytes()).expect("vec");
             protocol::write_frame(w, protocol::Kind::Abort, b"stopped").expect("vec");
+            let agent = charmrun::agent::wire::AgentHello {
+                secret: [0x5A; SECRET_LEN],
+                agent: 1,
+                pid: 77,
+                host: "node-b".into(),
+            };
+            let node = |n: u32| charmrun::agent::wire::PlanNode {
+                node: n,
+                program: "/bin/pgm".into(),
+                args: vec!["+machine".into(), "tcp".into()],
+                prefix: String::new(),
+            };
+            let plan = charmrun::agent::wire::Plan {
+                cwd: "/tmp".into(),
+                num_nodes: 4,
+                nodes: vec![node(0), node(2)],
+                agents: vec![charmrun::agent::wire::SubAgent {
+                    agent: 2,
+                    parent: 1,
+                    host: "node-c".into(),
+                    shell: "ssh".into(),
+                    nodes: vec![node(3)],
+                }],
+            };
+            protocol::write_frame(w, protocol::Kind::Agent, &agent.encode()).expect("vec");
+            protocol::write_frame(w, protocol::Kind::Plan, &plan.encode()).expect("vec");
+            let relayed = charmrun::agent::wire::relay(2, protocol::Kind::Barrier, &[]);
+            protocol::write_frame(w, protocol::Kind::Relay, &relayed).expect("vec");
+            let lost = charmrun::agent::wire::lost(&[3], "gone");
+            protocol::write_frame(w, protocol::Kind::Lost, &lost).expect("vec");
             vec![
+                ("agent-body", agent.encode()),
+                ("plan-body", plan.encode()),
                 ("hello-body", hello.encode()),
                 ("frames", frames),
                 (
