@@ -107,6 +107,9 @@ pub(crate) fn run(
         if let Err(e) = waited {
             fatal(machine, &e);
         }
+        // Still idle since before the wait: the next idle turn reads the clock and blocks
+        // again at once, rather than spinning (and yielding) a few dozen turns first.
+        idle_turns = 31;
     }
     // The job is over: what still arrives (sent before the exit reached its sender) is not
     // run, as what was still queued was not.
