@@ -271,7 +271,7 @@ impl OwnBell {
 }
 
 /// A port's doorbell as a thread other than the owner's main one sleeps on it: a pointer into
-/// the mapping, valid as long as the [`Segment`] it came from (whoever holds it must stop
+/// the mapping, valid as long as the port mapping it came from (whoever holds it must stop
 /// using it before the interconnect is dropped).
 #[derive(Clone, Copy, Debug)]
 pub struct Doorbell {
@@ -288,7 +288,7 @@ impl Doorbell {
         unsafe { &*(self.base.add(24) as *const AtomicU32) }
     }
 
-    /// Sleep until the doorbell is rung past `seen` (what [`Segment::arm`] returned), or
+    /// Sleep until the doorbell is rung past `seen` (what the port's `arm` returned), or
     /// `timeout`. Returns at once if it already was.
     pub fn wait_past(&self, seen: u32, timeout: Duration) {
         futex_wait(self.word(), seen, timeout);

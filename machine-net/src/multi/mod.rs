@@ -5,8 +5,8 @@
 //! plain boot uses too (see [`converse_machine::Part`]):
 //!
 //! 1. connect to charmrun once; *open* both parts (the SI port, the network listener or
-//!    socket); send one HELLO whose info holds this node's host identity ([`host`]) and both
-//!    parts' info ([`plan`]);
+//!    socket); send one HELLO whose info holds this node's host identity (`host.rs`) and both
+//!    parts' info (`plan.rs`);
 //! 2. from the node table, pick each peer's transport: shared memory when both identities are
 //!    known and equal, else the network. The rule is symmetric, so each pair uses one
 //!    transport for the whole job, and the `Machine` contract (FIFO per pair, exactly once)
@@ -16,8 +16,9 @@
 //!    connection. The composite alone runs the job's barrier and tells charmrun its exit; the
 //!    parts are driven ([`Part::barrier_mode`], [`Part::leave`]).
 //!
-//! An idle node blocks once for both ([`relay`]). `+set stats=true` prints, per node at exit,
-//! the messages and bytes sent over each transport.
+//! An idle node blocks once for both (`relay.rs`: a thread asleep on the SI doorbell rings
+//! the network layer's `Wake`). `+set stats=true` prints, per node at exit, the messages and
+//! bytes sent over each transport.
 
 mod host;
 mod machine;
