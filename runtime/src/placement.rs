@@ -91,7 +91,7 @@ fn host_indexes(table: &NodeTable, node: usize, pe: usize) -> (usize, usize) {
         .iter()
         .filter(|n| Some(n.host.as_str()) == host);
     let (pes, nodes) = before.fold((0, 0), |(p, n), info| (p + info.num_pes, n + 1));
-    let rank = pe - table.node(node).map_or(0, |n| n.first_pe);
+    let rank = pe.saturating_sub(table.node(node).map_or(0, |n| n.first_pe));
     (pes + rank, nodes)
 }
 
@@ -102,7 +102,8 @@ pub(crate) fn pe_core(map: &CoreList, table: &NodeTable, node: usize, pe: usize)
 
 /// The core `+commap` gives `node`'s communication thread.
 pub(crate) fn comm_core(map: &CoreList, table: &NodeTable, node: usize) -> usize {
-    map.nth(host_indexes(table, node, 0).1)
+    let first = table.node(node).map_or(0, |n| n.first_pe);
+    map.nth(host_indexes(table, node, first).1)
 }
 
 /// Pin the calling thread to `core`.
