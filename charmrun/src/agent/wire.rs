@@ -173,10 +173,16 @@ impl Plan {
         let me = self.agents.iter().find(|a| a.agent == agent)?;
         let mut below = Vec::new();
         let mut parents = vec![agent];
+        // Each agent is taken once: a plan whose parents form a cycle (it can only come from
+        // a broken or hostile peer) must not make this loop forever.
+        let mut taken = vec![false; self.agents.len()];
         while let Some(p) = parents.pop() {
-            for a in self.agents.iter().filter(|a| a.parent == p) {
-                below.push(a.clone());
-                parents.push(a.agent);
+            for (i, a) in self.agents.iter().enumerate() {
+                if a.parent == p && a.agent != agent && !taken[i] {
+                    taken[i] = true;
+                    below.push(a.clone());
+                    parents.push(a.agent);
+                }
             }
         }
         Some(Plan {
@@ -309,6 +315,11 @@ mod tests {
         assert_eq!(two.agents.len(), 1);
         assert_eq!(two.agents[0].agent, 3);
         assert_eq!(p.of(9), None);
+        // Parents in a cycle (2 under 3, 3 under 2): each agent is taken once, no endless loop.
+        let mut cyclic = p.clone();
+        cyclic.agents[0].parent = 3;
+        let two = cyclic.of(2).expect("agent 2");
+        assert_eq!(two.agents.len(), 1);
         let mut bad = p;
         bad.nodes[1].node = 8;
         assert_eq!(Plan::decode(&bad.encode()), None);
