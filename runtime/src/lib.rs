@@ -149,7 +149,7 @@ impl RuntimeBuilder {
     ///
     /// # Errors
     /// [`RuntimeError::Args`] for a malformed argument, or for one the builder sets itself
-    /// (`+p`, `+ppn`, `+machine`) or that is not a runtime argument.
+    /// (`+p`, `+ppn`, `+pemap`, `+commap`, `+machine`) or that is not a runtime argument.
     pub fn runtime_args<S: AsRef<str>>(
         mut self,
         args: &[S],
@@ -158,6 +158,8 @@ impl RuntimeBuilder {
         let parsed = parse_args(argv)?;
         let only_settings = parsed.num_pes == 1
             && parsed.pes_per_node == 1
+            && parsed.pemap.is_none()
+            && parsed.commap.is_none()
             && parsed.machine.is_none()
             && !parsed.version
             && parsed.program.len() == 1;

@@ -236,6 +236,8 @@ impl NodeShared {
     /// Queue `msg` for another node and wake the communication thread if it sleeps.
     #[inline]
     pub(crate) fn post(&self, node: usize, msg: Message) {
+        // One uncontended atomic add per message: the only way the sender learns what waits
+        // for this peer (the bound of `peer.max_queued_mib`) without asking the comm thread.
         if let Some(h) = self.held.get(node) {
             h.outbox.fetch_add(msg.wire_len(), Ordering::Relaxed);
         }

@@ -227,7 +227,7 @@ fn serve() -> Result<i32, AgentError> {
     {
         let reader = up.try_clone().map_err(up_err)?;
         let tx = tx.clone();
-        std::thread::spawn(move || up_loop(reader, tx));
+        std::thread::spawn(move || read_loop(reader, tx, Ev::Up, Ev::UpClosed));
     }
     let mut agent = Agent {
         up,
@@ -575,7 +575,9 @@ impl Agent {
         let _ = stream.set_nodelay(true);
         if let Ok(reader) = stream.try_clone() {
             let tx = self.tx.clone();
-            std::thread::spawn(move || node_loop(s, reader, tx));
+            std::thread::spawn(move || {
+                read_loop(reader, tx, move |k, b| Ev::Frame(s, k, b), Ev::Closed(s))
+            });
         } else {
             // Without a reader its barriers would never be seen: end it, as charmrun would.
             if let Some(pid) = self.pids[s] {
@@ -643,7 +645,14 @@ impl Agent {
         }
         if let Ok(reader) = stream.try_clone() {
             let tx = self.tx.clone();
-            std::thread::spawn(move || child_loop(c, reader, tx));
+            std::thread::spawn(move || {
+                read_loop(
+                    reader,
+                    tx,
+                    move |k, b| Ev::ChildFrame(c, k, b),
+                    Ev::ChildClosed(c),
+                )
+            });
         }
         self.children[c].conn = Some(stream);
         self.child_heard[c] = Some((Instant::now(), Vec::new()));
@@ -720,48 +729,23 @@ fn kill_group(pid: u32) {
     let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
 }
 
-fn up_loop(mut r: TcpStream, tx: Sender<Ev>) {
+/// Read frames from one connection (charmrun above, a child agent, a node) until it closes,
+/// handing each to the agent's loop as `frame` makes it, then `closed`.
+fn read_loop(
+    mut r: TcpStream,
+    tx: Sender<Ev>,
+    frame: impl Fn(protocol::Kind, Vec<u8>) -> Ev,
+    closed: Ev,
+) {
     loop {
         match protocol::read_frame(&mut r) {
             Ok((k, body)) => {
-                if tx.send(Ev::Up(k, body)).is_err() {
+                if tx.send(frame(k, body)).is_err() {
                     return;
                 }
             }
             Err(_) => {
-                let _ = tx.send(Ev::UpClosed);
-                return;
-            }
-        }
-    }
-}
-
-fn child_loop(c: usize, mut r: TcpStream, tx: Sender<Ev>) {
-    loop {
-        match protocol::read_frame(&mut r) {
-            Ok((k, body)) => {
-                if tx.send(Ev::ChildFrame(c, k, body)).is_err() {
-                    return;
-                }
-            }
-            Err(_) => {
-                let _ = tx.send(Ev::ChildClosed(c));
-                return;
-            }
-        }
-    }
-}
-
-fn node_loop(slot: usize, mut r: TcpStream, tx: Sender<Ev>) {
-    loop {
-        match protocol::read_frame(&mut r) {
-            Ok((k, body)) => {
-                if tx.send(Ev::Frame(slot, k, body)).is_err() {
-                    return;
-                }
-            }
-            Err(_) => {
-                let _ = tx.send(Ev::Closed(slot));
+                let _ = tx.send(closed);
                 return;
             }
         }
