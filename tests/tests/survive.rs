@@ -30,11 +30,10 @@ fn assert_survived(o: &Outcome, survivors: usize, dead_node: usize, cause: &str)
         1,
         "PE 0's verdict: {o:?}"
     );
-    let told = format!("died: ");
     let lines: Vec<&str> = o
         .stdout
         .lines()
-        .filter(|l| l.starts_with("survive: PE") && l.contains(&told))
+        .filter(|l| l.starts_with("survive: PE") && l.contains("died: "))
         .collect();
     assert_eq!(lines.len(), survivors, "every survivor told once: {o:?}");
     assert!(
