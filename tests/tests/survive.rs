@@ -124,3 +124,29 @@ mod tcp {
     use super::*;
     survive_suite!("tcp",);
 }
+
+mod udp {
+    use super::*;
+    survive_suite!("udp",);
+
+    /// No hang timeout at charmrun: the layer itself finds the stopped peer silent (data is
+    /// outstanding toward it), reports it, and tells charmrun, which ends it.
+    #[test]
+    fn a_peer_the_layer_finds_silent_is_reported() {
+        let o = charmrun(1).run(
+            PROGRAM,
+            4,
+            &[
+                "survive",
+                "1",
+                "stop",
+                "+set",
+                "faults=report",
+                "+set",
+                "udp.dead_after_s=2",
+            ],
+            LIMIT,
+        );
+        assert_survived(&o, 3, 1, "udp.dead_after_s");
+    }
+}

@@ -341,7 +341,7 @@ impl Verdict {
             return;
         }
         if let Some(s) = self.suspected.get_mut(i) {
-            s.get_or_insert_with(|| (format!("node {by} lost it: {why}"), at));
+            s.get_or_insert_with(|| (format!("is lost to node {by}: {why}"), at));
         }
     }
 
@@ -861,7 +861,7 @@ mod tests {
         assert_eq!(v.decide(t0 + 2 * SUSPECT_GRACE), Decision::Continue);
         let r = v.take_reports();
         assert_eq!(r.len(), 1);
-        assert!(r[0].1.contains("node 0 lost it"), "{r:?}");
+        assert!(r[0].1.contains("is lost to node 0"), "{r:?}");
         assert!(v.is_gone(1));
         // Without report mode a suspicion is nothing.
         let mut w = running(3, t0);

@@ -97,8 +97,10 @@ struct Peer {
     heard: Instant,
     /// When a delayed acknowledgement is due.
     ack_due: Option<Instant>,
-    /// It said goodbye.
+    /// It said goodbye, or is out of the job (see `dead`).
     gone: bool,
+    /// Out of the job (report mode, [`Endpoint::forget`]): what it still sends is dropped.
+    dead: bool,
     /// It is on the list of peers to look at after this batch.
     dirty: bool,
 }
@@ -159,6 +161,7 @@ impl Endpoint {
                 heard: now,
                 ack_due: None,
                 gone: false,
+                dead: false,
                 dirty: false,
             })
             .collect();
@@ -320,7 +323,7 @@ impl Endpoint {
         deliver: &mut dyn FnMut(Message),
     ) -> usize {
         let p = usize::from(h.src);
-        if from != self.peers[p].from {
+        if from != self.peers[p].from || self.peers[p].dead {
             self.stats.foreign += 1;
             return 0;
         }
@@ -356,6 +359,26 @@ impl Endpoint {
         }
         self.mark(p);
         delivered
+    }
+
+    /// Report mode: peer `p` is out of the job. What is queued for it or unacknowledged by it
+    /// is dropped, a message part-way reassembled from it is released, its timers stop, and
+    /// whatever it still sends (a stopped process that wakes, a partitioned host) is dropped
+    /// like a stranger's datagram.
+    pub fn forget(&mut self, p: usize) {
+        let Some(peer) = self.peers.get_mut(p) else {
+            return;
+        };
+        peer.gone = true;
+        peer.dead = true;
+        peer.ack_due = None;
+        if let Some(tx) = peer.tx.as_mut() {
+            tx.clear();
+        }
+        peer.rx = RecvWindow::new(self.cfg.window);
+        if self.filling == Some(p) {
+            self.filling = None;
+        }
     }
 
     /// Where the next datagrams are likely to belong: the missing fragments of the peer that
@@ -805,18 +828,55 @@ mod tests {
         assert!((2..=20).contains(&retx), "{retx} retransmissions");
     }
 
-    #[test]
-    fn an_idle_endpoint_runs_no_timer() {
+    /// Two endpoints with default settings, their addresses, the time, and a wire.
+    fn two_nodes() -> ([SocketAddr; 2], Instant, [Endpoint; 2], Wire) {
         let a = addrs();
         let t = Instant::now();
-        let mut eps = [
+        let eps = [
             Endpoint::new(0, &a, TAG, Config::default(), 1 << 20, t),
             Endpoint::new(1, &a, TAG, Config::default(), 1 << 20, t),
         ];
-        let mut w = Wire {
+        let w = Wire {
             out: Vec::new(),
             max: 1400,
         };
+        (a, t, eps, w)
+    }
+
+    #[test]
+    fn a_forgotten_peer_is_released_and_its_datagrams_dropped() {
+        let (a, t, mut eps, mut w) = two_nodes();
+        // Node 0 has a message outstanding toward 1, and 1 one part-way toward 0.
+        eps[0].send(1, numbered(1, 10), t, &mut w).expect("send");
+        w.out.clear();
+        eps[1]
+            .send(0, numbered(2, 40_000), t, &mut w)
+            .expect("send");
+        let (_, first) = w.out.remove(0);
+        eps[0].receive(&first, a[1], t, &mut |_| panic!("not whole yet"));
+        assert!(eps[0].held(1) > 0 && eps[0].in_transfer());
+        eps[0].forget(1);
+        assert_eq!(eps[0].held(1), 0, "nothing held for the dead");
+        assert!(!eps[0].in_transfer(), "its reassembly is released");
+        assert!(eps[0].settled());
+        // Whatever it still sends is dropped, and no timer runs for it.
+        let foreign = eps[0].stats.foreign;
+        for (_, d) in w.out.drain(..) {
+            eps[0].receive(&d, a[1], t, &mut |_| panic!("delivered from the dead"));
+        }
+        assert!(eps[0].stats.foreign > foreign);
+        assert!(eps[0]
+            .on_timers(t + Duration::from_secs(3600), &mut w)
+            .is_ok());
+        assert!(matches!(
+            eps[0].send(1, numbered(3, 10), t, &mut w),
+            Err(Failure::Dead { node: 1, .. })
+        ));
+    }
+
+    #[test]
+    fn an_idle_endpoint_runs_no_timer() {
+        let (a, t, mut eps, mut w) = two_nodes();
         eps[0].send(1, numbered(1, 10), t, &mut w).expect("send");
         let (to, d) = w.out.remove(0);
         assert_eq!(to, a[1]);

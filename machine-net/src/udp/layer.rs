@@ -15,7 +15,7 @@ use super::socket::{Arrived, Socket, RECV_BATCH};
 use super::wire;
 use crate::mesh;
 use crate::wake::WakeFd;
-use charmrun::client::{Control, LaunchEnv};
+use charmrun::client::{Control, DeadPeers, LaunchEnv};
 use converse_machine::{
     BootConfig, Layer, Machine, MachineError, Message, NodeTable, Part, SettingSpec, Wake,
 };
@@ -99,6 +99,10 @@ pub struct UdpMachine {
     ctl: Arc<Control>,
     /// Polled with the socket when idle: other threads ring it to end `wait`.
     wake: WakeFd,
+    /// Peers out of the job, in report mode (see [`UdpMachine::report_deaths`]).
+    dead: DeadPeers,
+    /// In the exit barrier or after.
+    leaving: bool,
 }
 
 // By hand: the fields are the layer's working state (sockets, queues, buffers); the node
@@ -120,10 +124,15 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
     let env = LaunchEnv::for_boot(cfg)?;
     let conf = Config::from_settings(&cfg.settings)?;
     let mut ctl = Control::connect(&env)?;
+    let report = cfg.settings.reports_deaths()?;
     let open = UdpOpen::open(conf, &env, &ctl)?;
     let table = ctl.join(&env, open.info())?;
     mesh::check_pes(&table, cfg.pes_per_node)?;
-    Ok(vec![Box::new(open.connect(&env, table, Arc::new(ctl))?)])
+    let mut m = open.connect(&env, table, Arc::new(ctl))?;
+    if report {
+        m.report_deaths()?;
+    }
+    Ok(vec![Box::new(m)])
 }
 
 /// A UDP node between the two phases of its boot (see [`converse_machine::Part`]): its
@@ -237,11 +246,60 @@ impl UdpOpen {
             empty_polls: 0,
             ctl,
             wake,
+            dead: DeadPeers::default(),
+            leaving: false,
         })
     }
 }
 
 impl UdpMachine {
+    /// Report mode (`faults=report`): a peer's death is reported to the runtime, once, as
+    /// [`MachineError::PeerDead`], rather than ending the job; charmrun is asked to tell
+    /// every node of every death, and told of those this node finds (a peer silent for
+    /// `udp.dead_after_s` with data outstanding).
+    ///
+    /// # Errors
+    /// [`MachineError::Io`] when charmrun cannot be told.
+    pub fn report_deaths(&mut self) -> Result<(), MachineError> {
+        self.dead = DeadPeers::new(true, self.table.num_nodes());
+        self.ctl.set_death_waker(self.wake.waker());
+        self.ctl.report_deaths()
+    }
+
+    /// Report mode: `node` is out of the job. Drop what waits for it and what it was
+    /// sending, stop its timers, and say so (the error is the report).
+    fn bury(&mut self, node: usize, reason: String) -> MachineError {
+        self.ep.forget(node);
+        MachineError::peer_dead(&self.table, node, reason)
+    }
+
+    /// A failure of the protocol as the caller sees it: in report mode a peer's death (its
+    /// farewell mid-job, or its silence) is its report, and charmrun is told; every other
+    /// failure stays what it is.
+    fn judge(&mut self, f: Failure) -> MachineError {
+        let (node, reason) = match f {
+            Failure::Dead { node, reason } if self.dead.reporting() => (node, reason),
+            Failure::Silent {
+                node,
+                secs,
+                unacked,
+            } if self.dead.reporting() => (
+                node,
+                format!(
+                    "it sent nothing for {secs:.1} s with {unacked} packet(s) unacknowledged \
+                     (udp.dead_after_s)"
+                ),
+            ),
+            f => return self.failure(f),
+        };
+        // In the exit barrier, peers released first say goodbye as they leave: that is no
+        // death to tell charmrun of.
+        if !self.leaving {
+            self.dead.found(&self.ctl, node, &reason);
+        }
+        self.bury(node, reason)
+    }
+
     fn failure(&self, f: Failure) -> MachineError {
         match f {
             Failure::Dead { node, reason } => MachineError::peer_dead(&self.table, node, reason),
@@ -385,9 +443,16 @@ impl Machine for UdpMachine {
                 nodes: self.table.num_nodes(),
             });
         }
+        if self.dead.is_dead(node) {
+            return Err(MachineError::peer_dead(
+                &self.table,
+                node,
+                "it is out of the job",
+            ));
+        }
         // The clock stamps the packets for RTT samples and the retransmission timer.
         let r = self.ep.send(node, msg, Instant::now(), &mut self.sock);
-        r.map_err(|f| self.failure(f))
+        r.map_err(|f| self.judge(f))
     }
 
     fn queued(&self, node: usize) -> usize {
@@ -399,7 +464,10 @@ impl Machine for UdpMachine {
     }
 
     fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
-        self.progress(deliver).map_err(|f| self.failure(f))
+        if let Some((node, why)) = self.dead.from_launcher(&self.ctl) {
+            return Err(self.bury(node, why));
+        }
+        self.progress(deliver).map_err(|f| self.judge(f))
     }
 
     fn waker(&self) -> Option<Arc<dyn Wake>> {
@@ -421,9 +489,17 @@ impl Machine for UdpMachine {
         // Keep the protocol moving while others catch up: our retransmissions and our
         // acknowledgements may be what a peer needs to reach the barrier.
         self.barrier_mode(true);
+        self.leaving = true;
         let ctl = Arc::clone(&self.ctl);
         let r = ctl.barrier_while(|| {
-            self.progress(deliver).map_err(|f| self.failure(f))?;
+            match self.advance(deliver) {
+                // Report mode: a death while leaving changes nothing; charmrun counts the
+                // dead as arrived.
+                Err(MachineError::PeerDead { .. }) if self.dead.reporting() => {}
+                r => {
+                    r?;
+                }
+            }
             self.pause(NAP)
         });
         self.barrier_mode(false);

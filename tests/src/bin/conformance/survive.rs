@@ -6,7 +6,8 @@
 //! timeout or the layer's dead-peer detection), `wait` (the test kills it from outside; it
 //! prints its pid). Every surviving PE prints `survive: PE p told node n died: why` from its
 //! failure callback. PE 0 then checks that a send to the victim is refused, that a barrier
-//! fails, and that 10 further rounds are answered by exactly every survivor, and prints
+//! fails, that 10 further rounds are answered by exactly every survivor and that every survivor
+//! was told (each says so to PE 0), and prints
 //! `conformance survive: ok ...`, and the job exits 0.
 
 use converse::{HandlerId, Pe};
@@ -28,6 +29,8 @@ struct Zero {
     /// Rounds completed with every survivor answering since the death was reported.
     good_after: u32,
     told: bool,
+    /// Other PEs that said their failure callback ran.
+    told_by: usize,
     done: bool,
 }
 
@@ -52,6 +55,10 @@ pub(crate) fn survive(pe: &mut Pe, victim: usize, how: String) {
         }
         pe.send(0, pong, msg.payload());
     });
+    let told = {
+        let state = state.clone();
+        pe.register("told", move |_, _| state.borrow_mut().told_by += 1)
+    };
     {
         let state = state.clone();
         pe.on_node_failure(move |pe, f| {
@@ -63,6 +70,10 @@ pub(crate) fn survive(pe: &mut Pe, victim: usize, how: String) {
             );
             if pe.my_pe() == 0 {
                 state.borrow_mut().told = true;
+            } else {
+                // PE 0 ends the job only once every survivor was told: a death a layer finds
+                // reaches the others through charmrun, later.
+                pe.send(0, told, &[]);
             }
         });
     }
@@ -79,7 +90,8 @@ pub(crate) fn survive(pe: &mut Pe, victim: usize, how: String) {
         if s.told && s.answers == s.expected {
             s.good_after += 1;
         }
-        if s.good_after >= ROUNDS_AFTER {
+        let others = (1..pe.num_pes()).filter(|&p| pe.is_alive(p)).count();
+        if s.good_after >= ROUNDS_AFTER && s.told_by >= others {
             s.done = true;
             let refused = pe.try_send(victim, ping, &[0; 4]).is_err();
             let alive = (0..pe.num_pes()).filter(|&p| pe.is_alive(p)).count();
