@@ -502,6 +502,62 @@ impl DeadPeers {
         None
     }
 
+    /// Report mode for a layer of `nodes` nodes: ask charmrun to report deaths, and ring
+    /// `waker` (the one that ends the layer's wait) when it does.
+    ///
+    /// # Errors
+    /// [`MachineError::Io`] when charmrun cannot be told.
+    pub fn start(
+        ctl: &Control,
+        nodes: usize,
+        waker: Arc<dyn Wake>,
+    ) -> Result<DeadPeers, MachineError> {
+        ctl.set_death_waker(waker);
+        ctl.report_deaths()?;
+        Ok(DeadPeers::new(true, nodes))
+    }
+
+    /// A send to `node` is refused once it is out of the job (report mode).
+    ///
+    /// # Errors
+    /// [`MachineError::PeerDead`] for a node out of the job.
+    #[inline]
+    pub fn check(&self, table: &NodeTable, node: usize) -> Result<(), MachineError> {
+        if self.is_dead(node) {
+            return Err(MachineError::peer_dead(table, node, "it is out of the job"));
+        }
+        Ok(())
+    }
+
+    /// Report mode: whether the layer's error `e` is a peer's death to report. If so, the
+    /// death is recorded, charmrun is told (unless the node is `leaving`: in the exit barrier
+    /// peers released first close as they leave, which is no death), and the node returned
+    /// for the layer to release ([`converse_machine::Part::forget`]); the error itself is the
+    /// report to the runtime.
+    pub fn judge(&mut self, ctl: &Control, leaving: bool, e: &MachineError) -> Option<usize> {
+        match e {
+            MachineError::PeerDead { node, reason, .. } if self.report => {
+                if !leaving {
+                    self.found(ctl, *node, reason);
+                }
+                Some(*node)
+            }
+            _ => None,
+        }
+    }
+
+    /// One step of a layer's exit barrier: in report mode a death then changes nothing
+    /// (charmrun counts the dead as arrived); other errors stay errors.
+    ///
+    /// # Errors
+    /// `r`'s, but a peer's death in report mode.
+    pub fn in_barrier(&self, r: Result<usize, MachineError>) -> Result<(), MachineError> {
+        match r {
+            Err(MachineError::PeerDead { .. }) if self.report => Ok(()),
+            r => r.map(|_| ()),
+        }
+    }
+
     /// The layer found `node` dead itself (`why`): record it and tell charmrun, which ends
     /// that node and tells the others. Whether it was news (a death is reported once).
     pub fn found(&mut self, ctl: &Control, node: usize, why: &str) -> bool {

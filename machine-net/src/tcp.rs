@@ -197,39 +197,19 @@ impl TcpMachine {
     /// # Errors
     /// [`MachineError::Io`] when charmrun cannot be told.
     pub fn report_deaths(&mut self) -> Result<(), MachineError> {
-        self.dead = DeadPeers::new(true, self.table.num_nodes());
-        self.ctl.set_death_waker(self.wake.waker());
-        self.ctl.report_deaths()
+        self.dead = DeadPeers::start(&self.ctl, self.table.num_nodes(), self.wake.waker())?;
+        Ok(())
     }
 
-    /// Report mode: `node` is out of the job. Close its connection, drop what waits for it,
-    /// and say so (the error is the report).
-    fn bury(&mut self, node: usize, reason: String) -> MachineError {
-        if let Some(l) = self.links.get_mut(node) {
-            if let Some(c) = l.conn.take() {
-                let _ = self.epoll.delete(c.stream());
-            }
-            *l = Link::default();
-        }
-        self.readers.retain(|&p| p != node);
-        self.backlog.retain(|&p| p != node);
-        self.dead(node, reason)
-    }
-
-    /// Report mode: turn a peer's death found by `r` into its report (and tell charmrun);
-    /// every other error stays what it is.
+    /// Report mode: a peer's death found by `r` is reported (charmrun told, the peer
+    /// released); every other error stays what it is.
     fn judge<T>(&mut self, r: Result<T, MachineError>) -> Result<T, MachineError> {
-        match r {
-            Err(MachineError::PeerDead { node, reason, .. }) if self.dead.reporting() => {
-                // In the exit barrier, peers released first close their connections as they
-                // leave: that is no death to tell charmrun of.
-                if !self.leaving {
-                    self.dead.found(&self.ctl, node, &reason);
-                }
-                Err(self.bury(node, reason))
+        if let Err(e) = &r {
+            if let Some(node) = self.dead.judge(&self.ctl, self.leaving, e) {
+                self.forget(node);
             }
-            other => other,
         }
+        r
     }
 
     /// A nap outside `wait` (barrier, exit): up to 1 ms in `epoll_wait`. A wake it sees is
@@ -446,7 +426,8 @@ impl Machine for TcpMachine {
 
     fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
         if let Some((node, why)) = self.dead.from_launcher(&self.ctl) {
-            return Err(self.bury(node, why));
+            self.forget(node);
+            return Err(self.dead(node, why));
         }
         let r = self.advance_all(deliver);
         self.judge(r)
@@ -490,12 +471,7 @@ impl Machine for TcpMachine {
         ctl.barrier_while(|| {
             let r = self.advance(deliver);
             self.nap();
-            match r {
-                // Report mode: a death while leaving changes nothing; charmrun counts the
-                // dead as arrived.
-                Err(MachineError::PeerDead { .. }) if self.dead.reporting() => Ok(()),
-                r => r.map(|_| ()),
-            }
+            self.dead.in_barrier(r)
         })
     }
 
@@ -513,9 +489,7 @@ impl TcpMachine {
     /// [`Machine::send`] to a node in the table other than this one.
     fn send_to(&mut self, node: usize, msg: Message) -> Result<(), MachineError> {
         if self.links[node].conn.is_none() {
-            if self.dead.is_dead(node) {
-                return Err(self.dead(node, "it is out of the job".into()));
-            }
+            self.dead.check(&self.table, node)?;
             if node > self.me {
                 self.open_pair(node)?;
             } else if !self.links[node].requested {
@@ -572,6 +546,17 @@ impl TcpMachine {
 }
 
 impl Part for TcpMachine {
+    fn forget(&mut self, node: usize) {
+        if let Some(l) = self.links.get_mut(node) {
+            if let Some(c) = l.conn.take() {
+                let _ = self.epoll.delete(c.stream());
+            }
+            *l = Link::default();
+        }
+        self.readers.retain(|&p| p != node);
+        self.backlog.retain(|&p| p != node);
+    }
+
     fn leave(&mut self) -> Result<(), MachineError> {
         // Frames still queued go out if the peers take them soon; the job is over, so not
         // forever.

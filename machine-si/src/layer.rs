@@ -28,7 +28,7 @@
 use crate::interconnect::Si;
 use crate::pull::PullError;
 use crate::wake::SiWaker;
-use charmrun::client::{Control, LaunchEnv};
+use charmrun::client::{Control, DeadPeers, LaunchEnv};
 use converse_machine::{
     BootConfig, Layer, Machine, MachineError, Message, NodeTable, Part, SettingSpec, Wake, HEADROOM,
 };
@@ -169,6 +169,10 @@ pub struct SiMachine {
     spares: Vec<Vec<u8>>,
     /// Ends `wait` from other threads: a flag its sleep checks and our own doorbell.
     waker: Arc<SiWaker>,
+    /// Peers out of the job, in report mode (see [`SiMachine::report_deaths`]).
+    dead: DeadPeers,
+    /// In the exit barrier or after.
+    leaving: bool,
 }
 
 // By hand: the fields are the layer's working state (sockets, queues, buffers); the node
@@ -238,7 +242,12 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
             others.join(", ")
         )));
     }
-    Ok(vec![Box::new(open.connect(table, Arc::new(ctl))?)])
+    let report = cfg.settings.reports_deaths()?;
+    let mut m = open.connect(table, Arc::new(ctl))?;
+    if report {
+        m.report_deaths()?;
+    }
+    Ok(vec![Box::new(m)])
 }
 
 /// An SI node between the two phases of its boot (see [`converse_machine::Part`]): its port
@@ -383,6 +392,8 @@ impl SiOpen {
             incoming: (0..n).map(|_| None).collect(),
             spares: Vec::with_capacity(SPARES),
             waker: Arc::new(SiWaker::new(bell)),
+            dead: DeadPeers::default(),
+            leaving: false,
         })
     }
 }
@@ -410,6 +421,45 @@ fn parse_header(h: &[u8]) -> (u64, u32, u32) {
 }
 
 impl SiMachine {
+    /// Report mode (`faults=report`): a peer's death is reported to the runtime, once, as
+    /// [`MachineError::PeerDead`], rather than ending the job; charmrun is asked to tell
+    /// every node of every death (it sees its processes end), and told of those this node
+    /// finds (a peer gone while we copy what it lent).
+    ///
+    /// # Errors
+    /// [`MachineError::Io`] when charmrun cannot be told.
+    pub fn report_deaths(&mut self) -> Result<(), MachineError> {
+        self.dead = DeadPeers::start(&self.ctl, self.table.num_nodes(), self.waker.clone())?;
+        Ok(())
+    }
+
+    /// Report mode: a peer's death found by `r` is reported (charmrun told, the peer
+    /// released); every other error stays what it is.
+    fn judge<T>(&mut self, r: Result<T, MachineError>) -> Result<T, MachineError> {
+        if let Err(e) = &r {
+            if let Some(node) = self.dead.judge(&self.ctl, self.leaving, e) {
+                self.forget(node);
+            }
+        }
+        r
+    }
+
+    /// [`Machine::advance`], with a peer's death an error like any other.
+    fn advance_all(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
+        let mut n = 0;
+        if !self.backlog.is_empty() {
+            self.flush_backlog();
+        }
+        if !self.lending.is_empty() {
+            self.help_receivers();
+            self.reclaim();
+        }
+        for i in 0..self.senders.len() {
+            n += self.receive_from(self.senders[i], deliver, BUDGET)?;
+        }
+        Ok(n)
+    }
+
     /// Check a header read from `s`'s ring: the kind its record's length implies, the sender
     /// it came through. Its size.
     fn check_header(&self, s: usize, h: &[u8], kind: Kind) -> Result<u64, MachineError> {
@@ -759,6 +809,7 @@ impl Machine for SiMachine {
                 nodes: self.table.num_nodes(),
             });
         };
+        self.dead.check(&self.table, node)?;
         let mut o = Outgoing {
             lend: msg.wire_len() >= lend_from,
             msg,
@@ -792,18 +843,12 @@ impl Machine for SiMachine {
     }
 
     fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
-        let mut n = 0;
-        if !self.backlog.is_empty() {
-            self.flush_backlog();
+        if let Some((node, why)) = self.dead.from_launcher(&self.ctl) {
+            self.forget(node);
+            return Err(MachineError::peer_dead(&self.table, node, why));
         }
-        if !self.lending.is_empty() {
-            self.help_receivers();
-            self.reclaim();
-        }
-        for i in 0..self.senders.len() {
-            n += self.receive_from(self.senders[i], deliver, BUDGET)?;
-        }
-        Ok(n)
+        let r = self.advance_all(deliver);
+        self.judge(r)
     }
 
     fn waker(&self) -> Option<Arc<dyn Wake>> {
@@ -831,10 +876,11 @@ impl Machine for SiMachine {
         // Keep the interconnect moving while others catch up: frames still queued here may be
         // what a peer needs to reach the barrier (its exit, say).
         let ctl = Arc::clone(&self.ctl);
+        self.leaving = true;
         ctl.barrier_while(|| {
             let r = self.advance(deliver);
             self.si.wait(Duration::from_millis(1));
-            r.map(|_| ())
+            self.dead.in_barrier(r)
         })
     }
 
@@ -849,6 +895,26 @@ impl Machine for SiMachine {
 }
 
 impl Part for SiMachine {
+    fn forget(&mut self, node: usize) {
+        if node >= self.out.len() {
+            return;
+        }
+        self.out[node].clear();
+        self.backlog.retain(|&p| p != node);
+        self.lending.retain(|&p| p != node);
+        // A peer charmrun calls dead may not have ended yet and may still be copying out of
+        // a buffer we lent it: as in `drop`, those buffers are leaked, not freed (at most
+        // what the runtime lets us hold for one peer, once per death).
+        for m in self.lent[node].drain(..) {
+            std::mem::forget(m);
+        }
+        self.held[node] = 0;
+        // What it wrote and we have not read, and a message part-way in, are dropped: it is
+        // no longer read from.
+        self.incoming[node] = None;
+        self.senders.retain(|&p| p != node);
+    }
+
     fn leave(&mut self) -> Result<(), MachineError> {
         // What is still queued goes out, and what we lent gets pulled, if the peers take it
         // soon (they drain their ports in their own exit); a peer that has left takes nothing.

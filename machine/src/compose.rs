@@ -24,6 +24,15 @@ pub trait Part: Machine {
         let _ = on;
     }
 
+    /// Report mode (see the contract's "Report mode"): `node` is out of the job, as the
+    /// composite decided (charmrun reported it, or a part found it dead). Release what is held
+    /// for it (queued output, a message part-way in, its connection or window) and drop what it
+    /// still sends; the composite sends it nothing more. A part that holds nothing per peer
+    /// need not override it.
+    fn forget(&mut self, node: usize) {
+        let _ = node;
+    }
+
     /// Everything [`exit`](Machine::exit) does but telling the launcher: flush what is
     /// queued for peers (for a bounded time), release the interconnect. Called once, after
     /// the composite's barrier; no other method is called after it.

@@ -262,6 +262,33 @@ fn a_process_dying_on_either_host_ends_the_job_naming_it_and_leaves_no_shared_me
 }
 
 #[test]
+fn in_report_mode_a_death_on_either_transport_is_survived_and_leaves_no_shared_memory() {
+    let Some(hosts) = Hosts::new("v") else { return };
+    // PE 1 is PE 0's same-host peer (shared memory), PE 3 is on the other host (network).
+    for (layer, victim) in [
+        ("si+tcp", "1"),
+        ("si+tcp", "3"),
+        ("si+udp", "1"),
+        ("si+udp", "3"),
+    ] {
+        let o = job_with(
+            &hosts,
+            TWO_BY_TWO,
+            4,
+            &["survive", victim, "kill", "+set", "faults=report"],
+            layer,
+            &[],
+        );
+        assert_eq!(o.code, Some(0), "{layer} victim {victim}: {o}");
+        assert_eq!(o.lines_with("conformance survive: ok"), 1, "{o}");
+        let told = format!("told node {victim} died: ");
+        assert_eq!(o.lines_with(&told), 3, "every survivor told once: {o}");
+        assert!(o.stderr.contains("the job goes on without it"), "{o}");
+        assert_eq!(shm_files(&o), Vec::<String>::new(), "{o}");
+    }
+}
+
+#[test]
 fn charmrun_without_machine_runs_si_tcp_and_says_so() {
     let Some(hosts) = Hosts::new("r") else { return };
     let shell = hosts.shell();

@@ -150,3 +150,13 @@ mod udp {
         assert_survived(&o, 3, 1, "udp.dead_after_s");
     }
 }
+
+mod si {
+    use super::*;
+    survive_suite!("si",);
+}
+
+mod si_tcp {
+    use super::*;
+    survive_suite!("si+tcp",);
+}

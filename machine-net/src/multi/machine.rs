@@ -3,7 +3,7 @@
 
 use super::plan::{self, Route};
 use super::relay::Relay;
-use charmrun::client::Control;
+use charmrun::client::{Control, DeadPeers};
 use converse_machine::{Machine, MachineError, Message, NodeTable, Part, Wake};
 use converse_si::layer::SiMachine;
 use std::sync::Arc;
@@ -53,6 +53,11 @@ pub struct MultiMachine<N: Part> {
     stats: bool,
     relay: Option<Relay>,
     ctl: Arc<Control>,
+    /// Peers out of the job, in report mode: decided here for both parts (see
+    /// [`MultiMachine::report_deaths`]).
+    dead: DeadPeers,
+    /// In the exit barrier or after.
+    leaving: bool,
 }
 
 // By hand: the parts' working state has no useful text form.
@@ -106,7 +111,47 @@ impl<N: Part> MultiMachine<N> {
             stats,
             relay,
             ctl,
+            dead: DeadPeers::default(),
+            leaving: false,
         })
+    }
+
+    /// Report mode (`faults=report`): a peer's death, whichever part finds it or charmrun
+    /// reports, is reported to the runtime once, as [`MachineError::PeerDead`], and the part
+    /// that reaches the peer forgets it ([`Part::forget`]); charmrun is asked to tell every
+    /// node of every death, and told of those a part finds.
+    ///
+    /// # Errors
+    /// [`MachineError::Io`] when charmrun cannot be told.
+    pub fn report_deaths(&mut self) -> Result<(), MachineError> {
+        // The wait `wait` blocks in: a part's (both, when both have peers, end through it).
+        let Some(waker) = self.waker() else {
+            return Err(MachineError::Boot(
+                "report mode needs a layer whose wait can be ended".into(),
+            ));
+        };
+        self.dead = DeadPeers::start(&self.ctl, self.table.num_nodes(), waker)?;
+        Ok(())
+    }
+
+    /// Report mode: the part that reaches `node` forgets it.
+    fn forget(&mut self, node: usize) {
+        match self.route.get(node) {
+            Some(Route::Shm) => self.si.forget(node),
+            Some(Route::Net) => self.net.forget(node),
+            _ => {}
+        }
+    }
+
+    /// Report mode: a peer's death a part found in `r` is reported (charmrun told, the
+    /// peer released); every other error stays what it is.
+    fn judge<T>(&mut self, r: Result<T, MachineError>) -> Result<T, MachineError> {
+        if let Err(e) = &r {
+            if let Some(node) = self.dead.judge(&self.ctl, self.leaving, e) {
+                self.forget(node);
+            }
+        }
+        r
     }
 
     fn invalid(&self, node: usize) -> MachineError {
@@ -174,7 +219,8 @@ impl<N: Part> Machine for MultiMachine<N> {
     #[inline]
     fn send(&mut self, node: usize, msg: Message) -> Result<(), MachineError> {
         let bytes = msg.wire_len() as u64;
-        match self.route.get(node) {
+        self.dead.check(&self.table, node)?;
+        let r = match self.route.get(node) {
             Some(Route::Shm) => {
                 self.sent[0].messages += 1;
                 self.sent[0].bytes += bytes;
@@ -186,7 +232,12 @@ impl<N: Part> Machine for MultiMachine<N> {
                 self.net.send(node, msg)
             }
             _ => Err(self.invalid(node)),
+        };
+        // Off report mode, and on success, one untaken branch.
+        if r.is_err() {
+            return self.judge(r);
         }
+        r
     }
 
     #[inline]
@@ -213,7 +264,12 @@ impl<N: Part> Machine for MultiMachine<N> {
     }
 
     fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
-        self.advance_both(deliver)
+        if let Some((node, why)) = self.dead.from_launcher(&self.ctl) {
+            self.forget(node);
+            return Err(MachineError::peer_dead(&self.table, node, why));
+        }
+        let r = self.advance_both(deliver);
+        self.judge(r)
     }
 
     fn wait(&mut self, timeout: Duration) -> Result<(), MachineError> {
@@ -262,8 +318,10 @@ impl<N: Part> Machine for MultiMachine<N> {
         self.si.barrier_mode(true);
         self.net.barrier_mode(true);
         let ctl = Arc::clone(&self.ctl);
+        self.leaving = true;
         let r = ctl.barrier_while(|| {
-            self.advance_both(deliver)?;
+            let r = self.advance(deliver);
+            self.dead.in_barrier(r)?;
             self.wait(NAP)
         });
         self.si.barrier_mode(false);

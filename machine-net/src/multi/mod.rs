@@ -147,6 +147,7 @@ pub fn boot<O: NetOpen>(
 ) -> Result<Vec<Box<dyn Machine>>, MachineError> {
     let env = LaunchEnv::for_boot(cfg)?;
     let stats: bool = cfg.settings.get_or("stats", false)?;
+    let report = cfg.settings.reports_deaths()?;
     let mut ctl = Control::connect(&env)?;
     let shm = SiOpen::open(cfg, &env)?;
     let net = O::open(cfg, &env, &ctl)?;
@@ -168,7 +169,10 @@ pub fn boot<O: NetOpen>(
     // Every node connects its SI part, which meets all of them in one barrier.
     let si = shm.connect(shm_table, Arc::clone(&ctl))?;
     let net = net.connect(&env, net_table, Arc::clone(&ctl))?;
-    let m = MultiMachine::new(name, O::NAME, table, route, si, net, stats, ctl)?;
+    let mut m = MultiMachine::new(name, O::NAME, table, route, si, net, stats, ctl)?;
+    if report {
+        m.report_deaths()?;
+    }
     Ok(vec![Box::new(m)])
 }
 

@@ -261,43 +261,33 @@ impl UdpMachine {
     /// # Errors
     /// [`MachineError::Io`] when charmrun cannot be told.
     pub fn report_deaths(&mut self) -> Result<(), MachineError> {
-        self.dead = DeadPeers::new(true, self.table.num_nodes());
-        self.ctl.set_death_waker(self.wake.waker());
-        self.ctl.report_deaths()
-    }
-
-    /// Report mode: `node` is out of the job. Drop what waits for it and what it was
-    /// sending, stop its timers, and say so (the error is the report).
-    fn bury(&mut self, node: usize, reason: String) -> MachineError {
-        self.ep.forget(node);
-        MachineError::peer_dead(&self.table, node, reason)
+        self.dead = DeadPeers::start(&self.ctl, self.table.num_nodes(), self.wake.waker())?;
+        Ok(())
     }
 
     /// A failure of the protocol as the caller sees it: in report mode a peer's death (its
-    /// farewell mid-job, or its silence) is its report, and charmrun is told; every other
-    /// failure stays what it is.
+    /// farewell mid-job, or its silence with data outstanding) is its report, charmrun is
+    /// told and the peer forgotten; every other failure stays what it is.
     fn judge(&mut self, f: Failure) -> MachineError {
-        let (node, reason) = match f {
-            Failure::Dead { node, reason } if self.dead.reporting() => (node, reason),
+        let e = match f {
             Failure::Silent {
                 node,
                 secs,
                 unacked,
-            } if self.dead.reporting() => (
+            } if self.dead.reporting() => MachineError::peer_dead(
+                &self.table,
                 node,
                 format!(
                     "it sent nothing for {secs:.1} s with {unacked} packet(s) unacknowledged \
                      (udp.dead_after_s)"
                 ),
             ),
-            f => return self.failure(f),
+            f => self.failure(f),
         };
-        // In the exit barrier, peers released first say goodbye as they leave: that is no
-        // death to tell charmrun of.
-        if !self.leaving {
-            self.dead.found(&self.ctl, node, &reason);
+        if let Some(node) = self.dead.judge(&self.ctl, self.leaving, &e) {
+            self.forget(node);
         }
-        self.bury(node, reason)
+        e
     }
 
     fn failure(&self, f: Failure) -> MachineError {
@@ -443,13 +433,7 @@ impl Machine for UdpMachine {
                 nodes: self.table.num_nodes(),
             });
         }
-        if self.dead.is_dead(node) {
-            return Err(MachineError::peer_dead(
-                &self.table,
-                node,
-                "it is out of the job",
-            ));
-        }
+        self.dead.check(&self.table, node)?;
         // The clock stamps the packets for RTT samples and the retransmission timer.
         let r = self.ep.send(node, msg, Instant::now(), &mut self.sock);
         r.map_err(|f| self.judge(f))
@@ -465,7 +449,8 @@ impl Machine for UdpMachine {
 
     fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
         if let Some((node, why)) = self.dead.from_launcher(&self.ctl) {
-            return Err(self.bury(node, why));
+            self.forget(node);
+            return Err(MachineError::peer_dead(&self.table, node, why));
         }
         self.progress(deliver).map_err(|f| self.judge(f))
     }
@@ -492,14 +477,8 @@ impl Machine for UdpMachine {
         self.leaving = true;
         let ctl = Arc::clone(&self.ctl);
         let r = ctl.barrier_while(|| {
-            match self.advance(deliver) {
-                // Report mode: a death while leaving changes nothing; charmrun counts the
-                // dead as arrived.
-                Err(MachineError::PeerDead { .. }) if self.dead.reporting() => {}
-                r => {
-                    r?;
-                }
-            }
+            let r = self.advance(deliver);
+            self.dead.in_barrier(r)?;
             self.pause(NAP)
         });
         self.barrier_mode(false);
@@ -517,6 +496,10 @@ impl Machine for UdpMachine {
 }
 
 impl Part for UdpMachine {
+    fn forget(&mut self, node: usize) {
+        self.ep.forget(node);
+    }
+
     fn barrier_mode(&mut self, on: bool) {
         // Acknowledge at once: a peer's last sends are then settled without waiting for
         // the delayed acknowledgement.
