@@ -109,6 +109,19 @@ impl Pe {
     fn forward_down_nodes(&mut self, msg: Message, keep: bool) -> Option<Message> {
         let (nodes, k) = (self.table.num_nodes(), self.tun.branching);
         let root_node = self.table.node_of(msg.arg0() as usize);
+        if self.fail.any {
+            // As `forward_around_dead`, over the tree of nodes: a dead child node's children
+            // are served by this node instead.
+            let mut todo: Vec<usize> = tree_children(root_node, self.my_node, nodes, k).collect();
+            while let Some(c) = todo.pop() {
+                if self.fail.is_dead(c) {
+                    todo.extend(tree_children(root_node, c, nodes, k));
+                } else {
+                    self.route_node(c, msg.clone());
+                }
+            }
+            return keep.then_some(msg);
+        }
         let mut children = tree_children(root_node, self.my_node, nodes, k).peekable();
         while let Some(child) = children.next() {
             if children.peek().is_none() && !keep {

@@ -7,7 +7,9 @@
 //! prints its pid). Every surviving PE prints `survive: PE p told node n died: why` from its
 //! failure callback. PE 0 then checks that a send to the victim is refused, that a barrier
 //! fails, that 10 further rounds are answered by exactly every survivor and that every survivor
-//! was told (each says so to PE 0), and prints
+//! was told (each says so to PE 0), that a broadcast to every PE and one to every node reach
+//! every survivor (with `+set tree.branching=2` the dead node has children in both trees),
+//! and prints
 //! `conformance survive: ok ...`, and the job exits 0.
 
 use converse::{HandlerId, Pe};
@@ -31,6 +33,11 @@ struct Zero {
     told: bool,
     /// Other PEs that said their failure callback ran.
     told_by: usize,
+    /// The broadcasts after the death went out.
+    broadcast: bool,
+    /// PEs that ran the PE broadcast, nodes that ran the node broadcast.
+    pe_acks: usize,
+    node_acks: usize,
     done: bool,
 }
 
@@ -55,6 +62,21 @@ pub(crate) fn survive(pe: &mut Pe, victim: usize, how: String) {
         }
         pe.send(0, pong, msg.payload());
     });
+    // After the death, a broadcast to every PE and one to every node: each must still reach
+    // every survivor (the trees route around the dead), each says so to PE 0.
+    let acks = {
+        let state = state.clone();
+        pe.register("acked", move |_, msg| {
+            let mut s = state.borrow_mut();
+            if msg.payload().first() == Some(&1) {
+                s.node_acks += 1;
+            } else {
+                s.pe_acks += 1;
+            }
+        })
+    };
+    let to_pes = pe.register("to-pes", move |pe, _| pe.send(0, acks, &[0]));
+    let to_nodes = pe.register("to-nodes", move |pe, _| pe.send(0, acks, &[1]));
     let told = {
         let state = state.clone();
         pe.register("told", move |_, _| state.borrow_mut().told_by += 1)
@@ -91,7 +113,19 @@ pub(crate) fn survive(pe: &mut Pe, victim: usize, how: String) {
             s.good_after += 1;
         }
         let others = (1..pe.num_pes()).filter(|&p| pe.is_alive(p)).count();
-        if s.good_after >= ROUNDS_AFTER && s.told_by >= others {
+        if s.good_after >= ROUNDS_AFTER / 2 && !s.broadcast {
+            s.broadcast = true;
+            pe.broadcast_all(to_pes, &[]);
+            pe.broadcast_node_all(to_nodes, &[]);
+        }
+        let live_nodes = (0..pe.num_nodes())
+            .filter(|&n| !pe.dead_nodes().contains(&n))
+            .count();
+        if s.good_after >= ROUNDS_AFTER
+            && s.told_by >= others
+            && s.pe_acks == others + 1
+            && s.node_acks == live_nodes
+        {
             s.done = true;
             let refused = pe.try_send(victim, ping, &[0; 4]).is_err();
             let alive = (0..pe.num_pes()).filter(|&p| pe.is_alive(p)).count();
