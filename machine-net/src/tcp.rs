@@ -357,11 +357,15 @@ impl TcpMachine {
         let mut n = 0;
         let me = self.me;
         for p in std::mem::take(&mut self.pending) {
-            let links = &self.links;
-            // Only a lower node opens the pair's connection, once; only a higher one asks.
-            let allowed = |peer: usize, kind: Kind| match kind {
-                Kind::Data => peer < me && links[peer].conn.is_none(),
-                Kind::Request => peer > me,
+            let (links, dead) = (&self.links, &self.dead);
+            // Only a lower node opens the pair's connection, once; only a higher one asks; a
+            // node out of the job (report mode) is a stranger, should it still be running.
+            let allowed = |peer: usize, kind: Kind| {
+                !dead.is_dead(peer)
+                    && match kind {
+                        Kind::Data => peer < me && links[peer].conn.is_none(),
+                        Kind::Request => peer > me,
+                    }
             };
             match p.advance(&self.secret, self.table.num_nodes(), allowed) {
                 Intro::Waiting(p) => self.pending.push(p),
