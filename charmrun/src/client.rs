@@ -571,3 +571,52 @@ impl DeadPeers {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use converse_machine::NodeInfo;
+
+    fn table(n: usize) -> NodeTable {
+        let nodes = (0..n)
+            .map(|i| NodeInfo {
+                first_pe: i,
+                num_pes: 1,
+                host: "h".into(),
+                addr: Vec::new(),
+            })
+            .collect();
+        NodeTable::new(nodes).expect("table")
+    }
+
+    #[test]
+    fn off_report_mode_nothing_is_dead_and_deaths_stay_errors() {
+        let d = DeadPeers::default();
+        let t = table(3);
+        assert!(!d.reporting() && !d.is_dead(1) && !d.is_dead(99));
+        assert!(d.check(&t, 1).is_ok());
+        let e = MachineError::peer_dead(&t, 1, "gone");
+        assert!(matches!(
+            d.in_barrier(Err(e)),
+            Err(MachineError::PeerDead { node: 1, .. })
+        ));
+    }
+
+    #[test]
+    fn in_report_mode_a_recorded_death_refuses_sends_and_passes_the_barrier() {
+        let mut d = DeadPeers::new(true, 3);
+        let t = table(3);
+        d.dead[2] = true;
+        assert!(d.is_dead(2) && !d.is_dead(1));
+        assert!(matches!(
+            d.check(&t, 2),
+            Err(MachineError::PeerDead { node: 2, .. })
+        ));
+        assert!(d.check(&t, 1).is_ok());
+        let e = MachineError::peer_dead(&t, 2, "gone");
+        assert!(d.in_barrier(Err(e)).is_ok());
+        let other = MachineError::Boot("x".into());
+        assert!(d.in_barrier(Err(other)).is_err());
+        assert!(d.in_barrier(Ok(3)).is_ok());
+    }
+}
