@@ -16,7 +16,9 @@
 //!
 //! The runtime's own collectives over every PE cannot complete without the dead PEs: a
 //! [`barrier`](Pe::barrier) waiting or started after a death returns `false`, and a reduction
-//! under way never reaches its target (the failure callbacks are the signal). Broadcasts and
+//! under way or started after a death never reaches its target (the failure callbacks are the
+//! signal; its partial state is a few bytes per PE). Reductions that go on over the survivors
+//! are the tree overlay's (`converse-tbon` with failure recovery). Broadcasts and
 //! the exit go around dead nodes (their subtree is served by the forwarder instead), so
 //! [`Pe::exit`] still ends the job over the survivors. Node 0's death, a death before the
 //! start-up check is over, and any other layer error still end the job.
