@@ -20,6 +20,7 @@ pub mod launch;
 pub mod local;
 mod message;
 mod node_table;
+pub mod log;
 mod settings;
 
 pub use compose::Part;
