@@ -18,9 +18,9 @@ mod contract;
 mod error;
 pub mod launch;
 pub mod local;
+pub mod log;
 mod message;
 mod node_table;
-pub mod log;
 mod settings;
 
 pub use compose::Part;

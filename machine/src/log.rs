@@ -228,7 +228,10 @@ mod tests {
     #[test]
     fn unset_is_warn_and_converse_log_wins_over_mrnet() {
         assert_eq!(directives(None, None).unwrap(), "warn");
-        assert_eq!(directives(Some("udp=trace"), Some("5")).unwrap(), "udp=trace");
+        assert_eq!(
+            directives(Some("udp=trace"), Some("5")).unwrap(),
+            "udp=trace"
+        );
         assert_eq!(directives(Some("debug"), None).unwrap(), "debug");
     }
 
