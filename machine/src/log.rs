@@ -42,6 +42,18 @@ pub const ENV_LOG: &str = "CONVERSE_LOG";
 /// MRNet's debug level, an alias for the tree overlay's target.
 pub const ENV_MRNET_DEBUG_LEVEL: &str = "MRNET_DEBUG_LEVEL";
 
+/// The variables a launcher passes on to the processes it starts (a local child inherits
+/// them anyway; a remote shell or an MPI launcher passes only what it is given).
+pub const PASSED_ON: [&str; 2] = [ENV_LOG, ENV_MRNET_DEBUG_LEVEL];
+
+/// The variables of [`PASSED_ON`] set in this process, with their values.
+pub fn passed_on() -> Vec<(String, String)> {
+    PASSED_ON
+        .iter()
+        .filter_map(|k| std::env::var(k).ok().map(|v| ((*k).to_owned(), v)))
+        .collect()
+}
+
 /// The filter when neither variable is set.
 const DEFAULT: &str = "warn";
 

@@ -53,6 +53,9 @@ mod variant;
 
 pub use args::{parse_args, RuntimeArgs, MAX_PES};
 pub use collectives::{Combine, ReduceTarget};
+/// Logs (`CONVERSE_LOG`): the subscriber and who a thread is, for programs and tools that
+/// start jobs themselves.
+pub use converse_machine::log;
 pub use converse_machine::{bytes, LaunchEnv};
 pub use converse_machine::{Message, NodeTable};
 pub use error::RuntimeError;
@@ -327,12 +330,12 @@ impl Runtime {
             settings: self.settings.clone(),
             launch: self.launch.clone(),
         };
-        tracing::debug!(target: "converse", layer = self.layer.name, pes = cfg.num_pes, ppn = cfg.pes_per_node, "booting the layer");
         let mut nodes = (self.layer.boot)(&cfg)?;
         if let [only] = &nodes[..] {
             converse_machine::log::set_process(converse_machine::log::Who::Node(only.my_node()));
         }
-        tracing::debug!(target: "converse", nodes_here = nodes.len(), "layer booted");
+        // After the boot: before it, a launched node knows neither its number nor the job's size.
+        tracing::debug!(target: "converse", layer = self.layer.name, nodes_here = nodes.len(), "layer booted");
         let program: Arc<[String]> = self.args.program.clone().into();
         let job = Job {
             tun: self.tun,

@@ -166,6 +166,7 @@ impl UdpOpen {
         let addr = sock
             .local_addr()
             .map_err(|e| MachineError::io("the UDP socket's address", e))?;
+        tracing::debug!(target: "udp", %addr, rcvbuf, mtu = conf.mtu, "socket open");
         Ok(UdpOpen {
             conf,
             sock,
@@ -243,6 +244,7 @@ impl UdpOpen {
 
 impl UdpMachine {
     fn failure(&self, f: Failure) -> MachineError {
+        tracing::debug!(target: "udp", "the protocol failed: {f}");
         match f {
             Failure::Dead { node, reason } => MachineError::peer_dead(&self.table, node, reason),
             Failure::Silent { node, secs, .. } => MachineError::PeerSilent {
