@@ -4,6 +4,7 @@
 //! SVG backend writes text as `<text>` elements, so no font library is needed to draw.
 
 use anyhow::Context;
+use plotters::coord::combinators::BindKeyPoints;
 use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::prelude::*;
 use std::path::Path;
@@ -98,21 +99,65 @@ fn draw_panel(area: &Area<'_>, p: &Panel) -> anyhow::Result<()> {
         Kind::Bars => {
             let top = pts().map(|(_, y)| y).fold(0.0, f64::max);
             let n = p.series.len().max(1) as f64;
-            lines_or_bars(area, p, 0.0..n, 0.0..(top * 1.1).max(1e-9))
+            // Room above the tallest bar for the legend in a top corner.
+            lines_or_bars(area, p, 0.0..n, 0.0..(top * 1.3).max(1e-9))
         }
         Kind::Lines { log_x, log_y } => {
             let (x, y) = (
                 span(pts().map(|q| q.0), log_x),
                 span(pts().map(|q| q.1), log_y),
             );
+            // plotters' own log ticks leave a range of less than a decade nearly bare (2 to 16
+            // PEs: one tick, at 10) and crowd one of two decades: ours are chosen below.
+            let xs: Vec<f64> = pts().map(|q| q.0).collect();
+            let (kx, ky) = (log_ticks(x.clone(), &xs), log_ticks(y.clone(), &[]));
             match (log_x, log_y) {
-                (true, true) => lines_or_bars(area, p, x.log_scale(), y.log_scale()),
-                (true, false) => lines_or_bars(area, p, x.log_scale(), y),
-                (false, true) => lines_or_bars(area, p, x, y.log_scale()),
+                (true, true) => lines_or_bars(
+                    area,
+                    p,
+                    x.log_scale().with_key_points(kx),
+                    y.log_scale().with_key_points(ky),
+                ),
+                (true, false) => lines_or_bars(area, p, x.log_scale().with_key_points(kx), y),
+                (false, true) => lines_or_bars(area, p, x, y.log_scale().with_key_points(ky)),
                 (false, false) => lines_or_bars(area, p, x, y),
             }
         }
     }
+}
+
+/// The ticks of a log axis over `range`: the data's own values when they are few (message
+/// sizes, PE counts: the values a reader looks up), else 1, 2, 5 times the powers of ten when
+/// the range spans little more than two decades, else the powers of ten alone.
+fn log_ticks(range: std::ops::Range<f64>, data: &[f64]) -> Vec<f64> {
+    let mut mine: Vec<f64> = data
+        .iter()
+        .copied()
+        .filter(|v| v.is_finite() && *v > 0.0)
+        .collect();
+    mine.sort_by(f64::total_cmp);
+    mine.dedup();
+    if (2..=8).contains(&mine.len()) {
+        return mine;
+    }
+    let (lo, hi) = (range.start.max(f64::MIN_POSITIVE), range.end);
+    let steps: &[f64] = if hi / lo <= 300.0 {
+        &[1.0, 2.0, 5.0]
+    } else {
+        &[1.0]
+    };
+    let mut out = Vec::new();
+    let mut decade = 10f64.powf(lo.log10().floor());
+    while decade <= hi {
+        out.extend(
+            steps
+                .iter()
+                .map(|s| s * decade)
+                .filter(|v| (lo..=hi).contains(v)),
+        );
+        decade *= 10.0;
+    }
+    out
 }
 
 /// The range an axis shows: the data's, with a margin; from 0 on a linear axis of positive
@@ -212,13 +257,19 @@ where
     Ok(())
 }
 
-/// A tick label: short, without trailing zeros (1, 64, 4096, 1.5e6).
+/// A tick label: short, without trailing zeros (1, 64, 4096, 1.5e7), whole MiB as such (the
+/// message sizes of the tables).
 fn tick(v: f64) -> String {
     let a = v.abs();
+    const MIB: f64 = 1048576.0;
     if a == 0.0 {
         "0".into()
+    } else if a >= MIB && (a / MIB).fract() == 0.0 {
+        format!("{} MiB", v / MIB)
     } else if !(1e-2..1e6).contains(&a) {
-        format!("{v:.0e}")
+        // Two significant digits: 1.5e7 and 2e7 are different ticks.
+        let s = format!("{v:.1e}");
+        s.replace(".0e", "e")
     } else if a >= 100.0 || (v - v.round()).abs() < 1e-9 {
         format!("{v:.0}")
     } else {
@@ -343,6 +394,22 @@ mod tests {
         assert_eq!(tick(1.5), "1.5");
         assert_eq!(tick(2e7), "2e7");
         assert_eq!(tick(0.0), "0");
+        assert_eq!(tick(1.5e7), "1.5e7");
+        assert_eq!(tick(2.5e7), "2.5e7");
+        assert_eq!(tick(4194304.0), "4 MiB");
+        assert_eq!(tick(0.001), "1e-3");
+    }
+
+    #[test]
+    fn log_ticks_are_the_data_when_few_else_round_numbers_in_range() {
+        assert_eq!(
+            log_ticks(1.3..24.0, &[2.0, 4.0, 8.0, 16.0, 4.0]),
+            [2.0, 4.0, 8.0, 16.0]
+        );
+        assert_eq!(log_ticks(1.3..24.0, &[]), [2.0, 5.0, 10.0, 20.0]);
+        assert_eq!(log_ticks(5.0..5e6, &[]), [10.0, 100.0, 1e3, 1e4, 1e5, 1e6]);
+        // Never empty for a range of positive values that holds a tick.
+        assert!(!log_ticks(0.06..400.0, &[]).is_empty());
     }
 
     #[test]

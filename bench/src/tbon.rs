@@ -397,3 +397,45 @@ pub(crate) fn raw_child(addr: &str) -> anyhow::Result<()> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_figure_has_a_line_per_layer_and_tree_and_one_raw_line_per_panel() {
+        let f = |x: f64| Figures {
+            create_ms: x,
+            round_trip_us: 10.0 * x,
+            waves_per_s: 1000.0 / x,
+        };
+        let rows: Vec<_> = [
+            (8, "flat"),
+            (8, "2-level/4"),
+            (16, "flat"),
+            (16, "2-level/4"),
+        ]
+        .into_iter()
+        .flat_map(|(b, t)| {
+            ["tcp", "si"].map(|l| (l.to_string(), t.to_string(), b, f(b as f64), f(1.0)))
+        })
+        .collect();
+        for p in figure(&rows) {
+            let names: Vec<&str> = p.series.iter().map(|s| s.name.as_str()).collect();
+            assert_eq!(
+                names,
+                [
+                    "tcp flat",
+                    "si flat",
+                    "tcp 2-level/4",
+                    "si 2-level/4",
+                    "raw flat TCP"
+                ],
+                "{}",
+                p.title
+            );
+            // One point per back-end count on every line, the raw one too (once per count).
+            assert!(p.series.iter().all(|s| s.points.len() == 2), "{}", p.title);
+        }
+    }
+}
