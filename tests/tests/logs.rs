@@ -187,3 +187,42 @@ fn a_malformed_filter_is_refused_on_one_line_by_charmrun_and_by_a_program() {
         .env("CONVERSE_LOG", "udp=loud");
     check_refused(&run_bounded(&mut c, limit()), "conformance: error: ");
 }
+
+/// A front-end that makes its own network (charmrun in its process) on `tbon_create`.
+fn network(env: &[(&str, &str)]) -> Outcome {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_tbon_create"));
+    c.args(["teardown", "g:2x2", "1"])
+        .env_remove("CONVERSE_LOG")
+        .env_remove("MRNET_DEBUG_LEVEL")
+        .envs(env.iter().copied());
+    let o = run_bounded(&mut c, limit());
+    assert_eq!(o.code, Some(0), "{o}");
+    assert_eq!(o.lines_with("tbon_create: ok"), 1, "{o}");
+    o
+}
+
+#[test]
+fn the_tree_overlay_logs_from_every_process_and_mrnet_debug_level_is_its_alias() {
+    // g:2x2: the front-end, two internal processes, four back-ends: seven nodes.
+    let o = network(&[("CONVERSE_LOG", "tbon=debug,charmrun=debug")]);
+    let lines = log_lines(&o);
+    for node in 0..7 {
+        let me = format!("node {node} pe {node}");
+        assert!(
+            lines.iter().any(|l| l.target == "tbon" && l.who == me),
+            "no tbon line of {me}\n{o}"
+        );
+    }
+    // The launcher runs inside the front-end's process, on a thread that says so.
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.target == "charmrun" && l.who == "charmrun"),
+        "{o}"
+    );
+    let o = network(&[("MRNET_DEBUG_LEVEL", "3")]);
+    let lines = log_lines(&o);
+    assert!(!lines.is_empty(), "{o}");
+    assert!(lines.iter().all(|l| l.target == "tbon"), "{o}");
+    assert!(network(&[]).stderr.is_empty());
+}
