@@ -9,7 +9,11 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let agent = args.first().map(String::as_str) == Some(charmrun::agent::FLAG);
-    let who = if agent { Who::Agent } else { Who::Charmrun };
+    let who = if agent {
+        Who::Agent(None)
+    } else {
+        Who::Charmrun
+    };
     // A filter that does not parse ends the launch: fewer logs than asked would mislead.
     if let Err(e) = converse_machine::log::init_as(who) {
         eprintln!("charmrun: {e}");

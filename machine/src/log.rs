@@ -21,7 +21,7 @@
 //!
 //! Every line names who wrote it: `[node 2 pe 5]` (a PE's thread), `[node 2 comm]` (a node's
 //! communication thread in SMP mode), `[node 2]` (a layer's thread that no PE owns, or a
-//! process hosting one node before its PEs start), `[charmrun]`, `[charmrun agent]`; a thread
+//! process hosting one node before its PEs start), `[charmrun]`, `[charmrun agent 2]`; a thread
 //! that has not said who it is shows the process's default, else `[pid N]`. The runtime and
 //! the launchers say so through [`set_thread`] and [`set_process`]. A filter that does not
 //! parse is an error ([`LogError`]): the runtime's start-up and charmrun refuse to run with it
@@ -79,8 +79,8 @@ pub enum Who {
     Node(usize),
     /// The launcher.
     Charmrun,
-    /// A launcher's agent on a host.
-    Agent,
+    /// A launcher's agent on a host: its number once it knows it.
+    Agent(Option<u32>),
 }
 
 impl fmt::Display for Who {
@@ -91,7 +91,8 @@ impl fmt::Display for Who {
             Who::Comm { node } => write!(f, "node {node} comm"),
             Who::Node(n) => write!(f, "node {n}"),
             Who::Charmrun => f.write_str("charmrun"),
-            Who::Agent => f.write_str("charmrun agent"),
+            Who::Agent(None) => f.write_str("charmrun agent"),
+            Who::Agent(Some(a)) => write!(f, "charmrun agent {a}"),
         }
     }
 }
@@ -292,5 +293,6 @@ mod tests {
         .unwrap();
         assert_eq!(Who::Node(3).to_string(), "node 3");
         assert_eq!(Who::Charmrun.to_string(), "charmrun");
+        assert_eq!(Who::Agent(Some(2)).to_string(), "charmrun agent 2");
     }
 }

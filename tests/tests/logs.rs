@@ -139,7 +139,7 @@ fn unset_or_at_its_default_nothing_is_printed_beyond_the_programs_output() {
 }
 
 #[test]
-fn charmrun_passes_the_filter_on_through_a_remote_shell() {
+fn charmrun_passes_the_filter_on_through_a_remote_shell_and_its_agents() {
     let dir = std::env::temp_dir().join(format!("converse-logs-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("scratch dir");
     // A "remote shell" that runs the command here without the variable: the nodes see it only
@@ -152,14 +152,25 @@ fn charmrun_passes_the_filter_on_through_a_remote_shell() {
     let nodelist = dir.join("nodelist");
     std::fs::write(&nodelist, "localhost\n").expect("write nodelist");
     let (shell, nodelist) = (shell.display().to_string(), nodelist.display().to_string());
-    let l = launcher("tcp", &["++nodelist", &nodelist, "++remote-shell", &shell]);
-    let o = hello(&l, 2, Some("converse=debug"));
-    let _ = std::fs::remove_dir_all(&dir);
-    let who = whos(&log_lines(&o));
-    for pe in 0..2 {
-        let me = format!("node {pe} pe {pe}");
-        assert!(who.contains(me.as_str()), "no line of {me}: {who:?}\n{o}");
+    // Nodes started by the remote shell, and by an agent the remote shell started.
+    for agents in [false, true] {
+        let mut opts = vec!["++nodelist", &nodelist, "++remote-shell", &shell];
+        if agents {
+            opts.push("++agents");
+        }
+        let o = hello(
+            &launcher("tcp", &opts),
+            2,
+            Some("converse=debug,charmrun=debug"),
+        );
+        let who = whos(&log_lines(&o));
+        for pe in 0..2 {
+            let me = format!("node {pe} pe {pe}");
+            assert!(who.contains(me.as_str()), "no line of {me}: {who:?}\n{o}");
+        }
+        assert_eq!(who.contains("charmrun agent 0"), agents, "{who:?}\n{o}");
     }
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// A malformed filter: one line naming the variable, a non-zero exit, and no output of the

@@ -164,6 +164,7 @@ fn serve() -> Result<i32, AgentError> {
     let secret = protocol::secret_from_hex(&secret_hex)
         .ok_or_else(|| AgentError::Env(format!("{} is malformed", client::ENV_SECRET)))?;
     let agent = agent_index()?;
+    converse_machine::log::set_process(converse_machine::log::Who::Agent(Some(agent)));
     tracing::debug!(target: "charmrun", agent, charmrun = %addr, "agent connecting to charmrun");
     let up_err = |source| AgentError::Charmrun {
         addr: addr.clone(),
