@@ -237,3 +237,47 @@ fn the_tree_overlay_logs_from_every_process_and_mrnet_debug_level_is_its_alias()
     assert!(lines.iter().all(|l| l.target == "tbon"), "{o}");
     assert!(network(&[]).stderr.is_empty());
 }
+
+#[test]
+fn open_mpi_is_told_to_pass_the_filter_on_with_x() {
+    let dir = std::env::temp_dir().join(format!("converse-logs-mpi-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("scratch dir");
+    // A launcher that says it is Open MPI's and only records how it was called.
+    let args = dir.join("args");
+    let fake = dir.join("mpiexec");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'mpiexec (Open MPI) 4.1.4'; exit 0; fi\necho \"$*\" >> '{}'\n",
+            args.display()
+        ),
+    )
+    .expect("write script");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let fake = fake.display().to_string();
+    // The job handed to the launcher (the MPI layer), and agents started through it (tcp).
+    for layer in [&[][..], &["+machine", "tcp"][..]] {
+        let mut c = Command::new(converse_tests::charmrun_path(PROGRAM));
+        c.args([
+            "++mpiexec",
+            "++remote-shell",
+            &fake,
+            "+p2",
+            PROGRAM,
+            "hello",
+        ])
+        .args(layer)
+        .env("CONVERSE_LOG", "warn");
+        let o = run_bounded(&mut c, limit());
+        assert!(!o.timed_out, "{o}");
+    }
+    let calls = std::fs::read_to_string(&args).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
+    let calls: Vec<&str> = calls.lines().collect();
+    assert_eq!(calls.len(), 2, "{calls:?}");
+    assert!(
+        calls.iter().all(|c| c.contains("-x CONVERSE_LOG ")),
+        "{calls:?}"
+    );
+}
