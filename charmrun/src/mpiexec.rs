@@ -25,7 +25,8 @@ const TERM_GRACE: Duration = Duration::from_secs(2);
 const TICK: Duration = Duration::from_millis(20);
 
 /// The command for `opts`: `++remote-shell` (split into words as a shell does, e.g.
-/// `"mpirun --oversubscribe"`) or `mpiexec`, then `-n N`, the program and its arguments.
+/// `"mpirun --oversubscribe"`) or `mpiexec`, then `-n N`, the program and its arguments; Open
+/// MPI's launcher also gets `-x NAME` for each log variable set here (`CONVERSE_LOG`).
 ///
 /// ```
 /// let o = match charmrun::opts::parse(&["++mpiexec".into(), "+p3".into(), "pgm".into()]) {
