@@ -3,9 +3,11 @@
 //!
 //! ```text
 //! bench pingpong [--layer local] [--sizes 8,64,...] [--iters N] [--csv FILE] [--mpi-too]
-//!     [+set K=V ...]
+//!     [--plot FILE.svg] [+set K=V ...]
 //!     (--layer mpi needs `--features mpi` and starts its jobs with mpirun)
-//! bench rate [--messages N] [--csv FILE]
+//! bench rate [--messages N] [--csv FILE] [--plot FILE.svg]
+//! bench startup [--pes 2,4,...] [--layer tcp] [--charmrun-args "..."] [--plot FILE.svg]
+//! bench tbon [--backends 8,16,...] [--layers tcp,si] [--runs R] [--csv FILE] [--plot FILE.svg]
 //! bench smp [--layers tcp,udp,si] [--iters N] [--messages N] [--ks 1,2]
 //! bench idle [--layer si] [--secs S] [--ppn K]
 //! bench multi [--sizes 8,65536,1048576] [--iters N] [--messages N] [--runs R]   (root)
@@ -17,6 +19,7 @@ mod direct;
 mod idle;
 mod multi;
 mod pingpong;
+mod plot;
 mod rate;
 mod raw;
 #[cfg(feature = "mpi")]
@@ -66,6 +69,9 @@ enum Cmd {
         /// `--features mpi`).
         #[arg(long)]
         mpi_too: bool,
+        /// Draw the table as an SVG figure here.
+        #[arg(long)]
+        plot: Option<PathBuf>,
     },
     /// CPU used by each node of a 2-node job that has nothing to do (should be about 0%).
     Idle {
@@ -99,6 +105,9 @@ enum Cmd {
         /// FILE ++remote-shell CMD": the job through one agent per host).
         #[arg(long, default_value = "")]
         charmrun_args: String,
+        /// Draw the table as an SVG figure here.
+        #[arg(long)]
+        plot: Option<PathBuf>,
     },
     /// A PE of the trivial job `bench startup` times.
     #[command(hide = true)]
@@ -189,6 +198,9 @@ enum Cmd {
         /// Write the figures as CSV here too.
         #[arg(long)]
         csv: Option<PathBuf>,
+        /// Draw the table as an SVG figure here.
+        #[arg(long)]
+        plot: Option<PathBuf>,
     },
     /// Process topologies: broadcast, reduce and gather per topology class next to the
     /// runtime's own collectives on the same PEs, and the distributed mutex's lock rate.
@@ -286,6 +298,9 @@ enum Cmd {
         /// Write the figures as CSV here too.
         #[arg(long)]
         csv: Option<PathBuf>,
+        /// Draw the table as an SVG figure here.
+        #[arg(long)]
+        plot: Option<PathBuf>,
     },
 }
 
@@ -322,6 +337,7 @@ fn main() -> ExitCode {
             rounds,
             waves,
             csv,
+            plot,
         } => tbon::run(&tbon::Params {
             backends: &backends,
             layers: &layers,
@@ -329,6 +345,7 @@ fn main() -> ExitCode {
             rounds: rounds.max(10),
             waves: waves.max(1),
             csv: csv.as_deref(),
+            plot: plot.as_deref(),
         }),
         Cmd::Topo {
             layer,
@@ -373,6 +390,7 @@ fn main() -> ExitCode {
             iters,
             csv,
             mpi_too,
+            plot,
         } => pingpong::run(
             &layer,
             &sizes,
@@ -380,6 +398,7 @@ fn main() -> ExitCode {
             csv.as_deref(),
             &settings,
             mpi_too,
+            plot.as_deref(),
         ),
         #[cfg(feature = "mpi")]
         Cmd::RawMpi(j) => raw_mpi::rank_main(&j.sizes, j.iters, &j.csv),
@@ -389,7 +408,11 @@ fn main() -> ExitCode {
             messages,
             runs,
         } => multi::run(&sizes, iters.max(1), messages.max(1), runs.max(1)),
-        Cmd::Rate { messages, csv } => rate::run(messages.max(1), csv.as_deref()),
+        Cmd::Rate {
+            messages,
+            csv,
+            plot,
+        } => rate::run(messages.max(1), csv.as_deref(), plot.as_deref()),
         Cmd::Smp {
             layers,
             iters,
@@ -415,7 +438,8 @@ fn main() -> ExitCode {
             pes,
             layer,
             charmrun_args,
-        } => startup::run(&pes, &layer, &charmrun_args),
+            plot,
+        } => startup::run(&pes, &layer, &charmrun_args, plot.as_deref()),
         Cmd::Idle { layer, secs, ppn } => idle::run(&layer, secs.max(1.0), ppn.max(1)),
         Cmd::PeWait { secs, out } => converse::Runtime::from_args(argv)
             .map_err(anyhow::Error::from)

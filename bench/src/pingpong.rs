@@ -6,6 +6,7 @@
 //! starts `charmrun +p2 bench pe-pingpong ...`, whose PE 0 writes its figures as CSV for this
 //! process to print next to the baseline.
 
+use crate::plot;
 use crate::raw;
 use crate::report::{self, histogram, Row};
 use anyhow::Context;
@@ -44,6 +45,7 @@ pub(crate) fn run(
     csv: Option<&Path>,
     settings: &converse_machine::Settings,
     mpi_too: bool,
+    plot: Option<&Path>,
 ) -> anyhow::Result<()> {
     let w = warmup(iters);
     let set: Vec<String> = settings
@@ -120,16 +122,59 @@ pub(crate) fn run(
         report::print_series(series);
     }
     println!("(one-way = round trip / 2; {iters} timed round trips per size after {w} warm-up)");
+    let all: Vec<&Row> = rows
+        .iter()
+        .chain(&direct)
+        .chain(raw_rows.iter())
+        .chain(more.iter().flat_map(|(_, s)| s))
+        .collect();
     if let Some(path) = csv {
-        let all: Vec<&Row> = rows
-            .iter()
-            .chain(&direct)
-            .chain(raw_rows.iter())
-            .chain(more.iter().flat_map(|(_, s)| s))
-            .collect();
         report::write_csv(path, &all)?;
     }
+    if let Some(path) = plot {
+        let title = format!("ping-pong on {layer}: the runtime, the layer alone, raw baselines");
+        plot::write_svg(path, &title, &figure(layer, &all))?;
+    }
     Ok(())
+}
+
+/// The table as two panels, one line per path (the runtime on the layer, the layer alone, each
+/// raw baseline): one-way p50 latency and bandwidth against message size, both on log axes.
+fn figure(layer: &str, rows: &[&Row]) -> [plot::Panel; 2] {
+    let name = |r: &Row| {
+        if r.what == layer {
+            format!("runtime on {layer}")
+        } else {
+            r.what.clone()
+        }
+    };
+    let series = |y: &dyn Fn(&Row) -> f64| {
+        plot::series_by_name(rows.iter().map(|r| (name(r), r.size as f64, y(r))))
+    };
+    [
+        plot::Panel {
+            title: "one-way latency (p50)".into(),
+            x_label: "message size (bytes)".into(),
+            y_label: "microseconds".into(),
+            kind: plot::Kind::Lines {
+                log_x: true,
+                log_y: true,
+            },
+            series: series(&|r| r.p50_ns as f64 / 1e3),
+            legend: plotters::prelude::SeriesLabelPosition::LowerRight,
+        },
+        plot::Panel {
+            title: "bandwidth".into(),
+            x_label: "message size (bytes)".into(),
+            y_label: "MB/s".into(),
+            kind: plot::Kind::Lines {
+                log_x: true,
+                log_y: true,
+            },
+            series: series(&|r| r.mb_per_s()),
+            legend: plotters::prelude::SeriesLabelPosition::UpperLeft,
+        },
+    ]
 }
 
 /// The command that starts a 2-node job of this program on `layer`: `mpirun -n 2` for MPI,

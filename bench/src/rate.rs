@@ -46,7 +46,7 @@ fn baseline(n: u64) -> f64 {
     t.elapsed().as_secs_f64()
 }
 
-pub(crate) fn run(n: u64, csv: Option<&Path>) -> anyhow::Result<()> {
+pub(crate) fn run(n: u64, csv: Option<&Path>, plot: Option<&Path>) -> anyhow::Result<()> {
     let base = baseline(n);
     let timings = Mutex::new((0.0f64, 0.0f64));
     let rt = Runtime::from_args(["bench", "+p1", "+quiet"])?;
@@ -102,6 +102,24 @@ pub(crate) fn run(n: u64, csv: Option<&Path>) -> anyhow::Result<()> {
     println!("(send to self + dispatch on one PE, {n} messages of 8 bytes each)");
     if let Some(p) = csv {
         report::write_csv(p, &rows.iter().collect::<Vec<_>>())?;
+    }
+    if let Some(p) = plot {
+        let series = rows
+            .iter()
+            .map(|r| crate::plot::Series {
+                name: r.what.clone(),
+                points: vec![(0.0, 1e9 / r.mean_ns.max(1e-9))],
+            })
+            .collect();
+        let panel = crate::plot::Panel {
+            title: format!("send to self + dispatch, {n} messages of 8 B"),
+            x_label: String::new(),
+            y_label: "messages/s".into(),
+            kind: crate::plot::Kind::Bars,
+            series,
+            legend: plotters::prelude::SeriesLabelPosition::UpperRight,
+        };
+        crate::plot::write_svg(p, "message rate on one PE", &[panel])?;
     }
     Ok(())
 }

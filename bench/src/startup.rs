@@ -6,13 +6,19 @@
 use anyhow::Context;
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
 /// Runs per point; the median is reported.
 const RUNS: usize = 5;
 
-pub(crate) fn run(pes: &[usize], layer: &str, charmrun_args: &str) -> anyhow::Result<()> {
+pub(crate) fn run(
+    pes: &[usize],
+    layer: &str,
+    charmrun_args: &str,
+    plot: Option<&Path>,
+) -> anyhow::Result<()> {
     let me = std::env::current_exe().context("finding the bench executable")?;
     let charmrun = crate::pingpong::charmrun_beside(&me)?;
     // Split at white space: paths with spaces need a wrapper script.
@@ -24,6 +30,7 @@ pub(crate) fn run(pes: &[usize], layer: &str, charmrun_args: &str) -> anyhow::Re
         "{:>5} | {:>12} | {:>14} | {:>6}",
         "PEs", "job ms", "fork+conn ms", "ratio"
     );
+    let mut points = Vec::new();
     for &p in pes {
         let job = median(RUNS, || {
             let t = Instant::now();
@@ -49,10 +56,32 @@ pub(crate) fn run(pes: &[usize], layer: &str, charmrun_args: &str) -> anyhow::Re
             "{p:>5} | {job:>12.1} | {floor:>14.1} | {:>6.2}",
             job / floor
         );
+        points.push((p, job, floor));
     }
     println!(
         "(median of {RUNS} runs each; job = charmrun +pN of a program whose PE 0 exits at once)"
     );
+    if let Some(path) = plot {
+        let series = |name: &str, y: fn(&(usize, f64, f64)) -> f64| crate::plot::Series {
+            name: name.into(),
+            points: points.iter().map(|q| (q.0 as f64, y(q))).collect(),
+        };
+        let panel = crate::plot::Panel {
+            title: format!("a trivial job on {layer}, median of {RUNS}"),
+            x_label: "PEs".into(),
+            y_label: "wall time (ms)".into(),
+            kind: crate::plot::Kind::Lines {
+                log_x: true,
+                log_y: false,
+            },
+            series: vec![
+                series(&format!("charmrun job ({layer})"), |q| q.1),
+                series("fork/exec + connect back", |q| q.2),
+            ],
+            legend: plotters::prelude::SeriesLabelPosition::UpperLeft,
+        };
+        crate::plot::write_svg(path, "start-up time against PEs", &[panel])?;
+    }
     Ok(())
 }
 

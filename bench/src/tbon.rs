@@ -105,6 +105,7 @@ pub(crate) struct Params<'a> {
     pub rounds: usize,
     pub waves: usize,
     pub csv: Option<&'a Path>,
+    pub plot: Option<&'a Path>,
 }
 
 pub(crate) fn run(p: &Params<'_>) -> anyhow::Result<()> {
@@ -177,7 +178,50 @@ pub(crate) fn run(p: &Params<'_>) -> anyhow::Result<()> {
             )?;
         }
     }
+    if let Some(path) = p.plot {
+        crate::plot::write_svg(
+            path,
+            "tree overlay (MRNet micro-benchmarks) against back-ends",
+            &figure(&rows),
+        )?;
+    }
     Ok(())
+}
+
+/// The table as three panels against back-ends, one line per (layer, tree) and one for the
+/// raw flat baseline: instantiation, round trip, reduction throughput.
+fn figure(rows: &[(String, String, usize, Figures, Figures)]) -> [crate::plot::Panel; 3] {
+    let panel = |title: &str, unit: &str, y: fn(&Figures) -> f64| {
+        let mut raw: Vec<(f64, f64)> = Vec::new();
+        let mut points = Vec::new();
+        for (l, t, b, o, r) in rows {
+            points.push((format!("{l} {t}"), *b as f64, y(o)));
+            if !raw.iter().any(|q| q.0 == *b as f64) {
+                raw.push((*b as f64, y(r)));
+            }
+        }
+        let mut series = crate::plot::series_by_name(points);
+        series.push(crate::plot::Series {
+            name: "raw flat TCP".into(),
+            points: raw,
+        });
+        crate::plot::Panel {
+            title: title.into(),
+            x_label: "back-ends".into(),
+            y_label: unit.into(),
+            kind: crate::plot::Kind::Lines {
+                log_x: true,
+                log_y: true,
+            },
+            series,
+            legend: plotters::prelude::SeriesLabelPosition::UpperLeft,
+        }
+    };
+    [
+        panel("instantiation", "ms", |f| f.create_ms),
+        panel("broadcast + sum round trip", "us", |f| f.round_trip_us),
+        panel("reduction throughput", "waves/s", |f| f.waves_per_s),
+    ]
 }
 
 /// One run on the overlay: make the network, time round trips and waves, tear it down.
@@ -350,6 +394,48 @@ pub(crate) fn raw_child(addr: &str) -> anyhow::Result<()> {
                 w.flush()?;
             }
             _ => return Ok(()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_figure_has_a_line_per_layer_and_tree_and_one_raw_line_per_panel() {
+        let f = |x: f64| Figures {
+            create_ms: x,
+            round_trip_us: 10.0 * x,
+            waves_per_s: 1000.0 / x,
+        };
+        let rows: Vec<_> = [
+            (8, "flat"),
+            (8, "2-level/4"),
+            (16, "flat"),
+            (16, "2-level/4"),
+        ]
+        .into_iter()
+        .flat_map(|(b, t)| {
+            ["tcp", "si"].map(|l| (l.to_string(), t.to_string(), b, f(b as f64), f(1.0)))
+        })
+        .collect();
+        for p in figure(&rows) {
+            let names: Vec<&str> = p.series.iter().map(|s| s.name.as_str()).collect();
+            assert_eq!(
+                names,
+                [
+                    "tcp flat",
+                    "si flat",
+                    "tcp 2-level/4",
+                    "si 2-level/4",
+                    "raw flat TCP"
+                ],
+                "{}",
+                p.title
+            );
+            // One point per back-end count on every line, the raw one too (once per count).
+            assert!(p.series.iter().all(|s| s.points.len() == 2), "{}", p.title);
         }
     }
 }

@@ -91,6 +91,12 @@ impl Control {
     /// # Errors
     /// [`MachineError::Boot`] when charmrun cannot be reached.
     pub fn connect(env: &LaunchEnv) -> Result<Control, MachineError> {
+        if !env.embedded {
+            // A process that is one node: its threads' lines name it (the launcher's own
+            // process, hosting an embedded node, is charmrun's too).
+            converse_machine::log::set_process(converse_machine::log::Who::Node(env.node));
+        }
+        tracing::debug!(target: "charmrun", charmrun = %env.charmrun, "connecting to charmrun");
         let boot = |what: &str, e: std::io::Error| {
             MachineError::Boot(format!("{what} charmrun at {}: {e}", env.charmrun))
         };
@@ -154,6 +160,7 @@ impl Control {
             info,
         };
         self.send(Kind::Hello, &hello.encode())?;
+        tracing::debug!(target: "charmrun", info_bytes = hello.info.len(), "sent HELLO; waiting for the node table");
         let Some(mut reader) = self.reader.take() else {
             return Err(MachineError::Boot("joined twice".into()));
         };
@@ -184,6 +191,7 @@ impl Control {
                 env.num_nodes
             )));
         }
+        tracing::debug!(target: "charmrun", nodes = table.num_nodes(), "node table received");
         let released = self.released.clone();
         let leaving = self.leaving.clone();
         let deaths = self.deaths.clone();
@@ -217,6 +225,7 @@ impl Control {
     /// [`MachineError::Io`] when the request cannot be sent.
     pub fn barrier_begin(&self) -> Result<u64, MachineError> {
         let ticket = self.released.ticket();
+        tracing::debug!(target: "charmrun", ticket, "entering charmrun's barrier");
         self.send(Kind::Barrier, &[])?;
         Ok(ticket)
     }
@@ -367,7 +376,10 @@ fn watchdog(
 ) {
     loop {
         match protocol::read_frame(&mut reader) {
-            Ok((Kind::Release, _)) => released.raise(),
+            Ok((Kind::Release, _)) => {
+                tracing::debug!(target: "charmrun", "charmrun released the barrier");
+                released.raise()
+            }
             Ok((Kind::Dead, body)) => {
                 if let Some((node, why)) = protocol::parse_node_why(&body) {
                     deaths.push(node, why);
@@ -383,6 +395,7 @@ fn watchdog(
                 return;
             }
             Ok((Kind::Die, _)) | Err(_) => {
+                tracing::debug!(target: "charmrun", "charmrun said DIE or went away: ending this process");
                 // The job is over (charmrun said so, or charmrun is gone): leave now, from
                 // whatever state the rest of the process is in. `_exit` runs no exit-time
                 // handlers, which could wait for locks other threads hold. The layer's files

@@ -2,12 +2,24 @@
 
 use charmrun::launch::Spread;
 use charmrun::opts::{self, Parsed};
+use converse_machine::log::Who;
 use std::os::unix::fs::PermissionsExt;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some(charmrun::agent::FLAG) {
+    let agent = args.first().map(String::as_str) == Some(charmrun::agent::FLAG);
+    let who = if agent {
+        Who::Agent(None)
+    } else {
+        Who::Charmrun
+    };
+    // A filter that does not parse ends the launch: fewer logs than asked would mislead.
+    if let Err(e) = converse_machine::log::init_as(who) {
+        eprintln!("charmrun: {e}");
+        return ExitCode::from(2);
+    }
+    if agent {
         return ExitCode::from(charmrun::agent::run().clamp(0, 255) as u8);
     }
     let o = match opts::parse(&args) {

@@ -25,7 +25,8 @@ const TERM_GRACE: Duration = Duration::from_secs(2);
 const TICK: Duration = Duration::from_millis(20);
 
 /// The command for `opts`: `++remote-shell` (split into words as a shell does, e.g.
-/// `"mpirun --oversubscribe"`) or `mpiexec`, then `-n N`, the program and its arguments.
+/// `"mpirun --oversubscribe"`) or `mpiexec`, then `-n N`, the program and its arguments; Open
+/// MPI's launcher also gets `-x NAME` for each log variable set here (`CONVERSE_LOG`).
 ///
 /// ```
 /// let o = match charmrun::opts::parse(&["++mpiexec".into(), "+p3".into(), "pgm".into()]) {
@@ -59,7 +60,16 @@ pub fn command(opts: &Opts) -> Result<Command, UsageError> {
         .split_first()
         .ok_or_else(|| UsageError::BadShell(launcher.into()))?;
     let mut c = Command::new(name);
-    c.args(rest)
+    c.args(rest);
+    // Open MPI passes only the variables it is told to to other hosts; asked only when there
+    // is something to pass (asking runs the launcher once more).
+    let log_vars: Vec<&str> = set_log_vars().collect();
+    if !log_vars.is_empty() && is_open_mpi(name) {
+        for v in log_vars {
+            c.args(["-x", v]);
+        }
+    }
+    c
         // One rank per node process; each runs `+ppn` PEs (passed on by `node_args`).
         .args(["-n", &(opts.pes / opts.ppn).to_string()])
         .arg(&opts.program)
@@ -96,12 +106,22 @@ pub fn agent_words(opts: &Opts, tasks: usize) -> Result<Vec<String>, UsageError>
             crate::client::ENV_CHARMRUN,
             crate::client::ENV_JOB,
             crate::client::ENV_SECRET,
-        ] {
+        ]
+        .into_iter()
+        .chain(set_log_vars())
+        {
             words.extend(["-x".to_string(), v.to_string()]);
         }
     }
     words.extend(["-n".to_string(), tasks.to_string()]);
     Ok(words)
+}
+
+/// The log variables set in charmrun's environment, which the ranks must see too.
+fn set_log_vars() -> impl Iterator<Item = &'static str> {
+    converse_machine::log::PASSED_ON
+        .into_iter()
+        .filter(|v| std::env::var_os(v).is_some())
 }
 
 /// Whether `program` is Open MPI's launcher (it says so in its `--version`).

@@ -192,6 +192,7 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
     match check_start(&universe, provided, cfg) {
         Ok(table) => {
             let me = universe.world().rank() as usize;
+            tracing::debug!(target: "mpi", rank = me, nodes = table.num_nodes(), ?provided, "MPI initialized");
             // SAFETY: reading MPI's predefined handles once MPI is initialized.
             let (comm, byte) = unsafe { (ffi::RSMPI_COMM_WORLD, ffi::RSMPI_UINT8_T) };
             let n = table.num_nodes();

@@ -132,6 +132,7 @@ impl TcpOpen {
         let addr = listener
             .local_addr()
             .map_err(|e| MachineError::io("node listener address", e))?;
+        tracing::debug!(target: "tcp", %addr, "listening for peers");
         Ok(TcpOpen { listener, addr })
     }
 
@@ -240,6 +241,7 @@ impl TcpMachine {
         self.epoll
             .add(&s, EpollEvent::new(EpollFlags::EPOLLIN, peer as u64))
             .map_err(epoll_err)?;
+        tracing::debug!(target: "tcp", peer, waiting = self.links[peer].waiting.len(), "connection to peer open");
         self.links[peer].conn = Some(Conn::new(s));
         self.readers.push(peer);
         while let Some(m) = self.links[peer].waiting.pop_front() {
@@ -383,7 +385,9 @@ impl TcpMachine {
                     }
                 }
                 // Dropping the stream closes it, which also takes it out of the epoll set.
-                Intro::Stranger => {}
+                Intro::Stranger => {
+                    tracing::debug!(target: "tcp", "closed a connection that is not from the job");
+                }
             }
         }
         Ok(n)
@@ -551,6 +555,7 @@ impl TcpMachine {
 
 impl Part for TcpMachine {
     fn forget(&mut self, node: usize) {
+        tracing::debug!(target: "tcp", peer = node, "peer out of the job");
         if let Some(l) = self.links.get_mut(node) {
             if let Some(c) = l.conn.take() {
                 let _ = self.epoll.delete(c.stream());
@@ -565,6 +570,7 @@ impl Part for TcpMachine {
         // Frames still queued go out if the peers take them soon; the job is over, so not
         // forever.
         let deadline = std::time::Instant::now() + EXIT_FLUSH;
+        tracing::debug!(target: "tcp", backlog = self.backlog.len(), "leaving: flushing what is queued");
         // Nothing is accepted any more: a connection waiting on the listener would otherwise
         // end every epoll nap at once and turn this loop into a spin.
         let _ = self.epoll.delete(&self.listener);

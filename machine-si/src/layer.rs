@@ -293,6 +293,7 @@ impl SiOpen {
         let mut si = Si::init(env.node, env.num_nodes);
         si.open(Path::new(&path), ring)
             .map_err(|e| MachineError::io(format!("creating the SI port {path}"), e))?;
+        tracing::debug!(target: "si", port = %path, ring, "port open");
         // Until every node has mapped it: removed on any error return (the guard's drop),
         // and by the control watchdog if charmrun goes away meanwhile (it ends the process).
         let port_file = charmrun::cleanup::remove_on_exit(&path);
@@ -336,19 +337,24 @@ impl SiOpen {
             })?;
             si.attach(node, Path::new(p))
                 .map_err(|e| MachineError::io(format!("attaching node {node}'s SI port {p}"), e))?;
+            tracing::debug!(target: "si", peer = node, port = p, "attached the peer's port");
         }
         let n = table.num_nodes();
         if lend_from != Some(usize::MAX) {
             for node in 0..n {
                 match si.enable_pull(node) {
-                    Ok(_) => {}
+                    Ok(_) => {
+                        tracing::debug!(target: "si", peer = node, "single copy from the peer's memory");
+                    }
                     Err(e @ PullError::Denied(_)) => {
                         note_no_single_copy(&e);
                         break;
                     }
                     // Any other failure leaves that pair on the rings; a dead peer is
                     // charmrun's to report.
-                    Err(_) => {}
+                    Err(e) => {
+                        tracing::debug!(target: "si", peer = node, "no single copy from the peer: {e}");
+                    }
                 }
             }
         }
@@ -899,6 +905,7 @@ impl Part for SiMachine {
         if node >= self.out.len() {
             return;
         }
+        tracing::debug!(target: "si", peer = node, "peer out of the job");
         self.out[node].clear();
         self.backlog.retain(|&p| p != node);
         self.lending.retain(|&p| p != node);

@@ -18,6 +18,7 @@ mod contract;
 mod error;
 pub mod launch;
 pub mod local;
+pub mod log;
 mod message;
 mod node_table;
 mod settings;

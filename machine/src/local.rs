@@ -97,6 +97,7 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
             cfg.num_pes
         )));
     }
+    tracing::debug!(target: "local", nodes, ppn = cfg.pes_per_node, "in-process nodes");
     let table = Arc::new(NodeTable::uniform(nodes, cfg.pes_per_node));
     let (senders, receivers): (Vec<_>, Vec<_>) =
         (0..nodes).map(|_| crossbeam_channel::unbounded()).unzip();

@@ -317,6 +317,7 @@ impl Pe {
     pub fn barrier(&mut self) -> bool {
         self.reductions.barriers_started += 1;
         let want = self.reductions.barriers_started;
+        tracing::trace!(target: "converse", barrier = want, "entering a barrier");
         self.reduce(
             &[],
             |_, _| {},

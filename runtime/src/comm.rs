@@ -132,6 +132,7 @@ pub(crate) fn run(
     }
     // The job is over: what still arrives (sent before the exit reached its sender) is not
     // run, as what was still queued was not.
+    tracing::debug!(target: "converse", "every worker is done: exit barrier, then the layer's exit");
     machine.barrier(&mut drop)?;
     let code = node.exit_code();
     machine.exit(code)?;

@@ -53,6 +53,9 @@ mod variant;
 
 pub use args::{parse_args, RuntimeArgs, MAX_PES};
 pub use collectives::{Combine, ReduceTarget};
+/// Logs (`CONVERSE_LOG`): the subscriber and who a thread is, for programs and tools that
+/// start jobs themselves.
+pub use converse_machine::log;
 pub use converse_machine::{bytes, LaunchEnv};
 pub use converse_machine::{Message, NodeTable};
 pub use error::RuntimeError;
@@ -202,6 +205,9 @@ impl RuntimeBuilder {
     /// [`RuntimeError::Args`] for an unknown setting or a bad value of the runtime's own,
     /// [`RuntimeError::Layer`] for a layer this program lacks or one that cannot run here.
     pub fn build(self) -> Result<Runtime, RuntimeError> {
+        // Logs are on (or refused) before anything could log: a filter that does not parse is
+        // an argument error, not fewer logs than asked.
+        converse_machine::log::init().map_err(|e| RuntimeError::Args(e.to_string()))?;
         let RuntimeBuilder { args, launch } = self;
         let layer = match (args.machine.as_deref(), &launch) {
             (Some(name), _) => layers::find(name)?,
@@ -325,6 +331,11 @@ impl Runtime {
             launch: self.launch.clone(),
         };
         let mut nodes = (self.layer.boot)(&cfg)?;
+        if let [only] = &nodes[..] {
+            converse_machine::log::set_process(converse_machine::log::Who::Node(only.my_node()));
+        }
+        // After the boot: before it, a launched node knows neither its number nor the job's size.
+        tracing::debug!(target: "converse", layer = self.layer.name, nodes_here = nodes.len(), "layer booted");
         let program: Arc<[String]> = self.args.program.clone().into();
         let job = Job {
             tun: self.tun,
@@ -444,6 +455,8 @@ impl<F: Fn(&mut Pe) + Sync> Job<'_, F> {
             // (a reply is often microseconds away, and a wake-up through the kernel costs
             // several), but yields at every turn, so that PEs with work keep their cores.
             tun.spin_yields = !pe::spin_policy(&table, node).1;
+            converse_machine::log::set_thread(converse_machine::log::Who::Comm { node });
+            tracing::debug!(target: "converse", pes, "communication thread running");
             let comm = std::panic::catch_unwind(AssertUnwindSafe(|| {
                 if let Err(e) = &pinned {
                     machine.abort(&format!("node {node}: {e}"));
@@ -478,6 +491,7 @@ impl<F: Fn(&mut Pe) + Sync> Job<'_, F> {
         node: usize,
         me: usize,
     ) -> Result<i32, RuntimeError> {
+        converse_machine::log::set_thread(converse_machine::log::Who::Pe { node, pe: me });
         let mut pe = Pe::new(
             link,
             table,
@@ -554,6 +568,7 @@ impl Pe {
     /// Meet every node in the layer's barrier, then leave the layer.
     fn finish(mut self) -> Result<i32, RuntimeError> {
         let code = self.life.exit_code;
+        tracing::debug!(target: "converse", code, "leaving the scheduler: exit barrier, then the layer's exit");
         // Say why the job failed before leaving the layer: once a process exits non-zero, some
         // launchers (mpirun) kill the others at once, and the report would be lost.
         if let Some(e) = self.life.failure.take() {

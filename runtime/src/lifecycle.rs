@@ -166,6 +166,7 @@ impl Pe {
         if self.life.exit_announced {
             return;
         }
+        tracing::debug!(target: "converse", code, "PE 0 announces the exit");
         self.life.exit_announced = true;
         self.exit_down(code);
     }
@@ -180,6 +181,7 @@ impl Pe {
     }
 
     fn stop(&mut self, code: i32) {
+        tracing::debug!(target: "converse", code, "stopping: the job exits");
         self.life.stopping = true;
         self.life.exit_code = code;
         self.queue.clear();
@@ -195,6 +197,7 @@ impl Pe {
             return;
         }
         self.life.phase = Phase::Checking { reported: false };
+        tracing::debug!(target: "converse", handlers = self.handler_names.len(), "start-up check: waiting for the children's handler tables");
         self.try_report();
     }
 
@@ -261,6 +264,7 @@ impl Pe {
     fn take_verdict(&mut self, mismatch: Option<String>) {
         match mismatch {
             None => {
+                tracing::debug!(target: "converse", held = self.life.held.len(), "start-up check passed: go");
                 self.life.phase = Phase::Running;
                 // What came early runs next, in the order it was taken, before anything queued
                 // later: the scheduler drains `replay` first. (Running it here, inline, would let
@@ -269,6 +273,7 @@ impl Pe {
                 self.life.replay.extend(held);
             }
             Some(text) => {
+                tracing::debug!(target: "converse", "start-up check failed: {text}");
                 self.life.failure = Some(if self.my_pe == 0 {
                     RuntimeError::HandlerMismatch(text)
                 } else {

@@ -450,11 +450,14 @@ impl Pe {
                 msg.handler(),
                 msg.src_pe()
             );
+        } else {
+            tracing::debug!(target: "converse", handler = msg.handler(), from = msg.src_pe(), dropped = self.dropped, "dropped a message: {why}");
         }
     }
 
     /// End the whole job now: print `reason` naming this PE, stop every other PE, exit non-zero.
     pub fn abort(&mut self, reason: &str) -> ! {
+        tracing::debug!(target: "converse", "aborting the job: {reason}");
         match &mut self.link {
             // With one PE per node, the PE's number is the node's.
             Link::Own(m) => m.abort(&format!("PE {}: {reason}", self.my_pe)),

@@ -164,6 +164,8 @@ fn serve() -> Result<i32, AgentError> {
     let secret = protocol::secret_from_hex(&secret_hex)
         .ok_or_else(|| AgentError::Env(format!("{} is malformed", client::ENV_SECRET)))?;
     let agent = agent_index()?;
+    converse_machine::log::set_process(converse_machine::log::Who::Agent(Some(agent)));
+    tracing::debug!(target: "charmrun", agent, charmrun = %addr, "agent connecting to charmrun");
     let up_err = |source| AgentError::Charmrun {
         addr: addr.clone(),
         source,
@@ -328,6 +330,7 @@ impl Agent {
             });
             match started {
                 Ok((pid, w)) => {
+                    tracing::debug!(target: "charmrun", node = p.node, pid, "agent started a node");
                     self.pids[slot] = Some(pid);
                     self.watchers.push(w);
                 }
@@ -582,6 +585,7 @@ impl Agent {
     }
 
     fn joined(&mut self, s: usize, stream: TcpStream, h: &Hello) -> bool {
+        tracing::debug!(target: "charmrun", node = h.node, pid = h.pid, "node connected to its agent");
         let _ = stream.set_read_timeout(None);
         let _ = stream.set_write_timeout(Some(WRITE_TIMEOUT));
         let _ = stream.set_nodelay(true);
@@ -695,6 +699,7 @@ impl Agent {
     /// End every node here (also those that exited: what they started ends with the job),
     /// reap them, pass the rest of their output on.
     fn end(&mut self) {
+        tracing::debug!(target: "charmrun", "agent ending its nodes");
         for s in 0..self.conns.len() {
             self.down(s, Kind::Die, &[]);
         }

@@ -74,6 +74,7 @@ pub fn start_embedded(opts: Opts, plan: Vec<NodeStart>) -> Result<Embedded, Laun
     let handle = std::thread::Builder::new()
         .name("launcher".into())
         .spawn(move || {
+            converse_machine::log::set_thread(converse_machine::log::Who::Charmrun);
             let in_process = plan.iter().map(|s| *s == NodeStart::InProcess).collect();
             let mut job = Job::new(&opts, in_process);
             match job.start(&plan, super::Spread::Direct) {

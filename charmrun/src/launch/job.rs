@@ -173,6 +173,7 @@ impl<'a> Job<'a> {
         self.stop_accepting();
         self.remove_job_files();
         self.drain_output();
+        tracing::debug!(target: "charmrun", code, secs = self.started.elapsed().as_secs_f64(), strangers = self.strangers, "job ended");
         if self.opts.verbose {
             eprintln!(
                 "charmrun: job ended with code {code} after {:.3} s ({} stranger connection(s) refused)",
@@ -276,13 +277,18 @@ impl<'a> Job<'a> {
     fn on_event(&mut self, e: Event) {
         let now = Instant::now();
         match e {
-            Event::Cancel(why) => self.verdict.cancel(why),
+            Event::Cancel(why) => {
+                tracing::debug!(target: "charmrun", "cancelling the job: {why}");
+                self.verdict.cancel(why)
+            }
             Event::Hello(stream, hello) => {
                 let i = hello.node as usize;
                 if !self.verdict.hello(i) {
+                    tracing::debug!(target: "charmrun", node = i, pid = hello.pid, host = %hello.host, "refused a HELLO for a node that is not expected");
                     self.strangers += 1;
                     return;
                 }
+                tracing::debug!(target: "charmrun", node = i, pid = hello.pid, host = %hello.host, peer = ?stream.peer_addr().ok(), "node connected");
                 if self.opts.verbose {
                     let from = stream
                         .peer_addr()
@@ -310,6 +316,7 @@ impl<'a> Job<'a> {
             }
             Event::RelayedHello(a, hello) => {
                 let i = hello.node as usize;
+                tracing::debug!(target: "charmrun", node = i, agent = a, pid = hello.pid, host = %hello.host, "node connected through an agent");
                 if !self.verdict.hello(i) {
                     self.strangers += 1;
                     return;
@@ -327,6 +334,7 @@ impl<'a> Job<'a> {
             }
             Event::Agent(stream, hello) => self.agent_joined(stream, &hello),
             Event::AgentClosed(a) => {
+                tracing::debug!(target: "charmrun", agent = a, "agent closed its connection");
                 if let Some(ag) = self.fleet.agents.get_mut(a) {
                     ag.gone = true;
                     let why = format!("its agent on {} closed its connection to charmrun", ag.host);
@@ -334,7 +342,10 @@ impl<'a> Job<'a> {
                     self.verdict.agent_lost(&nodes, why, now);
                 }
             }
-            Event::Lost(nodes, why) => self.verdict.agent_lost(&nodes, why, now),
+            Event::Lost(nodes, why) => {
+                tracing::debug!(target: "charmrun", ?nodes, "nodes lost: {why}");
+                self.verdict.agent_lost(&nodes, why, now)
+            }
             Event::AgentHeartbeat(a, silent) => {
                 if let Some(ag) = self.fleet.agents.get(a) {
                     for &i in ag.subtree.iter().filter(|i| !silent.contains(i)) {
@@ -349,13 +360,18 @@ impl<'a> Job<'a> {
             }
             Event::ShellExited(s, st) => self.shell_exited(s, st, now),
             Event::Stranger(addr, why) => {
+                tracing::debug!(target: "charmrun", %addr, "refused a connection: {why}");
                 self.strangers += 1;
                 if self.opts.verbose {
                     eprintln!("charmrun: refused a connection from {addr}: {why}");
                 }
             }
-            Event::Frame(i, Kind::Heartbeat, _) => self.verdict.heard(i, now),
+            Event::Frame(i, Kind::Heartbeat, _) => {
+                tracing::trace!(target: "charmrun", node = i, "heartbeat");
+                self.verdict.heard(i, now)
+            }
             Event::Frame(i, Kind::Barrier, _) => {
+                tracing::debug!(target: "charmrun", node = i, "node entered a barrier");
                 self.verdict.heard(i, now);
                 if let Some(c) = self.control.as_mut() {
                     c.barrier(i);
@@ -365,6 +381,7 @@ impl<'a> Job<'a> {
                 let code = body
                     .first_chunk::<4>()
                     .map_or(1, |b| i32::from_le_bytes(*b));
+                tracing::debug!(target: "charmrun", node = i, code, "node is ending");
                 self.verdict.ending(i, code);
             }
             Event::Frame(_, Kind::Survive, _) => self.verdict.survive(),
@@ -375,11 +392,16 @@ impl<'a> Job<'a> {
             }
             Event::Frame(i, Kind::Abort, reason) => {
                 let reason = String::from_utf8_lossy(&reason).into_owned();
+                tracing::debug!(target: "charmrun", node = i, "node aborts the job: {reason}");
                 self.verdict.abort(i, reason, now);
             }
             Event::Frame(..) => {}
-            Event::Closed(i) => self.verdict.closed(i, now),
+            Event::Closed(i) => {
+                tracing::debug!(target: "charmrun", node = i, "node's control connection closed");
+                self.verdict.closed(i, now)
+            }
             Event::Exited(i, st) => {
+                tracing::debug!(target: "charmrun", node = i, status = %st, "node process exited");
                 if let Some(n) = self.nodes.get_mut(i) {
                     n.process = n.process.reaped();
                 }
@@ -460,6 +482,7 @@ impl<'a> Job<'a> {
         if let Some(c) = self.control.as_mut() {
             c.send_table(self.opts.ppn).map_err(launcher_failure)?;
         }
+        tracing::debug!(target: "charmrun", nodes = self.nodes.len(), ms = self.started.elapsed().as_secs_f64() * 1e3, "every node connected: node table sent");
         if self.opts.verbose {
             eprintln!(
                 "charmrun: all {} node(s) connected in {:.1} ms",
@@ -477,6 +500,7 @@ impl<'a> Job<'a> {
     /// A process that left its node's group (`setsid`, `setpgid`) escapes; so does what a
     /// remote shell started on another host, beyond what ends with the shell's connection.
     pub(super) fn abandon(&mut self) {
+        tracing::debug!(target: "charmrun", "ending the job: DIE to every node, SIGKILL to their groups");
         if let Some(c) = self.control.as_mut() {
             for (i, n) in self.nodes.iter().enumerate() {
                 // A node in this very process that is leaving normally must not be told to

@@ -169,6 +169,7 @@ impl Job<'_> {
             (client::ENV_NODES.to_string(), n.to_string()),
             (client::ENV_JOB.to_string(), self.tag.clone()),
         ];
+        env.extend(converse_machine::log::passed_on());
         let child = match &host {
             None => {
                 // Another user cannot read a local process's environment.
@@ -230,6 +231,7 @@ impl Job<'_> {
                 (client::ENV_CHARMRUN.to_string(), charmrun),
                 (client::ENV_JOB.to_string(), self.tag.clone()),
             ];
+            env.extend(converse_machine::log::passed_on());
             let first = self.fleet.agents[shell.agents[0]].nodes.first().copied();
             let child = match &shell.cmd {
                 ShellCmd::Remote { shell: sh, host } => {

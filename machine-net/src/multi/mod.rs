@@ -159,6 +159,7 @@ pub fn boot<O: NetOpen>(
     crate::mesh::check_pes(&table, cfg.pes_per_node)?;
     let infos = plan::decode_all(&table)?;
     let route = plan::routes(&infos, env.node);
+    tracing::debug!(target: "multi", ?route, "routes to the peers");
     let shm_table = plan::part_table(&table, &infos, |n, i| match route[n] {
         plan::Route::Net => Vec::new(),
         _ => i.shm.to_vec(),

@@ -620,6 +620,8 @@ impl Endpoint {
                 });
             }
             if w.deadline().is_some_and(|t| t <= now) {
+                // Per timeout, not per packet: at trace level, for a lossy network's story.
+                tracing::trace!(target: "udp", peer = p, "retransmission timeout");
                 w.on_timer(now);
             }
             self.pump(p, now, tx)?;

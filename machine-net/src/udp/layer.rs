@@ -175,6 +175,7 @@ impl UdpOpen {
         let addr = sock
             .local_addr()
             .map_err(|e| MachineError::io("the UDP socket's address", e))?;
+        tracing::debug!(target: "udp", %addr, rcvbuf, mtu = conf.mtu, "socket open");
         Ok(UdpOpen {
             conf,
             sock,
@@ -291,6 +292,7 @@ impl UdpMachine {
     }
 
     fn failure(&self, f: Failure) -> MachineError {
+        tracing::debug!(target: "udp", "the protocol failed: {f}");
         match f {
             Failure::Dead { node, reason } => MachineError::peer_dead(&self.table, node, reason),
             Failure::Silent { node, secs, .. } => MachineError::PeerSilent {
@@ -497,6 +499,7 @@ impl Machine for UdpMachine {
 
 impl Part for UdpMachine {
     fn forget(&mut self, node: usize) {
+        tracing::debug!(target: "udp", peer = node, "peer out of the job");
         self.ep.forget(node);
     }
 

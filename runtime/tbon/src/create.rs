@@ -109,6 +109,9 @@ pub fn create_network_fe_with<T: Send>(
     let _one = ONE_AT_A_TIME
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
+    // Before starting anything, so that the launcher logs too; a malformed CONVERSE_LOG is
+    // refused here rather than after the back-ends are started.
+    converse::log::init().map_err(|e| TbonError::Create(e.to_string()))?;
     // Before starting anything: a front-end alone would wait forever for its back-ends.
     topology.require_backends()?;
     let root = topology.root();
@@ -148,6 +151,7 @@ pub fn create_network_fe_with<T: Send>(
         })
         .collect();
     let n = plan.len();
+    tracing::debug!(target: "tbon", processes = n, layer = %layer, "starting the network's job");
     let mut opts = charmrun::opts::Opts::with_pes(n);
     opts.timeout = settings.timeout;
     opts.remote_shell = Some(settings.remote_shell.clone());

@@ -28,7 +28,10 @@ impl Node {
         };
         match ctl {
             Ctl::Plan { tree, pes } => self.take_plan(pe, tree, pes, msg.payload()),
-            Ctl::Abandon { reason } => self.abandoned = Some(reason),
+            Ctl::Abandon { reason } => {
+                tracing::debug!(target: "tbon", "the front-end abandoned the network: {reason}");
+                self.abandoned = Some(reason)
+            }
             Ctl::Ready => {
                 self.ready_from += 1;
                 self.maybe_ready(pe);
@@ -70,6 +73,7 @@ impl Node {
 
     /// Do a request here, pass it to the children in scope, and acknowledge when they have.
     pub(crate) fn on_request(&mut self, pe: &mut Pe, req: u32, scope: Option<u32>, what: Req) {
+        tracing::debug!(target: "tbon", req, ?scope, what = ?what, "request");
         let rank = self.my_rank();
         let mut errors = Vec::new();
         let mut report = Report::Nothing;

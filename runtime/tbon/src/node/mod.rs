@@ -287,6 +287,7 @@ impl Node {
     /// A failure on `stream` here: the front-end records it for the stream's next receive
     /// and raises an error event; other processes send it up.
     fn report_error(&mut self, pe: &mut Pe, stream: u32, reason: String, kind: EventKind) {
+        tracing::debug!(target: "tbon", stream, ?kind, "error: {reason}");
         let rank = self.my_rank();
         match self.place.as_ref().and_then(|p| p.parent_pe) {
             Some(parent) => {

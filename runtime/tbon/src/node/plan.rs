@@ -79,6 +79,7 @@ impl Node {
             }
         };
         let spare = place.role == Role::Spare;
+        tracing::debug!(target: "tbon", role = ?place.role, rank = place.info.rank, children = place.children.len(), "took the network's plan");
         for c in &place.children {
             pe.send(c.pe, self.h.ctl, raw);
         }
@@ -102,6 +103,7 @@ impl Node {
             return;
         }
         self.ready = true;
+        tracing::debug!(target: "tbon", rank = place.info.rank, "this process and its subtree are ready");
         match place.parent_pe {
             Some(parent) => pe.send(parent, self.h.ctl, &Ctl::Ready.encode()),
             None => {

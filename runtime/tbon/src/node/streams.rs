@@ -89,6 +89,7 @@ impl Node {
         }
         .encode();
         self.to_kids(pe, &st.kids, &ctl);
+        tracing::debug!(target: "tbon", stream = id, endpoints = endpoints.len(), "stream open");
         self.streams.insert(id, st);
     }
 

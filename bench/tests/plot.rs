@@ -1,0 +1,224 @@
+//! `bench ... --plot FILE.svg`, checked from outside: short runs of the subcommands write valid
+//! SVG holding one line per series the table shows (named in the legend), and headless
+//! Chromium renders one into a picture with the series' colours on a white page. The render is
+//! skipped, saying so, when Chromium is not installed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("bench-plot-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
+
+/// Run bench with `args`, killed (with its process group) after `secs`; its stdout.
+fn bench(args: &[&str], secs: u64) -> String {
+    use std::os::unix::process::CommandExt;
+    let out =
+        std::env::temp_dir().join(format!("bench-plot-out-{}-{}", std::process::id(), args[0]));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bench"))
+        .args(args)
+        .stdout(std::fs::File::create(&out).expect("stdout file"))
+        .stderr(Stdio::inherit())
+        .process_group(0)
+        .spawn()
+        .expect("bench starts");
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    let status = loop {
+        if let Some(s) = child.try_wait().expect("wait") {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = nix::sys::signal::killpg(
+                nix::unistd::Pid::from_raw(child.id() as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            let _ = child.wait();
+            panic!("bench {args:?} took over {secs} s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let text = std::fs::read_to_string(&out).unwrap_or_default();
+    let _ = std::fs::remove_file(&out);
+    assert!(status.success(), "bench {args:?}: {status}\n{text}");
+    text
+}
+
+/// The trimmed texts of an SVG and the stroke colours of its polylines (one entry each).
+fn svg_parts(path: &Path) -> (Vec<String>, Vec<String>) {
+    let text = std::fs::read_to_string(path).expect("the plot was written");
+    let doc = roxmltree::Document::parse(&text).expect("the plot is valid XML");
+    assert_eq!(doc.root_element().tag_name().name(), "svg");
+    let texts = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .filter_map(|n| n.text().map(|t| t.trim().to_owned()))
+        .collect();
+    let strokes = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("polyline"))
+        .filter_map(|n| n.attribute("stroke").map(str::to_ascii_uppercase))
+        .collect();
+    (texts, strokes)
+}
+
+/// The first colours of the plots' palette, as the SVG writes them.
+const PALETTE: [&str; 3] = ["#1F77B4", "#FF7F0E", "#2CA02C"];
+
+#[test]
+fn pingpong_plot_has_a_latency_and_a_bandwidth_line_per_path() {
+    let d = dir("pingpong");
+    let svg = d.join("pp.svg");
+    let svg_arg = svg.to_string_lossy().into_owned();
+    bench(
+        &[
+            "pingpong",
+            "--layer",
+            "local",
+            "--sizes",
+            "8,4096,65536",
+            "--iters",
+            "200",
+            "--plot",
+            &svg_arg,
+        ],
+        120,
+    );
+    let (texts, strokes) = svg_parts(&svg);
+    for t in [
+        "runtime on local",
+        "raw-crossbeam",
+        "one-way latency (p50)",
+        "bandwidth",
+        "message size (bytes)",
+    ] {
+        assert!(texts.iter().any(|x| x == t), "no '{t}' in {texts:?}");
+    }
+    // Two series on two panels: per series and panel, its data line and its legend line.
+    for c in &PALETTE[..2] {
+        let n = strokes.iter().filter(|s| *s == c).count();
+        assert_eq!(n, 4, "polylines in {c}: {n}");
+    }
+    assert!(!strokes.iter().any(|s| s == PALETTE[2]), "a third series");
+    if let Some(img) = render(&svg, 1280, 520, &d) {
+        let blue = count_near(&img, (31, 119, 180));
+        let orange = count_near(&img, (255, 127, 14));
+        let white = count_near(&img, (255, 255, 255));
+        let total = img.1 as usize * img.2 as usize;
+        assert!(
+            blue > 200 && orange > 200,
+            "lines: {blue} blue, {orange} orange pixels"
+        );
+        assert!(white > total / 2, "a white page: {white} of {total}");
+    }
+    std::fs::remove_dir_all(&d).ok();
+}
+
+#[test]
+fn rate_plot_has_one_bar_per_row() {
+    let d = dir("rate");
+    let svg = d.join("rate.svg");
+    let svg_arg = svg.to_string_lossy().into_owned();
+    bench(&["rate", "--messages", "20000", "--plot", &svg_arg], 60);
+    let (texts, _) = svg_parts(&svg);
+    for t in [
+        "runtime-chain",
+        "runtime-burst",
+        "raw-alloc-queue-call",
+        "messages/s",
+    ] {
+        assert!(texts.iter().any(|x| x == t), "no '{t}' in {texts:?}");
+    }
+    let text = std::fs::read_to_string(&svg).expect("svg");
+    let doc = roxmltree::Document::parse(&text).expect("valid XML");
+    // A bar and a legend swatch per row, filled with its colour.
+    for c in PALETTE {
+        let n = doc
+            .descendants()
+            .filter(|n| n.has_tag_name("rect"))
+            .filter(|n| {
+                n.attribute("fill")
+                    .is_some_and(|f| f.eq_ignore_ascii_case(c))
+            })
+            .count();
+        assert_eq!(n, 2, "rects in {c}: {n}");
+    }
+    std::fs::remove_dir_all(&d).ok();
+}
+
+#[test]
+fn startup_plot_has_the_job_and_its_floor_against_pes() {
+    let me = PathBuf::from(env!("CARGO_BIN_EXE_bench"));
+    if !me.with_file_name("charmrun").is_file() {
+        eprintln!("SKIPPED: no charmrun next to bench (cargo build --release -p charmrun)");
+        return;
+    }
+    let d = dir("startup");
+    let svg = d.join("startup.svg");
+    let svg_arg = svg.to_string_lossy().into_owned();
+    bench(&["startup", "--pes", "1,2", "--plot", &svg_arg], 120);
+    let (texts, strokes) = svg_parts(&svg);
+    for t in ["charmrun job (tcp)", "fork/exec + connect back", "PEs"] {
+        assert!(texts.iter().any(|x| x == t), "no '{t}' in {texts:?}");
+    }
+    for c in &PALETTE[..2] {
+        assert_eq!(strokes.iter().filter(|s| *s == c).count(), 2, "{c}");
+    }
+    std::fs::remove_dir_all(&d).ok();
+}
+
+/// How many pixels are within a small distance of `rgb`.
+fn count_near(img: &(Vec<u8>, u32, u32), rgb: (u8, u8, u8)) -> usize {
+    let d = |x: u8, y: u8| (i32::from(x) - i32::from(y)).abs();
+    img.0
+        .chunks(3)
+        .filter(|p| d(p[0], rgb.0) + d(p[1], rgb.1) + d(p[2], rgb.2) < 40)
+        .count()
+}
+
+/// Render `svg` with headless Chromium at `w`×`h`; `None` (saying so) when it is absent.
+fn render(svg: &Path, w: u32, h: u32, dir: &Path) -> Option<(Vec<u8>, u32, u32)> {
+    let Some(chromium) = ["chromium", "chromium-browser"]
+        .into_iter()
+        .find(|c| Command::new(c).arg("--version").output().is_ok())
+    else {
+        eprintln!("SKIPPED the render: chromium is not installed (apt-get install chromium)");
+        return None;
+    };
+    let png = dir.join("render.png");
+    // Bounded in time (`timeout` kills it); a profile of its own so parallel runs do not meet.
+    let out = Command::new("timeout")
+        .args(["-k", "5", "60", chromium])
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--force-device-scale-factor=1",
+        ])
+        .arg(format!("--user-data-dir={}", dir.join("profile").display()))
+        .arg(format!("--window-size={w},{h}"))
+        .arg(format!("--screenshot={}", png.display()))
+        .arg(format!("file://{}", svg.display()))
+        .output()
+        .expect("chromium runs");
+    assert!(
+        png.exists(),
+        "no screenshot: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let decoder = png::Decoder::new(std::io::BufReader::new(
+        std::fs::File::open(&png).expect("png"),
+    ));
+    let mut reader = decoder.read_info().expect("png header");
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).expect("png frame");
+    let channels = info.color_type.samples();
+    let rgb = buf[..info.buffer_size()]
+        .chunks(channels)
+        .flat_map(|p| [p[0], p[1], p[2]])
+        .collect();
+    Some((rgb, info.width, info.height))
+}
