@@ -34,6 +34,7 @@ mod node;
 pub mod packet;
 pub mod perf;
 mod protocol;
+pub mod recovery;
 pub mod stream;
 pub mod sync;
 pub mod topgen;
