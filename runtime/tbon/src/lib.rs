@@ -59,7 +59,9 @@ pub use node::Role;
 pub use packet::{Packet, PacketError};
 pub use perf::{Aggregate, Context, Metric, PerfData, RankPerfData};
 pub use stream::{FilterType, Stream, StreamSpec, FIRST_USER_STREAM};
-pub use sync::{SyncMode, Synchronizer, SFILTER_DONTWAIT, SFILTER_TIMEOUT, SFILTER_WAITFORALL};
+pub use sync::{
+    Ready, SyncMode, Synchronizer, SFILTER_DONTWAIT, SFILTER_TIMEOUT, SFILTER_WAITFORALL,
+};
 pub use topology::{
     ProcName, Rank, Topology, TopologyError, TreeNode, TreeStats, FIRST_INTERNAL_RANK,
 };
