@@ -25,7 +25,10 @@
 mod control;
 mod data;
 mod plan;
+mod recover;
 mod streams;
+
+pub(crate) use recover::Recovery;
 
 use crate::builtin::builtin;
 use crate::communicator::Communicator;
@@ -77,7 +80,10 @@ pub(crate) struct Child {
 
 /// This process's place in the tree, known once the plan has come.
 pub(crate) struct Place {
+    /// The tree as it is now (after failures, without the processes that died).
     pub topo: Rc<Topology>,
+    /// The tree as it was made: `pes` is by its node indices.
+    pub orig: Rc<Topology>,
     pub pes: Rc<[usize]>,
     pub role: Role,
     pub info: TopologyLocalInfo,
@@ -90,6 +96,20 @@ pub(crate) struct StreamState {
     pub endpoints: Rc<[Rank]>,
     /// Indices into `Place::children` of the children taking part, in order.
     pub kids: Vec<usize>,
+    /// The synchronizer's slot of each of `kids` (the same index until a failure).
+    slots: Vec<usize>,
+    /// The child rank of each synchronizer slot.
+    slot_rank: Vec<Rank>,
+    /// Front-end: the sequence number of the last packet sent down.
+    down_seq: u32,
+    /// The highest sequence number seen coming down.
+    down_seen: u32,
+    /// Batches sent up.
+    up_sent: u64,
+    /// Packets sent down lately (with recovery on, where a child is internal): what an
+    /// orphaned subtree may have missed, to give it again.
+    window: VecDeque<(u32, Message)>,
+    keep_window: bool,
     up: Rc<dyn Filter>,
     up_id: FilterId,
     down: Rc<dyn Filter>,
@@ -200,6 +220,8 @@ pub(crate) struct Node {
     pub refused: u64,
     /// Per-stream data notification descriptors (MRNet's `Stream::get_DataNotificationFd`).
     pub stream_fds: HashMap<u32, nix::sys::eventfd::EventFd>,
+    /// Failure recovery: what died, what waits for re-connection.
+    pub recovery: Recovery,
     /// Scratch vectors reused for every wave, so a wave allocates no vector.
     wave: Vec<Packet>,
     out: Vec<Packet>,
@@ -229,6 +251,7 @@ impl Node {
             failures: HashMap::new(),
             refused: 0,
             stream_fds: HashMap::new(),
+            recovery: Recovery::default(),
             wave: Vec::new(),
             out: Vec::new(),
             rev: Vec::new(),

@@ -34,6 +34,7 @@ impl Node {
         let me = pes.iter().position(|&p| p == pe.my_pe());
         let place = match me {
             None => Place {
+                orig: Rc::new(topo.clone()),
                 topo: Rc::new(topo),
                 pes: pes.into(),
                 role: Role::Spare,
@@ -73,6 +74,7 @@ impl Node {
                     children,
                     role,
                     info,
+                    orig: Rc::new(topo.clone()),
                     topo: Rc::new(topo),
                     pes: pes.into(),
                 }

@@ -22,7 +22,7 @@ impl Node {
         endpoints: Rc<[Rank]>,
         spec: &StreamSpec,
     ) -> Result<StreamState, String> {
-        let (rank, kids) = {
+        let (rank, kids, slot_rank, internal_kid) = {
             let place = self.place.as_ref().ok_or("no plan yet")?;
             let kids = place
                 .children
@@ -31,7 +31,11 @@ impl Node {
                 .filter(|(_, c)| intersects(&endpoints, &c.be))
                 .map(|(i, _)| i)
                 .collect::<Vec<_>>();
-            (place.info.rank, kids)
+            let slot_rank: Vec<Rank> = kids.iter().map(|&k| place.children[k].rank).collect();
+            let internal_kid = slot_rank
+                .iter()
+                .any(|&r| r >= crate::topology::FIRST_INTERNAL_RANK);
+            (place.info.rank, kids, slot_rank, internal_kid)
         };
         let (up_id, down_id) = (spec.up.get(rank), spec.down.get(rank));
         let up = self
@@ -44,7 +48,14 @@ impl Node {
         let sync = Synchronizer::new(mode, kids.len());
         Ok(StreamState {
             endpoints,
+            slots: (0..kids.len()).collect(),
+            slot_rank,
             kids,
+            down_seq: 0,
+            down_seen: 0,
+            up_sent: 0,
+            window: std::collections::VecDeque::new(),
+            keep_window: internal_kid && self.recovery.on,
             up,
             up_id,
             down,
