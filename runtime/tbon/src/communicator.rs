@@ -27,6 +27,11 @@ impl Communicator {
         }
     }
 
+    /// Keep only the end-points `keep` says to.
+    pub(crate) fn retain(&mut self, keep: impl Fn(Rank) -> bool) {
+        self.endpoints.retain(|&r| keep(r));
+    }
+
     /// Add back-end `rank` (already there: nothing changes).
     ///
     /// # Errors

@@ -14,8 +14,10 @@ mod attach;
 mod events;
 mod filters;
 mod perf;
+mod recovery;
 mod streams;
 
+pub(crate) use attach::recovery_from_env;
 pub use attach::{attach, Options};
 
 use crate::codec::Pack;
@@ -58,10 +60,22 @@ impl<'p> Network<'p> {
         if cond(&node.borrow()) {
             return Ok(());
         }
-        if self.pe.run_until(|_| cond(&node.borrow())) {
+        let ran = self.pe.run_until(|_| cond(&node.borrow()));
+        self.refresh_topology();
+        if ran {
             Ok(())
         } else {
             Err(TbonError::JobEnded)
+        }
+    }
+
+    /// The tree as it is now: after a failure it is no longer the one made.
+    fn refresh_topology(&mut self) {
+        let n = self.node.borrow();
+        if let Some(p) = &n.place {
+            if self.topo.as_ref().is_none_or(|t| !Rc::ptr_eq(t, &p.topo)) {
+                self.topo = Some(p.topo.clone());
+            }
         }
     }
 
@@ -132,7 +146,11 @@ impl<'p> Network<'p> {
     }
 
     /// The tree (MRNet's `NetworkTopology`): nodes, root, leaves, back-ends, parents, subtree
-    /// heights, statistics, and writing it out as a topology file or DOT graph.
+    /// heights, statistics, and writing it out as a topology file or DOT graph. After a
+    /// failure it is the tree as recovery made it: without the processes that died, each
+    /// orphan under its new parent, every process with its rank (see
+    /// [`Topology::without`]); it is brought up to date whenever this network runs the
+    /// scheduler (a receive, [`progress`](Network::progress), any call that waits).
     pub fn topology(&self) -> &Topology {
         // Set by `attach` before it returns a network.
         match &self.topo {
@@ -145,7 +163,8 @@ impl<'p> Network<'p> {
     pub fn pe_of(&self, rank: Rank) -> Option<usize> {
         let n = self.node.borrow();
         let place = n.place.as_ref()?;
-        place.topo.find_rank(rank).map(|i| place.pes[i])
+        place.topo.find_rank(rank)?;
+        place.orig.find_rank(rank).map(|i| place.pes[i])
     }
 
     /// Where this process is in the tree (what filters see).
@@ -239,8 +258,14 @@ impl<'p> Network<'p> {
             let num_backends = n.num_backends();
             match n.streams.get_mut(&s.id) {
                 Some(st) if st.closed => return Err(TbonError::StreamClosed(s.id)),
+                Some(st) if st.failed.is_some() => {
+                    let rank = st.failed.unwrap_or(Rank::MAX);
+                    return Err(TbonError::StreamFailed { stream: s.id, rank });
+                }
                 Some(st) if role == Role::BackEnd => {
-                    st.perf.count(Context::Send, 1, p.data_len() as u64)
+                    st.perf.count(Context::Send, 1, p.data_len() as u64);
+                    // A back-end's batch is one packet (failure recovery counts them).
+                    st.up_sent += 1;
                 }
                 Some(_) => {}
                 None if role == Role::FrontEnd
@@ -287,8 +312,11 @@ impl<'p> Network<'p> {
         values: impl Pack,
     ) -> Result<(), TbonError> {
         self.front_end("send_to_backend")?;
-        if be as usize >= self.topology().num_backends() {
+        if be as usize >= self.node.borrow().num_backends() {
             return Err(TbonError::BadRank(format!("rank {be} is not a back-end")));
+        }
+        if self.node.borrow().recovery.dead().contains(&be) {
+            return Err(TbonError::DeadBackEnd(be));
         }
         self.send(&Stream { id: be }, tag, format, values)
     }
@@ -325,7 +353,9 @@ impl<'p> Network<'p> {
             self.wait_for(|n| {
                 n.inbox.has(id)
                     || n.failures.get(&id).is_some_and(|f| !f.is_empty())
-                    || n.streams.get(&id).is_some_and(|st| st.closed)
+                    || n.streams
+                        .get(&id)
+                        .is_some_and(|st| st.closed || st.failed.is_some())
                     || n.shut_down
             })?;
         }
@@ -343,8 +373,13 @@ impl<'p> Network<'p> {
         if let Some(p) = n.inbox.pop(s.id) {
             return Ok(Some(p));
         }
-        if n.streams.get(&s.id).is_some_and(|st| st.closed) {
-            return Err(TbonError::StreamClosed(s.id));
+        if let Some(st) = n.streams.get(&s.id) {
+            if st.closed {
+                return Err(TbonError::StreamClosed(s.id));
+            }
+            if let Some(rank) = st.failed {
+                return Err(TbonError::StreamFailed { stream: s.id, rank });
+            }
         }
         if n.shut_down {
             return Err(TbonError::ShutDown);
@@ -388,6 +423,7 @@ impl<'p> Network<'p> {
     pub fn progress(&mut self) -> usize {
         let n = self.pe.progress();
         after_handler(&self.node);
+        self.refresh_topology();
         n
     }
 

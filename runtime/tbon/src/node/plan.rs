@@ -10,6 +10,75 @@ use converse::Message;
 use converse::Pe;
 use std::rc::Rc;
 
+impl Place {
+    /// The place of the process on PE `my_pe` in `topo` (the tree now), where `orig` is the
+    /// tree as it was made and `pes[i]` the PE of its node `i`.
+    pub(super) fn build(
+        topo: Rc<Topology>,
+        orig: Rc<Topology>,
+        pes: Rc<[usize]>,
+        my_pe: usize,
+    ) -> Place {
+        let pe_of = |i: usize| {
+            orig.find_rank(topo.nodes()[i].rank())
+                .and_then(|o| pes.get(o).copied())
+                .unwrap_or(0)
+        };
+        let me = (0..topo.num_nodes()).find(|&i| pe_of(i) == my_pe);
+        let Some(i) = me else {
+            return Place {
+                topo,
+                orig,
+                pes,
+                role: Role::Spare,
+                info: TopologyLocalInfo::default(),
+                parent_pe: None,
+                children: Vec::new(),
+            };
+        };
+        let n = &topo.nodes()[i];
+        let role = if i == 0 {
+            Role::FrontEnd
+        } else if orig
+            .find_rank(n.rank())
+            .is_some_and(|o| orig.nodes()[o].num_children() == 0)
+        {
+            Role::BackEnd
+        } else {
+            // An internal process whose children all died stays internal.
+            Role::Internal
+        };
+        let children: Vec<Child> = n
+            .children()
+            .iter()
+            .map(|&c| Child {
+                pe: pe_of(c),
+                rank: topo.nodes()[c].rank(),
+                be: topo.nodes()[c].backend_ranks(),
+                adopting: false,
+            })
+            .collect();
+        let info = TopologyLocalInfo {
+            rank: n.rank(),
+            parent: n.parent().map(|p| topo.nodes()[p].rank()),
+            children: children.iter().map(|c| c.rank).collect(),
+            num_backends_below: n.backend_ranks().len(),
+            num_nodes: topo.num_nodes(),
+            num_backends: topo.num_backends(),
+            depth: n.depth(),
+        };
+        Place {
+            parent_pe: n.parent().map(pe_of),
+            children,
+            role,
+            info,
+            topo,
+            orig,
+            pes,
+        }
+    }
+}
+
 impl Node {
     /// Take the plan, and pass it (`raw`) on down the tree: the connections it opens, from
     /// each parent to its children, are the ones the tree's traffic uses.
@@ -31,55 +100,8 @@ impl Node {
             self.abandoned = Some("the front-end sent a plan for other PEs".into());
             return;
         }
-        let me = pes.iter().position(|&p| p == pe.my_pe());
-        let place = match me {
-            None => Place {
-                orig: Rc::new(topo.clone()),
-                topo: Rc::new(topo),
-                pes: pes.into(),
-                role: Role::Spare,
-                info: TopologyLocalInfo::default(),
-                parent_pe: None,
-                children: Vec::new(),
-            },
-            Some(i) => {
-                let n = &topo.nodes()[i];
-                let role = if i == 0 {
-                    Role::FrontEnd
-                } else if n.num_children() == 0 {
-                    Role::BackEnd
-                } else {
-                    Role::Internal
-                };
-                let children: Vec<Child> = n
-                    .children()
-                    .iter()
-                    .map(|&c| Child {
-                        pe: pes[c],
-                        rank: topo.nodes()[c].rank(),
-                        be: topo.nodes()[c].backend_ranks(),
-                    })
-                    .collect();
-                let info = TopologyLocalInfo {
-                    rank: n.rank(),
-                    parent: n.parent().map(|p| topo.nodes()[p].rank()),
-                    children: children.iter().map(|c| c.rank).collect(),
-                    num_backends_below: n.backend_ranks().len(),
-                    num_nodes: topo.num_nodes(),
-                    num_backends: topo.num_backends(),
-                    depth: n.depth(),
-                };
-                Place {
-                    parent_pe: n.parent().map(|p| pes[p]),
-                    children,
-                    role,
-                    info,
-                    orig: Rc::new(topo.clone()),
-                    topo: Rc::new(topo),
-                    pes: pes.into(),
-                }
-            }
-        };
+        let topo = Rc::new(topo);
+        let place = Place::build(topo.clone(), topo, pes.into(), pe.my_pe());
         let spare = place.role == Role::Spare;
         for c in &place.children {
             pe.send(c.pe, self.h.ctl, raw);
