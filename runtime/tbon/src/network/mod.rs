@@ -23,7 +23,7 @@ pub use attach::{attach, Options};
 use crate::codec::Pack;
 use crate::error::{check_tag, TbonError};
 use crate::filter::TopologyLocalInfo;
-use crate::node::{after_handler, Node, Outcome, Role};
+use crate::node::{after_handler, lost_wave, Node, Outcome, Role};
 use crate::packet::Packet;
 use crate::perf::Context;
 use crate::protocol::Req;
@@ -371,6 +371,9 @@ impl<'p> Network<'p> {
             return Err(e);
         }
         if let Some(p) = n.inbox.pop(s.id) {
+            if let Some(e) = lost_wave(s.id, &p) {
+                return Err(e);
+            }
             return Ok(Some(p));
         }
         if let Some(st) = n.streams.get(&s.id) {
@@ -409,6 +412,9 @@ impl<'p> Network<'p> {
     pub fn try_recv(&mut self) -> Result<Option<(Stream, Packet)>, TbonError> {
         let mut n = self.node.borrow_mut();
         if let Some((id, p)) = n.inbox.pop_any() {
+            if let Some(e) = lost_wave(id, &p) {
+                return Err(e);
+            }
             return Ok(Some((Stream { id }, p)));
         }
         if n.shut_down {

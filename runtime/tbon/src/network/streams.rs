@@ -139,6 +139,7 @@ impl<'p> Network<'p> {
         self.node
             .borrow_mut()
             .open_stream(self.pe, id, endpoints, spec);
+        self.node.borrow_mut().fail_if_through_dead();
         after_handler(&self.node);
         Ok(Stream { id })
     }

@@ -153,8 +153,13 @@ impl Node {
         }
         // A child not heard from since its adoption would answer for a request it may
         // never have been sent; it learns later ones.
+        // Nor does a dead one (recovery off leaves it in the tree).
         if let Some(place) = &self.place {
-            kids.retain(|&k| !place.children[k].adopting);
+            let dead = self.recovery.dead();
+            kids.retain(|&k| {
+                let c = &place.children[k];
+                !c.adopting && !dead.contains(&c.rank)
+            });
         }
         let waiting: Vec<Rank> = self
             .place

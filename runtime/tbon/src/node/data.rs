@@ -357,7 +357,7 @@ impl Node {
     }
 
     /// A packet for the program on this process.
-    fn deliver(&mut self, sid: u32, p: Packet) {
+    pub(super) fn deliver(&mut self, sid: u32, p: Packet) {
         if p.tag() == WAVE_FAILED_TAG {
             let (rank, why): (Rank, String) = p
                 .unpack("%ud %s")
@@ -365,10 +365,8 @@ impl Node {
             return self.record_error(sid, rank, why, EventKind::FilterFailed);
         }
         if p.tag() == WAVE_LOST_TAG {
-            let (rank, why): (Rank, String) = p
-                .unpack("%ud %s")
-                .unwrap_or((Rank::MAX, "a process died".into()));
-            return self.wave_lost(sid, rank, why);
+            // It stays in the inbox, in its wave's place: a receive turns it into an error.
+            self.wave_lost_event(sid, &p);
         }
         if let Some(fd) = self.stream_fds.get(&sid) {
             // A failed write loses a wake-up (the counter is full), never the packet.

@@ -28,7 +28,7 @@ mod plan;
 mod recover;
 mod streams;
 
-pub(crate) use recover::Recovery;
+pub(crate) use recover::{lost_wave, Recovery};
 
 use crate::builtin::builtin;
 use crate::communicator::Communicator;

@@ -236,6 +236,15 @@ impl Node {
         }
     }
 
+    /// Front-end, recovery off: a stream made through a process already dead fails at once.
+    pub(crate) fn fail_if_through_dead(&mut self) {
+        if self.recovery.on || self.recovery.dead.is_empty() {
+            return;
+        }
+        let dead: Vec<Rank> = self.recovery.dead.iter().copied().collect();
+        self.fail_streams(&dead, "before the stream was made");
+    }
+
     /// Front-end, recovery off: every stream through a dead process fails.
     fn fail_streams(&mut self, newly: &[Rank], reason: &str) {
         let Some(place) = &self.place else { return };
@@ -480,28 +489,37 @@ impl Node {
         }
     }
 
-    /// A wave lost a part in a dead process: one marker goes up in its place.
+    /// A wave lost a part in a dead process: one marker goes up in its place (at the
+    /// front-end, into the inbox, where a receive finds it in the wave's place).
     fn send_lost(&mut self, pe: &mut Pe, id: u32) {
         let rank = self.my_rank();
         let why = "a part of it was in a process that died";
-        if self.place.as_ref().is_some_and(|p| p.parent_pe.is_none()) {
-            return self.wave_lost(id, rank, why.to_owned());
-        }
         if let Ok(marker) = Packet::new(id, super::data::WAVE_LOST_TAG, "%ud %s", (rank, why)) {
             self.send_up(pe, id, marker);
         }
     }
 
-    /// Front-end: a wave of stream `id` was lost.
-    pub(super) fn wave_lost(&mut self, id: u32, rank: Rank, why: String) {
-        let reason = format!("{why} (found at rank {rank})");
-        self.failures
-            .entry(id)
-            .or_default()
-            .push_back(TbonError::WaveLost {
-                stream: id,
-                reason: reason.clone(),
-            });
-        self.event(EventKind::WaveLost, Some(id), Some(rank), reason);
+    /// Front-end: a wave of stream `id` was lost (its marker `p` goes to the inbox).
+    pub(super) fn wave_lost_event(&mut self, id: u32, p: &Packet) {
+        let (rank, why) = lost_reason(p);
+        self.event(EventKind::WaveLost, Some(id), Some(rank), why);
     }
+}
+
+/// What a lost wave's marker says: where it was found lost, and why.
+fn lost_reason(p: &Packet) -> (Rank, String) {
+    p.unpack::<(Rank, String)>("%ud %s")
+        .unwrap_or((Rank::MAX, "a process died".into()))
+}
+
+/// The error a receive gives for a lost wave's marker, or `None` for any other packet.
+pub(crate) fn lost_wave(id: u32, p: &Packet) -> Option<TbonError> {
+    if p.tag() != super::data::WAVE_LOST_TAG {
+        return None;
+    }
+    let (rank, why) = lost_reason(p);
+    Some(TbonError::WaveLost {
+        stream: id,
+        reason: format!("{why} (found at rank {rank})"),
+    })
 }
