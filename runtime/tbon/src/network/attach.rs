@@ -123,7 +123,13 @@ pub fn attach<'p>(
     }
     {
         let mut n = node.borrow_mut();
-        n.recovery.on = *wanted.as_ref().unwrap_or(&true) && pe.survives_node_failures();
+        // The front-end's choice; elsewhere on until the front-end says otherwise.
+        let on = if pe.my_pe() == 0 {
+            *wanted.as_ref().unwrap_or(&true)
+        } else {
+            true
+        };
+        n.recovery.on = on && pe.survives_node_failures();
         for (name, f) in opts.filters {
             let id = n.next_filter;
             n.filters.insert(id, (name, f));
@@ -171,10 +177,11 @@ pub fn attach<'p>(
         return Err(TbonError::Create(reason));
     }
     net.topo = net.node.borrow().place.as_ref().map(|p| p.topo.clone());
-    if net.pe.my_pe() == 0 && net.pe.survives_node_failures() {
-        // Every process learns the front-end's choice (its own environment may differ).
-        let on = net.node.borrow().recovery.on;
-        net.request(None, crate::protocol::Req::Recovery { on })?;
+    if net.pe.my_pe() == 0 && net.pe.survives_node_failures() && !net.node.borrow().recovery.on {
+        // Every process starts with recovery on (in a job that survives failures): only
+        // the front-end's choice to turn it off has to be told, so making a network with
+        // recovery on costs no extra round trip.
+        net.request(None, crate::protocol::Req::Recovery { on: false })?;
     }
     Ok(net)
 }
