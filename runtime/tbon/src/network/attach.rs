@@ -191,16 +191,22 @@ pub fn attach<'p>(
 /// # Errors
 /// [`TbonError::Usage`] for any other value.
 pub(crate) fn recovery_from_env() -> Result<bool, TbonError> {
-    match std::env::var("MRNET_FAILURE_RECOVERY") {
+    recovery_value(std::env::var("MRNET_FAILURE_RECOVERY"))
+}
+
+/// What a value of `MRNET_FAILURE_RECOVERY` says.
+fn recovery_value(v: Result<String, std::env::VarError>) -> Result<bool, TbonError> {
+    let bad = |v: &dyn std::fmt::Debug| {
+        TbonError::Usage(format!(
+            "MRNET_FAILURE_RECOVERY is {v:?}: it must be 1 (failure recovery on) or 0 (off)"
+        ))
+    };
+    match v {
         Err(std::env::VarError::NotPresent) => Ok(true),
         Ok(v) if v.trim() == "1" => Ok(true),
         Ok(v) if v.trim() == "0" => Ok(false),
-        Ok(v) => Err(TbonError::Usage(format!(
-            "MRNET_FAILURE_RECOVERY is {v:?}: it must be 1 (failure recovery on) or 0 (off)"
-        ))),
-        Err(std::env::VarError::NotUnicode(v)) => Err(TbonError::Usage(format!(
-            "MRNET_FAILURE_RECOVERY is {v:?}: it must be 1 (failure recovery on) or 0 (off)"
-        ))),
+        Ok(v) => Err(bad(&v)),
+        Err(std::env::VarError::NotUnicode(v)) => Err(bad(&v)),
     }
 }
 
@@ -213,4 +219,30 @@ fn pe_hosts(pe: &Pe) -> Vec<String> {
                 .map_or_else(|| "localhost".to_owned(), |n| n.host.clone())
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::env::VarError;
+
+    #[test]
+    fn the_environment_variable_says_1_or_0_and_nothing_else() {
+        assert!(matches!(
+            recovery_value(Err(VarError::NotPresent)),
+            Ok(true)
+        ));
+        assert!(matches!(recovery_value(Ok("1".into())), Ok(true)));
+        assert!(matches!(recovery_value(Ok(" 0\n".into())), Ok(false)));
+        for v in ["", "yes", "2", "off"] {
+            let e = recovery_value(Ok(v.into())).map_err(|e| e.to_string());
+            let Err(e) = e else {
+                panic!("{v:?} accepted");
+            };
+            assert!(
+                e.contains("MRNET_FAILURE_RECOVERY") && e.contains("must be 1"),
+                "{e}"
+            );
+        }
+    }
 }

@@ -523,3 +523,38 @@ pub(crate) fn lost_wave(id: u32, p: &Packet) -> Option<TbonError> {
         reason: format!("{why} (found at rank {rank})"),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lost_waves_marker_is_an_error_naming_where_and_other_packets_are_not() {
+        let why = "a part of it was in a process that died";
+        let marker = Packet::new(7, super::super::data::WAVE_LOST_TAG, "%ud %s", (5u32, why))
+            .unwrap_or_else(|e| panic!("{e}"));
+        match lost_wave(7, &marker) {
+            Some(TbonError::WaveLost { stream, reason }) => {
+                assert_eq!(stream, 7);
+                assert!(
+                    reason.contains(why) && reason.contains("rank 5"),
+                    "{reason}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let data = Packet::new(7, 100, "%d", 1).unwrap_or_else(|e| panic!("{e}"));
+        assert!(lost_wave(7, &data).is_none());
+    }
+
+    #[test]
+    fn held_messages_keep_their_order() {
+        let mut r = Recovery::default();
+        assert!(!r.any_dead());
+        for i in 0..3u8 {
+            r.hold(Message::from_payload(&[i]), Kind::Up);
+        }
+        let order: Vec<u8> = r.held.iter().map(|(_, m)| m.payload()[0]).collect();
+        assert_eq!(order, [0, 1, 2]);
+    }
+}
