@@ -41,6 +41,12 @@ macro_rules! recovery_suite {
 
         #[test]
         $(#[$ignore])?
+        fn an_internal_process_with_internal_children_killed() {
+            super::rounds("deep", $layer);
+        }
+
+        #[test]
+        $(#[$ignore])?
         fn a_back_end_killed_is_an_event_and_the_stream_goes_on() {
             super::rounds("backend", $layer);
         }

@@ -7,7 +7,8 @@
 //! tbon_recover be DIR                    every other process (the front-end starts them)
 //! ```
 //!
-//! Scenarios: `internal` (one internal process), `two` (two at once), `backend`,
+//! Scenarios: `internal` (one internal process), `two` (two at once), `deep` (an internal
+//! process of a 2x2x4 tree whose orphans are internal processes themselves), `backend`,
 //! `newstream` (an internal process killed as a new stream is being made: the waves run on
 //! the new stream), `off` (recovery off, in a job that survives: the front-end is told, the
 //! stream fails, nothing hangs), `noopt` (recovery off and no report mode: the job ends, as
@@ -104,7 +105,12 @@ fn front_end(scenario: &str, argv: &[String]) -> Result<(), String> {
         .and_then(|r| r.parse().ok())
         .ok_or("no round count")?;
     let layer = argv.get(3).cloned().unwrap_or_else(|| "tcp".into());
-    let topo = topgen::TreeSpec::parse("g:4x8")
+    let spec = if scenario == "deep" {
+        "g:2x2x4"
+    } else {
+        "g:4x8"
+    };
+    let topo = topgen::TreeSpec::parse(spec)
         .and_then(|s| topgen::generate(&s, &topgen::Placement::default()))
         .map_err(|e| e.to_string())?;
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
@@ -237,6 +243,7 @@ impl Waves {
 fn victims(topo: &Topology, scenario: &str, round: usize) -> Vec<Rank> {
     let level1 = |i: usize| FIRST_INTERNAL_RANK + 1 + (i % 4) as Rank;
     match scenario {
+        "deep" => vec![FIRST_INTERNAL_RANK + 1 + (round % 2) as Rank],
         "two" => vec![level1(round), level1(round + 1 + round / 4 % 3)],
         "backend" => vec![(round * 7 % topo.num_backends()) as Rank],
         _ => vec![level1(round)],
