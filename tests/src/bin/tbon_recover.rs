@@ -344,6 +344,22 @@ fn one_round(
             good_after += 1;
         }
     }
+    if scenario == "backend" {
+        // A dead back-end is no end-point any more: sending to it says so.
+        for &v in &victims {
+            match net.send_to(&waves.s, &[v], ASK, "%d", 0) {
+                Err(TbonError::DeadBackEnd(r)) if r == v => {}
+                other => return Err(format!("send_to dead back-end {v}: {other:?}")),
+            }
+            match net.send_to_backend(v, ASK, "%d", 0) {
+                Err(TbonError::DeadBackEnd(r)) if r == v => {}
+                other => return Err(format!("send_to_backend dead {v}: {other:?}")),
+            }
+            if net.endpoints(&waves.s).contains(&v) {
+                return Err(format!("dead back-end {v} is still an end-point"));
+            }
+        }
+    }
     if waves.lost > 2 * IN_FLIGHT {
         return Err(format!("{} waves lost", waves.lost));
     }

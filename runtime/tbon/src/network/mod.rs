@@ -203,7 +203,7 @@ impl<'p> Network<'p> {
     ///
     /// # Errors
     /// As [`send`](Network::send); [`TbonError::BadRank`] for a rank that is not an end-point
-    /// of the stream.
+    /// of the stream; [`TbonError::DeadBackEnd`] for one that died.
     pub fn send_to(
         &mut self,
         s: &Stream,
@@ -221,6 +221,9 @@ impl<'p> Network<'p> {
                 .iter()
                 .find(|d| st.endpoints.binary_search(d).is_err())
             {
+                if n.recovery.dead().contains(d) {
+                    return Err(TbonError::DeadBackEnd(*d));
+                }
                 return Err(TbonError::BadRank(format!(
                     "rank {d} is not an end-point of stream {}",
                     s.id
@@ -303,7 +306,8 @@ impl<'p> Network<'p> {
     /// Send to one back-end on its singlecast stream (MRNet's `Network::send`).
     ///
     /// # Errors
-    /// As [`send`](Network::send); [`TbonError::BadRank`] for a rank that is not a back-end.
+    /// As [`send`](Network::send); [`TbonError::BadRank`] for a rank that is not a back-end;
+    /// [`TbonError::DeadBackEnd`] for one that died.
     pub fn send_to_backend(
         &mut self,
         be: Rank,
@@ -342,6 +346,10 @@ impl<'p> Network<'p> {
     ///
     /// # Errors
     /// [`TbonError::Filter`] when a filter failed on a wave of the stream (once per failure);
+    /// [`TbonError::WaveLost`] for a wave that lost a part in a process that died (failure
+    /// recovery: once, in the wave's place among the packets);
+    /// [`TbonError::StreamFailed`] when a process the stream goes through died with failure
+    /// recovery off;
     /// [`TbonError::StreamClosed`] when the stream is closed and nothing is left;
     /// [`TbonError::ShutDown`]; [`TbonError::JobEnded`].
     pub fn recv_on(&mut self, s: &Stream) -> Result<Packet, TbonError> {
@@ -394,8 +402,9 @@ impl<'p> Network<'p> {
     /// streams this way: from their first packet.
     ///
     /// # Errors
-    /// [`TbonError::ShutDown`] when the network is shut down and nothing is left;
-    /// [`TbonError::JobEnded`].
+    /// [`TbonError::WaveLost`] (front-end, failure recovery) for a wave that lost a part in
+    /// a process that died; [`TbonError::ShutDown`] when the network is shut down and
+    /// nothing is left; [`TbonError::JobEnded`].
     pub fn recv(&mut self) -> Result<(Stream, Packet), TbonError> {
         loop {
             if let Some(x) = self.try_recv()? {
