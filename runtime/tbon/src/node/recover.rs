@@ -119,6 +119,13 @@ impl Node {
         }
         self.recovery.dead.extend(newly.iter().copied());
         let fe = place.role == Role::FrontEnd;
+        if fe && !self.ready && self.abandoned.is_none() {
+            // Its report would never come: the network cannot be made (attach says why).
+            self.abandoned = Some(format!(
+                "process {} died while the network was being made ({})",
+                newly[0], failure.reason
+            ));
+        }
         let old = place.topo.clone();
         if fe {
             let what = if self.recovery.on {
