@@ -47,6 +47,12 @@ macro_rules! recovery_suite {
 
         #[test]
         $(#[$ignore])?
+        fn an_internal_process_killed_while_back_ends_stream_waves_up() {
+            super::rounds("streamed", $layer);
+        }
+
+        #[test]
+        $(#[$ignore])?
         fn a_back_end_killed_is_an_event_and_the_stream_goes_on() {
             super::rounds("backend", $layer);
         }

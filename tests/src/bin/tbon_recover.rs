@@ -8,7 +8,9 @@
 //! ```
 //!
 //! Scenarios: `internal` (one internal process), `two` (two at once), `deep` (an internal
-//! process of a 2x2x4 tree whose orphans are internal processes themselves), `backend`,
+//! process of a 2x2x4 tree whose orphans are internal processes themselves), `streamed`
+//! (the back-ends stream 400 waves on one request, and an internal process is killed
+//! meanwhile: no packet down for its orphans to miss, only waves up), `backend`,
 //! `newstream` (an internal process killed as a new stream is being made: the waves run on
 //! the new stream), `off` (recovery off, in a job that survives: the front-end is told, the
 //! stream fails, nothing hangs), `noopt` (recovery off and no report mode: the job ends, as
@@ -29,6 +31,10 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 const ASK: i32 = 100;
+/// A request for that many waves, streamed up by every back-end at once.
+const STREAM: i32 = 101;
+/// Waves of the `streamed` scenario.
+const STREAMED: i32 = 400;
 /// Waves in flight at once.
 const IN_FLIGHT: u32 = 4;
 /// Correct waves required once recovery is over.
@@ -79,6 +85,15 @@ fn backend() -> ExitCode {
                         break;
                     }
                 };
+                if p.tag() == STREAM {
+                    let n = p.unpack::<i32>("%d").unwrap_or(0);
+                    for w in 1..=n {
+                        if net.send(&s, ASK, "%d %d", (rank as i32 + 1, w)).is_err() {
+                            break;
+                        }
+                    }
+                    continue;
+                }
                 if p.tag() != ASK {
                     continue;
                 }
@@ -279,6 +294,9 @@ fn one_round(
         .new_stream(&comm, TFILTER_SUM, SyncMode::WaitForAll, TFILTER_NULL)
         .map_err(|e| e.to_string())?;
     let mut waves = Waves::new(s, topo, &dead);
+    if scenario == "streamed" {
+        return streamed(net, &mut waves, dir, &victims, &orphans, topo, round);
+    }
     // A different moment in the stream each round.
     for _ in 0..5 + round % 7 {
         waves.step(net)?;
@@ -438,4 +456,65 @@ fn recovery_off(net: &mut Network<'_>, waves: &mut Waves, victims: &[Rank]) -> R
         Err(TbonError::StreamFailed { .. }) => Ok(()),
         other => Err(format!("a send on the failed stream: {other:?}")),
     }
+}
+
+/// `streamed`: every back-end sends `STREAMED` waves on one request; an internal process is
+/// killed while they come up. Every wave gives one answer, whole over the survivors or lost,
+/// in order; the orphans re-connect.
+fn streamed(
+    net: &mut Network<'_>,
+    waves: &mut Waves,
+    dir: &Path,
+    victims: &[Rank],
+    orphans: &BTreeSet<Rank>,
+    topo: &Topology,
+    round: usize,
+) -> Result<(), String> {
+    net.send(&waves.s, STREAM, "%d", STREAMED)
+        .map_err(|e| e.to_string())?;
+    let until = Instant::now() + LIMIT;
+    let kill_at = 10 + (round * 13 % 100) as i32;
+    let mut lost = 0;
+    for w in 1..=STREAMED {
+        if w == kill_at {
+            for &v in victims {
+                kill(dir, v)?;
+            }
+        }
+        if Instant::now() > until {
+            return Err(format!("only {} of {STREAMED} waves in {LIMIT:?}", w - 1));
+        }
+        match net.recv_on(&waves.s) {
+            Ok(p) => {
+                let got: (i32, i32) = p.unpack("%d %d").map_err(|e| e.to_string())?;
+                let want = (waves.alive.1, w * waves.alive.0);
+                if got != want {
+                    return Err(format!("streamed wave {w}: {got:?}, want {want:?}"));
+                }
+            }
+            Err(TbonError::WaveLost { .. }) => lost += 1,
+            Err(e) => return Err(format!("streamed wave {w}: {e}")),
+        }
+    }
+    if lost >= STREAMED {
+        return Err("every wave was lost".into());
+    }
+    let dead: BTreeSet<Rank> = victims.iter().copied().collect();
+    while !net.orphan_nodes().is_empty() || net.dead_processes().len() < dead.len() {
+        if Instant::now() > until {
+            return Err(format!("orphans left: {:?}", net.orphan_nodes()));
+        }
+        net.progress();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let mut new_parent = BTreeSet::new();
+    while let Some(e) = net.next_event() {
+        if let (EventKind::NewParent, Some(r)) = (e.kind, e.rank) {
+            new_parent.insert(r);
+        }
+    }
+    if !orphans.is_subset(&new_parent) {
+        return Err(format!("re-parented {new_parent:?}, want {orphans:?}"));
+    }
+    check_topology(net, topo, &dead, orphans)
 }
