@@ -145,3 +145,64 @@ impl Node {
         std::mem::take(&mut self.early)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topgen::{generate, Placement, TreeSpec};
+    use crate::topology::{Rank, FIRST_INTERNAL_RANK};
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn a_place_in_the_tree_after_a_death_keeps_pes_by_rank() {
+        let spec = TreeSpec::parse("g:2x3").unwrap_or_else(|e| panic!("{e}"));
+        let orig =
+            Rc::new(generate(&spec, &Placement::default()).unwrap_or_else(|e| panic!("{e}")));
+        // PEs in reverse, so a node's index and its PE differ.
+        let n = orig.num_nodes();
+        let pes: Rc<[usize]> = (0..n).rev().collect::<Vec<_>>().into();
+        let pe_of = |r: Rank| pes[orig.find_rank(r).unwrap_or(0)];
+        let dead: BTreeSet<Rank> = [FIRST_INTERNAL_RANK + 1].into();
+        let now = Rc::new(orig.without(&dead));
+        // The front-end adopts back-ends 0..3, in the dead one's place.
+        let fe = Place::build(
+            now.clone(),
+            orig.clone(),
+            pes.clone(),
+            pe_of(FIRST_INTERNAL_RANK),
+        );
+        assert_eq!(fe.role, Role::FrontEnd);
+        let kids: Vec<(Rank, usize)> = fe.children.iter().map(|c| (c.rank, c.pe)).collect();
+        let want: Vec<(Rank, usize)> = [0, 1, 2, FIRST_INTERNAL_RANK + 2]
+            .iter()
+            .map(|&r| (r, pe_of(r)))
+            .collect();
+        assert_eq!(kids, want);
+        assert_eq!(fe.info.children, [0, 1, 2, FIRST_INTERNAL_RANK + 2]);
+        // An orphan's parent is the front-end's PE now.
+        let be = Place::build(now.clone(), orig.clone(), pes.clone(), pe_of(1));
+        assert_eq!(be.role, Role::BackEnd);
+        assert_eq!(be.parent_pe, Some(pe_of(FIRST_INTERNAL_RANK)));
+        assert_eq!(be.info.parent, Some(FIRST_INTERNAL_RANK));
+        assert_eq!(be.info.depth, 1);
+        // The dead process has no place: a spare.
+        let gone = Place::build(
+            now.clone(),
+            orig.clone(),
+            pes.clone(),
+            pe_of(FIRST_INTERNAL_RANK + 1),
+        );
+        assert_eq!(gone.role, Role::Spare);
+        // An internal process whose back-ends all died stays internal, childless.
+        let dead: BTreeSet<Rank> = [3, 4, 5].into();
+        let now = Rc::new(orig.without(&dead));
+        let i = Place::build(
+            now,
+            orig.clone(),
+            pes.clone(),
+            pe_of(FIRST_INTERNAL_RANK + 2),
+        );
+        assert_eq!(i.role, Role::Internal);
+        assert!(i.children.is_empty());
+    }
+}
