@@ -73,11 +73,20 @@ macro_rules! recovery_suite {
         #[test]
         $(#[$ignore])?
         fn without_opt_in_a_death_ends_the_job_as_before() {
+            // The front-end dies with its job: its pid files go where the test removes them.
+            let tmp = std::env::temp_dir().join(format!(
+                "tbon_recover_noopt.{}.{}",
+                $layer,
+                std::process::id()
+            ));
             for _ in 0..20 {
                 let o = super::run_bounded(
-                    super::Command::new(super::PROGRAM).args(["noopt", "1", $layer]),
+                    super::Command::new(super::PROGRAM)
+                        .args(["noopt", "1", $layer])
+                        .env("TBON_RECOVER_TMP", &tmp),
                     super::Duration::from_secs(60),
                 );
+                let _ = std::fs::remove_dir_all(&tmp);
                 assert!(!o.timed_out, "{o}");
                 assert!(o.code.is_some_and(|c| c != 0), "{o}");
                 // The front-end's layer or charmrun, whichever sees it first, ends the job.

@@ -131,7 +131,10 @@ fn front_end(scenario: &str, argv: &[String]) -> Result<(), String> {
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
     let me = me.to_string_lossy().into_owned();
     for round in 0..rounds {
-        let dir = std::env::temp_dir().join(format!("tbon_recover.{}.{round}", std::process::id()));
+        // `TBON_RECOVER_TMP`: where a front-end that may not live to clean up (noopt) works.
+        let base =
+            std::env::var_os("TBON_RECOVER_TMP").map_or_else(std::env::temp_dir, PathBuf::from);
+        let dir = base.join(format!("tbon_recover.{}.{round}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
         let dir_s = dir.to_string_lossy().into_owned();
         let mut settings = tbon::create::Settings::new(&me, &["be", &dir_s]);
