@@ -47,6 +47,12 @@ macro_rules! recovery_suite {
 
         #[test]
         $(#[$ignore])?
+        fn a_process_and_its_child_killed_at_once() {
+            super::rounds("chain", $layer);
+        }
+
+        #[test]
+        $(#[$ignore])?
         fn an_internal_process_killed_while_back_ends_stream_waves_up() {
             super::rounds("streamed", $layer);
         }

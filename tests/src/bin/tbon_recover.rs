@@ -8,7 +8,8 @@
 //! ```
 //!
 //! Scenarios: `internal` (one internal process), `two` (two at once), `deep` (an internal
-//! process of a 2x2x4 tree whose orphans are internal processes themselves), `streamed`
+//! process of a 2x2x4 tree whose orphans are internal processes themselves), `chain` (in
+//! that tree, an internal process and one of its children at once), `streamed`
 //! (the back-ends stream 400 waves on one request, and an internal process is killed
 //! meanwhile: no packet down for its orphans to miss, only waves up), `backend`,
 //! `newstream` (an internal process killed as a new stream is being made: the waves run on
@@ -120,7 +121,7 @@ fn front_end(scenario: &str, argv: &[String]) -> Result<(), String> {
         .and_then(|r| r.parse().ok())
         .ok_or("no round count")?;
     let layer = argv.get(3).cloned().unwrap_or_else(|| "tcp".into());
-    let spec = if scenario == "deep" {
+    let spec = if matches!(scenario, "deep" | "chain") {
         "g:2x2x4"
     } else {
         "g:4x8"
@@ -262,6 +263,11 @@ fn victims(topo: &Topology, scenario: &str, round: usize) -> Vec<Rank> {
     let level1 = |i: usize| FIRST_INTERNAL_RANK + 1 + (i % 4) as Rank;
     match scenario {
         "deep" => vec![FIRST_INTERNAL_RANK + 1 + (round % 2) as Rank],
+        // A process and one of its (internal) children at once.
+        "chain" => vec![
+            FIRST_INTERNAL_RANK + 1 + (round % 2) as Rank,
+            FIRST_INTERNAL_RANK + 3 + 2 * (round % 2) as Rank,
+        ],
         "two" => vec![level1(round), level1(round + 1 + round / 4 % 3)],
         "backend" => vec![(round * 7 % topo.num_backends()) as Rank],
         _ => vec![level1(round)],
