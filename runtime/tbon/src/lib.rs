@@ -26,7 +26,8 @@
 //! grow, and every survivor computes the same tree from the set of the dead alone). The new
 //! parent gives each orphan the stream creations, parameters and packets it missed (down
 //! packets are numbered per stream, and processes with internal children keep the last 1024
-//! of each stream's); wait-for-all stops waiting for the dead: a wave that lost a part in a
+//! of each stream's, 16 MiB at most: an internal process further behind than that when it
+//! dies leaves its orphans without the packets between); wait-for-all stops waiting for the dead: a wave that lost a part in a
 //! dead process is reported lost once ([`TbonError::WaveLost`], in its place among the
 //! stream's packets), and every later wave is whole over the survivors. The front-end gets
 //! topology events ([`EventKind::ProcessRemoved`], [`EventKind::NewParent`],

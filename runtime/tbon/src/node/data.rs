@@ -30,6 +30,10 @@ pub(super) const WAVE_LOST_TAG: i32 = i32::MIN + 2;
 /// without the packets in between.
 pub(super) const WINDOW: usize = 1024;
 
+/// At most this many bytes of packets in a stream's window (then fewer than [`WINDOW`]
+/// packets), so that large broadcasts do not pile up.
+pub(super) const WINDOW_BYTES: usize = 16 << 20;
+
 /// Which way a filter works.
 #[derive(Clone, Copy)]
 enum Dir {
@@ -168,9 +172,15 @@ impl Node {
         let (seq, bytes) = (p.seq(), p.data_len() as u64);
         let msg = p.into_message(dests);
         if st.keep_window && seq != 0 {
+            st.window_bytes += msg.payload_len();
             st.window.push_back((seq, msg.clone()));
-            if st.window.len() > WINDOW && !place.children.iter().any(|c| c.adopting) {
-                st.window.pop_front();
+            if !place.children.iter().any(|c| c.adopting) {
+                while st.window.len() > WINDOW || st.window_bytes > WINDOW_BYTES {
+                    let Some((_, old)) = st.window.pop_front() else {
+                        break;
+                    };
+                    st.window_bytes -= old.payload_len();
+                }
             }
         }
         let Some(mut cur) = targets.next() else {

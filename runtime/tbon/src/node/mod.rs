@@ -118,6 +118,8 @@ pub(crate) struct StreamState {
     /// Packets sent down lately (with recovery on, where a child is internal): what an
     /// orphaned subtree may have missed, to give it again.
     window: VecDeque<(u32, Message)>,
+    /// Payload bytes held in `window`.
+    window_bytes: usize,
     keep_window: bool,
     up: Rc<dyn Filter>,
     up_id: FilterId,

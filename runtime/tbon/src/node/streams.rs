@@ -56,6 +56,7 @@ impl Node {
             down_seen: 0,
             up_sent: 0,
             window: std::collections::VecDeque::new(),
+            window_bytes: 0,
             keep_window: internal_kid && self.recovery.on,
             up,
             up_id,
