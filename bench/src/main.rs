@@ -28,6 +28,7 @@ mod report;
 mod smp;
 mod startup;
 mod tbon;
+mod tbon_kill;
 mod topo;
 mod udp;
 
@@ -186,6 +187,13 @@ enum Cmd {
         /// The layers the networks run on (`si`: every process on this host).
         #[arg(long, value_delimiter = ',', default_value = "tcp,si")]
         layers: Vec<String>,
+        /// Failure recovery settings, side by side (`on`, `off`).
+        #[arg(long, value_delimiter = ',', default_value = "on,off")]
+        recovery: Vec<String>,
+        /// Instead: kill an internal process of a 4x8 tree during a stream of waves, and
+        /// time it to the first correct wave over the survivors (this many kills).
+        #[arg(long)]
+        kill: Option<usize>,
         /// Runs per point; the best is reported (as the paper does).
         #[arg(long, default_value_t = 9)]
         runs: usize,
@@ -235,6 +243,9 @@ enum Cmd {
     /// The back-end program of `bench tbon`.
     #[command(hide = true)]
     TbonBe,
+    /// Every process but the front-end of `bench tbon --kill`: leaves its pid in DIR.
+    #[command(hide = true)]
+    TbonKillBe { dir: String },
     /// A back-end of the raw baseline of `bench tbon`.
     #[command(hide = true)]
     TbonRawChild { addr: String },
@@ -316,6 +327,17 @@ struct Job {
     csv: PathBuf,
 }
 
+/// `on`/`off` values of a list option.
+fn on_off(v: &[String]) -> anyhow::Result<Vec<bool>> {
+    v.iter()
+        .map(|r| match r.as_str() {
+            "on" => Ok(true),
+            "off" => Ok(false),
+            _ => Err(anyhow::anyhow!("--recovery takes on and off, not {r:?}")),
+        })
+        .collect()
+}
+
 fn main() -> ExitCode {
     // Runtime arguments (+machine, +p...) are for the launched job; clap sees the rest.
     let argv: Vec<String> = std::env::args().collect();
@@ -329,23 +351,35 @@ fn main() -> ExitCode {
     let cli = Cli::parse_from(program_args);
     let result = match cli.cmd {
         Cmd::TbonBe => return tbon::backend(),
+        Cmd::TbonKillBe { dir } => return tbon_kill::backend(&dir),
         Cmd::TbonRawChild { addr } => tbon::raw_child(&addr),
+        Cmd::Tbon {
+            layers,
+            kill: Some(kills),
+            waves,
+            ..
+        } => tbon_kill::run(&layers, kills.max(1), waves.max(100)),
         Cmd::Tbon {
             backends,
             layers,
+            recovery,
             runs,
             rounds,
             waves,
             csv,
             plot,
-        } => tbon::run(&tbon::Params {
-            backends: &backends,
-            layers: &layers,
-            runs: runs.max(1),
-            rounds: rounds.max(10),
-            waves: waves.max(1),
-            csv: csv.as_deref(),
-            plot: plot.as_deref(),
+            kill: None,
+        } => on_off(&recovery).and_then(|recovery| {
+            tbon::run(&tbon::Params {
+                backends: &backends,
+                layers: &layers,
+                recovery: &recovery,
+                runs: runs.max(1),
+                rounds: rounds.max(10),
+                waves: waves.max(1),
+                csv: csv.as_deref(),
+                plot: plot.as_deref(),
+            })
         }),
         Cmd::Topo {
             layer,

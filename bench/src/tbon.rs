@@ -5,6 +5,11 @@
 //! The front-end makes each network itself (`create_network_fe`) with `bench tbon-be` as the
 //! back-end program; best of N runs, as the paper reports.
 //!
+//! Each overlay figure is taken with failure recovery on (the default: the job runs in report
+//! mode) and off, side by side, since recovery must cost nothing while nothing fails; with
+//! `--kill`, the time from killing an internal process of a 4x8 tree to the first correct wave
+//! over the survivors (`tbon_kill.rs`).
+//!
 //! Next to it, measured in the same run, the raw flat baseline: what a tool without an overlay
 //! does — start B processes that connect back over TCP, write a request to each and read each
 //! one's answer, and read a stream of values from each.
@@ -101,6 +106,8 @@ fn best(runs: &[Figures]) -> Figures {
 pub(crate) struct Params<'a> {
     pub backends: &'a [usize],
     pub layers: &'a [String],
+    /// Failure recovery settings to measure (on, off).
+    pub recovery: &'a [bool],
     pub runs: usize,
     pub rounds: usize,
     pub waves: usize,
@@ -112,10 +119,19 @@ pub(crate) fn run(p: &Params<'_>) -> anyhow::Result<()> {
     let me = std::env::current_exe().context("finding the bench executable")?;
     let me = me.to_string_lossy().into_owned();
     let shapes = [Shape::Flat, Shape::TwoLevel(4), Shape::TwoLevel(8)];
-    let mut rows: Vec<(String, String, usize, Figures, Figures)> = Vec::new();
+    let mut rows: Vec<(String, String, usize, bool, Figures, Figures)> = Vec::new();
     println!(
-        "{:>5} {:>10} {:>4} | {:>9} {:>9} | {:>10} {:>10} | {:>10} {:>10}",
-        "layer", "tree", "BEs", "create ms", "raw ms", "rtt us", "raw us", "waves/s", "raw /s"
+        "{:>5} {:>10} {:>4} {:>4} | {:>9} {:>9} | {:>10} {:>10} | {:>10} {:>10}",
+        "layer",
+        "tree",
+        "BEs",
+        "rec",
+        "create ms",
+        "raw ms",
+        "rtt us",
+        "raw us",
+        "waves/s",
+        "raw /s"
     );
     for &b in p.backends {
         let raw = best(
@@ -123,11 +139,11 @@ pub(crate) fn run(p: &Params<'_>) -> anyhow::Result<()> {
                 .map(|_| raw_flat(&me, b, p.rounds, p.waves))
                 .collect::<anyhow::Result<Vec<_>>>()?,
         );
-        for (layer, shape) in p
-            .layers
-            .iter()
-            .flat_map(|l| shapes.iter().map(move |s| (l, *s)))
-        {
+        for (layer, shape, recovery) in p.layers.iter().flat_map(|l| {
+            shapes
+                .iter()
+                .flat_map(move |s| p.recovery.iter().map(move |r| (l, *s, *r)))
+        }) {
             if let Shape::TwoLevel(k) = shape {
                 if b <= k {
                     continue;
@@ -135,14 +151,15 @@ pub(crate) fn run(p: &Params<'_>) -> anyhow::Result<()> {
             }
             let topo = shape.tree(b)?;
             let runs = (0..p.runs)
-                .map(|_| overlay(&topo, &me, layer, p.rounds, p.waves))
+                .map(|_| overlay(&topo, &me, layer, recovery, p.rounds, p.waves))
                 .collect::<anyhow::Result<Vec<_>>>()?;
             let f = best(&runs);
             println!(
-                "{:>5} {:>10} {:>4} | {:>9.1} {:>9.1} | {:>10.1} {:>10.1} | {:>10.0} {:>10.0}",
+                "{:>5} {:>10} {:>4} {:>4} | {:>9.1} {:>9.1} | {:>10.1} {:>10.1} | {:>10.0} {:>10.0}",
                 layer,
                 shape.name(),
                 b,
+                if recovery { "on" } else { "off" },
                 f.create_ms,
                 raw.create_ms,
                 f.round_trip_us,
@@ -150,7 +167,7 @@ pub(crate) fn run(p: &Params<'_>) -> anyhow::Result<()> {
                 f.waves_per_s,
                 raw.waves_per_s
             );
-            rows.push((layer.clone(), shape.name(), b, f, raw));
+            rows.push((layer.clone(), shape.name(), b, recovery, f, raw));
         }
     }
     println!(
@@ -163,12 +180,12 @@ pub(crate) fn run(p: &Params<'_>) -> anyhow::Result<()> {
             std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;
         writeln!(
             f,
-            "layer,tree,backends,create_ms,raw_create_ms,round_trip_us,raw_round_trip_us,waves_per_s,raw_waves_per_s"
+            "layer,tree,backends,recovery,create_ms,raw_create_ms,round_trip_us,raw_round_trip_us,waves_per_s,raw_waves_per_s"
         )?;
-        for (l, t, b, o, r) in &rows {
+        for (l, t, b, rec, o, r) in &rows {
             writeln!(
                 f,
-                "{l},{t},{b},{:.2},{:.2},{:.1},{:.1},{:.0},{:.0}",
+                "{l},{t},{b},{rec},{:.2},{:.2},{:.1},{:.1},{:.0},{:.0}",
                 o.create_ms,
                 r.create_ms,
                 o.round_trip_us,
@@ -189,13 +206,15 @@ pub(crate) fn run(p: &Params<'_>) -> anyhow::Result<()> {
 }
 
 /// The table as three panels against back-ends, one line per (layer, tree) and one for the
-/// raw flat baseline: instantiation, round trip, reduction throughput.
-fn figure(rows: &[(String, String, usize, Figures, Figures)]) -> [crate::plot::Panel; 3] {
+/// raw flat baseline: instantiation, round trip, reduction throughput. Rows with failure
+/// recovery off are lines of their own, named so.
+fn figure(rows: &[(String, String, usize, bool, Figures, Figures)]) -> [crate::plot::Panel; 3] {
     let panel = |title: &str, unit: &str, y: fn(&Figures) -> f64| {
         let mut raw: Vec<(f64, f64)> = Vec::new();
         let mut points = Vec::new();
-        for (l, t, b, o, r) in rows {
-            points.push((format!("{l} {t}"), *b as f64, y(o)));
+        for (l, t, b, rec, o, r) in rows {
+            let off = if *rec { "" } else { " (recovery off)" };
+            points.push((format!("{l} {t}{off}"), *b as f64, y(o)));
             if !raw.iter().any(|q| q.0 == *b as f64) {
                 raw.push((*b as f64, y(r)));
             }
@@ -229,6 +248,7 @@ fn overlay(
     topo: &Topology,
     me: &str,
     layer: &str,
+    recovery: bool,
     rounds: usize,
     waves: usize,
 ) -> anyhow::Result<Figures> {
@@ -236,6 +256,7 @@ fn overlay(
     let b = topo.num_backends() as i32;
     let mut settings = tbon::create::Settings::new(me, &["tbon-be"]);
     settings.layer = layer.to_owned();
+    settings.failure_recovery = Some(recovery);
     let f = tbon::create_network_fe_with(
         topo,
         &settings,
@@ -417,7 +438,7 @@ mod tests {
         ]
         .into_iter()
         .flat_map(|(b, t)| {
-            ["tcp", "si"].map(|l| (l.to_string(), t.to_string(), b, f(b as f64), f(1.0)))
+            ["tcp", "si"].map(|l| (l.to_string(), t.to_string(), b, true, f(b as f64), f(1.0)))
         })
         .collect();
         for p in figure(&rows) {

@@ -27,6 +27,11 @@ impl Communicator {
         }
     }
 
+    /// Keep only the end-points `keep` says to.
+    pub(crate) fn retain(&mut self, keep: impl Fn(Rank) -> bool) {
+        self.endpoints.retain(|&r| keep(r));
+    }
+
     /// Add back-end `rank` (already there: nothing changes).
     ///
     /// # Errors
@@ -79,6 +84,11 @@ mod tests {
         let e = c.add_endpoint(4).unwrap_err().to_string();
         assert_eq!(e, "rank 4 is not a back-end (back-ends are ranked 0 to 3)");
         assert_eq!(Communicator::all(3).size(), 3);
+        let mut c = Communicator::all(4);
+        c.retain(|r| r != 2);
+        assert_eq!(c.endpoints(), [0, 1, 3]);
+        // A rank left out is still a rank of the tree: it may be added back.
+        assert!(c.add_endpoint(2).is_ok());
         assert!(Communicator::all(3).contains(2));
     }
 }

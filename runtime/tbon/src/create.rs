@@ -46,6 +46,14 @@ pub struct Settings {
     /// Runtime arguments for every process of the network, the front-end included
     /// (`+set KEY=VALUE`, ...).
     pub runtime_args: Vec<String>,
+    /// Failure recovery (MRNet's `set_FailureRecovery`): `None` (the default) as the
+    /// environment variable `MRNET_FAILURE_RECOVERY` says (`1` or `0`), else on. On, the job
+    /// survives the death of any process but the front-end (every process runs with
+    /// `+set faults=report`) and the tree recovers (see
+    /// [`Network::set_failure_recovery`](crate::Network::set_failure_recovery)); off, any
+    /// death ends the job, as MRNet without recovery does (unless `runtime_args` ask for
+    /// report mode themselves: then the front-end is told, and the streams fail).
+    pub failure_recovery: Option<bool>,
 }
 
 impl Settings {
@@ -60,6 +68,7 @@ impl Settings {
             verbose: false,
             layer: "tcp".into(),
             runtime_args: Vec::new(),
+            failure_recovery: None,
         }
     }
 }
@@ -123,10 +132,18 @@ pub fn create_network_fe_with<T: Send>(
             charmrun::client::hostname()
         )));
     }
+    let recovery = match settings.failure_recovery {
+        Some(on) => on,
+        None => crate::network::recovery_from_env()?,
+    };
+    let mut runtime_args = settings.runtime_args.clone();
+    if recovery {
+        runtime_args.extend(["+set".to_string(), "faults=report".into()]);
+    }
     let mut args = settings.args.clone();
     let layer = settings.layer.clone();
     args.extend(["+machine".to_string(), layer.clone(), "+quiet".into()]);
-    args.extend(settings.runtime_args.iter().cloned());
+    args.extend(runtime_args.iter().cloned());
     let plan: Vec<NodeStart> = topology
         .nodes()
         .iter()
@@ -168,14 +185,15 @@ pub fn create_network_fe_with<T: Send>(
         .pes(n)
         .layer(&layer)
         .quiet(true)
-        .runtime_args(&settings.runtime_args)
+        .runtime_args(&runtime_args)
         .map(|b| b.launch(env))
         .and_then(converse::RuntimeBuilder::build)
         .and_then(|rt| {
             rt.run(|pe| {
-                let failed = match attach(pe, options().policy(MapPolicy::InOrder), |_| {
-                    Ok(topology.clone())
-                }) {
+                let opts = options()
+                    .policy(MapPolicy::InOrder)
+                    .failure_recovery(recovery);
+                let failed = match attach(pe, opts, |_| Ok(topology.clone())) {
                     Ok(mut net) => {
                         let user = f.lock().ok().and_then(|mut g| g.take());
                         if let Some(user) = user {

@@ -75,6 +75,31 @@ pub enum TbonError {
         /// The context.
         context: &'static str,
     },
+    /// A wave of this stream lost a part in a process that died, and was dropped; waves
+    /// after it are whole over the processes alive.
+    #[error("a wave of stream {stream} was lost: {reason}")]
+    WaveLost {
+        /// The stream.
+        stream: u32,
+        /// Which process died, and where the wave was found lost.
+        reason: String,
+    },
+    /// A process of the tree died while failure recovery was off: the stream cannot go on.
+    #[error("stream {stream} failed: process {rank} died and failure recovery is off")]
+    StreamFailed {
+        /// The stream.
+        stream: u32,
+        /// The process that died.
+        rank: Rank,
+    },
+    /// A back-end that died (a send to it, or a communicator naming it).
+    #[error("back-end {0} has died")]
+    DeadBackEnd(Rank),
+    /// Failure recovery cannot work on this job: it did not ask the runtime to survive node
+    /// failures (`RuntimeBuilder::survive_node_failures`, or `+set faults=report`), so any
+    /// death ends it.
+    #[error("failure recovery is not available: the job does not survive node failures (start it with survive_node_failures(true) or +set faults=report)")]
+    RecoveryUnavailable,
     /// The front-end shut the network down.
     #[error("the network has been shut down")]
     ShutDown,

@@ -49,6 +49,20 @@ pub enum EventKind {
     FilterLoadFailed,
     /// A packet that does not decode or names an unknown stream was dropped (class Error).
     PacketRefused,
+    /// A process of the tree died (class Topology; `rank`: the process). With failure
+    /// recovery on, its orphans re-connect; off, the streams through it fail.
+    ProcessRemoved,
+    /// An orphan re-connected to its new parent (class Topology; `rank`: the orphan; the
+    /// message names the parent).
+    NewParent,
+    /// A stream lost an end-point, a back-end that died (class Topology; `stream`, `rank`):
+    /// the stream goes on over the others.
+    EndpointRemoved,
+    /// A wave lost a part in a process that died, and was dropped (class Error; `stream`).
+    WaveLost,
+    /// A process died and failure recovery is off: the streams through it fail (class
+    /// Error; `rank`: the process).
+    NetworkFailed,
 }
 
 impl EventKind {
@@ -56,10 +70,16 @@ impl EventKind {
     pub fn class(self) -> EventClass {
         match self {
             EventKind::PacketArrived => EventClass::Data,
-            EventKind::NetworkReady | EventKind::ShutDown => EventClass::Topology,
-            EventKind::FilterFailed | EventKind::FilterLoadFailed | EventKind::PacketRefused => {
-                EventClass::Error
-            }
+            EventKind::NetworkReady
+            | EventKind::ShutDown
+            | EventKind::ProcessRemoved
+            | EventKind::NewParent
+            | EventKind::EndpointRemoved => EventClass::Topology,
+            EventKind::FilterFailed
+            | EventKind::FilterLoadFailed
+            | EventKind::PacketRefused
+            | EventKind::WaveLost
+            | EventKind::NetworkFailed => EventClass::Error,
         }
     }
 }

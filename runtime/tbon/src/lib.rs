@@ -14,6 +14,32 @@
 //!   `CreateNetworkFE` does; [`Network`] is what the program then uses: communicators,
 //!   streams, send and receive, filters, [`events`], [`perf`]ormance data, shutdown.
 //!
+//! **Failure recovery** (MRNet's, on by default: [`Network::set_failure_recovery`],
+//! `MRNET_FAILURE_RECOVERY`). In a job that survives node failures —
+//! [`create_network_fe`] asks for that itself when recovery is on; a program that builds its
+//! runtime and then calls [`attach`] must build it with
+//! [`survive_node_failures(true)`](converse::RuntimeBuilder::survive_node_failures) or start
+//! every process with `+set faults=report` — the death of any process but the front-end is
+//! survived: its orphans re-connect to their nearest surviving ancestor, in its place among
+//! that ancestor's children, keeping their ranks ([`Topology::without`]; an ancestor rather
+//! than a sibling because it is already on every orphan's path to the root, the depth does not
+//! grow, and every survivor computes the same tree from the set of the dead alone). The new
+//! parent gives each orphan the stream creations, parameters and packets it missed (down
+//! packets are numbered per stream, and processes with internal children keep the last 1024
+//! of each stream's, 16 MiB at most: an internal process further behind than that when it
+//! dies leaves its orphans without the packets between); wait-for-all stops waiting for the dead: a wave that lost a part in a
+//! dead process is reported lost once ([`TbonError::WaveLost`], in its place among the
+//! stream's packets), and every later wave is whole over the survivors. The front-end gets
+//! topology events ([`EventKind::ProcessRemoved`], [`EventKind::NewParent`],
+//! [`EventKind::EndpointRemoved`] for a dead back-end, which is an event and not an error:
+//! the streams go on over the others, and one left with no end-point is closed),
+//! [`Network::orphan_nodes`] (those not re-connected yet), and a [`Network::topology`] (so
+//! its DOT form) without the dead. With recovery off, the front-end gets `ProcessRemoved`
+//! and [`EventKind::NetworkFailed`], and the streams through the dead process fail
+//! ([`TbonError::StreamFailed`]) instead of waiting; without report mode a death ends the
+//! job, as always. Filter state of the dead process is lost with it (its whole waves were
+//! already passed on).
+//!
 //! How it runs: see `node/` (the handlers) and `protocol.rs` (the control messages). The
 //! overlay is a program on [`converse`] like any other: it registers handlers, sends, and
 //! drives the PE with [`Pe::run_until`](converse::Pe::run_until) and
@@ -34,6 +60,7 @@ mod node;
 pub mod packet;
 pub mod perf;
 mod protocol;
+pub mod recovery;
 pub mod stream;
 pub mod sync;
 pub mod topgen;
@@ -58,7 +85,9 @@ pub use node::Role;
 pub use packet::{Packet, PacketError};
 pub use perf::{Aggregate, Context, Metric, PerfData, RankPerfData};
 pub use stream::{FilterType, Stream, StreamSpec, FIRST_USER_STREAM};
-pub use sync::{SyncMode, Synchronizer, SFILTER_DONTWAIT, SFILTER_TIMEOUT, SFILTER_WAITFORALL};
+pub use sync::{
+    Ready, SyncMode, Synchronizer, SFILTER_DONTWAIT, SFILTER_TIMEOUT, SFILTER_WAITFORALL,
+};
 pub use topology::{
     ProcName, Rank, Topology, TopologyError, TreeNode, TreeStats, FIRST_INTERNAL_RANK,
 };

@@ -3,12 +3,16 @@
 //!
 //! ```text
 //! | stream u32 | tag i32 | src rank u32 | weight u32 | n u8 | n type codes | data ... | route |
+//! route: | destination u32 ... | sequence u32 | count u32 (bit 31: more of this batch) |
 //! ```
 //!
 //! All numbers are little-endian. The data elements are in the [`codec`](crate::codec)'s wire
 //! form, which also turns Rust values into them and back. The *route* trailer is the overlay's
 //! (destinations of a downstream packet, see `node/data.rs`); it sits at the end so that the
-//! overlay can rewrite it in place when it passes a packet on, never copying the data.
+//! overlay can rewrite it in place when it passes a packet on, never copying the data. The
+//! sequence number is the front-end's count of packets sent down the stream (0 for packets
+//! that do not come from it), by which an orphaned subtree is given, after a failure, what it
+//! missed (see `node/recover.rs`).
 //!
 //! A packet received from the network keeps the message it came in: forwarding it, or handing
 //! it to a filter or the program, copies nothing. Its structure is checked once on arrival, so
@@ -25,7 +29,7 @@ use std::fmt;
 pub(crate) const HEADER_LEN: usize = 17;
 
 /// Bytes of the smallest route trailer (no destination list).
-pub(crate) const TRAILER_MIN: usize = 4;
+pub(crate) const TRAILER_MIN: usize = 8;
 
 /// What is wrong with a packet, or with what a program tried to pack or unpack.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -99,6 +103,8 @@ pub struct Packet {
     nelems: u8,
     /// The route trailer says another packet of the same batch follows (see `sync.rs`).
     more: bool,
+    /// The front-end's sequence number of a packet going down (0: none).
+    seq: u32,
 }
 
 /// The route trailer's bit for "another packet of this batch follows"; the rest is the count
@@ -150,7 +156,7 @@ impl Packet {
         write_header(&mut msg, stream_id, tag, 0, 1, format);
         fill(&mut Out::new(&mut msg));
         let end = msg.payload_len();
-        msg.extend_payload(&0u32.to_le_bytes());
+        msg.extend_payload(&[0; TRAILER_MIN]);
         Packet {
             msg,
             end,
@@ -160,6 +166,7 @@ impl Packet {
             weight: 1,
             nelems: format.len() as u8,
             more: false,
+            seq: 0,
         }
     }
 
@@ -170,7 +177,7 @@ impl Packet {
     pub fn from_wire(bytes: &[u8]) -> Result<Packet, PacketError> {
         let mut msg = Message::with_capacity(bytes.len() + TRAILER_MIN);
         msg.extend_payload(bytes);
-        msg.extend_payload(&0u32.to_le_bytes());
+        msg.extend_payload(&[0; TRAILER_MIN]);
         Packet::from_message(msg)
     }
 
@@ -182,6 +189,10 @@ impl Packet {
             .split_last_chunk::<4>()
             .ok_or_else(|| bad("shorter than its route trailer"))?;
         let word = u32::from_le_bytes(*n);
+        let (rest, seq) = rest
+            .split_last_chunk::<4>()
+            .ok_or_else(|| bad("shorter than its route trailer"))?;
+        let seq = u32::from_le_bytes(*seq);
         let more = word & MORE != 0;
         let n = (word & !MORE) as usize;
         let route = n
@@ -215,6 +226,7 @@ impl Packet {
             weight,
             nelems,
             more,
+            seq,
         })
     }
 
@@ -342,6 +354,7 @@ impl Packet {
         for d in dests {
             self.msg.extend_payload(&d.to_le_bytes());
         }
+        self.msg.extend_payload(&self.seq.to_le_bytes());
         let word = dests.len() as u32 | if more { MORE } else { 0 };
         self.msg.extend_payload(&word.to_le_bytes());
         self.msg
@@ -352,10 +365,20 @@ impl Packet {
         self.more
     }
 
+    /// The front-end's sequence number of a packet going down its stream (0: none).
+    pub(crate) fn seq(&self) -> u32 {
+        self.seq
+    }
+
+    /// Set the sequence number (kept when the packet is passed on).
+    pub(crate) fn set_seq(&mut self, seq: u32) {
+        self.seq = seq;
+    }
+
     /// The route trailer's destinations (empty: every end-point of the stream).
     pub(crate) fn route(&self) -> impl Iterator<Item = u32> + '_ {
         let p = self.msg.payload();
-        p[self.end..p.len() - 4]
+        p[self.end..p.len() - TRAILER_MIN]
             .chunks_exact(4)
             .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
     }
@@ -531,6 +554,10 @@ mod tests {
         let p = Packet::from_message(p.into_message_with(&[4], true)).expect("decode");
         assert!(p.more());
         assert_eq!(p.route().collect::<Vec<_>>(), [4]);
+        let mut p = p;
+        p.set_seq(77);
+        let p = Packet::from_message(p.into_message(&[5, 6])).expect("decode");
+        assert_eq!((p.seq(), p.route().collect::<Vec<_>>()), (77, vec![5, 6]));
     }
 
     #[test]

@@ -9,6 +9,8 @@
 //! | `NewStream`, `Close`, `Params` | down the stream's processes | a stream's end-points and filters; its end; filter parameters |
 //! | `Request` / `Ack` | down every process in scope, acknowledgements folded up | filter loading, shutdown, performance data |
 //! | `Error` | up to the front-end | a filter failed, or a packet was refused |
+//! | `Adopted` | from an orphan to its new parent, after a failure | per stream: down packets seen, batches sent up |
+//! | `Reparented` | up to the front-end | a new parent has its orphan's `Adopted` |
 
 use crate::events::EventKind;
 use crate::perf::{Aggregate, Context, Metric, PerfData, Report};
@@ -29,6 +31,8 @@ const PARAMS: u8 = 5;
 const REQUEST: u8 = 6;
 const ACK: u8 = 7;
 const ERROR: u8 = 8;
+const ADOPTED: u8 = 10;
+const REPARENTED: u8 = 11;
 
 /// What a request asks every process in its scope to do.
 #[derive(Debug, Clone, PartialEq)]
@@ -51,6 +55,8 @@ pub(crate) enum Req {
     },
     /// Print what was recorded, and reset it.
     PerfPrint { metric: Metric, ctx: Context },
+    /// Failure recovery on or off.
+    Recovery { on: bool },
 }
 
 /// A control message.
@@ -94,6 +100,17 @@ pub(crate) enum Ctl {
         rank: Rank,
         reason: String,
         kind: EventKind,
+    },
+    /// An orphan to its new parent: the streams it knows, each with the highest sequence
+    /// number it has seen coming down and the batches it has sent up.
+    Adopted {
+        rank: Rank,
+        streams: Vec<(u32, u32, u64)>,
+    },
+    /// Up to the front-end: `rank` is connected to its new parent `parent`.
+    Reparented {
+        rank: Rank,
+        parent: Rank,
     },
 }
 
@@ -245,6 +262,9 @@ impl Ctl {
                     Req::PerfPrint { metric, ctx } => {
                         e.u8(4).u8(*metric as u8).u8(*ctx as u8);
                     }
+                    Req::Recovery { on } => {
+                        e.u8(5).u8(u8::from(*on));
+                    }
                 }
             }
             Ctl::Ack {
@@ -279,6 +299,15 @@ impl Ctl {
             } => {
                 let k = ERROR_KINDS.iter().position(|x| x == kind).unwrap_or(0);
                 e.u8(ERROR).u32(*stream).u32(*rank).str(reason).u8(k as u8);
+            }
+            Ctl::Adopted { rank, streams } => {
+                e.u8(ADOPTED).u32(*rank).u32(streams.len() as u32);
+                for (id, seen, sent) in streams {
+                    e.u32(*id).u32(*seen).u64(*sent);
+                }
+            }
+            Ctl::Reparented { rank, parent } => {
+                e.u8(REPARENTED).u32(*rank).u32(*parent);
             }
         }
         e.0
@@ -349,6 +378,7 @@ impl Ctl {
                         metric: Metric::from_u8(d.u8()?)?,
                         ctx: Context::from_u8(d.u8()?)?,
                     },
+                    5 => Req::Recovery { on: d.u8()? != 0 },
                     _ => return None,
                 };
                 Ctl::Request { req, scope, what }
@@ -386,6 +416,18 @@ impl Ctl {
                 rank: d.u32()?,
                 reason: d.str()?,
                 kind: *ERROR_KINDS.get(d.u8()? as usize)?,
+            },
+            ADOPTED => {
+                let rank = d.u32()?;
+                let n = d.count(16)?;
+                let streams = (0..n)
+                    .map(|_| Some((d.u32()?, d.u32()?, d.u64()?)))
+                    .collect::<Option<Vec<_>>>()?;
+                Ctl::Adopted { rank, streams }
+            }
+            REPARENTED => Ctl::Reparented {
+                rank: d.u32()?,
+                parent: d.u32()?,
             },
             _ => return None,
         };
@@ -466,6 +508,19 @@ mod tests {
                 rank: 2,
                 reason: "bad".into(),
                 kind: EventKind::PacketRefused,
+            },
+            Ctl::Adopted {
+                rank: 8,
+                streams: vec![(1 << 24, 17, 16), (5, 0, 0)],
+            },
+            Ctl::Reparented {
+                rank: 8,
+                parent: 1 << 24,
+            },
+            Ctl::Request {
+                req: 9,
+                scope: None,
+                what: Req::Recovery { on: false },
             },
         ]
     }

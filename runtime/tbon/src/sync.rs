@@ -73,13 +73,49 @@ pub const SFILTER_DONTWAIT: SyncMode = SyncMode::DontWait;
 pub const SFILTER_TIMEOUT: SyncMode = SyncMode::Timeout;
 
 /// What one child has sent that is not in a wave yet.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct ChildQueue {
     packets: VecDeque<Packet>,
     /// Sizes of the complete batches at the front of `packets`.
     batches: VecDeque<usize>,
     /// Packets after those: a batch still coming.
     open: usize,
+    /// The wave its first queued batch (or, with none queued, its next one) belongs to.
+    front: u64,
+    /// One past the last wave it contributes to: set when it dies.
+    hi: u64,
+    /// Adopted after a failure, and its count of batches sent not known yet.
+    pending: bool,
+    /// Adopted: where the dead child it stands in for stopped contributing.
+    pred_end: u64,
+}
+
+impl ChildQueue {
+    fn new() -> ChildQueue {
+        ChildQueue {
+            packets: VecDeque::new(),
+            batches: VecDeque::new(),
+            open: 0,
+            front: 1,
+            hi: u64::MAX,
+            pending: false,
+            pred_end: 1,
+        }
+    }
+
+    /// Whether it must give a batch for wave `w`.
+    fn owes(&self, w: u64) -> bool {
+        self.front <= w && w < self.hi
+    }
+}
+
+/// What [`Synchronizer::take_ready`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ready {
+    /// A whole wave, in the output.
+    Wave,
+    /// A wave that lost a contribution in a process that died: what came of it was dropped.
+    Lost,
 }
 
 /// Groups one process's incoming packets of one stream into waves.
@@ -98,6 +134,13 @@ pub struct Synchronizer {
     waiting: usize,
     /// When the first batch since the last output came (timeout mode).
     first_at: Option<Instant>,
+    /// Waves given out (wait-for-all): the next one is `out + 1`.
+    out: u64,
+    /// A child died or was adopted: waves are made by number (see
+    /// [`take_ready`](Synchronizer::take_ready)), not by the fast path.
+    recovered: bool,
+    /// Waves that lost a contribution in a dead process.
+    lost: Vec<std::ops::Range<u64>>,
 }
 
 impl Synchronizer {
@@ -106,9 +149,12 @@ impl Synchronizer {
         Synchronizer {
             mode,
             timeout: Duration::ZERO,
-            queues: (0..children).map(|_| ChildQueue::default()).collect(),
+            queues: (0..children).map(|_| ChildQueue::new()).collect(),
             waiting: 0,
             first_at: None,
+            out: 0,
+            recovered: false,
+            lost: Vec::new(),
         }
     }
 
@@ -149,7 +195,10 @@ impl Synchronizer {
     ) -> bool {
         let no_wait = self.mode == SyncMode::DontWait
             || (self.mode == SyncMode::Timeout && self.timeout.is_zero());
-        if no_wait || (self.queues.len() <= 1 && self.held() == 0 && !more) {
+        if no_wait || (!self.recovered && self.queues.len() <= 1 && self.held() == 0 && !more) {
+            if !more {
+                self.out += 1;
+            }
             out.push(p);
             return true;
         }
@@ -167,7 +216,17 @@ impl Synchronizer {
             self.waiting += 1;
         }
         q.batches.push_back(std::mem::take(&mut q.open));
-        if self.waiting == self.queues.len() {
+        if self.recovered && self.mode == SyncMode::WaitForAll {
+            // The caller takes whole waves with `take_ready`.
+            return false;
+        }
+        let need = if self.recovered {
+            // Other modes after a failure: a wave is a batch from every child alive.
+            self.queues.iter().filter(|q| q.hi == u64::MAX).count()
+        } else {
+            self.queues.len()
+        };
+        if self.waiting >= need {
             self.pop_wave(out);
             if self.mode == SyncMode::Timeout {
                 self.first_at = now.filter(|_| self.waiting > 0);
@@ -185,9 +244,146 @@ impl Synchronizer {
         for q in &mut self.queues {
             if let Some(n) = q.batches.pop_front() {
                 out.extend(q.packets.drain(..n));
+                q.front += 1;
             }
         }
+        self.out += 1;
         self.waiting = self.queues.iter().filter(|q| !q.batches.is_empty()).count();
+    }
+
+    // ----- failure recovery -----
+
+    /// Whether a child died or was adopted here: waves are then taken with
+    /// [`take_ready`](Synchronizer::take_ready) after every push and every change.
+    pub fn recovered(&self) -> bool {
+        self.recovered
+    }
+
+    /// Waves given out so far (wait-for-all: the number of the last one).
+    pub fn waves_out(&self) -> u64 {
+        self.out
+    }
+
+    /// Child `slot` died: the whole batches it sent still count (each for the wave it
+    /// belongs to), a batch it was part-way through is dropped, and no wave after those
+    /// waits for it.
+    pub fn child_died(&mut self, slot: usize) {
+        self.recovered = true;
+        let Some(q) = self.queues.get_mut(slot) else {
+            return;
+        };
+        if q.hi != u64::MAX {
+            return;
+        }
+        let keep: usize = q.batches.iter().sum();
+        q.packets.truncate(keep);
+        q.open = 0;
+        q.hi = if q.pending {
+            // It never said where it was: it gives nothing, and its own stand-ins start
+            // where the child it stood in for stopped.
+            q.front = q.pred_end;
+            q.pred_end
+        } else {
+            q.front + q.batches.len() as u64
+        };
+        q.pending = false;
+    }
+
+    /// A child adopted after a failure, standing in for the dead child in `slot` (its
+    /// ancestor there): a new slot, whose waves are known once it says how many batches it
+    /// had sent ([`announce`](Synchronizer::announce)); until then no wave is made.
+    pub fn adopt(&mut self, slot: usize) -> usize {
+        self.recovered = true;
+        let pred_end = self.queues.get(slot).map_or(self.out + 1, |q| q.hi);
+        let mut q = ChildQueue::new();
+        // Only wait-for-all numbers waves; other modes take the new child's batches as
+        // they come.
+        q.pending = self.mode == SyncMode::WaitForAll;
+        q.pred_end = pred_end.min(u64::MAX - 1);
+        q.front = q.pred_end;
+        self.queues.push(q);
+        self.queues.len() - 1
+    }
+
+    /// Adopted child `slot` had sent `sent` batches (to its old parent, or before the stream
+    /// reached it): its next is for wave `sent + 1`, and waves from where the dead child
+    /// stopped up to that one lost its subtree's part.
+    pub fn announce(&mut self, slot: usize, sent: u64) {
+        let Some(q) = self.queues.get_mut(slot) else {
+            return;
+        };
+        if !q.pending {
+            return;
+        }
+        q.pending = false;
+        let next = sent + 1;
+        if self.mode == SyncMode::WaitForAll && next > q.pred_end {
+            self.lost.push(q.pred_end..next);
+        }
+        q.front = next.max(q.pred_end);
+        // Batches that came before the announcement (none: it is sent first) would be
+        // numbered from here on.
+    }
+
+    /// Whether some adopted child has not said where it is yet.
+    pub fn waiting_for_adopted(&self) -> bool {
+        self.queues.iter().any(|q| q.pending)
+    }
+
+    /// After a failure: the next wave if it can be made now (its packets appended to `out`),
+    /// or said lost. Wait-for-all makes wave `n` of batch `n` of every child that owes it
+    /// (a dead child owes the waves it sent whole; an adopted one those from its count on).
+    /// Other modes make waves as before, over the children alive: this gives nothing.
+    pub fn take_ready(&mut self, out: &mut Vec<Packet>) -> Option<Ready> {
+        if !self.recovered
+            || self.mode != SyncMode::WaitForAll
+            || self.queues.iter().any(|q| q.pending)
+        {
+            return None;
+        }
+        let w = self.out + 1;
+        let mut lost = self.lost.iter().any(|r| r.contains(&w));
+        let mut owed = false;
+        for q in &self.queues {
+            if q.owes(w) {
+                owed = true;
+                if q.batches.is_empty() {
+                    return None;
+                }
+            }
+        }
+        if !owed && !lost {
+            // Nobody alive owes anything: every child is dead, or ahead of a wave nobody owes.
+            let ahead = self
+                .queues
+                .iter()
+                .filter(|q| q.hi > q.front)
+                .map(|q| q.front)
+                .min();
+            match ahead {
+                // A wave nobody owes while later ones are coming: said lost, so the waves
+                // above stay aligned.
+                Some(f) if f > w => lost = true,
+                _ => return None,
+            }
+        }
+        let before = out.len();
+        for q in &mut self.queues {
+            if q.owes(w) {
+                if let Some(n) = q.batches.pop_front() {
+                    out.extend(q.packets.drain(..n));
+                }
+                q.front += 1;
+            }
+        }
+        self.out = w;
+        self.waiting = self.queues.iter().filter(|q| !q.batches.is_empty()).count();
+        self.lost.retain(|r| r.end > w + 1);
+        if lost {
+            out.truncate(before);
+            return Some(Ready::Lost);
+        }
+        Some(Ready::Wave)
     }
 
     /// When [`poll`](Synchronizer::poll) will have something to give, if ever. A timeout too
@@ -340,6 +536,107 @@ mod tests {
         let mut out = Vec::new();
         assert!(s.push_at(1, pkt(7), false, Some(Instant::now()), &mut out));
         assert_eq!(vals(&out), [7]);
+    }
+
+    /// Every wave ready now, as (Ready, values).
+    fn ready(s: &mut Synchronizer) -> Vec<(Ready, Vec<i32>)> {
+        let mut got = Vec::new();
+        loop {
+            let mut out = Vec::new();
+            match s.take_ready(&mut out) {
+                Some(r) => got.push((r, vals(&out))),
+                None => return got,
+            }
+        }
+    }
+
+    #[test]
+    fn a_dead_back_end_counts_for_what_it_sent_whole_and_no_more() {
+        let mut s = Synchronizer::new(SyncMode::WaitForAll, 3);
+        let mut out = Vec::new();
+        for v in [1, 2, 3] {
+            s.push_at(0, pkt(v), false, None, &mut out);
+        }
+        s.push_at(1, pkt(10), false, None, &mut out);
+        // Part of a batch, then death: the part is dropped.
+        s.push_at(1, pkt(99), true, None, &mut out);
+        s.push_at(2, pkt(100), false, None, &mut out);
+        assert_eq!(vals(&out), [1, 10, 100]);
+        s.child_died(1);
+        assert!(s.recovered());
+        assert_eq!(ready(&mut s), []);
+        s.push_at(2, pkt(200), false, None, &mut out);
+        s.push_at(2, pkt(300), false, None, &mut out);
+        assert_eq!(
+            ready(&mut s),
+            [(Ready::Wave, vec![2, 200]), (Ready::Wave, vec![3, 300])]
+        );
+        assert_eq!(s.waves_out(), 3);
+    }
+
+    #[test]
+    fn orphans_of_a_dead_internal_child_line_up_by_their_counts() {
+        // Child 0 a back-end; child 1 an internal process that forwarded waves 1 and 2 and
+        // died; its two children are adopted: `a` had sent 4 batches, `b` 3.
+        let mut s = Synchronizer::new(SyncMode::WaitForAll, 2);
+        let mut out = Vec::new();
+        s.push_at(1, pkt(10), false, None, &mut out);
+        s.push_at(1, pkt(20), false, None, &mut out);
+        for v in 1..=5 {
+            s.push_at(0, pkt(v), false, None, &mut out);
+        }
+        assert_eq!(s.waves_out(), 2);
+        out.clear();
+        s.child_died(1);
+        let a = s.adopt(1);
+        let b = s.adopt(1);
+        assert!(s.waiting_for_adopted());
+        assert_eq!(ready(&mut s), []);
+        s.announce(a, 4);
+        assert_eq!(ready(&mut s), []);
+        s.announce(b, 3);
+        // Wave 3: a's part died with its parent; wave 4: a's too, and b's part, when it
+        // comes, is dropped.
+        assert_eq!(ready(&mut s), [(Ready::Lost, vec![])]);
+        s.push_at(b, pkt(400), false, None, &mut out);
+        assert_eq!(ready(&mut s), [(Ready::Lost, vec![])]);
+        s.push_at(a, pkt(500), false, None, &mut out);
+        s.push_at(b, pkt(5000), false, None, &mut out);
+        assert_eq!(ready(&mut s), [(Ready::Wave, vec![5, 500, 5000])]);
+        s.push_at(0, pkt(6), false, None, &mut out);
+        s.push_at(a, pkt(600), false, None, &mut out);
+        s.push_at(b, pkt(6000), false, None, &mut out);
+        assert_eq!(ready(&mut s), [(Ready::Wave, vec![6, 600, 6000])]);
+    }
+
+    #[test]
+    fn an_orphan_that_dies_before_it_speaks_hands_on_its_place() {
+        let mut s = Synchronizer::new(SyncMode::WaitForAll, 2);
+        let mut out = Vec::new();
+        s.push_at(0, pkt(1), false, None, &mut out);
+        s.push_at(1, pkt(10), false, None, &mut out);
+        s.child_died(1);
+        let o = s.adopt(1);
+        s.child_died(o);
+        let g = s.adopt(o);
+        s.announce(g, 1);
+        s.push_at(0, pkt(2), false, None, &mut out);
+        s.push_at(g, pkt(20), false, None, &mut out);
+        out.clear();
+        assert_eq!(ready(&mut s), [(Ready::Wave, vec![2, 20])]);
+    }
+
+    #[test]
+    fn other_modes_go_on_over_the_children_alive() {
+        let mut s = Synchronizer::new(SyncMode::Timeout, 2);
+        s.set_timeout(Duration::from_secs(60));
+        let mut out = Vec::new();
+        s.child_died(1);
+        let o = s.adopt(1);
+        assert!(!s.waiting_for_adopted());
+        assert!(!s.push_at(0, pkt(1), false, Some(Instant::now()), &mut out));
+        assert!(s.push_at(o, pkt(2), false, Some(Instant::now()), &mut out));
+        assert_eq!(vals(&out), [1, 2]);
     }
 
     #[test]

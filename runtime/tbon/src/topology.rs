@@ -488,14 +488,75 @@ impl Topology {
         &self.nodes[0]
     }
 
-    /// Index of the node with rank `rank`.
+    /// Index of the node with rank `rank` (after a failure, ranks of processes that died
+    /// are gone; the others keep theirs).
     pub fn find_rank(&self, rank: Rank) -> Option<usize> {
-        if rank < FIRST_INTERNAL_RANK {
-            return self.backends.get(rank as usize).copied();
+        let list = if rank < FIRST_INTERNAL_RANK {
+            &self.backends
+        } else {
+            &self.others
+        };
+        list.binary_search_by_key(&rank, |&i| self.nodes[i].rank)
+            .ok()
+            .map(|at| list[at])
+    }
+
+    /// A tree whose nodes keep the ranks they had in the tree they came from: `items` are
+    /// (name, parent index, rank), breadth-first, the root first, each parent before its
+    /// children; a node is a back-end by its rank, not by having no children (an internal
+    /// process whose children all died stays internal).
+    pub(crate) fn with_ranks(items: Vec<(ProcName, Option<usize>, Rank)>) -> Topology {
+        let mut nodes: Vec<TreeNode> = Vec::with_capacity(items.len());
+        for (i, (name, parent, rank)) in items.into_iter().enumerate() {
+            let depth = match parent {
+                Some(p) if p < i => {
+                    nodes[p].children.push(i);
+                    nodes[p].depth + 1
+                }
+                _ => 0,
+            };
+            let (be_lo, be_hi) = if rank < FIRST_INTERNAL_RANK {
+                (rank, rank + 1)
+            } else {
+                (0, 0)
+            };
+            nodes.push(TreeNode {
+                name,
+                parent,
+                children: Vec::new(),
+                rank,
+                depth,
+                be_lo,
+                be_hi,
+            });
         }
-        self.others
-            .get((rank - FIRST_INTERNAL_RANK) as usize)
-            .copied()
+        // Ranges from the leaves up: children come after their parent.
+        for i in (0..nodes.len()).rev() {
+            if nodes[i].rank < FIRST_INTERNAL_RANK {
+                continue;
+            }
+            let (lo, hi) = nodes[i]
+                .children
+                .iter()
+                .map(|&c| (nodes[c].be_lo, nodes[c].be_hi))
+                .filter(|(lo, hi)| lo < hi)
+                .fold((Rank::MAX, 0), |(lo, hi), (l, h)| (lo.min(l), hi.max(h)));
+            (nodes[i].be_lo, nodes[i].be_hi) = if lo < hi { (lo, hi) } else { (0, 0) };
+        }
+        let mut backends: Vec<usize> = (0..nodes.len())
+            .filter(|&i| nodes[i].rank < FIRST_INTERNAL_RANK)
+            .collect();
+        backends.sort_by_key(|&i| nodes[i].rank);
+        let mut others: Vec<usize> = (0..nodes.len())
+            .filter(|&i| nodes[i].rank >= FIRST_INTERNAL_RANK)
+            .collect();
+        others.sort_by_key(|&i| nodes[i].rank);
+        Topology {
+            num_backends: backends.len(),
+            backends,
+            others,
+            nodes,
+        }
     }
 
     /// Index of the node named `name`.
@@ -508,7 +569,7 @@ impl Topology {
         self.num_backends
     }
 
-    /// Node indices of the back-ends, by rank.
+    /// Node indices of the back-ends, by rank (after a failure, of those alive).
     pub fn backends(&self) -> &[usize] {
         &self.backends
     }
@@ -531,7 +592,7 @@ impl Topology {
     /// Node indices of the internal processes (neither root nor back-end).
     pub fn internal(&self) -> Vec<usize> {
         (1..self.nodes.len())
-            .filter(|&i| !self.nodes[i].children.is_empty())
+            .filter(|&i| self.nodes[i].rank >= FIRST_INTERNAL_RANK)
             .collect()
     }
 
@@ -623,7 +684,7 @@ impl Topology {
         for n in &self.nodes {
             let role = if n.parent.is_none() {
                 "front-end"
-            } else if n.children.is_empty() {
+            } else if n.rank < FIRST_INTERNAL_RANK {
                 "back-end"
             } else {
                 "internal"

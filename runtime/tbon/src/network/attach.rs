@@ -4,7 +4,7 @@ use super::Network;
 use crate::error::TbonError;
 use crate::filter::Filter;
 use crate::mapping::{map_to_pes, MapPolicy};
-use crate::node::install;
+use crate::node::{after_handler, install};
 use crate::protocol::Ctl;
 use crate::topology::Topology;
 use converse::Pe;
@@ -15,6 +15,7 @@ use std::rc::Rc;
 pub struct Options {
     policy: MapPolicy,
     filters: Vec<(String, Rc<dyn Filter>)>,
+    failure_recovery: Option<bool>,
 }
 
 // By hand: it holds closures and the overlay's state, which have no useful text form.
@@ -28,6 +29,15 @@ impl Options {
     /// How tree processes are matched with PEs (by host, the default, or in order).
     pub fn policy(mut self, p: MapPolicy) -> Options {
         self.policy = p;
+        self
+    }
+
+    /// Failure recovery on or off from the start (MRNet's `set_FailureRecovery`, here before
+    /// the network exists; [`Network::set_failure_recovery`] changes it later). Unset: as the
+    /// environment variable `MRNET_FAILURE_RECOVERY` says (`1` or `0`), else on. It takes
+    /// effect only in a job that survives node failures (see [`attach`]).
+    pub fn failure_recovery(mut self, on: bool) -> Options {
+        self.failure_recovery = Some(on);
         self
     }
 
@@ -78,7 +88,16 @@ impl Options {
 /// });
 /// ```
 ///
+/// **Failure recovery** (on by default, see [`Options::failure_recovery`]) needs a job that
+/// survives node failures: one whose runtime was built with
+/// [`survive_node_failures(true)`](converse::RuntimeBuilder::survive_node_failures), or
+/// started with `+set faults=report` on every process. The overlay cannot turn that on once
+/// the runtime runs; in a job without it, any process's death ends the job as always, and
+/// [`Network::failure_recovery`] says `false`. ([`create_network_fe`](crate::create_network_fe)
+/// asks for it itself when recovery is on.)
+///
 /// # Errors
+/// [`TbonError::Usage`] on PE 0 when `MRNET_FAILURE_RECOVERY` is neither `1` nor `0`;
 /// [`TbonError::Topology`] or [`TbonError::Mapping`] on PE 0 when the tree is wrong, has no
 /// back-end or does not fit; on other PEs [`TbonError::Create`] with PE 0's reason; [`TbonError::AlreadyAttached`];
 /// [`TbonError::JobEnded`].
@@ -88,8 +107,29 @@ pub fn attach<'p>(
     topology: impl FnOnce(&Pe) -> Result<Topology, TbonError>,
 ) -> Result<Network<'p>, TbonError> {
     let node = install(pe)?;
+    let wanted = match opts.failure_recovery {
+        Some(on) => Ok(on),
+        None => recovery_from_env(),
+    };
+    {
+        let weak = Rc::downgrade(&node);
+        pe.on_node_failure(move |pe, failure| {
+            let Some(node) = weak.upgrade() else { return };
+            if let Ok(mut n) = node.try_borrow_mut() {
+                n.on_failure(pe, failure, &weak);
+            }
+            after_handler(&node);
+        });
+    }
     {
         let mut n = node.borrow_mut();
+        // The front-end's choice; elsewhere on until the front-end says otherwise.
+        let on = if pe.my_pe() == 0 {
+            *wanted.as_ref().unwrap_or(&true)
+        } else {
+            true
+        };
+        n.recovery.on = on && pe.survives_node_failures();
         for (name, f) in opts.filters {
             let id = n.next_filter;
             n.filters.insert(id, (name, f));
@@ -104,7 +144,7 @@ pub fn attach<'p>(
         last_format: None,
     };
     if net.pe.my_pe() == 0 {
-        let plan = topology(net.pe).and_then(|t| {
+        let plan = wanted.and_then(|_| topology(net.pe)).and_then(|t| {
             // A front-end alone would wait forever for replies nobody sends.
             t.require_backends()?;
             let hosts = pe_hosts(net.pe);
@@ -137,7 +177,37 @@ pub fn attach<'p>(
         return Err(TbonError::Create(reason));
     }
     net.topo = net.node.borrow().place.as_ref().map(|p| p.topo.clone());
+    if net.pe.my_pe() == 0 && net.pe.survives_node_failures() && !net.node.borrow().recovery.on {
+        // Every process starts with recovery on (in a job that survives failures): only
+        // the front-end's choice to turn it off has to be told, so making a network with
+        // recovery on costs no extra round trip.
+        net.request(None, crate::protocol::Req::Recovery { on: false })?;
+    }
     Ok(net)
+}
+
+/// `MRNET_FAILURE_RECOVERY`: `1` on, `0` off, unset on.
+///
+/// # Errors
+/// [`TbonError::Usage`] for any other value.
+pub(crate) fn recovery_from_env() -> Result<bool, TbonError> {
+    recovery_value(std::env::var("MRNET_FAILURE_RECOVERY"))
+}
+
+/// What a value of `MRNET_FAILURE_RECOVERY` says.
+fn recovery_value(v: Result<String, std::env::VarError>) -> Result<bool, TbonError> {
+    let bad = |v: &dyn std::fmt::Debug| {
+        TbonError::Usage(format!(
+            "MRNET_FAILURE_RECOVERY is {v:?}: it must be 1 (failure recovery on) or 0 (off)"
+        ))
+    };
+    match v {
+        Err(std::env::VarError::NotPresent) => Ok(true),
+        Ok(v) if v.trim() == "1" => Ok(true),
+        Ok(v) if v.trim() == "0" => Ok(false),
+        Ok(v) => Err(bad(&v)),
+        Err(std::env::VarError::NotUnicode(v)) => Err(bad(&v)),
+    }
 }
 
 /// The host of every PE (one PE per node).
@@ -149,4 +219,30 @@ fn pe_hosts(pe: &Pe) -> Vec<String> {
                 .map_or_else(|| "localhost".to_owned(), |n| n.host.clone())
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::env::VarError;
+
+    #[test]
+    fn the_environment_variable_says_1_or_0_and_nothing_else() {
+        assert!(matches!(
+            recovery_value(Err(VarError::NotPresent)),
+            Ok(true)
+        ));
+        assert!(matches!(recovery_value(Ok("1".into())), Ok(true)));
+        assert!(matches!(recovery_value(Ok(" 0\n".into())), Ok(false)));
+        for v in ["", "yes", "2", "off"] {
+            let e = recovery_value(Ok(v.into())).map_err(|e| e.to_string());
+            let Err(e) = e else {
+                panic!("{v:?} accepted");
+            };
+            assert!(
+                e.contains("MRNET_FAILURE_RECOVERY") && e.contains("must be 1"),
+                "{e}"
+            );
+        }
+    }
 }

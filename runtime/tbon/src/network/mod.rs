@@ -14,14 +14,16 @@ mod attach;
 mod events;
 mod filters;
 mod perf;
+mod recovery;
 mod streams;
 
+pub(crate) use attach::recovery_from_env;
 pub use attach::{attach, Options};
 
 use crate::codec::Pack;
 use crate::error::{check_tag, TbonError};
 use crate::filter::TopologyLocalInfo;
-use crate::node::{after_handler, Node, Outcome, Role};
+use crate::node::{after_handler, lost_wave, Node, Outcome, Role};
 use crate::packet::Packet;
 use crate::perf::Context;
 use crate::protocol::Req;
@@ -58,10 +60,22 @@ impl<'p> Network<'p> {
         if cond(&node.borrow()) {
             return Ok(());
         }
-        if self.pe.run_until(|_| cond(&node.borrow())) {
+        let ran = self.pe.run_until(|_| cond(&node.borrow()));
+        self.refresh_topology();
+        if ran {
             Ok(())
         } else {
             Err(TbonError::JobEnded)
+        }
+    }
+
+    /// The tree as it is now: after a failure it is no longer the one made.
+    fn refresh_topology(&mut self) {
+        let n = self.node.borrow();
+        if let Some(p) = &n.place {
+            if self.topo.as_ref().is_none_or(|t| !Rc::ptr_eq(t, &p.topo)) {
+                self.topo = Some(p.topo.clone());
+            }
         }
     }
 
@@ -132,7 +146,11 @@ impl<'p> Network<'p> {
     }
 
     /// The tree (MRNet's `NetworkTopology`): nodes, root, leaves, back-ends, parents, subtree
-    /// heights, statistics, and writing it out as a topology file or DOT graph.
+    /// heights, statistics, and writing it out as a topology file or DOT graph. After a
+    /// failure it is the tree as recovery made it: without the processes that died, each
+    /// orphan under its new parent, every process with its rank (see
+    /// [`Topology::without`]); it is brought up to date whenever this network runs the
+    /// scheduler (a receive, [`progress`](Network::progress), any call that waits).
     pub fn topology(&self) -> &Topology {
         // Set by `attach` before it returns a network.
         match &self.topo {
@@ -145,7 +163,8 @@ impl<'p> Network<'p> {
     pub fn pe_of(&self, rank: Rank) -> Option<usize> {
         let n = self.node.borrow();
         let place = n.place.as_ref()?;
-        place.topo.find_rank(rank).map(|i| place.pes[i])
+        place.topo.find_rank(rank)?;
+        place.orig.find_rank(rank).map(|i| place.pes[i])
     }
 
     /// Where this process is in the tree (what filters see).
@@ -184,7 +203,7 @@ impl<'p> Network<'p> {
     ///
     /// # Errors
     /// As [`send`](Network::send); [`TbonError::BadRank`] for a rank that is not an end-point
-    /// of the stream.
+    /// of the stream; [`TbonError::DeadBackEnd`] for one that died.
     pub fn send_to(
         &mut self,
         s: &Stream,
@@ -202,6 +221,9 @@ impl<'p> Network<'p> {
                 .iter()
                 .find(|d| st.endpoints.binary_search(d).is_err())
             {
+                if n.recovery.dead().contains(d) {
+                    return Err(TbonError::DeadBackEnd(*d));
+                }
                 return Err(TbonError::BadRank(format!(
                     "rank {d} is not an end-point of stream {}",
                     s.id
@@ -239,8 +261,14 @@ impl<'p> Network<'p> {
             let num_backends = n.num_backends();
             match n.streams.get_mut(&s.id) {
                 Some(st) if st.closed => return Err(TbonError::StreamClosed(s.id)),
+                Some(st) if st.failed.is_some() => {
+                    let rank = st.failed.unwrap_or(Rank::MAX);
+                    return Err(TbonError::StreamFailed { stream: s.id, rank });
+                }
                 Some(st) if role == Role::BackEnd => {
-                    st.perf.count(Context::Send, 1, p.data_len() as u64)
+                    st.perf.count(Context::Send, 1, p.data_len() as u64);
+                    // A back-end's batch is one packet (failure recovery counts them).
+                    st.up_sent += 1;
                 }
                 Some(_) => {}
                 None if role == Role::FrontEnd
@@ -278,7 +306,8 @@ impl<'p> Network<'p> {
     /// Send to one back-end on its singlecast stream (MRNet's `Network::send`).
     ///
     /// # Errors
-    /// As [`send`](Network::send); [`TbonError::BadRank`] for a rank that is not a back-end.
+    /// As [`send`](Network::send); [`TbonError::BadRank`] for a rank that is not a back-end;
+    /// [`TbonError::DeadBackEnd`] for one that died.
     pub fn send_to_backend(
         &mut self,
         be: Rank,
@@ -287,8 +316,11 @@ impl<'p> Network<'p> {
         values: impl Pack,
     ) -> Result<(), TbonError> {
         self.front_end("send_to_backend")?;
-        if be as usize >= self.topology().num_backends() {
+        if be as usize >= self.node.borrow().num_backends() {
             return Err(TbonError::BadRank(format!("rank {be} is not a back-end")));
+        }
+        if self.node.borrow().recovery.dead().contains(&be) {
+            return Err(TbonError::DeadBackEnd(be));
         }
         self.send(&Stream { id: be }, tag, format, values)
     }
@@ -314,6 +346,10 @@ impl<'p> Network<'p> {
     ///
     /// # Errors
     /// [`TbonError::Filter`] when a filter failed on a wave of the stream (once per failure);
+    /// [`TbonError::WaveLost`] for a wave that lost a part in a process that died (failure
+    /// recovery: once, in the wave's place among the packets);
+    /// [`TbonError::StreamFailed`] when a process the stream goes through died with failure
+    /// recovery off;
     /// [`TbonError::StreamClosed`] when the stream is closed and nothing is left;
     /// [`TbonError::ShutDown`]; [`TbonError::JobEnded`].
     pub fn recv_on(&mut self, s: &Stream) -> Result<Packet, TbonError> {
@@ -325,7 +361,9 @@ impl<'p> Network<'p> {
             self.wait_for(|n| {
                 n.inbox.has(id)
                     || n.failures.get(&id).is_some_and(|f| !f.is_empty())
-                    || n.streams.get(&id).is_some_and(|st| st.closed)
+                    || n.streams
+                        .get(&id)
+                        .is_some_and(|st| st.closed || st.failed.is_some())
                     || n.shut_down
             })?;
         }
@@ -341,10 +379,18 @@ impl<'p> Network<'p> {
             return Err(e);
         }
         if let Some(p) = n.inbox.pop(s.id) {
+            if let Some(e) = lost_wave(s.id, &p) {
+                return Err(e);
+            }
             return Ok(Some(p));
         }
-        if n.streams.get(&s.id).is_some_and(|st| st.closed) {
-            return Err(TbonError::StreamClosed(s.id));
+        if let Some(st) = n.streams.get(&s.id) {
+            if st.closed {
+                return Err(TbonError::StreamClosed(s.id));
+            }
+            if let Some(rank) = st.failed {
+                return Err(TbonError::StreamFailed { stream: s.id, rank });
+            }
         }
         if n.shut_down {
             return Err(TbonError::ShutDown);
@@ -356,8 +402,9 @@ impl<'p> Network<'p> {
     /// streams this way: from their first packet.
     ///
     /// # Errors
-    /// [`TbonError::ShutDown`] when the network is shut down and nothing is left;
-    /// [`TbonError::JobEnded`].
+    /// [`TbonError::WaveLost`] (front-end, failure recovery) for a wave that lost a part in
+    /// a process that died; [`TbonError::ShutDown`] when the network is shut down and
+    /// nothing is left; [`TbonError::JobEnded`].
     pub fn recv(&mut self) -> Result<(Stream, Packet), TbonError> {
         loop {
             if let Some(x) = self.try_recv()? {
@@ -374,6 +421,9 @@ impl<'p> Network<'p> {
     pub fn try_recv(&mut self) -> Result<Option<(Stream, Packet)>, TbonError> {
         let mut n = self.node.borrow_mut();
         if let Some((id, p)) = n.inbox.pop_any() {
+            if let Some(e) = lost_wave(id, &p) {
+                return Err(e);
+            }
             return Ok(Some((Stream { id }, p)));
         }
         if n.shut_down {
@@ -388,6 +438,7 @@ impl<'p> Network<'p> {
     pub fn progress(&mut self) -> usize {
         let n = self.pe.progress();
         after_handler(&self.node);
+        self.refresh_topology();
         n
     }
 

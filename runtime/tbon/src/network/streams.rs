@@ -25,7 +25,7 @@ impl<'p> Network<'p> {
         &self,
         ranks: impl IntoIterator<Item = Rank>,
     ) -> Result<Communicator, TbonError> {
-        let mut c = Communicator::new(self.topology().num_backends());
+        let mut c = Communicator::new(self.node.borrow().num_backends());
         for r in ranks {
             c.add_endpoint(r)?;
         }
@@ -120,9 +120,26 @@ impl<'p> Network<'p> {
             n.next_stream += 1;
             id
         };
+        // Back-ends known dead are no end-points (a communicator made before their death
+        // may still name them).
+        let endpoints: Vec<Rank> = {
+            let n = self.node.borrow();
+            let dead = n.recovery.dead();
+            comm.endpoints()
+                .iter()
+                .copied()
+                .filter(|r| !dead.contains(r))
+                .collect()
+        };
+        if endpoints.is_empty() {
+            return Err(TbonError::Usage(
+                "every end-point of the communicator has died".into(),
+            ));
+        }
         self.node
             .borrow_mut()
-            .open_stream(self.pe, id, comm.endpoints().to_vec(), spec);
+            .open_stream(self.pe, id, endpoints, spec);
+        self.node.borrow_mut().fail_if_through_dead();
         after_handler(&self.node);
         Ok(Stream { id })
     }

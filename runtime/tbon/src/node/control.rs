@@ -26,6 +26,15 @@ impl Node {
                 ),
             );
         };
+        let src = msg.src_pe() as usize;
+        let from_below = matches!(
+            ctl,
+            Ctl::Ack { .. } | Ctl::Error { .. } | Ctl::Adopted { .. } | Ctl::Reparented { .. }
+        );
+        if from_below && self.held_back(src) {
+            // An orphan adopted here before this process learned of the death.
+            return self.recovery.hold(msg.clone(), super::Kind::Ctl);
+        }
         match ctl {
             Ctl::Plan { tree, pes } => self.take_plan(pe, tree, pes, msg.payload()),
             Ctl::Abandon { reason } => {
@@ -41,7 +50,9 @@ impl Node {
                 endpoints,
                 spec,
             } => {
-                if self.role() == Role::BackEnd {
+                if self.streams.contains_key(&id) {
+                    // Given again by a new parent after a failure: this process had it.
+                } else if self.role() == Role::BackEnd {
                     let spec0 =
                         StreamSpec::homogeneous(TFILTER_NULL, SyncMode::DontWait, TFILTER_NULL);
                     if let Ok(st) = self.make_stream(endpoints.into(), &spec0) {
@@ -58,7 +69,7 @@ impl Node {
                 req,
                 errors,
                 report,
-            } => self.on_ack(pe, req, errors, report),
+            } => self.on_ack(pe, src, req, errors, report),
             Ctl::Error {
                 stream,
                 rank,
@@ -68,6 +79,8 @@ impl Node {
                 Some(parent) => pe.send(parent, self.h.ctl, msg.payload()),
                 None => self.record_error(stream, rank, reason, kind),
             },
+            Ctl::Adopted { rank, streams } => self.on_adopted(pe, rank, &streams),
+            Ctl::Reparented { rank, parent } => self.on_reparented(pe, rank, parent, msg),
         }
     }
 
@@ -78,7 +91,7 @@ impl Node {
         let mut errors = Vec::new();
         let mut report = Report::Nothing;
         let mut how = Aggregate::Concat;
-        let kids: Vec<usize> = match scope {
+        let mut kids: Vec<usize> = match scope {
             Some(sid) => self
                 .streams
                 .get(&sid)
@@ -87,6 +100,7 @@ impl Node {
             None => (0..self.place.as_ref().map_or(0, |p| p.children.len())).collect(),
         };
         match &what {
+            Req::Recovery { on } => self.recovery.on = *on,
             Req::Load { id, path, name } => match crate::dynfilter::load(path, name) {
                 Ok(f) => {
                     self.filters.insert(*id, (name.clone(), Rc::new(f)));
@@ -141,8 +155,23 @@ impl Node {
                 }
             }
         }
+        // A child not heard from since its adoption would answer for a request it may
+        // never have been sent; it learns later ones.
+        // Nor does a dead one (recovery off leaves it in the tree).
+        if let Some(place) = &self.place {
+            let dead = self.recovery.dead();
+            kids.retain(|&k| {
+                let c = &place.children[k];
+                !c.adopting && !dead.contains(&c.rank)
+            });
+        }
+        let waiting: Vec<Rank> = self
+            .place
+            .as_ref()
+            .map(|place| kids.iter().map(|&k| place.children[k].rank).collect())
+            .unwrap_or_default();
         let pending = Pending {
-            waiting: kids.len(),
+            waiting,
             errors,
             report,
             how,
@@ -162,19 +191,68 @@ impl Node {
             .filter(move |(id, _)| scope.is_none_or(|s| s == **id))
     }
 
-    fn on_ack(&mut self, pe: &mut Pe, req: u32, errors: Vec<(Rank, String)>, report: Report) {
+    fn on_ack(
+        &mut self,
+        pe: &mut Pe,
+        src: usize,
+        req: u32,
+        errors: Vec<(Rank, String)>,
+        report: Report,
+    ) {
+        let from = self.rank_of_pe(src);
         let Some(p) = self.requests.get_mut(&req) else {
+            if self.recovery.any_dead() {
+                // An orphan answering for a request its dead parent sent it, whose answer
+                // here was already settled without it.
+                return;
+            }
             return self.refuse(
                 pe,
                 None,
                 format!("an acknowledgement of request {req}, not in progress"),
             );
         };
+        let Some(at) = from.and_then(|r| p.waiting.iter().position(|&w| w == r)) else {
+            // Not awaited (an adopted orphan's, for its dead parent's request).
+            return;
+        };
+        p.waiting.swap_remove(at);
         p.errors.extend(errors);
         let how = p.how;
         p.report.merge(report, how);
-        p.waiting = p.waiting.saturating_sub(1);
-        if p.waiting == 0 {
+        if p.waiting.is_empty() {
+            if let Some(p) = self.requests.remove(&req) {
+                self.finish_request(pe, req, p);
+            }
+        }
+    }
+
+    /// Requests in progress stop waiting for children that died (with recovery off, each
+    /// says so as an error of the request).
+    pub(super) fn forget_dead_in_requests(&mut self, pe: &mut Pe, dead: &[Rank]) {
+        let on = self.recovery.on;
+        let mut done = Vec::new();
+        for (req, p) in &mut self.requests {
+            let gone: Vec<Rank> = p
+                .waiting
+                .iter()
+                .copied()
+                .filter(|r| dead.contains(r))
+                .collect();
+            if gone.is_empty() {
+                continue;
+            }
+            p.waiting.retain(|r| !dead.contains(r));
+            if !on {
+                p.errors
+                    .extend(gone.into_iter().map(|r| (r, "the process died".to_owned())));
+            }
+            if p.waiting.is_empty() {
+                done.push(*req);
+            }
+        }
+        done.sort_unstable();
+        for req in done {
             if let Some(p) = self.requests.remove(&req) {
                 self.finish_request(pe, req, p);
             }

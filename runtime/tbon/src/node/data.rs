@@ -20,6 +20,20 @@ use std::time::Instant;
 /// application tag, so no program can send one).
 const WAVE_FAILED_TAG: i32 = i32::MIN + 1;
 
+/// The tag of the packet that stands for a wave that lost a part in a process that died
+/// (failure recovery): one batch, so waves above stay aligned.
+pub(super) const WAVE_LOST_TAG: i32 = i32::MIN + 2;
+
+/// Packets a process keeps, per stream, of what it sent down lately to children that may
+/// die (internal ones): what their orphans may have missed, given to them on adoption. An
+/// internal process that falls further behind than this and dies leaves its orphans
+/// without the packets in between.
+pub(super) const WINDOW: usize = 1024;
+
+/// At most this many bytes of packets in a stream's window (then fewer than [`WINDOW`]
+/// packets), so that large broadcasts do not pile up.
+pub(super) const WINDOW_BYTES: usize = 16 << 20;
+
 /// Which way a filter works.
 #[derive(Clone, Copy)]
 enum Dir {
@@ -49,6 +63,7 @@ impl Node {
             }
             if let Some(st) = self.streams.get_mut(&sid) {
                 st.perf.count(Context::Recv, 1, p.data_len() as u64);
+                st.down_seen = st.down_seen.max(p.seq());
             }
             return self.deliver(sid, p);
         }
@@ -73,6 +88,13 @@ impl Node {
                 format!("a packet for stream {sid}, unknown here"),
             );
         };
+        if p.seq() != 0 {
+            if p.seq() < st.down_seen {
+                // Given twice across a re-parenting: the first one counted.
+                return;
+            }
+            st.down_seen = p.seq();
+        }
         st.perf.count(Context::Recv, 1, p.data_len() as u64);
         self.downstream(pe, sid, p, &dests);
     }
@@ -85,6 +107,7 @@ impl Node {
         if st.down_id == TFILTER_NULL {
             return self.route_down(pe, sid, p, dests);
         }
+        let seq = p.seq();
         let mut input = std::mem::take(&mut self.wave);
         input.push(p);
         let (mut out, mut rev) = (std::mem::take(&mut self.out), std::mem::take(&mut self.rev));
@@ -96,6 +119,7 @@ impl Node {
         }
         for mut q in out.drain(..) {
             q.set_stream_id(sid);
+            q.set_seq(seq);
             self.route_down(pe, sid, q, dests);
         }
         for mut q in rev.drain(..) {
@@ -143,13 +167,27 @@ impl Node {
             .kids
             .iter()
             .map(|&k| &place.children[k])
+            .filter(|c| !c.adopting)
             .filter(|c| dests.is_empty() || dests.iter().any(|d| c.be.contains(d)));
+        let (seq, bytes) = (p.seq(), p.data_len() as u64);
+        let msg = p.into_message(dests);
+        if st.keep_window && seq != 0 {
+            st.window_bytes += msg.payload_len();
+            st.window.push_back((seq, msg.clone()));
+            if !place.children.iter().any(|c| c.adopting) {
+                while st.window.len() > WINDOW || st.window_bytes > WINDOW_BYTES {
+                    let Some((_, old)) = st.window.pop_front() else {
+                        break;
+                    };
+                    st.window_bytes -= old.payload_len();
+                }
+            }
+        }
         let Some(mut cur) = targets.next() else {
             return;
         };
-        st.perf.count(Context::Send, 1, p.data_len() as u64);
+        st.perf.count(Context::Send, 1, bytes);
         // Every child but the last gets a copy; the last gets the message itself.
-        let msg = p.into_message(dests);
         for next in targets {
             pe.send_msg(cur.pe, self.h.down, msg.clone());
             cur = next;
@@ -169,6 +207,13 @@ impl Node {
         let sid = p.stream_id();
         let Some(place) = &self.place else { return };
         let Some(child) = place.children.iter().position(|c| c.pe == src) else {
+            if self.held_back(src) {
+                // An orphan adopted here before this process learned of the death.
+                let more = p.more();
+                return self
+                    .recovery
+                    .hold(p.into_message_with(&[], more), super::Kind::Up);
+            }
             return self.refuse(
                 pe,
                 Some(sid),
@@ -184,7 +229,12 @@ impl Node {
             self.refused += 1;
             return;
         };
-        let Some(slot) = st.kids.iter().position(|&k| k == child) else {
+        let Some(slot) = st
+            .kids
+            .iter()
+            .position(|&k| k == child)
+            .map(|i| st.slots[i])
+        else {
             return self.refuse(
                 pe,
                 Some(sid),
@@ -198,6 +248,9 @@ impl Node {
         let mut wave = std::mem::take(&mut self.wave);
         if st.sync.push(slot, p, more, &mut wave) {
             self.wave_up(pe, sid, &mut wave);
+        } else if st.sync.recovered() && st.sync.mode() == SyncMode::WaitForAll {
+            self.wave = wave;
+            return self.take_ready(pe, sid);
         } else if let Some(due) = st.sync.deadline() {
             if !st.timer {
                 st.timer = true;
@@ -239,7 +292,7 @@ impl Node {
     }
 
     /// Run the upstream filter on a wave; send what it gives up (and back down).
-    fn wave_up(&mut self, pe: &mut Pe, sid: u32, wave: &mut Vec<Packet>) {
+    pub(super) fn wave_up(&mut self, pe: &mut Pe, sid: u32, wave: &mut Vec<Packet>) {
         let Some(st) = self.streams.get_mut(&sid) else {
             return;
         };
@@ -256,8 +309,12 @@ impl Node {
             }
             return;
         }
-        // A wave that failed below stays one failed wave, so waves above stay aligned.
-        if let Some(i) = wave.iter().position(|p| p.tag() == WAVE_FAILED_TAG) {
+        // A wave that failed (or was lost) below stays one such wave, so waves above stay
+        // aligned.
+        if let Some(i) = wave
+            .iter()
+            .position(|p| p.tag() == WAVE_FAILED_TAG || p.tag() == WAVE_LOST_TAG)
+        {
             let marker = wave.swap_remove(i);
             wave.clear();
             return self.send_up(pe, sid, marker);
@@ -301,6 +358,7 @@ impl Node {
             Some(parent) => {
                 if let Some(st) = self.streams.get_mut(&sid) {
                     st.perf.count(Context::Send, 1, p.data_len() as u64);
+                    st.up_sent += u64::from(!more);
                 }
                 pe.send_msg(parent, self.h.up, p.into_message_with(&[], more));
             }
@@ -309,12 +367,16 @@ impl Node {
     }
 
     /// A packet for the program on this process.
-    fn deliver(&mut self, sid: u32, p: Packet) {
+    pub(super) fn deliver(&mut self, sid: u32, p: Packet) {
         if p.tag() == WAVE_FAILED_TAG {
             let (rank, why): (Rank, String) = p
                 .unpack("%ud %s")
                 .unwrap_or((Rank::MAX, "a filter failed".into()));
             return self.record_error(sid, rank, why, EventKind::FilterFailed);
+        }
+        if p.tag() == WAVE_LOST_TAG {
+            // It stays in the inbox, in its wave's place: a receive turns it into an error.
+            self.wave_lost_event(sid, &p);
         }
         if let Some(fd) = self.stream_fds.get(&sid) {
             // A failed write loses a wake-up (the counter is full), never the packet.
@@ -342,13 +404,18 @@ impl Node {
     }
 
     /// The front-end sends `p` down stream `sid` to `dests` (all its end-points: empty).
-    pub(crate) fn fe_send(&mut self, pe: &mut Pe, sid: u32, p: Packet, dests: &[Rank]) {
+    pub(crate) fn fe_send(&mut self, pe: &mut Pe, sid: u32, mut p: Packet, dests: &[Rank]) {
         if sid < FIRST_USER_STREAM && !self.streams.contains_key(&sid) {
             let Some(place) = &self.place else { return };
             if let Some(c) = place.children.iter().find(|c| c.be.contains(&sid)) {
                 pe.send_msg(c.pe, self.h.down, p.into_message(&[]));
             }
             return;
+        }
+        if let Some(st) = self.streams.get_mut(&sid) {
+            // Numbered, so that an orphan adopted after a failure is given what it missed.
+            st.down_seq += 1;
+            p.set_seq(st.down_seq);
         }
         self.downstream(pe, sid, p, dests);
     }

@@ -25,7 +25,10 @@
 mod control;
 mod data;
 mod plan;
+mod recover;
 mod streams;
+
+pub(crate) use recover::{lost_wave, Recovery};
 
 use crate::builtin::builtin;
 use crate::communicator::Communicator;
@@ -35,7 +38,7 @@ use crate::filter::{Filter, FilterId, FilterState, TopologyLocalInfo};
 use crate::packet::Packet;
 use crate::perf::{Aggregate, Counters, Report};
 use crate::protocol::Ctl;
-use crate::stream::FIRST_USER_STREAM;
+use crate::stream::{StreamSpec, FIRST_USER_STREAM};
 use crate::sync::Synchronizer;
 use crate::topology::{Rank, Topology};
 use converse::Message;
@@ -73,11 +76,17 @@ pub(crate) struct Child {
     pub rank: Rank,
     /// Back-end ranks below it.
     pub be: Range<Rank>,
+    /// Adopted after a failure and not yet heard from (its `Adopted`): nothing is routed to
+    /// it until then, so what it missed reaches it first, in order.
+    pub adopting: bool,
 }
 
 /// This process's place in the tree, known once the plan has come.
 pub(crate) struct Place {
+    /// The tree as it is now (after failures, without the processes that died).
     pub topo: Rc<Topology>,
+    /// The tree as it was made: `pes` is by its node indices.
+    pub orig: Rc<Topology>,
     pub pes: Rc<[usize]>,
     pub role: Role,
     pub info: TopologyLocalInfo,
@@ -88,8 +97,30 @@ pub(crate) struct Place {
 /// One stream on one process.
 pub(crate) struct StreamState {
     pub endpoints: Rc<[Rank]>,
+    /// How it was made (given again to a process adopted after a failure that missed it).
+    spec: StreamSpec,
+    /// Its filter parameters as set, in order (given again likewise).
+    params: Vec<(crate::stream::FilterType, Vec<u8>)>,
     /// Indices into `Place::children` of the children taking part, in order.
     pub kids: Vec<usize>,
+    /// The synchronizer's slot of each of `kids` (the same index until a failure).
+    slots: Vec<usize>,
+    /// The child rank of each synchronizer slot.
+    slot_rank: Vec<Rank>,
+    /// Front-end, failure recovery off: the process whose death broke the stream.
+    pub failed: Option<Rank>,
+    /// Front-end: the sequence number of the last packet sent down.
+    down_seq: u32,
+    /// The highest sequence number seen coming down.
+    down_seen: u32,
+    /// Batches sent up.
+    pub up_sent: u64,
+    /// Packets sent down lately (with recovery on, where a child is internal): what an
+    /// orphaned subtree may have missed, to give it again.
+    window: VecDeque<(u32, Message)>,
+    /// Payload bytes held in `window`.
+    window_bytes: usize,
+    keep_window: bool,
     up: Rc<dyn Filter>,
     up_id: FilterId,
     down: Rc<dyn Filter>,
@@ -160,7 +191,9 @@ impl Inbox {
 
 /// A request in progress at this process: acknowledgements expected from children.
 struct Pending {
-    waiting: usize,
+    /// Ranks of the children whose acknowledgement has not come (a child that dies is taken
+    /// off, so no request waits for the dead).
+    waiting: Vec<Rank>,
     errors: Vec<(Rank, String)>,
     report: Report,
     how: Aggregate,
@@ -200,6 +233,8 @@ pub(crate) struct Node {
     pub refused: u64,
     /// Per-stream data notification descriptors (MRNet's `Stream::get_DataNotificationFd`).
     pub stream_fds: HashMap<u32, nix::sys::eventfd::EventFd>,
+    /// Failure recovery: what died, what waits for re-connection.
+    pub recovery: Recovery,
     /// Scratch vectors reused for every wave, so a wave allocates no vector.
     wave: Vec<Packet>,
     out: Vec<Packet>,
@@ -229,6 +264,7 @@ impl Node {
             failures: HashMap::new(),
             refused: 0,
             stream_fds: HashMap::new(),
+            recovery: Recovery::default(),
             wave: Vec::new(),
             out: Vec::new(),
             rev: Vec::new(),
@@ -318,14 +354,19 @@ impl Node {
         self.event(kind, s, Some(rank), reason);
     }
 
-    /// How many back-ends the tree has (0 before the plan arrived).
+    /// How many back-ends the tree was made with (0 before the plan arrived): back-ends are
+    /// ranked below it, dead ones included (their ranks are not given again).
     pub(crate) fn num_backends(&self) -> usize {
-        self.place.as_ref().map_or(0, |p| p.topo.num_backends())
+        self.place.as_ref().map_or(0, |p| p.orig.num_backends())
     }
 
-    /// The broadcast communicator's end-points.
+    /// The broadcast communicator's end-points: every back-end alive.
     pub(crate) fn all_backends(&self) -> Communicator {
-        Communicator::all(self.num_backends())
+        let mut c = Communicator::all(self.num_backends());
+        if self.recovery.any_dead() {
+            c.retain(|r| !self.recovery.dead().contains(&r));
+        }
+        c
     }
 }
 
@@ -374,7 +415,7 @@ pub(crate) fn install(pe: &mut Pe) -> Result<Rc<RefCell<Node>>, TbonError> {
 }
 
 #[derive(Clone, Copy)]
-enum Kind {
+pub(crate) enum Kind {
     Down,
     Up,
     Ctl,
@@ -412,7 +453,13 @@ fn dispatch(pe: &mut Pe, node: &Rc<RefCell<Node>>, msg: Message, kind: Kind) {
     after_handler(node);
 }
 
-fn run_one(n: &mut Node, pe: &mut Pe, msg: Message, kind: Kind, weak: &Weak<RefCell<Node>>) {
+pub(super) fn run_one(
+    n: &mut Node,
+    pe: &mut Pe,
+    msg: Message,
+    kind: Kind,
+    weak: &Weak<RefCell<Node>>,
+) {
     match kind {
         Kind::Down => n.on_down(pe, msg),
         Kind::Up => n.on_up(pe, msg, weak),

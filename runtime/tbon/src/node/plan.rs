@@ -10,6 +10,75 @@ use converse::Message;
 use converse::Pe;
 use std::rc::Rc;
 
+impl Place {
+    /// The place of the process on PE `my_pe` in `topo` (the tree now), where `orig` is the
+    /// tree as it was made and `pes[i]` the PE of its node `i`.
+    pub(super) fn build(
+        topo: Rc<Topology>,
+        orig: Rc<Topology>,
+        pes: Rc<[usize]>,
+        my_pe: usize,
+    ) -> Place {
+        let pe_of = |i: usize| {
+            orig.find_rank(topo.nodes()[i].rank())
+                .and_then(|o| pes.get(o).copied())
+                .unwrap_or(0)
+        };
+        let me = (0..topo.num_nodes()).find(|&i| pe_of(i) == my_pe);
+        let Some(i) = me else {
+            return Place {
+                topo,
+                orig,
+                pes,
+                role: Role::Spare,
+                info: TopologyLocalInfo::default(),
+                parent_pe: None,
+                children: Vec::new(),
+            };
+        };
+        let n = &topo.nodes()[i];
+        let role = if i == 0 {
+            Role::FrontEnd
+        } else if orig
+            .find_rank(n.rank())
+            .is_some_and(|o| orig.nodes()[o].num_children() == 0)
+        {
+            Role::BackEnd
+        } else {
+            // An internal process whose children all died stays internal.
+            Role::Internal
+        };
+        let children: Vec<Child> = n
+            .children()
+            .iter()
+            .map(|&c| Child {
+                pe: pe_of(c),
+                rank: topo.nodes()[c].rank(),
+                be: topo.nodes()[c].backend_ranks(),
+                adopting: false,
+            })
+            .collect();
+        let info = TopologyLocalInfo {
+            rank: n.rank(),
+            parent: n.parent().map(|p| topo.nodes()[p].rank()),
+            children: children.iter().map(|c| c.rank).collect(),
+            num_backends_below: n.backend_ranks().len(),
+            num_nodes: topo.num_nodes(),
+            num_backends: topo.num_backends(),
+            depth: n.depth(),
+        };
+        Place {
+            parent_pe: n.parent().map(pe_of),
+            children,
+            role,
+            info,
+            topo,
+            orig,
+            pes,
+        }
+    }
+}
+
 impl Node {
     /// Take the plan, and pass it (`raw`) on down the tree: the connections it opens, from
     /// each parent to its children, are the ones the tree's traffic uses.
@@ -31,53 +100,8 @@ impl Node {
             self.abandoned = Some("the front-end sent a plan for other PEs".into());
             return;
         }
-        let me = pes.iter().position(|&p| p == pe.my_pe());
-        let place = match me {
-            None => Place {
-                topo: Rc::new(topo),
-                pes: pes.into(),
-                role: Role::Spare,
-                info: TopologyLocalInfo::default(),
-                parent_pe: None,
-                children: Vec::new(),
-            },
-            Some(i) => {
-                let n = &topo.nodes()[i];
-                let role = if i == 0 {
-                    Role::FrontEnd
-                } else if n.num_children() == 0 {
-                    Role::BackEnd
-                } else {
-                    Role::Internal
-                };
-                let children: Vec<Child> = n
-                    .children()
-                    .iter()
-                    .map(|&c| Child {
-                        pe: pes[c],
-                        rank: topo.nodes()[c].rank(),
-                        be: topo.nodes()[c].backend_ranks(),
-                    })
-                    .collect();
-                let info = TopologyLocalInfo {
-                    rank: n.rank(),
-                    parent: n.parent().map(|p| topo.nodes()[p].rank()),
-                    children: children.iter().map(|c| c.rank).collect(),
-                    num_backends_below: n.backend_ranks().len(),
-                    num_nodes: topo.num_nodes(),
-                    num_backends: topo.num_backends(),
-                    depth: n.depth(),
-                };
-                Place {
-                    parent_pe: n.parent().map(|p| pes[p]),
-                    children,
-                    role,
-                    info,
-                    topo: Rc::new(topo),
-                    pes: pes.into(),
-                }
-            }
-        };
+        let topo = Rc::new(topo);
+        let place = Place::build(topo.clone(), topo, pes.into(), pe.my_pe());
         let spare = place.role == Role::Spare;
         tracing::debug!(target: "tbon", role = ?place.role, rank = place.info.rank, children = place.children.len(), "took the network's plan");
         for c in &place.children {
@@ -121,5 +145,66 @@ impl Node {
     /// Messages held until the plan, to run now.
     pub(crate) fn take_early(&mut self) -> Vec<Message> {
         std::mem::take(&mut self.early)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topgen::{generate, Placement, TreeSpec};
+    use crate::topology::{Rank, FIRST_INTERNAL_RANK};
+    use std::collections::BTreeSet;
+
+    #[test]
+    fn a_place_in_the_tree_after_a_death_keeps_pes_by_rank() {
+        let spec = TreeSpec::parse("g:2x3").unwrap_or_else(|e| panic!("{e}"));
+        let orig =
+            Rc::new(generate(&spec, &Placement::default()).unwrap_or_else(|e| panic!("{e}")));
+        // PEs in reverse, so a node's index and its PE differ.
+        let n = orig.num_nodes();
+        let pes: Rc<[usize]> = (0..n).rev().collect::<Vec<_>>().into();
+        let pe_of = |r: Rank| pes[orig.find_rank(r).unwrap_or(0)];
+        let dead: BTreeSet<Rank> = [FIRST_INTERNAL_RANK + 1].into();
+        let now = Rc::new(orig.without(&dead));
+        // The front-end adopts back-ends 0..3, in the dead one's place.
+        let fe = Place::build(
+            now.clone(),
+            orig.clone(),
+            pes.clone(),
+            pe_of(FIRST_INTERNAL_RANK),
+        );
+        assert_eq!(fe.role, Role::FrontEnd);
+        let kids: Vec<(Rank, usize)> = fe.children.iter().map(|c| (c.rank, c.pe)).collect();
+        let want: Vec<(Rank, usize)> = [0, 1, 2, FIRST_INTERNAL_RANK + 2]
+            .iter()
+            .map(|&r| (r, pe_of(r)))
+            .collect();
+        assert_eq!(kids, want);
+        assert_eq!(fe.info.children, [0, 1, 2, FIRST_INTERNAL_RANK + 2]);
+        // An orphan's parent is the front-end's PE now.
+        let be = Place::build(now.clone(), orig.clone(), pes.clone(), pe_of(1));
+        assert_eq!(be.role, Role::BackEnd);
+        assert_eq!(be.parent_pe, Some(pe_of(FIRST_INTERNAL_RANK)));
+        assert_eq!(be.info.parent, Some(FIRST_INTERNAL_RANK));
+        assert_eq!(be.info.depth, 1);
+        // The dead process has no place: a spare.
+        let gone = Place::build(
+            now.clone(),
+            orig.clone(),
+            pes.clone(),
+            pe_of(FIRST_INTERNAL_RANK + 1),
+        );
+        assert_eq!(gone.role, Role::Spare);
+        // An internal process whose back-ends all died stays internal, childless.
+        let dead: BTreeSet<Rank> = [3, 4, 5].into();
+        let now = Rc::new(orig.without(&dead));
+        let i = Place::build(
+            now,
+            orig.clone(),
+            pes.clone(),
+            pe_of(FIRST_INTERNAL_RANK + 2),
+        );
+        assert_eq!(i.role, Role::Internal);
+        assert!(i.children.is_empty());
     }
 }

@@ -22,7 +22,7 @@ impl Node {
         endpoints: Rc<[Rank]>,
         spec: &StreamSpec,
     ) -> Result<StreamState, String> {
-        let (rank, kids) = {
+        let (rank, kids, slot_rank, internal_kid) = {
             let place = self.place.as_ref().ok_or("no plan yet")?;
             let kids = place
                 .children
@@ -31,7 +31,9 @@ impl Node {
                 .filter(|(_, c)| intersects(&endpoints, &c.be))
                 .map(|(i, _)| i)
                 .collect::<Vec<_>>();
-            (place.info.rank, kids)
+            let slot_rank: Vec<Rank> = kids.iter().map(|&k| place.children[k].rank).collect();
+            let internal_kid = slot_rank.iter().any(|&r| is_internal(r));
+            (place.info.rank, kids, slot_rank, internal_kid)
         };
         let (up_id, down_id) = (spec.up.get(rank), spec.down.get(rank));
         let up = self
@@ -44,7 +46,18 @@ impl Node {
         let sync = Synchronizer::new(mode, kids.len());
         Ok(StreamState {
             endpoints,
+            spec: spec.clone(),
+            params: Vec::new(),
+            failed: None,
+            slots: (0..kids.len()).collect(),
+            slot_rank,
             kids,
+            down_seq: 0,
+            down_seen: 0,
+            up_sent: 0,
+            window: std::collections::VecDeque::new(),
+            window_bytes: 0,
+            keep_window: internal_kid && self.recovery.on,
             up,
             up_id,
             down,
@@ -144,6 +157,11 @@ impl Node {
                 return;
             }
         }
+        if let Some(st) = self.streams.get_mut(&id) {
+            // The last of each kind is what holds.
+            st.params.retain(|(w, _)| *w != which);
+            st.params.push((which, bytes.clone()));
+        }
         let ctl = Ctl::Params {
             id,
             which,
@@ -154,8 +172,14 @@ impl Node {
     }
 }
 
+/// Whether rank `r` is an internal process's (back-ends are ranked from 0, internal
+/// processes from [`FIRST_INTERNAL_RANK`](crate::topology::FIRST_INTERNAL_RANK)).
+pub(super) fn is_internal(r: Rank) -> bool {
+    r >= crate::topology::FIRST_INTERNAL_RANK
+}
+
 /// Whether a sorted list of ranks has one in `r`.
-fn intersects(sorted: &[Rank], r: &Range<Rank>) -> bool {
+pub(super) fn intersects(sorted: &[Rank], r: &Range<Rank>) -> bool {
     let i = sorted.partition_point(|&x| x < r.start);
     sorted.get(i).is_some_and(|&x| x < r.end)
 }

@@ -1,0 +1,567 @@
+//! Failure recovery on one process: what it does when the runtime reports a node's death
+//! (report mode), and when an orphan re-connects to it.
+//!
+//! **Learning of a death.** Every process of the tree registers a failure callback. When it
+//! runs, the process adds the dead processes to the set it knows and recomputes the tree
+//! from the one it was made with ([`Topology::without`](crate::Topology::without): orphans go
+//! to their nearest surviving ancestor, in the dead one's place). The new tree depends only on
+//! the set, so processes that learn of several deaths in different orders agree on it.
+//!
+//! - A process whose parent changed sends its new parent `Adopted`: per stream, the highest
+//!   sequence number it has seen coming down and how many batches it has sent up.
+//! - A process that gained children (it adopted orphans) marks them *adopting*: its
+//!   synchronizer gives each a slot standing in for the dead child it descends from, whose
+//!   waves are known once the orphan says how many batches it had sent; nothing is routed
+//!   down to it meanwhile (the packets stay in the stream's window).
+//! - Every dead child's slot stops waiting for it ([`Synchronizer::child_died`]): the batches
+//!   it sent whole still count.
+//! - Requests in progress stop waiting for dead children.
+//! - Messages from an orphan that arrive before this process learned of the death that made
+//!   it its parent are held, then run in their order once it has.
+//!
+//! **An orphan's `Adopted`.** The new parent gives it, in order: the streams it missed
+//! (`NewStream` and their parameters), the closing of streams it still has and that are gone
+//! here, and every packet of the stream's window after the last one it saw; then routes it
+//! the stream's traffic as to any child, and tells the front-end (`Reparented`, an event).
+//!
+//! **With recovery off** the front-end is told (events), every stream through the dead process
+//! fails (its receives return [`TbonError::StreamFailed`](crate::TbonError::StreamFailed)),
+//! requests stop waiting for it, and nobody re-connects.
+//!
+//! [`Synchronizer::child_died`]: crate::Synchronizer::child_died
+
+use super::streams::{intersects, is_internal};
+use super::{run_one, Kind, Node, Place, Role};
+use crate::error::TbonError;
+use crate::events::EventKind;
+use crate::packet::Packet;
+use crate::protocol::Ctl;
+use crate::stream::FIRST_USER_STREAM;
+use crate::sync::Ready;
+use crate::topology::Rank;
+use converse::{Message, NodeFailure, Pe};
+use std::cell::RefCell;
+use std::collections::BTreeSet;
+use std::rc::{Rc, Weak};
+
+/// One process's failure recovery state.
+#[derive(Default)]
+pub(crate) struct Recovery {
+    /// Failure recovery is on (set by the front-end for the whole tree; needs report mode).
+    pub on: bool,
+    /// Ranks of the processes known to have died.
+    dead: BTreeSet<Rank>,
+    /// Messages from PEs that are not (yet) children here, in arrival order.
+    held: Vec<(Kind, Message)>,
+    /// Front-end: orphans not re-connected yet (MRNet's `get_OrphanNodes`).
+    pub orphans: BTreeSet<Rank>,
+    /// Front-end: re-connections heard of before the death that caused them.
+    early: Vec<Rank>,
+}
+
+impl Recovery {
+    /// Keep a message from a PE that is not a child here yet.
+    pub(crate) fn hold(&mut self, msg: Message, kind: Kind) {
+        self.held.push((kind, msg));
+    }
+
+    /// Whether any process is known to have died.
+    pub(crate) fn any_dead(&self) -> bool {
+        !self.dead.is_empty()
+    }
+
+    /// Ranks of the processes known to have died.
+    pub(crate) fn dead(&self) -> &BTreeSet<Rank> {
+        &self.dead
+    }
+}
+
+impl Node {
+    /// Whether a message from PE `src` (not a child here) waits: with recovery on, it may be
+    /// an orphan's, sent before this process learned of the death that makes it its parent.
+    pub(super) fn held_back(&self, src: usize) -> bool {
+        let Some(place) = &self.place else {
+            return false;
+        };
+        self.recovery.on
+            && place.role != Role::Spare
+            && Some(src) != place.parent_pe
+            && !place.children.iter().any(|c| c.pe == src)
+            && self.rank_of_pe(src).is_some()
+    }
+
+    /// The rank of the tree process on PE `pe`.
+    pub(crate) fn rank_of_pe(&self, pe: usize) -> Option<Rank> {
+        let place = self.place.as_ref()?;
+        let i = place.pes.iter().position(|&p| p == pe)?;
+        Some(place.orig.nodes()[i].rank())
+    }
+
+    /// The runtime says a node died.
+    pub(crate) fn on_failure(
+        &mut self,
+        pe: &mut Pe,
+        failure: &NodeFailure,
+        weak: &Weak<RefCell<Node>>,
+    ) {
+        let Some(place) = &self.place else { return };
+        if place.role == Role::Spare {
+            return;
+        }
+        let newly: Vec<Rank> = failure
+            .pes
+            .clone()
+            .filter_map(|p| self.rank_of_pe(p))
+            .filter(|r| !self.recovery.dead.contains(r))
+            .collect();
+        if newly.is_empty() {
+            return;
+        }
+        self.recovery.dead.extend(newly.iter().copied());
+        let fe = place.role == Role::FrontEnd;
+        if fe && !self.ready && self.abandoned.is_none() {
+            // Its report would never come: the network cannot be made (attach says why).
+            self.abandoned = Some(format!(
+                "process {} died while the network was being made ({})",
+                newly[0], failure.reason
+            ));
+        }
+        let old = place.topo.clone();
+        if fe {
+            let what = if self.recovery.on {
+                "failure recovery re-connects its children"
+            } else {
+                "failure recovery is off"
+            };
+            for &r in &newly {
+                self.event(
+                    EventKind::ProcessRemoved,
+                    None,
+                    Some(r),
+                    format!("process {r} died ({}); {what}", failure.reason),
+                );
+            }
+        }
+        if !self.recovery.on {
+            if fe {
+                self.fail_streams(&newly, &failure.reason);
+            }
+            self.forget_dead_in_requests(pe, &newly);
+            return;
+        }
+        let Some(place) = self.place.take() else {
+            return;
+        };
+        let new = Rc::new(place.orig.without(&self.recovery.dead));
+        let mut fresh = Place::build(new, place.orig.clone(), place.pes.clone(), pe.my_pe());
+        for c in &mut fresh.children {
+            c.adopting = place
+                .children
+                .iter()
+                .find(|o| o.rank == c.rank)
+                .is_none_or(|o| o.adopting);
+        }
+        let parent_changed = fresh.parent_pe != place.parent_pe;
+        self.place = Some(fresh);
+        if fe {
+            self.note_orphans(&old, &newly);
+            self.drop_dead_endpoints(&newly);
+        }
+        let ids: Vec<u32> = self.streams.keys().copied().collect();
+        for &id in &ids {
+            self.restream(id);
+        }
+        self.forget_dead_in_requests(pe, &newly);
+        if parent_changed {
+            self.tell_new_parent(pe);
+        }
+        self.replay_held(pe, weak);
+        for id in ids {
+            self.take_ready(pe, id);
+        }
+    }
+
+    /// Front-end: the live children of the processes that died are orphans until their
+    /// `Reparented` comes (which may have come first).
+    fn note_orphans(&mut self, old: &crate::Topology, newly: &[Rank]) {
+        for &r in newly {
+            let Some(i) = old.find_rank(r) else { continue };
+            for &c in old.nodes()[i].children() {
+                let cr = old.nodes()[c].rank();
+                if self.recovery.dead.contains(&cr) {
+                    continue;
+                }
+                if let Some(at) = self.recovery.early.iter().position(|&e| e == cr) {
+                    self.recovery.early.swap_remove(at);
+                } else {
+                    self.recovery.orphans.insert(cr);
+                }
+            }
+        }
+        let dead = &self.recovery.dead;
+        self.recovery.orphans.retain(|r| !dead.contains(r));
+    }
+
+    /// Front-end: dead back-ends leave the streams they were end-points of, each with an
+    /// event; a stream left with none is closed.
+    fn drop_dead_endpoints(&mut self, newly: &[Rank]) {
+        let mut events = Vec::new();
+        for (&id, st) in &mut self.streams {
+            if id < FIRST_USER_STREAM {
+                continue;
+            }
+            let gone: Vec<Rank> = newly
+                .iter()
+                .copied()
+                .filter(|r| !is_internal(*r) && st.endpoints.binary_search(r).is_ok())
+                .collect();
+            if gone.is_empty() {
+                continue;
+            }
+            let left: Vec<Rank> = st
+                .endpoints
+                .iter()
+                .copied()
+                .filter(|r| !gone.contains(r))
+                .collect();
+            st.endpoints = left.into();
+            let closing = st.endpoints.is_empty() && !st.closed;
+            if closing {
+                st.closed = true;
+            }
+            for r in gone {
+                let msg = if closing {
+                    format!("back-end {r} died: stream {id} lost its last end-point and is closed")
+                } else {
+                    format!("back-end {r} died: stream {id} goes on over its other end-points")
+                };
+                events.push((id, r, msg));
+            }
+        }
+        for (id, r, msg) in events {
+            self.event(EventKind::EndpointRemoved, Some(id), Some(r), msg);
+        }
+    }
+
+    /// Front-end, recovery off: a stream made through a process already dead fails at once.
+    pub(crate) fn fail_if_through_dead(&mut self) {
+        if self.recovery.on || self.recovery.dead.is_empty() {
+            return;
+        }
+        let dead: Vec<Rank> = self.recovery.dead.iter().copied().collect();
+        self.fail_streams(&dead, "before the stream was made");
+    }
+
+    /// Front-end, recovery off: every stream through a dead process fails.
+    fn fail_streams(&mut self, newly: &[Rank], reason: &str) {
+        let Some(place) = &self.place else { return };
+        let orig = place.orig.clone();
+        let mut failed = Vec::new();
+        for (&id, st) in &mut self.streams {
+            if id < FIRST_USER_STREAM || st.closed || st.failed.is_some() {
+                continue;
+            }
+            let hit = newly.iter().copied().find(|&r| {
+                orig.find_rank(r)
+                    .is_some_and(|i| intersects(&st.endpoints, &orig.nodes()[i].backend_ranks()))
+            });
+            if let Some(r) = hit {
+                st.failed = Some(r);
+                failed.push((id, r));
+            }
+        }
+        for (id, r) in failed {
+            self.failures
+                .entry(id)
+                .or_default()
+                .push_back(TbonError::StreamFailed {
+                    stream: id,
+                    rank: r,
+                });
+            self.event(
+                EventKind::NetworkFailed,
+                Some(id),
+                Some(r),
+                format!(
+                    "process {r} died ({reason}) and failure recovery is off: stream {id} fails"
+                ),
+            );
+        }
+    }
+
+    /// Stream `id`'s children and synchronizer slots after the tree changed.
+    fn restream(&mut self, id: u32) {
+        let (Some(place), Some(st)) = (&self.place, self.streams.get_mut(&id)) else {
+            return;
+        };
+        let dead = &self.recovery.dead;
+        for (slot, r) in st.slot_rank.iter().enumerate() {
+            if dead.contains(r) {
+                st.sync.child_died(slot);
+            }
+        }
+        let kids: Vec<usize> = place
+            .children
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| intersects(&st.endpoints, &c.be))
+            .map(|(i, _)| i)
+            .collect();
+        let mut slots = Vec::with_capacity(kids.len());
+        for &k in &kids {
+            let r = place.children[k].rank;
+            if let Some(s) = st.slot_rank.iter().rposition(|&x| x == r) {
+                slots.push(s);
+                continue;
+            }
+            // Adopted: it stands in for the nearest ancestor that had a slot here.
+            let mut up = place.orig.parent_rank(r);
+            let mut stand = usize::MAX;
+            while let Some(a) = up {
+                if let Some(s) = st.slot_rank.iter().rposition(|&x| x == a) {
+                    stand = s;
+                    break;
+                }
+                up = place.orig.parent_rank(a);
+            }
+            slots.push(st.sync.adopt(stand));
+            st.slot_rank.push(r);
+        }
+        st.keep_window = kids.iter().any(|&k| is_internal(place.children[k].rank));
+        st.kids = kids;
+        st.slots = slots;
+    }
+
+    /// This process was orphaned: tell its new parent where it is on each stream.
+    fn tell_new_parent(&mut self, pe: &mut Pe) {
+        let Some(place) = &self.place else { return };
+        let Some(parent) = place.parent_pe else {
+            return;
+        };
+        let mut streams: Vec<(u32, u32, u64)> = self
+            .streams
+            .iter()
+            .filter(|(&id, _)| id >= FIRST_USER_STREAM)
+            .map(|(&id, st)| (id, st.down_seen, st.up_sent))
+            .collect();
+        streams.sort_unstable();
+        let ctl = Ctl::Adopted {
+            rank: place.info.rank,
+            streams,
+        };
+        pe.send(parent, self.h.ctl, &ctl.encode());
+    }
+
+    /// Run the held messages whose senders are children (or the parent) now.
+    fn replay_held(&mut self, pe: &mut Pe, weak: &Weak<RefCell<Node>>) {
+        if self.recovery.held.is_empty() {
+            return;
+        }
+        let held = std::mem::take(&mut self.recovery.held);
+        for (kind, msg) in held {
+            let src = msg.src_pe() as usize;
+            if self.held_back(src) {
+                self.recovery.held.push((kind, msg));
+            } else {
+                run_one(self, pe, msg, kind, weak);
+            }
+        }
+    }
+
+    /// An orphan re-connected here: give it what it missed, then its share of the traffic.
+    pub(super) fn on_adopted(&mut self, pe: &mut Pe, rank: Rank, known: &[(u32, u32, u64)]) {
+        let h = self.h;
+        let Some(place) = self.place.as_mut() else {
+            return;
+        };
+        let Some(ci) = place.children.iter().position(|c| c.rank == rank) else {
+            return;
+        };
+        if !place.children[ci].adopting {
+            return;
+        }
+        place.children[ci].adopting = false;
+        let (cpe, cbe) = (place.children[ci].pe, place.children[ci].be.clone());
+        let my_rank = place.info.rank;
+        let mut ids: Vec<u32> = self.streams.keys().copied().collect();
+        ids.sort_unstable();
+        for id in &ids {
+            let Some(st) = self.streams.get_mut(id) else {
+                continue;
+            };
+            let Some(pos) = st.kids.iter().position(|&k| k == ci) else {
+                continue;
+            };
+            if st.closed {
+                continue;
+            }
+            let slot = st.slots[pos];
+            let (seen, sent) = match known.iter().find(|(k, _, _)| k == id) {
+                Some(&(_, seen, sent)) => (seen, sent),
+                None => {
+                    let made = Ctl::NewStream {
+                        id: *id,
+                        endpoints: st.endpoints.to_vec(),
+                        spec: st.spec.clone(),
+                    };
+                    pe.send(cpe, h.ctl, &made.encode());
+                    for (which, bytes) in &st.params {
+                        let ctl = Ctl::Params {
+                            id: *id,
+                            which: *which,
+                            packet: bytes.clone(),
+                        };
+                        pe.send(cpe, h.ctl, &ctl.encode());
+                    }
+                    (0, 0)
+                }
+            };
+            st.sync.announce(slot, sent);
+            for (seq, m) in &st.window {
+                if *seq <= seen {
+                    continue;
+                }
+                let wanted = Packet::from_message(m.clone()).is_ok_and(|p| {
+                    let mut route = p.route().peekable();
+                    route.peek().is_none() || route.any(|d| cbe.contains(&d))
+                });
+                if wanted {
+                    pe.send_msg(cpe, h.down, m.clone());
+                }
+            }
+        }
+        for &(id, _, _) in known {
+            let gone = self.streams.get(&id).is_none_or(|st| st.closed);
+            if id >= FIRST_USER_STREAM && gone {
+                pe.send(cpe, h.ctl, &Ctl::Close { id }.encode());
+            }
+        }
+        match self.place.as_ref().and_then(|p| p.parent_pe) {
+            Some(parent) => {
+                let ctl = Ctl::Reparented {
+                    rank,
+                    parent: my_rank,
+                };
+                pe.send(parent, h.ctl, &ctl.encode());
+            }
+            None => self.reparented(rank, my_rank),
+        }
+        for id in ids {
+            self.take_ready(pe, id);
+        }
+    }
+
+    /// A `Reparented` on its way to the front-end.
+    pub(super) fn on_reparented(&mut self, pe: &mut Pe, rank: Rank, parent: Rank, msg: &Message) {
+        match self.place.as_ref().and_then(|p| p.parent_pe) {
+            Some(up) => pe.send(up, self.h.ctl, msg.payload()),
+            None => self.reparented(rank, parent),
+        }
+    }
+
+    /// Front-end: orphan `rank` is connected to `parent`.
+    fn reparented(&mut self, rank: Rank, parent: Rank) {
+        if !self.recovery.orphans.remove(&rank) {
+            self.recovery.early.push(rank);
+        }
+        self.event(
+            EventKind::NewParent,
+            None,
+            Some(rank),
+            format!("rank {rank} re-connected to its new parent, rank {parent}"),
+        );
+    }
+
+    /// After a failure: every wave of stream `id` that can be made now (or is known lost).
+    pub(super) fn take_ready(&mut self, pe: &mut Pe, id: u32) {
+        loop {
+            let Some(st) = self.streams.get_mut(&id) else {
+                return;
+            };
+            if st.closed || !st.sync.recovered() {
+                return;
+            }
+            let mut wave = std::mem::take(&mut self.wave);
+            match st.sync.take_ready(&mut wave) {
+                Some(Ready::Wave) => self.wave_up(pe, id, &mut wave),
+                Some(Ready::Lost) => self.send_lost(pe, id),
+                None => {
+                    wave.clear();
+                    self.wave = wave;
+                    return;
+                }
+            }
+            wave.clear();
+            self.wave = wave;
+        }
+    }
+
+    /// A wave lost a part in a dead process: one marker goes up in its place (at the
+    /// front-end, into the inbox, where a receive finds it in the wave's place).
+    fn send_lost(&mut self, pe: &mut Pe, id: u32) {
+        let rank = self.my_rank();
+        let why = "a part of it was in a process that died";
+        if let Ok(marker) = Packet::new(id, super::data::WAVE_LOST_TAG, "%ud %s", (rank, why)) {
+            self.send_up(pe, id, marker);
+        }
+    }
+
+    /// Front-end: a wave of stream `id` was lost (its marker `p` goes to the inbox).
+    pub(super) fn wave_lost_event(&mut self, id: u32, p: &Packet) {
+        let (rank, why) = lost_reason(p);
+        self.event(EventKind::WaveLost, Some(id), Some(rank), why);
+    }
+}
+
+/// What a lost wave's marker says: where it was found lost, and why.
+fn lost_reason(p: &Packet) -> (Rank, String) {
+    p.unpack::<(Rank, String)>("%ud %s")
+        .unwrap_or((Rank::MAX, "a process died".into()))
+}
+
+/// The error a receive gives for a lost wave's marker, or `None` for any other packet.
+pub(crate) fn lost_wave(id: u32, p: &Packet) -> Option<TbonError> {
+    if p.tag() != super::data::WAVE_LOST_TAG {
+        return None;
+    }
+    let (rank, why) = lost_reason(p);
+    Some(TbonError::WaveLost {
+        stream: id,
+        reason: format!("{why} (found at rank {rank})"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_lost_waves_marker_is_an_error_naming_where_and_other_packets_are_not() {
+        let why = "a part of it was in a process that died";
+        let marker = Packet::new(7, super::super::data::WAVE_LOST_TAG, "%ud %s", (5u32, why))
+            .unwrap_or_else(|e| panic!("{e}"));
+        match lost_wave(7, &marker) {
+            Some(TbonError::WaveLost { stream, reason }) => {
+                assert_eq!(stream, 7);
+                assert!(
+                    reason.contains(why) && reason.contains("rank 5"),
+                    "{reason}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let data = Packet::new(7, 100, "%d", 1).unwrap_or_else(|e| panic!("{e}"));
+        assert!(lost_wave(7, &data).is_none());
+    }
+
+    #[test]
+    fn held_messages_keep_their_order() {
+        let mut r = Recovery::default();
+        assert!(!r.any_dead());
+        for i in 0..3u8 {
+            r.hold(Message::from_payload(&[i]), Kind::Up);
+        }
+        let order: Vec<u8> = r.held.iter().map(|(_, m)| m.payload()[0]).collect();
+        assert_eq!(order, [0, 1, 2]);
+    }
+}
