@@ -114,6 +114,10 @@ pub(crate) fn run(
     // The job is over: what still arrives (sent before the exit reached its sender) is not
     // run, as what was still queued was not.
     machine.barrier(&mut drop)?;
+    if tun.stats {
+        let line = crate::trace::node_stats_line(me, machine.layer(), &machine.counters());
+        eprintln!("{line}");
+    }
     let code = node.exit_code();
     machine.exit(code)?;
     Ok(code)

@@ -259,6 +259,9 @@ impl Pe {
         match mismatch {
             None => {
                 self.life.phase = Phase::Running;
+                if let Some(r) = self.rec.as_deref_mut() {
+                    r.mark("start-up check passed: user handlers run");
+                }
                 // What came early runs next, in the order it was taken, before anything queued
                 // later: the scheduler drains `replay` first. (Running it here, inline, would let
                 // a held handler that schedules run later messages before earlier held ones.)
@@ -280,6 +283,19 @@ impl Pe {
     /// then the program's wait in `held`, in the order they came).
     #[inline]
     pub(crate) fn run_handler(&mut self, msg: Message) {
+        if let Some(r) = self.rec.as_deref_mut() {
+            r.begin(msg.handler());
+            self.run_handler_now(msg);
+            if let Some(r) = self.rec.as_deref_mut() {
+                r.end();
+            }
+            return;
+        }
+        self.run_handler_now(msg)
+    }
+
+    #[inline]
+    fn run_handler_now(&mut self, msg: Message) {
         match Target::of(msg.handler()) {
             Target::System(h) => self.run_system_handler(h, msg),
             Target::User if self.life.phase != Phase::Running => self.life.held.push(msg),
