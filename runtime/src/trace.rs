@@ -515,7 +515,11 @@ mod tests {
         }
         // Two full chunks are on disk before any explicit flush.
         let t = Trace::read(&file_of(&dir, 0)).expect("reads");
-        assert_eq!(t.records.len(), 1 + 2 * CHUNK_RECORDS, "the boot span, then two chunks");
+        assert_eq!(
+            t.records.len(),
+            1 + 2 * CHUNK_RECORDS,
+            "the boot span, then two chunks"
+        );
         r.flush(&[]);
         let t = Trace::read(&file_of(&dir, 0)).expect("reads");
         assert_eq!(t.records.len(), 1 + 2 * CHUNK_RECORDS + 10);
