@@ -28,4 +28,4 @@ pub use error::{MachineError, WireError};
 pub use launch::LaunchEnv;
 pub use message::{zeroed, Message, ENVELOPE_LEN, HEADROOM};
 pub use node_table::{NodeInfo, NodeTable};
-pub use settings::{SettingSpec, Settings};
+pub use settings::{SettingSpec, Settings, FAULTS};

@@ -56,6 +56,8 @@ pub struct Pe {
     /// What this PE records for `+trace` and `+stats`; `None` (the usual case) keeps every
     /// hook to one untaken branch.
     pub(crate) rec: Option<Box<crate::trace::Recorder>>,
+    /// Which nodes are out of the job, and what to call then (report mode).
+    pub(crate) fail: crate::failure::Failures,
 }
 
 // By hand: handlers, queues and the layer have no useful text form; the PE's number says
@@ -134,6 +136,7 @@ impl Pe {
         if !spin_policy(&table, my_node).0 {
             tun.spin = std::time::Duration::ZERO;
         }
+        let fail = crate::failure::Failures::new(tun.report_deaths, table.num_nodes());
         Pe {
             my_pe,
             num_pes: table.num_pes(),
@@ -152,6 +155,7 @@ impl Pe {
             dispatched: 0,
             dropped: 0,
             rec: None,
+            fail,
         }
     }
 
@@ -377,7 +381,8 @@ impl Pe {
             }
         };
         if let Err(e) = sent {
-            self.fatal(&e.to_string());
+            // Report mode: a send to a dead node is dropped (`try_send` says so beforehand).
+            self.machine_error(&e);
         }
     }
 

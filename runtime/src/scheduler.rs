@@ -28,6 +28,10 @@ pub(crate) const SETTINGS: &[SettingSpec] = &[
         meaning: "bytes a node holds for one peer before a sender waits for room, MiB (default 64)",
     },
     SettingSpec {
+        key: converse_machine::FAULTS,
+        meaning: "what a node's death does: fatal (the default: the job ends) or report (the survivors are told and go on; not on mpi)",
+    },
+    SettingSpec {
         key: "tree.branching",
         meaning: "fan-out of the spanning trees of collectives, 2..=64 (default 4)",
     },
@@ -52,6 +56,8 @@ pub(crate) struct Tunables {
     pub max_queued: usize,
     /// `+stats`: the node's layer counters are printed at exit.
     pub stats: bool,
+    /// Report mode: a node's death is reported to the survivors (`faults=report`).
+    pub report_deaths: bool,
 }
 
 /// Default of `peer.max_queued_mib`: deep enough that a fast sender never waits for a peer
@@ -71,6 +77,7 @@ impl Tunables {
                 .get_or::<usize>("peer.max_queued_mib", DEFAULT_MAX_QUEUED_MIB)?
                 .saturating_mul(1 << 20),
             stats: false,
+            report_deaths: s.reports_deaths()?,
         };
         if t.max_queued == 0 {
             return Err(MachineError::Setting {
@@ -265,7 +272,7 @@ impl Pe {
                 None => cap,
             };
             if let Err(e) = self.link.wait(timeout) {
-                self.fatal(&e.to_string());
+                self.machine_error(&e);
             }
         }
     }
@@ -298,7 +305,7 @@ impl Pe {
         while self.link.queued(node) >= self.tun.max_queued {
             if self.poll() == 0 {
                 if let Err(e) = self.link.wait(Duration::from_millis(1)) {
-                    self.fatal(&e.to_string());
+                    self.machine_error(&e);
                 }
             }
         }
@@ -317,7 +324,10 @@ impl Pe {
         };
         match got {
             Ok(n) => n,
-            Err(e) => self.fatal(&e.to_string()),
+            Err(e) => {
+                self.machine_error(&e);
+                1
+            }
         }
     }
 
@@ -376,6 +386,10 @@ impl Pe {
     pub(crate) fn dispatch(&mut self, msg: Message) {
         if !self.is_for_me(&msg) {
             return self.drop_message(&msg, "it is addressed to another PE");
+        }
+        // Report mode, after a death: nothing from the dead node's PEs runs any more.
+        if self.fail.any && self.sent_by_the_dead(&msg) {
+            return;
         }
         self.run_handler(msg);
     }
