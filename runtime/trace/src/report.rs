@@ -168,10 +168,10 @@ pub fn html(job: &Job) -> String {
     }
     page += "</table>\n";
     let f = &job.flows;
-    let _ = write!(
+    let _ = writeln!(
         page,
         "<p style=\"margin:16px\">{} messages matched send to receive; {} sends and {} receives \
-         without their other end.</p>\n",
+         without their other end.</p>",
         f.matched.len(),
         f.unmatched_sends.len(),
         f.unmatched_recvs.len()

@@ -868,9 +868,9 @@ fn traced(pe: &mut Pe, secs: f64) {
         pe.send(from, pong, &[7; 16]);
     });
     let ping = pe.handler("trace.ping").expect("registered above");
-    let n = pe.num_pes();
+    let (n, me) = (pe.num_pes(), pe.my_pe());
     for k in 0..PINGS {
-        for d in (0..n).filter(|&d| d != pe.my_pe()) {
+        for d in (0..n).filter(|&d| d != me) {
             pe.send(d, ping, &vec![1u8; 8 + k * 100]);
         }
     }
