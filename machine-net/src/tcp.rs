@@ -83,6 +83,8 @@ pub struct TcpMachine {
     dead: DeadPeers,
     /// In the exit barrier or after.
     leaving: bool,
+    /// Connections closed because they did not introduce themselves as this job's.
+    strangers: u64,
 }
 
 // By hand: the fields are the layer's working state (sockets, queues, buffers); the node
@@ -181,6 +183,7 @@ impl TcpOpen {
             wake,
             dead: DeadPeers::default(),
             leaving: false,
+            strangers: 0,
         })
     }
 }
@@ -399,7 +402,7 @@ impl TcpMachine {
                     }
                 }
                 // Dropping the stream closes it, which also takes it out of the epoll set.
-                Intro::Stranger => {}
+                Intro::Stranger => self.strangers += 1,
             }
         }
         Ok(n)
@@ -454,6 +457,13 @@ impl Machine for TcpMachine {
 
     fn waker(&self) -> Option<std::sync::Arc<dyn Wake>> {
         Some(self.wake.waker())
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("tcp.connections", self.readers.len() as u64),
+            ("tcp.strangers_dropped", self.strangers),
+        ]
     }
 
     fn wait(&mut self, timeout: Duration) -> Result<(), MachineError> {

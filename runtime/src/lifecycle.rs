@@ -286,8 +286,20 @@ impl Pe {
     /// then the program's wait in `held`, in the order they came).
     #[inline]
     pub(crate) fn run_handler(&mut self, msg: Message) {
-        if let Some(r) = self.rec.as_deref_mut() {
-            r.begin(msg.handler());
+        if self.rec.is_some() {
+            // Held until PE 0 says go: it runs (and is traced) when replayed.
+            let held = self.life.phase != Phase::Running
+                && match Target::of(msg.handler()) {
+                    Target::System(h) => !h.runs_before_go(),
+                    Target::User => true,
+                    Target::Unknown => false,
+                };
+            if held {
+                return self.life.held.push(msg);
+            }
+            if let Some(r) = self.rec.as_deref_mut() {
+                r.begin(msg.handler());
+            }
             self.run_handler_now(msg);
             if let Some(r) = self.rec.as_deref_mut() {
                 r.end();

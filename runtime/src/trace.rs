@@ -559,6 +559,21 @@ mod tests {
     }
 
     #[test]
+    fn every_system_handler_has_its_name_in_traces() {
+        use crate::lifecycle::Target;
+        use crate::trace_format::SYSTEM_HANDLER_NAMES;
+        // Every id the dispatcher knows as the runtime's has a name, and no name is spare.
+        let known = (0..crate::lifecycle::USER_BASE)
+            .filter(|&id| matches!(Target::of(id), Target::System(_)))
+            .count();
+        assert_eq!(known, SYSTEM_HANDLER_NAMES.len());
+        assert!(matches!(
+            Target::of(SYSTEM_HANDLER_NAMES.len() as u32 - 1),
+            Target::System(crate::lifecycle::SystemHandler::NodeDead)
+        ));
+    }
+
+    #[test]
     fn human_bytes_reads_well() {
         assert_eq!(human_bytes(12), "12 B");
         assert_eq!(human_bytes(2048), "2.0 KiB");

@@ -31,7 +31,7 @@ pub(crate) const CHUNK_TAG: &[u8; 4] = b"CHNK";
 pub const RECORD_LEN: usize = 24;
 
 /// The names of the runtime's own handlers (ids below 16), as traces show them.
-pub const SYSTEM_HANDLER_NAMES: [&str; 8] = [
+pub const SYSTEM_HANDLER_NAMES: [&str; 9] = [
     "converse.handshake",
     "converse.handshake_reply",
     "converse.exit_request",
@@ -40,6 +40,7 @@ pub const SYSTEM_HANDLER_NAMES: [&str; 8] = [
     "converse.reduce",
     "converse.barrier_done",
     "converse.node_broadcast",
+    "converse.node_dead",
 ];
 
 /// The first id of a program's own handlers (ids below are the runtime's).
@@ -201,7 +202,8 @@ pub struct Trace {
     pub header: Header,
     /// The strings records name (counter names, marks), by number.
     pub strings: Vec<String>,
-    /// Every event, in the order the PE recorded them (time order).
+    /// Every event, in the order the PE recorded them: time order, but for an idle period,
+    /// recorded when it ends and stamped with its start, and the boot span.
     pub records: Vec<Record>,
     /// Bytes at the end that did not make a whole chunk (the process was killed while
     /// writing it): dropped.

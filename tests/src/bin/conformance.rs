@@ -38,7 +38,8 @@
 //! | pinning    | every PE prints the cores it may run on, PE 0 those of each thread          |
 //! | traced     | every PE sends 20 pings (`trace.ping`) to every other PE, each answered by |
 //! |            | a pong (`trace.pong`); after a barrier each PE says so, and PE 0 ends the  |
-//! |            | job SECS (ARGS, default 0) seconds later: every message is received        |
+//! |            | job SECS (ARGS, default 0) seconds later, or (report mode) 0.2 s after it  |
+//! |            | is told of a node's death: every message is received                       |
 //! | compute    | every PE computes SECS (default 5) s in a handler with data outstanding     |
 //! |            | toward it; the job completes                                                |
 //! | survive    | (with `+set faults=report`) PE VICTIM dies as HOW says (exit, kill, stop,   |
@@ -878,6 +879,9 @@ fn traced(pe: &mut Pe, secs: f64) {
     pe.run_until(move |_| pongs.get() == want);
     pe.barrier();
     println!("conformance traced: PE {} done", pe.my_pe());
+    if pe.my_pe() == 0 && pe.survives_node_failures() {
+        pe.on_node_failure(|pe, _| pe.after(Duration::from_millis(200), |pe| pe.exit(0)));
+    }
     if pe.my_pe() == 0 {
         if secs > 0.0 {
             pe.after(Duration::from_secs_f64(secs), |pe| pe.exit(0));
