@@ -100,6 +100,16 @@ fn esc(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
+/// Bytes as a person reads them.
+fn human(b: u64) -> String {
+    match b {
+        b if b >= 1 << 30 => format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64),
+        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
+        b if b >= 1 << 10 => format!("{:.1} KiB", b as f64 / 1024.0),
+        b => format!("{b} B"),
+    }
+}
+
 fn ms(ns: f64) -> String {
     if ns >= 1e9 {
         format!("{:.2} s", ns / 1e9)
@@ -146,11 +156,12 @@ pub fn html(job: &Job) -> String {
         }
         let _ = write!(
             page,
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{sent}</td><td>{bytes}</td><td>{recv}</td>\
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{sent}</td><td>{}</td><td>{recv}</td>\
              <td>{:.1}%</td></tr>",
             t.header.pe,
             t.header.node,
             esc(&t.header.host),
+            human(bytes),
             100.0 * idle[i] as f64 / end
         );
     }
@@ -396,14 +407,20 @@ fn matrix(s: &mut String, job: &Job, l: &Layout) {
     let most = m.iter().flatten().map(|c| c.1).max().unwrap_or(0).max(1) as f64;
     let _ = write!(
         s,
-        "<text x=\"16\" y=\"{}\">bytes sent, row: from PE, column: to PE (darkest: {} B)</text>",
+        "<text x=\"16\" y=\"{}\">bytes sent, row: from PE, column: to PE (log scale: white \
+         none, lightest 1 B, darkest {}; the number: messages)</text>",
         l.matrix_y - 24.0,
-        most as u64
+        human(most as u64)
     );
     for (src, row) in m.iter().enumerate() {
         for (dst, &(msgs, bytes)) in row.iter().enumerate() {
-            // Square root: a pair with a hundredth of the busiest pair's bytes still shows.
-            let f = (bytes as f64 / most).sqrt();
+            // Logarithmic: a pair of a few small messages still shows next to a bulk transfer
+            // (a tenth of the colour at least).
+            let f = if bytes == 0 {
+                0.0
+            } else {
+                0.1 + 0.9 * (bytes as f64).ln_1p() / most.ln_1p()
+            };
             let mix = |hot: u8| (255.0 - f * (255.0 - f64::from(hot))).round() as u8;
             let c = (mix(HOT.0), mix(HOT.1), mix(HOT.2));
             let _ = write!(
@@ -416,6 +433,16 @@ fn matrix(s: &mut String, job: &Job, l: &Layout) {
                 rgb(c),
                 c_ = l.cell
             );
+            if l.cell >= 24.0 && msgs > 0 {
+                let ink = if f > 0.6 { "white" } else { "black" };
+                let _ = write!(
+                    s,
+                    "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-size=\"10\" \
+                     fill=\"{ink}\">{msgs}</text>",
+                    l.matrix_x + (dst as f64 + 0.5) * l.cell,
+                    l.matrix_y + (src as f64 + 0.5) * l.cell + 3.5
+                );
+            }
         }
         if l.cell >= 10.0 {
             let _ = write!(
