@@ -333,3 +333,29 @@ fn in_report_mode_survivors_trace_the_death_and_their_exit() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[test]
+fn stats_on_udp_name_the_layers_counters() {
+    // Without +trace: nothing written, the summary alone.
+    let o = charmrun("udp").run(PROGRAM, 2, &["traced", "0", "+stats"], LIMIT);
+    assert_eq!(o.code, Some(0), "{o}");
+    for node in 0..2 {
+        let line = o
+            .stderr
+            .lines()
+            .find(|l| l.starts_with(&format!("converse stats: node {node} (udp):")))
+            .unwrap_or_else(|| panic!("node {node}'s counters: {o}"));
+        for c in [
+            "udp.retransmits=",
+            "udp.duplicates=",
+            "udp.strangers_dropped=",
+        ] {
+            assert!(line.contains(c), "{c}: {line}");
+        }
+        assert!(
+            o.stderr
+                .contains(&format!("converse stats: PE {node} (node {node}): sent ")),
+            "{o}"
+        );
+    }
+}
