@@ -29,6 +29,9 @@ pub const PALETTE: [(u8, u8, u8); 10] = [
 /// The colour of idle time on the timeline.
 pub const IDLE: (u8, u8, u8) = (215, 215, 215);
 
+/// The colour of the layer's boot on the timeline.
+pub const BOOT: (u8, u8, u8) = (180, 205, 230);
+
 /// The matrix's colour for the busiest pair (others fade toward white).
 pub const HOT: (u8, u8, u8) = (178, 24, 43);
 
@@ -213,7 +216,7 @@ fn svg(job: &Job, times: &[HandlerTime]) -> String {
         s,
         "<text x=\"16\" y=\"28\" font-size=\"18\">converse trace: {} PEs on {} nodes, layer {}, \
          {}</text><text x=\"16\" y=\"50\">timeline (colour: the handler that ran most in each \
-         pixel; grey: idle; lines: messages)</text>",
+         pixel; grey: idle; blue-grey: the layer's boot; lines: messages)</text>",
         job.traces.len(),
         first.map_or(0, |h| h.num_nodes),
         esc(first.map_or("?", |h| h.layer.as_str())),
@@ -271,6 +274,21 @@ fn timeline(
             l.row_h.min(12.0),
             t.header.pe
         );
+        // The layer's boot, before the PE began: a band under everything else.
+        for r in t.records.iter().filter(|r| r.kind == Kind::Span) {
+            let (from, to) = (job.time(i, r), job.time(i, r) + r.b as i64);
+            let _ = write!(
+                s,
+                "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{}\">\
+                 <title>{}</title></rect>",
+                x_of(from),
+                y + l.row_h * 0.25,
+                (x_of(to) - x_of(from)).max(1.0),
+                l.row_h * 0.5,
+                rgb(BOOT),
+                esc(t.string(r.a))
+            );
+        }
         // Per column: time per colour, and idle time.
         let mut busy = vec![[0f64; PALETTE.len()]; cols];
         let mut idle = vec![0f64; cols];
