@@ -173,3 +173,79 @@ impl Job {
             .max(1)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use converse::trace_format::Header;
+
+    fn trace(pe: u32, host: &str, mono_base: u64, unix_base: u64, records: Vec<Record>) -> Trace {
+        Trace {
+            header: Header {
+                pe,
+                node: pe,
+                num_pes: 3,
+                num_nodes: 3,
+                layer: "tcp".into(),
+                host: host.into(),
+                pid: 1,
+                mono_base,
+                unix_base,
+                handlers: vec![],
+            },
+            strings: vec![],
+            records,
+            torn_bytes: 0,
+        }
+    }
+
+    fn at(t: u64) -> Record {
+        Record {
+            t,
+            kind: Kind::Mark,
+            a: 0,
+            b: 0,
+        }
+    }
+
+    #[test]
+    fn one_host_shares_the_monotonic_clock_and_time_0_is_the_first_event() {
+        let job = Job::new(vec![
+            trace(1, "a", 5_000, 0, vec![at(10)]),
+            trace(0, "a", 1_000, 999_999, vec![at(500)]),
+        ]);
+        assert!(!job.wall_clock);
+        assert_eq!(job.traces[0].header.pe, 0, "sorted by PE");
+        assert_eq!(job.time(0, &job.traces[0].records[0]), 0);
+        assert_eq!(job.time(1, &job.traces[1].records[0]), 5_010 - 1_500);
+        // A PE missing from a 3-PE job is said.
+        assert!(job
+            .warnings
+            .iter()
+            .any(|w| w.contains("2 of the job's 3 PEs")));
+    }
+
+    #[test]
+    fn several_hosts_use_the_wall_clock_and_torn_files_are_said() {
+        let mut torn = trace(1, "b", 0, 3_000, vec![at(0)]);
+        torn.torn_bytes = 12;
+        let job = Job::new(vec![trace(0, "a", 77, 1_000, vec![at(0)]), torn]);
+        assert!(job.wall_clock);
+        assert_eq!(job.time(1, &job.traces[1].records[0]), 2_000);
+        assert!(job
+            .warnings
+            .iter()
+            .any(|w| w.contains("PE 1") && w.contains("12 bytes")));
+    }
+
+    #[test]
+    fn a_directory_without_traces_is_an_error() {
+        let d = std::env::temp_dir().join(format!("trace-empty-{}", std::process::id()));
+        std::fs::create_dir_all(&d).expect("dir");
+        assert!(matches!(Job::load(&d), Err(LoadError::Empty(_))));
+        std::fs::write(d.join("trace.0.bin"), b"not a trace").expect("write");
+        assert!(matches!(Job::load(&d), Err(LoadError::Trace(_))));
+        std::fs::remove_dir_all(&d).ok();
+        assert!(matches!(Job::load(&d), Err(LoadError::Dir { .. })));
+    }
+}

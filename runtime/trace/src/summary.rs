@@ -143,3 +143,79 @@ pub fn matrix(job: &Job) -> Vec<Vec<(u64, u64)>> {
     }
     m
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Record, Trace};
+    use converse::trace_format::{Header, NODE_BIT};
+
+    pub(crate) fn trace(pe: u32, records: Vec<Record>) -> Trace {
+        Trace {
+            header: Header {
+                pe,
+                node: pe,
+                num_pes: 2,
+                num_nodes: 2,
+                layer: "local".into(),
+                host: "h".into(),
+                pid: 1,
+                mono_base: 1_000,
+                unix_base: 0,
+                handlers: vec!["outer".into(), "inner".into()],
+            },
+            strings: vec![],
+            records,
+            torn_bytes: 0,
+        }
+    }
+
+    fn rec(t: u64, kind: Kind, a: u32, b: u64) -> Record {
+        Record { t, kind, a, b }
+    }
+
+    #[test]
+    fn self_time_leaves_out_nested_handlers_and_slices_nest() {
+        let t = trace(
+            0,
+            vec![
+                rec(0, Kind::Begin, 16, 0),
+                rec(10, Kind::Begin, 17, 0),
+                rec(40, Kind::End, 0, 0),
+                rec(100, Kind::End, 0, 0),
+                // A handler still running when the trace ends (the process was killed).
+                rec(200, Kind::Begin, 17, 0),
+                rec(250, Kind::Idle, 0, 5),
+            ],
+        );
+        let job = Job::new(vec![t]);
+        let h = handler_times(&job);
+        assert_eq!(
+            h.iter()
+                .map(|h| (h.name.as_str(), h.runs, h.self_ns))
+                .collect::<Vec<_>>(),
+            [("outer", 1, 70), ("inner", 1, 30)]
+        );
+        let s = slices(&job);
+        assert_eq!(s.len(), 3);
+        assert_eq!((s[0].handler, s[0].depth), (17, 1));
+        assert_eq!((s[2].start, s[2].end), (200, 250), "cut at the last event");
+        assert_eq!(idle(&job), [5]);
+    }
+
+    #[test]
+    fn the_matrix_counts_pe_messages_and_leaves_node_messages_out() {
+        let t0 = trace(
+            0,
+            vec![
+                rec(1, Kind::Send, 1, 100),
+                rec(2, Kind::Send, 1, 50),
+                rec(3, Kind::Send, NODE_BIT | 1, 7),
+                rec(4, Kind::Send, 9, 7),
+            ],
+        );
+        let t1 = trace(1, vec![rec(5, Kind::Send, 0, 8)]);
+        let m = matrix(&Job::new(vec![t1, t0]));
+        assert_eq!(m, [[(0, 0), (2, 150)], [(1, 8), (0, 0)]]);
+    }
+}
