@@ -72,6 +72,23 @@ fn check_pe(t: &Trace, pes: usize, layer: &str) {
             r.a
         );
     }
+    // Start-up is marked, and a whole trace ends with the PE's exit.
+    let marks: Vec<&str> = t
+        .records
+        .iter()
+        .filter(|r| r.kind == Kind::Mark)
+        .map(|r| t.string(r.a))
+        .collect();
+    assert!(
+        marks.iter().any(|m| m.starts_with("start-up check passed")),
+        "PE {pe}: {marks:?}"
+    );
+    assert!(
+        t.records
+            .iter()
+            .any(|r| r.kind == Kind::Span && t.string(r.a).starts_with("boot (")),
+        "PE {pe}: the layer's boot"
+    );
     // Begins and ends pair up, and time never goes back (an idle period is recorded when it
     // ends, stamped with its start; a boot span began before the PE's clock).
     let begins = t.records.iter().filter(|r| r.kind == Kind::Begin).count();
@@ -148,6 +165,15 @@ fn check_job(o: &Outcome, dir: &Path, pes: usize, layer: &str) -> Job {
     }
     check_flows(&job);
     check_json(&job);
+    for t in &job.traces {
+        let last_mark = t.records.iter().rev().find(|r| r.kind == Kind::Mark);
+        assert_eq!(
+            last_mark.map(|r| t.string(r.a)),
+            Some("exit"),
+            "PE {}",
+            t.header.pe
+        );
+    }
     // `+stats`: a line per PE whose counts are the trace's, and one per node.
     for t in &job.traces {
         let sent = t.records.iter().filter(|r| r.kind == Kind::Send).count();
@@ -178,8 +204,34 @@ fn a_traced_local_job_matches_every_send_with_its_receive() {
 fn a_traced_tcp_job_matches_every_send_with_its_receive() {
     let dir = fresh_dir("tcp");
     let o = traced(&charmrun("tcp"), 4, &dir, &[]);
-    check_job(&o, &dir, 4, "tcp");
+    let job = check_job(&o, &dir, 4, "tcp");
     assert!(o.stderr.contains("tcp.strangers_dropped=0"), "{o}");
+    // The layer's counters, as they changed: each PE drives its node's layer here.
+    for t in &job.traces {
+        let connections = t
+            .records
+            .iter()
+            .filter(|r| r.kind == Kind::Counter && t.string(r.a) == "tcp.connections")
+            .map(|r| r.b)
+            .max();
+        assert_eq!(
+            connections,
+            Some(3),
+            "PE {}: connected to 3 peers",
+            t.header.pe
+        );
+    }
+    // ... and as counter tracks in the JSON, one per node.
+    let v: serde_json::Value =
+        serde_json::from_str(&chrome::json(&job).to_string()).expect("valid JSON");
+    let nodes: std::collections::BTreeSet<u64> = v["traceEvents"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .filter(|e| e["ph"] == "C" && e["name"] == "tcp.connections")
+        .filter_map(|e| e["pid"].as_u64())
+        .collect();
+    assert_eq!(nodes, (0..4).collect());
     std::fs::remove_dir_all(&dir).ok();
 }
 
