@@ -83,6 +83,8 @@ pub struct TcpMachine {
     dead: DeadPeers,
     /// In the exit barrier or after.
     leaving: bool,
+    /// Connections closed because they did not introduce themselves as this job's.
+    strangers: u64,
 }
 
 // By hand: the fields are the layer's working state (sockets, queues, buffers); the node
@@ -182,6 +184,7 @@ impl TcpOpen {
             wake,
             dead: DeadPeers::default(),
             leaving: false,
+            strangers: 0,
         })
     }
 }
@@ -386,6 +389,7 @@ impl TcpMachine {
                 }
                 // Dropping the stream closes it, which also takes it out of the epoll set.
                 Intro::Stranger => {
+                    self.strangers += 1;
                     tracing::debug!(target: "tcp", "closed a connection that is not from the job");
                 }
             }
@@ -443,6 +447,13 @@ impl Machine for TcpMachine {
 
     fn waker(&self) -> Option<std::sync::Arc<dyn Wake>> {
         Some(self.wake.waker())
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("tcp.connections", self.readers.len() as u64),
+            ("tcp.strangers_dropped", self.strangers),
+        ]
     }
 
     fn wait(&mut self, timeout: Duration) -> Result<(), MachineError> {

@@ -861,6 +861,12 @@ impl Machine for SiMachine {
         Some(self.waker.clone())
     }
 
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        // Messages lent (large ones the receiver copies from our memory) is the count the
+        // layer already keeps; the rest went through the rings.
+        vec![("si.lent", self.loans.iter().sum())]
+    }
+
     fn wait(&mut self, timeout: Duration) -> Result<(), MachineError> {
         // Idle is when a receiver's copy of our loan gets our help (it rings us to offer it).
         if !self.lending.is_empty() && self.help_receivers() {

@@ -167,6 +167,18 @@ pub trait Machine: Send {
         None
     }
 
+    /// This node's counters of its side of the interconnect, as (name, value), for the
+    /// runtime's `+stats` summary at exit and for traces (`+trace` records each that changed
+    /// whenever the PE that owns the layer goes idle): retransmissions, duplicates, strangers
+    /// dropped, traffic per transport. Names are `layer.what` (`"udp.retransmits"`); values
+    /// only grow. Called only when the program asked for them, never per message, so it may
+    /// allocate.
+    ///
+    /// Optional: the default, no counters, suits a layer with nothing to count.
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        Vec::new()
+    }
+
     /// The communication server: push out pending sends, then hand the messages that have
     /// arrived to `deliver`, in per-sender order. Returns how many messages were handed up. A
     /// layer may stop after a batch so the scheduler can dispatch; what is left is handed up

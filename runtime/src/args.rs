@@ -28,6 +28,11 @@ pub struct RuntimeArgs {
     pub quiet: bool,
     /// `+version`: print what this program is built with and exit.
     pub version: bool,
+    /// `+trace` / `+trace-dir DIR`: where each PE writes its trace (`trace.<pe>.bin`); `None`:
+    /// no tracing. `+trace` alone means [`DEFAULT_TRACE_DIR`].
+    pub trace_dir: Option<std::path::PathBuf>,
+    /// `+stats`: print per-PE and per-node counters at exit.
+    pub stats: bool,
     /// `+set KEY=VALUE` settings, in order.
     pub settings: Settings,
     /// The program's own arguments, `argv[0]` first.
@@ -45,6 +50,8 @@ impl Default for RuntimeArgs {
             machine: None,
             quiet: false,
             version: false,
+            trace_dir: None,
+            stats: false,
             settings: Settings::default(),
             program: Vec::new(),
         }
@@ -54,7 +61,10 @@ impl Default for RuntimeArgs {
 /// One line listing every runtime argument, for error messages.
 pub(crate) const USAGE: &str =
     "runtime arguments: +p N, +ppn K, +pemap CORES, +commap CORES, +machine NAME, \
-     +set KEY=VALUE, +quiet, +version";
+     +set KEY=VALUE, +quiet, +version, +trace, +trace-dir DIR, +stats";
+
+/// Where `+trace` without `+trace-dir` writes: relative to each process's working directory.
+pub const DEFAULT_TRACE_DIR: &str = "converse-trace";
 
 /// Split `argv` (with `argv[0]`) into runtime arguments and the program's.
 ///
@@ -109,6 +119,14 @@ where
                 )));
             };
             out.settings.set(k, val);
+        } else if let Some(v) = flag.strip_prefix("trace-dir") {
+            let v = value(v.strip_prefix('=').unwrap_or(v), "+trace-dir", &mut it)?;
+            out.trace_dir = Some(v.into());
+        } else if flag == "trace" {
+            out.trace_dir
+                .get_or_insert_with(|| DEFAULT_TRACE_DIR.into());
+        } else if flag == "stats" {
+            out.stats = true;
         } else if flag == "quiet" {
             out.quiet = true;
         } else if flag == "version" {
@@ -165,6 +183,19 @@ mod tests {
     }
 
     #[test]
+    fn trace_and_stats() {
+        let a = parse_args(["p", "+trace", "+stats"]).unwrap();
+        assert_eq!(a.trace_dir.as_deref(), Some(DEFAULT_TRACE_DIR.as_ref()));
+        assert!(a.stats);
+        let a = parse_args(["p", "+trace-dir", "/tmp/t", "+trace"]).unwrap();
+        assert_eq!(a.trace_dir.as_deref(), Some("/tmp/t".as_ref()));
+        let a = parse_args(["p", "+trace-dir=d"]).unwrap();
+        assert_eq!(a.trace_dir.as_deref(), Some("d".as_ref()));
+        let a = parse_args(["p"]).unwrap();
+        assert!(a.trace_dir.is_none() && !a.stats);
+    }
+
+    #[test]
     fn double_dash_ends_runtime_arguments() {
         let a = parse_args(["p", "a", "--", "+p4", "b"]).unwrap();
         assert_eq!(a.num_pes, 1);
@@ -193,6 +224,10 @@ mod tests {
             vec!["p", "+set", "=v"],
             vec!["p", "+pemap", "3-1"],
             vec!["p", "+commap"],
+            vec!["p", "+trace-dir"],
+            vec!["p", "+trace-dir", "+stats"],
+            vec!["p", "+tracex"],
+            vec!["p", "+stats=1"],
         ] {
             assert!(parse_args(bad.clone()).is_err(), "{bad:?}");
         }

@@ -134,6 +134,10 @@ pub(crate) fn run(
     // run, as what was still queued was not.
     tracing::debug!(target: "converse", "every worker is done: exit barrier, then the layer's exit");
     machine.barrier(&mut drop)?;
+    if tun.stats {
+        let line = crate::trace::node_stats_line(me, machine.layer(), &machine.counters());
+        eprintln!("{line}");
+    }
     let code = node.exit_code();
     machine.exit(code)?;
     Ok(code)

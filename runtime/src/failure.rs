@@ -228,6 +228,9 @@ impl Pe {
         }
         self.fail.dead[node] = true;
         self.fail.any = true;
+        if let Some(r) = self.rec.as_deref_mut() {
+            r.mark(&format!("node {node} died: {reason}"));
+        }
         let first = self.node_first_pe(node);
         let failure = NodeFailure {
             node,

@@ -24,7 +24,10 @@
 //! Run it with `+p4` for four PEs. Runtime arguments start with `+` and are removed before the
 //! program sees its own ([`Pe::args`]): `+p N` (PEs in the job), `+ppn K` (PEs per process:
 //! SMP mode, see below), `+pemap CORES` and `+commap CORES` (pinning), `+machine NAME` (the
-//! layer), `+set KEY=VALUE` (a setting), `+quiet` (no banner), `+version`.
+//! layer), `+set KEY=VALUE` (a setting), `+quiet` (no banner), `+version`, `+trace` and
+//! `+trace-dir DIR` (each PE records what it does into `DIR/trace.<pe>.bin`, default
+//! [`DEFAULT_TRACE_DIR`]; the `converse-trace` command turns them into a Perfetto / Chrome
+//! trace or an HTML report), `+stats` (per-PE and per-node counters printed at exit).
 //!
 //! **Nodes and PEs.** A *node* is a process (a thread group of the in-process layer). With
 //! `+ppn 1` (the default) it runs one PE, which drives the layer itself. With `+ppn K` above 1
@@ -48,10 +51,12 @@ mod pe;
 mod placement;
 mod queue;
 mod scheduler;
+mod trace;
+pub mod trace_format;
 mod tree;
 mod variant;
 
-pub use args::{parse_args, RuntimeArgs, MAX_PES};
+pub use args::{parse_args, RuntimeArgs, DEFAULT_TRACE_DIR, MAX_PES};
 pub use collectives::{Combine, ReduceTarget};
 /// Logs (`CONVERSE_LOG`): the subscriber and who a thread is, for programs and tools that
 /// start jobs themselves.
@@ -134,6 +139,19 @@ impl RuntimeBuilder {
         self
     }
 
+    /// `+trace-dir DIR`: every PE records what it does into `DIR/trace.<pe>.bin` (`None`: no
+    /// tracing).
+    pub fn trace_dir(mut self, dir: Option<std::path::PathBuf>) -> RuntimeBuilder {
+        self.args.trace_dir = dir;
+        self
+    }
+
+    /// `+stats`: print per-PE and per-node counters at exit.
+    pub fn stats(mut self, on: bool) -> RuntimeBuilder {
+        self.args.stats = on;
+        self
+    }
+
     /// Report a node's death to the surviving PEs instead of ending the job
     /// (`+set faults=report`; see [`Pe::on_node_failure`]). Node 0's death still ends it. The
     /// `tcp`, `udp`, `si` layers and their compositions can; `mpi` refuses it at start-up.
@@ -160,7 +178,8 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Settings and `+quiet` from runtime arguments a user gave as text (`"+set K=V"`, ...).
+    /// Settings, `+quiet`, `+trace`, `+trace-dir` and `+stats` from runtime arguments a user
+    /// gave as text (`"+set K=V"`, ...).
     ///
     /// # Errors
     /// [`RuntimeError::Args`] for a malformed argument, or for one the builder sets itself
@@ -180,7 +199,7 @@ impl RuntimeBuilder {
             && parsed.program.len() == 1;
         if !only_settings {
             return Err(RuntimeError::Args(format!(
-                "'{}': only +set and +quiet may be given here; the job's size and layer are set \
+                "'{}': only +set, +quiet, +trace, +trace-dir and +stats may be given here; the job's size and layer are set \
                  by the program",
                 args.iter().map(AsRef::as_ref).collect::<Vec<_>>().join(" ")
             )));
@@ -189,6 +208,10 @@ impl RuntimeBuilder {
             self.args.settings.set(k, v);
         }
         self.args.quiet |= parsed.quiet;
+        self.args.stats |= parsed.stats;
+        if parsed.trace_dir.is_some() {
+            self.args.trace_dir = parsed.trace_dir;
+        }
         Ok(self)
     }
 
@@ -238,8 +261,9 @@ impl RuntimeBuilder {
         settings
             .check_known(&layers::settings())
             .map_err(|e| RuntimeError::Args(e.to_string()))?;
-        let tun =
+        let mut tun =
             Tunables::from_settings(&settings).map_err(|e| RuntimeError::Args(e.to_string()))?;
+        tun.stats = args.stats;
         Ok(Runtime {
             args,
             layer,
@@ -330,12 +354,21 @@ impl Runtime {
             settings: self.settings.clone(),
             launch: self.launch.clone(),
         };
+        if let Some(dir) = &self.args.trace_dir {
+            trace::prepare_dir(dir).map_err(RuntimeError::Args)?;
+        }
+        let boot_began = std::time::Instant::now();
         let mut nodes = (self.layer.boot)(&cfg)?;
         if let [only] = &nodes[..] {
             converse_machine::log::set_process(converse_machine::log::Who::Node(only.my_node()));
         }
         // After the boot: before it, a launched node knows neither its number nor the job's size.
         tracing::debug!(target: "converse", layer = self.layer.name, nodes_here = nodes.len(), "layer booted");
+        let record = trace::Options {
+            dir: self.args.trace_dir.clone(),
+            stats: self.args.stats,
+            boot: Some((boot_began, std::time::Instant::now(), self.layer.name)),
+        };
         let program: Arc<[String]> = self.args.program.clone().into();
         let job = Job {
             tun: self.tun,
@@ -343,6 +376,7 @@ impl Runtime {
             quiet: self.args.quiet,
             pemap: self.args.pemap.clone(),
             commap: self.args.commap.clone(),
+            record,
             start: &start,
         };
         let results: Vec<Result<i32, RuntimeError>> = if nodes.len() == 1 {
@@ -388,6 +422,7 @@ struct Job<'a, F> {
     quiet: bool,
     pemap: Option<CoreList>,
     commap: Option<CoreList>,
+    record: trace::Options,
     start: &'a F,
 }
 
@@ -501,6 +536,10 @@ impl<F: Fn(&mut Pe) + Sync> Job<'_, F> {
             self.args.clone(),
             variant::NAME,
         );
+        match trace::Recorder::new(&self.record, me, node, &pe.table, pe.layer()) {
+            Ok(rec) => pe.rec = rec,
+            Err(e) => pe.abort(&e),
+        }
         if let Some(map) = &self.pemap {
             let core = placement::pe_core(map, &pe.table, node, me);
             if let Err(e) = placement::pin_current(core, &format!("PE {me}")) {
@@ -579,11 +618,19 @@ impl Pe {
                 RuntimeError::Reported(Box::new(e))
             });
         }
+        if let Some(mut r) = self.rec.take() {
+            r.finish(&self.handler_names, &self.link.counters());
+        }
         match &mut self.link {
             Link::Own(machine) => {
                 // The job is over: what still arrives (sent before the exit reached its
                 // sender) is not run, as what was still queued here was not.
                 machine.barrier(&mut drop)?;
+                if self.tun.stats {
+                    let line =
+                        trace::node_stats_line(self.my_node, machine.layer(), &machine.counters());
+                    eprintln!("{line}");
+                }
                 machine.exit(code)?;
             }
             // The communication thread leaves the layer once every PE of the node is done.

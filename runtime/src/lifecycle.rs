@@ -266,6 +266,9 @@ impl Pe {
             None => {
                 tracing::debug!(target: "converse", held = self.life.held.len(), "start-up check passed: go");
                 self.life.phase = Phase::Running;
+                if let Some(r) = self.rec.as_deref_mut() {
+                    r.mark("start-up check passed: user handlers run");
+                }
                 // What came early runs next, in the order it was taken, before anything queued
                 // later: the scheduler drains `replay` first. (Running it here, inline, would let
                 // a held handler that schedules run later messages before earlier held ones.)
@@ -288,6 +291,31 @@ impl Pe {
     /// then the program's wait in `held`, in the order they came).
     #[inline]
     pub(crate) fn run_handler(&mut self, msg: Message) {
+        if self.rec.is_some() {
+            // Held until PE 0 says go: it runs (and is traced) when replayed.
+            let held = self.life.phase != Phase::Running
+                && match Target::of(msg.handler()) {
+                    Target::System(h) => !h.runs_before_go(),
+                    Target::User => true,
+                    Target::Unknown => false,
+                };
+            if held {
+                return self.life.held.push(msg);
+            }
+            if let Some(r) = self.rec.as_deref_mut() {
+                r.begin(msg.handler());
+            }
+            self.run_handler_now(msg);
+            if let Some(r) = self.rec.as_deref_mut() {
+                r.end();
+            }
+            return;
+        }
+        self.run_handler_now(msg)
+    }
+
+    #[inline]
+    fn run_handler_now(&mut self, msg: Message) {
         match Target::of(msg.handler()) {
             Target::System(h) => self.run_system_handler(h, msg),
             Target::User if self.life.phase != Phase::Running => self.life.held.push(msg),

@@ -46,6 +46,15 @@ impl Link {
         }
     }
 
+    /// The layer's counters ([`Machine::counters`]); none for a worker, whose communication
+    /// thread owns the layer.
+    pub(crate) fn counters(&self) -> Vec<(&'static str, u64)> {
+        match self {
+            Link::Own(m) => m.counters(),
+            Link::Worker { .. } => Vec::new(),
+        }
+    }
+
     /// Whether a message is part-way through the layer (see
     /// [`Machine::in_transfer`]). A worker never sees the layer: its communication thread
     /// spins for transfers instead.

@@ -53,6 +53,9 @@ pub struct Pe {
     pub(crate) dispatched: u64,
     /// Messages dropped because nothing could run them.
     pub(crate) dropped: u64,
+    /// What this PE records for `+trace` and `+stats`; `None` (the usual case) keeps every
+    /// hook to one untaken branch.
+    pub(crate) rec: Option<Box<crate::trace::Recorder>>,
     /// Which nodes are out of the job, and what to call then (report mode).
     pub(crate) fail: crate::failure::Failures,
 }
@@ -151,6 +154,7 @@ impl Pe {
             variant,
             dispatched: 0,
             dropped: 0,
+            rec: None,
             fail,
         }
     }
@@ -339,6 +343,12 @@ impl Pe {
         );
         msg.set_src_pe(self.my_pe as u32);
         msg.set_dst_pe(dest as u32);
+        if let Some(r) = self.rec.as_deref_mut() {
+            r.sent(dest as u32, msg.wire_len());
+            if dest == self.my_pe {
+                r.received(dest as u32, msg.wire_len());
+            }
+        }
         if dest == self.my_pe {
             self.queue.push(msg);
             return;
@@ -406,6 +416,9 @@ impl Pe {
         );
         msg.set_src_pe(self.my_pe as u32);
         msg.set_dst_pe(NODE_BIT | node as u32);
+        if let Some(r) = self.rec.as_deref_mut() {
+            r.sent(NODE_BIT | node as u32, msg.wire_len());
+        }
         if node != self.my_node {
             return self.send_to_node(node, msg);
         }
@@ -458,6 +471,11 @@ impl Pe {
     /// End the whole job now: print `reason` naming this PE, stop every other PE, exit non-zero.
     pub fn abort(&mut self, reason: &str) -> ! {
         tracing::debug!(target: "converse", "aborting the job: {reason}");
+        if let Some(r) = self.rec.as_deref_mut() {
+            // The process ends without unwinding: what this PE recorded goes out now.
+            r.mark(&format!("abort: {reason}"));
+            r.flush(&self.handler_names);
+        }
         match &mut self.link {
             // With one PE per node, the PE's number is the node's.
             Link::Own(m) => m.abort(&format!("PE {}: {reason}", self.my_pe)),

@@ -54,6 +54,8 @@ pub(crate) struct Tunables {
     pub branching: usize,
     /// Bytes a node may hold for one peer before a sender waits (`peer.max_queued_mib`).
     pub max_queued: usize,
+    /// `+stats`: the node's layer counters are printed at exit.
+    pub stats: bool,
     /// Report mode: a node's death is reported to the survivors (`faults=report`).
     pub report_deaths: bool,
 }
@@ -74,6 +76,7 @@ impl Tunables {
             max_queued: s
                 .get_or::<usize>("peer.max_queued_mib", DEFAULT_MAX_QUEUED_MIB)?
                 .saturating_mul(1 << 20),
+            stats: false,
             report_deaths: s.reports_deaths()?,
         };
         if t.max_queued == 0 {
@@ -241,7 +244,12 @@ impl Pe {
             if !self.timers.timers.is_empty() && self.fire_timers(now) {
                 continue;
             }
-            let since = *idle_since.get_or_insert(now);
+            let since = *idle_since.get_or_insert_with(|| {
+                if let Some(r) = self.rec.as_deref_mut() {
+                    r.idle_begins(now);
+                }
+                now
+            });
             if now - since < self.tun.spin {
                 continue;
             }
@@ -254,6 +262,9 @@ impl Pe {
                 if self.fire_on_idle() {
                     continue;
                 }
+            }
+            if self.rec.is_some() {
+                self.record_before_block();
             }
             let cap = self.link.idle_cap(self.tun.idle_max);
             let timeout = match self.timers.next_due() {
@@ -304,12 +315,30 @@ impl Pe {
     #[inline]
     pub(crate) fn poll(&mut self) -> usize {
         let q = &mut self.queue;
-        match self.link.advance(&mut |m| q.push(m)) {
+        let got = match self.rec.as_deref_mut() {
+            None => self.link.advance(&mut |m| q.push(m)),
+            Some(r) => self.link.advance(&mut |m| {
+                r.received(m.src_pe(), m.wire_len());
+                q.push(m)
+            }),
+        };
+        match got {
             Ok(n) => n,
             Err(e) => {
                 self.machine_error(&e);
                 1
             }
+        }
+    }
+
+    /// About to block idle with `+trace` or `+stats`: the layer's counters, and what was
+    /// recorded goes to the file (a system call is coming anyway).
+    #[cold]
+    fn record_before_block(&mut self) {
+        let counters = self.link.counters();
+        if let Some(r) = self.rec.as_deref_mut() {
+            r.sample(&counters);
+            r.flush(&self.handler_names);
         }
     }
 

@@ -254,6 +254,18 @@ impl<N: Part> Machine for MultiMachine<N> {
             || (self.net_peers > 0 && self.net.in_transfer())
     }
 
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let mut c = vec![
+            ("multi.shm_messages", self.sent[0].messages),
+            ("multi.shm_bytes", self.sent[0].bytes),
+            ("multi.net_messages", self.sent[1].messages),
+            ("multi.net_bytes", self.sent[1].bytes),
+        ];
+        c.extend(self.si.counters());
+        c.extend(self.net.counters());
+        c
+    }
+
     fn waker(&self) -> Option<Arc<dyn Wake>> {
         // The wait that `wait` blocks in.
         if self.net_peers == 0 {

@@ -461,6 +461,23 @@ impl Machine for UdpMachine {
         Some(self.wake.waker())
     }
 
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        let s = self.ep.stats;
+        let (retransmits, timeouts, probes) = self.ep.retransmissions();
+        vec![
+            ("udp.datagrams_sent", s.sent),
+            ("udp.acks_sent", s.acks),
+            ("udp.retransmits", retransmits),
+            ("udp.timeouts", timeouts),
+            ("udp.tail_probes", probes),
+            ("udp.datagrams_received", s.received),
+            ("udp.duplicates", s.duplicates),
+            ("udp.beyond_window", s.out_of_window),
+            ("udp.strangers_dropped", s.foreign),
+            ("udp.garbage_dropped", s.garbage),
+        ]
+    }
+
     fn wait(&mut self, timeout: Duration) -> Result<(), MachineError> {
         if self.wake.take() {
             // Woken during the barrier's nap, and not answered yet.

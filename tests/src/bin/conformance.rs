@@ -36,6 +36,10 @@
 //! | node       | node messages and node broadcasts from every PE: each runs exactly once, on |
 //! |            | a PE of the node it was sent to                                             |
 //! | pinning    | every PE prints the cores it may run on, PE 0 those of each thread          |
+//! | traced     | every PE sends 20 pings (`trace.ping`) to every other PE, each answered by |
+//! |            | a pong (`trace.pong`); after a barrier each PE says so, and PE 0 ends the  |
+//! |            | job SECS (ARGS, default 0) seconds later, or (report mode) 0.2 s after it  |
+//! |            | is told of a node's death: every message is received                       |
 //! | compute    | every PE computes SECS (default 5) s in a handler with data outstanding     |
 //! |            | toward it; the job completes                                                |
 //! | survive    | (with `+set faults=report`) PE VICTIM dies as HOW says (exit, kill, stop,   |
@@ -113,6 +117,10 @@ fn main() -> ExitCode {
             let secs = arg.as_deref().and_then(|a| a.parse().ok()).unwrap_or(5.0);
             Box::new(move |pe: &mut Pe| smp::compute(pe, secs))
         }
+        "traced" => {
+            let secs = arg.and_then(|a| a.parse().ok()).unwrap_or(0.0);
+            Box::new(move |pe: &mut Pe| traced(pe, secs))
+        }
         "survive" => {
             let victim = arg.as_deref().and_then(|a| a.parse().ok()).unwrap_or(1);
             let how = args.get(3).cloned().unwrap_or_else(|| "exit".into());
@@ -126,7 +134,7 @@ fn main() -> ExitCode {
         _ => {
             eprintln!(
                 "conformance: unknown scenario '{scenario}' (hello, fifo, broadcast, reduce, \
-                 priority, exit-code, mismatch, alltoall, sizes, idle, panic, scheduling, exit-early, exit-after-send, proc-exit, hang, silent, slow, flood, wait, print, spawn, node, pinning, compute, survive)"
+                 priority, exit-code, mismatch, alltoall, sizes, idle, panic, scheduling, exit-early, exit-after-send, proc-exit, hang, silent, slow, flood, wait, traced, print, spawn, node, pinning, compute, survive)"
             );
             return ExitCode::from(2);
         }
@@ -844,6 +852,43 @@ fn wait(pe: &mut Pe, secs: f64) {
             println!("conformance wait: ok");
             pe.exit(0);
         });
+    }
+}
+
+/// Pings answered by pongs between every pair, for the tracing tests: when it is done, no
+/// message is in flight.
+fn traced(pe: &mut Pe, secs: f64) {
+    const PINGS: usize = 20;
+    let pongs = Rc::new(Cell::new(0usize));
+    let pong = pe.register("trace.pong", {
+        let pongs = pongs.clone();
+        move |_, _| pongs.set(pongs.get() + 1)
+    });
+    pe.register("trace.ping", move |pe, msg| {
+        let from = msg.src_pe() as usize;
+        pe.send(from, pong, &[7; 16]);
+    });
+    let ping = pe.handler("trace.ping").expect("registered above");
+    let (n, me) = (pe.num_pes(), pe.my_pe());
+    for k in 0..PINGS {
+        for d in (0..n).filter(|&d| d != me) {
+            pe.send(d, ping, &vec![1u8; 8 + k * 100]);
+        }
+    }
+    let want = PINGS * (n - 1);
+    pe.run_until(move |_| pongs.get() == want);
+    pe.barrier();
+    println!("conformance traced: PE {} done", pe.my_pe());
+    if pe.my_pe() == 0 && pe.survives_node_failures() {
+        pe.on_node_failure(|pe, _| pe.after(Duration::from_millis(200), |pe| pe.exit(0)));
+    }
+    if pe.my_pe() == 0 {
+        if secs > 0.0 {
+            pe.after(Duration::from_secs_f64(secs), |pe| pe.exit(0));
+        } else {
+            println!("conformance traced: ok");
+            pe.exit(0);
+        }
     }
 }
 

@@ -1,0 +1,251 @@
+//! Reading a traced job (`+trace`, one `trace.<pe>.bin` per PE) and turning it into what a
+//! person opens: a Chrome trace-event / Perfetto JSON file ([`chrome`]: one track per PE,
+//! handlers as slices, idle periods, messages as flows from send to receive, the layer's
+//! counters) and a self-contained HTML/SVG report ([`report`]: per-PE timeline, time per
+//! handler, the PE×PE communication matrix as a heat map).
+//!
+//! A crate of its own so that a program that only records pays nothing for it; the
+//! `converse-trace` command is its front.
+//!
+//! ```no_run
+//! let job = converse_trace::Job::load("converse-trace".as_ref())?;
+//! println!("{} PEs, {} messages matched", job.traces.len(), job.flows.matched.len());
+//! std::fs::write("trace.json", converse_trace::chrome::json(&job).to_string())?;
+//! std::fs::write("report.html", converse_trace::report::html(&job))?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub mod chrome;
+pub mod report;
+pub mod summary;
+
+pub use converse::trace_format::{Flow, Flows, Kind, Record, Trace, TraceError};
+use std::path::Path;
+
+/// Why a traced job cannot be loaded.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// The directory cannot be read.
+    #[error("{dir}: {source}")]
+    Dir {
+        /// The directory.
+        dir: String,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// It holds no trace file.
+    #[error("{0}: no trace.<pe>.bin file (was the job run with +trace / +trace-dir here?)")]
+    Empty(String),
+    /// A file is not a readable trace.
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+}
+
+/// A traced job: every PE's trace, on one time line.
+#[derive(Debug, Clone)]
+pub struct Job {
+    /// One trace per PE, by PE number.
+    pub traces: Vec<Trace>,
+    /// Per trace (same order): what to add to its record times to put them on the job's
+    /// time line, ns (the job's time 0 is its first event).
+    pub offsets: Vec<i64>,
+    /// Sends matched with their receives.
+    pub flows: Flows,
+    /// Whether the times come from the wall clock (PEs on several hosts) rather than the
+    /// monotonic clock every process of one host shares.
+    pub wall_clock: bool,
+    /// Things a reader should know (torn chunks, files of another job).
+    pub warnings: Vec<String>,
+}
+
+impl Job {
+    /// Load every `trace.<pe>.bin` in `dir`.
+    ///
+    /// # Errors
+    /// [`LoadError`] when the directory cannot be read, holds no trace, or a file is not one.
+    pub fn load(dir: &Path) -> Result<Job, LoadError> {
+        let entries = std::fs::read_dir(dir).map_err(|source| LoadError::Dir {
+            dir: dir.display().to_string(),
+            source,
+        })?;
+        let mut traces = Vec::new();
+        for e in entries.flatten() {
+            let name = e.file_name();
+            let name = name.to_string_lossy();
+            let is_trace = name
+                .strip_prefix("trace.")
+                .and_then(|r| r.strip_suffix(".bin"))
+                .is_some_and(|n| n.parse::<u32>().is_ok());
+            if is_trace {
+                traces.push(Trace::read(&e.path())?);
+            }
+        }
+        if traces.is_empty() {
+            return Err(LoadError::Empty(dir.display().to_string()));
+        }
+        Ok(Job::new(traces))
+    }
+
+    /// A job from its PEs' traces (any order).
+    pub fn new(mut traces: Vec<Trace>) -> Job {
+        traces.sort_by_key(|t| t.header.pe);
+        let mut warnings = Vec::new();
+        for t in &traces {
+            if t.torn_bytes > 0 {
+                warnings.push(format!(
+                    "PE {}: the last {} bytes are a chunk cut short (the process ended while \
+                     writing it): dropped",
+                    t.header.pe, t.torn_bytes
+                ));
+            }
+        }
+        if let Some(first) = traces.first() {
+            let n = first.header.num_pes;
+            if traces.iter().any(|t| t.header.num_pes != n) {
+                warnings.push(
+                    "the files come from jobs of different sizes: trace into a fresh directory"
+                        .into(),
+                );
+            }
+            if traces.len() < n as usize {
+                warnings.push(format!(
+                    "{} of the job's {n} PEs left a trace",
+                    traces.len()
+                ));
+            }
+        }
+        let wall_clock = traces
+            .windows(2)
+            .any(|w| w[0].header.host != w[1].header.host);
+        let base = |t: &Trace| {
+            if wall_clock {
+                t.header.unix_base
+            } else {
+                t.header.mono_base
+            }
+        };
+        // Time 0 is the earliest event (a boot span starts before its PE's base).
+        let start = traces
+            .iter()
+            .filter_map(|t| {
+                t.records
+                    .first()
+                    .map(|r| base(t) as i128 + i128::from(r.t as i64))
+            })
+            .min()
+            .unwrap_or(0);
+        let offsets = traces
+            .iter()
+            .map(|t| (base(t) as i128 - start) as i64)
+            .collect();
+        let flows = Trace::flows(&traces);
+        Job {
+            traces,
+            offsets,
+            flows,
+            wall_clock,
+            warnings,
+        }
+    }
+
+    /// Record `r` of trace `i` on the job's time line, ns.
+    pub fn time(&self, i: usize, r: &Record) -> i64 {
+        self.offsets.get(i).copied().unwrap_or(0) + r.t as i64
+    }
+
+    /// The job's time line ends here, ns.
+    pub fn end(&self) -> i64 {
+        self.traces
+            .iter()
+            .enumerate()
+            .flat_map(|(i, t)| {
+                t.records.iter().map(move |r| {
+                    let d = if matches!(r.kind, Kind::Idle | Kind::Span) {
+                        r.b as i64
+                    } else {
+                        0
+                    };
+                    self.time(i, r) + d
+                })
+            })
+            .max()
+            .unwrap_or(0)
+            .max(1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use converse::trace_format::Header;
+
+    fn trace(pe: u32, host: &str, mono_base: u64, unix_base: u64, records: Vec<Record>) -> Trace {
+        Trace {
+            header: Header {
+                pe,
+                node: pe,
+                num_pes: 3,
+                num_nodes: 3,
+                layer: "tcp".into(),
+                host: host.into(),
+                pid: 1,
+                mono_base,
+                unix_base,
+                handlers: vec![],
+            },
+            strings: vec![],
+            records,
+            torn_bytes: 0,
+        }
+    }
+
+    fn at(t: u64) -> Record {
+        Record {
+            t,
+            kind: Kind::Mark,
+            a: 0,
+            b: 0,
+        }
+    }
+
+    #[test]
+    fn one_host_shares_the_monotonic_clock_and_time_0_is_the_first_event() {
+        let job = Job::new(vec![
+            trace(1, "a", 5_000, 0, vec![at(10)]),
+            trace(0, "a", 1_000, 999_999, vec![at(500)]),
+        ]);
+        assert!(!job.wall_clock);
+        assert_eq!(job.traces[0].header.pe, 0, "sorted by PE");
+        assert_eq!(job.time(0, &job.traces[0].records[0]), 0);
+        assert_eq!(job.time(1, &job.traces[1].records[0]), 5_010 - 1_500);
+        // A PE missing from a 3-PE job is said.
+        assert!(job
+            .warnings
+            .iter()
+            .any(|w| w.contains("2 of the job's 3 PEs")));
+    }
+
+    #[test]
+    fn several_hosts_use_the_wall_clock_and_torn_files_are_said() {
+        let mut torn = trace(1, "b", 0, 3_000, vec![at(0)]);
+        torn.torn_bytes = 12;
+        let job = Job::new(vec![trace(0, "a", 77, 1_000, vec![at(0)]), torn]);
+        assert!(job.wall_clock);
+        assert_eq!(job.time(1, &job.traces[1].records[0]), 2_000);
+        assert!(job
+            .warnings
+            .iter()
+            .any(|w| w.contains("PE 1") && w.contains("12 bytes")));
+    }
+
+    #[test]
+    fn a_directory_without_traces_is_an_error() {
+        let d = std::env::temp_dir().join(format!("trace-empty-{}", std::process::id()));
+        std::fs::create_dir_all(&d).expect("dir");
+        assert!(matches!(Job::load(&d), Err(LoadError::Empty(_))));
+        std::fs::write(d.join("trace.0.bin"), b"not a trace").expect("write");
+        assert!(matches!(Job::load(&d), Err(LoadError::Trace(_))));
+        std::fs::remove_dir_all(&d).ok();
+        assert!(matches!(Job::load(&d), Err(LoadError::Dir { .. })));
+    }
+}

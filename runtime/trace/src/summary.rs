@@ -1,0 +1,221 @@
+//! What a traced job adds up to: handler slices, time per handler, idle time per PE, and the
+//! PE×PE communication matrix. Shared by the report and the tests.
+
+use crate::{Job, Kind};
+
+/// One run of a handler on a PE.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Slice {
+    /// Index of the PE's trace in [`Job::traces`].
+    pub trace: usize,
+    /// The handler's id.
+    pub handler: u32,
+    /// Begin and end on the job's time line, ns.
+    pub start: i64,
+    /// End, ns.
+    pub end: i64,
+    /// Nesting depth: 0 for a handler the scheduler ran, more for one run by a nested
+    /// scheduler loop inside another handler.
+    pub depth: u32,
+}
+
+/// Every handler run of every PE. A handler still running when the trace ends (the process
+/// was killed) ends at the trace's last event.
+pub fn slices(job: &Job) -> Vec<Slice> {
+    let mut out = Vec::new();
+    for (i, t) in job.traces.iter().enumerate() {
+        let mut open: Vec<(u32, i64)> = Vec::new();
+        let mut last = 0;
+        for r in &t.records {
+            let at = job.time(i, r);
+            last = last.max(at);
+            match r.kind {
+                Kind::Begin => open.push((r.a, at)),
+                Kind::End => {
+                    if let Some((handler, start)) = open.pop() {
+                        out.push(Slice {
+                            trace: i,
+                            handler,
+                            start,
+                            end: at,
+                            depth: open.len() as u32,
+                        });
+                    }
+                }
+                _ => {}
+            }
+        }
+        while let Some((handler, start)) = open.pop() {
+            out.push(Slice {
+                trace: i,
+                handler,
+                start,
+                end: last,
+                depth: open.len() as u32,
+            });
+        }
+    }
+    out
+}
+
+/// Time spent in one handler, over the whole job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HandlerTime {
+    /// Its name.
+    pub name: String,
+    /// Runs.
+    pub runs: u64,
+    /// Time in it, ns, less the handlers nested inside (self time).
+    pub self_ns: u64,
+}
+
+/// Time per handler, the largest first.
+pub fn handler_times(job: &Job) -> Vec<HandlerTime> {
+    let mut by: std::collections::BTreeMap<String, HandlerTime> = Default::default();
+    for (i, t) in job.traces.iter().enumerate() {
+        // (handler, start, time in handlers nested inside)
+        let mut open: Vec<(u32, i64, i64)> = Vec::new();
+        for r in &t.records {
+            let at = job.time(i, r);
+            match r.kind {
+                Kind::Begin => open.push((r.a, at, 0)),
+                Kind::End => {
+                    let Some((h, start, nested)) = open.pop() else {
+                        continue;
+                    };
+                    let d = at - start;
+                    if let Some(parent) = open.last_mut() {
+                        parent.2 += d;
+                    }
+                    let name = t.header.handler_name(h);
+                    let e = by.entry(name.clone()).or_insert(HandlerTime {
+                        name,
+                        runs: 0,
+                        self_ns: 0,
+                    });
+                    e.runs += 1;
+                    e.self_ns += (d - nested).max(0) as u64;
+                }
+                _ => {}
+            }
+        }
+    }
+    let mut v: Vec<HandlerTime> = by.into_values().collect();
+    v.sort_by(|a, b| b.self_ns.cmp(&a.self_ns).then(a.name.cmp(&b.name)));
+    v
+}
+
+/// Idle time of each trace, ns.
+pub fn idle(job: &Job) -> Vec<u64> {
+    job.traces
+        .iter()
+        .map(|t| {
+            t.records
+                .iter()
+                .filter(|r| r.kind == Kind::Idle)
+                .map(|r| r.b)
+                .sum()
+        })
+        .collect()
+}
+
+/// Messages and bytes from each PE to each PE, as the senders recorded them:
+/// `matrix[src][dst] = (messages, bytes)`, over the job's PEs (node messages left out).
+pub fn matrix(job: &Job) -> Vec<Vec<(u64, u64)>> {
+    let n = job
+        .traces
+        .iter()
+        .map(|t| t.header.num_pes as usize)
+        .max()
+        .unwrap_or(0)
+        .max(job.traces.len());
+    let mut m = vec![vec![(0u64, 0u64); n]; n];
+    for t in &job.traces {
+        let src = t.header.pe as usize;
+        for r in &t.records {
+            if r.kind == Kind::Send && r.a & converse::trace_format::NODE_BIT == 0 {
+                if let Some(c) = m.get_mut(src).and_then(|row| row.get_mut(r.a as usize)) {
+                    c.0 += 1;
+                    c.1 += r.b;
+                }
+            }
+        }
+    }
+    m
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Record, Trace};
+    use converse::trace_format::{Header, NODE_BIT};
+
+    pub(crate) fn trace(pe: u32, records: Vec<Record>) -> Trace {
+        Trace {
+            header: Header {
+                pe,
+                node: pe,
+                num_pes: 2,
+                num_nodes: 2,
+                layer: "local".into(),
+                host: "h".into(),
+                pid: 1,
+                mono_base: 1_000,
+                unix_base: 0,
+                handlers: vec!["outer".into(), "inner".into()],
+            },
+            strings: vec![],
+            records,
+            torn_bytes: 0,
+        }
+    }
+
+    fn rec(t: u64, kind: Kind, a: u32, b: u64) -> Record {
+        Record { t, kind, a, b }
+    }
+
+    #[test]
+    fn self_time_leaves_out_nested_handlers_and_slices_nest() {
+        let t = trace(
+            0,
+            vec![
+                rec(0, Kind::Begin, 16, 0),
+                rec(10, Kind::Begin, 17, 0),
+                rec(40, Kind::End, 0, 0),
+                rec(100, Kind::End, 0, 0),
+                // A handler still running when the trace ends (the process was killed).
+                rec(200, Kind::Begin, 17, 0),
+                rec(250, Kind::Idle, 0, 5),
+            ],
+        );
+        let job = Job::new(vec![t]);
+        let h = handler_times(&job);
+        assert_eq!(
+            h.iter()
+                .map(|h| (h.name.as_str(), h.runs, h.self_ns))
+                .collect::<Vec<_>>(),
+            [("outer", 1, 70), ("inner", 1, 30)]
+        );
+        let s = slices(&job);
+        assert_eq!(s.len(), 3);
+        assert_eq!((s[0].handler, s[0].depth), (17, 1));
+        assert_eq!((s[2].start, s[2].end), (200, 250), "cut at the last event");
+        assert_eq!(idle(&job), [5]);
+    }
+
+    #[test]
+    fn the_matrix_counts_pe_messages_and_leaves_node_messages_out() {
+        let t0 = trace(
+            0,
+            vec![
+                rec(1, Kind::Send, 1, 100),
+                rec(2, Kind::Send, 1, 50),
+                rec(3, Kind::Send, NODE_BIT | 1, 7),
+                rec(4, Kind::Send, 9, 7),
+            ],
+        );
+        let t1 = trace(1, vec![rec(5, Kind::Send, 0, 8)]);
+        let m = matrix(&Job::new(vec![t1, t0]));
+        assert_eq!(m, [[(0, 0), (2, 150)], [(1, 8), (0, 0)]]);
+    }
+}
