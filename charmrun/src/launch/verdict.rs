@@ -367,7 +367,14 @@ impl Verdict {
                 (silent >= limit && !v.in_process[i]).then_some(silent)
             };
             let why = match &self.nodes[i] {
-                NodeState::Died { status, .. } | NodeState::Exited { status, .. } => {
+                NodeState::Died { status, .. } => Some(describe(*status)),
+                // Exited with a code: its last frames (a normal exit's ENDING) may still be on
+                // the way, and its connection's close, which follows them, decides (or, failing
+                // that, time). A signal is a death whatever was sent.
+                NodeState::Exited { status, at }
+                    if status.signal().is_some()
+                        || now.saturating_duration_since(*at) > LOST_GRACE =>
+                {
                     Some(describe(*status))
                 }
                 // Its process usually exits with it: a moment for that, to say how it died.
@@ -839,6 +846,26 @@ mod tests {
             v.exited(i, code(0), t0 + 20 * MS);
         }
         assert_eq!(v.decide(t0 + 30 * MS), Decision::Done(0));
+    }
+
+    #[test]
+    fn in_report_mode_a_node_whose_exit_is_seen_before_its_ending_leaves_normally() {
+        let t0 = Instant::now();
+        let mut v = surviving(3, t0);
+        // Node 2's exit is seen before the ENDING it sent is read: no death.
+        v.exited(2, code(0), t0);
+        assert_eq!(v.decide(t0 + MS), Decision::Continue);
+        assert!(v.take_reports().is_empty(), "{:?}", v.nodes[2]);
+        v.ending(2, 0);
+        v.closed(2, t0 + 2 * MS);
+        assert_eq!(v.decide(t0 + 3 * MS), Decision::Continue);
+        assert!(v.take_reports().is_empty() && !v.is_gone(2));
+        // One that exits with a code and closes without ENDING is reported, at its close.
+        v.exited(1, code(3), t0 + 4 * MS);
+        v.closed(1, t0 + 5 * MS);
+        assert_eq!(v.decide(t0 + 5 * MS), Decision::Continue);
+        let r = v.take_reports();
+        assert!(r.len() == 1 && r[0].1.contains("code 3"), "{r:?}");
     }
 
     #[test]
