@@ -7,6 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "../../tests/src/render.rs"]
+mod render;
+use render::{render, Image};
+
 fn dir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("bench-plot-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&d).expect("temp dir");
@@ -170,55 +174,10 @@ fn startup_plot_has_the_job_and_its_floor_against_pes() {
 }
 
 /// How many pixels are within a small distance of `rgb`.
-fn count_near(img: &(Vec<u8>, u32, u32), rgb: (u8, u8, u8)) -> usize {
+fn count_near(img: &Image, rgb: (u8, u8, u8)) -> usize {
     let d = |x: u8, y: u8| (i32::from(x) - i32::from(y)).abs();
     img.0
         .chunks(3)
         .filter(|p| d(p[0], rgb.0) + d(p[1], rgb.1) + d(p[2], rgb.2) < 40)
         .count()
-}
-
-/// Render `svg` with headless Chromium at `w`×`h`; `None` (saying so) when it is absent.
-fn render(svg: &Path, w: u32, h: u32, dir: &Path) -> Option<(Vec<u8>, u32, u32)> {
-    let Some(chromium) = ["chromium", "chromium-browser"]
-        .into_iter()
-        .find(|c| Command::new(c).arg("--version").output().is_ok())
-    else {
-        eprintln!("SKIPPED the render: chromium is not installed (apt-get install chromium)");
-        return None;
-    };
-    let png = dir.join("render.png");
-    // Bounded in time (`timeout` kills it); a profile of its own so parallel runs do not meet.
-    let out = Command::new("timeout")
-        .args(["-k", "5", "60", chromium])
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--hide-scrollbars",
-            "--force-device-scale-factor=1",
-        ])
-        .arg(format!("--user-data-dir={}", dir.join("profile").display()))
-        .arg(format!("--window-size={w},{h}"))
-        .arg(format!("--screenshot={}", png.display()))
-        .arg(format!("file://{}", svg.display()))
-        .output()
-        .expect("chromium runs");
-    assert!(
-        png.exists(),
-        "no screenshot: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let decoder = png::Decoder::new(std::io::BufReader::new(
-        std::fs::File::open(&png).expect("png"),
-    ));
-    let mut reader = decoder.read_info().expect("png header");
-    let mut buf = vec![0; reader.output_buffer_size()];
-    let info = reader.next_frame(&mut buf).expect("png frame");
-    let channels = info.color_type.samples();
-    let rgb = buf[..info.buffer_size()]
-        .chunks(channels)
-        .flat_map(|p| [p[0], p[1], p[2]])
-        .collect();
-    Some((rgb, info.width, info.height))
 }

@@ -11,6 +11,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+#[path = "../../../tests/src/render.rs"]
+mod render;
+use render::{pixel, render, Image};
+
 /// PEs of the recorded job.
 const PES: usize = 4;
 
@@ -68,53 +72,6 @@ fn command(args: &[&str]) {
         .output()
         .expect("converse-trace runs");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-}
-
-/// Render `page` with headless Chromium at `w`×`h`; `None` when Chromium is absent.
-fn render(page: &Path, w: u32, h: u32, dir: &Path) -> Option<(Vec<u8>, u32, u32)> {
-    let chromium = ["chromium", "chromium-browser"]
-        .into_iter()
-        .find(|c| Command::new(c).arg("--version").output().is_ok())?;
-    let png = dir.join("report.png");
-    // Bounded in time (`timeout` kills it); a profile of its own so parallel runs do not meet.
-    let out = Command::new("timeout")
-        .args(["-k", "5", "60", chromium])
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--hide-scrollbars",
-            "--force-device-scale-factor=1",
-        ])
-        .arg(format!("--user-data-dir={}", dir.join("profile").display()))
-        .arg(format!("--window-size={w},{h}"))
-        .arg(format!("--screenshot={}", png.display()))
-        .arg(format!("file://{}", page.display()))
-        .output()
-        .expect("chromium runs");
-    assert!(
-        png.exists(),
-        "no screenshot: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&png).ok()?));
-    let mut reader = decoder.read_info().ok()?;
-    let mut buf = vec![0; reader.output_buffer_size()];
-    let info = reader.next_frame(&mut buf).ok()?;
-    let channels = info.color_type.samples();
-    let rgb: Vec<u8> = buf[..info.buffer_size()]
-        .chunks(channels)
-        .flat_map(|p| [p[0], p[1], p[2]])
-        .collect();
-    Some((rgb, info.width, info.height))
-}
-
-type Image = (Vec<u8>, u32, u32);
-
-fn pixel(img: &Image, x: f64, y: f64) -> (u8, u8, u8) {
-    let (buf, w, _) = img;
-    let i = 3 * (y.round() as usize * *w as usize + x.round() as usize);
-    (buf[i], buf[i + 1], buf[i + 2])
 }
 
 fn near(a: (u8, u8, u8), b: (u8, u8, u8)) -> bool {

@@ -1,0 +1,72 @@
+//! A page rendered as a person sees it: headless Chromium's screenshot of an SVG or HTML file,
+//! as RGB pixels. Shared by the picture tests of crates that cannot depend on this one
+//! (`converse-topo`, `converse-trace`, `converse-bench`): each includes this file with
+//! `#[path = ".../tests/src/render.rs"] mod render;` and has `png` as a dev-dependency.
+
+// Not every test that includes the file uses every helper.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::Command;
+
+/// Pixels, row by row, 3 bytes each; width; height.
+pub(crate) type Image = (Vec<u8>, u32, u32);
+
+/// Render `page` (SVG or HTML) with headless Chromium in a `w`×`h` window, the screenshot
+/// going to `dir`; `None`, saying so, when Chromium is not installed.
+///
+/// # Panics
+/// When Chromium runs but leaves no readable screenshot (the test fails, naming why).
+pub(crate) fn render(page: &Path, w: u32, h: u32, dir: &Path) -> Option<Image> {
+    let Some(chromium) = ["chromium", "chromium-browser"]
+        .into_iter()
+        .find(|c| Command::new(c).arg("--version").output().is_ok())
+    else {
+        eprintln!("SKIPPED the render: chromium is not installed (apt-get install chromium)");
+        return None;
+    };
+    let stem = page
+        .file_stem()
+        .map_or("page".into(), |s| s.to_string_lossy());
+    let png = dir.join(format!("{stem}.png"));
+    // Bounded in time (`timeout` kills it); a profile of its own so parallel runs do not meet.
+    let out = Command::new("timeout")
+        .args(["-k", "5", "60", chromium])
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--hide-scrollbars",
+            "--force-device-scale-factor=1",
+        ])
+        .arg(format!("--user-data-dir={}", dir.join("profile").display()))
+        .arg(format!("--window-size={w},{h}"))
+        .arg(format!("--screenshot={}", png.display()))
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .expect("chromium runs");
+    assert!(
+        png.exists(),
+        "no screenshot: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let decoder = png::Decoder::new(std::io::BufReader::new(
+        std::fs::File::open(&png).expect("the screenshot opens"),
+    ));
+    let mut reader = decoder.read_info().expect("a PNG header");
+    let mut buf = vec![0; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).expect("a PNG frame");
+    let channels = info.color_type.samples();
+    let rgb = buf[..info.buffer_size()]
+        .chunks(channels)
+        .flat_map(|p| [p[0], p[1], p[2]])
+        .collect();
+    Some((rgb, info.width, info.height))
+}
+
+/// The colour at (`x`, `y`), rounded to the nearest pixel.
+pub(crate) fn pixel(img: &Image, x: f64, y: f64) -> (u8, u8, u8) {
+    let (buf, w, _) = img;
+    let i = 3 * (y.round() as usize * *w as usize + x.round() as usize);
+    (buf[i], buf[i + 1], buf[i + 2])
+}
