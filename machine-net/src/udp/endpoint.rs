@@ -525,7 +525,7 @@ impl Endpoint {
             }
             let sent = tx.transmit(&peer.to, &dgrams[..k])?;
             // A second clock reading for a batch (not for a lone datagram): see `left`.
-            w.left(Instant::now());
+            w.left(tx.left_at(now));
             self.stats.sent += sent as u64;
             if sent > 0 {
                 peer.rx.acked();

@@ -5,6 +5,7 @@
 
 use std::io;
 use std::net::SocketAddr;
+use std::time::Instant;
 
 /// Where datagrams go.
 pub trait Transmit {
@@ -26,6 +27,14 @@ pub trait Transmit {
 
     /// The largest datagram (UDP payload) worth sending to `to`.
     fn max_datagram(&mut self, to: &SocketAddr) -> usize;
+
+    /// When a batch handed over at `began` had left: the clock, read again, for a socket (a
+    /// large batch takes the kernel a while); `began` itself for a carrier with a clock of its
+    /// own (a simulated network must not mix in the real one).
+    fn left_at(&self, began: Instant) -> Instant {
+        let _ = began;
+        Instant::now()
+    }
 }
 
 /// A place where a datagram is expected: the missing fragment `index` (packet `seq`) of a

@@ -31,6 +31,10 @@ impl Transmit for Wire {
     fn max_datagram(&mut self, _: &SocketAddr) -> usize {
         self.max
     }
+    fn left_at(&self, began: std::time::Instant) -> std::time::Instant {
+        // Simulated time: a batch leaves when it is handed over.
+        began
+    }
 }
 
 /// xorshift64*: reproducible randomness for the simulated network.
