@@ -12,7 +12,7 @@
 //! mapped already), else fresh; either way it is never zeroed first, since the socket writes
 //! every byte of it.
 
-use crate::pool::Pool;
+use converse_machine::BufferPool as Pool;
 use converse_machine::{Message, ENVELOPE_LEN, HEADROOM};
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};

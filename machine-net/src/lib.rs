@@ -15,11 +15,8 @@ mod conn;
 // Addresses in the node table serve both layers; connection set-up only TCP.
 #[cfg_attr(not(feature = "tcp"), allow(dead_code))]
 mod mesh;
-// Large buffers of messages sent, kept to receive large ones into (both layers).
 #[cfg(all(feature = "si", any(feature = "tcp", feature = "udp")))]
 pub mod multi;
-#[cfg(any(feature = "tcp", feature = "udp"))]
-mod pool;
 #[cfg(feature = "tcp")]
 pub mod tcp;
 #[cfg(feature = "udp")]

@@ -7,7 +7,7 @@
 
 use crate::conn::{Conn, ConnError};
 use crate::mesh::{self, Intro, Kind, Pending};
-use crate::pool::Pool;
+use converse_machine::BufferPool as Pool;
 use crate::wake::WakeFd;
 use charmrun::client::{Control, LaunchEnv};
 use charmrun::protocol::SECRET_LEN;

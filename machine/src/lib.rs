@@ -20,6 +20,7 @@ pub mod launch;
 pub mod local;
 mod message;
 mod node_table;
+mod pool;
 mod settings;
 
 pub use compose::Part;
@@ -28,4 +29,5 @@ pub use error::{MachineError, WireError};
 pub use launch::LaunchEnv;
 pub use message::{zeroed, Message, ENVELOPE_LEN, HEADROOM};
 pub use node_table::{NodeInfo, NodeTable};
+pub use pool::BufferPool;
 pub use settings::{SettingSpec, Settings};

@@ -14,7 +14,7 @@ use super::link::{Landing, Transmit};
 use super::reassembly::{sacked, Arrival, Body, RecvWindow};
 use super::window::SendWindow;
 use super::wire::{self, Expect, Header, Kind, Reject, BASE, MAX_DATA_HEADER, MAX_SACK_EXT};
-use crate::pool::Pool;
+use converse_machine::BufferPool as Pool;
 use converse_machine::Message;
 use std::io;
 use std::net::SocketAddr;

@@ -9,7 +9,7 @@
 //!   timeout); it adds the sliding window and flow control.
 //! - `reassembly`: the receive side per peer: duplicates, reordering, fragments, delivery.
 //! - `rtt`: the retransmission timeout from measured round trips (RFC 6298).
-//! - `crate::pool` (shared with TCP): large buffers of messages sent, kept to receive large
+//! - `converse_machine::BufferPool` (shared with TCP and MPI): large buffers of messages sent, kept to receive large
 //!   messages into.
 //! - [`endpoint`]: one node's protocol with all peers, timers, dead peers; no socket in it.
 //! - [`link`]: what the protocol asks of a socket (or of a simulated network).

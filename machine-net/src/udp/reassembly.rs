@@ -12,7 +12,7 @@
 //! and hands up a message when its last packet is passed: FIFO per sender, exactly once.
 
 use super::wire::{widen, Frag};
-use crate::pool::Pool;
+use converse_machine::BufferPool as Pool;
 use converse_machine::{Message, HEADROOM};
 use std::collections::VecDeque;
 

@@ -5,7 +5,7 @@
 //! acknowledged; its buffer then goes to the pool, to receive a large message into.
 
 use super::wire::{Frag, Header, BASE, MAX_DATA_HEADER, MAX_MESSAGE};
-use crate::pool::Pool;
+use converse_machine::BufferPool as Pool;
 use converse_machine::Message;
 use std::collections::VecDeque;
 

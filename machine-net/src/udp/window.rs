@@ -26,7 +26,7 @@ use super::loss::LossDetector;
 use super::rtt::{RtoBounds, Rtt};
 use super::send_queue::{SendQueue, TooLarge};
 use super::wire::{Frag, Header};
-use crate::pool::Pool;
+use converse_machine::BufferPool as Pool;
 use converse_machine::Message;
 use std::time::{Duration, Instant};
 

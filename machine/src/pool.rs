@@ -5,9 +5,9 @@
 //! message it sent (UDP: every packet acknowledged; TCP: every byte written to the socket),
 //! its buffer comes here, and the next large message received goes into it, its pages
 //! already mapped and nothing zeroed. A program that forwards what it receives (a ping-pong,
-//! a pipeline) then receives into warm memory every time.
+//! a pipeline) then receives into warm memory every time. Used by the TCP, UDP and MPI layers.
 
-use converse_machine::Message;
+use crate::Message;
 
 /// Buffers smaller than this are left to the allocator (it keeps them warm itself).
 const MIN_BUFFER: usize = 64 << 10;
@@ -16,16 +16,16 @@ const MAX_BUFFERS: usize = 8;
 /// Bytes kept at most.
 const MAX_BYTES: usize = 64 << 20;
 
-/// The kept buffers.
+/// Large buffers of messages a layer has sent, kept to receive large messages into.
 #[derive(Default)]
-pub(crate) struct Pool {
+pub struct BufferPool {
     bufs: Vec<Vec<u8>>,
     bytes: usize,
 }
 
-impl Pool {
+impl BufferPool {
     /// Keep `msg`'s buffer if it is large and there is room; drop it otherwise.
-    pub(crate) fn put(&mut self, msg: Message) {
+    pub fn put(&mut self, msg: Message) {
         let (mut buf, _) = msg.into_frame();
         let cap = buf.capacity();
         if cap < MIN_BUFFER || self.bufs.len() >= MAX_BUFFERS || self.bytes + cap > MAX_BYTES {
@@ -38,7 +38,7 @@ impl Pool {
 
     /// An empty buffer with room for `len` bytes (and not more than twice that, so a small
     /// message does not pin a huge buffer), if one is kept.
-    pub(crate) fn take(&mut self, len: usize) -> Option<Vec<u8>> {
+    pub fn take(&mut self, len: usize) -> Option<Vec<u8>> {
         let i = self
             .bufs
             .iter()
@@ -55,7 +55,7 @@ mod tests {
 
     #[test]
     fn large_buffers_come_back_for_a_size_that_fits() {
-        let mut p = Pool::default();
+        let mut p = BufferPool::default();
         p.put(Message::new(1 << 20));
         p.put(Message::new(100));
         assert!(p.take(3 << 20).is_none(), "too small for it");
@@ -67,7 +67,7 @@ mod tests {
 
     #[test]
     fn the_pool_is_bounded() {
-        let mut p = Pool::default();
+        let mut p = BufferPool::default();
         for _ in 0..20 {
             p.put(Message::new(1 << 20));
         }
