@@ -17,7 +17,7 @@
 //! taken for one.
 
 use crate::protocol::{self, Hello, Kind};
-use converse_machine::{MachineError, NodeTable};
+use converse_machine::{MachineError, NodeTable, Wake};
 use signal::Signal;
 use std::io::Write;
 use std::net::{IpAddr, TcpStream};
@@ -38,6 +38,35 @@ pub struct Control {
     node: usize,
     /// For a node in the launcher's process: set once it said it leaves.
     leaving: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    /// The nodes charmrun said are out of the job (report mode).
+    deaths: Arc<Deaths>,
+}
+
+/// The nodes charmrun reported dead, in its order (`DEAD` frames), filled by the watchdog and
+/// read by the layer (which may have several parts, each with its own cursor).
+#[derive(Default)]
+struct Deaths {
+    /// How many are in `list`: read on every `advance`, so that a layer looks at the lock only
+    /// when there is something new.
+    count: std::sync::atomic::AtomicUsize,
+    list: Mutex<Vec<(usize, String)>>,
+    /// Rung when one comes, so that a layer blocked in its wait looks.
+    waker: Mutex<Option<Arc<dyn Wake>>>,
+}
+
+impl Deaths {
+    fn push(&self, node: usize, why: String) {
+        if let Ok(mut l) = self.list.lock() {
+            l.push((node, why));
+            self.count
+                .store(l.len(), std::sync::atomic::Ordering::Release);
+        }
+        if let Ok(w) = self.waker.lock() {
+            if let Some(w) = w.as_ref() {
+                w.wake();
+            }
+        }
+    }
 }
 
 // By hand: it holds sockets, threads and handles, which have no useful text form.
@@ -102,6 +131,7 @@ impl Control {
             leaving: env
                 .embedded
                 .then(|| std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false))),
+            deaths: Arc::default(),
         })
     }
 
@@ -156,9 +186,10 @@ impl Control {
         }
         let released = self.released.clone();
         let leaving = self.leaving.clone();
+        let deaths = self.deaths.clone();
         std::thread::Builder::new()
             .name("charmrun-watchdog".into())
-            .spawn(move || watchdog(reader, released, leaving))
+            .spawn(move || watchdog(reader, released, leaving, &deaths))
             .map_err(|e| MachineError::io("starting the charmrun watchdog", e))?;
         let writer = Arc::downgrade(&self.writer);
         std::thread::Builder::new()
@@ -223,6 +254,45 @@ impl Control {
                 return Ok(());
             }
         }
+    }
+
+    /// Ask that a node's death be reported to the survivors instead of ending the job
+    /// (`+set faults=report`): charmrun then tells this node of every death with a `DEAD`
+    /// frame, read by [`Control::next_death`]. Every node of a job says the same; a death
+    /// before charmrun has heard it (during start-up) still ends the job.
+    ///
+    /// # Errors
+    /// [`MachineError::Io`] when charmrun cannot be told.
+    pub fn report_deaths(&self) -> Result<(), MachineError> {
+        self.send(Kind::Survive, &[])
+    }
+
+    /// Ring `waker` whenever charmrun reports a death, so that a layer blocked in its wait
+    /// looks at [`Control::next_death`].
+    pub fn set_death_waker(&self, waker: Arc<dyn Wake>) {
+        if let Ok(mut w) = self.deaths.waker.lock() {
+            *w = Some(waker);
+        }
+    }
+
+    /// The next death charmrun reported that this reader (its `cursor`, starting at 0) has
+    /// not seen: the node and why. One atomic load when there is none, so a layer calls it
+    /// on every `advance`.
+    pub fn next_death(&self, cursor: &mut usize) -> Option<(usize, String)> {
+        if self.deaths.count.load(std::sync::atomic::Ordering::Acquire) <= *cursor {
+            return None;
+        }
+        let l = self.deaths.list.lock().ok()?;
+        let d = l.get(*cursor)?.clone();
+        *cursor += 1;
+        Some(d)
+    }
+
+    /// Tell charmrun that this node's connection to `node` failed (`why`), in report mode:
+    /// charmrun ends that node, if it still runs, and reports its death to every survivor.
+    /// Best effort: if charmrun cannot be told, it will notice the death itself.
+    pub fn suspect(&self, node: usize, why: &str) {
+        let _ = self.send(Kind::Suspect, &protocol::node_why(node, why));
     }
 
     /// Tell charmrun this node leaves the job normally with `code`.
@@ -293,10 +363,16 @@ fn watchdog(
     mut reader: TcpStream,
     released: Signal,
     leaving: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
+    deaths: &Deaths,
 ) {
     loop {
         match protocol::read_frame(&mut reader) {
             Ok((Kind::Release, _)) => released.raise(),
+            Ok((Kind::Dead, body)) => {
+                if let Some((node, why)) = protocol::parse_node_why(&body) {
+                    deaths.push(node, why);
+                }
+            }
             Ok((Kind::Die, _)) | Err(_)
                 if leaving
                     .as_ref()
@@ -372,6 +448,70 @@ mod signal {
                 }
             }
             true
+        }
+    }
+}
+
+/// A node's record of which peers are out of the job, for a layer in report mode
+/// (`faults=report`, see the `Machine` contract): it merges what charmrun reports with what
+/// the layer finds itself, so that each death is reported to the runtime once.
+#[derive(Debug, Clone, Default)]
+pub struct DeadPeers {
+    /// Report mode: deaths are reported, not fatal. Off, nothing here is used.
+    report: bool,
+    /// How many of charmrun's reports have been read.
+    cursor: usize,
+    dead: Vec<bool>,
+}
+
+impl DeadPeers {
+    /// For a job of `nodes` nodes; `report` says whether it is in report mode.
+    pub fn new(report: bool, nodes: usize) -> DeadPeers {
+        DeadPeers {
+            report,
+            cursor: 0,
+            dead: vec![false; if report { nodes } else { 0 }],
+        }
+    }
+
+    /// Whether deaths are reported rather than fatal.
+    #[inline]
+    pub fn reporting(&self) -> bool {
+        self.report
+    }
+
+    /// Whether `node` is out of the job.
+    #[inline]
+    pub fn is_dead(&self, node: usize) -> bool {
+        self.dead.get(node).copied().unwrap_or(false)
+    }
+
+    /// The next death charmrun reported that this node has not recorded yet (it is recorded
+    /// now): the layer releases what it holds for that node and reports it. One atomic load
+    /// when there is none.
+    pub fn from_launcher(&mut self, ctl: &Control) -> Option<(usize, String)> {
+        if !self.report {
+            return None;
+        }
+        while let Some((node, why)) = ctl.next_death(&mut self.cursor) {
+            if let Some(d) = self.dead.get_mut(node).filter(|d| !**d) {
+                *d = true;
+                return Some((node, why));
+            }
+        }
+        None
+    }
+
+    /// The layer found `node` dead itself (`why`): record it and tell charmrun, which ends
+    /// that node and tells the others. Whether it was news (a death is reported once).
+    pub fn found(&mut self, ctl: &Control, node: usize, why: &str) -> bool {
+        match self.dead.get_mut(node) {
+            Some(d) if !*d => {
+                *d = true;
+                ctl.suspect(node, why);
+                true
+            }
+            _ => false,
         }
     }
 }

@@ -19,6 +19,9 @@
 //! | `EXITED` | agent → charmrun, relayed | raw wait status i32 | the node's process exited |
 //! | `CLOSED` | agent → charmrun, relayed | empty | the node's connection to its agent closed |
 //! | `LOST` | agent → charmrun | nodes (u32 count, u32 each), why (str) | an agent below this one is gone, with these nodes |
+//! | `SURVIVE` | node → charmrun | empty | this job reports a node's death to the survivors instead of ending (`+set faults=report`) |
+//! | `DEAD` | charmrun → node | node u32, why (UTF-8, rest) | that node is out of the job: it died, or was ended for being lost or silent |
+//! | `SUSPECT` | node → charmrun | node u32, why (UTF-8, rest) | my connection to that node failed: end it and tell the others (report mode) |
 //!
 //! An agent (`charmrun ++agent`, one per host) is to its nodes what charmrun is: they connect
 //! to it with the same frames. It relays them to charmrun over its one connection, and sends
@@ -77,6 +80,12 @@ pub enum Kind {
     Closed = 13,
     /// An agent below is gone, and its nodes with it.
     Lost = 14,
+    /// The job reports deaths instead of ending.
+    Survive = 15,
+    /// A node is out of the job (report mode).
+    Dead = 16,
+    /// A node's peer seems dead to it (report mode).
+    Suspect = 17,
 }
 
 impl Kind {
@@ -97,9 +106,29 @@ impl Kind {
             12 => Kind::Exited,
             13 => Kind::Closed,
             14 => Kind::Lost,
+            15 => Kind::Survive,
+            16 => Kind::Dead,
+            17 => Kind::Suspect,
             _ => return None,
         })
     }
+}
+
+/// The body of a `DEAD` or `SUSPECT` frame: the node, then why.
+pub fn node_why(node: usize, why: &str) -> Vec<u8> {
+    let mut b = Vec::with_capacity(4 + why.len());
+    b.extend_from_slice(&(node as u32).to_le_bytes());
+    b.extend_from_slice(why.as_bytes());
+    b
+}
+
+/// Decode [`node_why`]'s body; `None` when too short.
+pub fn parse_node_why(body: &[u8]) -> Option<(usize, String)> {
+    let (node, why) = body.split_first_chunk::<4>()?;
+    Some((
+        u32::from_le_bytes(*node) as usize,
+        String::from_utf8_lossy(why).into_owned(),
+    ))
 }
 
 /// Write one frame.

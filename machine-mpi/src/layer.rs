@@ -163,6 +163,16 @@ unsafe impl Send for MpiMachine {}
 /// `MPI_THREAD_FUNNELED`, disagrees with its launcher about the job size (a program built
 /// against another MPI), or when `+p` disagrees with the number of ranks.
 pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
+    // MPI ends the whole job when a rank dies (MPI_ERRORS_ARE_FATAL; ULFM is not portable):
+    // a death cannot be reported, so asking for it is refused rather than ignored.
+    if cfg.settings.reports_deaths()? {
+        return Err(MachineError::Setting {
+            key: converse_machine::FAULTS.into(),
+            reason: "the mpi layer cannot survive a node's death (MPI ends the job); \
+                     use tcp, udp or si for faults=report"
+                .into(),
+        });
+    }
     let piece: usize = cfg.settings.get_or("mpi.piece_bytes", DEFAULT_PIECE)?;
     if !(4096..=i32::MAX as usize).contains(&piece) {
         return Err(MachineError::Setting {

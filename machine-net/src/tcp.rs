@@ -9,7 +9,7 @@ use crate::conn::{Conn, ConnError};
 use crate::mesh::{self, Intro, Kind, Pending};
 use converse_machine::BufferPool as Pool;
 use crate::wake::WakeFd;
-use charmrun::client::{Control, LaunchEnv};
+use charmrun::client::{Control, DeadPeers, LaunchEnv};
 use charmrun::protocol::SECRET_LEN;
 use converse_machine::{BootConfig, Layer, Machine, MachineError, Message, NodeTable, Part, Wake};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
@@ -83,6 +83,10 @@ pub struct TcpMachine {
     /// Buffers of large messages sent, to receive large ones into (no page faulted in, no
     /// `memset`, per message).
     pool: Pool,
+    /// Peers out of the job, in report mode (see [`TcpMachine::report_deaths`]).
+    dead: DeadPeers,
+    /// In the exit barrier or after.
+    leaving: bool,
 }
 
 // By hand: the fields are the layer's working state (sockets, queues, buffers); the node
@@ -103,9 +107,14 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
     let env = LaunchEnv::for_boot(cfg)?;
     let mut ctl = Control::connect(&env)?;
     let open = TcpOpen::open(&ctl)?;
+    let report = cfg.settings.reports_deaths()?;
     let table = ctl.join(&env, open.info())?;
     mesh::check_pes(&table, cfg.pes_per_node)?;
-    Ok(vec![Box::new(open.connect(&env, table, Arc::new(ctl))?)])
+    let mut m = open.connect(&env, table, Arc::new(ctl))?;
+    if report {
+        m.report_deaths()?;
+    }
+    Ok(vec![Box::new(m)])
 }
 
 /// A TCP node between the two phases of its boot (see [`converse_machine::Part`]): its
@@ -175,6 +184,8 @@ impl TcpOpen {
             ctl,
             wake,
             pool: Pool::default(),
+            dead: DeadPeers::default(),
+            leaving: false,
         })
     }
 }
@@ -184,6 +195,48 @@ fn epoll_err(e: nix::errno::Errno) -> MachineError {
 }
 
 impl TcpMachine {
+    /// Report mode (`faults=report`): a peer's death is reported to the runtime, once, as
+    /// [`MachineError::PeerDead`], rather than ending the job; charmrun is asked to tell
+    /// every node of every death, and told of those this node finds.
+    ///
+    /// # Errors
+    /// [`MachineError::Io`] when charmrun cannot be told.
+    pub fn report_deaths(&mut self) -> Result<(), MachineError> {
+        self.dead = DeadPeers::new(true, self.table.num_nodes());
+        self.ctl.set_death_waker(self.wake.waker());
+        self.ctl.report_deaths()
+    }
+
+    /// Report mode: `node` is out of the job. Close its connection, drop what waits for it,
+    /// and say so (the error is the report).
+    fn bury(&mut self, node: usize, reason: String) -> MachineError {
+        if let Some(l) = self.links.get_mut(node) {
+            if let Some(c) = l.conn.take() {
+                let _ = self.epoll.delete(c.stream());
+            }
+            *l = Link::default();
+        }
+        self.readers.retain(|&p| p != node);
+        self.backlog.retain(|&p| p != node);
+        self.dead(node, reason)
+    }
+
+    /// Report mode: turn a peer's death found by `r` into its report (and tell charmrun);
+    /// every other error stays what it is.
+    fn judge<T>(&mut self, r: Result<T, MachineError>) -> Result<T, MachineError> {
+        match r {
+            Err(MachineError::PeerDead { node, reason, .. }) if self.dead.reporting() => {
+                // In the exit barrier, peers released first close their connections as they
+                // leave: that is no death to tell charmrun of.
+                if !self.leaving {
+                    self.dead.found(&self.ctl, node, &reason);
+                }
+                Err(self.bury(node, reason))
+            }
+            other => other,
+        }
+    }
+
     /// A nap outside `wait` (barrier, exit): up to 1 ms in `epoll_wait`. A wake it sees is
     /// reset, so the nap does not turn into a spin, and kept for the next `wait`.
     fn nap(&mut self) {
@@ -378,18 +431,8 @@ impl Machine for TcpMachine {
                 nodes: self.table.num_nodes(),
             });
         }
-        if self.links[node].conn.is_none() {
-            if node > self.me {
-                self.open_pair(node)?;
-            } else if !self.links[node].requested {
-                // The lower node opens the pair's connection: ask it to, and queue meanwhile.
-                let addr = mesh::decode_addr(&self.table, node)?;
-                mesh::open(addr, self.me, Kind::Request, &self.secret)
-                    .map_err(|r| self.dead(node, r))?;
-                self.links[node].requested = true;
-            }
-        }
-        self.send_on(node, msg)
+        let r = self.send_to(node, msg);
+        self.judge(r)
     }
 
     fn queued(&self, node: usize) -> usize {
@@ -407,6 +450,92 @@ impl Machine for TcpMachine {
     }
 
     fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
+        if let Some((node, why)) = self.dead.from_launcher(&self.ctl) {
+            return Err(self.bury(node, why));
+        }
+        let r = self.advance_all(deliver);
+        self.judge(r)
+    }
+
+    fn waker(&self) -> Option<std::sync::Arc<dyn Wake>> {
+        Some(self.wake.waker())
+    }
+
+    fn wait(&mut self, timeout: Duration) -> Result<(), MachineError> {
+        if self.wake.take() {
+            // Woken during the barrier's nap, and not answered yet.
+            return Ok(());
+        }
+        let ms = timeout.as_millis().clamp(1, u16::MAX as u128) as u16;
+        let ready = match self.epoll.wait(&mut self.events, EpollTimeout::from(ms)) {
+            Ok(r) => r,
+            Err(nix::errno::Errno::EINTR) => 0,
+            Err(e) => return Err(MachineError::io("epoll_wait", e.into())),
+        };
+        for e in &self.events[..ready] {
+            match e.data() {
+                // New connections and introductions are taken at the next advance.
+                LISTENER | PENDING => self.advances = ACCEPT_EVERY - 1,
+                WAKE => {
+                    self.wake.reset();
+                    // Answered by this return.
+                    self.wake.take();
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn barrier(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<(), MachineError> {
+        // Keep the interconnect moving while others catch up: frames still queued here may be
+        // what a peer needs to reach the barrier (its exit, say).
+        let ctl = Arc::clone(&self.ctl);
+        self.leaving = true;
+        ctl.barrier_while(|| {
+            let r = self.advance(deliver);
+            self.nap();
+            match r {
+                // Report mode: a death while leaving changes nothing; charmrun counts the
+                // dead as arrived.
+                Err(MachineError::PeerDead { .. }) if self.dead.reporting() => Ok(()),
+                r => r.map(|_| ()),
+            }
+        })
+    }
+
+    fn exit(&mut self, code: i32) -> Result<(), MachineError> {
+        self.leave()?;
+        self.ctl.ending(code)
+    }
+
+    fn abort(&mut self, reason: &str) -> ! {
+        self.ctl.abort(reason)
+    }
+}
+
+impl TcpMachine {
+    /// [`Machine::send`] to a node in the table other than this one.
+    fn send_to(&mut self, node: usize, msg: Message) -> Result<(), MachineError> {
+        if self.links[node].conn.is_none() {
+            if self.dead.is_dead(node) {
+                return Err(self.dead(node, "it is out of the job".into()));
+            }
+            if node > self.me {
+                self.open_pair(node)?;
+            } else if !self.links[node].requested {
+                // The lower node opens the pair's connection: ask it to, and queue meanwhile.
+                let addr = mesh::decode_addr(&self.table, node)?;
+                mesh::open(addr, self.me, Kind::Request, &self.secret)
+                    .map_err(|r| self.dead(node, r))?;
+                self.links[node].requested = true;
+            }
+        }
+        self.send_on(node, msg)
+    }
+
+    /// [`Machine::advance`], with a peer's death an error like any other.
+    fn advance_all(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
         let mut n = 0;
         if !self.backlog.is_empty() {
             self.flush_backlog()?;
@@ -444,56 +573,6 @@ impl Machine for TcpMachine {
             n += self.check_pending(deliver)?;
         }
         Ok(n)
-    }
-
-    fn waker(&self) -> Option<std::sync::Arc<dyn Wake>> {
-        Some(self.wake.waker())
-    }
-
-    fn wait(&mut self, timeout: Duration) -> Result<(), MachineError> {
-        if self.wake.take() {
-            // Woken during the barrier's nap, and not answered yet.
-            return Ok(());
-        }
-        let ms = timeout.as_millis().clamp(1, u16::MAX as u128) as u16;
-        let ready = match self.epoll.wait(&mut self.events, EpollTimeout::from(ms)) {
-            Ok(r) => r,
-            Err(nix::errno::Errno::EINTR) => 0,
-            Err(e) => return Err(MachineError::io("epoll_wait", e.into())),
-        };
-        for e in &self.events[..ready] {
-            match e.data() {
-                // New connections and introductions are taken at the next advance.
-                LISTENER | PENDING => self.advances = ACCEPT_EVERY - 1,
-                WAKE => {
-                    self.wake.reset();
-                    // Answered by this return.
-                    self.wake.take();
-                }
-                _ => {}
-            }
-        }
-        Ok(())
-    }
-
-    fn barrier(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<(), MachineError> {
-        // Keep the interconnect moving while others catch up: frames still queued here may be
-        // what a peer needs to reach the barrier (its exit, say).
-        let ctl = Arc::clone(&self.ctl);
-        ctl.barrier_while(|| {
-            let r = self.advance(deliver);
-            self.nap();
-            r.map(|_| ())
-        })
-    }
-
-    fn exit(&mut self, code: i32) -> Result<(), MachineError> {
-        self.leave()?;
-        self.ctl.ending(code)
-    }
-
-    fn abort(&mut self, reason: &str) -> ! {
-        self.ctl.abort(reason)
     }
 }
 

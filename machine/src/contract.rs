@@ -78,6 +78,27 @@ pub trait Wake: Send + Sync {
 /// that do not decode are [`MachineError::Corrupt`]. Packets from outside the job (wrong secret)
 /// are not errors: the layer drops and counts them.
 ///
+/// # Report mode: a job that survives a node's death
+/// With the setting `faults=report` ([`Settings::reports_deaths`]) a program asks that a
+/// node's death be reported rather than end the job. A layer that cannot do this (MPI) refuses
+/// the setting at boot with [`MachineError::Setting`]. One that can:
+/// - declares a node dead when it learns so — from its launcher (charmrun's `DEAD`) or from
+///   its own interconnect (a connection reset, a peer silent past its bound) — and then
+///   releases everything it holds for it (queues, windows, buffers: [`queued`](Self::queued)
+///   drops to 0), sends it nothing more and hands up nothing more from it. A death it found
+///   itself it tells its launcher, which ends that node and tells every other node, so all
+///   survivors agree on who is out;
+/// - returns [`MachineError::PeerDead`] for that node **once**, from `advance`, `wait` or
+///   `send`, as a report rather than a failure: the runtime records the death and keeps
+///   calling the layer, which must be in a consistent state to be called again. A `send` to
+///   a node already reported returns `PeerDead` again (the message is dropped). Every other
+///   error stays fatal, and `PeerSilent` is not used: silence past the bound is a death;
+/// - completes [`barrier`](Self::barrier) over the survivors (it ignores deaths while in it).
+///
+/// Messages from a node are handed up in order until its death is reported; a message sent
+/// to a node that dies may be lost. Node 0's death always ends the job (it is the front-end),
+/// as does a death before boot completes.
+///
 /// # What the runtime does, so a layer does not
 /// - **Loopback**: the runtime never passes its own node to [`send`](Self::send); it delivers
 ///   messages between PEs of one node itself. A layer needs no queue for messages to itself.

@@ -30,4 +30,4 @@ pub use launch::LaunchEnv;
 pub use message::{zeroed, Message, ENVELOPE_LEN, HEADROOM};
 pub use node_table::{NodeInfo, NodeTable};
 pub use pool::BufferPool;
-pub use settings::{SettingSpec, Settings};
+pub use settings::{SettingSpec, Settings, FAULTS};

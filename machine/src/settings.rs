@@ -4,6 +4,10 @@ use crate::error::MachineError;
 use std::collections::BTreeMap;
 use std::str::FromStr;
 
+/// The setting that chooses what a node's death does: `fatal` (the default: the job ends) or
+/// `report` (the survivors are told and go on). Declared by the runtime; read by every layer.
+pub const FAULTS: &str = "faults";
+
 /// Named settings (`"idle.spin_us"`, `"udp.mtu"`, ...). Layers read theirs at boot.
 ///
 /// ```
@@ -66,6 +70,24 @@ impl Settings {
         Ok(self.get(key)?.unwrap_or(default))
     }
 
+    /// Whether the job reports a node's death to the survivors instead of ending
+    /// (`faults=report`; the default `faults=fatal` ends it). See the report mode in
+    /// [`Machine`](crate::Machine)'s contract.
+    ///
+    /// # Errors
+    /// [`MachineError::Setting`] for a value other than `fatal` or `report`.
+    pub fn reports_deaths(&self) -> Result<bool, MachineError> {
+        match self.raw(FAULTS) {
+            None | Some("fatal") => Ok(false),
+            Some("report") => Ok(true),
+            Some(other) => Err(MachineError::Setting {
+                key: FAULTS.into(),
+                reason: format!("{other:?} is neither \"fatal\" nor \"report\""),
+            }),
+        }
+    }
+
+    /// Every setting, in key order.
     /// All settings, sorted by name.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
         self.values.iter().map(|(k, v)| (k.as_str(), v.as_str()))

@@ -150,6 +150,9 @@ impl Pe {
         keep: bool,
     ) -> Option<Message> {
         let kids = self.tree().children(root, self.my_pe);
+        if self.fail.any {
+            return self.forward_around_dead(root, kids.as_slice(), msg, keep);
+        }
         let mut children = kids.as_slice().iter().copied().peekable();
         while let Some(child) = children.next() {
             if children.peek().is_none() && !keep {
@@ -159,6 +162,35 @@ impl Pe {
             self.route(child, msg.clone());
         }
         Some(msg)
+    }
+
+    /// [`forward_down`](Self::forward_down) after a death (report mode): a dead child's
+    /// children are served by this PE instead, and theirs if dead too, so that the message
+    /// still reaches every survivor below. (Survivors that learn of a death at different
+    /// times may both serve a subtree, or neither if the child dies with the message: a
+    /// broadcast during a death is not guaranteed, and a duplicate is never run twice by the
+    /// exit it carries.)
+    #[cold]
+    fn forward_around_dead(
+        &mut self,
+        root: usize,
+        kids: &[usize],
+        msg: Message,
+        keep: bool,
+    ) -> Option<Message> {
+        let mut todo: Vec<usize> = kids.to_vec();
+        let mut live = Vec::new();
+        while let Some(c) = todo.pop() {
+            if self.fail.is_dead(self.table.node_of(c)) {
+                todo.extend_from_slice(self.tree().children(root, c).as_slice());
+            } else {
+                live.push(c);
+            }
+        }
+        for &c in &live {
+            self.route(c, msg.clone());
+        }
+        keep.then_some(msg)
     }
 
     pub(crate) fn on_tree_broadcast(&mut self, msg: Message) {
@@ -268,7 +300,7 @@ impl Pe {
     }
 
     /// Wait, running handlers meanwhile, until every PE has called `barrier` (as many times).
-    /// Returns `false` if the job ended first. Counts as a reduction for ordering.
+    /// Returns `false` if the job ended first, or (report mode) a node is out of the job. Counts as a reduction for ordering.
     pub fn barrier(&mut self) -> bool {
         self.reductions.barriers_started += 1;
         let want = self.reductions.barriers_started;
@@ -277,7 +309,11 @@ impl Pe {
             |_, _| {},
             ReduceTarget::All(HandlerId(SystemHandler::BarrierDone.id())),
         );
-        self.schedule(&mut |pe| pe.reductions.barriers_done >= want, false)
+        // Report mode: with a node out of the job the barrier cannot complete; it fails.
+        self.schedule(
+            &mut |pe| pe.reductions.barriers_done >= want || pe.fail.any,
+            false,
+        ) && self.reductions.barriers_done >= want
     }
 
     /// A barrier that does not wait: once every PE has called it, handler `h` runs on every PE

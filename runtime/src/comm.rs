@@ -9,9 +9,10 @@
 //! worker has left its scheduler it meets the other nodes in the layer's barrier and leaves.
 
 use crate::error::RuntimeError;
+use crate::failure;
 use crate::node::NodeShared;
 use crate::scheduler::Tunables;
-use converse_machine::Machine;
+use converse_machine::{Machine, MachineError};
 use std::time::{Duration, Instant};
 
 /// Longest wait in the layer when the layer has no waker: a worker's message to another node
@@ -36,6 +37,20 @@ pub(crate) fn run(
     let fatal = |m: &mut dyn Machine, e: &dyn std::fmt::Display| -> ! {
         m.abort(&format!("node {me} (communication thread): {e}"))
     };
+    // Report mode: a peer's death goes to every PE of this node, once, behind what already
+    // arrived from it (see `failure.rs`); any other error ends the job.
+    let mut reported = vec![false; machine.table().num_nodes()];
+    let report = |m: &mut dyn Machine, e: MachineError, reported: &mut Vec<bool>| {
+        let Some((dead, why)) = failure::reportable(tun.report_deaths, &e) else {
+            fatal(m, &e)
+        };
+        if let Some(r) = reported.get_mut(dead).filter(|r| !**r) {
+            *r = true;
+            for rank in 0..node.inboxes.len() {
+                node.deliver(failure::notice(dead, &why, node.first_pe + rank));
+            }
+        }
+    };
     let wait_cap = if node.has_waker() {
         tun.idle_max
     } else {
@@ -57,7 +72,8 @@ pub(crate) fn run(
             };
             let len = msg.wire_len();
             if let Err(e) = machine.send(dest, msg) {
-                fatal(machine, &e);
+                // Report mode: a message to a dead node is dropped, and accounted as gone.
+                report(machine, e, &mut reported);
             }
             let held = machine.queued(dest);
             node.sent(dest, len, held);
@@ -68,7 +84,10 @@ pub(crate) fn run(
         }
         match machine.advance(&mut |m| node.deliver(m)) {
             Ok(n) => moved += n,
-            Err(e) => fatal(machine, &e),
+            Err(e) => {
+                report(machine, e, &mut reported);
+                moved += 1;
+            }
         }
         if !watched.is_empty() {
             watched.retain(|&d| {
@@ -105,7 +124,7 @@ pub(crate) fn run(
         let mut waited = Ok(());
         node.comm_sleep(|| waited = machine.wait(wait_cap));
         if let Err(e) = waited {
-            fatal(machine, &e);
+            report(machine, e, &mut reported);
         }
         // Still idle since before the wait: the next idle turn reads the clock and blocks
         // again at once, rather than spinning (and yielding) a few dozen turns first.

@@ -38,6 +38,7 @@ mod args;
 mod collectives;
 mod comm;
 mod error;
+mod failure;
 mod layers;
 mod lifecycle;
 mod link;
@@ -55,6 +56,7 @@ pub use collectives::{Combine, ReduceTarget};
 pub use converse_machine::{bytes, LaunchEnv};
 pub use converse_machine::{Message, NodeTable};
 pub use error::RuntimeError;
+pub use failure::{NodeFailure, SendError};
 pub use pe::{HandlerId, Pe};
 pub use placement::CoreList;
 pub use tree::{tree_children, tree_parent};
@@ -127,6 +129,16 @@ impl RuntimeBuilder {
     pub fn quiet(mut self, quiet: bool) -> RuntimeBuilder {
         self.args.quiet = quiet;
         self
+    }
+
+    /// Report a node's death to the surviving PEs instead of ending the job
+    /// (`+set faults=report`; see [`Pe::on_node_failure`]). Node 0's death still ends it. The
+    /// `tcp`, `udp`, `si` layers and their compositions can; `mpi` refuses it at start-up.
+    pub fn survive_node_failures(self, yes: bool) -> RuntimeBuilder {
+        self.set(
+            converse_machine::FAULTS,
+            if yes { "report" } else { "fatal" },
+        )
     }
 
     /// `+set KEY=VALUE`: a setting (checked by [`build`](Self::build)).

@@ -40,6 +40,8 @@ pub(crate) enum SystemHandler {
     BarrierDone = 6,
     /// A node broadcast travelling down the tree over nodes.
     NodeBroadcast = 7,
+    /// A node is out of the job (report mode; made on this node, never sent).
+    NodeDead = 8,
 }
 
 /// The first handler id a program's own handlers get.
@@ -69,6 +71,7 @@ impl Target {
             5 => Target::System(S::Reduce),
             6 => Target::System(S::BarrierDone),
             7 => Target::System(S::NodeBroadcast),
+            8 => Target::System(S::NodeDead),
             id if id >= USER_BASE => Target::User,
             _ => Target::Unknown,
         }
@@ -86,7 +89,7 @@ impl SystemHandler {
         use SystemHandler as S;
         matches!(
             self,
-            S::Handshake | S::HandshakeReply | S::ExitRequest | S::Exit
+            S::Handshake | S::HandshakeReply | S::ExitRequest | S::Exit | S::NodeDead
         )
     }
 }
@@ -311,6 +314,7 @@ impl Pe {
             S::Reduce => self.on_reduce_contribution(msg),
             S::BarrierDone => self.on_barrier_done(),
             S::NodeBroadcast => self.on_node_broadcast(msg),
+            S::NodeDead => self.on_node_dead(msg),
         }
     }
 }

@@ -53,6 +53,8 @@ pub struct Pe {
     pub(crate) dispatched: u64,
     /// Messages dropped because nothing could run them.
     pub(crate) dropped: u64,
+    /// Which nodes are out of the job, and what to call then (report mode).
+    pub(crate) fail: crate::failure::Failures,
 }
 
 // By hand: handlers, queues and the layer have no useful text form; the PE's number says
@@ -131,6 +133,7 @@ impl Pe {
         if !spin_policy(&table, my_node).0 {
             tun.spin = std::time::Duration::ZERO;
         }
+        let fail = crate::failure::Failures::new(tun.report_deaths, table.num_nodes());
         Pe {
             my_pe,
             num_pes: table.num_pes(),
@@ -148,6 +151,7 @@ impl Pe {
             variant,
             dispatched: 0,
             dropped: 0,
+            fail,
         }
     }
 
@@ -367,7 +371,8 @@ impl Pe {
             }
         };
         if let Err(e) = sent {
-            self.fatal(&e.to_string());
+            // Report mode: a send to a dead node is dropped (`try_send` says so beforehand).
+            self.machine_error(&e);
         }
     }
 

@@ -28,6 +28,10 @@ pub(crate) const SETTINGS: &[SettingSpec] = &[
         meaning: "bytes a node holds for one peer before a sender waits for room, MiB (default 64)",
     },
     SettingSpec {
+        key: converse_machine::FAULTS,
+        meaning: "what a node's death does: fatal (the default: the job ends) or report (the survivors are told and go on; not on mpi)",
+    },
+    SettingSpec {
         key: "tree.branching",
         meaning: "fan-out of the spanning trees of collectives, 2..=64 (default 4)",
     },
@@ -50,6 +54,8 @@ pub(crate) struct Tunables {
     pub branching: usize,
     /// Bytes a node may hold for one peer before a sender waits (`peer.max_queued_mib`).
     pub max_queued: usize,
+    /// Report mode: a node's death is reported to the survivors (`faults=report`).
+    pub report_deaths: bool,
 }
 
 /// Default of `peer.max_queued_mib`: deep enough that a fast sender never waits for a peer
@@ -68,6 +74,7 @@ impl Tunables {
             max_queued: s
                 .get_or::<usize>("peer.max_queued_mib", DEFAULT_MAX_QUEUED_MIB)?
                 .saturating_mul(1 << 20),
+            report_deaths: s.reports_deaths()?,
         };
         if t.max_queued == 0 {
             return Err(MachineError::Setting {
@@ -254,7 +261,7 @@ impl Pe {
                 None => cap,
             };
             if let Err(e) = self.link.wait(timeout) {
-                self.fatal(&e.to_string());
+                self.machine_error(&e);
             }
         }
     }
@@ -287,7 +294,7 @@ impl Pe {
         while self.link.queued(node) >= self.tun.max_queued {
             if self.poll() == 0 {
                 if let Err(e) = self.link.wait(Duration::from_millis(1)) {
-                    self.fatal(&e.to_string());
+                    self.machine_error(&e);
                 }
             }
         }
@@ -299,7 +306,10 @@ impl Pe {
         let q = &mut self.queue;
         match self.link.advance(&mut |m| q.push(m)) {
             Ok(n) => n,
-            Err(e) => self.fatal(&e.to_string()),
+            Err(e) => {
+                self.machine_error(&e);
+                1
+            }
         }
     }
 
@@ -347,6 +357,10 @@ impl Pe {
     pub(crate) fn dispatch(&mut self, msg: Message) {
         if !self.is_for_me(&msg) {
             return self.drop_message(&msg, "it is addressed to another PE");
+        }
+        // Report mode, after a death: nothing from the dead node's PEs runs any more.
+        if self.fail.any && self.sent_by_the_dead(&msg) {
+            return;
         }
         self.run_handler(msg);
     }

@@ -233,6 +233,8 @@ fn serve() -> Result<i32, AgentError> {
         up,
         node_at_barrier: vec![false; plan.nodes.len()],
         child_at_barrier: vec![false; children.len()],
+        node_gone: vec![false; plan.nodes.len()],
+        child_gone: vec![false; children.len()],
         node_heard: vec![None; plan.nodes.len()],
         child_heard: vec![None; children.len()],
         plan,
@@ -271,6 +273,12 @@ struct Agent {
     /// Which nodes here, and which agents below, reached the current barrier.
     node_at_barrier: Vec<bool>,
     child_at_barrier: Vec<bool>,
+    /// Nodes here whose process or connection ended, and agents below that closed theirs:
+    /// they count as arrived at every barrier, so that in a job that survives a death
+    /// (`faults=report`) the others' barriers still complete. (In a job that does not,
+    /// charmrun ends everything anyway.)
+    node_gone: Vec<bool>,
+    child_gone: Vec<bool>,
     /// When each node here last sent anything.
     node_heard: Vec<Option<Instant>>,
     /// When each agent below last sent its heartbeat, and the nodes it then said were silent.
@@ -469,10 +477,13 @@ impl Agent {
                 }
                 Ev::Closed(s) => {
                     let node = self.plan.nodes[s].node as usize;
+                    self.node_gone[s] = true;
                     self.up(Kind::Relay, &wire::relay(node, Kind::Closed, &[]))
+                        && self.barrier_step()
                 }
                 Ev::Exited(s, st) => {
                     self.reaped[s] = true;
+                    self.node_gone[s] = true;
                     let node = self.plan.nodes[s].node as usize;
                     // Even with every node gone the agent stays until charmrun says the job
                     // is over: leaving earlier would look like an agent lost while charmrun
@@ -480,7 +491,7 @@ impl Agent {
                     self.up(
                         Kind::Relay,
                         &wire::relay(node, Kind::Exited, &st.into_raw().to_le_bytes()),
-                    )
+                    ) && self.barrier_step()
                 }
                 Ev::Up(Kind::Table, body) => {
                     for s in 0..self.conns.len() {
@@ -530,10 +541,11 @@ impl Agent {
                 }
                 Ev::ChildFrame(..) => true,
                 Ev::ChildClosed(c) => {
+                    self.child_gone[c] = true;
                     let child = &self.children[c];
                     let why = format!("its agent on {} closed its connection", child.host);
                     let body = wire::lost(&child.subtree, &why);
-                    self.up(Kind::Lost, &body)
+                    self.up(Kind::Lost, &body) && self.barrier_step()
                 }
                 Ev::ShellExited(c, st) => {
                     self.children[c].reaped = true;
@@ -621,9 +633,12 @@ impl Agent {
     /// one `RELEASE` for this agent. So charmrun handles one frame per agent it started, not
     /// one per node. Whether the upward write worked.
     fn barrier_step(&mut self) -> bool {
-        let all =
-            self.node_at_barrier.iter().all(|&b| b) && self.child_at_barrier.iter().all(|&b| b);
-        if !all {
+        let here = |at: &[bool], gone: &[bool]| at.iter().zip(gone).all(|(&a, &g)| a || g);
+        let all = here(&self.node_at_barrier, &self.node_gone)
+            && here(&self.child_at_barrier, &self.child_gone);
+        let any =
+            self.node_at_barrier.iter().any(|&b| b) || self.child_at_barrier.iter().any(|&b| b);
+        if !all || !any {
             return true;
         }
         self.node_at_barrier.iter_mut().for_each(|b| *b = false);

@@ -49,6 +49,8 @@ struct Conn {
     /// Its introduction, until the table is built.
     hello: Option<Hello>,
     at_barrier: bool,
+    /// Out of the job (report mode): counts as arrived at every barrier, is told nothing.
+    gone: bool,
 }
 
 /// The control socket and every node's connection to it.
@@ -172,15 +174,38 @@ impl ControlServer {
         self.release_if_complete();
     }
 
-    /// When every node reached the barrier, release them all: each node of its own, and
-    /// each agent once for all of its nodes.
+    /// Report mode: node `i` is out of the job (`why`). Tell every other node still in it,
+    /// and stop waiting for it at barriers.
+    pub(super) fn gone(&mut self, i: usize, why: &str) {
+        let Some(c) = self.conns.get_mut(i) else {
+            return;
+        };
+        c.gone = true;
+        let body = protocol::node_why(i, why);
+        for j in 0..self.conns.len() {
+            if !self.conns[j].gone {
+                self.send(j, Kind::Dead, &body);
+            }
+        }
+        self.release_if_complete();
+    }
+
+    /// When every node reached the barrier (or is gone), release them all: each node of its
+    /// own, and each agent once for all of its nodes.
     fn release_if_complete(&mut self) {
-        if !self.conns.iter().all(|c| c.at_barrier) {
+        if !self.conns.iter().all(|c| c.at_barrier || c.gone) {
+            return;
+        }
+        // Nobody is at a barrier: every node is gone.
+        if !self.conns.iter().any(|c| c.at_barrier) {
             return;
         }
         let mut agents_released = vec![false; self.agents.len()];
         for j in 0..self.conns.len() {
             self.conns[j].at_barrier = false;
+            if self.conns[j].gone {
+                continue;
+            }
             match self.conns[j].link {
                 Link::Agent(a) => {
                     if !agents_released.get(a).copied().unwrap_or(true) {

@@ -242,11 +242,34 @@ impl<'a> Job<'a> {
                 self.send_table()?;
                 table_sent = true;
             }
-            match self.verdict.decide(Instant::now()) {
+            let decision = self.verdict.decide(Instant::now());
+            for (i, why) in self.verdict.take_reports() {
+                self.node_gone(i, &why);
+            }
+            match decision {
                 Decision::Continue => {}
                 Decision::Done(code) => return Ok(code),
                 Decision::Fail(f) => return Err(f),
             }
+        }
+    }
+
+    /// Report mode: node `i` is out of the job (`why`). End what is left of it (a lost or
+    /// silent node may still run, and must not come back), count it as arrived at every
+    /// barrier from now on, and tell every survivor.
+    fn node_gone(&mut self, i: usize, why: &str) {
+        eprintln!(
+            "charmrun: {} {why}; the job goes on without it (faults=report)",
+            self.label_at(i)
+        );
+        if let Some(n) = self.nodes.get(i) {
+            if let Process::Running(pid) | Process::Reaped(pid) = n.process {
+                kill_group(pid);
+            }
+        }
+        if let Some(c) = self.control.as_mut() {
+            c.die(i);
+            c.gone(i, why);
         }
     }
 
@@ -343,6 +366,12 @@ impl<'a> Job<'a> {
                     .first_chunk::<4>()
                     .map_or(1, |b| i32::from_le_bytes(*b));
                 self.verdict.ending(i, code);
+            }
+            Event::Frame(_, Kind::Survive, _) => self.verdict.survive(),
+            Event::Frame(i, Kind::Suspect, body) => {
+                if let Some((node, why)) = protocol::parse_node_why(&body) {
+                    self.verdict.suspect(i, node, &why, now);
+                }
             }
             Event::Frame(i, Kind::Abort, reason) => {
                 let reason = String::from_utf8_lossy(&reason).into_owned();

@@ -23,6 +23,14 @@
 //!   even while its PEs are busy);
 //! - Ctrl-C (any of the signals charmrun catches), a cancellation by the embedding program,
 //!   `++timelimit` and the start-up timeout end the job at once.
+//!
+//! In report mode (the nodes asked for it: `+set faults=report`), once every node has joined,
+//! the death of a node other than node 0 does not end the job: the node is [`NodeState::Gone`]
+//! and its death is reported ([`Verdict::take_reports`]) — exited or killed (at once, without
+//! waiting for its connection), lost (its connection closed), silent for the hang timeout, or
+//! suspected by a peer whose connection to it failed. The launcher ends what is left of it and
+//! tells the survivors. Node 0's death (the front-end), a death during start-up and an abort
+//! still end the job; the job is over when every node has left or is gone.
 
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
@@ -35,6 +43,11 @@ pub const LOST_GRACE: Duration = Duration::from_secs(3);
 /// A gap between two turns of the job loop longer than this means charmrun itself was not
 /// running (stopped with Ctrl-Z, descheduled): the loop turns every few tens of milliseconds.
 pub const PAUSE_GAP: Duration = Duration::from_secs(1);
+
+/// Report mode: how long a node suspected by a peer, or whose connection closed, is given
+/// for its own end to show (its process exiting says how it died) before it is ended and
+/// reported as lost.
+pub const SUSPECT_GRACE: Duration = Duration::from_millis(500);
 
 /// After a node aborts, how long to look for a node that died first.
 pub const ABORT_GRACE: Duration = Duration::from_millis(750);
@@ -90,6 +103,11 @@ pub enum NodeState {
     Left {
         /// Its exit code.
         code: i32,
+    },
+    /// Out of the job in report mode: dead, lost, silent or suspected; the survivors were told.
+    Gone {
+        /// Why, as reported.
+        why: String,
     },
 }
 
@@ -266,6 +284,12 @@ pub struct Verdict {
     all_in_since: Option<Instant>,
     /// The first node whose agent went away while it was in the job, why, and when.
     agent_lost: Option<(usize, String, Instant)>,
+    /// Report mode: a death is reported, not fatal (see the module's rules).
+    survive: bool,
+    /// Deaths decided and not yet taken by the launcher.
+    reports: Vec<(usize, String)>,
+    /// Why a peer suspects each node and since when (report mode), until it is decided.
+    suspected: Vec<Option<(String, Instant)>>,
 }
 
 impl Verdict {
@@ -293,6 +317,89 @@ impl Verdict {
             hang_timeout: None,
             all_in_since: None,
             agent_lost: None,
+            survive: false,
+            reports: Vec::new(),
+            suspected: vec![None; n],
+        }
+    }
+
+    /// The nodes asked that a death be reported instead of ending the job.
+    pub fn survive(&mut self) {
+        self.survive = true;
+    }
+
+    /// Whether the job reports deaths.
+    pub fn survives(&self) -> bool {
+        self.survive
+    }
+
+    /// Node `by` says its connection to node `i` failed (`why`): in report mode, `i` is
+    /// ended and reported at the next [`Verdict::decide`]; otherwise nothing (the death, if it
+    /// is one, is seen as usual).
+    pub fn suspect(&mut self, by: usize, i: usize, why: &str, at: Instant) {
+        if !self.survive || i == by {
+            return;
+        }
+        if let Some(s) = self.suspected.get_mut(i) {
+            s.get_or_insert_with(|| (format!("node {by} lost it: {why}"), at));
+        }
+    }
+
+    /// The deaths decided since the last call (report mode): each node once, with why. The
+    /// launcher ends what is left of each and tells the survivors.
+    pub fn take_reports(&mut self) -> Vec<(usize, String)> {
+        std::mem::take(&mut self.reports)
+    }
+
+    /// Whether node `i` is out of the job in report mode.
+    pub fn is_gone(&self, i: usize) -> bool {
+        matches!(self.nodes.get(i), Some(NodeState::Gone { .. }))
+    }
+
+    /// Report mode, once every node has joined: every node but node 0 that died, was lost,
+    /// went silent or is suspected becomes [`NodeState::Gone`] and is reported.
+    fn settle_deaths(&mut self, now: Instant) {
+        for i in 1..self.nodes.len() {
+            let silent = |v: &Verdict| {
+                let (limit, since) = (v.hang_timeout?, v.all_in_since?);
+                let last = v.heard[i].map_or(since, |h| h.max(since));
+                let silent = now.saturating_duration_since(last);
+                (silent >= limit && !v.in_process[i]).then_some(silent)
+            };
+            let why = match &self.nodes[i] {
+                NodeState::Died { status, .. } | NodeState::Exited { status, .. } => {
+                    Some(describe(*status))
+                }
+                // Its process usually exits with it: a moment for that, to say how it died.
+                NodeState::Closed { at } if now.saturating_duration_since(*at) > SUSPECT_GRACE => {
+                    Some("lost its connection to charmrun".into())
+                }
+                // A peer's suspicion counts only against a node still in the job (one that said
+                // it leaves closes its connections as it goes), and after a moment, in which the
+                // node's own end (exit, connection closed) would say more.
+                NodeState::Running | NodeState::Ending { .. } => {
+                    let suspected = match &self.suspected[i] {
+                        Some((why, at)) if matches!(self.nodes[i], NodeState::Running) => {
+                            (now.saturating_duration_since(*at) > SUSPECT_GRACE)
+                                .then(|| why.clone())
+                        }
+                        _ => None,
+                    };
+                    suspected.or_else(|| {
+                        silent(self).map(|s| {
+                            format!(
+                                "sent nothing for {:.0} s (stopped or frozen?)",
+                                s.as_secs_f64()
+                            )
+                        })
+                    })
+                }
+                _ => None,
+            };
+            if let Some(why) = why {
+                self.reports.push((i, why.clone()));
+                self.set(i, NodeState::Gone { why });
+            }
         }
     }
 
@@ -390,7 +497,8 @@ impl Verdict {
     /// Node `i` asked to end the job at `at`. Only its first request counts.
     pub fn abort(&mut self, i: usize, reason: String, at: Instant) {
         if let Some(n) = self.nodes.get_mut(i) {
-            if !matches!(n, NodeState::Aborted { .. }) {
+            // A node already out of the job (report mode) that aborts is only noticing so.
+            if !matches!(n, NodeState::Aborted { .. } | NodeState::Gone { .. }) {
                 *n = NodeState::Aborted { reason, at };
             }
         }
@@ -443,6 +551,18 @@ impl Verdict {
     /// lost with it: the first is named, unless one of them died first, which is named then.
     /// Its relayed frames all came before, so a node that left normally is not counted.
     pub fn agent_lost(&mut self, nodes: &[usize], why: String, at: Instant) {
+        if self.survive && self.all_in_since.is_some() && !nodes.contains(&0) {
+            for &i in nodes {
+                if matches!(
+                    self.nodes.get(i),
+                    Some(NodeState::Running | NodeState::Ending { .. } | NodeState::Closed { .. })
+                ) {
+                    self.reports.push((i, why.clone()));
+                    self.set(i, NodeState::Gone { why: why.clone() });
+                }
+            }
+            return;
+        }
         if self.agent_lost.is_some() {
             return;
         }
@@ -491,6 +611,9 @@ impl Verdict {
             return fail(1, Cause::NeverConnected { nodes, after });
         }
         let past = |at: Instant, grace: Duration| now.saturating_duration_since(at) > grace;
+        if self.survive && self.all_in_since.is_some() {
+            self.settle_deaths(now);
+        }
         if let Some(i) = self.first_death() {
             if let NodeState::Died { status, when } = self.nodes[i] {
                 let code = match when {
@@ -584,7 +707,7 @@ impl Verdict {
         if self
             .nodes
             .iter()
-            .all(|n| matches!(n, NodeState::Left { .. }))
+            .all(|n| matches!(n, NodeState::Left { .. } | NodeState::Gone { .. }))
         {
             return Decision::Done(self.job_code);
         }
@@ -686,6 +809,73 @@ mod tests {
 
     fn label(i: usize) -> String {
         format!("PE {i} on h")
+    }
+
+    /// As [`running`], in report mode, every node joined as of `t0`.
+    fn surviving(n: usize, t0: Instant) -> Verdict {
+        let mut v = running(n, t0);
+        v.survive();
+        assert_eq!(v.decide(t0), Decision::Continue);
+        v
+    }
+
+    #[test]
+    fn in_report_mode_a_death_is_reported_once_and_the_job_goes_on() {
+        let t0 = Instant::now();
+        let mut v = surviving(3, t0);
+        v.exited(2, killed(9), t0);
+        assert_eq!(v.decide(t0), Decision::Continue);
+        let reports = v.take_reports();
+        assert_eq!(reports.len(), 1);
+        assert_eq!(reports[0].0, 2);
+        assert!(reports[0].1.contains("signal 9"), "{reports:?}");
+        // Its connection closing later changes nothing, and it is not reported again.
+        v.closed(2, t0 + MS);
+        assert_eq!(v.decide(t0 + 10 * MS), Decision::Continue);
+        assert!(v.take_reports().is_empty());
+        // The survivors leave normally: the job is over, with their code.
+        for i in [0, 1] {
+            v.ending(i, 0);
+            v.exited(i, code(0), t0 + 20 * MS);
+        }
+        assert_eq!(v.decide(t0 + 30 * MS), Decision::Done(0));
+    }
+
+    #[test]
+    fn in_report_mode_node_0_dying_still_ends_the_job() {
+        let t0 = Instant::now();
+        let mut v = surviving(3, t0);
+        v.exited(0, killed(9), t0);
+        v.closed(0, t0);
+        let f = failure(v.decide(t0));
+        assert!(matches!(f.cause, Cause::Died { node: 0, .. }), "{f:?}");
+    }
+
+    #[test]
+    fn in_report_mode_a_suspected_node_is_reported_after_a_grace_for_its_own_end() {
+        let t0 = Instant::now();
+        let mut v = surviving(3, t0);
+        v.suspect(0, 1, "connection reset", t0);
+        assert_eq!(v.decide(t0 + SUSPECT_GRACE / 2), Decision::Continue);
+        assert!(v.take_reports().is_empty(), "not before the grace");
+        assert_eq!(v.decide(t0 + 2 * SUSPECT_GRACE), Decision::Continue);
+        let r = v.take_reports();
+        assert_eq!(r.len(), 1);
+        assert!(r[0].1.contains("node 0 lost it"), "{r:?}");
+        assert!(v.is_gone(1));
+        // Without report mode a suspicion is nothing.
+        let mut w = running(3, t0);
+        w.suspect(0, 1, "connection reset", t0);
+        assert_eq!(w.decide(t0 + 2 * SUSPECT_GRACE), Decision::Continue);
+    }
+
+    #[test]
+    fn in_report_mode_an_abort_still_ends_the_job() {
+        let t0 = Instant::now();
+        let mut v = surviving(3, t0);
+        v.abort(1, "bad input".into(), t0);
+        let f = failure(v.decide(t0 + 2 * ABORT_GRACE));
+        assert!(matches!(f.cause, Cause::Aborted { node: 1, .. }), "{f:?}");
     }
 
     #[test]

@@ -38,9 +38,13 @@
 //! | pinning    | every PE prints the cores it may run on, PE 0 those of each thread          |
 //! | compute    | every PE computes SECS (default 5) s in a handler with data outstanding     |
 //! |            | toward it; the job completes                                                |
+//! | survive    | (with `+set faults=report`) PE VICTIM dies as HOW says (exit, kill, stop,   |
+//! |            | wait: killed from outside); the survivors are told and go on; exits 0       |
 
 #[path = "conformance/smp.rs"]
 mod smp;
+#[path = "conformance/survive.rs"]
+mod survive;
 
 use converse::{ops, HandlerId, Message, Pe, ReduceTarget};
 use std::cell::{Cell, RefCell};
@@ -109,6 +113,11 @@ fn main() -> ExitCode {
             let secs = arg.as_deref().and_then(|a| a.parse().ok()).unwrap_or(5.0);
             Box::new(move |pe: &mut Pe| smp::compute(pe, secs))
         }
+        "survive" => {
+            let victim = arg.as_deref().and_then(|a| a.parse().ok()).unwrap_or(1);
+            let how = args.get(3).cloned().unwrap_or_else(|| "exit".into());
+            Box::new(move |pe: &mut Pe| survive::survive(pe, victim, how.clone()))
+        }
         "wait" => {
             let secs = arg.and_then(|a| a.parse().ok()).unwrap_or(2.0);
             Box::new(move |pe: &mut Pe| wait(pe, secs))
@@ -117,7 +126,7 @@ fn main() -> ExitCode {
         _ => {
             eprintln!(
                 "conformance: unknown scenario '{scenario}' (hello, fifo, broadcast, reduce, \
-                 priority, exit-code, mismatch, alltoall, sizes, idle, panic, scheduling, exit-early, exit-after-send, proc-exit, hang, silent, slow, flood, wait, print, spawn)"
+                 priority, exit-code, mismatch, alltoall, sizes, idle, panic, scheduling, exit-early, exit-after-send, proc-exit, hang, silent, slow, flood, wait, print, spawn, node, pinning, compute, survive)"
             );
             return ExitCode::from(2);
         }
