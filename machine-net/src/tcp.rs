@@ -7,10 +7,10 @@
 
 use crate::conn::{Conn, ConnError};
 use crate::mesh::{self, Intro, Kind, Pending};
-use converse_machine::BufferPool as Pool;
 use crate::wake::WakeFd;
 use charmrun::client::{Control, DeadPeers, LaunchEnv};
 use charmrun::protocol::SECRET_LEN;
+use converse_machine::BufferPool as Pool;
 use converse_machine::{BootConfig, Layer, Machine, MachineError, Message, NodeTable, Part, Wake};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use std::collections::VecDeque;

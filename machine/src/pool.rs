@@ -5,7 +5,7 @@
 //! message it sent (UDP: every packet acknowledged; TCP: every byte written to the socket),
 //! its buffer comes here, and the next large message received goes into it, its pages
 //! already mapped and nothing zeroed. A program that forwards what it receives (a ping-pong,
-//! a pipeline) then receives into warm memory every time. Used by the TCP, UDP and MPI layers.
+//! a pipeline) then receives into warm memory every time. Used by the TCP and UDP layers.
 
 use crate::Message;
 
@@ -17,7 +17,7 @@ const MAX_BUFFERS: usize = 8;
 const MAX_BYTES: usize = 64 << 20;
 
 /// Large buffers of messages a layer has sent, kept to receive large messages into.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct BufferPool {
     bufs: Vec<Vec<u8>>,
     bytes: usize,

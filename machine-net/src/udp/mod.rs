@@ -9,8 +9,8 @@
 //!   timeout); it adds the sliding window and flow control.
 //! - `reassembly`: the receive side per peer: duplicates, reordering, fragments, delivery.
 //! - `rtt`: the retransmission timeout from measured round trips (RFC 6298).
-//! - `converse_machine::BufferPool` (shared with TCP and MPI): large buffers of messages sent, kept to receive large
-//!   messages into.
+//! - `converse_machine::BufferPool` (shared with TCP): large buffers of messages sent, kept to
+//!   receive large messages into.
 //! - [`endpoint`]: one node's protocol with all peers, timers, dead peers; no socket in it.
 //! - [`link`]: what the protocol asks of a socket (or of a simulated network).
 //! - `sim` (tests only): a simulated network that loses, duplicates and reorders, to run
