@@ -404,4 +404,52 @@ mod tests {
         );
         writer.join().expect("writer").expect("write");
     }
+
+    /// Minor page faults of this thread so far.
+    fn minor_faults() -> i64 {
+        nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_THREAD)
+            .expect("getrusage")
+            .minor_page_faults()
+    }
+
+    #[test]
+    fn a_receiver_of_large_messages_only_faults_no_fresh_pages_per_message() {
+        // A buffer the handler dropped is memory the allocator hands out again, pages mapped;
+        // a fresh (or zeroed) buffer per message would fault in all of its 257 pages.
+        let (mut c, mut peer) = pair();
+        let (frame, _) = big_frame(1 << 20);
+        let n = 100;
+        let writer = std::thread::spawn(move || {
+            for _ in 0..n {
+                peer.write_all(&frame)?;
+            }
+            Ok::<_, io::Error>(peer)
+        });
+        let mut pool = Pool::default();
+        let warm_up = 10;
+        let (mut got, mut faults, mut from) = (0, 0, None);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while got < n && Instant::now() < deadline {
+            let at = minor_faults();
+            c.receive(
+                &mut |m| {
+                    got += 1;
+                    drop(m);
+                },
+                &mut pool,
+            )
+            .expect("receive");
+            if got > warm_up {
+                faults += minor_faults() - at;
+                from.get_or_insert(got);
+            }
+        }
+        assert_eq!(got, n, "every message came");
+        let counted = (n - from.unwrap_or(n)) as i64;
+        assert!(
+            faults < counted * 4,
+            "{faults} page faults over {counted} messages of 1 MiB"
+        );
+        writer.join().expect("writer").expect("write");
+    }
 }
