@@ -3,7 +3,8 @@
 //! ```text
 //! send(node, msg):   MPI_Isend(msg.wire()) ; keep (request, msg) until MPI_Testsome says done
 //! advance():         MPI_Testsome(sends) ; while MPI_Improbe(ANY_SOURCE) finds a message:
-//!                        allocate its exact size, MPI_Mrecv into it, hand it up
+//!                        take a buffer (a large one: that of a large message sent, from
+//!                        the pool), MPI_Mrecv into it, hand it up
 //! wait(t):           MPI_Iprobe, napping between probes (MPI has no blocking wait that
 //!                    does not spin), the nap growing while nothing comes; a wake from
 //!                    another thread (`wake.rs`) ends the nap and the wait
@@ -31,7 +32,7 @@
 
 use crate::launcher_env;
 use crate::mpi_call;
-use crate::sends::{InFlight, Keep};
+use crate::sends::{InFlight, Keep, LARGE};
 use crate::wake::MpiWaker;
 use converse_machine::{
     BootConfig, Layer, Machine, MachineError, Message, NodeInfo, NodeTable, Wake, HEADROOM,
@@ -420,7 +421,14 @@ impl MpiMachine {
         }
         match tag {
             TAG_MSG => {
-                let mut buf = Vec::with_capacity(HEADROOM + count);
+                // A large message goes into the buffer of a large one sent (pages mapped,
+                // where a fresh megabyte faults in every page while MPI copies into it).
+                let kept = if count >= LARGE {
+                    self.sends.take_buffer(HEADROOM + count)
+                } else {
+                    None
+                };
+                let mut buf = kept.unwrap_or_else(|| Vec::with_capacity(HEADROOM + count));
                 buf.resize(HEADROOM, 0);
                 self.mrecv(&mut handle, &mut buf, count)?;
                 Message::from_frame(buf, HEADROOM)

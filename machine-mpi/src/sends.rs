@@ -3,9 +3,11 @@
 //! MPI reads a send buffer until the request completes, so the [`Message`] stays here, next to
 //! its request, until `MPI_Testsome` reports the request done; only then is the buffer freed.
 //! Requests sit in one contiguous array so a single `MPI_Testsome` call checks them all.
+//! The buffer of a large message whose send is done goes to a [`BufferPool`], to receive a
+//! large message into (its pages mapped already).
 
 use crate::mpi_call;
-use converse_machine::{MachineError, Message};
+use converse_machine::{BufferPool, MachineError, Message};
 use mpi::ffi;
 use std::os::raw::c_int;
 use std::sync::Arc;
@@ -46,6 +48,8 @@ pub(crate) struct InFlight {
     done: Vec<c_int>,
     /// How many of the sends are [`LARGE`].
     large: usize,
+    /// Buffers of large messages whose sends are done.
+    pool: BufferPool,
 }
 
 impl InFlight {
@@ -56,6 +60,7 @@ impl InFlight {
             messages: Vec::new(),
             done: Vec::new(),
             large: 0,
+            pool: BufferPool::default(),
         }
     }
 
@@ -114,11 +119,20 @@ impl InFlight {
         for &i in done.iter() {
             let i = i as usize;
             self.requests.swap_remove(i);
-            if self.messages.swap_remove(i).is_large() {
+            let keep = self.messages.swap_remove(i);
+            if keep.is_large() {
                 self.large -= 1;
+                if let Keep::One(m) = keep {
+                    self.pool.put(m);
+                }
             }
         }
         Ok(count as usize)
+    }
+
+    /// An empty buffer with room for `len` bytes, from a large message sent, if one is kept.
+    pub(crate) fn take_buffer(&mut self, len: usize) -> Option<Vec<u8>> {
+        self.pool.take(len)
     }
 
     /// Give up on what is still in flight at exit: cancel the requests and leak their buffers,

@@ -8,11 +8,16 @@
 //! a small message is copied once from there into its own buffer (one `memcpy` costs far less
 //! than one `read` per message); a large one gets its own buffer as soon as its length is
 //! known and the rest of it is read straight into that buffer, so its payload is never copied.
+//! That buffer is one a large message sent earlier was in (the layer's [`Pool`]: its pages are
+//! mapped already), else fresh; either way it is never zeroed first, since the socket writes
+//! every byte of it.
 
+use converse_machine::BufferPool as Pool;
 use converse_machine::{Message, ENVELOPE_LEN, HEADROOM};
 use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::TcpStream;
+use std::os::fd::AsRawFd;
 
 /// Bytes of the length prefix.
 pub(crate) const FRAME_HEADER: usize = 4;
@@ -48,7 +53,8 @@ pub(crate) struct Conn {
     inbuf: Vec<u8>,
     in_start: usize,
     in_end: usize,
-    /// A large frame being read in place: its buffer and how much of it is filled.
+    /// A large frame being read in place: its buffer, whose length is what is filled so far
+    /// (headroom included), and the length it will have when the frame is whole.
     big: Option<(Vec<u8>, usize)>,
 }
 
@@ -88,11 +94,11 @@ impl Conn {
     }
 
     /// Send a message: written now if nothing is queued before it and the socket takes it,
-    /// else queued. Never blocks.
+    /// else queued. Never blocks. A large message's buffer, once written, goes to `pool`.
     ///
     /// # Errors
     /// [`ConnError::Gone`] when the socket is broken.
-    pub(crate) fn send(&mut self, mut msg: Message) -> Result<(), ConnError> {
+    pub(crate) fn send(&mut self, mut msg: Message, pool: &mut Pool) -> Result<(), ConnError> {
         let len = u32::try_from(msg.wire_len())
             .map_err(|_| ConnError::Gone("message larger than 4 GiB".into()))?;
         let frame = msg.frame_with_header(FRAME_HEADER);
@@ -101,7 +107,11 @@ impl Conn {
             // The common case: one write syscall per message, from the message's own buffer.
             loop {
                 match self.stream.write(frame) {
-                    Ok(n) if n == frame.len() => return Ok(()),
+                    Ok(n) if n == frame.len() => {
+                        // Small buffers are dropped there (one comparison); large ones kept.
+                        pool.put(msg);
+                        return Ok(());
+                    }
                     Ok(n) => {
                         self.out_off = n;
                         break;
@@ -120,11 +130,12 @@ impl Conn {
         Ok(())
     }
 
-    /// Write queued frames until the socket is full or nothing is left.
+    /// Write queued frames until the socket is full or nothing is left; large buffers written
+    /// go to `pool`.
     ///
     /// # Errors
     /// [`ConnError::Gone`] when the socket is broken.
-    pub(crate) fn flush(&mut self) -> Result<(), ConnError> {
+    pub(crate) fn flush(&mut self, pool: &mut Pool) -> Result<(), ConnError> {
         while !self.out.is_empty() {
             let mut iov: [IoSlice<'_>; IOV_MAX] = [IoSlice::new(&[]); IOV_MAX];
             let mut k = 0;
@@ -149,7 +160,9 @@ impl Conn {
                 if left >= rest {
                     left -= rest;
                     self.out_bytes -= front.wire_len();
-                    self.out.pop_front();
+                    if let Some(m) = self.out.pop_front() {
+                        pool.put(m);
+                    }
                     self.out_off = 0;
                 } else {
                     self.out_off += left;
@@ -160,62 +173,68 @@ impl Conn {
         Ok(())
     }
 
-    /// Read what the socket has and hand up every complete message. Returns how many.
+    /// Read what the socket has and hand up every complete message. Returns how many. A
+    /// large frame is read into a buffer from `pool` when one fits.
     ///
     /// # Errors
     /// [`ConnError::Gone`] at end of stream or on a socket error; [`ConnError::Corrupt`] for a
     /// frame too short to hold an envelope.
-    pub(crate) fn receive(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, ConnError> {
+    pub(crate) fn receive(
+        &mut self,
+        deliver: &mut dyn FnMut(Message),
+        pool: &mut Pool,
+    ) -> Result<usize, ConnError> {
         if self.inbuf.is_empty() {
             self.inbuf = vec![0u8; READ_BUF];
         }
         let mut n = 0;
         loop {
-            n += self.cut_frames(deliver)?;
-            let target: &mut [u8] = match &mut self.big {
-                Some((buf, filled)) => &mut buf[*filled..],
+            n += self.cut_frames(deliver, pool)?;
+            let (result, room) = match &mut self.big {
+                Some((buf, whole)) => {
+                    let room = *whole - buf.len();
+                    (read_uninit(&self.stream, buf, room), room)
+                }
                 None => {
                     if self.in_start > 0 {
                         self.inbuf.copy_within(self.in_start..self.in_end, 0);
                         self.in_end -= self.in_start;
                         self.in_start = 0;
                     }
-                    &mut self.inbuf[self.in_end..]
+                    let target = &mut self.inbuf[self.in_end..];
+                    (self.stream.read(target), target.len())
                 }
             };
-            let room = target.len();
-            let got = match self.stream.read(target) {
+            let got = match result {
                 Ok(0) => return Err(ConnError::Gone("connection closed".into())),
                 Ok(k) => k,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(n),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(ConnError::Gone(e.to_string())),
             };
-            match &mut self.big {
-                Some((buf, filled)) => {
-                    *filled += got;
-                    if *filled == buf.len() {
-                        if let Some((buf, _)) = self.big.take() {
-                            deliver(
-                                Message::from_frame(buf, HEADROOM).map_err(ConnError::Corrupt)?,
-                            );
-                            n += 1;
-                        }
-                    }
+            match self.big.take() {
+                Some((buf, whole)) if buf.len() == whole => {
+                    deliver(Message::from_frame(buf, HEADROOM).map_err(ConnError::Corrupt)?);
+                    n += 1;
                 }
+                Some(part) => self.big = Some(part),
                 None => self.in_end += got,
             }
             if got < room {
                 // The socket had less than we asked for: it is drained for now. Another read
                 // would only say so, at the price of a syscall per message.
-                n += self.cut_frames(deliver)?;
+                n += self.cut_frames(deliver, pool)?;
                 return Ok(n);
             }
         }
     }
 
     /// Hand up the complete frames in the buffer; start a large one in its own buffer.
-    fn cut_frames(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, ConnError> {
+    fn cut_frames(
+        &mut self,
+        deliver: &mut dyn FnMut(Message),
+        pool: &mut Pool,
+    ) -> Result<usize, ConnError> {
         let mut n = 0;
         while self.big.is_none() {
             let avail = &self.inbuf[self.in_start..self.in_end];
@@ -235,18 +254,49 @@ impl Conn {
                 deliver(msg);
                 n += 1;
             } else if len >= BIG || FRAME_HEADER + len > READ_BUF {
-                let mut buf = converse_machine::zeroed(HEADROOM + len);
-                buf[HEADROOM..HEADROOM + rest.len()].copy_from_slice(rest);
-                let filled = HEADROOM + rest.len();
+                let whole = HEADROOM + len;
+                let mut buf = match pool.take(whole) {
+                    Some(b) => b,
+                    None => {
+                        // The length comes from the peer: a size memory cannot hold ends the
+                        // connection rather than the process.
+                        let mut b = Vec::new();
+                        b.try_reserve_exact(whole).map_err(|_| {
+                            ConnError::Gone(format!("no memory for a frame of {len} bytes"))
+                        })?;
+                        b
+                    }
+                };
+                buf.resize(HEADROOM, 0);
+                buf.extend_from_slice(rest);
                 self.in_start = 0;
                 self.in_end = 0;
-                self.big = Some((buf, filled));
+                self.big = Some((buf, whole));
             } else {
                 break;
             }
         }
         Ok(n)
     }
+}
+
+/// Read up to `want` bytes from `stream` into `buf`'s spare capacity, growing its length by
+/// what came.
+///
+/// `libc::recv` rather than `Read::read` or nix's `recv`: both take an initialized slice, and
+/// initializing a large frame's buffer first is the `memset` of the whole message this
+/// avoids (std's `read_buf` for uninitialized memory is not stable). `recv`, as std's socket
+/// `read` is, not `read`: it skips the file layer.
+fn read_uninit(stream: &TcpStream, buf: &mut Vec<u8>, want: usize) -> io::Result<usize> {
+    let spare = buf.spare_capacity_mut();
+    let want = want.min(spare.len());
+    // SAFETY: the kernel writes at most `want` bytes at `spare`'s start, all inside the
+    // allocation; it reads none of them.
+    let r = unsafe { libc::recv(stream.as_raw_fd(), spare.as_mut_ptr().cast(), want, 0) };
+    let got = usize::try_from(r).map_err(|_| io::Error::last_os_error())?;
+    // SAFETY: the first `got <= want` spare bytes were just written by `read`.
+    unsafe { buf.set_len(buf.len() + got) };
+    Ok(got)
 }
 
 #[cfg(test)]
@@ -270,7 +320,9 @@ mod tests {
         let deadline = Instant::now() + Duration::from_secs(5);
         let mut got = 0;
         while got < n && Instant::now() < deadline {
-            got += c.receive(&mut |_| {}).expect("receive");
+            got += c
+                .receive(&mut |_| {}, &mut Pool::default())
+                .expect("receive");
         }
         got
     }
@@ -286,11 +338,138 @@ mod tests {
         // The first half arrives: read, nothing complete, the frame is part-way in.
         let deadline = Instant::now() + Duration::from_secs(5);
         while !c.mid_frame() && Instant::now() < deadline {
-            assert_eq!(c.receive(&mut |_| {}).expect("receive"), 0);
+            assert_eq!(
+                c.receive(&mut |_| {}, &mut Pool::default())
+                    .expect("receive"),
+                0
+            );
         }
         assert!(c.mid_frame());
         peer.write_all(&frame[500..]).expect("second half");
         assert_eq!(receive_until(&mut c, 1), 1);
         assert!(!c.mid_frame());
+    }
+
+    /// A large frame of distinct bytes, as the peer writes it.
+    fn big_frame(len: usize) -> (Vec<u8>, Vec<u8>) {
+        let payload: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
+        let msg = Message::from_payload(&payload);
+        let mut frame = (msg.wire_len() as u32).to_le_bytes().to_vec();
+        frame.extend_from_slice(msg.wire());
+        (frame, payload)
+    }
+
+    /// Receive into `pool` until one message came (the peer writes from another thread).
+    fn receive_one(c: &mut Conn, pool: &mut Pool) -> Message {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut got = None;
+        while got.is_none() && Instant::now() < deadline {
+            c.receive(&mut |m| got = Some(m), pool).expect("receive");
+        }
+        got.expect("a message within 5 s")
+    }
+
+    #[test]
+    fn a_large_frame_arrives_intact_in_a_fresh_buffer() {
+        let (mut c, mut peer) = pair();
+        let (frame, payload) = big_frame(100 << 10);
+        // Written from this thread as the socket takes it: no writer thread.
+        peer.set_nonblocking(true).expect("nonblocking");
+        let (mut off, mut got) = (0, None);
+        let mut pool = Pool::default();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while got.is_none() && Instant::now() < deadline {
+            match peer.write(&frame[off..]) {
+                Ok(k) => off += k,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => panic!("peer write: {e}"),
+            }
+            c.receive(&mut |m| got = Some(m), &mut pool)
+                .expect("receive");
+        }
+        let m = got.expect("the message within 5 s");
+        assert_eq!(m.payload(), &payload[..]);
+    }
+
+    #[test]
+    fn a_large_frame_is_read_into_the_buffer_of_a_large_message_sent() {
+        let (mut c, mut peer) = pair();
+        let mut pool = Pool::default();
+        // A large message sent on this connection leaves its buffer to the pool.
+        let sent = Message::from_payload(&[9u8; 100 << 10]);
+        let sent_at = sent.wire().as_ptr() as usize - HEADROOM;
+        c.send(sent, &mut pool).expect("send");
+        while c.has_output() {
+            let mut sink = vec![0u8; 100 << 10];
+            let _ = peer.read(&mut sink).expect("peer reads");
+            c.flush(&mut pool).expect("flush");
+        }
+        let (frame, payload) = big_frame(100 << 10);
+        let writer = std::thread::spawn(move || peer.write_all(&frame).map(|()| peer));
+        let m = receive_one(&mut c, &mut pool);
+        assert_eq!(m.payload(), &payload[..]);
+        let (buf, _) = m.into_frame();
+        assert_eq!(
+            buf.as_ptr() as usize,
+            sent_at,
+            "the sent message's buffer, reused"
+        );
+        writer.join().expect("writer").expect("write");
+    }
+
+    /// Minor page faults of this thread so far.
+    fn minor_faults() -> i64 {
+        nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_THREAD)
+            .expect("getrusage")
+            .minor_page_faults()
+    }
+
+    #[test]
+    fn a_receiver_of_large_messages_only_faults_no_fresh_pages_per_message() {
+        // A buffer the handler dropped is memory the allocator hands out again, pages mapped;
+        // a fresh (or zeroed) buffer per message would fault in all of its 26 pages. One
+        // thread writes and reads in turn, and little: the tests beside it keep their core.
+        let (mut c, mut peer) = pair();
+        peer.set_nonblocking(true).expect("nonblocking");
+        let (frame, _) = big_frame(100 << 10);
+        let (n, warm_up) = (24, 6);
+        let mut pool = Pool::default();
+        let (mut got, mut faults, mut counted) = (0, 0, 0);
+        let (mut written, mut off) = (0, 0);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while got < n && Instant::now() < deadline {
+            // One frame at a time, so that each receive finds about one message.
+            let target = (got + 1).min(n);
+            while written < target {
+                match peer.write(&frame[off..]) {
+                    Ok(k) => {
+                        off += k;
+                        if off == frame.len() {
+                            (written, off) = (written + 1, 0);
+                        }
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) => panic!("peer write: {e}"),
+                }
+            }
+            let (at, before) = (minor_faults(), got);
+            c.receive(
+                &mut |m| {
+                    got += 1;
+                    drop(m);
+                },
+                &mut pool,
+            )
+            .expect("receive");
+            if before >= warm_up {
+                faults += minor_faults() - at;
+                counted += got - before;
+            }
+        }
+        assert_eq!(got, n, "every message came");
+        assert!(
+            faults < counted as i64 * 4,
+            "{faults} page faults over {counted} messages of 100 KiB"
+        );
     }
 }

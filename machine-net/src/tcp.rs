@@ -10,6 +10,7 @@ use crate::mesh::{self, Intro, Kind, Pending};
 use crate::wake::WakeFd;
 use charmrun::client::{Control, DeadPeers, LaunchEnv};
 use charmrun::protocol::SECRET_LEN;
+use converse_machine::BufferPool as Pool;
 use converse_machine::{BootConfig, Layer, Machine, MachineError, Message, NodeTable, Part, Wake};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use std::collections::VecDeque;
@@ -79,6 +80,9 @@ pub struct TcpMachine {
     ctl: Arc<Control>,
     /// In the epoll set: other threads ring it to end `wait`.
     wake: WakeFd,
+    /// Buffers of large messages sent, to receive large ones into (no page faulted in, no
+    /// `memset`, per message).
+    pool: Pool,
     /// Peers out of the job, in report mode (see [`TcpMachine::report_deaths`]).
     dead: DeadPeers,
     /// In the exit barrier or after.
@@ -182,6 +186,7 @@ impl TcpOpen {
             advances: 0,
             ctl,
             wake,
+            pool: Pool::default(),
             dead: DeadPeers::default(),
             leaving: false,
             strangers: 0,
@@ -270,7 +275,7 @@ impl TcpMachine {
             return Ok(());
         };
         let had_output = c.has_output();
-        let r = c.send(msg).map(|()| c.has_output());
+        let r = c.send(msg, &mut self.pool).map(|()| c.has_output());
         match r {
             Ok(true) if !had_output => {
                 self.backlog.push(peer);
@@ -300,7 +305,7 @@ impl TcpMachine {
         while i < self.backlog.len() {
             let peer = self.backlog[i];
             let r = match self.links[peer].conn.as_mut() {
-                Some(c) => c.flush().map(|()| c.has_output()),
+                Some(c) => c.flush(&mut self.pool).map(|()| c.has_output()),
                 None => Ok(false),
             };
             match r {
@@ -321,7 +326,7 @@ impl TcpMachine {
         deliver: &mut dyn FnMut(Message),
     ) -> Result<usize, MachineError> {
         let r = match self.links.get_mut(peer).and_then(|l| l.conn.as_mut()) {
-            Some(c) => c.receive(deliver),
+            Some(c) => c.receive(deliver, &mut self.pool),
             None => Ok(0),
         };
         r.map_err(|e| self.conn_error(peer, e))

@@ -21,6 +21,7 @@ pub mod local;
 pub mod log;
 mod message;
 mod node_table;
+mod pool;
 mod settings;
 
 pub use compose::Part;
@@ -29,4 +30,5 @@ pub use error::{MachineError, WireError};
 pub use launch::LaunchEnv;
 pub use message::{zeroed, Message, ENVELOPE_LEN, HEADROOM};
 pub use node_table::{NodeInfo, NodeTable};
+pub use pool::BufferPool;
 pub use settings::{SettingSpec, Settings, FAULTS};

@@ -11,10 +11,10 @@
 
 use super::config::Config;
 use super::link::{Landing, Transmit};
-use super::pool::Pool;
 use super::reassembly::{sacked, Arrival, Body, RecvWindow};
 use super::window::SendWindow;
 use super::wire::{self, Expect, Header, Kind, Reject, BASE, MAX_DATA_HEADER, MAX_SACK_EXT};
+use converse_machine::BufferPool as Pool;
 use converse_machine::Message;
 use std::io;
 use std::net::SocketAddr;

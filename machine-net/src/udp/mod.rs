@@ -9,7 +9,8 @@
 //!   timeout); it adds the sliding window and flow control.
 //! - `reassembly`: the receive side per peer: duplicates, reordering, fragments, delivery.
 //! - `rtt`: the retransmission timeout from measured round trips (RFC 6298).
-//! - `pool`: large buffers of messages sent, kept to receive large messages into.
+//! - `converse_machine::BufferPool` (shared with TCP): large buffers of messages sent, kept to
+//!   receive large messages into.
 //! - [`endpoint`]: one node's protocol with all peers, timers, dead peers; no socket in it.
 //! - [`link`]: what the protocol asks of a socket (or of a simulated network).
 //! - `sim` (tests only): a simulated network that loses, duplicates and reorders, to run
@@ -25,7 +26,6 @@ mod flight;
 pub mod layer;
 pub mod link;
 mod loss;
-mod pool;
 mod reassembly;
 mod rtt;
 mod send_queue;

@@ -11,8 +11,8 @@
 //! so out-of-order fragments cost no extra copy. Delivery walks the filled slots from `nxt`
 //! and hands up a message when its last packet is passed: FIFO per sender, exactly once.
 
-use super::pool::Pool;
 use super::wire::{widen, Frag};
+use converse_machine::BufferPool as Pool;
 use converse_machine::{Message, HEADROOM};
 use std::collections::VecDeque;
 

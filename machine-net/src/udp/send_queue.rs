@@ -4,8 +4,8 @@
 //! retransmission) from its number alone. A message stays until all its packets are
 //! acknowledged; its buffer then goes to the pool, to receive a large message into.
 
-use super::pool::Pool;
 use super::wire::{Frag, Header, BASE, MAX_DATA_HEADER, MAX_MESSAGE};
+use converse_machine::BufferPool as Pool;
 use converse_machine::Message;
 use std::collections::VecDeque;
 

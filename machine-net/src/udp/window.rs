@@ -23,10 +23,10 @@
 use super::congestion::{Congestion, INITIAL_CWND_PACKETS};
 use super::flight::{Flight, State};
 use super::loss::LossDetector;
-use super::pool::Pool;
 use super::rtt::{RtoBounds, Rtt};
 use super::send_queue::{SendQueue, TooLarge};
 use super::wire::{Frag, Header};
+use converse_machine::BufferPool as Pool;
 use converse_machine::Message;
 use std::time::{Duration, Instant};
 

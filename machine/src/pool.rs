@@ -1,11 +1,13 @@
 //! Large buffers kept for reuse. A fresh buffer of a megabyte is fresh memory: the kernel
-//! faults its pages in one by one while the first fragments are received into it (some 250
-//! faults per MiB, which cost more than receiving the message). When the send window is done
-//! with a large message (every packet acknowledged), its buffer comes here, and the next large
-//! message received goes into it, its pages already mapped. A program that forwards what it
-//! receives (a ping-pong, a pipeline) then receives into warm memory every time.
+//! faults its pages in one by one while the first bytes are received into it (some 250
+//! faults per MiB, which cost more than receiving the message), and memory the allocator
+//! hands back zeroed costs a `memset` of the whole message. When a layer is done with a large
+//! message it sent (UDP: every packet acknowledged; TCP: every byte written to the socket),
+//! its buffer comes here, and the next large message received goes into it, its pages
+//! already mapped and nothing zeroed. A program that forwards what it receives (a ping-pong,
+//! a pipeline) then receives into warm memory every time. Used by the TCP and UDP layers.
 
-use converse_machine::Message;
+use crate::Message;
 
 /// Buffers smaller than this are left to the allocator (it keeps them warm itself).
 const MIN_BUFFER: usize = 64 << 10;
@@ -14,16 +16,16 @@ const MAX_BUFFERS: usize = 8;
 /// Bytes kept at most.
 const MAX_BYTES: usize = 64 << 20;
 
-/// The kept buffers.
-#[derive(Default)]
-pub(super) struct Pool {
+/// Large buffers of messages a layer has sent, kept to receive large messages into.
+#[derive(Debug, Default)]
+pub struct BufferPool {
     bufs: Vec<Vec<u8>>,
     bytes: usize,
 }
 
-impl Pool {
+impl BufferPool {
     /// Keep `msg`'s buffer if it is large and there is room; drop it otherwise.
-    pub(super) fn put(&mut self, msg: Message) {
+    pub fn put(&mut self, msg: Message) {
         let (mut buf, _) = msg.into_frame();
         let cap = buf.capacity();
         if cap < MIN_BUFFER || self.bufs.len() >= MAX_BUFFERS || self.bytes + cap > MAX_BYTES {
@@ -36,7 +38,7 @@ impl Pool {
 
     /// An empty buffer with room for `len` bytes (and not more than twice that, so a small
     /// message does not pin a huge buffer), if one is kept.
-    pub(super) fn take(&mut self, len: usize) -> Option<Vec<u8>> {
+    pub fn take(&mut self, len: usize) -> Option<Vec<u8>> {
         let i = self
             .bufs
             .iter()
@@ -53,7 +55,7 @@ mod tests {
 
     #[test]
     fn large_buffers_come_back_for_a_size_that_fits() {
-        let mut p = Pool::default();
+        let mut p = BufferPool::default();
         p.put(Message::new(1 << 20));
         p.put(Message::new(100));
         assert!(p.take(3 << 20).is_none(), "too small for it");
@@ -65,7 +67,7 @@ mod tests {
 
     #[test]
     fn the_pool_is_bounded() {
-        let mut p = Pool::default();
+        let mut p = BufferPool::default();
         for _ in 0..20 {
             p.put(Message::new(1 << 20));
         }
