@@ -276,10 +276,30 @@ fn kill_when_idle(
         "{}",
         job.stdout_so_far()
     );
-    // Each PE writes what it recorded when it goes idle (after a 50 µs spin): well before this.
-    std::thread::sleep(Duration::from_millis(300));
-    let pid = Trace::read(&dir.join(format!("trace.{victim}.bin")))
-        .expect("the victim wrote its header when it went idle")
+    // Each PE writes what it recorded when it goes idle: wait until the files, read together,
+    // hold every message of the exchange at both ends (a file part-way written reads as torn).
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let traces = loop {
+        let read: Option<Vec<Trace>> = (0..pes)
+            .map(|pe| Trace::read(&dir.join(format!("trace.{pe}.bin"))).ok())
+            .collect();
+        if let Some(all) = read {
+            let flows = Job::new(all.clone()).flows;
+            if flows.unmatched_sends.is_empty() && flows.unmatched_recvs.is_empty() {
+                break all;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the traces never held the whole exchange: {}",
+            job.stdout_so_far()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let pid = traces
+        .iter()
+        .find(|t| t.header.pe as usize == victim)
+        .expect("the victim's trace")
         .header
         .pid;
     nix::sys::signal::kill(

@@ -868,6 +868,16 @@ fn traced(pe: &mut Pe, secs: f64) {
         let from = msg.src_pe() as usize;
         pe.send(from, pong, &[7; 16]);
     });
+    // Report mode: each survivor tells PE 0 it learnt of the death; PE 0 ends the job once
+    // every survivor has (so each survivor's trace holds the death).
+    let told = Rc::new(Cell::new(0usize));
+    let told_h = pe.register("trace.told", {
+        let told = told.clone();
+        move |pe, _| {
+            told.set(told.get() + 1);
+            exit_once_all_told(pe, told.get());
+        }
+    });
     let ping = pe.handler("trace.ping").expect("registered above");
     let (n, me) = (pe.num_pes(), pe.my_pe());
     for k in 0..PINGS {
@@ -879,8 +889,14 @@ fn traced(pe: &mut Pe, secs: f64) {
     pe.run_until(move |_| pongs.get() == want);
     pe.barrier();
     println!("conformance traced: PE {} done", pe.my_pe());
-    if pe.my_pe() == 0 && pe.survives_node_failures() {
-        pe.on_node_failure(|pe, _| pe.after(Duration::from_millis(200), |pe| pe.exit(0)));
+    if pe.survives_node_failures() {
+        pe.on_node_failure(move |pe, _| {
+            if pe.my_pe() == 0 {
+                exit_once_all_told(pe, told.get());
+            } else {
+                pe.send(0, told_h, &[]);
+            }
+        });
     }
     if pe.my_pe() == 0 {
         if secs > 0.0 {
@@ -889,6 +905,15 @@ fn traced(pe: &mut Pe, secs: f64) {
             println!("conformance traced: ok");
             pe.exit(0);
         }
+    }
+}
+
+/// PE 0 of `traced` in report mode: ends the job once it knows of a death and `told` other
+/// PEs, every survivor but itself, said they do too.
+fn exit_once_all_told(pe: &mut Pe, told: usize) {
+    let others = (1..pe.num_pes()).filter(|&p| pe.is_alive(p)).count();
+    if !pe.dead_nodes().is_empty() && told == others {
+        pe.exit(0);
     }
 }
 
