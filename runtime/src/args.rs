@@ -119,7 +119,10 @@ where
                 )));
             };
             out.settings.set(k, val);
-        } else if let Some(v) = flag.strip_prefix("trace-dir") {
+        } else if let Some(v) = flag
+            .strip_prefix("trace-dir")
+            .filter(|v| v.is_empty() || v.starts_with('='))
+        {
             let v = value(v.strip_prefix('=').unwrap_or(v), "+trace-dir", &mut it)?;
             out.trace_dir = Some(v.into());
         } else if flag == "trace" {
@@ -227,6 +230,7 @@ mod tests {
             vec!["p", "+trace-dir"],
             vec!["p", "+trace-dir", "+stats"],
             vec!["p", "+tracex"],
+            vec!["p", "+trace-dirx"],
             vec!["p", "+stats=1"],
         ] {
             assert!(parse_args(bad.clone()).is_err(), "{bad:?}");

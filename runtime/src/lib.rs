@@ -553,6 +553,12 @@ impl<F: Fn(&mut Pe) + Sync> Job<'_, F> {
         // for it forever (in a barrier, or for a message it was to send).
         let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
             (self.start)(&mut pe);
+            // The trace's header (with the handlers the start registered) goes out now, not
+            // at the first idle moment, which a PE that never idles would not reach: from here
+            // the recorder holds at most a chunk in memory.
+            if let Some(r) = pe.rec.as_deref_mut() {
+                r.flush(&pe.handler_names);
+            }
             pe.schedule(&mut |_| false, false);
         }));
         match outcome {

@@ -48,6 +48,7 @@ pub(crate) enum SystemHandler {
 pub(crate) const USER_BASE: u32 = 16;
 
 /// What a message's handler id names: the one decision every dispatch path takes.
+#[derive(Clone, Copy)]
 pub(crate) enum Target {
     /// One of the runtime's own handlers.
     System(SystemHandler),
@@ -288,37 +289,44 @@ impl Pe {
     }
 
     /// Run a message's handler: the runtime's own, or the program's once PE 0 said go (until
-    /// then the program's wait in `held`, in the order they came).
+    /// then the program's, and the runtime's that wait for go, wait in `held`, in the order
+    /// they came).
     #[inline]
     pub(crate) fn run_handler(&mut self, msg: Message) {
+        let target = Target::of(msg.handler());
+        if self.held_until_go(target) {
+            // Run (and traced) when replayed.
+            return self.life.held.push(msg);
+        }
         if self.rec.is_some() {
-            // Held until PE 0 says go: it runs (and is traced) when replayed.
-            let held = self.life.phase != Phase::Running
-                && match Target::of(msg.handler()) {
-                    Target::System(h) => !h.runs_before_go(),
-                    Target::User => true,
-                    Target::Unknown => false,
-                };
-            if held {
-                return self.life.held.push(msg);
-            }
             if let Some(r) = self.rec.as_deref_mut() {
                 r.begin(msg.handler());
             }
-            self.run_handler_now(msg);
+            self.run_target(target, msg);
             if let Some(r) = self.rec.as_deref_mut() {
                 r.end();
             }
             return;
         }
-        self.run_handler_now(msg)
+        self.run_target(target, msg)
+    }
+
+    /// Whether a message for `t` waits until PE 0 says go: the program's, and the runtime's
+    /// that are not part of the start-up check itself. One comparison once running.
+    #[inline]
+    fn held_until_go(&self, t: Target) -> bool {
+        self.life.phase != Phase::Running
+            && match t {
+                Target::System(h) => !h.runs_before_go(),
+                Target::User => true,
+                Target::Unknown => false,
+            }
     }
 
     #[inline]
-    fn run_handler_now(&mut self, msg: Message) {
-        match Target::of(msg.handler()) {
+    fn run_target(&mut self, t: Target, msg: Message) {
+        match t {
             Target::System(h) => self.run_system_handler(h, msg),
-            Target::User if self.life.phase != Phase::Running => self.life.held.push(msg),
             Target::User => self.run_user_handler(msg),
             Target::Unknown => self.drop_message(&msg, "it names an unknown system handler"),
         }
@@ -326,10 +334,6 @@ impl Pe {
 
     /// Run one of the runtime's own handlers.
     fn run_system_handler(&mut self, h: SystemHandler, msg: Message) {
-        if !h.runs_before_go() && self.life.phase != Phase::Running {
-            self.life.held.push(msg);
-            return;
-        }
         match h {
             S::Handshake => self.on_report(msg),
             S::HandshakeReply => {

@@ -10,7 +10,7 @@
 //! make a system call anyway, and a node killed later — by charmrun's `DIE` after another
 //! node's crash — keeps everything up to its last idle moment), when it aborts, and at exit.
 
-use crate::trace_format::{Header, Kind, Record, CHUNK_TAG};
+use crate::trace_format::{human_bytes, Header, Kind, Record, CHUNK_TAG};
 use converse_machine::bytes::ByteWriter;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -429,15 +429,6 @@ pub(crate) fn node_stats_line(
 }
 
 /// Bytes as a person reads them.
-fn human_bytes(b: u64) -> String {
-    match b {
-        b if b >= 1 << 30 => format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64),
-        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
-        b if b >= 1 << 10 => format!("{:.1} KiB", b as f64 / 1024.0),
-        b => format!("{b} B"),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

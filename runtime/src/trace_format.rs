@@ -43,11 +43,24 @@ pub const SYSTEM_HANDLER_NAMES: [&str; 9] = [
     "converse.node_dead",
 ];
 
-/// The first id of a program's own handlers (ids below are the runtime's).
-pub const USER_HANDLER_BASE: u32 = 16;
+/// The first id of a program's own handlers (ids below are the runtime's): the runtime's own
+/// constant, so the two cannot drift apart.
+pub const USER_HANDLER_BASE: u32 = crate::lifecycle::USER_BASE;
 
-/// A destination field with this bit set names a node, not a PE (a node message).
-pub const NODE_BIT: u32 = 1 << 31;
+/// A destination field with this bit set names a node, not a PE (a node message): the
+/// runtime's own constant.
+pub const NODE_BIT: u32 = crate::node::NODE_BIT;
+
+/// A byte count as a person reads it (`12 B`, `2.0 KiB`, `3.0 MiB`): for the `+stats` lines
+/// and the report.
+pub fn human_bytes(b: u64) -> String {
+    match b {
+        b if b >= 1 << 30 => format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64),
+        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
+        b if b >= 1 << 10 => format!("{:.1} KiB", b as f64 / 1024.0),
+        b => format!("{b} B"),
+    }
+}
 
 /// What a record says happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

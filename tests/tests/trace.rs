@@ -310,49 +310,40 @@ fn kill_when_idle(
     job.finish()
 }
 
-/// The survivors' traces of a job whose node `victim` was killed once idle: each whole, with
-/// every message it exchanged with another survivor matched.
-fn check_survivors(dir: &Path, pes: usize, victim: usize) -> Vec<Trace> {
+/// The survivors' traces of a job on `layer` whose node `victim` was killed once idle: each
+/// whole, with every message it exchanged with another survivor matched.
+fn check_survivors(dir: &Path, layer: &str, pes: usize, victim: usize) -> Vec<Trace> {
     let survivors: Vec<Trace> = (0..pes)
         .filter(|&pe| pe != victim)
         .map(|pe| Trace::read(&dir.join(format!("trace.{pe}.bin"))).expect("a survivor's file"))
         .collect();
     for t in &survivors {
-        check_pe(t, pes, &t.header.layer.clone());
+        check_pe(t, pes, layer);
     }
-    // Among survivors every message is there at both ends; the victim's may be lost.
+    // Among survivors every message is there at both ends; the victim's may be lost. An
+    // unmatched record names its PE and index; its `a` is the peer.
     let job = Job::new(survivors.clone());
-    let between: Vec<_> = job
-        .flows
-        .unmatched_sends
-        .iter()
-        .filter(|&&(src, i)| {
-            let to = survivors
-                .iter()
-                .find(|t| t.header.pe == src)
-                .map(|t| t.records[i].a);
-            to.is_some_and(|to| to as usize != victim)
-        })
-        .collect();
+    let among = |unmatched: &[(u32, usize)]| -> Vec<(u32, usize)> {
+        unmatched
+            .iter()
+            .copied()
+            .filter(|&(pe, i)| {
+                survivors
+                    .iter()
+                    .find(|t| t.header.pe == pe)
+                    .is_some_and(|t| t.records[i].a as usize != victim)
+            })
+            .collect()
+    };
+    let sends = among(&job.flows.unmatched_sends);
     assert!(
-        between.is_empty(),
-        "sends among survivors unmatched: {between:?}"
+        sends.is_empty(),
+        "sends among survivors unmatched: {sends:?}"
     );
-    let lost_recvs: Vec<_> = job
-        .flows
-        .unmatched_recvs
-        .iter()
-        .filter(|&&(dst, i)| {
-            let from = survivors
-                .iter()
-                .find(|t| t.header.pe == dst)
-                .map(|t| t.records[i].a);
-            from.is_some_and(|from| from as usize != victim)
-        })
-        .collect();
+    let recvs = among(&job.flows.unmatched_recvs);
     assert!(
-        lost_recvs.is_empty(),
-        "receives among survivors unmatched: {lost_recvs:?}"
+        recvs.is_empty(),
+        "receives among survivors unmatched: {recvs:?}"
     );
     survivors
 }
@@ -363,7 +354,7 @@ fn survivors_files_are_whole_after_a_node_is_killed_on_tcp() {
     let o = kill_when_idle(&charmrun("tcp"), 4, 2, &dir, &[]);
     assert_ne!(o.code, Some(0), "the death ends the job: {o}");
     assert!(!o.timed_out, "{o}");
-    check_survivors(&dir, 4, 2);
+    check_survivors(&dir, "tcp", 4, 2);
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -373,7 +364,7 @@ fn survivors_files_are_whole_after_a_node_is_killed_on_si() {
     let o = kill_when_idle(&charmrun("si"), 4, 1, &dir, &[]);
     assert_ne!(o.code, Some(0), "the death ends the job: {o}");
     assert!(!o.timed_out, "{o}");
-    check_survivors(&dir, 4, 1);
+    check_survivors(&dir, "si", 4, 1);
     std::fs::remove_dir_all(&dir).ok();
 }
 
@@ -384,7 +375,7 @@ fn in_report_mode_survivors_trace_the_death_and_their_exit() {
     let dir = fresh_dir("report-tcp");
     let o = kill_when_idle(&charmrun("tcp"), 4, 3, &dir, &["+set", "faults=report"]);
     assert_eq!(o.code, Some(0), "the job survives: {o}");
-    for t in check_survivors(&dir, 4, 3) {
+    for t in check_survivors(&dir, "tcp", 4, 3) {
         let marks: Vec<&str> = t
             .records
             .iter()

@@ -9,6 +9,7 @@
 
 use crate::summary::{self, HandlerTime};
 use crate::{Job, Kind};
+use converse::trace_format::human_bytes;
 use std::fmt::Write;
 
 /// Colours of the handlers, in the order of [`summary::handler_times`] (the busiest first);
@@ -104,14 +105,6 @@ fn esc(s: &str) -> String {
 }
 
 /// Bytes as a person reads them.
-fn human(b: u64) -> String {
-    match b {
-        b if b >= 1 << 30 => format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64),
-        b if b >= 1 << 20 => format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64),
-        b if b >= 1 << 10 => format!("{:.1} KiB", b as f64 / 1024.0),
-        b => format!("{b} B"),
-    }
-}
 
 fn ms(ns: f64) -> String {
     if ns >= 1e9 {
@@ -164,7 +157,7 @@ pub fn html(job: &Job) -> String {
             t.header.pe,
             t.header.node,
             esc(&t.header.host),
-            human(bytes),
+            human_bytes(bytes),
             100.0 * idle[i] as f64 / end
         );
     }
@@ -428,7 +421,7 @@ fn matrix(s: &mut String, job: &Job, l: &Layout) {
         "<text x=\"16\" y=\"{}\">bytes sent, row: from PE, column: to PE (log scale: white \
          none, lightest 1 B, darkest {}; the number: messages)</text>",
         l.matrix_y - 24.0,
-        human(most as u64)
+        human_bytes(most as u64)
     );
     for (src, row) in m.iter().enumerate() {
         for (dst, &(msgs, bytes)) in row.iter().enumerate() {
