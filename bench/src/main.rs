@@ -191,8 +191,9 @@ enum Cmd {
         #[arg(long, value_delimiter = ',', default_value = "on,off")]
         recovery: Vec<String>,
         /// Instead: kill an internal process of a 4x8 tree during a stream of waves, and
-        /// time it to the first correct wave over the survivors (this many kills).
-        #[arg(long)]
+        /// time it to the first correct wave over the survivors (this many kills). Takes
+        /// `--layers` and `--waves` only: the others are refused with it, not ignored.
+        #[arg(long, conflicts_with_all = ["backends", "recovery", "runs", "rounds", "csv", "plot"])]
         kill: Option<usize>,
         /// Runs per point; the best is reported (as the paper does).
         #[arg(long, default_value_t = 9)]

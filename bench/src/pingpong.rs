@@ -139,7 +139,7 @@ pub(crate) fn run(
 }
 
 /// The table as two panels, one line per path (the runtime on the layer, the layer alone, each
-/// raw baseline): one-way p50 latency and bandwidth against message size, both on log axes.
+/// raw baseline): one-way p50 latency and bandwidth (from the mean time, as the table's) against message size, both on log axes.
 fn figure(layer: &str, rows: &[&Row]) -> [plot::Panel; 2] {
     let name = |r: &Row| {
         if r.what == layer {

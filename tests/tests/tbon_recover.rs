@@ -2,8 +2,7 @@
 //! makes a 4x8 network and kills processes during a stream of waves, 20 networks per test
 //! (each check inside the program: every orphan re-parented, every wave sent after recovery
 //! whole over the surviving back-ends, the events, the topology and its DOT form). Each run
-//! is bounded in time and its process group killed. The same suite per layer; SI and UDP
-//! wait for their report mode (on main, not yet on this branch).
+//! is bounded in time and its process group killed. The same suite on tcp, si and udp.
 
 use converse_tests::run_bounded;
 use std::process::Command;

@@ -104,8 +104,6 @@ fn esc(s: &str) -> String {
         .replace('"', "&quot;")
 }
 
-/// Bytes as a person reads them.
-
 fn ms(ns: f64) -> String {
     if ns >= 1e9 {
         format!("{:.2} s", ns / 1e9)

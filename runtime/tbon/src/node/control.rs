@@ -100,7 +100,16 @@ impl Node {
             None => (0..self.place.as_ref().map_or(0, |p| p.children.len())).collect(),
         };
         match &what {
-            Req::Recovery { on } => self.recovery.on = *on,
+            Req::Recovery { on } => {
+                self.recovery.on = *on;
+                if !*on {
+                    // Nothing is kept for orphans any more.
+                    for st in self.streams.values_mut() {
+                        st.window.clear();
+                        st.window_bytes = 0;
+                    }
+                }
+            }
             Req::Load { id, path, name } => match crate::dynfilter::load(path, name) {
                 Ok(f) => {
                     self.filters.insert(*id, (name.clone(), Rc::new(f)));

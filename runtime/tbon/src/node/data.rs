@@ -34,6 +34,9 @@ pub(super) const WINDOW: usize = 1024;
 /// packets), so that large broadcasts do not pile up.
 pub(super) const WINDOW_BYTES: usize = 16 << 20;
 
+/// While a child is being adopted the window may grow to this many windows, no more.
+const ADOPTING_SLACK: usize = 4;
+
 /// Which way a filter works.
 #[derive(Clone, Copy)]
 enum Dir {
@@ -62,8 +65,10 @@ impl Node {
                 self.open_singlecast(sid);
             }
             if let Some(st) = self.streams.get_mut(&sid) {
+                if !st.first_sight(p.seq()) {
+                    return;
+                }
                 st.perf.count(Context::Recv, 1, p.data_len() as u64);
-                st.down_seen = st.down_seen.max(p.seq());
             }
             return self.deliver(sid, p);
         }
@@ -88,12 +93,8 @@ impl Node {
                 format!("a packet for stream {sid}, unknown here"),
             );
         };
-        if p.seq() != 0 {
-            if p.seq() < st.down_seen {
-                // Given twice across a re-parenting: the first one counted.
-                return;
-            }
-            st.down_seen = p.seq();
+        if !st.first_sight(p.seq()) {
+            return;
         }
         st.perf.count(Context::Recv, 1, p.data_len() as u64);
         self.downstream(pe, sid, p, &dests);
@@ -163,6 +164,8 @@ impl Node {
         let (Some(place), Some(st)) = (&self.place, self.streams.get_mut(&sid)) else {
             return;
         };
+        // Derived, not stored: recovery may be turned on or off after the stream was made.
+        let keep_window = self.recovery.on && st.internal_kid;
         let mut targets = st
             .kids
             .iter()
@@ -171,16 +174,22 @@ impl Node {
             .filter(|c| dests.is_empty() || dests.iter().any(|d| c.be.contains(d)));
         let (seq, bytes) = (p.seq(), p.data_len() as u64);
         let msg = p.into_message(dests);
-        if st.keep_window && seq != 0 {
+        if keep_window && seq != 0 {
             st.window_bytes += msg.payload_len();
             st.window.push_back((seq, msg.clone()));
-            if !place.children.iter().any(|c| c.adopting) {
-                while st.window.len() > WINDOW || st.window_bytes > WINDOW_BYTES {
-                    let Some((_, old)) = st.window.pop_front() else {
-                        break;
-                    };
-                    st.window_bytes -= old.payload_len();
-                }
+            // While an orphan is being adopted its replay may need more than the window; but
+            // not without limit (an orphan that never says `Adopted` must not make this grow):
+            // past four windows the oldest go, and an orphan that far behind sees lost waves.
+            let slack = if place.children.iter().any(|c| c.adopting) {
+                ADOPTING_SLACK
+            } else {
+                1
+            };
+            while st.window.len() > WINDOW * slack || st.window_bytes > WINDOW_BYTES * slack {
+                let Some((_, old)) = st.window.pop_front() else {
+                    break;
+                };
+                st.window_bytes -= old.payload_len();
             }
         }
         let Some(mut cur) = targets.next() else {

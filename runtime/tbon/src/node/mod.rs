@@ -120,7 +120,9 @@ pub(crate) struct StreamState {
     window: VecDeque<(u32, Message)>,
     /// Payload bytes held in `window`.
     window_bytes: usize,
-    keep_window: bool,
+    /// A child of this stream is an internal process: with recovery on, what goes down is
+    /// kept in `window` for its orphans, should it die.
+    internal_kid: bool,
     up: Rc<dyn Filter>,
     up_id: FilterId,
     down: Rc<dyn Filter>,
@@ -133,6 +135,22 @@ pub(crate) struct StreamState {
     pub perf: Counters,
     pub closed: bool,
     timer: bool,
+}
+
+impl StreamState {
+    /// A packet numbered `seq` comes down: whether it is new here (then it is counted as
+    /// seen). One given twice across a re-parenting (the dead parent's and the new parent's
+    /// replay) is not; an unnumbered one (0) always is.
+    fn first_sight(&mut self, seq: u32) -> bool {
+        if seq == 0 {
+            return true;
+        }
+        if seq < self.down_seen {
+            return false;
+        }
+        self.down_seen = seq;
+        true
+    }
 }
 
 impl Drop for StreamState {

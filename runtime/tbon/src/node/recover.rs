@@ -59,6 +59,10 @@ pub(crate) struct Recovery {
     early: Vec<Rank>,
 }
 
+/// Most messages held from PEs that are not children yet (orphans that wrote before this
+/// process learnt of the death that makes it their parent).
+const HELD_MAX: usize = 1 << 16;
+
 impl Recovery {
     /// Keep a message from a PE that is not a child here yet.
     pub(crate) fn hold(&mut self, msg: Message, kind: Kind) {
@@ -84,6 +88,8 @@ impl Node {
             return false;
         };
         self.recovery.on
+            // Bounded: past this, a stranger's messages are refused as without recovery.
+            && self.recovery.held.len() < HELD_MAX
             && place.role != Role::Spare
             && Some(src) != place.parent_pe
             && !place.children.iter().any(|c| c.pe == src)
@@ -327,7 +333,7 @@ impl Node {
             slots.push(st.sync.adopt(stand));
             st.slot_rank.push(r);
         }
-        st.keep_window = kids.iter().any(|&k| is_internal(place.children[k].rank));
+        st.internal_kid = kids.iter().any(|&k| is_internal(place.children[k].rank));
         st.kids = kids;
         st.slots = slots;
     }

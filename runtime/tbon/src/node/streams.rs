@@ -57,7 +57,7 @@ impl Node {
             up_sent: 0,
             window: std::collections::VecDeque::new(),
             window_bytes: 0,
-            keep_window: internal_kid && self.recovery.on,
+            internal_kid,
             up,
             up_id,
             down,
