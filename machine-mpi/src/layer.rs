@@ -1,13 +1,18 @@
 //! The machine layer on MPI: node = rank of `MPI_COMM_WORLD`.
 //!
 //! ```text
-//! send(node, msg):   MPI_Isend(msg.wire()) ; keep (request, msg) until MPI_Testsome says done
-//! advance():         MPI_Testsome(sends) ; while MPI_Improbe(ANY_SOURCE) finds a message:
-//!                        take a buffer (a large one: that of a large message sent, from
-//!                        the pool), MPI_Mrecv into it, hand it up
-//! wait(t):           MPI_Iprobe, napping between probes (MPI has no blocking wait that
-//!                    does not spin), the nap growing while nothing comes; a wake from
-//!                    another thread (`wake.rs`) ends the nap and the wait
+//! send(node, msg):   small: MPI_Isend(msg.wire()) on the world communicator;
+//!                    large: a notice (0 bytes) there, then MPI_Isend on a duplicate of it
+//!                    ("large"); keep (request, msg) until MPI_Testsome says done
+//! advance():         MPI_Testsome(sends) now and then; hand up, in this order: a message
+//!                    released from a hold queue; a large message from a source whose notice
+//!                    is next (MPI_Improbe on "large" for that source, MPI_Mrecv into the
+//!                    buffer of a large message sent); the head of the ring of pre-posted
+//!                    receives (MPI_Test, copy out, re-post)
+//! wait(t):           MPI_Test the ring's head (and probe for awaited large messages),
+//!                    napping between tests (MPI has no blocking wait that does not spin),
+//!                    the nap growing while nothing comes; a wake from another thread
+//!                    (`wake.rs`) ends the nap and the wait
 //! barrier():         MPI_Ibarrier, keeping sends and receives moving until it completes
 //! exit():            finish the sends (2 s at most), a second MPI_Ibarrier, MPI_Finalize
 //! abort():           print the reason, MPI_Abort
@@ -16,13 +21,32 @@
 //! MPI gives the source and the size of every message, so unlike the slides' layers this one
 //! sends no header: the wire bytes (envelope + payload) are the MPI message.
 //!
+//! **Two ways in.** A message of up to `mpi.small_bytes` wire bytes lands in one of
+//! `mpi.prepost` receives posted in advance (`prepost.rs`): MPI copies it once, as it lands,
+//! where a probed message is first buffered as unexpected and copied again. A larger message is
+//! received by probe, into a buffer of the right size. MPI keeps a sender's messages in order
+//! within one communicator only, so each large message is announced by a notice in the small
+//! stream, and what a source sent after it is held until it is received (`order.rs`): FIFO
+//! per pair holds across both.
+//!
+//! | communicator | tag | bytes | meaning |
+//! |---|---:|---|---|
+//! | world | 1 | wire bytes | a small message |
+//! | world | 5 | none | a notice: the sender's next message is on "large" |
+//! | world | 4 | u64 LE | credit (below) |
+//! | large | 1 | wire bytes | a large message |
+//! | large | 2 | u64 LE | a huge message's wire length; its pieces follow |
+//! | large | 3 | a piece | one piece of a huge message |
+//!
 //! **Flow control.** MPI completes a small send as soon as it has copied it, whether or not the
 //! receiver is receiving, so a fast sender could pile up any number of messages at a slow
 //! receiver — memory without bound, and Open MPI's ob1 (16-bit sequence numbers per peer)
 //! mis-orders a peer's messages once more than 65,536 are pending. So each pair has a window
 //! (`mpi.window` messages): the receiver returns a credit (its cumulative count) after every
-//! quarter window it takes off MPI's queue, and a sender past its window queues messages in the
-//! layer until credit comes back. A message longer
+//! quarter window it takes off MPI's queue (a small message held behind a notice counts once
+//! released, so the window bounds what is held), and a sender past its window queues messages
+//! in the layer until credit comes back. Every message but a credit counts, notices included.
+//! A message longer
 //! than `mpi.piece_bytes` (MPI counts are `int`) goes as a small "huge" header carrying its
 //! length followed by pieces; MPI's non-overtaking rule keeps a sender's messages in order, so
 //! the receiver reassembles per source.
@@ -32,11 +56,14 @@
 
 use crate::launcher_env;
 use crate::mpi_call;
+use crate::order::Order;
+use crate::prepost::Prepost;
 use crate::sends::{InFlight, Keep, LARGE};
 use crate::wake::MpiWaker;
 use converse_machine::{
     BootConfig, Layer, Machine, MachineError, Message, NodeInfo, NodeTable, Wake, HEADROOM,
 };
+use mpi::collective::SystemOperation;
 use mpi::ffi;
 use mpi::topology::Communicator;
 use mpi::traits::CommunicatorCollectives;
@@ -55,15 +82,27 @@ pub const LAYER: Layer = Layer {
     settings: crate::SETTINGS,
 };
 
-/// A whole message.
+/// A whole message (small on the world communicator, large on the large one).
 const TAG_MSG: c_int = 1;
 /// The start of a message sent in pieces: 8 bytes, its wire length (LE).
 const TAG_HUGE: c_int = 2;
 /// One piece of a message announced by [`TAG_HUGE`].
 const TAG_PIECE: c_int = 3;
-/// Credit: 8 bytes, how many data messages (the three tags above) the sender of the credit has
-/// received from its receiver so far (LE).
+/// Credit: 8 bytes, how many data messages (every tag but this one) the sender of the credit
+/// has received from its receiver so far (LE).
 const TAG_CREDIT: c_int = 4;
+/// A notice, 0 bytes: the sender's next message to this receiver goes on the large
+/// communicator.
+const TAG_NOTICE: c_int = 5;
+
+/// Default for `mpi.small_bytes`: messages of up to this many wire bytes land in pre-posted
+/// receives. Open MPI's shared-memory eager limit is 4 KiB; a little past it, a message still
+/// lands whole in a posted buffer by its single-copy path.
+const DEFAULT_SMALL: usize = 8 << 10;
+
+/// Default for `mpi.prepost`: receives kept posted. More than a round of messages from a few
+/// peers; a burst past it waits in MPI's unexpected queue and still arrives in order.
+const DEFAULT_PREPOST: usize = 32;
 
 /// Default for `mpi.piece_bytes`: messages above it go in pieces (MPI counts are `int`).
 const DEFAULT_PIECE: usize = 1 << 30;
@@ -112,9 +151,18 @@ pub struct MpiMachine {
     table: NodeTable,
     /// Finalizes MPI when dropped: kept until `exit`.
     universe: Option<mpi::environment::Universe>,
+    /// The world communicator: small messages, notices, credits.
     comm: ffi::MPI_Comm,
+    /// A duplicate of it: large messages, received by probe.
+    large: ffi::MPI_Comm,
     byte: ffi::MPI_Datatype,
     sends: InFlight,
+    /// Largest message (wire bytes) sent to a pre-posted receive; the same on every rank.
+    small: usize,
+    /// The pre-posted receives.
+    ring: Prepost,
+    /// Per-source FIFO across the two communicators.
+    order: Order<Message>,
     piece: usize,
     /// Per source: a message arriving in pieces.
     incoming: Vec<Option<Incoming>>,
@@ -188,22 +236,56 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
             reason: format!("{window} is outside 4 ..= 32768"),
         });
     }
+    let small: usize = cfg.settings.get_or("mpi.small_bytes", DEFAULT_SMALL)?;
+    if !(converse_machine::ENVELOPE_LEN..=LARGE).contains(&small) {
+        return Err(MachineError::Setting {
+            key: "mpi.small_bytes".into(),
+            reason: format!(
+                "{small} is outside {} ..= {LARGE}",
+                converse_machine::ENVELOPE_LEN
+            ),
+        });
+    }
+    let prepost: usize = cfg.settings.get_or("mpi.prepost", DEFAULT_PREPOST)?;
+    if !(1..=4096).contains(&prepost) {
+        return Err(MachineError::Setting {
+            key: "mpi.prepost".into(),
+            reason: format!("{prepost} is outside 1 ..= 4096"),
+        });
+    }
     let (universe, provided) = mpi::initialize_with_threading(Threading::Funneled)
         .ok_or_else(|| MachineError::Boot("MPI was already initialized".into()))?;
     match check_start(&universe, provided, cfg) {
         Ok(table) => {
-            let me = universe.world().rank() as usize;
+            let world = universe.world();
+            let me = world.rank() as usize;
             tracing::debug!(target: "mpi", rank = me, nodes = table.num_nodes(), ?provided, "MPI initialized");
+            // A sender must not send a receiver more than its posted buffers hold (MPI would
+            // end the job on the truncation): every rank takes the job's smallest setting.
+            let mut job_small = 0u64;
+            world.all_reduce_into(&(small as u64), &mut job_small, SystemOperation::min());
+            let small = job_small as usize;
             // SAFETY: reading MPI's predefined handles once MPI is initialized.
             let (comm, byte) = unsafe { (ffi::RSMPI_COMM_WORLD, ffi::RSMPI_UINT8_T) };
+            // SAFETY: MPI_COMM_NULL is a predefined handle.
+            let mut large = unsafe { ffi::RSMPI_COMM_NULL };
+            // SAFETY: the world communicator is valid; collective over every rank, as boot is.
+            mpi_call("MPI_Comm_dup", unsafe {
+                ffi::MPI_Comm_dup(comm, &mut large)
+            })?;
+            let ring = Prepost::start(prepost, small, comm, byte)?;
             let n = table.num_nodes();
             Ok(vec![Box::new(MpiMachine {
                 me,
                 table,
                 universe: Some(universe),
                 comm,
+                large,
                 byte,
                 sends: InFlight::new(),
+                small,
+                ring,
+                order: Order::new(n),
                 piece,
                 incoming: (0..n).map(|_| None).collect(),
                 window,
@@ -287,20 +369,35 @@ fn check_start(
 }
 
 impl MpiMachine {
-    /// Post `msg` to `node`: one MPI message, or a header and pieces for a huge one.
+    /// Post `msg` to `node`: one small MPI message; or a notice and a large one; or a notice,
+    /// a header and pieces for a huge one.
     fn post_message(&mut self, node: usize, msg: Message) -> Result<(), MachineError> {
         let len = msg.wire_len();
+        // One MPI call per message; the buffer moves into the in-flight set (its heap bytes
+        // do not move), so nothing is copied.
+        if len <= self.small {
+            let ptr = msg.wire().as_ptr();
+            self.sent[node] += 1;
+            return self.post(ptr, len, node, self.comm, TAG_MSG, Keep::One(msg));
+        }
+        self.sent[node] += 1;
+        self.post(
+            std::ptr::NonNull::<u8>::dangling().as_ptr(),
+            0,
+            node,
+            self.comm,
+            TAG_NOTICE,
+            Keep::Nothing,
+        )?;
         if len <= self.piece {
             let ptr = msg.wire().as_ptr();
-            // One MPI call per message; the buffer moves into the in-flight set (its heap
-            // bytes do not move), so nothing is copied.
             self.sent[node] += 1;
-            return self.post(ptr, len, node, TAG_MSG, Keep::One(msg));
+            return self.post(ptr, len, node, self.large, TAG_MSG, Keep::One(msg));
         }
         let header = Message::from_payload(&(len as u64).to_le_bytes());
         let hptr = header.payload().as_ptr();
         self.sent[node] += 1;
-        self.post(hptr, 8, node, TAG_HUGE, Keep::One(header))?;
+        self.post(hptr, 8, node, self.large, TAG_HUGE, Keep::One(header))?;
         let msg = Arc::new(msg);
         let base = msg.wire().as_ptr();
         let mut off = 0;
@@ -309,7 +406,14 @@ impl MpiMachine {
             // SAFETY: `off + n <= len`, inside the wire bytes `msg` holds.
             let ptr = unsafe { base.add(off) };
             self.sent[node] += 1;
-            self.post(ptr, n, node, TAG_PIECE, Keep::Shared(msg.clone()))?;
+            self.post(
+                ptr,
+                n,
+                node,
+                self.large,
+                TAG_PIECE,
+                Keep::Shared(msg.clone()),
+            )?;
             off += n;
         }
         Ok(())
@@ -335,7 +439,7 @@ impl MpiMachine {
             // A few bytes per quarter window: the allocation is not per message.
             let credit = Message::from_payload(&self.received[src].to_le_bytes());
             let ptr = credit.payload().as_ptr();
-            self.post(ptr, 8, src, TAG_CREDIT, Keep::One(credit))?;
+            self.post(ptr, 8, src, self.comm, TAG_CREDIT, Keep::One(credit))?;
         }
         Ok(())
     }
@@ -345,12 +449,14 @@ impl MpiMachine {
         self.backlog.iter().any(|b| !b.is_empty())
     }
 
-    /// Post one non-blocking send of `len` bytes at `ptr` and keep `keep` alive until it is done.
+    /// Post one non-blocking send of `len` bytes at `ptr` on `comm` and keep `keep` alive until
+    /// it is done.
     fn post(
         &mut self,
         ptr: *const u8,
         len: usize,
         node: usize,
+        comm: ffi::MPI_Comm,
         tag: c_int,
         keep: Keep,
     ) -> Result<(), MachineError> {
@@ -365,7 +471,7 @@ impl MpiMachine {
                 self.byte,
                 node as c_int,
                 tag,
-                self.comm,
+                comm,
                 &mut req,
             )
         })?;
@@ -373,8 +479,77 @@ impl MpiMachine {
         Ok(())
     }
 
-    /// Take one MPI message off MPI's queue if one has arrived.
+    /// Take one message, credit or piece if one has arrived, in the order that keeps FIFO per
+    /// pair (see `order.rs`): released messages first, then awaited large ones, then the
+    /// ring's head.
     fn receive(&mut self) -> Result<Received, MachineError> {
+        if let Some(m) = self.order.next_ready() {
+            return Ok(Received::Message(m));
+        }
+        // Usually empty: probed only for sources whose notice came.
+        for i in 0..self.order.awaiting().len() {
+            let src = self.order.awaiting()[i];
+            match self.receive_large(src)? {
+                Received::Nothing => {}
+                Received::Other => return Ok(Received::Other),
+                Received::Message(m) => {
+                    for _ in 0..self.order.large_done(src) {
+                        self.count_received(src)?;
+                    }
+                    return Ok(Received::Message(m));
+                }
+            }
+        }
+        let Some(a) = self.ring.head()? else {
+            return Ok(Received::Nothing);
+        };
+        let src = a.src;
+        match a.tag {
+            TAG_MSG => {
+                let m = self.ring.message(a)?;
+                match self.order.small(src, m) {
+                    Some(m) => {
+                        self.count_received(src)?;
+                        Ok(Received::Message(m))
+                    }
+                    // Counted when released.
+                    None => Ok(Received::Other),
+                }
+            }
+            TAG_NOTICE => {
+                self.ring.skip()?;
+                if a.count != 0 {
+                    return Err(MachineError::corrupt(
+                        src,
+                        format!("a notice of {} bytes, not 0", a.count),
+                    ));
+                }
+                self.count_received(src)?;
+                self.order.notice(src);
+                Ok(Received::Other)
+            }
+            TAG_CREDIT => {
+                let total = self.ring.word(a, "a credit")?;
+                if total > self.sent[src] {
+                    return Err(MachineError::corrupt(
+                        src,
+                        "credit for more messages than were sent",
+                    ));
+                }
+                self.credit[src] = self.credit[src].max(total);
+                self.pump(src)?;
+                Ok(Received::Other)
+            }
+            t => {
+                self.ring.skip()?;
+                Err(MachineError::corrupt(src, format!("unknown tag {t}")))
+            }
+        }
+    }
+
+    /// Take the next message of `src` on the large communicator if it has arrived: a whole
+    /// message, or a huge one's header or piece.
+    fn receive_large(&mut self, src: usize) -> Result<Received, MachineError> {
         let mut flag: c_int = 0;
         // SAFETY: MPI_Status is plain old data; MPI fills it.
         let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
@@ -384,9 +559,9 @@ impl MpiMachine {
         // so that only the Mrecv below can receive it.
         mpi_call("MPI_Improbe", unsafe {
             ffi::MPI_Improbe(
-                ffi::RSMPI_ANY_SOURCE,
+                src as c_int,
                 ffi::RSMPI_ANY_TAG,
-                self.comm,
+                self.large,
                 &mut flag,
                 &mut handle,
                 &mut status,
@@ -395,7 +570,6 @@ impl MpiMachine {
         if flag == 0 {
             return Ok(Received::Nothing);
         }
-        let src = status.MPI_SOURCE as usize;
         let tag = status.MPI_TAG;
         let mut count: c_int = 0;
         // SAFETY: `status` was filled by the probe.
@@ -404,25 +578,11 @@ impl MpiMachine {
         })?;
         let count =
             usize::try_from(count).map_err(|_| MachineError::corrupt(src, "negative count"))?;
-        if tag == TAG_CREDIT {
-            let total = self.mrecv_word(&mut handle, count, src, "a credit")?;
-            if total > self.sent[src] {
-                return Err(MachineError::corrupt(
-                    src,
-                    "credit for more messages than were sent",
-                ));
-            }
-            self.credit[src] = self.credit[src].max(total);
-            self.pump(src)?;
-            return Ok(Received::Other);
-        }
-        if matches!(tag, TAG_MSG | TAG_HUGE | TAG_PIECE) {
-            self.count_received(src)?;
-        }
+        self.count_received(src)?;
         match tag {
             TAG_MSG => {
-                // A large message goes into the buffer of a large one sent (pages mapped,
-                // where a fresh megabyte faults in every page while MPI copies into it).
+                // Into the buffer of a large message sent (pages mapped, where a fresh
+                // megabyte faults in every page while MPI copies into it).
                 let kept = if count >= LARGE {
                     self.sends.take_buffer(HEADROOM + count)
                 } else {
@@ -537,20 +697,32 @@ impl MpiMachine {
         Ok(u64::from_le_bytes(word))
     }
 
-    /// Whether a message is waiting in MPI, without receiving it.
+    /// Whether something is there to take: a released message, an arrival at the ring's
+    /// head, or an awaited large message.
     fn probe(&mut self) -> Result<bool, MachineError> {
-        let mut flag: c_int = 0;
-        // SAFETY: out-pointer to a local; status ignored.
-        mpi_call("MPI_Iprobe", unsafe {
-            ffi::MPI_Iprobe(
-                ffi::RSMPI_ANY_SOURCE,
-                ffi::RSMPI_ANY_TAG,
-                self.comm,
-                &mut flag,
-                ffi::RSMPI_STATUS_IGNORE,
-            )
-        })?;
-        Ok(flag != 0)
+        if self.order.has_ready() {
+            return Ok(true);
+        }
+        if self.ring.head()?.is_some() {
+            return Ok(true);
+        }
+        for &src in self.order.awaiting() {
+            let mut flag: c_int = 0;
+            // SAFETY: out-pointer to a local; status ignored.
+            mpi_call("MPI_Iprobe", unsafe {
+                ffi::MPI_Iprobe(
+                    src as c_int,
+                    ffi::RSMPI_ANY_TAG,
+                    self.large,
+                    &mut flag,
+                    ffi::RSMPI_STATUS_IGNORE,
+                )
+            })?;
+            if flag != 0 {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Start a non-blocking barrier.
@@ -649,8 +821,9 @@ impl Machine for MpiMachine {
     fn in_transfer(&self) -> bool {
         // Out: a large send whose data is still moving (rendezvous: it needs our progress
         // calls, which `advance` makes), or messages waiting for credit that is on its way.
-        // In: a huge message whose pieces are still coming.
-        self.sends.large() > 0 || self.backlogged() || self.incoming.iter().any(Option::is_some)
+        // In: a large message announced and not received yet (it holds back what its source
+        // sent after it), or messages released from a hold and not handed up yet.
+        self.sends.large() > 0 || self.backlogged() || !self.order.is_empty()
     }
 
     fn waker(&self) -> Option<Arc<dyn Wake>> {
@@ -741,6 +914,8 @@ impl Machine for MpiMachine {
         // A second barrier: nobody finalizes while a peer's sends may still need it.
         let mut req = self.ibarrier()?;
         let done = self.wait_moving(&mut req, None, Some(Instant::now() + EXIT_WAIT))?;
+        // Posted receives must not outlive the layer's buffers, nor be found by MPI_Finalize.
+        self.ring.cancel()?;
         let left = self.sends.abandon() + self.backlog.iter().map(VecDeque::len).sum::<usize>();
         if left > 0 {
             eprintln!(

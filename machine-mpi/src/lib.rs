@@ -13,6 +13,11 @@ pub mod launcher_env;
 
 #[cfg(feature = "mpi")]
 mod layer;
+// Needs no MPI: its tests run in every build.
+#[cfg(any(feature = "mpi", test))]
+mod order;
+#[cfg(feature = "mpi")]
+mod prepost;
 #[cfg(feature = "mpi")]
 mod sends;
 // Needs no MPI: its tests run in every build.
@@ -28,6 +33,15 @@ pub const SETTINGS: &[converse_machine::SettingSpec] = &[
     converse_machine::SettingSpec {
         key: "mpi.piece_bytes",
         meaning: "largest single MPI message; larger ones go in pieces (default 1 GiB)",
+    },
+    converse_machine::SettingSpec {
+        key: "mpi.small_bytes",
+        meaning: "largest message (wire bytes) received into pre-posted receives; larger ones \
+                  are received by probe (default 8192; the job uses its smallest)",
+    },
+    converse_machine::SettingSpec {
+        key: "mpi.prepost",
+        meaning: "receives kept posted for small messages (default 32)",
     },
     converse_machine::SettingSpec {
         key: "mpi.window",

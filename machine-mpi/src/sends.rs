@@ -21,6 +21,8 @@ pub(crate) enum Keep {
     /// A message sent in pieces: each piece's request holds a reference, and the buffer is
     /// freed when the last piece completes, whatever order MPI completes them in.
     Shared(Arc<Message>),
+    /// Nothing: a send of no bytes (a notice).
+    Nothing,
 }
 
 /// Sends from this many bytes count as large: beyond the eager limits of MPI's usual transports
@@ -35,6 +37,7 @@ impl Keep {
         match self {
             Keep::One(m) => m.wire_len() >= LARGE,
             Keep::Shared(_) => true,
+            Keep::Nothing => false,
         }
     }
 }

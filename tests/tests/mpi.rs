@@ -63,6 +63,30 @@ mod particular {
         assert_eq!(o.lines_with("conformance alltoall: ok"), 1, "{o}");
     }
 
+    /// Sizes 16 B..4 KiB with the small limit at 1 KiB: about three messages in four go by
+    /// notice and probe, the rest to pre-posted receives (one of them, so most small ones
+    /// find none posted), and each pair's order must hold across the two ways in.
+    #[test]
+    fn fifo_holds_across_pre_posted_and_probed_messages() {
+        let o = run_bounded(
+            &mut mpirun(
+                3,
+                &[
+                    "fifo",
+                    "+set",
+                    "mpi.small_bytes=1024",
+                    "+set",
+                    "mpi.prepost=1",
+                    "+set",
+                    "mpi.window=8",
+                ],
+            ),
+            Duration::from_secs(120),
+        );
+        assert_eq!(o.code, Some(0), "{o}");
+        assert_eq!(o.lines_with("conformance fifo: ok"), 1, "{o}");
+    }
+
     #[test]
     fn plus_p_must_match_the_number_of_ranks() {
         let o = run_bounded(&mut mpirun(2, &["hello", "+p4"]), Duration::from_secs(60));
@@ -83,6 +107,16 @@ mod particular {
         );
         assert_ne!(o.code, Some(0), "{o}");
         assert!(o.stderr.contains("setting mpi.window"), "{o}");
+        for bad in ["mpi.small_bytes=8", "mpi.small_bytes=1M", "mpi.prepost=0"] {
+            let o = run_bounded(
+                &mut mpirun(2, &["hello", "+set", bad]),
+                Duration::from_secs(60),
+            );
+            assert_ne!(o.code, Some(0), "{bad}: {o}");
+            let key = bad.split('=').next().unwrap_or(bad);
+            assert!(o.stderr.contains(&format!("setting {key}")), "{bad}: {o}");
+            assert_eq!(o.lines_with("hello from PE"), 0, "{bad}: {o}");
+        }
     }
 
     #[test]
