@@ -867,6 +867,29 @@ mod tests {
     }
 
     #[test]
+    fn a_peer_may_send_from_its_send_port_and_from_nowhere_else() {
+        let (a, t, mut eps, mut w) = two_nodes();
+        let sends: SocketAddr = "127.0.0.1:2001".parse().expect("addr");
+        let stranger: SocketAddr = "127.0.0.1:2002".parse().expect("addr");
+        eps[0].also_from(1, sends);
+        for i in 0..4 {
+            eps[1].send(0, numbered(i, 10), t, &mut w).expect("send");
+        }
+        let mut got = Vec::new();
+        let ds: Vec<_> = w.out.drain(..).map(|(_, d)| d).collect();
+        // From elsewhere: foreign, not delivered.
+        eps[0].receive(&ds[0], stranger, t, &mut |m| got.push(m));
+        assert_eq!((got.len(), eps[0].stats.foreign), (0, 1));
+        // From the send port, then from the socket again: both are the peer's.
+        eps[0].receive(&ds[0], sends, t, &mut |m| got.push(m));
+        eps[0].receive(&ds[1], sends, t, &mut |m| got.push(m));
+        eps[0].receive(&ds[2], a[1], t, &mut |m| got.push(m));
+        eps[0].receive(&ds[3], sends, t, &mut |m| got.push(m));
+        assert_eq!(got.len(), 4);
+        assert_eq!(eps[0].stats.foreign, 1);
+    }
+
+    #[test]
     fn a_forgotten_peer_is_released_and_its_datagrams_dropped() {
         let (a, t, mut eps, mut w) = two_nodes();
         // Node 0 has a message outstanding toward 1, and 1 one part-way toward 0.

@@ -611,3 +611,53 @@ impl Part for UdpMachine {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use converse_machine::NodeInfo;
+
+    fn table(infos: &[&str]) -> NodeTable {
+        NodeTable::new(
+            infos
+                .iter()
+                .enumerate()
+                .map(|(n, i)| NodeInfo {
+                    first_pe: n,
+                    num_pes: 1,
+                    host: "h".into(),
+                    addr: i.as_bytes().to_vec(),
+                })
+                .collect(),
+        )
+        .expect("table")
+    }
+
+    #[test]
+    fn node_info_names_the_socket_and_the_send_port() {
+        let t = table(&["127.0.0.1:4000", "127.0.0.1:4001/4002", "[::1]:5000/5001"]);
+        let a = |s: &str| s.parse::<SocketAddr>().expect("addr");
+        assert_eq!(decode_info(&t, 0).ok(), Some((a("127.0.0.1:4000"), None)));
+        assert_eq!(
+            decode_info(&t, 1).ok(),
+            Some((a("127.0.0.1:4001"), Some(a("127.0.0.1:4002"))))
+        );
+        assert_eq!(
+            decode_info(&t, 2).ok(),
+            Some((a("[::1]:5000"), Some(a("[::1]:5001"))))
+        );
+        for bad in [
+            "127.0.0.1:4000/",
+            "127.0.0.1:4000/x",
+            "127.0.0.1:4000/0",
+            "nowhere/1",
+        ] {
+            let e = decode_info(&table(&[bad]), 0).err().map(|e| e.to_string());
+            assert!(
+                e.as_deref().is_some_and(|e| e.contains("node 0's address")),
+                "{bad}: {e:?}"
+            );
+        }
+        assert!(decode_info(&t, 3).is_err());
+    }
+}

@@ -174,3 +174,101 @@ pub(super) fn default_limit() -> usize {
         .map_or(1024, |(soft, _)| soft);
     usize::try_from(soft / 4).unwrap_or(usize::MAX).min(256)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::link::Transmit;
+    use super::super::socket::{Arrived, Socket};
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    fn ip() -> IpAddr {
+        "127.0.0.1".parse().expect("ip")
+    }
+
+    /// A node's socket that sends from connected sockets, for a job of `nodes`.
+    fn node_with_senders(nodes: usize, limit: usize) -> (Socket, SocketAddr) {
+        let mut s = Socket::bind(ip(), 65535).expect("bind");
+        let senders = Senders::bind(ip(), nodes, 1 << 20, limit).expect("senders");
+        let from = senders.local_addr();
+        s.send_from(senders);
+        (s, from)
+    }
+
+    /// The next datagram `s` receives, and where it came from.
+    fn next(s: &mut Socket) -> (Vec<u8>, SocketAddr) {
+        let end = Instant::now() + Duration::from_secs(5);
+        loop {
+            assert!(Instant::now() < end, "nothing arrived");
+            s.wait(false, None, Duration::from_millis(100))
+                .expect("wait");
+            // SAFETY: no landing zone.
+            if unsafe { s.recv(&[]) }.expect("recv") > 0 {
+                let Some(Arrived::Bytes(d, from)) = s.datagram(0) else {
+                    panic!("a whole datagram");
+                };
+                return (d.to_vec(), from);
+            }
+        }
+    }
+
+    #[test]
+    fn each_peer_is_sent_to_from_the_send_port_and_receives_on_its_one_socket() {
+        let (mut a, a_sends) = node_with_senders(3, 2);
+        let a_addr = a.local_addr().expect("addr");
+        assert_eq!(a_sends.ip(), a_addr.ip());
+        assert_ne!(a_sends.port(), a_addr.port());
+        let mut b = Socket::bind(ip(), 65535).expect("bind");
+        let mut c = Socket::bind(ip(), 65535).expect("bind");
+        let (b_addr, c_addr) = (b.local_addr().expect("addr"), c.local_addr().expect("addr"));
+        assert!(a.transmit_one(1, &b_addr, b"to b").expect("send"));
+        assert_eq!(a.transmit(2, &c_addr, &[[b"to ", b"c"]]).expect("send"), 1);
+        assert_eq!(next(&mut b), (b"to b".to_vec(), a_sends));
+        assert_eq!(next(&mut c), (b"to c".to_vec(), a_sends));
+        assert_eq!(a.senders_open(), 2);
+        // The peers answer to the node's socket: it gets their datagrams, not the send
+        // sockets connected to them.
+        assert!(b.transmit_one(0, &a_addr, b"from b").expect("send"));
+        assert!(c.transmit_one(0, &a_addr, b"from c").expect("send"));
+        let mut got = [next(&mut a), next(&mut a)];
+        got.sort();
+        assert_eq!(
+            got,
+            [(b"from b".to_vec(), b_addr), (b"from c".to_vec(), c_addr)]
+        );
+    }
+
+    #[test]
+    fn past_the_limit_a_peer_is_sent_to_from_the_nodes_socket() {
+        let (mut a, a_sends) = node_with_senders(3, 1);
+        let a_addr = a.local_addr().expect("addr");
+        let mut b = Socket::bind(ip(), 65535).expect("bind");
+        let mut c = Socket::bind(ip(), 65535).expect("bind");
+        let (b_addr, c_addr) = (b.local_addr().expect("addr"), c.local_addr().expect("addr"));
+        assert!(a.transmit_one(1, &b_addr, b"1").expect("send"));
+        assert!(a.transmit_one(2, &c_addr, b"2").expect("send"));
+        assert_eq!(next(&mut b).1, a_sends);
+        assert_eq!(next(&mut c).1, a_addr);
+        assert_eq!(a.senders_open(), 1);
+    }
+
+    #[test]
+    fn a_forgotten_peers_socket_is_closed_and_its_place_given_to_another() {
+        let (mut a, a_sends) = node_with_senders(3, 1);
+        let a_addr = a.local_addr().expect("addr");
+        let mut b = Socket::bind(ip(), 65535).expect("bind");
+        let mut c = Socket::bind(ip(), 65535).expect("bind");
+        let (b_addr, c_addr) = (b.local_addr().expect("addr"), c.local_addr().expect("addr"));
+        assert!(a.transmit_one(1, &b_addr, b"1").expect("send"));
+        assert_eq!(next(&mut b).1, a_sends);
+        a.forget(1);
+        assert_eq!(a.senders_open(), 0);
+        assert!(a.transmit_one(2, &c_addr, b"2").expect("send"));
+        assert_eq!(next(&mut c).1, a_sends);
+        // A forgotten peer gets no socket again (what is still sent to it, a farewell say,
+        // leaves from the node's socket).
+        assert!(a.transmit_one(1, &b_addr, b"3").expect("send"));
+        assert_eq!(next(&mut b).1, a_addr);
+        assert_eq!(a.senders_open(), 1);
+    }
+}
