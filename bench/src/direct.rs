@@ -38,6 +38,15 @@ pub(crate) fn pe_main(
     );
     m.barrier(&mut drop)?;
     if me >= 2 {
+        // Idle as a node of a job is: blocked in the layer's wait until node 0 says the
+        // ping-pong is over (the exit barrier's naps would wake it every millisecond).
+        let mut done = false;
+        while !done {
+            m.advance(&mut |_| done = true)?;
+            if !done {
+                m.wait(std::time::Duration::from_secs(1))?;
+            }
+        }
         m.barrier(&mut drop)?;
         m.exit(0)?;
         return Ok(());
@@ -79,6 +88,11 @@ pub(crate) fn pe_main(
             size,
             &h,
         ));
+    }
+    if me == 0 {
+        for idle in 2..m.table().num_nodes() {
+            m.send(idle, Message::new(0))?;
+        }
     }
     m.barrier(&mut drop)?;
     if me == 0 {
