@@ -1,5 +1,6 @@
 //! The UDP layer as a [`Machine`]: one process per node, started by charmrun, one UDP socket
-//! per node, the protocol of [`super::endpoint`] on it.
+//! per node to receive on (and, in a job of three nodes or more, a connected send socket per
+//! peer: `senders.rs`), the protocol of [`super::endpoint`] on it.
 //!
 //! Start-up is the TCP layer's: connect back to charmrun, bind the socket on the address that
 //! routes to charmrun, send that address as this node's info, receive the node table. The

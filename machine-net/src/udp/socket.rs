@@ -1,4 +1,6 @@
-//! The node's one UDP socket: non-blocking, large buffers, datagrams sent from two pieces
+//! The node's UDP socket, on which everything it receives arrives (in a job of three nodes or
+//! more, its sends to peers leave from [`Senders`]' connected sockets, chosen here per
+//! datagram): non-blocking, large buffers, datagrams sent from two pieces
 //! (header, then the message's own bytes) so no payload is copied to prepend a header, and
 //! received in batches (`recvmmsg`: one system call for many datagrams) while a burst lasts.
 //!
