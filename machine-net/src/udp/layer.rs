@@ -540,7 +540,7 @@ impl Machine for UdpMachine {
             ("udp.beyond_window", s.out_of_window),
             ("udp.strangers_dropped", s.foreign),
             ("udp.garbage_dropped", s.garbage),
-            ("udp.connected_peers", self.sock.senders_open() as u64),
+            ("udp.peers_connected", self.sock.senders_open() as u64),
         ]
     }
 
