@@ -7,7 +7,8 @@ use converse_machine::{BootConfig, Message, Settings};
 use std::path::Path;
 use std::time::Instant;
 
-/// One node of `bench pe-direct`: node 0 times round trips, node 1 sends back what it gets.
+/// One node of `bench pe-direct`: node 0 times round trips, node 1 sends back what it gets,
+/// other nodes idle.
 /// `settings` are the `+set` ones of the command line.
 pub(crate) fn pe_main(
     layer: &str,
@@ -29,13 +30,28 @@ pub(crate) fn pe_main(
     let m = &mut nodes[0];
     let me = m.my_node();
     // A layer never sends to its own node (the runtime delivers those itself), so the
-    // ping-pong needs two.
+    // ping-pong needs two. Nodes beyond the first two only wait in the exit barrier: the
+    // layer then serves peers that do not talk (its socket cannot be connected to one).
     anyhow::ensure!(
-        m.table().num_nodes() == 2,
-        "the layer-only ping-pong needs exactly two nodes (charmrun +p2)"
+        m.table().num_nodes() >= 2,
+        "the layer-only ping-pong needs two nodes or more (charmrun +p2)"
     );
-    let peer = 1 - me;
     m.barrier(&mut drop)?;
+    if me >= 2 {
+        // Idle as a node of a job is: blocked in the layer's wait until node 0 says the
+        // ping-pong is over (the exit barrier's naps would wake it every millisecond).
+        let mut done = false;
+        while !done {
+            m.advance(&mut |_| done = true)?;
+            if !done {
+                m.wait(std::time::Duration::from_secs(1))?;
+            }
+        }
+        m.barrier(&mut drop)?;
+        m.exit(0)?;
+        return Ok(());
+    }
+    let peer = 1 - me;
     let warmup = crate::pingpong::warmup(iters);
     let mut rows = Vec::new();
     let mut got: Option<Message> = None;
@@ -72,6 +88,11 @@ pub(crate) fn pe_main(
             size,
             &h,
         ));
+    }
+    if me == 0 {
+        for idle in 2..m.table().num_nodes() {
+            m.send(idle, Message::new(0))?;
+        }
     }
     m.barrier(&mut drop)?;
     if me == 0 {

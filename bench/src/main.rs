@@ -11,7 +11,7 @@
 //! bench smp [--layers tcp,udp,si] [--iters N] [--messages N] [--ks 1,2]
 //! bench idle [--layer si] [--secs S] [--ppn K]
 //! bench multi [--sizes 8,65536,1048576] [--iters N] [--messages N] [--runs R]   (root)
-//! bench udp [--iters N] [--runs R]
+//! bench udp [--iters N] [--runs R] [--parts bandwidth,loss,contention,nodes] [+set K=V ...]
 //! bench topo [--layer local] [--pes 8,16] [--sizes 8,65536] [--iters N] [--contenders 2,4,8]
 //! ```
 
@@ -138,6 +138,9 @@ enum Cmd {
         layer: String,
         #[command(flatten)]
         job: Job,
+        /// Pin this node's process to core (node number mod cores).
+        #[arg(long)]
+        pin: bool,
     },
     /// The echoing side of the raw shared-memory baseline.
     #[command(hide = true)]
@@ -251,7 +254,8 @@ enum Cmd {
     #[command(hide = true)]
     TbonRawChild { addr: String },
     /// The UDP layer: 1 MiB bandwidth next to the TCP layer, goodput under 1% and 5% loss
-    /// (root), latency with a busy process on the last core.
+    /// (root), latency with a busy process on the last core; with `--parts nodes`, small
+    /// messages in a 2-node against a 4-node job (`+set udp.K=V` goes to those jobs).
     Udp {
         /// Round trips per measurement.
         #[arg(long, default_value_t = 2000)]
@@ -259,7 +263,7 @@ enum Cmd {
         /// Repetitions of the bandwidth and contention measurements.
         #[arg(long, default_value_t = 5)]
         runs: usize,
-        /// Which parts to run (bandwidth, loss, contention).
+        /// Which parts to run (bandwidth, loss, contention, nodes).
         #[arg(
             long,
             value_delimiter = ',',
@@ -454,7 +458,14 @@ fn main() -> ExitCode {
             messages,
             ks,
         } => smp::run(&layers, iters.max(1), messages.max(1), &ks),
-        Cmd::Udp { iters, runs, parts } => udp::run(iters.max(1), runs.max(1), &parts),
+        Cmd::Udp { iters, runs, parts } => {
+            let set: Vec<String> = settings
+                .iter()
+                .flat_map(|(k, v)| ["+set".to_owned(), format!("{k}={v}")])
+                .collect();
+            let set: Vec<&str> = set.iter().map(String::as_str).collect();
+            udp::run(iters.max(1), runs.max(1), &parts, &set)
+        }
         Cmd::Spin => udp::spin(),
         Cmd::RawShmEcho {
             path,
@@ -466,7 +477,10 @@ fn main() -> ExitCode {
             sizes,
             rounds,
         } => raw::cma_echo(&path, &sizes, rounds),
-        Cmd::PeDirect { layer, job } => {
+        Cmd::PeDirect { layer, job, pin } => {
+            if pin {
+                udp::pin_to_node_core();
+            }
             direct::pe_main(&layer, &job.sizes, job.iters, &job.csv, settings)
         }
         Cmd::Startup {

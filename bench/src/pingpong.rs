@@ -177,9 +177,14 @@ fn figure(layer: &str, rows: &[&Row]) -> [plot::Panel; 2] {
     ]
 }
 
-/// The command that starts a 2-node job of this program on `layer`: `mpirun -n 2` for MPI,
-/// else `charmrun +p2`; with `ppn` above 1, two nodes of `ppn` PEs each.
-fn launcher(layer: &str, me: &Path, ppn: usize) -> anyhow::Result<std::process::Command> {
+/// The command that starts a job of `nodes` nodes of this program on `layer`: `mpirun -n 2`
+/// for MPI (two ranks only), else `charmrun +pN`; with `ppn` above 1, nodes of `ppn` PEs each.
+fn launcher(
+    layer: &str,
+    me: &Path,
+    nodes: usize,
+    ppn: usize,
+) -> anyhow::Result<std::process::Command> {
     if layer == "mpi" {
         let mut c = std::process::Command::new("mpirun");
         let version = std::process::Command::new("mpirun")
@@ -197,7 +202,7 @@ fn launcher(layer: &str, me: &Path, ppn: usize) -> anyhow::Result<std::process::
     }
     let mut c = std::process::Command::new(charmrun_beside(me)?);
     c.args([
-        format!("+p{}", 2 * ppn).as_str(),
+        format!("+p{}", nodes * ppn).as_str(),
         "++quiet",
         "++timelimit",
         "600",
@@ -239,7 +244,7 @@ pub(crate) fn across_nodes(
     if layer == "mpi" && ppn > 1 {
         extra.extend(["+ppn", peer.as_str()]);
     }
-    run_job(layer, sizes, iters, "pe-pingpong", &[], &extra, ppn)
+    run_job(layer, sizes, iters, "pe-pingpong", &[], &extra, 2, ppn)
 }
 
 /// As [`launched`], with the launcher started through `prefix` (`ip netns exec NS`, say) and
@@ -252,9 +257,23 @@ pub(crate) fn under_charmrun_with(
     prefix: &[&str],
     extra: &[&str],
 ) -> anyhow::Result<Vec<Row>> {
-    run_job(layer, sizes, iters, mode, prefix, extra, 1)
+    run_job(layer, sizes, iters, mode, prefix, extra, 2, 1)
 }
 
+/// As [`under_charmrun_with`], in a job of `nodes` nodes of one PE each: node 0 plays
+/// against node 1, the other nodes idle (so a layer serves more peers than the two that talk).
+pub(crate) fn on_nodes(
+    layer: &str,
+    sizes: &[usize],
+    iters: u64,
+    nodes: usize,
+    mode: &str,
+    extra: &[&str],
+) -> anyhow::Result<Vec<Row>> {
+    run_job(layer, sizes, iters, mode, &[], extra, nodes, 1)
+}
+
+#[allow(clippy::too_many_arguments)]
 fn run_job(
     layer: &str,
     sizes: &[usize],
@@ -262,12 +281,13 @@ fn run_job(
     mode: &str,
     prefix: &[&str],
     extra: &[&str],
+    nodes: usize,
     ppn: usize,
 ) -> anyhow::Result<Vec<Row>> {
     let me = std::env::current_exe().context("finding the bench executable")?;
     let out = std::env::temp_dir().join(format!("bench-pingpong-{}.csv", std::process::id()));
     let sizes_arg = crate::report::size_list(sizes);
-    let launch = launcher(layer, &me, ppn)?;
+    let launch = launcher(layer, &me, nodes, ppn)?;
     let mut cmd = match prefix.split_first() {
         Some((first, rest)) => {
             let mut c = std::process::Command::new(first);

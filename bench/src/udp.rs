@@ -9,6 +9,12 @@
 //! - **latency under CPU contention**: the median of 1 MiB round trips with the nodes pinned to
 //!   cores 0 and 1 and a busy process on core 1, next to the quiet median, for the UDP and TCP
 //!   layers.
+//! - **nodes**: small-message latency of the layer alone (the `Machine` driven directly)
+//!   between nodes 0 and 1 of a 2-node job and of a 4-node job (the other two nodes idle),
+//!   next to raw UDP on connected and on unconnected sockets: what the layer pays for serving
+//!   more than one peer. (The layer alone, because on a two-core host the runtime of a 4-node
+//!   job does not spin before blocking — more PEs than cores — so its figure would be that
+//!   of wake-ups, not of the layer.)
 
 use crate::pingpong::under_charmrun_with;
 use crate::raw;
@@ -20,14 +26,16 @@ use std::process::Command;
 /// The message size of every figure here.
 const MIB: usize = 1 << 20;
 
-/// `bench udp`: the `parts` named (bandwidth, loss, contention).
-pub(crate) fn run(iters: u64, runs: usize, parts: &[String]) -> anyhow::Result<()> {
+/// `bench udp`: the `parts` named (bandwidth, loss, contention, nodes). `set` (`+set K=V`
+/// of bench's command line, as `+set` and `K=V` pairs) goes to the jobs of the nodes part.
+pub(crate) fn run(iters: u64, runs: usize, parts: &[String], set: &[&str]) -> anyhow::Result<()> {
     for p in parts {
         match p.as_str() {
             "bandwidth" => bandwidth(iters, runs)?,
             "loss" => goodput_under_loss(iters, runs)?,
             "contention" => contention(iters, runs)?,
-            other => anyhow::bail!("no part '{other}' (bandwidth, loss, contention)"),
+            "nodes" => nodes(iters, runs, set)?,
+            other => anyhow::bail!("no part '{other}' (bandwidth, loss, contention, nodes)"),
         }
     }
     Ok(())
@@ -91,6 +99,73 @@ fn bandwidth(iters: u64, runs: usize) -> anyhow::Result<()> {
     println!(
         "(MB/s from the mean one-way time; {iters} round trips per run after {w} warm-up; \
          median and best of the runs' p50s)\n"
+    );
+    Ok(())
+}
+
+/// The sizes of the nodes part.
+const SMALL: [usize; 3] = [8, 64, 4096];
+
+/// Small-message ping-pong between nodes 0 and 1 on the UDP layer alone in a 2-node and a
+/// 4-node job (nodes 2 and 3 idle), with raw UDP on connected and unconnected sockets, `runs`
+/// rounds in turn, every process pinned to cores 0 and 1 (node n on core n mod 2).
+fn nodes(iters: u64, runs: usize, set: &[&str]) -> anyhow::Result<()> {
+    println!(
+        "ping-pong node 0 <-> node 1, one-way p50/p99 us, pinned to cores 0 and 1: the UDP \
+         layer alone in a 2-node and a 4-node job (nodes 2, 3 idle), raw UDP connected and \
+         unconnected"
+    );
+    println!(
+        "{:>4} {:>6} | {:>15} | {:>15} | {:>5} | {:>15} | {:>15}",
+        "run", "bytes", "2 nodes", "4 nodes", "4/2", "raw connected", "raw unconnected"
+    );
+    let w = crate::pingpong::warmup(iters);
+    let pin = ["--pin"];
+    let extra: Vec<&str> = pin.iter().chain(set).copied().collect();
+    // Per size: the runs' (2-node, 4-node, raw, raw unconnected) p50s and the 4/2 ratios.
+    let mut p50s = vec![[const { Vec::new() }; 4]; SMALL.len()];
+    let mut ratios = vec![Vec::new(); SMALL.len()];
+    for r in 0..runs {
+        let raw_c = pinned_to(0, || raw::udp_pingpong(&SMALL, iters, w, true))?;
+        let two = crate::pingpong::on_nodes("udp", &SMALL, iters, 2, "pe-direct", &extra)?;
+        let four = crate::pingpong::on_nodes("udp", &SMALL, iters, 4, "pe-direct", &extra)?;
+        let raw_u = pinned_to(0, || raw::udp_pingpong(&SMALL, iters, w, false))?;
+        for (i, &size) in SMALL.iter().enumerate() {
+            let pick = |rows: &[Row]| {
+                rows.iter()
+                    .find(|x| x.size == size)
+                    .map(|x| (x.p50_ns, x.p99_ns))
+                    .ok_or_else(|| anyhow::anyhow!("no {size} B figure"))
+            };
+            let cols = [pick(&two)?, pick(&four)?, pick(&raw_c)?, pick(&raw_u)?];
+            let ratio = cols[1].0 as f64 / cols[0].0.max(1) as f64;
+            let cell = |(p50, p99): (u64, u64)| format!("{:.3} {:.2}", us(p50), us(p99));
+            println!(
+                "{:>4} {:>6} | {:>15} | {:>15} | {:>5.2} | {:>15} | {:>15}",
+                r + 1,
+                size,
+                cell(cols[0]),
+                cell(cols[1]),
+                ratio,
+                cell(cols[2]),
+                cell(cols[3])
+            );
+            for (v, c) in p50s[i].iter_mut().zip(cols) {
+                v.push(us(c.0));
+            }
+            ratios[i].push(ratio);
+        }
+    }
+    for (i, &size) in SMALL.iter().enumerate() {
+        let [two, four, rc, ru] = p50s[i].clone().map(|v| summary(v).0);
+        println!(
+            "median {size:>6} B: 2 nodes {two:.3}, 4 nodes {four:.3} (4/2 {:.2}), raw \
+             connected {rc:.3}, raw unconnected {ru:.3}",
+            summary(ratios[i].clone()).0
+        );
+    }
+    println!(
+        "({iters} round trips per measurement after {w} warm-up; medians of the runs' p50s)\n"
     );
     Ok(())
 }

@@ -355,6 +355,28 @@ mod particular {
     }
 
     #[test]
+    fn four_nodes_send_from_connected_sockets_up_to_the_limit() {
+        // Every node talks to all three others: with the default limit each has a send
+        // socket per peer; with a limit of one, it sends to two of them from its own socket
+        // (so each receiver sees both kinds of sender); with none, all from its socket.
+        for (limit, sockets) in [(None, 12), (Some(1), 4), (Some(0), 0)] {
+            let setting = limit.map(|l| format!("udp.connected_peers={l}"));
+            let mut args = vec!["alltoall", "20000", "+set", "udp.stats=1"];
+            if let Some(s) = &setting {
+                args.extend(["+set", s]);
+            }
+            let o = udp().run(PROGRAM, 4, &args, Duration::from_secs(60));
+            assert_eq!(o.code, Some(0), "{limit:?}: {o}");
+            assert_eq!(
+                stats_field(&o.stderr, " peer(s) sent to from a connected socket"),
+                sockets,
+                "{limit:?}: {o}"
+            );
+            assert_eq!(stats_field(&o.stderr, " foreign"), 0, "{limit:?}: {o}");
+        }
+    }
+
+    #[test]
     fn a_bad_setting_is_one_clear_error() {
         let o = udp().run(
             PROGRAM,
@@ -367,6 +389,20 @@ mod particular {
         assert!(
             o.stderr
                 .contains("setting udp.window: 1 is outside 4..=4096"),
+            "{o}"
+        );
+        let o = udp().run(
+            PROGRAM,
+            3,
+            &["hello", "+set", "udp.connected_peers=-1"],
+            Duration::from_secs(30),
+        );
+        assert_ne!(o.code, Some(0), "{o}");
+        assert!(!o.timed_out, "{o}");
+        assert!(
+            o.stderr.contains(
+                "setting udp.connected_peers: -1 is negative: give a whole number in 0..=65535"
+            ),
             "{o}"
         );
     }

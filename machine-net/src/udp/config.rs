@@ -33,6 +33,8 @@ const DEAD_AFTER_S: (f64, f64) = (0.01, 1e6);
 
 /// The smallest MTU IPv4 guarantees.
 const MIN_MTU: usize = 576;
+/// Most connected send sockets: one per peer of the largest job the protocol numbers.
+const MAX_CONNECTED_PEERS: usize = 65535;
 /// Most packets a window may span: the SACK extension covers 32 + 4096.
 const MAX_WINDOW: usize = 4096;
 
@@ -57,6 +59,10 @@ pub struct Config {
     pub via: Option<SocketAddr>,
     /// Print this node's counters when it leaves (`udp.stats`, default false).
     pub stats: bool,
+    /// Peers sent to from a connected socket of their own, at most, in a job of three nodes
+    /// or more (`udp.connected_peers`; default a quarter of the descriptor limit, at most
+    /// 256; 0: none).
+    pub connected_peers: usize,
 }
 
 impl Default for Config {
@@ -74,6 +80,7 @@ impl Default for Config {
             dead_after: Duration::from_secs_f64(DEFAULT_DEAD_AFTER_S),
             via: None,
             stats: false,
+            connected_peers: super::senders::default_limit(),
         }
     }
 }
@@ -198,6 +205,13 @@ impl Config {
                 Some(a)
             }
         };
+        let connected_peers = whole(
+            s,
+            "udp.connected_peers",
+            super::senders::default_limit(),
+            0,
+            MAX_CONNECTED_PEERS,
+        )?;
         let stats = match s.raw("udp.stats") {
             None | Some("0" | "false" | "no") => false,
             Some("1" | "true" | "yes") => true,
@@ -212,6 +226,7 @@ impl Config {
             dead_after,
             via,
             stats,
+            connected_peers,
         })
     }
 }
@@ -238,6 +253,7 @@ mod tests {
             ("udp.dead_after_s", "-1"),
             ("udp.via", "nowhere"),
             ("udp.stats", "maybe"),
+            ("udp.connected_peers", "many"),
         ] {
             let mut s = Settings::default();
             s.set(k, v);
@@ -270,6 +286,7 @@ mod tests {
             "udp.rto_max_ms",
             "udp.rto_initial_ms",
             "udp.ack_delay_us",
+            "udp.connected_peers",
         ];
         let mut cases: Vec<(&str, &str, &str)> = Vec::new();
         for k in whole {
@@ -334,5 +351,30 @@ mod tests {
         assert_eq!(c.dead_after, Duration::from_millis(10));
         assert_eq!(c.ack_delay, Duration::ZERO);
         assert_eq!(c.window, 4096);
+    }
+
+    #[test]
+    fn connected_peers_defaults_to_a_share_of_the_descriptor_limit() {
+        let (soft, _) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+            .expect("getrlimit");
+        let c = Config::from_settings(&Settings::default()).expect("defaults");
+        assert!(c.connected_peers <= 256);
+        assert!(c.connected_peers as u64 <= soft / 4);
+        assert_eq!(c.connected_peers as u64, (soft / 4).min(256));
+        let mut s = Settings::default();
+        s.set("udp.connected_peers", "0");
+        assert_eq!(
+            Config::from_settings(&s).map(|c| c.connected_peers).ok(),
+            Some(0)
+        );
+        s.set("udp.connected_peers", "65535");
+        assert_eq!(
+            Config::from_settings(&s).map(|c| c.connected_peers).ok(),
+            Some(65535)
+        );
+        assert_eq!(
+            refusal("udp.connected_peers", "65536"),
+            "setting udp.connected_peers: 65536 is outside 0..=65535"
+        );
     }
 }

@@ -88,8 +88,12 @@ const BYE_COPIES: usize = 2;
 struct Peer {
     /// Where its datagrams go.
     to: SocketAddr,
-    /// Where its datagrams must come from.
+    /// Where its datagrams must come from: the address they came from last, of the two it
+    /// may send from (so a landing zone expects the right one).
     from: SocketAddr,
+    /// The other address it may send from: its send sockets' (see `senders.rs`) while
+    /// `from` is its socket's, or the reverse.
+    alt: Option<SocketAddr>,
     /// Created on first use (it needs the path's datagram size).
     tx: Option<SendWindow>,
     rx: RecvWindow,
@@ -156,6 +160,7 @@ impl Endpoint {
             .map(|&a| Peer {
                 to: cfg.via.unwrap_or(a),
                 from: cfg.via.unwrap_or(a),
+                alt: None,
                 tx: None,
                 rx: RecvWindow::new(cfg.window),
                 heard: now,
@@ -186,6 +191,14 @@ impl Endpoint {
             pool: Pool::default(),
             stats: Stats::default(),
             cfg,
+        }
+    }
+
+    /// Peer `p` may also send from `addr` (its connected send sockets' address), as well as
+    /// from its socket's.
+    pub fn also_from(&mut self, p: usize, addr: SocketAddr) {
+        if let Some(peer) = self.peers.get_mut(p) {
+            peer.alt = Some(addr);
         }
     }
 
@@ -324,8 +337,14 @@ impl Endpoint {
     ) -> usize {
         let p = usize::from(h.src);
         if from != self.peers[p].from || self.peers[p].dead {
-            self.stats.foreign += 1;
-            return 0;
+            let peer = &mut self.peers[p];
+            if peer.alt != Some(from) || peer.dead {
+                self.stats.foreign += 1;
+                return 0;
+            }
+            // The peer sends from its other address now (a peer sends to us from one, so
+            // this happens once): expect that one first.
+            peer.alt = Some(std::mem::replace(&mut peer.from, from));
         }
         self.stats.received += 1;
         let peer = &mut self.peers[p];
@@ -494,7 +513,7 @@ impl Endpoint {
                 // message's headroom and the datagram leaves in one piece from its buffer.
                 hdr.seq = self.seqs[0] as u32;
                 if let Some(frame) = w.frame(self.seqs[0], &hdr) {
-                    let sent = tx.transmit_one(&peer.to, frame)?;
+                    let sent = tx.transmit_one(p, &peer.to, frame)?;
                     if sent {
                         self.stats.sent += 1;
                         peer.rx.acked();
@@ -523,7 +542,7 @@ impl Endpoint {
                 };
                 dgrams[i] = [&self.headers[i][..hlen], body];
             }
-            let sent = tx.transmit(&peer.to, &dgrams[..k])?;
+            let sent = tx.transmit(p, &peer.to, &dgrams[..k])?;
             // A second clock reading for a batch (not for a lone datagram): see `left`.
             w.left(tx.left_at(now));
             self.stats.sent += sent as u64;
@@ -571,7 +590,7 @@ impl Endpoint {
         h.write(&mut self.ackbuf);
         let n = peer.rx.sack_ext(&mut self.ackbuf[BASE + 2..]);
         self.ackbuf[BASE..BASE + 2].copy_from_slice(&(n as u16).to_le_bytes());
-        if tx.transmit_one(&peer.to, &self.ackbuf[..BASE + 2 + n])? {
+        if tx.transmit_one(p, &peer.to, &self.ackbuf[..BASE + 2 + n])? {
             peer.rx.acked();
             peer.ack_due = None;
             self.stats.sent += 1;
@@ -697,7 +716,7 @@ impl Endpoint {
             h.write(&mut b);
             for _ in 0..BYE_COPIES {
                 // Best effort: the job is over.
-                if tx.transmit(&peer.to, &[[&b, &[]]]).is_ok() {
+                if tx.transmit(p, &peer.to, &[[&b, &[]]]).is_ok() {
                     self.stats.sent += 1;
                 }
             }
@@ -727,7 +746,9 @@ impl Endpoint {
         };
         let mut b = [0u8; BASE];
         h.write(&mut b);
-        tx.transmit(&via, &[[&b, &[]]]).map(|_| ())
+        // To the relay: as to our own node, for which no socket is ever connected.
+        tx.transmit(usize::from(self.exp.me), &via, &[[&b, &[]]])
+            .map(|_| ())
     }
 
     /// Packets retransmitted, timeouts and tail-loss probes, summed over peers.
@@ -843,6 +864,29 @@ mod tests {
             max: 1400,
         };
         (a, t, eps, w)
+    }
+
+    #[test]
+    fn a_peer_may_send_from_its_send_port_and_from_nowhere_else() {
+        let (a, t, mut eps, mut w) = two_nodes();
+        let sends: SocketAddr = "127.0.0.1:2001".parse().expect("addr");
+        let stranger: SocketAddr = "127.0.0.1:2002".parse().expect("addr");
+        eps[0].also_from(1, sends);
+        for i in 0..4 {
+            eps[1].send(0, numbered(i, 10), t, &mut w).expect("send");
+        }
+        let mut got = Vec::new();
+        let ds: Vec<_> = w.out.drain(..).map(|(_, d)| d).collect();
+        // From elsewhere: foreign, not delivered.
+        eps[0].receive(&ds[0], stranger, t, &mut |m| got.push(m));
+        assert_eq!((got.len(), eps[0].stats.foreign), (0, 1));
+        // From the send port, then from the socket again: both are the peer's.
+        eps[0].receive(&ds[0], sends, t, &mut |m| got.push(m));
+        eps[0].receive(&ds[1], sends, t, &mut |m| got.push(m));
+        eps[0].receive(&ds[2], a[1], t, &mut |m| got.push(m));
+        eps[0].receive(&ds[3], sends, t, &mut |m| got.push(m));
+        assert_eq!(got.len(), 4);
+        assert_eq!(eps[0].stats.foreign, 1);
     }
 
     #[test]

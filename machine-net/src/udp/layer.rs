@@ -1,5 +1,6 @@
 //! The UDP layer as a [`Machine`]: one process per node, started by charmrun, one UDP socket
-//! per node, the protocol of [`super::endpoint`] on it.
+//! per node to receive on (and, in a job of three nodes or more, a connected send socket per
+//! peer: `senders.rs`), the protocol of [`super::endpoint`] on it.
 //!
 //! Start-up is the TCP layer's: connect back to charmrun, bind the socket on the address that
 //! routes to charmrun, send that address as this node's info, receive the node table. The
@@ -11,6 +12,7 @@
 use super::config::Config;
 use super::endpoint::{Endpoint, Failure};
 use super::link::Landing;
+use super::senders::Senders;
 use super::socket::{Arrived, Socket, RECV_BATCH};
 use super::wire;
 use crate::mesh;
@@ -19,6 +21,7 @@ use charmrun::client::{Control, DeadPeers, LaunchEnv};
 use converse_machine::{
     BootConfig, Layer, Machine, MachineError, Message, NodeTable, Part, SettingSpec, Wake,
 };
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -68,6 +71,11 @@ const SETTINGS: &[SettingSpec] = &[
     SettingSpec {
         key: "udp.stats",
         meaning: "print this node's counters at exit (default false)",
+    },
+    SettingSpec {
+        key: "udp.connected_peers",
+        meaning: "peers sent to from a connected socket of their own in a job of 3+ nodes \
+                  (0..=65535, default a quarter of RLIMIT_NOFILE, at most 256)",
     },
     SettingSpec {
         key: "udp.via",
@@ -142,6 +150,9 @@ pub struct UdpOpen {
     sock: Socket,
     rcvbuf: usize,
     addr: std::net::SocketAddr,
+    /// Per-peer connected send sockets, bound but not yet connected (a job of three nodes or
+    /// more, without a relay, `udp.connected_peers` above 0).
+    senders: Option<Senders>,
 }
 
 // By hand: the socket has no useful text form.
@@ -176,17 +187,30 @@ impl UdpOpen {
             .local_addr()
             .map_err(|e| MachineError::io("the UDP socket's address", e))?;
         tracing::debug!(target: "udp", %addr, rcvbuf, mtu = conf.mtu, "socket open");
+        // Two nodes connect the one socket, a relay takes everything: no send sockets then.
+        let senders = if env.num_nodes >= 3 && conf.via.is_none() && conf.connected_peers > 0 {
+            Senders::bind(addr.ip(), env.num_nodes, conf.sockbuf, conf.connected_peers)
+                .map_err(|e| tracing::debug!(target: "udp", "no send sockets: {e}"))
+                .ok()
+        } else {
+            None
+        };
         Ok(UdpOpen {
             conf,
             sock,
             rcvbuf,
             addr,
+            senders,
         })
     }
 
-    /// This node's info for the node table: the socket's address.
+    /// This node's info for the node table: the socket's address, and the port its send
+    /// sockets send from if it has them (`IP:PORT` or `IP:PORT/PORT`).
     pub fn info(&self) -> Vec<u8> {
-        mesh::encode_addr(self.addr)
+        match &self.senders {
+            Some(s) => format!("{}/{}", self.addr, s.local_addr().port()).into_bytes(),
+            None => mesh::encode_addr(self.addr),
+        }
     }
 
     /// Finish booting with the node table (every node's `addr` what its
@@ -205,16 +229,20 @@ impl UdpOpen {
             mut sock,
             rcvbuf,
             addr,
+            senders,
         } = self;
-        let addrs = (0..table.num_nodes())
+        // Each node's socket, and where its send sockets send from.
+        let (addrs, sends_from): (Vec<_>, Vec<_>) = (0..table.num_nodes())
             .map(|n| {
                 if n == env.node {
-                    Ok(addr)
+                    Ok((addr, None))
                 } else {
-                    mesh::decode_addr(&table, n)
+                    decode_info(&table, n)
                 }
             })
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .unzip();
         let stats = conf.stats;
         let via = conf.via;
         let mut ep = Endpoint::new(
@@ -225,8 +253,16 @@ impl UdpOpen {
             rcvbuf,
             Instant::now(),
         );
+        for (p, from) in sends_from.iter().enumerate() {
+            if let Some(from) = from {
+                ep.also_from(p, *from);
+            }
+        }
         ep.announce(&mut sock)
             .map_err(|e| MachineError::io("announcing this node to the relay", e))?;
+        if let Some(s) = senders {
+            sock.send_from(s);
+        }
         // One address to send to (the relay, or the other node of two): connect to it.
         let only = match via {
             Some(relay) => Some(relay),
@@ -251,6 +287,33 @@ impl UdpOpen {
             leaving: false,
         })
     }
+}
+
+/// Node `node`'s info in the table ([`UdpOpen::info`]): its socket's address, and the
+/// address its send sockets send from, if it has them.
+///
+/// # Errors
+/// [`MachineError::Boot`] when the entry is missing or malformed.
+fn decode_info(
+    table: &NodeTable,
+    node: usize,
+) -> Result<(SocketAddr, Option<SocketAddr>), MachineError> {
+    let bad =
+        |why: &str| MachineError::Boot(format!("node {node}'s address in the node table {why}"));
+    let info = table.node(node).ok_or_else(|| bad("is missing"))?;
+    let text = std::str::from_utf8(&info.addr).map_err(|_| bad("is not text"))?;
+    let (main, port) = match text.split_once('/') {
+        Some((main, port)) => (main, Some(port)),
+        None => (text, None),
+    };
+    let addr: SocketAddr = main.parse().map_err(|_| bad("does not parse"))?;
+    let from = port
+        .map(|p| match p.parse::<u16>() {
+            Ok(p) if p != 0 => Ok(SocketAddr::new(addr.ip(), p)),
+            _ => Err(bad("has no send port after '/'")),
+        })
+        .transpose()?;
+    Ok((addr, from))
 }
 
 impl UdpMachine {
@@ -398,7 +461,8 @@ impl UdpMachine {
         eprintln!(
             "udp node {}: sent {} datagrams ({} acks, {} retransmitted, {} timeouts, {} tail \
              probes), received {} \
-             ({} in place, {} duplicates, {} beyond the window), dropped {} foreign and {} garbage",
+             ({} in place, {} duplicates, {} beyond the window), dropped {} foreign and {} \
+             garbage; {} peer(s) sent to from a connected socket",
             self.me,
             s.sent,
             s.acks,
@@ -410,7 +474,8 @@ impl UdpMachine {
             s.duplicates,
             s.out_of_window,
             s.foreign,
-            s.garbage
+            s.garbage,
+            self.sock.senders_open()
         );
     }
 }
@@ -475,6 +540,7 @@ impl Machine for UdpMachine {
             ("udp.beyond_window", s.out_of_window),
             ("udp.strangers_dropped", s.foreign),
             ("udp.garbage_dropped", s.garbage),
+            ("udp.peers_connected", self.sock.senders_open() as u64),
         ]
     }
 
@@ -518,6 +584,7 @@ impl Part for UdpMachine {
     fn forget(&mut self, node: usize) {
         tracing::debug!(target: "udp", peer = node, "peer out of the job");
         self.ep.forget(node);
+        self.sock.forget(node);
     }
 
     fn barrier_mode(&mut self, on: bool) {
@@ -543,5 +610,55 @@ impl Part for UdpMachine {
             self.print_stats();
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use converse_machine::NodeInfo;
+
+    fn table(infos: &[&str]) -> NodeTable {
+        NodeTable::new(
+            infos
+                .iter()
+                .enumerate()
+                .map(|(n, i)| NodeInfo {
+                    first_pe: n,
+                    num_pes: 1,
+                    host: "h".into(),
+                    addr: i.as_bytes().to_vec(),
+                })
+                .collect(),
+        )
+        .expect("table")
+    }
+
+    #[test]
+    fn node_info_names_the_socket_and_the_send_port() {
+        let t = table(&["127.0.0.1:4000", "127.0.0.1:4001/4002", "[::1]:5000/5001"]);
+        let a = |s: &str| s.parse::<SocketAddr>().expect("addr");
+        assert_eq!(decode_info(&t, 0).ok(), Some((a("127.0.0.1:4000"), None)));
+        assert_eq!(
+            decode_info(&t, 1).ok(),
+            Some((a("127.0.0.1:4001"), Some(a("127.0.0.1:4002"))))
+        );
+        assert_eq!(
+            decode_info(&t, 2).ok(),
+            Some((a("[::1]:5000"), Some(a("[::1]:5001"))))
+        );
+        for bad in [
+            "127.0.0.1:4000/",
+            "127.0.0.1:4000/x",
+            "127.0.0.1:4000/0",
+            "nowhere/1",
+        ] {
+            let e = decode_info(&table(&[bad]), 0).err().map(|e| e.to_string());
+            assert!(
+                e.as_deref().is_some_and(|e| e.contains("node 0's address")),
+                "{bad}: {e:?}"
+            );
+        }
+        assert!(decode_info(&t, 3).is_err());
     }
 }

@@ -9,20 +9,26 @@ use std::time::Instant;
 
 /// Where datagrams go.
 pub trait Transmit {
-    /// Send datagrams to `to`, each the concatenation of its two parts, in order. Returns how
-    /// many were taken (a prefix of `dgrams`); fewer than all means the socket is full for now.
+    /// Send datagrams to node `peer` at `to`, each the concatenation of its two parts, in
+    /// order. Returns how many were taken (a prefix of `dgrams`); fewer than all means the
+    /// socket is full for now. (`peer` lets a socket keep a connected socket per peer.)
     ///
     /// # Errors
     /// A failure that is not "full" (the OS's).
-    fn transmit(&mut self, to: &SocketAddr, dgrams: &[[&[u8]; 2]]) -> io::Result<usize>;
+    fn transmit(
+        &mut self,
+        peer: usize,
+        to: &SocketAddr,
+        dgrams: &[[&[u8]; 2]],
+    ) -> io::Result<usize>;
 
     /// Send one datagram held in one piece; whether the socket took it. (A socket may do
     /// this more cheaply than a batch: no descriptor array for the kernel to copy in.)
     ///
     /// # Errors
     /// As [`transmit`](Self::transmit).
-    fn transmit_one(&mut self, to: &SocketAddr, dgram: &[u8]) -> io::Result<bool> {
-        self.transmit(to, &[[dgram, &[]]]).map(|n| n == 1)
+    fn transmit_one(&mut self, peer: usize, to: &SocketAddr, dgram: &[u8]) -> io::Result<bool> {
+        self.transmit(peer, to, &[[dgram, &[]]]).map(|n| n == 1)
     }
 
     /// The largest datagram (UDP payload) worth sending to `to`.

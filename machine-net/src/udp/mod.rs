@@ -15,7 +15,9 @@
 //! - [`link`]: what the protocol asks of a socket (or of a simulated network).
 //! - `sim` (tests only): a simulated network that loses, duplicates and reorders, to run
 //!   endpoints over.
-//! - `socket`: the node's one UDP socket, batched system calls.
+//! - `socket`: the node's one UDP socket (the one it receives on), batched system calls.
+//! - `senders`: in jobs of three nodes or more, a connected send socket per peer (up to
+//!   `udp.connected_peers`), so a send pays no route lookup.
 //! - [`config`]: the `udp.*` settings.
 //! - [`layer`]: the `Machine` implementation and boot through charmrun.
 
@@ -29,6 +31,7 @@ mod loss;
 mod reassembly;
 mod rtt;
 mod send_queue;
+mod senders;
 #[cfg(test)]
 mod sim;
 mod socket;

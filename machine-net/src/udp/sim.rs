@@ -22,7 +22,7 @@ pub(super) struct Wire {
 }
 
 impl Transmit for Wire {
-    fn transmit(&mut self, to: &SocketAddr, dgrams: &[[&[u8]; 2]]) -> io::Result<usize> {
+    fn transmit(&mut self, _: usize, to: &SocketAddr, dgrams: &[[&[u8]; 2]]) -> io::Result<usize> {
         for d in dgrams {
             self.out.push((*to, [d[0], d[1]].concat()));
         }

@@ -1,4 +1,6 @@
-//! The node's one UDP socket: non-blocking, large buffers, datagrams sent from two pieces
+//! The node's UDP socket, on which everything it receives arrives (in a job of three nodes or
+//! more, its sends to peers leave from [`Senders`]' connected sockets, chosen here per
+//! datagram): non-blocking, large buffers, datagrams sent from two pieces
 //! (header, then the message's own bytes) so no payload is copied to prepend a header, and
 //! received in batches (`recvmmsg`: one system call for many datagrams) while a burst lasts.
 //!
@@ -11,6 +13,7 @@
 //! Everything off that path (socket options, polling, errno, addresses) goes through nix.
 
 use super::link::{Landing, Transmit};
+use super::senders::Senders;
 use super::wire::{self, MAX_DATA_HEADER};
 use nix::errno::Errno;
 use nix::poll::{PollFd, PollFlags};
@@ -19,7 +22,7 @@ use nix::sys::time::TimeSpec;
 use std::io;
 use std::mem::MaybeUninit;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::time::Duration;
 
 /// Datagrams taken by one `recvmmsg`.
@@ -43,6 +46,10 @@ pub(super) struct Socket {
     mtu: usize,
     /// The one address this node sends to, when the socket is connected to it.
     connected: Option<SocketAddr>,
+    /// Connected send sockets per peer (jobs of three nodes or more).
+    senders: Option<Senders>,
+    /// The peer whose send socket was last found full (`None`: this socket).
+    full: Option<usize>,
 }
 
 /// The receive buffers and the kernel's descriptors of them, made once: `recvmmsg` gets the
@@ -254,7 +261,41 @@ impl Socket {
             burst: false,
             mtu,
             connected: None,
+            senders: None,
+            full: None,
         })
+    }
+
+    /// Send to peers from `senders` (connected sockets per peer) rather than from this
+    /// socket, as far as they allow.
+    pub(super) fn send_from(&mut self, senders: Senders) {
+        self.senders = Some(senders);
+    }
+
+    /// Send sockets open now.
+    pub(super) fn senders_open(&self) -> usize {
+        self.senders.as_ref().map_or(0, Senders::open)
+    }
+
+    /// `peer` is out of the job: close its send socket, if it has one.
+    pub(super) fn forget(&mut self, peer: usize) {
+        if let Some(s) = self.senders.as_mut() {
+            s.forget(peer);
+        }
+        if self.full == Some(peer) {
+            self.full = None;
+        }
+    }
+
+    /// The descriptor to send to `peer` at `to` from, and the address to give (none for a
+    /// connected socket: the kernel keeps the route).
+    #[inline]
+    fn route(&mut self, peer: usize, to: &SocketAddr) -> (RawFd, Option<RawAddr>) {
+        if let Some(fd) = self.senders.as_mut().and_then(|s| s.fd(peer, to)) {
+            return (fd, None);
+        }
+        let addr = (self.connected != Some(*to)).then(|| RawAddr::new(to));
+        (self.sock.as_raw_fd(), addr)
     }
 
     /// Connect the socket to `peer`, the only address this node sends to (a job of two nodes,
@@ -432,27 +473,44 @@ impl Socket {
     /// # Errors
     /// The OS's, except interruptions.
     pub(super) fn wait(
-        &self,
+        &mut self,
         writable: bool,
         wake: Option<BorrowedFd<'_>>,
         timeout: Duration,
     ) -> io::Result<bool> {
-        let events = if writable {
+        // A full send socket of a peer is watched in its own entry; this socket's is watched
+        // for room in the first.
+        let full = self
+            .full
+            .and_then(|p| self.senders.as_ref().and_then(|s| s.socket(p)))
+            .filter(|_| writable);
+        let events = if writable && full.is_none() {
             PollFlags::POLLIN | PollFlags::POLLOUT
         } else {
             PollFlags::POLLIN
         };
-        // Without `wake` the second entry is not passed (it only fills the array).
+        // Entries not needed are not passed (they only fill the array): `wake` second, a full
+        // send socket last.
         let mut pfd = [
             PollFd::new(self.sock.as_fd(), events),
             PollFd::new(wake.unwrap_or(self.sock.as_fd()), PollFlags::POLLIN),
+            PollFd::new(full.unwrap_or(self.sock.as_fd()), PollFlags::POLLOUT),
         ];
-        let n = if wake.is_some() { 2 } else { 1 };
+        let n = if full.is_some() {
+            3
+        } else if wake.is_some() {
+            2
+        } else {
+            1
+        };
         // A timeout beyond what the kernel's seconds hold means "a long time", not an error.
         let ts = TimeSpec::from_duration(timeout.min(Duration::from_secs(i32::MAX as u64)));
         match nix::poll::ppoll(&mut pfd[..n], Some(ts), None) {
             Ok(_) | Err(Errno::EINTR) => {}
             Err(e) => return Err(e.into()),
+        }
+        if full.is_some() && pfd[2].revents().is_some_and(|r| !r.is_empty()) {
+            self.full = None;
         }
         Ok(wake.is_some()
             && pfd[1]
@@ -460,9 +518,8 @@ impl Socket {
                 .is_some_and(|r| r.contains(PollFlags::POLLIN)))
     }
 
-    /// Send up to [`SEND_BATCH`] datagrams in one system call; how many the socket took.
-    fn send_some(&self, to: Option<&RawAddr>, dgrams: &[[&[u8]; 2]]) -> io::Result<usize> {
-        let fd = self.sock.as_raw_fd();
+    /// Send up to [`SEND_BATCH`] datagrams in one system call from `fd`; how many it took.
+    fn send_some(fd: RawFd, to: Option<&RawAddr>, dgrams: &[[&[u8]; 2]]) -> io::Result<usize> {
         let (name, namelen) = to.map_or((std::ptr::null_mut(), 0), RawAddr::parts);
         let k = dgrams.len().min(SEND_BATCH);
         // Only the entries used are written: no array is zeroed per call.
@@ -510,24 +567,29 @@ impl Socket {
 }
 
 impl Transmit for Socket {
-    fn transmit(&mut self, to: &SocketAddr, dgrams: &[[&[u8]; 2]]) -> io::Result<usize> {
-        // No address for a connected socket's peer: the kernel uses the route it keeps.
-        let addr = (self.connected != Some(*to)).then(|| RawAddr::new(to));
+    fn transmit(
+        &mut self,
+        peer: usize,
+        to: &SocketAddr,
+        dgrams: &[[&[u8]; 2]],
+    ) -> io::Result<usize> {
+        let (fd, addr) = self.route(peer, to);
         let mut done = 0;
         while done < dgrams.len() {
             let rest = &dgrams[done..];
-            let n = self.send_some(addr.as_ref(), rest)?;
+            let n = Self::send_some(fd, addr.as_ref(), rest)?;
             done += n;
             if n < rest.len().min(SEND_BATCH) {
                 // The socket took part of the batch: the rest is for later.
+                self.note_full(peer, fd);
                 break;
             }
         }
         Ok(done)
     }
 
-    fn transmit_one(&mut self, to: &SocketAddr, dgram: &[u8]) -> io::Result<bool> {
-        let addr = (self.connected != Some(*to)).then(|| RawAddr::new(to));
+    fn transmit_one(&mut self, peer: usize, to: &SocketAddr, dgram: &[u8]) -> io::Result<bool> {
+        let (fd, addr) = self.route(peer, to);
         let (name, namelen) = addr
             .as_ref()
             .map_or((std::ptr::null_mut(), 0), RawAddr::parts);
@@ -535,7 +597,7 @@ impl Transmit for Socket {
         // (`addr` lives until the call returns) or none.
         let r = unsafe {
             libc::sendto(
-                self.sock.as_raw_fd(),
+                fd,
                 dgram.as_ptr().cast(),
                 dgram.len(),
                 libc::MSG_DONTWAIT,
@@ -543,13 +605,25 @@ impl Transmit for Socket {
                 namelen,
             )
         };
-        Ok(sent(r)? > 0)
+        let took = sent(r)? > 0;
+        if !took {
+            self.note_full(peer, fd);
+        }
+        Ok(took)
     }
 
     fn max_datagram(&mut self, to: &SocketAddr) -> usize {
         let ip_header = if to.is_ipv4() { 20 } else { 40 };
         let path = path_mtu(to).unwrap_or(self.mtu);
         (self.mtu.min(path) - ip_header - 8).min(MAX_UDP_PAYLOAD)
+    }
+}
+
+impl Socket {
+    /// `fd`, the socket for `peer`, refused a datagram: a wait for room watches it.
+    #[cold]
+    fn note_full(&mut self, peer: usize, fd: RawFd) {
+        self.full = (fd != self.sock.as_raw_fd()).then_some(peer);
     }
 }
 
@@ -615,7 +689,7 @@ mod tests {
         let mut b = Socket::bind(ip, 65535).expect("bind");
         let to = b.local_addr().expect("addr");
         let sent = a
-            .transmit(&to, &[[b"head", b"body"], [b"x", b""]])
+            .transmit(1, &to, &[[b"head", b"body"], [b"x", b""]])
             .expect("send");
         assert_eq!(sent, 2);
         let mut got = Vec::new();
@@ -645,8 +719,8 @@ mod tests {
         let (aa, ba) = (a.local_addr().expect("addr"), b.local_addr().expect("addr"));
         a.connect(ba).expect("connect");
         b.connect(aa).expect("connect");
-        assert!(a.transmit_one(&ba, b"one").expect("send"));
-        assert_eq!(a.transmit(&ba, &[[b"t", b"wo"]]).expect("send"), 1);
+        assert!(a.transmit_one(1, &ba, b"one").expect("send"));
+        assert_eq!(a.transmit(1, &ba, &[[b"t", b"wo"]]).expect("send"), 1);
         let mut got = Vec::new();
         let end = std::time::Instant::now() + Duration::from_secs(5);
         while got.len() < 2 {
