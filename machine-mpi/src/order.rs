@@ -162,10 +162,12 @@ mod tests {
         // The large message (100) is delivered by the caller, then what followed it.
         log.push((0, 100));
         assert_eq!(o.large_done(0), 2);
+        assert!(o.has_ready());
         while let Some(m) = o.next_ready() {
             log.push((0, m));
         }
         assert_eq!(log, vec![(0, 1), (1, 10), (0, 100), (0, 2), (0, 3)]);
+        assert!(!o.has_ready());
         assert!(o.is_empty());
     }
 
