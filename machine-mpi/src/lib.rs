@@ -37,7 +37,7 @@ pub const SETTINGS: &[converse_machine::SettingSpec] = &[
     converse_machine::SettingSpec {
         key: "mpi.small_bytes",
         meaning: "largest message (wire bytes) received into pre-posted receives; larger ones \
-                  are received by probe (default 8192; the job uses its smallest)",
+                  are received by probe (default 65535; the job uses its smallest)",
     },
     converse_machine::SettingSpec {
         key: "mpi.prepost",

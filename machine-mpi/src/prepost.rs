@@ -21,9 +21,9 @@ use mpi::ffi;
 use std::os::raw::{c_int, c_void};
 
 /// Received messages up to this many wire bytes are copied out of the ring's buffer into a
-/// buffer of their own size; larger ones take the ring's buffer, and the receive gets a new
-/// one. A copy of a few hundred bytes costs less than the allocation of a ring-sized buffer,
-/// and a small message does not keep a ring-sized buffer alive in a queue.
+/// buffer of their own size; larger ones take the ring's buffer (shrunk to their size), and the
+/// receive gets a new one. A copy of a few hundred bytes costs less than allocating a
+/// ring-sized buffer and re-binding the persistent receive to it.
 const COPY_MAX: usize = 512;
 
 /// What the head of the ring received.
@@ -174,6 +174,10 @@ impl Prepost {
             // SAFETY: MPI wrote `count` bytes after the headroom; the headroom was zeroed when
             // the buffer was made.
             unsafe { whole.set_len(HEADROOM + a.count) };
+            // A ring buffer is sized for the largest small message: a message handed up keeps
+            // only its own size (shrinking reallocates in place, no copy), so a queue of small
+            // messages does not hold ring-sized buffers.
+            whole.shrink_to_fit();
             self.init(i)?;
             whole
         };
