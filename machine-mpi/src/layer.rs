@@ -1,9 +1,9 @@
 //! The machine layer on MPI: node = rank of `MPI_COMM_WORLD`.
 //!
 //! ```text
-//! send(node, msg):   small: MPI_Isend(msg.wire()) on the world communicator;
-//!                    large: a notice (0 bytes) there, then MPI_Isend on a duplicate of it
-//!                    ("large"); keep (request, msg) until MPI_Testsome says done
+//! send(node, msg):   small: MPI_Isend(msg.wire()) on the "small" communicator;
+//!                    large: a notice (0 bytes) there, then MPI_Isend on "large";
+//!                    keep (request, msg) until MPI_Testsome says done
 //! advance():         MPI_Testsome(sends) now and then; hand up, in this order: a message
 //!                    released from a hold queue; a large message from a source whose notice
 //!                    is next (MPI_Improbe on "large" for that source, MPI_Mrecv into the
@@ -29,11 +29,15 @@
 //! stream, and what a source sent after it is held until it is received (`order.rs`): FIFO
 //! per pair holds across both.
 //!
+//! Both are duplicates of `MPI_COMM_WORLD` ("small" and "large"), so the layer's receives,
+//! posted for any source and tag, never take a message the program itself sends on the world
+//! communicator.
+//!
 //! | communicator | tag | bytes | meaning |
 //! |---|---:|---|---|
-//! | world | 1 | wire bytes | a small message |
-//! | world | 5 | none | a notice: the sender's next message is on "large" |
-//! | world | 4 | u64 LE | credit (below) |
+//! | small | 1 | wire bytes | a small message |
+//! | small | 5 | none | a notice: the sender's next message is on "large" |
+//! | small | 4 | u64 LE | credit (below) |
 //! | large | 1 | wire bytes | a large message |
 //! | large | 2 | u64 LE | a huge message's wire length; its pieces follow |
 //! | large | 3 | a piece | one piece of a huge message |
@@ -82,7 +86,7 @@ pub const LAYER: Layer = Layer {
     settings: crate::SETTINGS,
 };
 
-/// A whole message (small on the world communicator, large on the large one).
+/// A whole message (on "small" or "large" by its size).
 const TAG_MSG: c_int = 1;
 /// The start of a message sent in pieces: 8 bytes, its wire length (LE).
 const TAG_HUGE: c_int = 2;
@@ -154,9 +158,9 @@ pub struct MpiMachine {
     table: NodeTable,
     /// Finalizes MPI when dropped: kept until `exit`.
     universe: Option<mpi::environment::Universe>,
-    /// The world communicator: small messages, notices, credits.
+    /// A duplicate of the world communicator: small messages, notices, credits, barriers.
     comm: ffi::MPI_Comm,
-    /// A duplicate of it: large messages, received by probe.
+    /// Another: large messages, received by probe.
     large: ffi::MPI_Comm,
     byte: ffi::MPI_Datatype,
     sends: InFlight,
@@ -269,13 +273,12 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
             world.all_reduce_into(&(small as u64), &mut job_small, SystemOperation::min());
             let small = job_small as usize;
             // SAFETY: reading MPI's predefined handles once MPI is initialized.
-            let (comm, byte) = unsafe { (ffi::RSMPI_COMM_WORLD, ffi::RSMPI_UINT8_T) };
-            // SAFETY: MPI_COMM_NULL is a predefined handle.
-            let mut large = unsafe { ffi::RSMPI_COMM_NULL };
-            // SAFETY: the world communicator is valid; collective over every rank, as boot is.
-            mpi_call("MPI_Comm_dup", unsafe {
-                ffi::MPI_Comm_dup(comm, &mut large)
-            })?;
+            let (world, byte) = unsafe { (ffi::RSMPI_COMM_WORLD, ffi::RSMPI_UINT8_T) };
+            // Communicators of the layer's own: a program that also sends on MPI_COMM_WORLD
+            // cannot have its messages taken by the layer's receives posted for any source
+            // and tag, nor take the layer's.
+            let comm = dup(world)?;
+            let large = dup(world)?;
             let ring = Prepost::start(prepost, small, comm, byte)?;
             let n = table.num_nodes();
             Ok(vec![Box::new(MpiMachine {
@@ -312,6 +315,15 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
             Err(e)
         }
     }
+}
+
+/// `MPI_Comm_dup` of `comm` (collective: every rank calls it, as every rank boots).
+fn dup(comm: ffi::MPI_Comm) -> Result<ffi::MPI_Comm, MachineError> {
+    // SAFETY: MPI_COMM_NULL is a predefined handle.
+    let mut new = unsafe { ffi::RSMPI_COMM_NULL };
+    // SAFETY: `comm` is a valid communicator; `new` is a local out-parameter.
+    mpi_call("MPI_Comm_dup", unsafe { ffi::MPI_Comm_dup(comm, &mut new) })?;
+    Ok(new)
 }
 
 /// The checks of `boot` once MPI is up, and the node table.
@@ -732,7 +744,7 @@ impl MpiMachine {
     fn ibarrier(&self) -> Result<ffi::MPI_Request, MachineError> {
         // SAFETY: reading a predefined handle, a constant rsmpi's shim exports.
         let mut req = unsafe { ffi::RSMPI_REQUEST_NULL };
-        // SAFETY: `self.comm` is the world communicator, valid while MPI is initialised (the
+        // SAFETY: `self.comm` is a duplicate of the world communicator, valid while MPI is initialised (the
         // universe is kept until `exit`); `req` is a local out-parameter.
         mpi_call("MPI_Ibarrier", unsafe {
             ffi::MPI_Ibarrier(self.comm, &mut req)
@@ -945,7 +957,7 @@ impl Machine for MpiMachine {
         eprintln!("converse: node {} aborting the job: {reason}", self.me);
         // SAFETY: MPI is initialized; MPI_Abort ends every rank of the communicator.
         unsafe {
-            ffi::MPI_Abort(self.comm, 1);
+            ffi::MPI_Abort(ffi::RSMPI_COMM_WORLD, 1);
         }
         std::process::exit(1)
     }

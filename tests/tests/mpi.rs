@@ -87,6 +87,15 @@ mod particular {
         assert_eq!(o.lines_with("conformance fifo: ok"), 1, "{o}");
     }
 
+    /// The program's own message on MPI_COMM_WORLD is not taken by the layer's receives,
+    /// posted for any source and tag on communicators of the layer's own.
+    #[test]
+    fn a_program_sending_on_mpi_comm_world_keeps_its_messages() {
+        let o = run_bounded(&mut mpirun(2, &["mpi-world"]), Duration::from_secs(60));
+        assert_eq!(o.code, Some(0), "{o}");
+        assert_eq!(o.lines_with("conformance mpi-world: ok"), 1, "{o}");
+    }
+
     #[test]
     fn plus_p_must_match_the_number_of_ranks() {
         let o = run_bounded(&mut mpirun(2, &["hello", "+p4"]), Duration::from_secs(60));

@@ -45,6 +45,9 @@
 //! | survive    | (with `+set faults=report`) PE VICTIM dies as HOW says (exit, kill, stop,   |
 //! |            | wait: killed from outside); the survivors are told and go on; exits 0       |
 
+#[cfg(feature = "mpi")]
+#[path = "conformance/mpi_world.rs"]
+mod mpi_world;
 #[path = "conformance/smp.rs"]
 mod smp;
 #[path = "conformance/survive.rs"]
@@ -126,6 +129,8 @@ fn main() -> ExitCode {
             let how = args.get(3).cloned().unwrap_or_else(|| "exit".into());
             Box::new(move |pe: &mut Pe| survive::survive(pe, victim, how.clone()))
         }
+        #[cfg(feature = "mpi")]
+        "mpi-world" => Box::new(mpi_world::mpi_world),
         "wait" => {
             let secs = arg.and_then(|a| a.parse().ok()).unwrap_or(2.0);
             Box::new(move |pe: &mut Pe| wait(pe, secs))
@@ -134,7 +139,7 @@ fn main() -> ExitCode {
         _ => {
             eprintln!(
                 "conformance: unknown scenario '{scenario}' (hello, fifo, broadcast, reduce, \
-                 priority, exit-code, mismatch, alltoall, sizes, idle, panic, scheduling, exit-early, exit-after-send, proc-exit, hang, silent, slow, flood, wait, traced, print, spawn, node, pinning, compute, survive)"
+                 priority, exit-code, mismatch, alltoall, sizes, idle, panic, scheduling, exit-early, exit-after-send, proc-exit, hang, silent, slow, flood, wait, traced, print, spawn, node, pinning, compute, survive, mpi-world)"
             );
             return ExitCode::from(2);
         }
