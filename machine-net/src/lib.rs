@@ -7,8 +7,9 @@
 //! - [`udp`]: one UDP socket per node; packetization, sliding windows, cumulative and
 //!   selective acknowledgements, retransmission on a timer from measured round trips,
 //!   congestion and flow control, dead-peer detection, every datagram checked.
-//! - `multi` (feature `si`; a link would dangle in a build without it): `si+tcp` and `si+udp`, shared memory between the nodes of a
-//!   host and one of the above between hosts, chosen per peer at boot.
+//! - `multi` (feature `si`; not linked, since the link would dangle without it): `si+tcp`
+//!   and `si+udp`, shared memory between the nodes of a host and one of the above between
+//!   hosts, chosen per peer at boot.
 
 #[cfg(feature = "tcp")]
 mod conn;
