@@ -15,6 +15,7 @@
 //! beyond the limit (or if one cannot be opened) the peer is sent to from the node's socket,
 //! with an address. A peer out of the job has its socket closed.
 
+use super::socket::set_sndbuf;
 use nix::sys::socket::{
     bind, connect, setsockopt, socket, sockopt, AddressFamily, SockFlag, SockType, SockaddrStorage,
 };
@@ -51,7 +52,10 @@ pub(super) struct Senders {
 }
 
 /// A UDP socket on `local` that other sockets may share (`SO_REUSEADDR`), non-blocking.
-fn shared_socket(local: SocketAddr) -> io::Result<UdpSocket> {
+/// The anchor (`anchor: true`) binds a port of its own first and allows sharing only then:
+/// bound with `SO_REUSEADDR` already set, it could be given a port another node's anchor holds
+/// (Linux does not count a port held by a socket that allows sharing as taken).
+fn shared_socket(local: SocketAddr, anchor: bool) -> io::Result<UdpSocket> {
     let family = if local.is_ipv4() {
         AddressFamily::Inet
     } else {
@@ -63,10 +67,15 @@ fn shared_socket(local: SocketAddr) -> io::Result<UdpSocket> {
         SockFlag::SOCK_NONBLOCK | SockFlag::SOCK_CLOEXEC,
         None,
     )?;
-    setsockopt(&fd, sockopt::ReuseAddr, &true)?;
+    if !anchor {
+        setsockopt(&fd, sockopt::ReuseAddr, &true)?;
+    }
     // Nothing is ever read from these sockets: the kernel's smallest receive buffer.
     setsockopt(&fd, sockopt::RcvBuf, &0)?;
     bind(fd.as_raw_fd(), &SockaddrStorage::from(local))?;
+    if anchor {
+        setsockopt(&fd, sockopt::ReuseAddr, &true)?;
+    }
     Ok(UdpSocket::from(fd))
 }
 
@@ -82,7 +91,7 @@ impl Senders {
         sndbuf: usize,
         limit: usize,
     ) -> io::Result<Senders> {
-        let anchor = shared_socket(SocketAddr::new(ip, 0))?;
+        let anchor = shared_socket(SocketAddr::new(ip, 0), true)?;
         let local = anchor.local_addr()?;
         Ok(Senders {
             _anchor: anchor,
@@ -139,12 +148,9 @@ impl Senders {
     }
 
     fn connect(&self, to: &SocketAddr) -> io::Result<UdpSocket> {
-        let s = shared_socket(self.local)?;
-        let fd = s.as_raw_fd();
-        if setsockopt(&s, sockopt::SndBufForce, &self.sndbuf).is_err() {
-            setsockopt(&s, sockopt::SndBuf, &self.sndbuf)?;
-        }
-        connect(fd, &SockaddrStorage::from(*to))?;
+        let s = shared_socket(self.local, false)?;
+        set_sndbuf(&s, self.sndbuf)?;
+        connect(s.as_raw_fd(), &SockaddrStorage::from(*to))?;
         Ok(s)
     }
 

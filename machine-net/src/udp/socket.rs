@@ -332,9 +332,7 @@ impl Socket {
         if setsockopt(&fd, sockopt::RcvBufForce, &want).is_err() {
             setsockopt(&fd, sockopt::RcvBuf, &want)?;
         }
-        if setsockopt(&fd, sockopt::SndBufForce, &want).is_err() {
-            setsockopt(&fd, sockopt::SndBuf, &want)?;
-        }
+        set_sndbuf(&fd, want)?;
         // The kernel reports twice what holds data (the rest is its bookkeeping).
         Ok(getsockopt(&fd, sockopt::RcvBuf)? / 2)
     }
@@ -625,6 +623,18 @@ impl Socket {
     fn note_full(&mut self, peer: usize, fd: RawFd) {
         self.full = (fd != self.sock.as_raw_fd()).then_some(peer);
     }
+}
+
+/// Ask for `bytes` of send buffer on `fd`: past the system's maximum when allowed
+/// (`SO_SNDBUFFORCE`, as root), else what the system's maximum allows.
+pub(super) fn set_sndbuf(fd: &impl AsFd, bytes: usize) -> io::Result<()> {
+    use nix::sys::socket::setsockopt;
+    // The kernel takes an int.
+    let want = bytes.min(i32::MAX as usize);
+    if setsockopt(fd, sockopt::SndBufForce, &want).is_err() {
+        setsockopt(fd, sockopt::SndBuf, &want)?;
+    }
+    Ok(())
 }
 
 /// The MTU of the route to `to`, as the kernel knows it (a connected socket's `IP_MTU`).
