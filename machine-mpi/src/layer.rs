@@ -8,7 +8,7 @@
 //!                    released from a hold queue; a large message from a source whose notice
 //!                    is next (MPI_Improbe on "large" for that source, MPI_Mrecv into the
 //!                    buffer of a large message sent); the head of the ring of pre-posted
-//!                    receives (MPI_Test, copy out, re-post)
+//!                    receives (MPI_Test, copy out; re-posted at the next look)
 //! wait(t):           MPI_Test the ring's head (and probe for awaited large messages),
 //!                    napping between tests (MPI has no blocking wait that does not spin),
 //!                    the nap growing while nothing comes; a wake from another thread

@@ -162,14 +162,17 @@ fn a_message_in_pieces_is_in_transfer_until_the_last_one_came() {
     if !converse_mpi::launcher_env::launched() {
         return under_mpirun("a_message_in_pieces_is_in_transfer_until_the_last_one_came");
     }
-    // 64 KiB in 4 KiB pieces through a window of 4 messages: the sender posts the rest as
-    // credit comes back, one advance every 5 ms, so the receiver holds part of it meanwhile.
-    as_rank(&[("mpi.piece_bytes", "4096"), ("mpi.window", "4")], |m| {
+    // 2 MiB in 4 KiB pieces: 512 pieces, more than one advance takes (it takes at most 256
+    // pieces and credits before it returns), so the receiver is between two advances at least
+    // once with the message part-way in, however fast the pieces come. (With fewer pieces the
+    // whole message could come in one advance: MPI may move them all without the sender's
+    // help, by single copy, and the test then failed now and then.)
+    as_rank(&[("mpi.piece_bytes", "4096")], |m| {
         if m.my_node() == 0 {
-            sender(m, 64 << 10, Duration::from_millis(5));
+            sender(m, 2 << 20, Duration::from_millis(1));
         } else {
             assert!(
-                receiver(m, 64 << 10),
+                receiver(m, 2 << 20),
                 "in transfer while pieces were missing"
             );
         }
