@@ -75,7 +75,7 @@ const SETTINGS: &[SettingSpec] = &[
     SettingSpec {
         key: "udp.connected_peers",
         meaning: "peers sent to from a connected socket of their own in a job of 3+ nodes \
-                  (0..=65535, default a quarter of RLIMIT_NOFILE, at most 256)",
+                  without udp.via (0..=65535, default a quarter of RLIMIT_NOFILE, at most 256)",
     },
     SettingSpec {
         key: "udp.via",
