@@ -66,7 +66,8 @@ const RING_BYTES: usize = 64 << 10;
 /// `raw-mpi-prepost`: the MPI layer's small-message path, written plainly on a duplicate of
 /// the world communicator. A ring of [`RING`] persistent receives for any source and tag, the
 /// oldest tested with `MPI_Test`; what came is copied into a buffer of its own (a message must
-/// own its bytes) and the receive restarted; a reply is an `MPI_Isend`. No credit, no order
+/// own its bytes), and the receive is restarted before the next test (after the reply, as the
+/// layer does); a reply is an `MPI_Isend`. No credit, no order
 /// keeping, no runtime. Sizes above [`RING_BYTES`] are left out (the layer probes for those).
 fn prepost_series(
     world: &mpi::topology::SimpleCommunicator,
@@ -102,10 +103,15 @@ fn prepost_series(
         }
     }
     let mut head = 0;
+    // The receive taken last, restarted before the ring's next test.
+    let mut unposted: Option<usize> = None;
     let mut send = null;
     let mut out: Vec<u8> = Vec::new();
     let mut rows = Vec::new();
     for &size in sizes.iter().filter(|&&s| s <= RING_BYTES) {
+        // Rank 1's last reply of the size before may still be reading `out`.
+        // SAFETY: `send` is this rank's own request, or null.
+        unsafe { ffi::MPI_Wait(&mut send, ffi::RSMPI_STATUS_IGNORE) };
         out.clear();
         out.resize(size, 0);
         let mut h = histogram()?;
@@ -120,21 +126,24 @@ fn prepost_series(
             // SAFETY: MPI_Status is plain old data; MPI fills it.
             let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
             let mut count: c_int = 0;
-            // SAFETY: the head is an active receive of the ring; out-pointers to locals; once
-            // complete it has `count` bytes in its buffer and is restarted (inactive then);
-            // `send` is a request of this rank's (or null, at the first round).
+            // SAFETY: `unposted` is an inactive receive of the ring (taken, not restarted); the
+            // head is then an active one; out-pointers to locals; once complete it has `count`
+            // bytes in its buffer; `send` is a request of this rank's (or null).
             let got = unsafe {
+                if let Some(u) = unposted.take() {
+                    ffi::MPI_Start(&mut ring[u]);
+                }
                 while flag == 0 {
                     ffi::MPI_Test(&mut ring[head], &mut flag, &mut status);
                 }
                 ffi::MPI_Get_count(&status, byte, &mut count);
                 let got = bufs[head][..count.max(0) as usize].to_vec();
-                ffi::MPI_Start(&mut ring[head]);
                 // The peer answered, or answers, what this rank sent: that send is done, so its
                 // buffer may go (waiting for a completed request makes no progress call).
                 ffi::MPI_Wait(&mut send, ffi::RSMPI_STATUS_IGNORE);
                 got
             };
+            unposted = Some(head);
             head = (head + 1) % RING;
             out = got;
             if me == 1 {
@@ -147,13 +156,15 @@ fn prepost_series(
         rows.push(Row::from_hist("raw-mpi-prepost", size, &h));
     }
     world.barrier();
-    // SAFETY: the last send is this rank's own; every receive of the ring is active (cancelled
-    // and waited for, then freed) and its buffer is still alive.
+    // SAFETY: the last send is this rank's own; every receive of the ring but `unposted` is
+    // active (cancelled and waited for), all are then inactive and freed, their buffers alive.
     unsafe {
         ffi::MPI_Wait(&mut send, ffi::RSMPI_STATUS_IGNORE);
-        for req in &mut ring {
-            ffi::MPI_Cancel(req);
-            ffi::MPI_Wait(req, ffi::RSMPI_STATUS_IGNORE);
+        for (i, req) in ring.iter_mut().enumerate() {
+            if unposted != Some(i) {
+                ffi::MPI_Cancel(req);
+                ffi::MPI_Wait(req, ffi::RSMPI_STATUS_IGNORE);
+            }
             ffi::MPI_Request_free(req);
         }
     }

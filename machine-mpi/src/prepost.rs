@@ -1,5 +1,6 @@
 //! Pre-posted receives for small messages: a ring of persistent receives (`MPI_Recv_init(ANY_SOURCE,
-//! ANY_TAG)`), tested in the order they were started and restarted as they are taken.
+//! ANY_TAG)`), tested in the order they were started and restarted after they are taken (at
+//! the next look at the ring).
 //! Persistent: restarting a request costs less than posting a new one (no request to allocate
 //! and free per message).
 //!
@@ -46,7 +47,7 @@ pub(crate) struct Prepost {
     /// The oldest posted receive.
     head: usize,
     /// What the head received, once `MPI_Test` said it completed (the request is then
-    /// inactive and is restarted by taking the arrival).
+    /// inactive, and is restarted after the arrival is taken).
     arrived: Option<Arrival>,
     /// A receive taken and not restarted yet: it is restarted at the next look at the ring,
     /// not as it is taken, so `MPI_Start` (about a fifth of a small message's receive path)
@@ -122,7 +123,8 @@ impl Prepost {
     /// [`word`](Self::word) (or dropped with [`skip`](Self::skip)).
     ///
     /// # Errors
-    /// [`MachineError::Io`] if `MPI_Test` or `MPI_Get_count` fails.
+    /// [`MachineError::Io`] if `MPI_Start` (restarting the receive taken before), `MPI_Test`
+    /// or `MPI_Get_count` fails.
     pub(crate) fn head(&mut self) -> Result<Option<Arrival>, MachineError> {
         if self.arrived.is_some() {
             return Ok(self.arrived);
@@ -157,11 +159,13 @@ impl Prepost {
         Ok(self.arrived)
     }
 
-    /// Take the head's arrival as a message and re-post its receive.
+    /// Take the head's arrival as a message; its receive is restarted at the next look at the
+    /// ring.
     ///
     /// # Errors
     /// [`MachineError::Corrupt`] if the bytes are not a message (too short for an envelope),
-    /// [`MachineError::Io`] if re-posting fails.
+    /// [`MachineError::Io`] if restarting the receive taken before fails, or (for a message
+    /// handed up in the ring's buffer) `MPI_Request_free` or `MPI_Recv_init` does.
     pub(crate) fn message(&mut self, a: Arrival) -> Result<Message, MachineError> {
         let i = self.head;
         let buf = &mut self.bufs[i];
@@ -196,10 +200,11 @@ impl Prepost {
     }
 
     /// Take the head's arrival as one little-endian `u64` (`what`, for the error when it is
-    /// not 8 bytes) and re-post its receive.
+    /// not 8 bytes); its receive is restarted at the next look at the ring.
     ///
     /// # Errors
-    /// [`MachineError::Corrupt`] if it is not 8 bytes, [`MachineError::Io`] if re-posting fails.
+    /// [`MachineError::Corrupt`] if it is not 8 bytes, [`MachineError::Io`] if restarting the
+    /// receive taken before fails.
     pub(crate) fn word(&mut self, a: Arrival, what: &str) -> Result<u64, MachineError> {
         let mut word = [0u8; 8];
         let ok = a.count == 8;
@@ -217,10 +222,11 @@ impl Prepost {
         Ok(u64::from_le_bytes(word))
     }
 
-    /// Drop the head's arrival (its bytes are not needed) and re-post its receive.
+    /// Drop the head's arrival (its bytes are not needed); its receive is restarted at the next
+    /// look at the ring.
     ///
     /// # Errors
-    /// [`MachineError::Io`] if re-posting fails.
+    /// [`MachineError::Io`] if restarting the receive taken before fails.
     pub(crate) fn skip(&mut self) -> Result<(), MachineError> {
         self.advance()
     }
@@ -239,10 +245,12 @@ impl Prepost {
     /// Restart the receive taken last, if it is not yet.
     #[inline]
     fn repost(&mut self) -> Result<(), MachineError> {
-        match self.unposted.take() {
-            Some(i) => self.post(i),
-            None => Ok(()),
+        if let Some(i) = self.unposted {
+            // Still unposted if the start fails: the request stays inactive, never tested.
+            self.post(i)?;
+            self.unposted = None;
         }
+        Ok(())
     }
 
     /// Cancel every started receive, wait for each, and free them all (at exit, before
@@ -250,12 +258,13 @@ impl Prepost {
     /// freed).
     ///
     /// # Errors
-    /// [`MachineError::Io`] if `MPI_Cancel` or `MPI_Wait` fails.
+    /// [`MachineError::Io`] if `MPI_Cancel`, `MPI_Wait` or `MPI_Request_free` fails.
     pub(crate) fn cancel(&mut self) -> Result<(), MachineError> {
-        // Every receive but an arrived head is then started, so each is cancelled alike.
-        self.repost()?;
+        // Inactive, and only freed: an arrived head, and a receive taken and not restarted.
+        let unposted = self.unposted.take();
         for (i, r) in self.requests.iter_mut().enumerate() {
-            if !(self.arrived.is_some() && i == self.head) {
+            let inactive = (self.arrived.is_some() && i == self.head) || unposted == Some(i);
+            if !inactive {
                 // SAFETY: an active receive request of this ring. A receive that matched a
                 // message meanwhile completes normally; one that did not completes as cancelled.
                 unsafe {
