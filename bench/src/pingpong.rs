@@ -75,7 +75,8 @@ pub(crate) fn run(
         let direct = under_charmrun_with(layer, sizes, iters, "pe-direct", &[], &set)?;
         (rows, direct)
     };
-    // Further series, printed below the table: MPI's receive of an unknown size; UDP on
+    // Further series, printed below the table: MPI's receive of an unknown size, and MPI into
+    // pre-posted receives (the MPI layer's design without the layer); UDP on
     // unconnected sockets (a layer with one socket for all its peers cannot connect it); for
     // shared memory, the copy-once floor of a single-copy path; raw Open MPI if asked.
     let (prepost, raw_rows): (Vec<Row>, Vec<Row>) = raw_rows

@@ -164,8 +164,8 @@ impl Prepost {
     ///
     /// # Errors
     /// [`MachineError::Corrupt`] if the bytes are not a message (too short for an envelope),
-    /// [`MachineError::Io`] if restarting the receive taken before fails, or (for a message
-    /// handed up in the ring's buffer) `MPI_Request_free` or `MPI_Recv_init` does.
+    /// [`MachineError::Io`] if (for a message handed up in the ring's buffer)
+    /// `MPI_Request_free` or `MPI_Recv_init` fails.
     pub(crate) fn message(&mut self, a: Arrival) -> Result<Message, MachineError> {
         let i = self.head;
         let buf = &mut self.bufs[i];
@@ -192,7 +192,7 @@ impl Prepost {
             self.init(i)?;
             Message::from_frame(whole, HEADROOM)
         };
-        self.advance()?;
+        self.advance();
         msg.map_err(|source| MachineError::Corrupt {
             node: a.src,
             source,
@@ -203,8 +203,7 @@ impl Prepost {
     /// not 8 bytes); its receive is restarted at the next look at the ring.
     ///
     /// # Errors
-    /// [`MachineError::Corrupt`] if it is not 8 bytes, [`MachineError::Io`] if restarting the
-    /// receive taken before fails.
+    /// [`MachineError::Corrupt`] if it is not 8 bytes.
     pub(crate) fn word(&mut self, a: Arrival, what: &str) -> Result<u64, MachineError> {
         let mut word = [0u8; 8];
         let ok = a.count == 8;
@@ -212,7 +211,7 @@ impl Prepost {
             // SAFETY: the head's receive completed with 8 bytes.
             word.copy_from_slice(unsafe { received(&self.bufs[self.head], 8) });
         }
-        self.advance()?;
+        self.advance();
         if !ok {
             return Err(MachineError::corrupt(
                 a.src,
@@ -224,22 +223,19 @@ impl Prepost {
 
     /// Drop the head's arrival (its bytes are not needed); its receive is restarted at the next
     /// look at the ring.
-    ///
-    /// # Errors
-    /// [`MachineError::Io`] if restarting the receive taken before fails.
-    pub(crate) fn skip(&mut self) -> Result<(), MachineError> {
-        self.advance()
+    pub(crate) fn skip(&mut self) {
+        self.advance();
     }
 
     /// Move the head on; its receive is restarted at the next look at the ring.
-    fn advance(&mut self) -> Result<(), MachineError> {
-        // A receive still unposted here would be restarted after this one, out of post order.
-        self.repost()?;
+    fn advance(&mut self) {
+        // An arrival is only seen through `head`, which restarts the receive taken before
+        // first: none is unposted here (one would be restarted after this one, out of order).
+        debug_assert!(self.unposted.is_none(), "a receive left unposted");
         self.arrived = None;
         let i = self.head;
         self.head = (i + 1) % self.requests.len();
         self.unposted = Some(i);
-        Ok(())
     }
 
     /// Restart the receive taken last, if it is not yet.

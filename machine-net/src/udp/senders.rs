@@ -249,74 +249,56 @@ mod tests {
 
     #[test]
     fn each_peer_is_sent_to_from_the_send_port_and_receives_on_its_one_socket() {
-        let Trio {
-            mut a,
-            a_sends,
-            a_addr,
-            mut b,
-            b_addr,
-            mut c,
-            c_addr,
-        } = trio(2);
-        assert_eq!(a_sends.ip(), a_addr.ip());
-        assert_ne!(a_sends.port(), a_addr.port());
-        assert!(a.transmit_one(1, &b_addr, b"to b").expect("send"));
-        assert_eq!(a.transmit(2, &c_addr, &[[b"to ", b"c"]]).expect("send"), 1);
-        assert_eq!(next(&mut b), (b"to b".to_vec(), a_sends));
-        assert_eq!(next(&mut c), (b"to c".to_vec(), a_sends));
-        assert_eq!(a.senders_open(), 2);
+        let mut t = trio(2);
+        assert_eq!(t.a_sends.ip(), t.a_addr.ip());
+        assert_ne!(t.a_sends.port(), t.a_addr.port());
+        assert!(t.a.transmit_one(1, &t.b_addr, b"to b").expect("send"));
+        assert_eq!(
+            t.a.transmit(2, &t.c_addr, &[[b"to ", b"c"]]).expect("send"),
+            1
+        );
+        assert_eq!(next(&mut t.b), (b"to b".to_vec(), t.a_sends));
+        assert_eq!(next(&mut t.c), (b"to c".to_vec(), t.a_sends));
+        assert_eq!(t.a.senders_open(), 2);
         // The peers answer to the node's socket: it gets their datagrams, not the send
         // sockets connected to them.
-        assert!(b.transmit_one(0, &a_addr, b"from b").expect("send"));
-        assert!(c.transmit_one(0, &a_addr, b"from c").expect("send"));
-        let mut got = [next(&mut a), next(&mut a)];
+        assert!(t.b.transmit_one(0, &t.a_addr, b"from b").expect("send"));
+        assert!(t.c.transmit_one(0, &t.a_addr, b"from c").expect("send"));
+        let mut got = [next(&mut t.a), next(&mut t.a)];
         got.sort();
         assert_eq!(
             got,
-            [(b"from b".to_vec(), b_addr), (b"from c".to_vec(), c_addr)]
+            [
+                (b"from b".to_vec(), t.b_addr),
+                (b"from c".to_vec(), t.c_addr)
+            ]
         );
     }
 
     #[test]
     fn past_the_limit_a_peer_is_sent_to_from_the_nodes_socket() {
-        let Trio {
-            mut a,
-            a_sends,
-            a_addr,
-            mut b,
-            b_addr,
-            mut c,
-            c_addr,
-        } = trio(1);
-        assert!(a.transmit_one(1, &b_addr, b"1").expect("send"));
-        assert!(a.transmit_one(2, &c_addr, b"2").expect("send"));
-        assert_eq!(next(&mut b).1, a_sends);
-        assert_eq!(next(&mut c).1, a_addr);
-        assert_eq!(a.senders_open(), 1);
+        let mut t = trio(1);
+        assert!(t.a.transmit_one(1, &t.b_addr, b"1").expect("send"));
+        assert!(t.a.transmit_one(2, &t.c_addr, b"2").expect("send"));
+        assert_eq!(next(&mut t.b).1, t.a_sends);
+        assert_eq!(next(&mut t.c).1, t.a_addr);
+        assert_eq!(t.a.senders_open(), 1);
     }
 
     #[test]
     fn a_forgotten_peers_socket_is_closed_and_its_place_given_to_another() {
-        let Trio {
-            mut a,
-            a_sends,
-            a_addr,
-            mut b,
-            b_addr,
-            mut c,
-            c_addr,
-        } = trio(1);
-        assert!(a.transmit_one(1, &b_addr, b"1").expect("send"));
-        assert_eq!(next(&mut b).1, a_sends);
-        a.forget(1);
-        assert_eq!(a.senders_open(), 0);
-        assert!(a.transmit_one(2, &c_addr, b"2").expect("send"));
-        assert_eq!(next(&mut c).1, a_sends);
+        let mut t = trio(1);
+        assert!(t.a.transmit_one(1, &t.b_addr, b"1").expect("send"));
+        assert_eq!(next(&mut t.b).1, t.a_sends);
+        t.a.forget(1);
+        assert_eq!(t.a.senders_open(), 0);
+        assert!(t.a.transmit_one(2, &t.c_addr, b"2").expect("send"));
+        assert_eq!(next(&mut t.c).1, t.a_sends);
         // A forgotten peer gets no socket again (what is still sent to it, a farewell say,
         // leaves from the node's socket).
-        assert!(a.transmit_one(1, &b_addr, b"3").expect("send"));
-        assert_eq!(next(&mut b).1, a_addr);
-        assert_eq!(a.senders_open(), 1);
+        assert!(t.a.transmit_one(1, &t.b_addr, b"3").expect("send"));
+        assert_eq!(next(&mut t.b).1, t.a_addr);
+        assert_eq!(t.a.senders_open(), 1);
     }
 
     /// 500 anchors (half a default descriptor limit): were a port that allows sharing free
