@@ -58,20 +58,20 @@
 //! All MPI calls come from the thread that booted the layer (the runtime runs a one-node
 //! process on its calling thread): the layer asks for `MPI_THREAD_FUNNELED`.
 
+mod boot;
+mod receive;
+
+pub use self::boot::boot;
+
 use crate::launcher_env;
 use crate::mpi_call;
 use crate::order::Order;
 use crate::prepost::Prepost;
-use crate::sends::{InFlight, Keep, LARGE};
+use crate::sends::{InFlight, Keep};
 use crate::wake::MpiWaker;
-use converse_machine::{
-    BootConfig, Layer, Machine, MachineError, Message, NodeInfo, NodeTable, Wake, HEADROOM,
-};
-use mpi::collective::SystemOperation;
+use converse_machine::{Layer, Machine, MachineError, Message, NodeTable, Wake};
 use mpi::ffi;
-use mpi::topology::Communicator;
-use mpi::traits::CommunicatorCollectives;
-use mpi::Threading;
+use receive::{Incoming, Received};
 use std::collections::VecDeque;
 use std::os::raw::{c_int, c_void};
 use std::sync::Arc;
@@ -99,27 +99,6 @@ const TAG_CREDIT: c_int = 4;
 /// communicator.
 const TAG_NOTICE: c_int = 5;
 
-/// Default for `mpi.small_bytes`: messages of up to this many wire bytes land in pre-posted
-/// receives; from [`LARGE`] they are received by probe into the buffer of a large message sent.
-/// Past Open MPI's shared-memory eager limit (4 KiB) a message still lands whole in a posted
-/// buffer, by its single-copy path. Measured (issue 19): with the limit at 8 KiB, 32 KiB
-/// messages went by notice and probe and were 6% slower than when all were probed; the notice
-/// is cheap only against a large message's own time.
-const DEFAULT_SMALL: usize = LARGE - 1;
-
-/// Default for `mpi.prepost`: receives kept posted. More than a round of messages from a few
-/// peers; a burst past it waits in MPI's unexpected queue and still arrives in order.
-const DEFAULT_PREPOST: usize = 32;
-
-/// Default for `mpi.piece_bytes`: messages above it go in pieces (MPI counts are `int`).
-const DEFAULT_PIECE: usize = 1 << 30;
-
-/// Default for `mpi.window`: data messages a sender may have unacknowledged per receiver.
-/// Measured (4 ranks on 2 cores, a million messages all-to-all): 64 takes 0.7 s, 1024 1.7 s,
-/// 4096 5.9 s — a deep window only piles sends into Open MPI's pending list, which each
-/// progress call walks.
-const DEFAULT_WINDOW: u64 = 64;
-
 /// Messages kept during a barrier handed up per `advance` at most.
 const BATCH: usize = 64;
 
@@ -141,16 +120,6 @@ const NAP_MAX: Duration = Duration::from_millis(1);
 /// answer is likely on its way, and a nap would delay it by up to the nap's length (measured:
 /// a loaded machine's ping-pong at 1.4 ms p50 with naps, against 0.4 us raw).
 const YIELD_FOR: Duration = Duration::from_millis(2);
-
-/// Host names exchanged at boot are cut to this many bytes.
-const HOST_LEN: usize = 64;
-
-/// A message arriving in pieces.
-struct Incoming {
-    buf: Vec<u8>,
-    /// Wire bytes still to come.
-    missing: usize,
-}
 
 /// One node (rank) of an MPI job.
 pub struct MpiMachine {
@@ -210,178 +179,6 @@ impl std::fmt::Debug for MpiMachine {
 // the thread that runs it — the calling thread, the one that initialized MPI — and calls it
 // from that thread only, as MPI_THREAD_FUNNELED requires.
 unsafe impl Send for MpiMachine {}
-
-/// `MPI_Init_thread`, check what the launcher and the library give, build the node table from
-/// every rank's host name.
-///
-/// # Errors
-/// [`MachineError::Boot`] when MPI is already initialized, gives less than
-/// `MPI_THREAD_FUNNELED`, disagrees with its launcher about the job size (a program built
-/// against another MPI), or when `+p` disagrees with the number of ranks.
-pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
-    // MPI ends the whole job when a rank dies (MPI_ERRORS_ARE_FATAL; ULFM is not portable):
-    // a death cannot be reported, so asking for it is refused rather than ignored.
-    if cfg.settings.reports_deaths()? {
-        return Err(MachineError::Setting {
-            key: converse_machine::FAULTS.into(),
-            reason: "the mpi layer cannot survive a node's death (MPI ends the job); \
-                     use tcp, udp or si for faults=report"
-                .into(),
-        });
-    }
-    let piece: usize = cfg.settings.get_or("mpi.piece_bytes", DEFAULT_PIECE)?;
-    if !(4096..=i32::MAX as usize).contains(&piece) {
-        return Err(MachineError::Setting {
-            key: "mpi.piece_bytes".into(),
-            reason: format!("{piece} is outside 4096 ..= {}", i32::MAX),
-        });
-    }
-    let window: u64 = cfg.settings.get_or("mpi.window", DEFAULT_WINDOW)?;
-    if !(4..=32768).contains(&window) {
-        return Err(MachineError::Setting {
-            key: "mpi.window".into(),
-            reason: format!("{window} is outside 4 ..= 32768"),
-        });
-    }
-    let small: usize = cfg.settings.get_or("mpi.small_bytes", DEFAULT_SMALL)?;
-    if !(converse_machine::ENVELOPE_LEN..=LARGE).contains(&small) {
-        return Err(MachineError::Setting {
-            key: "mpi.small_bytes".into(),
-            reason: format!(
-                "{small} is outside {} ..= {LARGE}",
-                converse_machine::ENVELOPE_LEN
-            ),
-        });
-    }
-    let prepost: usize = cfg.settings.get_or("mpi.prepost", DEFAULT_PREPOST)?;
-    if !(1..=4096).contains(&prepost) {
-        return Err(MachineError::Setting {
-            key: "mpi.prepost".into(),
-            reason: format!("{prepost} is outside 1 ..= 4096"),
-        });
-    }
-    let (universe, provided) = mpi::initialize_with_threading(Threading::Funneled)
-        .ok_or_else(|| MachineError::Boot("MPI was already initialized".into()))?;
-    match check_start(&universe, provided, cfg) {
-        Ok(table) => {
-            let world = universe.world();
-            let me = world.rank() as usize;
-            tracing::debug!(target: "mpi", rank = me, nodes = table.num_nodes(), ?provided, "MPI initialized");
-            // A sender must not send a receiver more than its posted buffers hold (MPI would
-            // end the job on the truncation): every rank takes the job's smallest setting.
-            let mut job_small = 0u64;
-            world.all_reduce_into(&(small as u64), &mut job_small, SystemOperation::min());
-            let small = job_small as usize;
-            // SAFETY: reading MPI's predefined handles once MPI is initialized.
-            let (world, byte) = unsafe { (ffi::RSMPI_COMM_WORLD, ffi::RSMPI_UINT8_T) };
-            // Communicators of the layer's own: a program that also sends on MPI_COMM_WORLD
-            // cannot have its messages taken by the layer's receives posted for any source
-            // and tag, nor take the layer's.
-            let comm = dup(world)?;
-            let large = dup(world)?;
-            let ring = Prepost::start(prepost, small, comm, byte)?;
-            let n = table.num_nodes();
-            Ok(vec![Box::new(MpiMachine {
-                me,
-                table,
-                universe: Some(universe),
-                comm,
-                large,
-                byte,
-                sends: InFlight::new(),
-                small,
-                ring,
-                order: Order::new(n),
-                piece,
-                incoming: (0..n).map(|_| None).collect(),
-                window,
-                sent: vec![0; n],
-                credit: vec![0; n],
-                backlog: (0..n).map(|_| VecDeque::new()).collect(),
-                backlog_bytes: vec![0; n],
-                received: vec![0; n],
-                reported: vec![0; n],
-                nap: NAP_MIN,
-                last_activity: Instant::now(),
-                active: false,
-                // The booting thread is the one FUNNELED lets call MPI: the one that naps.
-                waker: Arc::new(MpiWaker::for_this_thread()),
-            })])
-        }
-        Err(e) => {
-            // Every rank sees the same checks fail, but MPI_Finalize could still wait for a
-            // rank that got further: leave without it; mpirun sees the error exit.
-            std::mem::forget(universe);
-            Err(e)
-        }
-    }
-}
-
-/// `MPI_Comm_dup` of `comm` (collective: every rank calls it, as every rank boots).
-fn dup(comm: ffi::MPI_Comm) -> Result<ffi::MPI_Comm, MachineError> {
-    // SAFETY: MPI_COMM_NULL is a predefined handle.
-    let mut new = unsafe { ffi::RSMPI_COMM_NULL };
-    // SAFETY: `comm` is a valid communicator; `new` is a local out-parameter.
-    mpi_call("MPI_Comm_dup", unsafe { ffi::MPI_Comm_dup(comm, &mut new) })?;
-    Ok(new)
-}
-
-/// The checks of `boot` once MPI is up, and the node table.
-fn check_start(
-    universe: &mpi::environment::Universe,
-    provided: Threading,
-    cfg: &BootConfig,
-) -> Result<NodeTable, MachineError> {
-    let library = mpi::environment::library_version()
-        .ok()
-        .and_then(|v| v.lines().next().map(|l| l.trim().to_owned()))
-        .unwrap_or_else(|| "an unknown MPI".into());
-    if provided < Threading::Funneled {
-        return Err(MachineError::Boot(format!(
-            "the MPI library ({library}) gives thread level {provided:?}; the layer needs \
-             Funneled (MPI_THREAD_FUNNELED)"
-        )));
-    }
-    let world = universe.world();
-    let size = world.size() as usize;
-    launcher_env::check_size(size, &library).map_err(MachineError::Boot)?;
-    // One node per rank, `+ppn` PEs each; `+p` (when given) must agree.
-    let ppn = cfg.pes_per_node.max(1);
-    if cfg.num_pes != 1 && cfg.num_pes != size * ppn {
-        return Err(MachineError::Boot(format!(
-            "+p{} asks for {} PEs but the MPI job has {size} rank(s) of {ppn} PE(s) each: start \
-             it with `mpirun -n {}`{}",
-            cfg.num_pes,
-            cfg.num_pes,
-            cfg.num_pes / ppn,
-            if ppn == 1 {
-                " (one PE per rank)".to_owned()
-            } else {
-                format!(" (+ppn {ppn}: {ppn} PEs per rank)")
-            }
-        )));
-    }
-    let mut mine = [0u8; HOST_LEN];
-    let name = mpi::environment::processor_name().unwrap_or_else(|_| "?".into());
-    let cut = name.len().min(HOST_LEN);
-    mine[..cut].copy_from_slice(&name.as_bytes()[..cut]);
-    let mut all = vec![0u8; HOST_LEN * size];
-    world.all_gather_into(&mine[..], &mut all[..]);
-    let nodes = all
-        .chunks(HOST_LEN)
-        .enumerate()
-        .map(|(i, h)| {
-            let end = h.iter().position(|&b| b == 0).unwrap_or(HOST_LEN);
-            NodeInfo {
-                first_pe: i * ppn,
-                num_pes: ppn,
-                host: String::from_utf8_lossy(&h[..end]).into_owned(),
-                addr: Vec::new(),
-            }
-        })
-        .collect();
-    NodeTable::new(nodes).map_err(|e| MachineError::Boot(format!("node table: {e}")))
-}
 
 impl MpiMachine {
     /// Post `msg` to `node`: one small MPI message; or a notice and a large one; or a notice,
@@ -494,252 +291,6 @@ impl MpiMachine {
         Ok(())
     }
 
-    /// Take one message, credit or piece if one has arrived, in the order that keeps FIFO per
-    /// pair (see `order.rs`): released messages first, then awaited large ones, then the
-    /// ring's head.
-    fn receive(&mut self) -> Result<Received, MachineError> {
-        if let Some(m) = self.order.next_ready() {
-            return Ok(Received::Message(m));
-        }
-        // Usually empty: probed only for sources whose notice came.
-        for i in 0..self.order.awaiting().len() {
-            let src = self.order.awaiting()[i];
-            match self.receive_large(src)? {
-                Received::Nothing => {}
-                Received::Other => return Ok(Received::Other),
-                Received::Message(m) => {
-                    for _ in 0..self.order.large_done(src) {
-                        self.count_received(src)?;
-                    }
-                    return Ok(Received::Message(m));
-                }
-            }
-        }
-        let Some(a) = self.ring.head()? else {
-            return Ok(Received::Nothing);
-        };
-        let src = a.src;
-        match a.tag {
-            TAG_MSG => {
-                let m = self.ring.message(a)?;
-                match self.order.small(src, m) {
-                    Some(m) => {
-                        self.count_received(src)?;
-                        Ok(Received::Message(m))
-                    }
-                    // Counted when released.
-                    None => Ok(Received::Other),
-                }
-            }
-            TAG_NOTICE => {
-                self.ring.skip();
-                if a.count != 0 {
-                    return Err(MachineError::corrupt(
-                        src,
-                        format!("a notice of {} bytes, not 0", a.count),
-                    ));
-                }
-                self.count_received(src)?;
-                self.order.notice(src);
-                Ok(Received::Other)
-            }
-            TAG_CREDIT => {
-                let total = self.ring.word(a, "a credit")?;
-                if total > self.sent[src] {
-                    return Err(MachineError::corrupt(
-                        src,
-                        "credit for more messages than were sent",
-                    ));
-                }
-                self.credit[src] = self.credit[src].max(total);
-                self.pump(src)?;
-                Ok(Received::Other)
-            }
-            t => {
-                self.ring.skip();
-                Err(MachineError::corrupt(src, format!("unknown tag {t}")))
-            }
-        }
-    }
-
-    /// Take the next message of `src` on the large communicator if it has arrived: a whole
-    /// message, or a huge one's header or piece.
-    fn receive_large(&mut self, src: usize) -> Result<Received, MachineError> {
-        let mut flag: c_int = 0;
-        // SAFETY: MPI_Status is plain old data; MPI fills it.
-        let mut status: ffi::MPI_Status = unsafe { std::mem::zeroed() };
-        // SAFETY: predefined handle.
-        let mut handle = unsafe { ffi::RSMPI_MESSAGE_NULL };
-        // SAFETY: out-pointers to locals; the matched probe takes the message off MPI's queue
-        // so that only the Mrecv below can receive it.
-        mpi_call("MPI_Improbe", unsafe {
-            ffi::MPI_Improbe(
-                src as c_int,
-                ffi::RSMPI_ANY_TAG,
-                self.large,
-                &mut flag,
-                &mut handle,
-                &mut status,
-            )
-        })?;
-        if flag == 0 {
-            return Ok(Received::Nothing);
-        }
-        let tag = status.MPI_TAG;
-        let mut count: c_int = 0;
-        // SAFETY: `status` was filled by the probe.
-        mpi_call("MPI_Get_count", unsafe {
-            ffi::MPI_Get_count(&status, self.byte, &mut count)
-        })?;
-        let count =
-            usize::try_from(count).map_err(|_| MachineError::corrupt(src, "negative count"))?;
-        self.count_received(src)?;
-        match tag {
-            TAG_MSG => {
-                // Into the buffer of a large message sent (pages mapped, where a fresh
-                // megabyte faults in every page while MPI copies into it).
-                let kept = if count >= LARGE {
-                    self.sends.take_buffer(HEADROOM + count)
-                } else {
-                    None
-                };
-                let mut buf = kept.unwrap_or_else(|| Vec::with_capacity(HEADROOM + count));
-                buf.resize(HEADROOM, 0);
-                self.mrecv(&mut handle, &mut buf, count)?;
-                Message::from_frame(buf, HEADROOM)
-                    .map(Received::Message)
-                    .map_err(|source| MachineError::Corrupt { node: src, source })
-            }
-            TAG_HUGE => {
-                let total = self.mrecv_word(&mut handle, count, src, "a huge-message header")?;
-                let total = usize::try_from(total)
-                    .map_err(|_| MachineError::corrupt(src, "huge message larger than memory"))?;
-                if self.incoming.get(src).is_some_and(Option::is_some) {
-                    return Err(MachineError::corrupt(
-                        src,
-                        "a huge message started inside another",
-                    ));
-                }
-                let mut buf = Vec::new();
-                buf.try_reserve_exact(HEADROOM + total).map_err(|_| {
-                    MachineError::corrupt(src, format!("cannot allocate a {total}-byte message"))
-                })?;
-                buf.resize(HEADROOM, 0);
-                self.incoming[src] = Some(Incoming {
-                    buf,
-                    missing: total,
-                });
-                Ok(Received::Other)
-            }
-            TAG_PIECE => {
-                let mut inc = self.incoming[src].take().ok_or_else(|| {
-                    MachineError::corrupt(src, "a piece with no huge message started")
-                })?;
-                if count > inc.missing {
-                    return Err(MachineError::corrupt(
-                        src,
-                        "a piece longer than its message",
-                    ));
-                }
-                self.mrecv(&mut handle, &mut inc.buf, count)?;
-                inc.missing -= count;
-                if inc.missing > 0 {
-                    self.incoming[src] = Some(inc);
-                    return Ok(Received::Other);
-                }
-                Message::from_frame(inc.buf, HEADROOM)
-                    .map(Received::Message)
-                    .map_err(|source| MachineError::Corrupt { node: src, source })
-            }
-            t => Err(MachineError::corrupt(src, format!("unknown tag {t}"))),
-        }
-    }
-
-    /// `MPI_Mrecv` of `count` bytes appended to `buf` (whose capacity must allow it).
-    fn mrecv(
-        &self,
-        handle: &mut ffi::MPI_Message,
-        buf: &mut Vec<u8>,
-        count: usize,
-    ) -> Result<(), MachineError> {
-        debug_assert!(buf.capacity() - buf.len() >= count);
-        let start = buf.len();
-        // SAFETY: `buf` has room for `count` more bytes; MPI writes exactly the matched
-        // message's `count` bytes there, after which they are initialized.
-        unsafe {
-            mpi_call(
-                "MPI_Mrecv",
-                ffi::MPI_Mrecv(
-                    buf.as_mut_ptr().add(start) as *mut c_void,
-                    count as c_int,
-                    self.byte,
-                    handle,
-                    ffi::RSMPI_STATUS_IGNORE,
-                ),
-            )?;
-            buf.set_len(start + count);
-        }
-        Ok(())
-    }
-
-    /// `MPI_Mrecv` of a message that must be one little-endian `u64` (`what`, for the error
-    /// if it is not): checked before receiving, since a longer one would be truncated, which
-    /// MPI's default error handler makes fatal before the layer could say why.
-    fn mrecv_word(
-        &self,
-        handle: &mut ffi::MPI_Message,
-        count: usize,
-        src: usize,
-        what: &str,
-    ) -> Result<u64, MachineError> {
-        if count != 8 {
-            return Err(MachineError::corrupt(
-                src,
-                format!("{what} of {count} bytes, not 8"),
-            ));
-        }
-        let mut word = [0u8; 8];
-        // SAFETY: `word` has room for the 8 bytes the matched message holds.
-        mpi_call("MPI_Mrecv", unsafe {
-            ffi::MPI_Mrecv(
-                word.as_mut_ptr() as *mut c_void,
-                8,
-                self.byte,
-                handle,
-                ffi::RSMPI_STATUS_IGNORE,
-            )
-        })?;
-        Ok(u64::from_le_bytes(word))
-    }
-
-    /// Whether something is there to take: a released message, an arrival at the ring's
-    /// head, or an awaited large message.
-    fn probe(&mut self) -> Result<bool, MachineError> {
-        if self.order.has_ready() {
-            return Ok(true);
-        }
-        if self.ring.head()?.is_some() {
-            return Ok(true);
-        }
-        for &src in self.order.awaiting() {
-            let mut flag: c_int = 0;
-            // SAFETY: out-pointer to a local; status ignored.
-            mpi_call("MPI_Iprobe", unsafe {
-                ffi::MPI_Iprobe(
-                    src as c_int,
-                    ffi::RSMPI_ANY_TAG,
-                    self.large,
-                    &mut flag,
-                    ffi::RSMPI_STATUS_IGNORE,
-                )
-            })?;
-            if flag != 0 {
-                return Ok(true);
-            }
-        }
-        Ok(false)
-    }
-
     /// Start a non-blocking barrier.
     fn ibarrier(&self) -> Result<ffi::MPI_Request, MachineError> {
         // SAFETY: reading a predefined handle, a constant rsmpi's shim exports.
@@ -789,16 +340,6 @@ impl MpiMachine {
             nap = (nap * 2).min(NAP_MAX);
         }
     }
-}
-
-/// What [`MpiMachine::receive`] took off MPI's queue.
-enum Received {
-    /// Nothing had arrived.
-    Nothing,
-    /// A whole message, to hand up.
-    Message(Message),
-    /// Credit, or a piece of a message not complete yet.
-    Other,
 }
 
 impl Machine for MpiMachine {

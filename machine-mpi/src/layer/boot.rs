@@ -1,0 +1,216 @@
+//! Start-up of the MPI layer: the `mpi.*` settings, `MPI_Init_thread`, the checks against
+//! the launcher and `+p`, the node table from every rank's host name, and the layer's own
+//! communicators and pre-posted receives.
+
+use super::{MpiMachine, NAP_MIN};
+use crate::launcher_env;
+use crate::mpi_call;
+use crate::order::Order;
+use crate::prepost::Prepost;
+use crate::sends::{InFlight, LARGE};
+use crate::wake::MpiWaker;
+use converse_machine::{BootConfig, Machine, MachineError, NodeInfo, NodeTable};
+use mpi::collective::SystemOperation;
+use mpi::ffi;
+use mpi::topology::Communicator;
+use mpi::traits::CommunicatorCollectives;
+use mpi::Threading;
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// Default for `mpi.small_bytes`: messages of up to this many wire bytes land in pre-posted
+/// receives; from [`LARGE`] they are received by probe into the buffer of a large message sent.
+/// Past Open MPI's shared-memory eager limit (4 KiB) a message still lands whole in a posted
+/// buffer, by its single-copy path. Measured (issue 19): with the limit at 8 KiB, 32 KiB
+/// messages went by notice and probe and were 6% slower than when all were probed; the notice
+/// is cheap only against a large message's own time.
+const DEFAULT_SMALL: usize = LARGE - 1;
+
+/// Default for `mpi.prepost`: receives kept posted. More than a round of messages from a few
+/// peers; a burst past it waits in MPI's unexpected queue and still arrives in order.
+const DEFAULT_PREPOST: usize = 32;
+
+/// Default for `mpi.piece_bytes`: messages above it go in pieces (MPI counts are `int`).
+const DEFAULT_PIECE: usize = 1 << 30;
+
+/// Default for `mpi.window`: data messages a sender may have unacknowledged per receiver.
+/// Measured (4 ranks on 2 cores, a million messages all-to-all): 64 takes 0.7 s, 1024 1.7 s,
+/// 4096 5.9 s — a deep window only piles sends into Open MPI's pending list, which each
+/// progress call walks.
+const DEFAULT_WINDOW: u64 = 64;
+
+/// Host names exchanged at boot are cut to this many bytes.
+const HOST_LEN: usize = 64;
+
+/// `MPI_Init_thread`, check what the launcher and the library give, build the node table from
+/// every rank's host name.
+///
+/// # Errors
+/// [`MachineError::Boot`] when MPI is already initialized, gives less than
+/// `MPI_THREAD_FUNNELED`, disagrees with its launcher about the job size (a program built
+/// against another MPI), or when `+p` disagrees with the number of ranks.
+pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
+    // MPI ends the whole job when a rank dies (MPI_ERRORS_ARE_FATAL; ULFM is not portable):
+    // a death cannot be reported, so asking for it is refused rather than ignored.
+    if cfg.settings.reports_deaths()? {
+        return Err(MachineError::Setting {
+            key: converse_machine::FAULTS.into(),
+            reason: "the mpi layer cannot survive a node's death (MPI ends the job); \
+                     use tcp, udp or si for faults=report"
+                .into(),
+        });
+    }
+    let piece: usize = cfg.settings.get_or("mpi.piece_bytes", DEFAULT_PIECE)?;
+    if !(4096..=i32::MAX as usize).contains(&piece) {
+        return Err(MachineError::Setting {
+            key: "mpi.piece_bytes".into(),
+            reason: format!("{piece} is outside 4096 ..= {}", i32::MAX),
+        });
+    }
+    let window: u64 = cfg.settings.get_or("mpi.window", DEFAULT_WINDOW)?;
+    if !(4..=32768).contains(&window) {
+        return Err(MachineError::Setting {
+            key: "mpi.window".into(),
+            reason: format!("{window} is outside 4 ..= 32768"),
+        });
+    }
+    let small: usize = cfg.settings.get_or("mpi.small_bytes", DEFAULT_SMALL)?;
+    if !(converse_machine::ENVELOPE_LEN..=LARGE).contains(&small) {
+        return Err(MachineError::Setting {
+            key: "mpi.small_bytes".into(),
+            reason: format!(
+                "{small} is outside {} ..= {LARGE}",
+                converse_machine::ENVELOPE_LEN
+            ),
+        });
+    }
+    let prepost: usize = cfg.settings.get_or("mpi.prepost", DEFAULT_PREPOST)?;
+    if !(1..=4096).contains(&prepost) {
+        return Err(MachineError::Setting {
+            key: "mpi.prepost".into(),
+            reason: format!("{prepost} is outside 1 ..= 4096"),
+        });
+    }
+    let (universe, provided) = mpi::initialize_with_threading(Threading::Funneled)
+        .ok_or_else(|| MachineError::Boot("MPI was already initialized".into()))?;
+    match check_start(&universe, provided, cfg) {
+        Ok(table) => {
+            let world = universe.world();
+            let me = world.rank() as usize;
+            tracing::debug!(target: "mpi", rank = me, nodes = table.num_nodes(), ?provided, "MPI initialized");
+            // A sender must not send a receiver more than its posted buffers hold (MPI would
+            // end the job on the truncation): every rank takes the job's smallest setting.
+            let mut job_small = 0u64;
+            world.all_reduce_into(&(small as u64), &mut job_small, SystemOperation::min());
+            let small = job_small as usize;
+            // SAFETY: reading MPI's predefined handles once MPI is initialized.
+            let (world, byte) = unsafe { (ffi::RSMPI_COMM_WORLD, ffi::RSMPI_UINT8_T) };
+            // Communicators of the layer's own: a program that also sends on MPI_COMM_WORLD
+            // cannot have its messages taken by the layer's receives posted for any source
+            // and tag, nor take the layer's.
+            let comm = dup(world)?;
+            let large = dup(world)?;
+            let ring = Prepost::start(prepost, small, comm, byte)?;
+            let n = table.num_nodes();
+            Ok(vec![Box::new(MpiMachine {
+                me,
+                table,
+                universe: Some(universe),
+                comm,
+                large,
+                byte,
+                sends: InFlight::new(),
+                small,
+                ring,
+                order: Order::new(n),
+                piece,
+                incoming: (0..n).map(|_| None).collect(),
+                window,
+                sent: vec![0; n],
+                credit: vec![0; n],
+                backlog: (0..n).map(|_| VecDeque::new()).collect(),
+                backlog_bytes: vec![0; n],
+                received: vec![0; n],
+                reported: vec![0; n],
+                nap: NAP_MIN,
+                last_activity: Instant::now(),
+                active: false,
+                // The booting thread is the one FUNNELED lets call MPI: the one that naps.
+                waker: Arc::new(MpiWaker::for_this_thread()),
+            })])
+        }
+        Err(e) => {
+            // Every rank sees the same checks fail, but MPI_Finalize could still wait for a
+            // rank that got further: leave without it; mpirun sees the error exit.
+            std::mem::forget(universe);
+            Err(e)
+        }
+    }
+}
+
+/// `MPI_Comm_dup` of `comm` (collective: every rank calls it, as every rank boots).
+fn dup(comm: ffi::MPI_Comm) -> Result<ffi::MPI_Comm, MachineError> {
+    // SAFETY: MPI_COMM_NULL is a predefined handle.
+    let mut new = unsafe { ffi::RSMPI_COMM_NULL };
+    // SAFETY: `comm` is a valid communicator; `new` is a local out-parameter.
+    mpi_call("MPI_Comm_dup", unsafe { ffi::MPI_Comm_dup(comm, &mut new) })?;
+    Ok(new)
+}
+
+/// The checks of `boot` once MPI is up, and the node table.
+fn check_start(
+    universe: &mpi::environment::Universe,
+    provided: Threading,
+    cfg: &BootConfig,
+) -> Result<NodeTable, MachineError> {
+    let library = mpi::environment::library_version()
+        .ok()
+        .and_then(|v| v.lines().next().map(|l| l.trim().to_owned()))
+        .unwrap_or_else(|| "an unknown MPI".into());
+    if provided < Threading::Funneled {
+        return Err(MachineError::Boot(format!(
+            "the MPI library ({library}) gives thread level {provided:?}; the layer needs \
+             Funneled (MPI_THREAD_FUNNELED)"
+        )));
+    }
+    let world = universe.world();
+    let size = world.size() as usize;
+    launcher_env::check_size(size, &library).map_err(MachineError::Boot)?;
+    // One node per rank, `+ppn` PEs each; `+p` (when given) must agree.
+    let ppn = cfg.pes_per_node.max(1);
+    if cfg.num_pes != 1 && cfg.num_pes != size * ppn {
+        return Err(MachineError::Boot(format!(
+            "+p{} asks for {} PEs but the MPI job has {size} rank(s) of {ppn} PE(s) each: start \
+             it with `mpirun -n {}`{}",
+            cfg.num_pes,
+            cfg.num_pes,
+            cfg.num_pes / ppn,
+            if ppn == 1 {
+                " (one PE per rank)".to_owned()
+            } else {
+                format!(" (+ppn {ppn}: {ppn} PEs per rank)")
+            }
+        )));
+    }
+    let mut mine = [0u8; HOST_LEN];
+    let name = mpi::environment::processor_name().unwrap_or_else(|_| "?".into());
+    let cut = name.len().min(HOST_LEN);
+    mine[..cut].copy_from_slice(&name.as_bytes()[..cut]);
+    let mut all = vec![0u8; HOST_LEN * size];
+    world.all_gather_into(&mine[..], &mut all[..]);
+    let nodes = all
+        .chunks(HOST_LEN)
+        .enumerate()
+        .map(|(i, h)| {
+            let end = h.iter().position(|&b| b == 0).unwrap_or(HOST_LEN);
+            NodeInfo {
+                first_pe: i * ppn,
+                num_pes: ppn,
+                host: String::from_utf8_lossy(&h[..end]).into_owned(),
+                addr: Vec::new(),
+            }
+        })
+        .collect();
+    NodeTable::new(nodes).map_err(|e| MachineError::Boot(format!("node table: {e}")))
+}
