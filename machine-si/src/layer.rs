@@ -8,7 +8,8 @@
 //!                                                hand buf up
 //! ```
 //!
-//! A message goes one of three ways, the header's `kind` saying which:
+//! A message goes one of three ways, the header's `kind` saying which (the record format is
+//! tabulated in `layer/record.rs`):
 //! - **whole**: one that fits a record goes as a single record (header then wire bytes), read
 //!   straight into the message's own buffer with the header landing in its headroom;
 //! - **lent** (single copy): from `si.single_copy_from` bytes (by default 256 KiB when we can
@@ -26,17 +27,20 @@
 //! each other cannot deadlock.
 
 use crate::interconnect::Si;
-use crate::pull::PullError;
 use crate::wake::SiWaker;
 use charmrun::client::{Control, DeadPeers, LaunchEnv};
-use converse_machine::{
-    BootConfig, Layer, Machine, MachineError, Message, NodeTable, Part, SettingSpec, Wake, HEADROOM,
-};
+use converse_machine::{Layer, Machine, MachineError, Message, NodeTable, Part, SettingSpec, Wake};
 use std::collections::VecDeque;
-use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+mod boot;
+mod receive;
+mod record;
+
+pub use self::boot::{boot, SiOpen};
+use receive::Incoming;
+use record::{header, Kind, HEADER, LENT_RECORD};
 
 /// The registry entry for this layer.
 pub const LAYER: Layer = Layer {
@@ -60,44 +64,10 @@ pub const LAYER: Layer = Layer {
     ],
 };
 
-/// The slides' `si_header` (payload size, source node) and how the payload travels.
-const HEADER: usize = 16;
-
-/// A lent message's record: its header and the address of the sender's buffer.
-const LENT_RECORD: usize = HEADER + 8;
-
-/// How a message travels (the header's `kind`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    /// Header and wire bytes in one record (up to a piece).
-    Whole = 1,
-    /// The header alone; pieces of the wire bytes follow.
-    Pieces = 2,
-    /// The header and the address of the sender's buffer, to be pulled from.
-    Lent = 3,
-}
-
-/// Default ring size per sender, in KiB (`si.ring_kib`).
-const DEFAULT_RING_KIB: usize = 256;
-
-/// Size, in wire bytes, from which messages are lent instead of copied through the ring,
-/// unless `si.single_copy_from` says otherwise, when the receiver copies alone. Below it the
-/// two copies through the ring, the receiver's overlapping the sender's piece by piece, take
-/// less time than the kernel's one copy (which copies slower than user space here and pins
-/// every page); from 1.25 MiB the single copy wins (measured: docs/benchmarks.md, SI).
-const LEND_FROM_ALONE: usize = 1280 << 10;
-
-/// The same when the sender helps with the copy (`coop.rs`): from there, the two cores copying
-/// halves each once beat the ring's two copies (measured, as above).
-const LEND_FROM_TOGETHER: usize = COOP_FROM;
-
 /// Largest record the layer writes: a larger message goes as pieces of this size, so that the
 /// receiver copies one piece out while the sender copies the next one in (16 KiB measured best
 /// from 64 KiB to 4 MiB; one record per message would copy in, then out, with no overlap).
 const PIECE: usize = 16 << 10;
-
-/// Largest message size a header may announce (the runtime's frames are far smaller).
-const MAX_MESSAGE: u64 = 1 << 40;
 
 /// How long an idle node with queued output sleeps before trying again: the peer frees ring
 /// space without telling us.
@@ -127,14 +97,6 @@ struct Outgoing {
     header_sent: bool,
     /// Bytes of the wire form already written.
     offset: usize,
-}
-
-/// A message being read in pieces: `buf` holds the headroom and the bytes read so far, and
-/// has room for the rest.
-struct Incoming {
-    buf: Vec<u8>,
-    /// Wire bytes still to come.
-    left: usize,
 }
 
 /// One node of an SI job.
@@ -185,247 +147,6 @@ impl std::fmt::Debug for SiMachine {
     }
 }
 
-/// `si.single_copy_from`: the wire size from which messages are lent (`Some(usize::MAX)` for
-/// `off`), or `None` for the measured default.
-fn single_copy_from(cfg: &BootConfig) -> Result<Option<usize>, MachineError> {
-    match cfg
-        .settings
-        .get::<String>("si.single_copy_from")?
-        .as_deref()
-    {
-        None => Ok(None),
-        Some("off") => Ok(Some(usize::MAX)),
-        Some(v) => v.parse().map(Some).map_err(|_| MachineError::Setting {
-            key: "si.single_copy_from".into(),
-            reason: format!("'{v}' is neither a size in bytes nor 'off'"),
-        }),
-    }
-}
-
-/// Say once per process that the single-copy path is off, and why.
-fn note_no_single_copy(e: &PullError) {
-    static SAID: AtomicBool = AtomicBool::new(false);
-    if !SAID.swap(true, Ordering::Relaxed) {
-        eprintln!(
-            "converse si: note: large messages go through the rings (two copies): {e}. \
-             Reading a peer's memory needs the same user and Yama ptrace_scope 0 \
-             (/proc/sys/kernel/yama/ptrace_scope), and no seccomp filter on process_vm_readv."
-        );
-    }
-}
-
-/// `CmiMachineInit`: `si_init`, `si_open`, `si_getid`; send the port to charmrun, get the
-/// table, attach every port and probe whether we can pull from its owner, then remove ours
-/// from the file system (the mappings stay).
-///
-/// # Errors
-/// [`MachineError::Boot`] when not started by charmrun, when the job spans hosts, or when
-/// shared memory cannot be set up.
-pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
-    let env = LaunchEnv::for_boot(cfg)?;
-    let mut ctl = Control::connect(&env)?;
-    let open = SiOpen::open(cfg, &env)?;
-    let table = ctl.join(&env, open.info())?;
-    let me = env.node;
-    let my_host = table.node(me).map(|n| n.host.clone()).unwrap_or_default();
-    let others: Vec<&str> = table
-        .nodes()
-        .iter()
-        .map(|n| n.host.as_str())
-        .filter(|h| *h != my_host)
-        .collect();
-    if !others.is_empty() {
-        open.si.close();
-        return Err(MachineError::Boot(format!(
-            "the si layer is shared memory on one host, but this job spans hosts ({my_host}, {}); \
-             use the tcp layer across hosts, or si+tcp for shared memory inside each host",
-            others.join(", ")
-        )));
-    }
-    let report = cfg.settings.reports_deaths()?;
-    let mut m = open.connect(table, Arc::new(ctl))?;
-    if report {
-        m.report_deaths()?;
-    }
-    Ok(vec![Box::new(m)])
-}
-
-/// An SI node between the two phases of its boot (see [`converse_machine::Part`]): its port
-/// exists, and [`info`](Self::info) names it.
-pub struct SiOpen {
-    me: usize,
-    si: Si,
-    path: String,
-    /// Removes the port file if boot ends before every node has mapped it.
-    port_file: charmrun::cleanup::RemoveOnExit,
-    lend_from: Option<usize>,
-    coop: bool,
-}
-
-// By hand: the interconnect's mappings have no useful text form.
-impl std::fmt::Debug for SiOpen {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SiOpen")
-            .field("port", &self.path)
-            .finish_non_exhaustive()
-    }
-}
-
-impl SiOpen {
-    /// `si_init`, `si_open`: create this node's port (its `si.*` settings from `cfg`).
-    ///
-    /// # Errors
-    /// [`MachineError::Setting`] for a bad `si.*` setting; [`MachineError::Io`] when the port
-    /// cannot be made.
-    pub fn open(cfg: &BootConfig, env: &LaunchEnv) -> Result<SiOpen, MachineError> {
-        let ring_kib: usize = cfg.settings.get_or("si.ring_kib", DEFAULT_RING_KIB)?;
-        let ring = ring_kib
-            .checked_mul(1024)
-            .filter(|r| r.is_power_of_two() && *r >= 4096)
-            .ok_or_else(|| MachineError::Setting {
-                key: "si.ring_kib".into(),
-                reason: format!("{ring_kib} is not a power of two of at least 4"),
-            })?;
-        let lend_from = single_copy_from(cfg)?;
-        let coop: bool = cfg.settings.get_or("si.copy_together", true)?;
-        // Named with the job's tag: charmrun removes it if this node dies before it does.
-        let path = env.shm_path(&format!("si-{}", env.node));
-        let mut si = Si::init(env.node, env.num_nodes);
-        si.open(Path::new(&path), ring)
-            .map_err(|e| MachineError::io(format!("creating the SI port {path}"), e))?;
-        tracing::debug!(target: "si", port = %path, ring, "port open");
-        // Until every node has mapped it: removed on any error return (the guard's drop),
-        // and by the control watchdog if charmrun goes away meanwhile (it ends the process).
-        let port_file = charmrun::cleanup::remove_on_exit(&path);
-        Ok(SiOpen {
-            me: env.node,
-            si,
-            path,
-            port_file,
-            lend_from,
-            coop,
-        })
-    }
-
-    /// This node's info for the node table: the port's name.
-    pub fn info(&self) -> Vec<u8> {
-        self.path.clone().into_bytes()
-    }
-
-    /// Attach the port of every node whose `addr` in `table` is not empty (a composite
-    /// leaves it empty for nodes it reaches another way), probe whom we can pull from, meet
-    /// every node of the job in a barrier of `ctl` (all of them call this, whatever they
-    /// attach), then remove our port's name.
-    ///
-    /// # Errors
-    /// [`MachineError::Boot`]/[`MachineError::Io`] when a port cannot be attached.
-    pub fn connect(self, table: NodeTable, ctl: Arc<Control>) -> Result<SiMachine, MachineError> {
-        let SiOpen {
-            me,
-            mut si,
-            path: _,
-            port_file,
-            lend_from,
-            coop,
-        } = self;
-        for (node, info) in table.nodes().iter().enumerate() {
-            if node == me || info.addr.is_empty() {
-                continue;
-            }
-            let p = std::str::from_utf8(&info.addr).map_err(|_| {
-                MachineError::Boot(format!("node {node}'s SI port name is not text"))
-            })?;
-            si.attach(node, Path::new(p))
-                .map_err(|e| MachineError::io(format!("attaching node {node}'s SI port {p}"), e))?;
-            tracing::debug!(target: "si", peer = node, port = p, "attached the peer's port");
-        }
-        let n = table.num_nodes();
-        if lend_from != Some(usize::MAX) {
-            for node in 0..n {
-                match si.enable_pull(node) {
-                    Ok(_) => {
-                        tracing::debug!(target: "si", peer = node, "single copy from the peer's memory");
-                    }
-                    Err(e @ PullError::Denied(_)) => {
-                        note_no_single_copy(&e);
-                        break;
-                    }
-                    // Any other failure leaves that pair on the rings; a dead peer is
-                    // charmrun's to report.
-                    Err(e) => {
-                        tracing::debug!(target: "si", peer = node, "no single copy from the peer: {e}");
-                    }
-                }
-            }
-        }
-        // Every node has attached every port and said whom it can pull from: the names are
-        // no longer needed, and the pull permissions can be read.
-        ctl.barrier()?;
-        si.close();
-        drop(port_file);
-        let lend_from = (0..n)
-            .map(|node| match lend_from {
-                _ if !si.can_lend_to(node) => usize::MAX,
-                Some(from) => from,
-                // It will take chunks of the copy with us when we can write into its memory
-                // too.
-                None if coop && si.can_pull_from(node) => LEND_FROM_TOGETHER,
-                None => LEND_FROM_ALONE,
-            })
-            .collect();
-        let chunk = si.max_write().min(PIECE) - HEADER;
-        let senders = (0..n)
-            .filter(|&node| node != me && table.node(node).is_some_and(|i| !i.addr.is_empty()))
-            .collect();
-        let bell = si
-            .own_bell()
-            .ok_or_else(|| MachineError::Boot("the SI port is not open".into()))?;
-        Ok(SiMachine {
-            senders,
-            me,
-            table,
-            si,
-            ctl,
-            chunk,
-            lend_from,
-            coop,
-            out: (0..n).map(|_| VecDeque::new()).collect(),
-            backlog: Vec::new(),
-            lent: (0..n).map(|_| VecDeque::new()).collect(),
-            held: vec![0; n],
-            loans: vec![0; n],
-            lending: Vec::new(),
-            incoming: (0..n).map(|_| None).collect(),
-            spares: Vec::with_capacity(SPARES),
-            waker: Arc::new(SiWaker::new(bell)),
-            dead: DeadPeers::default(),
-            leaving: false,
-        })
-    }
-}
-
-fn header(kind: Kind, size: usize, src: usize) -> [u8; HEADER] {
-    let mut h = [0u8; HEADER];
-    h[..8].copy_from_slice(&(size as u64).to_le_bytes());
-    h[8..12].copy_from_slice(&(src as u32).to_le_bytes());
-    h[12..].copy_from_slice(&(kind as u32).to_le_bytes());
-    h
-}
-
-/// A header's (size, source, kind).
-fn parse_header(h: &[u8]) -> (u64, u32, u32) {
-    let word = |r: std::ops::Range<usize>| {
-        h.get(r)
-            .and_then(|b| b.try_into().ok())
-            .map_or(0, u32::from_le_bytes)
-    };
-    let size = h
-        .get(..8)
-        .and_then(|b| b.try_into().ok())
-        .map_or(0, u64::from_le_bytes);
-    (size, word(8..12), word(12..16))
-}
-
 impl SiMachine {
     /// Report mode (`faults=report`): a peer's death is reported to the runtime, once, as
     /// [`MachineError::PeerDead`], rather than ending the job; charmrun is asked to tell
@@ -464,19 +185,6 @@ impl SiMachine {
             n += self.receive_from(self.senders[i], deliver, BUDGET)?;
         }
         Ok(n)
-    }
-
-    /// Check a header read from `s`'s ring: the kind its record's length implies, the sender
-    /// it came through. Its size.
-    fn check_header(&self, s: usize, h: &[u8], kind: Kind) -> Result<u64, MachineError> {
-        let (size, src, k) = parse_header(h);
-        if k != kind as u32 || src as usize != s || size > MAX_MESSAGE {
-            return Err(MachineError::corrupt(
-                s,
-                format!("header (kind {k}, source {src}, {size} bytes) in a {kind:?} record"),
-            ));
-        }
-        Ok(size)
     }
 
     /// `DeliverViaNetwork`: write as much of `o` to `node` as its ring takes now; whether it
@@ -589,156 +297,6 @@ impl SiMachine {
                 i += 1;
             }
         }
-    }
-
-    /// An empty buffer for a message of `size` wire bytes from `s`: the headroom, and room
-    /// for the rest, not zeroed (it is about to be overwritten).
-    fn buffer(&self, s: usize, size: usize) -> Result<Vec<u8>, MachineError> {
-        let mut buf = Vec::new();
-        // The size comes from another process: a failed allocation is an error, not an abort.
-        buf.try_reserve_exact(HEADROOM + size).map_err(|_| {
-            MachineError::io(
-                format!("allocating {size} bytes for a message from node {s}"),
-                std::io::ErrorKind::OutOfMemory.into(),
-            )
-        })?;
-        buf.resize(HEADROOM, 0);
-        Ok(buf)
-    }
-
-    /// Read `s`'s next record (`len` bytes, `buf` has room for them) onto the end of `buf`.
-    fn read_into(&self, s: usize, buf: &mut Vec<u8>, len: usize) -> Result<(), MachineError> {
-        let at = buf.len();
-        if !self.si.read_uninit(s, &mut buf.spare_capacity_mut()[..len]) {
-            return Err(MachineError::InvalidNode {
-                node: s,
-                nodes: self.table.num_nodes(),
-            });
-        }
-        // SAFETY: read_uninit initialised the `len` bytes after `at`.
-        unsafe { buf.set_len(at + len) };
-        Ok(())
-    }
-
-    /// A lent message of `size` wire bytes at `addr` in `s`'s memory, copied into a buffer of
-    /// its own.
-    fn pull_message(&self, s: usize, addr: u64, size: u64) -> Result<Message, MachineError> {
-        let size = size as usize;
-        let need = HEADROOM + size;
-        let mut buf = self.buffer(s, size)?;
-        let into = &mut buf.spare_capacity_mut()[..size];
-        // A sender that may write into our memory takes chunks of a large copy too.
-        let copied = if size >= COOP_FROM && self.coop && self.si.can_lend_to(s) {
-            self.si.pull_together(s, addr, into)
-        } else {
-            self.si.pull(s, addr, into)
-        };
-        copied.map_err(|e| match e {
-            PullError::Gone => MachineError::peer_dead(
-                &self.table,
-                s,
-                "its process is gone (while copying a message it lent)",
-            ),
-            PullError::Fault(e) => {
-                MachineError::corrupt(s, format!("it lent {size} bytes we cannot read: {e}"))
-            }
-            e => MachineError::io(
-                format!("copying a message node {s} lent"),
-                std::io::Error::other(e),
-            ),
-        })?;
-        // SAFETY: `pull` initialised the `size` bytes after the headroom.
-        unsafe { buf.set_len(need) };
-        Message::from_frame(buf, HEADROOM).map_err(|e| MachineError::Corrupt { node: s, source: e })
-    }
-
-    /// `CommunicationServer` for one sender: hand up what its ring holds, at most `budget`.
-    fn receive_from(
-        &mut self,
-        s: usize,
-        deliver: &mut dyn FnMut(Message),
-        budget: usize,
-    ) -> Result<usize, MachineError> {
-        let mut n = 0;
-        while n < budget {
-            let Some(len) = self.si.peek(s) else { break };
-            match self.incoming[s].take() {
-                // A record's length says which kind it is; the header must agree.
-                None if len == LENT_RECORD => {
-                    let mut rec = [0u8; LENT_RECORD];
-                    self.si.read(s, &mut rec);
-                    let size = self.check_header(s, &rec[..HEADER], Kind::Lent)?;
-                    let addr = u64::from_le_bytes(rec[HEADER..].try_into().unwrap_or([0; 8]));
-                    let msg = self.pull_message(s, addr, size)?;
-                    self.si.mark_pulled(s);
-                    deliver(msg);
-                    n += 1;
-                }
-                None if len > HEADER => {
-                    // Header and whole message in one record: read it so that the header
-                    // lands in the headroom and the message's wire bytes right after.
-                    // `len` is at most a record, never more than the ring: a size we chose.
-                    let mut buf = self.spare(HEADROOM - HEADER + len);
-                    buf.resize(HEADROOM - HEADER, 0);
-                    self.read_into(s, &mut buf, len)?;
-                    let size =
-                        self.check_header(s, &buf[HEADROOM - HEADER..HEADROOM], Kind::Whole)?;
-                    if size as usize != len - HEADER {
-                        return Err(MachineError::corrupt(
-                            s,
-                            format!("header says {size} bytes, record holds {}", len - HEADER),
-                        ));
-                    }
-                    deliver(
-                        Message::from_frame(buf, HEADROOM)
-                            .map_err(|e| MachineError::Corrupt { node: s, source: e })?,
-                    );
-                    n += 1;
-                }
-                None if len == HEADER => {
-                    let mut h = [0u8; HEADER];
-                    self.si.read(s, &mut h);
-                    let size = self.check_header(s, &h, Kind::Pieces)?;
-                    if (size as usize) <= self.chunk {
-                        return Err(MachineError::corrupt(
-                            s,
-                            format!("a message of {size} bytes announced in pieces"),
-                        ));
-                    }
-                    self.incoming[s] = Some(Incoming {
-                        buf: self.buffer(s, size as usize)?,
-                        left: size as usize,
-                    });
-                }
-                None => {
-                    return Err(MachineError::corrupt(
-                        s,
-                        format!("record of {len} bytes where a header was expected"),
-                    ));
-                }
-                Some(mut inc) => {
-                    if len > inc.left {
-                        let left = inc.left;
-                        return Err(MachineError::corrupt(
-                            s,
-                            format!("a piece of {len} bytes where {left} were left"),
-                        ));
-                    }
-                    self.read_into(s, &mut inc.buf, len)?;
-                    inc.left -= len;
-                    if inc.left == 0 {
-                        deliver(
-                            Message::from_frame(inc.buf, HEADROOM)
-                                .map_err(|e| MachineError::Corrupt { node: s, source: e })?,
-                        );
-                        n += 1;
-                    } else {
-                        self.incoming[s] = Some(inc);
-                    }
-                }
-            }
-        }
-        Ok(n)
     }
 
     /// Take chunks of the copies our receivers offer to share (of messages we lent them).

@@ -1,0 +1,247 @@
+//! Start-up of the SI layer: the `si.*` settings, the port (`si_open`), the exchange through
+//! charmrun, attaching every peer's port and probing whether this node can read its memory.
+
+use super::record::HEADER;
+use super::{SiMachine, COOP_FROM, PIECE, SPARES};
+use crate::interconnect::Si;
+use crate::pull::PullError;
+use crate::wake::SiWaker;
+use charmrun::client::{Control, DeadPeers, LaunchEnv};
+use converse_machine::{BootConfig, Machine, MachineError, NodeTable};
+use std::collections::VecDeque;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// Default ring size per sender, in KiB (`si.ring_kib`).
+const DEFAULT_RING_KIB: usize = 256;
+
+/// Size, in wire bytes, from which messages are lent instead of copied through the ring,
+/// unless `si.single_copy_from` says otherwise, when the receiver copies alone. Below it the
+/// two copies through the ring, the receiver's overlapping the sender's piece by piece, take
+/// less time than the kernel's one copy (which copies slower than user space here and pins
+/// every page); from 1.25 MiB the single copy wins (measured: docs/benchmarks.md, SI).
+const LEND_FROM_ALONE: usize = 1280 << 10;
+
+/// The same when the sender helps with the copy (`coop.rs`): from there, the two cores copying
+/// halves each once beat the ring's two copies (measured, as above).
+const LEND_FROM_TOGETHER: usize = COOP_FROM;
+
+/// `si.single_copy_from`: the wire size from which messages are lent (`Some(usize::MAX)` for
+/// `off`), or `None` for the measured default.
+fn single_copy_from(cfg: &BootConfig) -> Result<Option<usize>, MachineError> {
+    match cfg
+        .settings
+        .get::<String>("si.single_copy_from")?
+        .as_deref()
+    {
+        None => Ok(None),
+        Some("off") => Ok(Some(usize::MAX)),
+        Some(v) => v.parse().map(Some).map_err(|_| MachineError::Setting {
+            key: "si.single_copy_from".into(),
+            reason: format!("'{v}' is neither a size in bytes nor 'off'"),
+        }),
+    }
+}
+
+/// Say once per process that the single-copy path is off, and why.
+fn note_no_single_copy(e: &PullError) {
+    static SAID: AtomicBool = AtomicBool::new(false);
+    if !SAID.swap(true, Ordering::Relaxed) {
+        eprintln!(
+            "converse si: note: large messages go through the rings (two copies): {e}. \
+             Reading a peer's memory needs the same user and Yama ptrace_scope 0 \
+             (/proc/sys/kernel/yama/ptrace_scope), and no seccomp filter on process_vm_readv."
+        );
+    }
+}
+
+/// `CmiMachineInit`: `si_init`, `si_open`, `si_getid`; send the port to charmrun, get the
+/// table, attach every port and probe whether we can pull from its owner, then remove ours
+/// from the file system (the mappings stay).
+///
+/// # Errors
+/// [`MachineError::Boot`] when not started by charmrun, when the job spans hosts, or when
+/// shared memory cannot be set up.
+pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
+    let env = LaunchEnv::for_boot(cfg)?;
+    let mut ctl = Control::connect(&env)?;
+    let open = SiOpen::open(cfg, &env)?;
+    let table = ctl.join(&env, open.info())?;
+    let me = env.node;
+    let my_host = table.node(me).map(|n| n.host.clone()).unwrap_or_default();
+    let others: Vec<&str> = table
+        .nodes()
+        .iter()
+        .map(|n| n.host.as_str())
+        .filter(|h| *h != my_host)
+        .collect();
+    if !others.is_empty() {
+        open.si.close();
+        return Err(MachineError::Boot(format!(
+            "the si layer is shared memory on one host, but this job spans hosts ({my_host}, {}); \
+             use the tcp layer across hosts, or si+tcp for shared memory inside each host",
+            others.join(", ")
+        )));
+    }
+    let report = cfg.settings.reports_deaths()?;
+    let mut m = open.connect(table, Arc::new(ctl))?;
+    if report {
+        m.report_deaths()?;
+    }
+    Ok(vec![Box::new(m)])
+}
+
+/// An SI node between the two phases of its boot (see [`converse_machine::Part`]): its port
+/// exists, and [`info`](Self::info) names it.
+pub struct SiOpen {
+    me: usize,
+    si: Si,
+    path: String,
+    /// Removes the port file if boot ends before every node has mapped it.
+    port_file: charmrun::cleanup::RemoveOnExit,
+    lend_from: Option<usize>,
+    coop: bool,
+}
+
+// By hand: the interconnect's mappings have no useful text form.
+impl std::fmt::Debug for SiOpen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SiOpen")
+            .field("port", &self.path)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SiOpen {
+    /// `si_init`, `si_open`: create this node's port (its `si.*` settings from `cfg`).
+    ///
+    /// # Errors
+    /// [`MachineError::Setting`] for a bad `si.*` setting; [`MachineError::Io`] when the port
+    /// cannot be made.
+    pub fn open(cfg: &BootConfig, env: &LaunchEnv) -> Result<SiOpen, MachineError> {
+        let ring_kib: usize = cfg.settings.get_or("si.ring_kib", DEFAULT_RING_KIB)?;
+        let ring = ring_kib
+            .checked_mul(1024)
+            .filter(|r| r.is_power_of_two() && *r >= 4096)
+            .ok_or_else(|| MachineError::Setting {
+                key: "si.ring_kib".into(),
+                reason: format!("{ring_kib} is not a power of two of at least 4"),
+            })?;
+        let lend_from = single_copy_from(cfg)?;
+        let coop: bool = cfg.settings.get_or("si.copy_together", true)?;
+        // Named with the job's tag: charmrun removes it if this node dies before it does.
+        let path = env.shm_path(&format!("si-{}", env.node));
+        let mut si = Si::init(env.node, env.num_nodes);
+        si.open(Path::new(&path), ring)
+            .map_err(|e| MachineError::io(format!("creating the SI port {path}"), e))?;
+        tracing::debug!(target: "si", port = %path, ring, "port open");
+        // Until every node has mapped it: removed on any error return (the guard's drop),
+        // and by the control watchdog if charmrun goes away meanwhile (it ends the process).
+        let port_file = charmrun::cleanup::remove_on_exit(&path);
+        Ok(SiOpen {
+            me: env.node,
+            si,
+            path,
+            port_file,
+            lend_from,
+            coop,
+        })
+    }
+
+    /// This node's info for the node table: the port's name.
+    pub fn info(&self) -> Vec<u8> {
+        self.path.clone().into_bytes()
+    }
+
+    /// Attach the port of every node whose `addr` in `table` is not empty (a composite
+    /// leaves it empty for nodes it reaches another way), probe whom we can pull from, meet
+    /// every node of the job in a barrier of `ctl` (all of them call this, whatever they
+    /// attach), then remove our port's name.
+    ///
+    /// # Errors
+    /// [`MachineError::Boot`]/[`MachineError::Io`] when a port cannot be attached.
+    pub fn connect(self, table: NodeTable, ctl: Arc<Control>) -> Result<SiMachine, MachineError> {
+        let SiOpen {
+            me,
+            mut si,
+            path: _,
+            port_file,
+            lend_from,
+            coop,
+        } = self;
+        for (node, info) in table.nodes().iter().enumerate() {
+            if node == me || info.addr.is_empty() {
+                continue;
+            }
+            let p = std::str::from_utf8(&info.addr).map_err(|_| {
+                MachineError::Boot(format!("node {node}'s SI port name is not text"))
+            })?;
+            si.attach(node, Path::new(p))
+                .map_err(|e| MachineError::io(format!("attaching node {node}'s SI port {p}"), e))?;
+            tracing::debug!(target: "si", peer = node, port = p, "attached the peer's port");
+        }
+        let n = table.num_nodes();
+        if lend_from != Some(usize::MAX) {
+            for node in 0..n {
+                match si.enable_pull(node) {
+                    Ok(_) => {
+                        tracing::debug!(target: "si", peer = node, "single copy from the peer's memory");
+                    }
+                    Err(e @ PullError::Denied(_)) => {
+                        note_no_single_copy(&e);
+                        break;
+                    }
+                    // Any other failure leaves that pair on the rings; a dead peer is
+                    // charmrun's to report.
+                    Err(e) => {
+                        tracing::debug!(target: "si", peer = node, "no single copy from the peer: {e}");
+                    }
+                }
+            }
+        }
+        // Every node has attached every port and said whom it can pull from: the names are
+        // no longer needed, and the pull permissions can be read.
+        ctl.barrier()?;
+        si.close();
+        drop(port_file);
+        let lend_from = (0..n)
+            .map(|node| match lend_from {
+                _ if !si.can_lend_to(node) => usize::MAX,
+                Some(from) => from,
+                // It will take chunks of the copy with us when we can write into its memory
+                // too.
+                None if coop && si.can_pull_from(node) => LEND_FROM_TOGETHER,
+                None => LEND_FROM_ALONE,
+            })
+            .collect();
+        let chunk = si.max_write().min(PIECE) - HEADER;
+        let senders = (0..n)
+            .filter(|&node| node != me && table.node(node).is_some_and(|i| !i.addr.is_empty()))
+            .collect();
+        let bell = si
+            .own_bell()
+            .ok_or_else(|| MachineError::Boot("the SI port is not open".into()))?;
+        Ok(SiMachine {
+            senders,
+            me,
+            table,
+            si,
+            ctl,
+            chunk,
+            lend_from,
+            coop,
+            out: (0..n).map(|_| VecDeque::new()).collect(),
+            backlog: Vec::new(),
+            lent: (0..n).map(|_| VecDeque::new()).collect(),
+            held: vec![0; n],
+            loans: vec![0; n],
+            lending: Vec::new(),
+            incoming: (0..n).map(|_| None).collect(),
+            spares: Vec::with_capacity(SPARES),
+            waker: Arc::new(SiWaker::new(bell)),
+            dead: DeadPeers::default(),
+            leaving: false,
+        })
+    }
+}
