@@ -79,23 +79,13 @@ pub(crate) fn run(
     // pre-posted receives (the MPI layer's design without the layer); UDP on
     // unconnected sockets (a layer with one socket for all its peers cannot connect it); for
     // shared memory, the copy-once floor of a single-copy path; raw Open MPI if asked.
-    let (prepost, raw_rows): (Vec<Row>, Vec<Row>) = raw_rows
-        .into_iter()
-        .partition(|r| r.what.ends_with("-prepost"));
-    let (raw_rows, probe): (Vec<Row>, Vec<Row>) = raw_rows
-        .into_iter()
-        .partition(|r| !r.what.ends_with("-probe"));
-    let mut more = vec![
-        (
-            "raw MPI receiving an unknown size (matched probe + receive)",
-            probe,
-        ),
-        (
-            "raw MPI into pre-posted receives (the layer's small-message design, no layer: \
-             32 persistent receives for any source, MPI_Test, copy out, restart; MPI_Isend)",
-            prepost,
-        ),
-    ];
+    // Only the raw MPI job has the extra MPI series; every other baseline is its own.
+    let RawMpi {
+        known: raw_rows,
+        probe,
+        prepost,
+    } = RawMpi::split(raw_rows);
+    let mut more = vec![(PROBE_TITLE, probe), (PREPOST_TITLE, prepost)];
     if layer == "udp" {
         more.push((
             "raw UDP on unconnected sockets (sendto/recvfrom)",
@@ -117,12 +107,13 @@ pub(crate) fn run(
             cfg!(feature = "mpi"),
             "--mpi-too needs bench built with --features mpi"
         );
-        let (known, unknown): (Vec<Row>, Vec<Row>) = launched("mpi", sizes, iters, "raw-mpi")?
-            .into_iter()
-            .filter(|r| !r.what.ends_with("-prepost"))
-            .partition(|r| !r.what.ends_with("-probe"));
-        more.push(("raw MPI (mpirun -n 2, blocking send and receive)", known));
-        more.push(("raw MPI receiving an unknown size", unknown));
+        let mpi = RawMpi::split(launched("mpi", sizes, iters, "raw-mpi")?);
+        more.push((
+            "raw MPI (mpirun -n 2, blocking send and receive)",
+            mpi.known,
+        ));
+        more.push((PROBE_TITLE, mpi.probe));
+        more.push((PREPOST_TITLE, mpi.prepost));
     }
     report::print_pingpong(&rows, &raw_rows);
     if !direct.is_empty() {
@@ -187,6 +178,41 @@ fn figure(layer: &str, rows: &[&Row]) -> [plot::Panel; 2] {
             legend: plotters::prelude::SeriesLabelPosition::UpperLeft,
         },
     ]
+}
+
+const PROBE_TITLE: &str = "raw MPI receiving an unknown size (matched probe + receive)";
+const PREPOST_TITLE: &str = "raw MPI into pre-posted receives (the layer's small-message design, \
+                             no layer: 32 persistent receives for any source, MPI_Test, copy \
+                             out, restart; MPI_Isend)";
+
+/// The series of the raw MPI job (`raw_mpi.rs`), told apart by their names.
+struct RawMpi {
+    /// Known-size blocking send and receive (and any row of another baseline).
+    known: Vec<Row>,
+    /// `raw-mpi-probe`: receiving an unknown size.
+    probe: Vec<Row>,
+    /// `raw-mpi-prepost`: the layer's design for small messages.
+    prepost: Vec<Row>,
+}
+
+impl RawMpi {
+    fn split(rows: Vec<Row>) -> RawMpi {
+        let (mut known, mut probe, mut prepost) = (Vec::new(), Vec::new(), Vec::new());
+        for r in rows {
+            if r.what.ends_with("-probe") {
+                probe.push(r);
+            } else if r.what.ends_with("-prepost") {
+                prepost.push(r);
+            } else {
+                known.push(r);
+            }
+        }
+        RawMpi {
+            known,
+            probe,
+            prepost,
+        }
+    }
 }
 
 /// The command that starts a job of `nodes` nodes of this program on `layer`: `mpirun -n 2`

@@ -68,7 +68,8 @@ const RING_BYTES: usize = 64 << 10;
 /// oldest tested with `MPI_Test`; what came is copied into a buffer of its own (a message must
 /// own its bytes), and the receive is restarted before the next test (after the reply, as the
 /// layer does); a reply is an `MPI_Isend`. No credit, no order
-/// keeping, no runtime. Sizes above [`RING_BYTES`] are left out (the layer probes for those).
+/// keeping, no runtime. Sizes above [`RING_BYTES`] are left out (the layer probes for those,
+/// and for payloads a little under it, whose envelope takes them past its limit).
 fn prepost_series(
     world: &mpi::topology::SimpleCommunicator,
     sizes: &[usize],

@@ -1,5 +1,5 @@
-//! The MPI layer's receive side: what `advance`, `wait` and `exit` take off MPI, in the
-//! order that keeps FIFO per pair (see `order.rs`) — released messages, awaited large
+//! The MPI layer's receive side: what `advance`, `wait`, `barrier` and `exit` take off MPI,
+//! in the order that keeps FIFO per pair (see `order.rs`) — released messages, awaited large
 //! messages (by matched probe), then the ring of pre-posted receives — with the credit and
 //! notice bookkeeping that goes with each.
 
