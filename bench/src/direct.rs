@@ -68,8 +68,10 @@ pub(crate) fn pe_main(
             while got.is_none() {
                 m.advance(&mut |x| got = Some(x))?;
                 if got.is_none() {
-                    // As the raw baselines and the scheduler poll: a core shared with the
-                    // other side (SMT) is left to it between polls.
+                    // As the scheduler's idle spin and the raw socket baselines poll: a core
+                    // shared with the other side (SMT) is left to it between polls. (The raw
+                    // MPI series spin inside MPI without one; measured, dropping it here made
+                    // no reliable difference: docs/benchmarks.md, "Across both ranks".)
                     std::hint::spin_loop();
                 }
             }
