@@ -38,6 +38,10 @@ pub(crate) fn render(page: &Path, w: u32, h: u32, dir: &Path) -> Option<Image> {
             "--disable-gpu",
             "--hide-scrollbars",
             "--force-device-scale-factor=1",
+            // Without these the screenshot can be taken before every tile is painted: a
+            // band at the bottom of the page came out white in about one run in six.
+            "--run-all-compositor-stages-before-draw",
+            "--virtual-time-budget=2000",
         ])
         .arg(format!("--user-data-dir={}", dir.join("profile").display()))
         .arg(format!("--window-size={w},{h}"))
