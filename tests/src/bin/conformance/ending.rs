@@ -1,0 +1,105 @@
+//! The conformance scenarios about how a job ends when something goes wrong: an exit code
+//! chosen by a PE, a handler-set mismatch, a panic, an exit before start-up completes, a PE
+//! leaving past the runtime, a PE that stops polling, and an exit right after a huge send.
+
+use super::{report, verdict};
+use converse::{Message, Pe};
+use std::time::Duration;
+
+pub(super) fn exit_code(pe: &mut Pe, code: i32) {
+    let last = pe.num_pes() - 1;
+    if pe.my_pe() == last {
+        println!("conformance exit-code: PE {last} exits with {code}");
+        pe.exit(code);
+    }
+}
+
+pub(super) fn mismatch(pe: &mut Pe) {
+    let v = verdict(pe, "mismatch", |_| {
+        "(but a handler mismatch was expected)".into()
+    });
+    if pe.my_pe() == pe.num_pes() - 1 {
+        pe.register("only-on-the-last-pe", |_, _| {});
+    }
+    report(pe, 0, v);
+}
+
+/// The last PE panics in a handler while the others wait in a barrier it never reaches.
+pub(super) fn panic(pe: &mut Pe) {
+    let boom = pe.register("boom", |pe, _| {
+        panic!("deliberate panic on PE {}", pe.my_pe())
+    });
+    let last = pe.num_pes() - 1;
+    if pe.my_pe() == 0 {
+        pe.send(last, boom, b"");
+    }
+    if pe.my_pe() == last {
+        // Only ever left by the panic.
+        pe.run_until(|_| false);
+    }
+    pe.barrier();
+    println!(
+        "conformance panic: FAILED: PE {} passed the barrier",
+        pe.my_pe()
+    );
+}
+
+/// PE 0 ends the job before start-up can complete; the others wait in a barrier that never
+/// completes. The job must still end, with PE 0's code.
+pub(super) fn exit_early(pe: &mut Pe) {
+    if pe.my_pe() == 0 {
+        pe.exit(5);
+    } else {
+        pe.barrier();
+    }
+}
+
+pub(super) fn proc_exit(pe: &mut Pe) {
+    pe.barrier();
+    if pe.my_pe() == pe.num_pes() - 1 {
+        println!(
+            "conformance proc-exit: PE {} calls process::exit(3)",
+            pe.my_pe()
+        );
+        std::process::exit(3);
+    }
+}
+
+pub(super) fn hang(pe: &mut Pe) {
+    pe.barrier();
+    if pe.my_pe() == pe.num_pes() - 1 {
+        println!("conformance hang: PE {} stops polling", pe.my_pe());
+        loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        }
+    }
+}
+
+pub(super) fn silent(pe: &mut Pe) {
+    let sink = pe.register("sink", |_, _| {});
+    pe.barrier();
+    let last = pe.num_pes() - 1;
+    if pe.my_pe() == last {
+        println!("conformance silent: PE {last} stops polling");
+        loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        }
+    }
+    if pe.my_pe() == 0 {
+        // After the last PE has surely stopped: nobody will ever read this.
+        pe.after(Duration::from_millis(200), move |pe| {
+            pe.send(last, sink, b"anyone?")
+        });
+    }
+}
+
+pub(super) fn exit_after_send(pe: &mut Pe) {
+    let sink = pe.register("sink", |_, _| {});
+    pe.barrier();
+    if pe.my_pe() == 0 {
+        let last = pe.num_pes() - 1;
+        pe.send_msg(last, sink, Message::new(64 << 20));
+        println!("conformance exit-after-send: ok");
+        pe.exit(0);
+    }
+}
