@@ -73,6 +73,10 @@ enum Cmd {
         /// Draw the table as an SVG figure here.
         #[arg(long)]
         plot: Option<PathBuf>,
+        /// Repeat the measurement this many times, the order of its parts rotated, and print
+        /// medians over the rounds with each round's ratio to raw.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+        rounds: u16,
     },
     /// CPU used by each node of a 2-node job that has nothing to do (should be about 0%).
     Idle {
@@ -430,6 +434,7 @@ fn main() -> ExitCode {
             csv,
             mpi_too,
             plot,
+            rounds,
         } => pingpong::run(
             &layer,
             &sizes,
@@ -438,6 +443,7 @@ fn main() -> ExitCode {
             &settings,
             mpi_too,
             plot.as_deref(),
+            usize::from(rounds),
         ),
         #[cfg(feature = "mpi")]
         Cmd::RawMpi(j) => raw_mpi::rank_main(&j.sizes, j.iters, &j.csv),

@@ -38,6 +38,14 @@ pub(crate) fn warmup(iters: u64) -> u64 {
 /// `bench pingpong`: baseline, then the layer, then the table (and CSV). `settings` (the
 /// `+set` ones of bench's command line) go to every job of the layer; `mpi_too` adds raw
 /// Open MPI (or whichever MPI `mpirun` starts) from the same run.
+///
+/// With `rounds` above 1 the whole measurement is repeated, the order of its three parts
+/// (raw baselines, the runtime, the layer alone) rotated each round, and every figure printed
+/// is the median over the rounds; the runtime's and the layer alone's p50 against raw's are
+/// also given per round. The machine's speed can change from one job to the next (this one
+/// flips between two states for minutes at a time), and a ratio taken within a round, its
+/// jobs back to back, is less exposed to that than one between two medians.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run(
     layer: &str,
     sizes: &[usize],
@@ -46,13 +54,151 @@ pub(crate) fn run(
     settings: &converse_machine::Settings,
     mpi_too: bool,
     plot: Option<&Path>,
+    rounds: usize,
 ) -> anyhow::Result<()> {
     let w = warmup(iters);
+    anyhow::ensure!(
+        matches!(layer, "local" | "tcp" | "udp" | "si" | "mpi"),
+        "no raw baseline for layer '{layer}' yet (layers: local, tcp, udp, si, mpi)"
+    );
+    anyhow::ensure!(
+        !mpi_too || layer == "mpi" || cfg!(feature = "mpi"),
+        "--mpi-too needs bench built with --features mpi"
+    );
     let set: Vec<String> = settings
         .iter()
         .flat_map(|(k, v)| ["+set".to_owned(), format!("{k}={v}")])
         .collect();
     let set: Vec<&str> = set.iter().map(String::as_str).collect();
+    let mut all_rounds = Vec::with_capacity(rounds);
+    for r in 0..rounds.max(1) {
+        all_rounds.push(one_round(layer, sizes, iters, &set, mpi_too, r)?);
+    }
+    let round = Round::median(&all_rounds);
+    report::print_pingpong(&round.rows, &round.raw);
+    if !round.direct.is_empty() {
+        println!("layer alone (Machine trait driven directly, no runtime), one-way p50 us, MB/s:");
+        report::print_series(&round.direct);
+    }
+    for (title, series) in round.more.iter().filter(|(_, s)| !s.is_empty()) {
+        println!("{title}, one-way p50 us, MB/s:");
+        report::print_series(series);
+    }
+    if all_rounds.len() > 1 {
+        print_round_ratios(&all_rounds);
+    }
+    println!("(one-way = round trip / 2; {iters} timed round trips per size after {w} warm-up)");
+    if all_rounds.len() > 1 {
+        println!(
+            "(every figure above the ratios: the median over {} rounds)",
+            all_rounds.len()
+        );
+    }
+    let all: Vec<&Row> = round
+        .rows
+        .iter()
+        .chain(&round.direct)
+        .chain(round.raw.iter())
+        .chain(round.more.iter().flat_map(|(_, s)| s))
+        .collect();
+    if let Some(path) = csv {
+        report::write_csv(path, &all)?;
+    }
+    if let Some(path) = plot {
+        let title = format!("ping-pong on {layer}: the runtime, the layer alone, raw baselines");
+        plot::write_svg(path, &title, &figure(layer, &all))?;
+    }
+    Ok(())
+}
+
+/// What one round of `bench pingpong` measured.
+struct Round {
+    /// The runtime on the layer.
+    rows: Vec<Row>,
+    /// The layer alone (none for the in-process layer).
+    direct: Vec<Row>,
+    /// The raw baseline the ratio is taken against.
+    raw: Vec<Row>,
+    /// Further series printed below the table, with their titles.
+    more: Vec<(&'static str, Vec<Row>)>,
+}
+
+impl Round {
+    /// Every figure the median over `rounds` (the first round when there is one).
+    fn median(rounds: &[Round]) -> Round {
+        let pick = |f: &dyn Fn(&Round) -> &Vec<Row>| -> Vec<Row> {
+            let first = f(&rounds[0]);
+            first
+                .iter()
+                .map(|r| {
+                    let same: Vec<&Row> = rounds
+                        .iter()
+                        .filter_map(|x| f(x).iter().find(|o| o.what == r.what && o.size == r.size))
+                        .collect();
+                    Row::median_of(&same)
+                })
+                .collect()
+        };
+        Round {
+            rows: pick(&|x| &x.rows),
+            direct: pick(&|x| &x.direct),
+            raw: pick(&|x| &x.raw),
+            more: (0..rounds[0].more.len())
+                .map(|i| (rounds[0].more[i].0, pick(&|x| &x.more[i].1)))
+                .collect(),
+        }
+    }
+}
+
+/// One round: the raw baselines, the runtime and the layer alone, in an order rotated by
+/// `turn` (so that no part always runs first, or always right after another).
+fn one_round(
+    layer: &str,
+    sizes: &[usize],
+    iters: u64,
+    set: &[&str],
+    mpi_too: bool,
+    turn: usize,
+) -> anyhow::Result<Round> {
+    let w = warmup(iters);
+    let (mut rows, mut direct) = (Vec::new(), Vec::new());
+    let mut raw_rows = Vec::new();
+    let mut more = Vec::new();
+    for part in 0..3 {
+        match (part + turn) % 3 {
+            0 => (raw_rows, more) = baselines(layer, sizes, iters, w, mpi_too)?,
+            1 if layer == "local" => {
+                let args = ["bench", "+p2", "+quiet", "+machine", "local"];
+                let rt = Runtime::from_args(args.iter().chain(set).copied())?;
+                rows = job(rt, sizes, iters, layer, 1)?;
+            }
+            1 => rows = under_charmrun_with(layer, sizes, iters, "pe-pingpong", &[], set)?,
+            _ if layer == "local" => {}
+            _ => direct = under_charmrun_with(layer, sizes, iters, "pe-direct", &[], set)?,
+        }
+    }
+    Ok(Round {
+        rows,
+        direct,
+        raw: raw_rows,
+        more,
+    })
+}
+
+/// The raw baseline of `layer`, and the further series printed below the table: MPI's
+/// receive of an unknown size, and MPI into pre-posted receives (the MPI layer's design
+/// without the layer); UDP on unconnected sockets (a layer with one socket for all its peers
+/// cannot connect it); for shared memory, the copy-once floor of a single-copy path; raw Open
+/// MPI if asked. Only the raw MPI job has the extra MPI series; every other baseline is its
+/// own.
+#[allow(clippy::type_complexity)]
+fn baselines(
+    layer: &str,
+    sizes: &[usize],
+    iters: u64,
+    w: u64,
+    mpi_too: bool,
+) -> anyhow::Result<(Vec<Row>, Vec<(&'static str, Vec<Row>)>)> {
     let raw_rows: Vec<Row> = match layer {
         "local" => sizes
             .iter()
@@ -66,20 +212,6 @@ pub(crate) fn run(
             "no raw baseline for layer '{other}' yet (layers: local, tcp, udp, si, mpi)"
         ),
     };
-    let (rows, direct) = if layer == "local" {
-        let args = ["bench", "+p2", "+quiet", "+machine", "local"];
-        let rt = Runtime::from_args(args.iter().chain(&set).copied())?;
-        (job(rt, sizes, iters, layer, 1)?, Vec::new())
-    } else {
-        let rows = under_charmrun_with(layer, sizes, iters, "pe-pingpong", &[], &set)?;
-        let direct = under_charmrun_with(layer, sizes, iters, "pe-direct", &[], &set)?;
-        (rows, direct)
-    };
-    // Further series, printed below the table: MPI's receive of an unknown size, and MPI into
-    // pre-posted receives (the MPI layer's design without the layer); UDP on
-    // unconnected sockets (a layer with one socket for all its peers cannot connect it); for
-    // shared memory, the copy-once floor of a single-copy path; raw Open MPI if asked.
-    // Only the raw MPI job has the extra MPI series; every other baseline is its own.
     let RawMpi {
         known: raw_rows,
         probe,
@@ -103,10 +235,6 @@ pub(crate) fn run(
         ));
     }
     if mpi_too && layer != "mpi" {
-        anyhow::ensure!(
-            cfg!(feature = "mpi"),
-            "--mpi-too needs bench built with --features mpi"
-        );
         let mpi = RawMpi::split(launched("mpi", sizes, iters, "raw-mpi")?);
         more.push((
             "raw MPI (mpirun -n 2, blocking send and receive)",
@@ -115,30 +243,48 @@ pub(crate) fn run(
         more.push((PROBE_TITLE, mpi.probe));
         more.push((PREPOST_TITLE, mpi.prepost));
     }
-    report::print_pingpong(&rows, &raw_rows);
-    if !direct.is_empty() {
-        println!("layer alone (Machine trait driven directly, no runtime), one-way p50 us, MB/s:");
-        report::print_series(&direct);
+    Ok((raw_rows, more))
+}
+
+/// Per size, the runtime's and the layer alone's p50 over raw's p50 within each round: the
+/// median and the range over the rounds.
+fn print_round_ratios(rounds: &[Round]) {
+    let ratios = |pick: &dyn Fn(&Round) -> &Vec<Row>, size: usize| -> Vec<f64> {
+        let mut v: Vec<f64> = rounds
+            .iter()
+            .filter_map(|x| {
+                let a = pick(x).iter().find(|r| r.size == size)?;
+                let b = x.raw.iter().find(|r| r.size == size)?;
+                Some(a.p50_ns as f64 / b.p50_ns.max(1) as f64)
+            })
+            .collect();
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let show = |v: &[f64]| match (v.first(), v.last()) {
+        (Some(lo), Some(hi)) => format!("{:>6.2} ({:.2}-{:.2})", median(v), lo, hi),
+        _ => format!("{:>6} {:>11}", "-", ""),
+    };
+    println!(
+        "p50 over raw's p50 within each round, median (lowest-highest) over {} rounds:",
+        rounds.len()
+    );
+    println!("{:>9} | {:>18} | {:>18}", "bytes", "runtime", "layer alone");
+    for r in &rounds[0].rows {
+        let rt = ratios(&|x| &x.rows, r.size);
+        let direct = ratios(&|x| &x.direct, r.size);
+        println!("{:>9} | {:>18} | {:>18}", r.size, show(&rt), show(&direct));
     }
-    for (title, series) in more.iter().filter(|(_, s)| !s.is_empty()) {
-        println!("{title}, one-way p50 us, MB/s:");
-        report::print_series(series);
+}
+
+/// The median of sorted, non-empty `v` (the mean of the middle two for an even count).
+fn median(v: &[f64]) -> f64 {
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
-    println!("(one-way = round trip / 2; {iters} timed round trips per size after {w} warm-up)");
-    let all: Vec<&Row> = rows
-        .iter()
-        .chain(&direct)
-        .chain(raw_rows.iter())
-        .chain(more.iter().flat_map(|(_, s)| s))
-        .collect();
-    if let Some(path) = csv {
-        report::write_csv(path, &all)?;
-    }
-    if let Some(path) = plot {
-        let title = format!("ping-pong on {layer}: the runtime, the layer alone, raw baselines");
-        plot::write_svg(path, &title, &figure(layer, &all))?;
-    }
-    Ok(())
 }
 
 /// The table as two panels, one line per path (the runtime on the layer, the layer alone, each

@@ -31,6 +31,26 @@ impl Row {
         }
     }
 
+    /// The same path and size measured several times (`rows`, not empty): each figure the
+    /// median of its values (the lower middle one for an even count), the count summed.
+    pub(crate) fn median_of(rows: &[&Row]) -> Row {
+        fn mid<T: Copy + PartialOrd>(mut v: Vec<T>) -> T {
+            v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+            v[(v.len() - 1) / 2]
+        }
+        let all = |f: fn(&Row) -> u64| mid(rows.iter().map(|r| f(r)).collect());
+        Row {
+            what: rows[0].what.clone(),
+            size: rows[0].size,
+            count: rows.iter().map(|r| r.count).sum(),
+            min_ns: all(|r| r.min_ns),
+            p50_ns: all(|r| r.p50_ns),
+            p99_ns: all(|r| r.p99_ns),
+            max_ns: all(|r| r.max_ns),
+            mean_ns: mid(rows.iter().map(|r| r.mean_ns).collect()),
+        }
+    }
+
     /// Bytes per second over the mean one-way time, in MB/s.
     pub(crate) fn mb_per_s(&self) -> f64 {
         if self.mean_ns > 0.0 {
@@ -150,4 +170,37 @@ pub(crate) fn size_list(sizes: &[usize]) -> String {
         .map(|s| s.to_string())
         .collect::<Vec<_>>()
         .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Row;
+
+    fn row(p50: u64, mean: f64) -> Row {
+        Row {
+            what: "x".into(),
+            size: 8,
+            count: 10,
+            min_ns: p50 / 2,
+            p50_ns: p50,
+            p99_ns: p50 * 2,
+            max_ns: p50 * 3,
+            mean_ns: mean,
+        }
+    }
+
+    #[test]
+    fn the_median_of_rows_takes_each_figure_s_middle_and_sums_the_counts() {
+        let (a, b, c) = (row(300, 3.0), row(100, 1.0), row(200, 2.0));
+        let m = Row::median_of(&[&a, &b, &c]);
+        assert_eq!(
+            (m.p50_ns, m.min_ns, m.p99_ns, m.max_ns),
+            (200, 100, 400, 600)
+        );
+        assert_eq!(m.mean_ns, 2.0);
+        assert_eq!(m.count, 30);
+        // An even count takes the lower of the middle two; one row is itself.
+        assert_eq!(Row::median_of(&[&a, &b]).p50_ns, 100);
+        assert_eq!(Row::median_of(&[&a]).p50_ns, 300);
+    }
 }

@@ -4,51 +4,12 @@
 //! skipped, saying so, when Chromium is not installed.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 #[path = "../../tests/src/render.rs"]
 mod render;
+mod run;
 use render::{render, Image};
-
-fn dir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("bench-plot-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).expect("temp dir");
-    d
-}
-
-/// Run bench with `args`, killed (with its process group) after `secs`; its stdout.
-fn bench(args: &[&str], secs: u64) -> String {
-    use std::os::unix::process::CommandExt;
-    let out =
-        std::env::temp_dir().join(format!("bench-plot-out-{}-{}", std::process::id(), args[0]));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_bench"))
-        .args(args)
-        .stdout(std::fs::File::create(&out).expect("stdout file"))
-        .stderr(Stdio::inherit())
-        .process_group(0)
-        .spawn()
-        .expect("bench starts");
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    let status = loop {
-        if let Some(s) = child.try_wait().expect("wait") {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = nix::sys::signal::killpg(
-                nix::unistd::Pid::from_raw(child.id() as i32),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-            let _ = child.wait();
-            panic!("bench {args:?} took over {secs} s");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let text = std::fs::read_to_string(&out).unwrap_or_default();
-    let _ = std::fs::remove_file(&out);
-    assert!(status.success(), "bench {args:?}: {status}\n{text}");
-    text
-}
+use run::{bench, dir};
 
 /// The trimmed texts of an SVG and the stroke colours of its polylines (one entry each).
 fn svg_parts(path: &Path) -> (Vec<String>, Vec<String>) {
