@@ -62,7 +62,11 @@ pub(crate) fn run(
         "no raw baseline for layer '{layer}' yet (layers: local, tcp, udp, si, mpi)"
     );
     anyhow::ensure!(
-        !mpi_too || layer == "mpi" || cfg!(feature = "mpi"),
+        layer != "mpi" || cfg!(feature = "mpi"),
+        "--layer mpi needs bench built with --features mpi (its raw MPI baseline is built in)"
+    );
+    anyhow::ensure!(
+        !mpi_too || cfg!(feature = "mpi"),
         "--mpi-too needs bench built with --features mpi"
     );
     let set: Vec<String> = settings

@@ -1,6 +1,7 @@
-//! `bench pingpong --rounds N`, checked from outside: the figures are medians over the rounds
-//! (one CSV row per path and size, not one per round), each round's ratio to raw is printed
-//! per size, and a count of rounds that is not a positive number is refused in one line.
+//! `bench pingpong`'s options, checked from outside. `--rounds N`: the figures are medians
+//! over the rounds (one CSV row per path and size, not one per round), each round's ratio to
+//! raw is printed per size, and a count of rounds that is not a positive number is refused in
+//! one line. `--layer mpi` in a bench built without MPI is refused before any job starts.
 
 mod run;
 use run::{bench, bench_status, dir};
@@ -79,4 +80,14 @@ fn rounds_that_are_not_a_positive_count_are_refused_in_one_line() {
             "--rounds {bad}: the error does not name the option: {err}"
         );
     }
+}
+
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn the_mpi_layer_in_a_bench_without_mpi_is_refused_in_one_line() {
+    let (status, out, err) = bench_status(&["pingpong", "--layer", "mpi", "--iters", "10"], 60);
+    assert!(!status.success(), "accepted: {out}");
+    assert!(out.is_empty(), "measured something: {out}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("--features mpi"), "{err}");
 }
