@@ -58,10 +58,6 @@ pub(crate) fn run(
 ) -> anyhow::Result<()> {
     let w = warmup(iters);
     anyhow::ensure!(
-        matches!(layer, "local" | "tcp" | "udp" | "si" | "mpi"),
-        "no raw baseline for layer '{layer}' yet (layers: local, tcp, udp, si, mpi)"
-    );
-    anyhow::ensure!(
         layer != "mpi" || cfg!(feature = "mpi"),
         "--layer mpi needs bench built with --features mpi (its raw MPI baseline is built in)"
     );
@@ -74,6 +70,8 @@ pub(crate) fn run(
         .flat_map(|(k, v)| ["+set".to_owned(), format!("{k}={v}")])
         .collect();
     let set: Vec<&str> = set.iter().map(String::as_str).collect();
+    // An unknown layer is refused by `baselines`, the first part of the first round, before
+    // any job starts.
     let mut all_rounds = Vec::with_capacity(rounds);
     for r in 0..rounds.max(1) {
         all_rounds.push(one_round(layer, sizes, iters, &set, mpi_too, r)?);
@@ -123,9 +121,12 @@ struct Round {
     direct: Vec<Row>,
     /// The raw baseline the ratio is taken against.
     raw: Vec<Row>,
-    /// Further series printed below the table, with their titles.
-    more: Vec<(&'static str, Vec<Row>)>,
+    /// Further series printed below the table.
+    more: Vec<Series>,
 }
+
+/// A series printed below the table, with its title.
+type Series = (&'static str, Vec<Row>);
 
 impl Round {
     /// Every figure the median over `rounds` (the first round when there is one).
@@ -195,14 +196,13 @@ fn one_round(
 /// cannot connect it); for shared memory, the copy-once floor of a single-copy path; raw Open
 /// MPI if asked. Only the raw MPI job has the extra MPI series; every other baseline is its
 /// own.
-#[allow(clippy::type_complexity)]
 fn baselines(
     layer: &str,
     sizes: &[usize],
     iters: u64,
     w: u64,
     mpi_too: bool,
-) -> anyhow::Result<(Vec<Row>, Vec<(&'static str, Vec<Row>)>)> {
+) -> anyhow::Result<(Vec<Row>, Vec<Series>)> {
     let raw_rows: Vec<Row> = match layer {
         "local" => sizes
             .iter()
@@ -254,20 +254,25 @@ fn baselines(
 /// median and the range over the rounds.
 fn print_round_ratios(rounds: &[Round]) {
     let ratios = |pick: &dyn Fn(&Round) -> &Vec<Row>, size: usize| -> Vec<f64> {
-        let mut v: Vec<f64> = rounds
+        rounds
             .iter()
             .filter_map(|x| {
                 let a = pick(x).iter().find(|r| r.size == size)?;
                 let b = x.raw.iter().find(|r| r.size == size)?;
                 Some(a.p50_ns as f64 / b.p50_ns.max(1) as f64)
             })
-            .collect();
-        v.sort_by(f64::total_cmp);
-        v
+            .collect()
     };
-    let show = |v: &[f64]| match (v.first(), v.last()) {
-        (Some(lo), Some(hi)) => format!("{:>6.2} ({:.2}-{:.2})", median(v), lo, hi),
-        _ => format!("{:>6} {:>11}", "-", ""),
+    // The same median as every figure of the table above (`Row::median_of`).
+    let show = |v: Vec<f64>| {
+        let lo = v.iter().copied().reduce(f64::min);
+        let hi = v.iter().copied().reduce(f64::max);
+        match (lo, hi) {
+            (Some(lo), Some(hi)) => {
+                format!("{:>6.2} ({:.2}-{:.2})", report::median(v), lo, hi)
+            }
+            _ => format!("{:>6} {:>11}", "-", ""),
+        }
     };
     println!(
         "p50 over raw's p50 within each round, median (lowest-highest) over {} rounds:",
@@ -277,17 +282,7 @@ fn print_round_ratios(rounds: &[Round]) {
     for r in &rounds[0].rows {
         let rt = ratios(&|x| &x.rows, r.size);
         let direct = ratios(&|x| &x.direct, r.size);
-        println!("{:>9} | {:>18} | {:>18}", r.size, show(&rt), show(&direct));
-    }
-}
-
-/// The median of sorted, non-empty `v` (the mean of the middle two for an even count).
-fn median(v: &[f64]) -> f64 {
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
+        println!("{:>9} | {:>18} | {:>18}", r.size, show(rt), show(direct));
     }
 }
 

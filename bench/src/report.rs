@@ -34,11 +34,7 @@ impl Row {
     /// The same path and size measured several times (`rows`, not empty): each figure the
     /// median of its values (the lower middle one for an even count), the count summed.
     pub(crate) fn median_of(rows: &[&Row]) -> Row {
-        fn mid<T: Copy + PartialOrd>(mut v: Vec<T>) -> T {
-            v.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
-            v[(v.len() - 1) / 2]
-        }
-        let all = |f: fn(&Row) -> u64| mid(rows.iter().map(|r| f(r)).collect());
+        let all = |f: fn(&Row) -> u64| median(rows.iter().map(|r| f(r)).collect());
         Row {
             what: rows[0].what.clone(),
             size: rows[0].size,
@@ -47,7 +43,7 @@ impl Row {
             p50_ns: all(|r| r.p50_ns),
             p99_ns: all(|r| r.p99_ns),
             max_ns: all(|r| r.max_ns),
-            mean_ns: mid(rows.iter().map(|r| r.mean_ns).collect()),
+            mean_ns: median(rows.iter().map(|r| r.mean_ns).collect()),
         }
     }
 
@@ -59,6 +55,13 @@ impl Row {
             0.0
         }
     }
+}
+
+/// The median of `values` (not empty): the lower of the middle two for an even count, so that
+/// it is always one of the values measured.
+pub(crate) fn median<T: Copy + PartialOrd>(mut values: Vec<T>) -> T {
+    values.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
+    values[(values.len() - 1) / 2]
 }
 
 /// A histogram for nanosecond latencies from 1 ns to 1 minute, 3 significant digits.

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// A fresh directory for one test's files.
@@ -13,7 +14,6 @@ pub(crate) fn dir(name: &str) -> PathBuf {
 
 /// Run bench with `args`, killed (with its process group) after `secs`; its stdout. Fails the
 /// test if bench fails.
-#[allow(dead_code)]
 pub(crate) fn bench(args: &[&str], secs: u64) -> String {
     let (status, out, err) = bench_status(args, secs);
     assert!(status.success(), "bench {args:?}: {status}\n{out}\n{err}");
@@ -22,14 +22,15 @@ pub(crate) fn bench(args: &[&str], secs: u64) -> String {
 
 /// Run bench with `args`, killed (with its process group) after `secs`: how it exited, its
 /// stdout and its stderr.
-#[allow(dead_code)]
 pub(crate) fn bench_status(args: &[&str], secs: u64) -> (ExitStatus, String, String) {
     use std::os::unix::process::CommandExt;
+    // Tests of one file run as threads of one process: a count, not the arguments, keeps
+    // their output files apart.
+    static RUNS: AtomicUsize = AtomicUsize::new(0);
     let base = std::env::temp_dir().join(format!(
-        "bench-test-out-{}-{}-{}",
+        "bench-test-out-{}-{}",
         std::process::id(),
-        args[0],
-        args.len()
+        RUNS.fetch_add(1, Ordering::Relaxed)
     ));
     let (out, err) = (base.with_extension("out"), base.with_extension("err"));
     let mut child = Command::new(env!("CARGO_BIN_EXE_bench"))

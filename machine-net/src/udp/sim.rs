@@ -52,6 +52,21 @@ impl Rng {
     }
 }
 
+/// A wire out of each of two endpoints, empty, carrying datagrams of up to 1400 bytes (under
+/// Ethernet's MTU).
+pub(super) fn wires() -> [Wire; 2] {
+    [
+        Wire {
+            out: Vec::new(),
+            max: 1400,
+        },
+        Wire {
+            out: Vec::new(),
+            max: 1400,
+        },
+    ]
+}
+
 /// The two simulated nodes' addresses.
 pub(super) fn addrs() -> [SocketAddr; 2] {
     [
@@ -92,16 +107,7 @@ pub(super) fn simulate(
         Endpoint::new(0, &a, TAG, cfg.clone(), 1 << 20, t),
         Endpoint::new(1, &a, TAG, cfg, 1 << 20, t),
     ];
-    let mut wires = [
-        Wire {
-            out: Vec::new(),
-            max: 1400,
-        },
-        Wire {
-            out: Vec::new(),
-            max: 1400,
-        },
-    ];
+    let mut wires = wires();
     let mut rng = Rng(seed | 1);
     let mut got: [Vec<u32>; 2] = [Vec::new(), Vec::new()];
     // (due, to node, from address, bytes)

@@ -1,6 +1,6 @@
 //! Unit tests of the UDP endpoint.
 
-use super::super::sim::{addrs, numbered, simulate, Net, Wire, TAG};
+use super::super::sim::{addrs, numbered, simulate, wires, Net, Wire, TAG};
 use super::*;
 use proptest::prelude::*;
 
@@ -191,16 +191,7 @@ fn a_message_part_way_through_is_in_transfer_on_both_sides() {
         Endpoint::new(0, &a, TAG, small, 1 << 20, t),
         Endpoint::new(1, &a, TAG, Config::default(), 1 << 20, t),
     ];
-    let mut wires = [
-        Wire {
-            out: Vec::new(),
-            max: 1400,
-        },
-        Wire {
-            out: Vec::new(),
-            max: 1400,
-        },
-    ];
+    let mut wires = wires();
     assert!(!eps[0].in_transfer() && !eps[1].in_transfer());
     // About 30 fragments through a window of 4: most wait for acknowledgements.
     eps[0]
