@@ -51,7 +51,7 @@ pub const LAYER: Layer = Layer {
     settings: &[
         SettingSpec {
             key: "si.ring_kib",
-            meaning: "ring size per sender, KiB (default 256)",
+            meaning: "ring size per sender, KiB (default 256; a power of two from 4 to 1048576)",
         },
         SettingSpec {
             key: "si.copy_together",

@@ -16,6 +16,7 @@ pub mod check;
 pub mod compose;
 mod contract;
 mod error;
+pub mod input;
 pub mod launch;
 pub mod local;
 pub mod log;

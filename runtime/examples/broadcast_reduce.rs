@@ -2,16 +2,29 @@
 //! number plus one; a sum reduction brings the result back to PE 0, which checks it and does
 //! the next round. Then a barrier, and exit.
 //!
-//! `cargo run --release --example broadcast_reduce -- +p4 [ROUNDS]`
+//! `cargo run --release --example broadcast_reduce -- +p4 [ROUNDS]`: ROUNDS from 1 to
+//! 1000000 (default 5).
 
+use converse::input::number;
 use converse::{ops, ReduceTarget};
 use std::cell::Cell;
 use std::process::ExitCode;
 use std::rc::Rc;
 
+const USAGE: &str = "broadcast_reduce [ROUNDS] +pN";
+
+/// Most rounds: round X's expected sum, X × N(N+1)/2, computed before halving, then stays
+/// below 2^61 even with the most PEs a job can have (2^20), so no sum can overflow.
+const MAX_ROUNDS: u64 = 1_000_000;
+
 fn main() -> ExitCode {
     converse::run(|pe| {
-        let rounds: u64 = pe.args().get(1).and_then(|a| a.parse().ok()).unwrap_or(5);
+        let rounds = match parse(pe.args()) {
+            Ok(rounds) => rounds,
+            Err(why) => {
+                return pe.refuse_arguments(&format!("broadcast_reduce: {why} (usage: {USAGE})"))
+            }
+        };
         let round = Rc::new(Cell::new(0u64));
         let r = round.clone();
         let result = pe.register("result", move |pe, msg| {
@@ -48,4 +61,12 @@ fn main() -> ExitCode {
             pe.broadcast_all(compute, &1u64.to_le_bytes());
         }
     })
+}
+
+/// ROUNDS, from the program's arguments; why not, when they do not fit.
+fn parse(args: &[String]) -> Result<u64, String> {
+    if let Some(extra) = args.get(2) {
+        return Err(format!("unexpected argument {extra:?}"));
+    }
+    number(args.get(1).map(String::as_str), "ROUNDS", 5, 1..=MAX_ROUNDS)
 }

@@ -1,22 +1,28 @@
 //! PE 0 and the last PE bounce a message back and forth; PE 0 prints the round-trip time.
 //!
-//! `cargo run --release --example pingpong -- +p2 [ROUNDS] [BYTES]`
+//! `cargo run --release --example pingpong -- +p2 [ROUNDS] [BYTES]`: ROUNDS from 1 to
+//! 1000000000 (default 100000), BYTES from 0 to 67108864 (64 MiB, default 8), two PEs or more.
 
+use converse::input::number;
 use std::cell::Cell;
 use std::process::ExitCode;
 use std::rc::Rc;
 use std::time::Instant;
 
+const USAGE: &str = "pingpong [ROUNDS] [BYTES] +pN";
+
+/// Most round trips: bounds the run's length (about an hour at a few microseconds each).
+const MAX_ROUNDS: usize = 1_000_000_000;
+
+/// Largest message: one is in flight at a time, so this bounds the memory the job uses.
+const MAX_BYTES: usize = 64 << 20;
+
 fn main() -> ExitCode {
     converse::run(|pe| {
-        let arg = |i: usize, default: usize| {
-            pe.args()
-                .get(i)
-                .and_then(|a| a.parse().ok())
-                .unwrap_or(default)
+        let (rounds, bytes) = match parse(pe.args(), pe.num_pes()) {
+            Ok(parsed) => parsed,
+            Err(why) => return pe.refuse_arguments(&format!("pingpong: {why} (usage: {USAGE})")),
         };
-        let rounds = arg(1, 100_000);
-        let bytes = arg(2, 8);
         let peer = pe.num_pes() - 1;
         let left = Rc::new(Cell::new(rounds));
         let t0 = Rc::new(Cell::new(Instant::now()));
@@ -34,12 +40,28 @@ fn main() -> ExitCode {
             pe.forward(peer, msg);
         });
         if pe.my_pe() == 0 {
-            if peer == 0 || rounds == 0 {
-                println!("pingpong needs +p2 or more and at least one round");
-                return pe.exit(1);
-            }
             t0.set(Instant::now());
             pe.send_msg(peer, ball, converse::Message::new(bytes));
         }
     })
+}
+
+/// ROUNDS and BYTES, from the program's arguments on a job of `pes` PEs; why not, when they
+/// do not fit.
+fn parse(args: &[String], pes: usize) -> Result<(usize, usize), String> {
+    if let Some(extra) = args.get(3) {
+        return Err(format!("unexpected argument {extra:?}"));
+    }
+    if pes < 2 {
+        return Err("a ping-pong needs two PEs: +p2 or more".into());
+    }
+    Ok((
+        number(
+            args.get(1).map(String::as_str),
+            "ROUNDS",
+            100_000,
+            1..=MAX_ROUNDS,
+        )?,
+        number(args.get(2).map(String::as_str), "BYTES", 8, 0..=MAX_BYTES)?,
+    ))
 }

@@ -61,7 +61,7 @@ pub use collectives::{Combine, ReduceTarget};
 /// Logs (`CONVERSE_LOG`): the subscriber and who a thread is, for programs and tools that
 /// start jobs themselves.
 pub use converse_machine::log;
-pub use converse_machine::{bytes, LaunchEnv};
+pub use converse_machine::{bytes, input, LaunchEnv};
 pub use converse_machine::{Message, NodeTable};
 pub use error::RuntimeError;
 pub use failure::{NodeFailure, SendError};
@@ -291,7 +291,7 @@ impl Runtime {
     /// # Errors
     /// As [`from_args`](Runtime::from_args).
     pub fn from_env() -> Result<Runtime, RuntimeError> {
-        Runtime::from_args(std::env::args())
+        Runtime::from_args(input::args().map_err(RuntimeError::Args)?)
     }
 
     /// Configure from `argv` (with `argv[0]`).
@@ -620,7 +620,7 @@ impl Pe {
             self.life.failure = Some(if e.reported_elsewhere() {
                 e
             } else {
-                eprintln!("{}: error: {e}", program_name());
+                input::error_line(&format!("{}: error: {e}", program_name()));
                 RuntimeError::Reported(Box::new(e))
             });
         }
@@ -704,7 +704,7 @@ where
         Ok(code) => exit_code(code),
         Err(e) if e.reported_elsewhere() => ExitCode::from(1),
         Err(e) => {
-            eprintln!("{}: error: {e}", program_name());
+            input::error_line(&format!("{}: error: {e}", program_name()));
             ExitCode::from(1)
         }
     }
@@ -712,7 +712,9 @@ where
 
 /// This program's name as errors show it.
 fn program_name() -> String {
-    std::env::args().next().unwrap_or_else(|| "program".into())
+    std::env::args_os()
+        .next()
+        .map_or_else(|| "program".into(), |a| a.to_string_lossy().into_owned())
 }
 
 /// A job exit code as a process exit code: the low byte, but never 0 for a non-zero code.

@@ -163,6 +163,29 @@ impl Pe {
         }
     }
 
+    /// Refuse the program's arguments: every PE reads the same arguments, so every PE calls
+    /// this alike, and starts nothing. PE 0 alone prints `line` on stderr, once, and ends the
+    /// job with exit code 2 (a usage error); the others return, and wait for that end in the
+    /// scheduler.
+    ///
+    /// ```no_run
+    /// converse::run(|pe| {
+    ///     let n = converse::input::number(pe.args().get(1).map(String::as_str), "N", 10, 1..=1000);
+    ///     let n: u32 = match n {
+    ///         Ok(n) => n,
+    ///         Err(why) => return pe.refuse_arguments(&format!("prog: {why} (usage: prog [N])")),
+    ///     };
+    ///     // ... the program, with n
+    /// #   let _ = n;
+    /// });
+    /// ```
+    pub fn refuse_arguments(&mut self, line: &str) {
+        if self.my_pe == 0 {
+            converse_machine::input::error_line(line);
+            self.exit(2);
+        }
+    }
+
     fn announce_exit(&mut self, code: i32) {
         if self.life.exit_announced {
             return;

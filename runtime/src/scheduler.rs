@@ -13,7 +13,7 @@ pub(crate) const MAX_BRANCHING: usize = 64;
 pub(crate) const SETTINGS: &[SettingSpec] = &[
     SettingSpec {
         key: "sched.spin_us",
-        meaning: "how long an idle PE keeps polling before it blocks, µs (default 50)",
+        meaning: "how long an idle PE keeps polling before it blocks, µs (default 50, at most 10000)",
     },
     SettingSpec {
         key: "sched.idle_max_ms",
@@ -65,6 +65,9 @@ pub(crate) struct Tunables {
 /// all stall holds at most 16 GiB.
 const DEFAULT_MAX_QUEUED_MIB: usize = 64;
 
+/// Longest `sched.spin_us`.
+const MAX_SPIN: Duration = Duration::from_millis(10);
+
 impl Tunables {
     pub(crate) fn from_settings(s: &Settings) -> Result<Tunables, MachineError> {
         let t = Tunables {
@@ -79,6 +82,18 @@ impl Tunables {
             stats: false,
             report_deaths: s.reports_deaths()?,
         };
+        // A spin is CPU burnt by every idle PE after every message: longer than this and an
+        // idle job no longer waits, it polls.
+        if t.spin > MAX_SPIN {
+            return Err(MachineError::Setting {
+                key: "sched.spin_us".into(),
+                reason: format!(
+                    "{} is more than {}",
+                    t.spin.as_micros(),
+                    MAX_SPIN.as_micros()
+                ),
+            });
+        }
         if t.max_queued == 0 {
             return Err(MachineError::Setting {
                 key: "peer.max_queued_mib".into(),

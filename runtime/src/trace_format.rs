@@ -12,7 +12,9 @@
 //! start, in ns (the same clock in every process of a host); `unix_base` the wall clock at the
 //! same moment, in ns since 1970 (for jobs that span hosts). A chunk's strings are numbered
 //! after every string of the chunks before it. The writer appends whole chunks, one write each;
-//! a process killed during one leaves a torn last chunk, which the reader drops and reports.
+//! a process killed during one (or a disk that filled up) leaves a torn last chunk: a prefix
+//! of a valid chunk, its bytes running out at the end of the file. The reader drops it and
+//! reports it; any other bytes that do not make a chunk are corruption, an error.
 //!
 //! Sends and receives carry no message id: the layer keeps each pair of PEs FIFO, so the
 //! n-th message PE `s` sent to PE `d` is the n-th one `d` received from `s`
@@ -219,7 +221,8 @@ pub struct Trace {
     /// recorded when it ends and stamped with its start, and the boot span.
     pub records: Vec<Record>,
     /// Bytes at the end that did not make a whole chunk (the process was killed while
-    /// writing it): dropped.
+    /// writing it): dropped. Only a valid chunk's prefix counts as torn; other bytes are a
+    /// [`TraceError::Corrupt`].
     pub torn_bytes: usize,
 }
 
@@ -248,20 +251,66 @@ pub enum TraceError {
         /// What is wrong.
         source: WireError,
     },
+    /// Not a regular file (a device, a FIFO, a directory): such a file may never end, so it
+    /// is not read.
+    #[error("{path}: not a regular file")]
+    NotAFile {
+        /// The file.
+        path: String,
+    },
+    /// Bytes after the header that are not a chunk, nor the start of one cut short: a wrong
+    /// tag, an unknown record kind, a string that is not UTF-8.
+    #[error("{path}: corrupt chunk at byte {offset}: {source}")]
+    Corrupt {
+        /// The file.
+        path: String,
+        /// Where the chunk starts in the file.
+        offset: usize,
+        /// What is wrong.
+        source: WireError,
+    },
 }
 
 impl Trace {
     /// Read one PE's trace file.
     ///
+    /// Only a regular file is read, and only as many bytes as it held when opened: a device
+    /// such as `/dev/zero` would never end, and a file a running job still appends to ends
+    /// there (a chunk being written reads as torn).
+    ///
     /// # Errors
     /// [`TraceError`] when it cannot be read or is not a trace; a torn last chunk is not an
     /// error (see [`Trace::torn_bytes`]).
     pub fn read(path: &std::path::Path) -> Result<Trace, TraceError> {
-        let bytes = std::fs::read(path).map_err(|source| TraceError::Io {
-            path: path.display().to_string(),
+        use std::io::Read;
+        let name = path.display().to_string();
+        let io = |source| TraceError::Io {
+            path: name.clone(),
             source,
-        })?;
-        Trace::parse(&bytes, &path.display().to_string())
+        };
+        // Checked before opening too: opening a FIFO blocks until a writer comes.
+        if !std::fs::metadata(path).map_err(io)?.is_file() {
+            return Err(TraceError::NotAFile { path: name });
+        }
+        let file = std::fs::File::open(path).map_err(io)?;
+        // Again on what was opened, in case the name changed meanwhile.
+        let meta = file.metadata().map_err(io)?;
+        if !meta.is_file() {
+            return Err(TraceError::NotAFile { path: name });
+        }
+        let mut bytes = Vec::new();
+        // A file too big for memory is an error, not an abort.
+        usize::try_from(meta.len())
+            .ok()
+            .and_then(|n| bytes.try_reserve_exact(n).ok())
+            .ok_or_else(|| {
+                io(std::io::Error::new(
+                    std::io::ErrorKind::OutOfMemory,
+                    format!("{} bytes do not fit in memory", meta.len()),
+                ))
+            })?;
+        file.take(meta.len()).read_to_end(&mut bytes).map_err(io)?;
+        Trace::parse(&bytes, &name)
     }
 
     /// Parse a trace file's bytes; `path` only names it in errors.
@@ -287,33 +336,96 @@ impl Trace {
             torn_bytes: 0,
         };
         while r.remaining() > 0 {
-            let left = r.remaining();
-            if Self::chunk(&mut r, &mut t).is_err() {
-                t.torn_bytes = left;
-                break;
+            let offset = bytes.len() - r.remaining();
+            match Self::chunk(&mut r) {
+                Ok((strings, records)) => {
+                    t.strings.extend(strings);
+                    t.records.extend(records);
+                }
+                // The bytes ran out, all of them valid so far: the start of a chunk whose
+                // write was cut short, the only damage the writer can leave — unless a whole
+                // chunk follows inside it, when a wrong length ran over the chunks after it.
+                Err(WireError::Truncated { .. }) => {
+                    if let Some(at) = Self::whole_chunk_after(bytes, offset) {
+                        return Err(TraceError::Corrupt {
+                            path: path.into(),
+                            offset,
+                            source: WireError::BadLength(format!(
+                                "the chunk runs past the end of the file, over a whole chunk \
+                                 at byte {at}"
+                            )),
+                        });
+                    }
+                    t.torn_bytes = r.remaining();
+                    break;
+                }
+                Err(source) => {
+                    return Err(TraceError::Corrupt {
+                        path: path.into(),
+                        offset,
+                        source,
+                    })
+                }
             }
         }
         Ok(t)
     }
 
-    /// One chunk, taken whole or not at all.
-    fn chunk(r: &mut ByteReader<'_>, t: &mut Trace) -> Result<(), WireError> {
-        let mut c = r.clone();
-        if c.take(4)? != CHUNK_TAG {
-            return Err(WireError::BadMagic);
+    /// Where a whole chunk starts inside the chunk at `from`, which reads as cut short. A
+    /// torn chunk is the file's last write, so no whole chunk can follow its start: one that
+    /// does means a wrong length. A few tries only, since records may hold the tag's bytes by
+    /// chance and each try may read to the end.
+    fn whole_chunk_after(bytes: &[u8], from: usize) -> Option<usize> {
+        const TRIES: usize = 8;
+        let mut at = from + 1;
+        for _ in 0..TRIES {
+            at += bytes
+                .get(at..)?
+                .windows(CHUNK_TAG.len())
+                .position(|w| w == CHUNK_TAG)?;
+            let mut r = ByteReader::new(bytes.get(at..)?);
+            if Self::chunk(&mut r).is_ok() {
+                return Some(at);
+            }
+            at += 1;
         }
-        let n = c.count(4)?;
-        let strings = (0..n)
-            .map(|_| Ok(c.str()?.to_owned()))
-            .collect::<Result<Vec<_>, WireError>>()?;
-        let n = c.count(RECORD_LEN)?;
-        let mut records = Vec::with_capacity(n);
+        None
+    }
+
+    /// One chunk's strings and records, taken whole or not at all. [`WireError::Truncated`]
+    /// only when the bytes run out before the chunk ends and every byte before was valid (a
+    /// torn chunk); any other error is corruption.
+    fn chunk(r: &mut ByteReader<'_>) -> Result<(Vec<String>, Vec<Record>), WireError> {
+        let mut c = r.clone();
+        // A torn chunk may end inside its tag: what is there must still be the tag's start.
+        let tag = c.take(CHUNK_TAG.len().min(c.remaining()))?;
+        if tag != &CHUNK_TAG[..tag.len()] {
+            return Err(WireError::Invalid(
+                "bytes that are not a chunk (no CHNK tag)".into(),
+            ));
+        }
+        if tag.len() < CHUNK_TAG.len() {
+            return Err(WireError::Truncated {
+                len: tag.len(),
+                need: CHUNK_TAG.len(),
+            });
+        }
+        // Not `count`: a count larger than the bytes left is what a torn chunk shows, so it
+        // must read as `Truncated`; each item takes bytes, so the loops end with them, and
+        // the reserve is bounded by the bytes left, not by the count.
+        let n = c.u32()? as usize;
+        let mut strings = Vec::with_capacity(n.min(c.remaining() / 4));
         for _ in 0..n {
-            let rec = c.take(RECORD_LEN)?;
+            strings.push(c.str()?.to_owned());
+        }
+        let n = c.u32()? as usize;
+        let mut records = Vec::with_capacity(n.min(c.remaining() / RECORD_LEN));
+        for _ in 0..n {
+            let rec = c.array::<RECORD_LEN>()?;
             let word = |i: usize| u64::from_le_bytes(rec[i..i + 8].try_into().unwrap_or([0; 8]));
             let half = |i: usize| u32::from_le_bytes(rec[i..i + 4].try_into().unwrap_or([0; 4]));
             let kind = Kind::from_u32(half(20))
-                .ok_or_else(|| WireError::Invalid("unknown record kind".into()))?;
+                .ok_or_else(|| WireError::Invalid(format!("unknown record kind {}", half(20))))?;
             records.push(Record {
                 t: word(0),
                 b: word(8),
@@ -321,10 +433,27 @@ impl Trace {
                 kind,
             });
         }
-        t.strings.extend(strings);
-        t.records.extend(records);
         *r = c;
-        Ok(())
+        Ok((strings, records))
+    }
+
+    /// The file that reads back as this trace: its header, then its strings and records as
+    /// one chunk (none when it has neither). For tools and tests that make trace files.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.header.encode(&mut out);
+        if !self.strings.is_empty() || !self.records.is_empty() {
+            out.extend_from_slice(CHUNK_TAG);
+            out.put_u32(self.strings.len() as u32);
+            for s in &self.strings {
+                out.put_str(s);
+            }
+            out.put_u32(self.records.len() as u32);
+            for r in &self.records {
+                r.encode(&mut out);
+            }
+        }
+        out
     }
 
     /// String `i`, or a placeholder.
@@ -476,6 +605,121 @@ mod tests {
             Err(TraceError::NotATrace { .. })
         ));
         assert!(Trace::parse(&bytes[..12], "t").is_err());
+    }
+
+    /// The chunks [`a_file_round_trips_and_a_torn_chunk_is_dropped`] writes.
+    fn two_chunks() -> Vec<(Vec<&'static str>, Vec<Record>)> {
+        vec![
+            (vec!["udp.retransmits"], vec![rec(1, Kind::Begin, 16, 0)]),
+            (
+                vec!["go"],
+                vec![rec(2, Kind::End, 0, 0), rec(3, Kind::Mark, 1, 0)],
+            ),
+        ]
+    }
+
+    /// Where the kind of record `i` of the chunk starting at `chunk` lies, the chunk holding
+    /// `strings`.
+    fn kind_at(chunk: usize, strings: &[&str], i: usize) -> usize {
+        let strings: usize = strings.iter().map(|s| 4 + s.len()).sum();
+        chunk + 8 + strings + 4 + i * RECORD_LEN + 20
+    }
+
+    #[test]
+    fn an_unknown_kind_in_a_whole_chunk_is_corruption_not_a_torn_chunk() {
+        let chunks = two_chunks();
+        let header_end = file(0, &[]).len();
+        let second = file(0, &chunks[..1]).len();
+        for (chunk, strings) in [(header_end, &chunks[0].0), (second, &chunks[1].0)] {
+            let mut bytes = file(0, &chunks);
+            let k = kind_at(chunk, strings, 0);
+            bytes[k..k + 4].copy_from_slice(&99u32.to_le_bytes());
+            match Trace::parse(&bytes, "t") {
+                Err(e @ TraceError::Corrupt { offset, .. }) => {
+                    assert_eq!(offset, chunk);
+                    let text = e.to_string();
+                    assert!(text.contains("unknown record kind 99"), "{text}");
+                    assert!(!text.contains('\n'), "one line: {text}");
+                }
+                other => panic!("chunk at {chunk}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn bytes_after_the_last_chunk_that_are_no_chunk_are_corruption() {
+        let whole = file(0, &two_chunks());
+        for tail in [vec![0xab; 70], vec![0; 70], b"CHNX".to_vec(), b"X".to_vec()] {
+            let mut bytes = whole.clone();
+            bytes.extend_from_slice(&tail);
+            assert!(
+                matches!(
+                    Trace::parse(&bytes, "t"),
+                    Err(TraceError::Corrupt { offset, .. }) if offset == whole.len()
+                ),
+                "tail {tail:?}"
+            );
+        }
+        // The start of a tag, or a chunk that promises more than the file holds, is torn.
+        for tail in [&b"CH"[..], b"CHNK\x05\0\0\0", b"CHNK\0\0\0\0\xff\0\0\0"] {
+            let mut bytes = whole.clone();
+            bytes.extend_from_slice(tail);
+            let t = Trace::parse(&bytes, "t").expect("torn, not corrupt");
+            assert_eq!((t.records.len(), t.torn_bytes), (3, tail.len()));
+        }
+    }
+
+    #[test]
+    fn a_length_that_runs_over_later_chunks_is_corruption() {
+        let chunks = two_chunks();
+        let header_end = file(0, &[]).len();
+        // The first chunk's first string claims a megabyte: it would end past the end of
+        // the file, swallowing the whole second chunk.
+        let mut bytes = file(0, &chunks);
+        bytes[header_end + 8..header_end + 12].copy_from_slice(&(1u32 << 20).to_le_bytes());
+        let second = file(0, &chunks[..1]).len();
+        match Trace::parse(&bytes, "t") {
+            Err(e @ TraceError::Corrupt { offset, .. }) => {
+                assert_eq!(offset, header_end);
+                assert!(e.to_string().contains(&format!("byte {second}")), "{e}");
+            }
+            other => panic!("{other:?}"),
+        }
+        // Its record count too large: the next chunk's bytes read as records of no kind.
+        let mut bytes = file(0, &chunks);
+        let count = kind_at(header_end, &chunks[0].0, 0) - 20 - 4;
+        bytes[count..count + 4].copy_from_slice(&3u32.to_le_bytes());
+        assert!(matches!(
+            Trace::parse(&bytes, "t"),
+            Err(TraceError::Corrupt { .. })
+        ));
+    }
+
+    #[test]
+    fn only_regular_files_are_read_and_to_bytes_reads_back() {
+        let dir = std::env::temp_dir().join(format!("trace-format-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        // `/dev/zero` never ends: refused at once, not read into memory.
+        let zero = dir.join("trace.0.bin");
+        let _ = std::fs::remove_file(&zero);
+        std::os::unix::fs::symlink("/dev/zero", &zero).expect("symlink");
+        let e = Trace::read(&zero).expect_err("a device");
+        assert!(matches!(e, TraceError::NotAFile { .. }), "{e}");
+        assert!(e.to_string().ends_with("not a regular file"), "{e}");
+        assert!(matches!(
+            Trace::read(&dir),
+            Err(TraceError::NotAFile { .. })
+        ));
+        assert!(matches!(
+            Trace::read(&dir.join("absent")),
+            Err(TraceError::Io { .. })
+        ));
+        // A regular file is read whole.
+        let t = Trace::parse(&file(1, &two_chunks()), "t").expect("parses");
+        let path = dir.join("trace.1.bin");
+        std::fs::write(&path, t.to_bytes()).expect("write");
+        assert_eq!(Trace::read(&path).expect("reads"), t);
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

@@ -13,6 +13,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+/// Largest `si.ring_kib`.
+const MAX_RING_KIB: usize = 1 << 20;
+
 /// Default ring size per sender, in KiB (`si.ring_kib`).
 const DEFAULT_RING_KIB: usize = 256;
 
@@ -121,12 +124,14 @@ impl SiOpen {
     /// cannot be made.
     pub fn open(cfg: &BootConfig, env: &LaunchEnv) -> Result<SiOpen, MachineError> {
         let ring_kib: usize = cfg.settings.get_or("si.ring_kib", DEFAULT_RING_KIB)?;
-        let ring = ring_kib
-            .checked_mul(1024)
-            .filter(|r| r.is_power_of_two() && *r >= 4096)
+        // At most 1 GiB a ring: the segment holds a ring per node of the host, and its size
+        // (nodes × ring) must not wrap.
+        let ring = Some(ring_kib)
+            .filter(|k| k.is_power_of_two() && (4..=MAX_RING_KIB).contains(k))
+            .map(|k| k * 1024)
             .ok_or_else(|| MachineError::Setting {
                 key: "si.ring_kib".into(),
-                reason: format!("{ring_kib} is not a power of two of at least 4"),
+                reason: format!("{ring_kib} is not a power of two from 4 to {MAX_RING_KIB}"),
             })?;
         let lend_from = single_copy_from(cfg)?;
         let coop: bool = cfg.settings.get_or("si.copy_together", true)?;

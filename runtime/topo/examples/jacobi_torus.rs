@@ -3,11 +3,23 @@
 //! `shift`), updates, and the all-reduce of the largest change shows convergence. At the end
 //! process 0 gathers the blocks and checks them against the same computation done serially.
 //!
-//! `jacobi_torus [ROWS COLS] [B] [STEPS]` (ROWS×COLS = PEs; default: as square as the PEs
-//! allow).
+//! `jacobi_torus [ROWS COLS [B [STEPS]]]`: arguments count from the left, so two are ROWS and
+//! COLS, never B and STEPS. ROWS×COLS = PEs (default: as square as the PEs allow); B from 1,
+//! with PEs × B² at most 4194304 cells (default 8); STEPS from 1 to 1000000 (default 20).
 
+use converse::input::number;
 use converse::{ops, Pe};
 use converse_topo::{attach, Topo, Topology};
+
+const USAGE: &str = "jacobi_torus [ROWS COLS [B [STEPS]]] +pN";
+
+/// Most cells of the whole domain: 32 MiB of them, which process 0 holds a few times over
+/// (the gathered blocks, the global grid, the serial computation's two), so the job's memory
+/// is bounded.
+const MAX_CELLS: usize = 1 << 22;
+
+/// Most steps: bounds the run's length.
+const MAX_STEPS: usize = 1_000_000;
 
 /// Initial value of global cell (i, j).
 fn initial(i: usize, j: usize) -> f64 {
@@ -83,24 +95,12 @@ fn exchange(pe: &mut Pe, t: &Topo, u: &[f64], b: usize) -> [Vec<f64>; 4] {
 fn main() -> std::process::ExitCode {
     converse::run(|pe| {
         let n = pe.num_pes();
-        let a: Vec<usize> = pe
-            .args()
-            .iter()
-            .skip(1)
-            .filter_map(|x| x.parse().ok())
-            .collect();
-        let (rows, cols, rest) = match a.as_slice() {
-            [r, c, rest @ ..] if r * c == n => (*r, *c, rest.to_vec()),
-            _ => {
-                let r = (1..=n)
-                    .filter(|&r| n.is_multiple_of(r) && r * r <= n)
-                    .max()
-                    .unwrap_or(1);
-                (r, n / r, a.clone())
+        let (rows, cols, b, steps) = match parse(pe.args(), n) {
+            Ok(parsed) => parsed,
+            Err(why) => {
+                return pe.refuse_arguments(&format!("jacobi_torus: {why} (usage: {USAGE})"))
             }
         };
-        let b = rest.first().copied().unwrap_or(8).max(1);
-        let steps = rest.get(1).copied().unwrap_or(20);
         let t = match Topology::torus2(rows, cols).and_then(|g| attach(pe, g)) {
             Ok(Some(t)) => t,
             Ok(None) => return,
@@ -161,4 +161,45 @@ fn main() -> std::process::ExitCode {
             Err(e) => pe.abort(&e.to_string()),
         }
     })
+}
+
+/// ROWS, COLS, B and STEPS, from the program's arguments on `n` PEs; why not, when they do
+/// not fit.
+fn parse(args: &[String], n: usize) -> Result<(usize, usize, usize, usize), String> {
+    // argv may be empty (execve allows it): no indexing.
+    let a = args.get(1..).unwrap_or(&[]);
+    if let Some(extra) = a.get(4) {
+        return Err(format!("unexpected argument {extra:?}"));
+    }
+    let (rows, cols) = match a {
+        [] => {
+            let r = (1..=n)
+                .filter(|&r| n.is_multiple_of(r) && r * r <= n)
+                .max()
+                .unwrap_or(1);
+            (r, n / r)
+        }
+        [lone] => {
+            return Err(format!(
+                "ROWS and COLS go together, got only {lone:?} (B and STEPS come after them)"
+            ))
+        }
+        [r, c, ..] => {
+            let rows = number(Some(r.as_str()), "ROWS", 1, 1..=n)?;
+            let cols = number(Some(c.as_str()), "COLS", 1, 1..=n)?;
+            // Both at most n ≤ 2^20: the product does not overflow.
+            if rows * cols != n {
+                return Err(format!(
+                    "ROWS × COLS must be the number of PEs, {n}, got {rows} × {cols}"
+                ));
+            }
+            (rows, cols)
+        }
+    };
+    // n ≤ 2^20 PEs, so B can be at least 2.
+    let most_b = (MAX_CELLS / n).isqrt();
+    let b = number(a.get(2).map(String::as_str), "B", most_b.min(8), 1..=most_b)
+        .map_err(|e| format!("{e}: at most {MAX_CELLS} cells in all, over {n} PEs"))?;
+    let steps = number(a.get(3).map(String::as_str), "STEPS", 20, 1..=MAX_STEPS)?;
+    Ok((rows, cols, b, steps))
 }

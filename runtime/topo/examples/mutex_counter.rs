@@ -3,15 +3,27 @@
 //! holder reads the counter from process 0, writes it back plus one and waits for the
 //! acknowledgement before it unlocks; without the mutex, increments would be lost.
 //!
-//! `mutex_counter [TIMES]`.
+//! `mutex_counter [TIMES]`: TIMES from 1 to 1000000 (default 20).
 
+use converse::input::number;
 use converse_topo::{attach, Received, Topology};
 use std::cell::Cell;
 use std::rc::Rc;
 
+const USAGE: &str = "mutex_counter [TIMES] +pN";
+
+/// Most increments per process: bounds the run's length (each one takes the lock, whose
+/// token walks the line), and TIMES × N stays far below 2^64.
+const MAX_TIMES: u64 = 1_000_000;
+
 fn main() -> std::process::ExitCode {
     converse::run(|pe| {
-        let times: u64 = pe.args().get(1).and_then(|a| a.parse().ok()).unwrap_or(20);
+        let times = match parse(pe.args()) {
+            Ok(times) => times,
+            Err(why) => {
+                return pe.refuse_arguments(&format!("mutex_counter: {why} (usage: {USAGE})"))
+            }
+        };
         let n = pe.num_pes();
         let t = match Topology::line(n).and_then(|r| attach(pe, r)) {
             Ok(Some(t)) => t,
@@ -64,4 +76,12 @@ fn main() -> std::process::ExitCode {
             pe.exit(i32::from(counter.get() != want));
         }
     })
+}
+
+/// TIMES, from the program's arguments; why not, when they do not fit.
+fn parse(args: &[String]) -> Result<u64, String> {
+    if let Some(extra) = args.get(2) {
+        return Err(format!("unexpected argument {extra:?}"));
+    }
+    number(args.get(1).map(String::as_str), "TIMES", 20, 1..=MAX_TIMES)
 }

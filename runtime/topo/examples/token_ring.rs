@@ -4,22 +4,32 @@
 //! (`charmrun +p8 ++nodelist hosts target/release/examples/token_ring`) the processes land on
 //! the hosts round-robin, process 0 on the first.
 //!
-//! `token_ring [ROUNDS] [--trace FILE]`: with `--trace`, the hops are recorded and written
-//! to FILE for `topo-draw`.
+//! `token_ring [ROUNDS] [--trace FILE]`: ROUNDS from 1 to 1000000 (default 10). With
+//! `--trace`, the hops are recorded and written to FILE for `topo-draw`; each hop keeps the
+//! vector time of every process, so ROUNDS × processes² may then be at most 1048576.
 
+use converse::input::number;
 use converse_topo::{attach, Topology};
 use std::cell::Cell;
 use std::rc::Rc;
 
+const USAGE: &str = "token_ring [ROUNDS] [--trace FILE] +pN";
+
+/// Most rounds: ROUNDS × N hops then stay far below 2^64 even with the most processes a
+/// topology can have (2^16).
+const MAX_ROUNDS: u64 = 1_000_000;
+
+/// Most vector-time entries `--trace` records (ROUNDS × N hops of N entries each): 8 MiB of
+/// them, a few times that with the trace file's text, so the memory a trace takes is bounded.
+const MAX_TRACED: u64 = 1 << 20;
+
 fn main() -> std::process::ExitCode {
     converse::run(|pe| {
-        let args = pe.args().to_vec();
-        let rounds: u64 = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(10);
-        let trace = args
-            .iter()
-            .position(|a| a == "--trace")
-            .and_then(|i| args.get(i + 1).cloned());
         let n = pe.num_pes();
+        let (rounds, trace) = match parse(pe.args(), n as u64) {
+            Ok(parsed) => parsed,
+            Err(why) => return pe.refuse_arguments(&format!("token_ring: {why} (usage: {USAGE})")),
+        };
         let t = match Topology::ring(n).and_then(|r| attach(pe, r)) {
             Ok(Some(t)) => t,
             Ok(None) => return,
@@ -74,4 +84,33 @@ fn main() -> std::process::ExitCode {
             pe.exit(0);
         }
     })
+}
+
+/// ROUNDS and the trace file, from the program's arguments on a ring of `n` processes; why
+/// not, when they do not fit.
+fn parse(args: &[String], n: u64) -> Result<(u64, Option<String>), String> {
+    let (mut rounds, mut trace) = (None, None);
+    let mut rest = args.iter().skip(1);
+    while let Some(a) = rest.next() {
+        if a == "--trace" {
+            if trace.is_some() {
+                return Err("--trace given twice".into());
+            }
+            trace = Some(rest.next().ok_or("--trace needs a FILE")?.clone());
+        } else if rounds.is_none() {
+            rounds = Some(a);
+        } else {
+            return Err(format!("unexpected argument {a:?}"));
+        }
+    }
+    let rounds = number(rounds.map(String::as_str), "ROUNDS", 10, 1..=MAX_ROUNDS)?;
+    // n ≤ 2^20 PEs, so n² does not overflow.
+    let most = MAX_TRACED / (n * n);
+    if trace.is_some() && rounds > most {
+        return Err(format!(
+            "--trace records ROUNDS × N² vector-time entries, at most {MAX_TRACED}: \
+             with {n} processes ROUNDS can be at most {most}, got {rounds}"
+        ));
+    }
+    Ok((rounds, trace))
 }

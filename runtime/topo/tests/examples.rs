@@ -110,3 +110,56 @@ fn no_increment_is_lost_under_the_mutex() {
         );
     }
 }
+
+/// Bad arguments are refused, not replaced by defaults: the job ends at once with exit code 2
+/// and one line on stderr saying why. `token_ring 0` used to go round for ever, `jacobi_torus
+/// 3 3` on 4 PEs to read 3 3 as B and STEPS, and `scatter_gather` of a huge count to abort on
+/// its allocation.
+#[test]
+fn bad_arguments_are_refused_in_one_line() {
+    let cases: [(&str, &[&str], &str); 4] = [
+        (
+            "token_ring",
+            &["0"],
+            "ROUNDS must be a whole number from 1 to",
+        ),
+        (
+            "jacobi_torus",
+            &["3", "3"],
+            "ROWS × COLS must be the number of PEs, 4",
+        ),
+        ("scatter_gather", &["99999999999999"], "PER_PROCESS must be"),
+        ("mutex_counter", &["-1"], "TIMES must be a whole number"),
+    ];
+    for (name, args, want) in cases {
+        let mut child = Command::new(example(name))
+            .args(args)
+            .args(["+p4", "+machine", "local", "+quiet"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("example starts");
+        // A refusal is immediate: 20 s is only there so that a hang fails the test.
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while child.try_wait().ok().flatten().is_none() {
+            if Instant::now() > deadline {
+                child.kill().ok();
+                child.wait().ok();
+                panic!("{name} {args:?} did not end in 20 s");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let o = child.wait_with_output().expect("output");
+        let (out, err) = (
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr),
+        );
+        assert_eq!(o.status.code(), Some(2), "{name} {args:?}: {out}{err}");
+        assert_eq!(err.lines().count(), 1, "{name} {args:?}: {err}");
+        assert!(
+            err.starts_with(&format!("{name}: ")) && err.contains(want),
+            "{name} {args:?}: {err}"
+        );
+        assert!(out.is_empty(), "{name} {args:?} started anyway: {out}");
+    }
+}
