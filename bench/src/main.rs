@@ -15,6 +15,7 @@
 //! bench topo [--layer local] [--pes 8,16] [--sizes 8,65536] [--iters N] [--contenders 2,4,8]
 //! ```
 
+mod args;
 mod direct;
 mod idle;
 mod multi;
@@ -57,17 +58,18 @@ enum Cmd {
         #[arg(
             long,
             value_delimiter = ',',
-            default_value = "8,64,512,4096,32768,262144,1048576,4194304"
+            default_value = "8,64,512,4096,32768,262144,1048576,4194304",
+            value_parser = args::size
         )]
         sizes: Vec<usize>,
         /// Timed round trips per size (after as many warm-up ones as a tenth of this).
-        #[arg(long, default_value_t = 20_000)]
+        #[arg(long, default_value_t = 20_000, value_parser = args::count64, allow_negative_numbers = true)]
         iters: u64,
         /// Write the figures as CSV here too.
         #[arg(long)]
         csv: Option<PathBuf>,
         /// Also measure raw MPI (`mpirun -n 2`) in the same run (bench built with
-        /// `--features mpi`).
+        /// `--features mpi`; `--layer mpi` measures it anyway).
         #[arg(long)]
         mpi_too: bool,
         /// Draw the table as an SVG figure here.
@@ -75,7 +77,8 @@ enum Cmd {
         plot: Option<PathBuf>,
         /// Repeat the measurement this many times, the order of its parts rotated, and print
         /// medians over the rounds with each round's ratio to raw.
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+        #[arg(long, default_value_t = 1, allow_negative_numbers = true,
+              value_parser = clap::value_parser!(u16).range(1..))]
         rounds: u16,
     },
     /// CPU used by each node of a 2-node job that has nothing to do (should be about 0%).
@@ -84,10 +87,10 @@ enum Cmd {
         #[arg(long, default_value = "si")]
         layer: String,
         /// Idle seconds measured.
-        #[arg(long, default_value_t = 10.0)]
+        #[arg(long, default_value_t = 10.0, value_parser = args::seconds, allow_negative_numbers = true)]
         secs: f64,
         /// PEs per node (above 1: SMP mode, with a communication thread per node).
-        #[arg(long, default_value_t = 1)]
+        #[arg(long, default_value_t = 1, value_parser = args::count, allow_negative_numbers = true)]
         ppn: usize,
     },
     /// One PE of the job `bench idle` measures.
@@ -101,7 +104,7 @@ enum Cmd {
     /// Wall time of a whole trivial job under charmrun, next to fork/exec + connect-back.
     Startup {
         /// PE counts, comma-separated.
-        #[arg(long, value_delimiter = ',', default_value = "2,4,8,16,32")]
+        #[arg(long, value_delimiter = ',', default_value = "2,4,8,16,32", value_parser = args::count)]
         pes: Vec<usize>,
         /// The layer.
         #[arg(long, default_value = "tcp")]
@@ -189,7 +192,7 @@ enum Cmd {
     /// baseline.
     Tbon {
         /// Numbers of back-ends, comma-separated.
-        #[arg(long, value_delimiter = ',', default_value = "8,16,32,64")]
+        #[arg(long, value_delimiter = ',', default_value = "8,16,32,64", value_parser = args::count)]
         backends: Vec<usize>,
         /// The layers the networks run on (`si`: every process on this host).
         #[arg(long, value_delimiter = ',', default_value = "tcp,si")]
@@ -200,16 +203,17 @@ enum Cmd {
         /// Instead: kill an internal process of a 4x8 tree during a stream of waves, and
         /// time it to the first correct wave over the survivors (this many kills). Takes
         /// `--layers` and `--waves` only: the others are refused with it, not ignored.
-        #[arg(long, conflicts_with_all = ["backends", "recovery", "runs", "rounds", "csv", "plot"])]
+        #[arg(long, conflicts_with_all = ["backends", "recovery", "runs", "rounds", "csv", "plot"],
+              value_parser = args::count, allow_negative_numbers = true)]
         kill: Option<usize>,
         /// Runs per point; the best is reported (as the paper does).
-        #[arg(long, default_value_t = 9)]
+        #[arg(long, default_value_t = 9, value_parser = args::count, allow_negative_numbers = true)]
         runs: usize,
-        /// Round trips per run.
-        #[arg(long, default_value_t = 200)]
+        /// Round trips per run (at least 10).
+        #[arg(long, default_value_t = 200, value_parser = args::count10, allow_negative_numbers = true)]
         rounds: usize,
-        /// Waves per throughput run.
-        #[arg(long, default_value_t = 2000)]
+        /// Waves per throughput run (with `--kill`: waves per kill, at least 100).
+        #[arg(long, default_value_t = 2000, value_parser = args::count, allow_negative_numbers = true)]
         waves: usize,
         /// Write the figures as CSV here too.
         #[arg(long)]
@@ -225,19 +229,19 @@ enum Cmd {
         #[arg(long, default_value = "local")]
         layer: String,
         /// PE counts, comma-separated.
-        #[arg(long, value_delimiter = ',', default_value = "8,16")]
+        #[arg(long, value_delimiter = ',', default_value = "8,16", value_parser = args::count)]
         pes: Vec<usize>,
         /// Message sizes in bytes, comma-separated.
-        #[arg(long, value_delimiter = ',', default_value = "8,65536")]
+        #[arg(long, value_delimiter = ',', default_value = "8,65536", value_parser = args::size)]
         sizes: Vec<usize>,
         /// Operations per measurement.
-        #[arg(long, default_value_t = 200)]
+        #[arg(long, default_value_t = 200, value_parser = args::count, allow_negative_numbers = true)]
         iters: usize,
         /// Contending PEs for the mutex, comma-separated.
-        #[arg(long, value_delimiter = ',', default_value = "2,4,8")]
+        #[arg(long, value_delimiter = ',', default_value = "2,4,8", value_parser = args::count)]
         contenders: Vec<usize>,
         /// Lock+unlock pairs per PE.
-        #[arg(long, default_value_t = 2000)]
+        #[arg(long, default_value_t = 2000, value_parser = args::count, allow_negative_numbers = true)]
         locks: usize,
     },
     /// One PE of a `bench topo` job.
@@ -262,10 +266,10 @@ enum Cmd {
     /// messages in a 2-node against a 4-node job (`+set udp.K=V` goes to those jobs).
     Udp {
         /// Round trips per measurement.
-        #[arg(long, default_value_t = 2000)]
+        #[arg(long, default_value_t = 2000, value_parser = args::count64, allow_negative_numbers = true)]
         iters: u64,
         /// Repetitions of the bandwidth and contention measurements.
-        #[arg(long, default_value_t = 5)]
+        #[arg(long, default_value_t = 5, value_parser = args::count, allow_negative_numbers = true)]
         runs: usize,
         /// Which parts to run (bandwidth, loss, contention, nodes).
         #[arg(
@@ -285,35 +289,35 @@ enum Cmd {
         #[arg(long, value_delimiter = ',', default_value = "tcp,udp,si")]
         layers: Vec<String>,
         /// Round trips per ping-pong size.
-        #[arg(long, default_value_t = 20_000)]
+        #[arg(long, default_value_t = 20_000, value_parser = args::count64, allow_negative_numbers = true)]
         iters: u64,
         /// Messages per PE in the rate measurement.
-        #[arg(long, default_value_t = 1_000_000)]
+        #[arg(long, default_value_t = 1_000_000, value_parser = args::count64, allow_negative_numbers = true)]
         messages: u64,
         /// PEs per process in the rate measurement, comma-separated.
-        #[arg(long, value_delimiter = ',', default_value = "1,2")]
+        #[arg(long, value_delimiter = ',', default_value = "1,2", value_parser = args::count)]
         ks: Vec<usize>,
     },
     /// si+tcp against si and tcp alone over two namespace hosts (needs root): same-host and
     /// cross-host ping-pong in one 4-process job, the all-to-all's wall time.
     Multi {
         /// Message sizes in bytes, comma-separated.
-        #[arg(long, value_delimiter = ',', default_value = "8,65536,1048576")]
+        #[arg(long, value_delimiter = ',', default_value = "8,65536,1048576", value_parser = args::size)]
         sizes: Vec<usize>,
         /// Timed round trips per size.
-        #[arg(long, default_value_t = 5_000)]
+        #[arg(long, default_value_t = 5_000, value_parser = args::count64, allow_negative_numbers = true)]
         iters: u64,
         /// Messages of the all-to-all.
-        #[arg(long, default_value_t = 1_000_000)]
+        #[arg(long, default_value_t = 1_000_000, value_parser = args::count64, allow_negative_numbers = true)]
         messages: u64,
         /// Interleaved runs of every series (the least p50 is shown).
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = 3, value_parser = args::count, allow_negative_numbers = true)]
         runs: usize,
     },
     /// Messages sent and dispatched per second on one PE, next to a bare queue + call.
     Rate {
         /// Messages per measurement.
-        #[arg(long, default_value_t = 2_000_000)]
+        #[arg(long, default_value_t = 2_000_000, value_parser = args::count64, allow_negative_numbers = true)]
         messages: u64,
         /// Write the figures as CSV here too.
         #[arg(long)]
@@ -349,7 +353,13 @@ fn on_off(v: &[String]) -> anyhow::Result<Vec<bool>> {
 
 fn main() -> ExitCode {
     // Runtime arguments (+machine, +p...) are for the launched job; clap sees the rest.
-    let argv: Vec<String> = std::env::args().collect();
+    let argv = match converse::input::args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("bench: error: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let (program_args, settings) = match converse::parse_args(argv.clone()) {
         Ok(a) => (a.program, a.settings),
         Err(e) => {
@@ -357,7 +367,21 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let cli = Cli::parse_from(program_args);
+    let cli = match Cli::try_parse_from(program_args) {
+        Ok(cli) => cli,
+        // --help and --version: what was asked for, on stdout.
+        Err(e) if !e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(e) => {
+            // clap's first line is the error; the rest is usage advice.
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("error: bad arguments");
+            eprintln!("bench: {first}");
+            return ExitCode::from(2);
+        }
+    };
     let result = match cli.cmd {
         Cmd::TbonBe => return tbon::backend(),
         Cmd::TbonKillBe { dir } => return tbon_kill::backend(&dir),
@@ -367,7 +391,13 @@ fn main() -> ExitCode {
             kill: Some(kills),
             waves,
             ..
-        } => tbon_kill::run(&layers, kills.max(1), waves.max(100)),
+        } => {
+            if waves < 100 {
+                eprintln!("bench: error: --waves with --kill takes at least 100");
+                return ExitCode::from(2);
+            }
+            tbon_kill::run(&layers, kills, waves)
+        }
         Cmd::Tbon {
             backends,
             layers,
@@ -383,9 +413,9 @@ fn main() -> ExitCode {
                 backends: &backends,
                 layers: &layers,
                 recovery: &recovery,
-                runs: runs.max(1),
-                rounds: rounds.max(10),
-                waves: waves.max(1),
+                runs,
+                rounds,
+                waves,
                 csv: csv.as_deref(),
                 plot: plot.as_deref(),
             })
@@ -400,9 +430,9 @@ fn main() -> ExitCode {
         } => topo::run(&topo::Params {
             pes: &pes,
             sizes: &sizes,
-            iters: iters.max(1),
+            iters,
             contenders: &contenders,
-            locks: locks.max(1),
+            locks,
             layer: &layer,
         }),
         Cmd::PeTopo { mode, sizes, iters } => converse::Runtime::from_args(argv)
@@ -438,7 +468,7 @@ fn main() -> ExitCode {
         } => pingpong::run(
             &layer,
             &sizes,
-            iters.max(1),
+            iters,
             csv.as_deref(),
             &settings,
             mpi_too,
@@ -452,25 +482,25 @@ fn main() -> ExitCode {
             iters,
             messages,
             runs,
-        } => multi::run(&sizes, iters.max(1), messages.max(1), runs.max(1)),
+        } => multi::run(&sizes, iters, messages, runs),
         Cmd::Rate {
             messages,
             csv,
             plot,
-        } => rate::run(messages.max(1), csv.as_deref(), plot.as_deref()),
+        } => rate::run(messages, csv.as_deref(), plot.as_deref()),
         Cmd::Smp {
             layers,
             iters,
             messages,
             ks,
-        } => smp::run(&layers, iters.max(1), messages.max(1), &ks),
+        } => smp::run(&layers, iters, messages, &ks),
         Cmd::Udp { iters, runs, parts } => {
             let set: Vec<String> = settings
                 .iter()
                 .flat_map(|(k, v)| ["+set".to_owned(), format!("{k}={v}")])
                 .collect();
             let set: Vec<&str> = set.iter().map(String::as_str).collect();
-            udp::run(iters.max(1), runs.max(1), &parts, &set)
+            udp::run(iters, runs, &parts, &set)
         }
         Cmd::Spin => udp::spin(),
         Cmd::RawShmEcho {
@@ -495,7 +525,7 @@ fn main() -> ExitCode {
             charmrun_args,
             plot,
         } => startup::run(&pes, &layer, &charmrun_args, plot.as_deref()),
-        Cmd::Idle { layer, secs, ppn } => idle::run(&layer, secs.max(1.0), ppn.max(1)),
+        Cmd::Idle { layer, secs, ppn } => idle::run(&layer, secs, ppn),
         Cmd::PeWait { secs, out } => converse::Runtime::from_args(argv)
             .map_err(anyhow::Error::from)
             .and_then(|rt| idle::pe_main(rt, secs, &out)),

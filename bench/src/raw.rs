@@ -214,57 +214,56 @@ impl Shm {
 }
 
 /// Start `bench MODE PATH SIZES ROUNDS` as the other side of a shared-memory baseline, with a
-/// fresh mapping between us; return once the child has mapped it (it raises flag 1 to 1) and
-/// the file's name is gone.
+/// fresh mapping between us; return once the child has mapped it (it raises flag 1 to 1).
+///
+/// The mapping is an anonymous memory file (`memfd`), which the child opens through
+/// `/proc/PID/fd/N`: it has no name in /dev/shm, so nothing is left behind however this
+/// process ends (a name removed only once the child had mapped it stayed when bench was
+/// interrupted in between).
 fn shm_child(
     mode: &str,
     sizes: &[usize],
     rounds: u64,
 ) -> anyhow::Result<(Shm, std::process::Child)> {
+    use std::os::fd::AsRawFd;
     let max = sizes.iter().copied().max().unwrap_or(1);
-    let path = format!("/dev/shm/converse-bench-raw-{}", std::process::id());
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&path)?;
-    let started = (|| {
-        f.set_len(shm_len(max) as u64)?;
-        let shm = Shm::map(&f, max)?;
-        let child = std::process::Command::new(std::env::current_exe()?)
-            .args([
-                mode,
-                &path,
-                &crate::report::size_list(sizes),
-                &rounds.to_string(),
-            ])
-            .spawn()?;
-        Ok((shm, child))
-    })();
-    let (shm, mut child) = match started {
-        Ok(s) => s,
-        Err(e) => {
-            let _ = std::fs::remove_file(&path);
-            return Err(e);
-        }
-    };
+    let fd = nix::sys::memfd::memfd_create(
+        c"converse-bench-raw",
+        nix::sys::memfd::MemFdCreateFlag::MFD_CLOEXEC,
+    )
+    .map_err(|e| anyhow::anyhow!("memfd_create: {e}"))?;
+    let path = format!("/proc/{}/fd/{}", std::process::id(), fd.as_raw_fd());
+    let f = std::fs::File::from(fd);
+    f.set_len(shm_len(max) as u64)?;
+    let shm = Shm::map(&f, max)?;
+    let mut child = std::process::Command::new(std::env::current_exe()?)
+        .args([
+            mode,
+            &path,
+            &crate::report::size_list(sizes),
+            &rounds.to_string(),
+        ])
+        .spawn()?;
     let up = Instant::now();
     while shm.flag(1).load(std::sync::atomic::Ordering::Acquire) != 1 {
         if up.elapsed() > Duration::from_secs(10) || matches!(child.try_wait(), Ok(Some(_))) {
             let _ = child.kill();
             let _ = child.wait();
-            let _ = std::fs::remove_file(&path);
             anyhow::bail!("the {mode} child did not start");
         }
         std::hint::spin_loop();
     }
-    let _ = std::fs::remove_file(&path);
     Ok((shm, child))
 }
 
-/// The child side: map the parent's file and say so (flag 1 = 1).
+/// The child side: map the parent's memory file and say so (flag 1 = 1). The child dies with
+/// its parent: it busy-polls, and an orphan would spin a core until its patience ran out.
 fn shm_join(path: &str, sizes: &[usize]) -> anyhow::Result<Shm> {
+    nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+        .map_err(|e| anyhow::anyhow!("prctl(PR_SET_PDEATHSIG): {e}"))?;
     let max = sizes.iter().copied().max().unwrap_or(1);
+    // Opened after the death signal is set: a parent that died before cannot be opened
+    // through its /proc entry, so no orphan gets this far.
     let f = std::fs::OpenOptions::new()
         .read(true)
         .write(true)

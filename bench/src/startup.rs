@@ -118,8 +118,10 @@ pub(crate) fn connect_back(addr: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The median ([`crate::report::median`]) of `n` (at least 1) measurements by `f`.
 pub(crate) fn median(n: usize, mut f: impl FnMut() -> anyhow::Result<f64>) -> anyhow::Result<f64> {
-    let mut v = (0..n).map(|_| f()).collect::<anyhow::Result<Vec<f64>>>()?;
-    v.sort_by(f64::total_cmp);
-    Ok(v[v.len() / 2])
+    let v = (0..n.max(1))
+        .map(|_| f())
+        .collect::<anyhow::Result<Vec<f64>>>()?;
+    Ok(crate::report::median(v))
 }

@@ -180,20 +180,34 @@ fn one(
 pub(crate) fn backend(dir: &str) -> std::process::ExitCode {
     let dir = Path::new(dir).to_path_buf();
     converse::run(|pe| {
-        let Ok(mut net) = tbon::attach(pe, tbon::Options::default(), |_| {
+        let failed = match tbon::attach(pe, tbon::Options::default(), |_| {
             Err(TbonError::Create("started alone".into()))
-        }) else {
-            return;
+        }) {
+            Ok(net) => {
+                serve(net, &dir);
+                None
+            }
+            Err(e) => Some(e),
         };
-        let rank = net.rank().unwrap_or(Rank::MAX);
-        let _ = std::fs::write(dir.join(rank.to_string()), std::process::id().to_string());
-        if net.is_back_end() {
-            while let Ok((s, p)) = net.recv() {
-                if p.tag() == ASK && net.send(&s, ASK, "%d", 1).is_err() {
-                    break;
-                }
+        // Not started by a front-end: nobody would ever end this job. (After the match: the
+        // attempt borrows the PE until then.)
+        if let Some(e) = failed {
+            eprintln!("bench: error: this process is one of a network's: {e}");
+            pe.exit(2);
+        }
+    })
+}
+
+/// Leave this process's pid under its rank in `dir`; a back-end answers each request with 1.
+fn serve(mut net: tbon::Network<'_>, dir: &Path) {
+    let rank = net.rank().unwrap_or(Rank::MAX);
+    let _ = std::fs::write(dir.join(rank.to_string()), std::process::id().to_string());
+    if net.is_back_end() {
+        while let Ok((s, p)) = net.recv() {
+            if p.tag() == ASK && net.send(&s, ASK, "%d", 1).is_err() {
+                break;
             }
         }
-        let _ = net.wait_for_shutdown();
-    })
+    }
+    let _ = net.wait_for_shutdown();
 }

@@ -68,18 +68,26 @@ fn rounds_print_one_ratio_line_per_size_and_one_csv_row_per_path() {
 #[test]
 fn rounds_that_are_not_a_positive_count_are_refused_in_one_line() {
     for bad in ["0", "-1", "x"] {
-        // `--rounds=-1`: as two words, clap takes -1 for an unknown option.
-        let arg = format!("--rounds={bad}");
-        let (status, out, err) =
-            bench_status(&["pingpong", "--layer", "local", "--iters", "10", &arg], 60);
-        assert!(!status.success(), "--rounds {bad} accepted: {out}");
-        assert!(out.is_empty(), "--rounds {bad} measured something: {out}");
-        let first = err.lines().next().unwrap_or_default();
-        assert!(
-            first.contains("--rounds"),
-            "--rounds {bad}: the error does not name the option: {err}"
-        );
+        let joined = format!("--rounds={bad}");
+        for args in [vec!["--rounds", bad], vec![joined.as_str()]] {
+            refused(&args, bad);
+        }
     }
+}
+
+/// `bench pingpong --layer local --iters 10` with `rounds_args` fails before measuring, and its
+/// error's first line names `--rounds`.
+fn refused(rounds_args: &[&str], bad: &str) {
+    let mut args = vec!["pingpong", "--layer", "local", "--iters", "10"];
+    args.extend_from_slice(rounds_args);
+    let (status, out, err) = bench_status(&args, 60);
+    assert!(!status.success(), "--rounds {bad} accepted: {out}");
+    assert!(out.is_empty(), "--rounds {bad} measured something: {out}");
+    let first = err.lines().next().unwrap_or_default();
+    assert!(
+        first.contains("--rounds"),
+        "--rounds {bad}: the error does not name the option: {err}"
+    );
 }
 
 #[cfg(not(feature = "mpi"))]
