@@ -85,6 +85,9 @@ pub const BARRIER_GRACE: Duration = Duration::from_secs(2);
 /// How long a node tries to reach charmrun before giving up.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long an aborting node waits for charmrun to answer (see [`Control::abort`]).
+const ABORT_WAIT: Duration = Duration::from_secs(2);
+
 impl Control {
     /// Connect to charmrun.
     ///
@@ -317,10 +320,54 @@ impl Control {
 
     /// Ask charmrun to end the job, then exit non-zero.
     pub fn abort(&self, reason: &str) -> ! {
-        eprintln!("converse: node {} aborting the job: {reason}", self.node);
+        // Not eprintln!, which panics when stderr is gone (a pipe to a charmrun that died),
+        // and would end this process before it ends what it started.
+        converse_machine::input::error_line(&format!(
+            "converse: node {} aborting the job: {reason}",
+            self.node
+        ));
         let _ = self.send(Kind::Abort, reason.as_bytes());
         crate::cleanup::remove_registered();
+        // With charmrun gone (killed, say, which is often why a peer's connection just broke),
+        // nobody else ends what this node started: the watchdog would, but this exit may come
+        // first. Charmrun's end may not have closed yet when a peer's did (the peer noticed
+        // charmrun's death first and ended itself): so charmrun is given a moment to answer.
+        // A live one answers the abort with DIE, on which the watchdog ends this process and
+        // its group; a dead one's connection closes.
+        if self.leaving.is_none() && self.charmrun_gone_within(ABORT_WAIT) {
+            kill_own_group();
+        }
         std::process::exit(1)
+    }
+
+    /// Whether charmrun's end of the control connection closes within `wait` (peeked,
+    /// nothing read).
+    fn charmrun_gone_within(&self, wait: Duration) -> bool {
+        use std::os::fd::AsRawFd;
+        let fd = match self.writer.lock() {
+            Ok(w) => w.as_raw_fd(),
+            Err(p) => p.into_inner().as_raw_fd(),
+        };
+        let deadline = std::time::Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let ms = libc::c_int::try_from(left.as_millis()).unwrap_or(libc::c_int::MAX);
+            let mut fds = [libc::pollfd {
+                fd,
+                events: libc::POLLRDHUP,
+                revents: 0,
+            }];
+            // SAFETY: one valid pollfd, for a descriptor `self.writer` keeps open.
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), 1, ms) };
+            if n > 0 {
+                return fds[0].revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0;
+            }
+            let interrupted =
+                n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted;
+            if !interrupted || left.is_zero() {
+                return false;
+            }
+        }
     }
 
     fn send(&self, kind: Kind, body: &[u8]) -> Result<(), MachineError> {
@@ -344,6 +391,20 @@ impl Drop for Control {
             if let Ok(w) = self.writer.lock() {
                 let _ = w.shutdown(std::net::Shutdown::Both);
             }
+        }
+    }
+}
+
+/// End what this node started: it lives in the node's process group, which charmrun kills as
+/// the job ends, and which the node kills itself (taking itself along) when charmrun, or its
+/// agent, is gone. Only a group this process leads: under another launcher the group may be
+/// the launcher's own.
+fn kill_own_group() {
+    // SAFETY: getpgrp, getpid and killpg have no preconditions.
+    unsafe {
+        let group = libc::getpgrp();
+        if group == libc::getpid() {
+            libc::killpg(group, libc::SIGKILL);
         }
     }
 }
@@ -401,6 +462,11 @@ fn watchdog(
                 // handlers, which could wait for locks other threads hold. The layer's files
                 // go first: with charmrun gone, nobody else removes them.
                 crate::cleanup::remove_registered();
+                // A node in the launcher's own process leaves the launcher's group alone: the
+                // launcher ends what it started itself.
+                if leaving.is_none() {
+                    kill_own_group();
+                }
                 // SAFETY: _exit has no preconditions; it ends the process without unwinding.
                 unsafe { libc::_exit(1) }
             }

@@ -7,7 +7,13 @@ use std::os::unix::fs::PermissionsExt;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args = match converse_machine::input::args() {
+        Ok(mut a) => a.split_off(1.min(a.len())),
+        Err(e) => {
+            converse_machine::input::error_line(&format!("charmrun: {e}"));
+            return ExitCode::from(2);
+        }
+    };
     let agent = args.first().map(String::as_str) == Some(charmrun::agent::FLAG);
     let who = if agent {
         Who::Agent(None)
@@ -25,8 +31,12 @@ fn main() -> ExitCode {
     let o = match opts::parse(&args) {
         Ok(Parsed::Run(o)) => o,
         Ok(Parsed::Help) => {
-            println!("{}", opts::HELP);
-            return ExitCode::SUCCESS;
+            use std::io::Write;
+            // A closed or full stdout ends charmrun with a failure, not a panic.
+            return match writeln!(std::io::stdout().lock(), "{}", opts::HELP) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(_) => ExitCode::from(1),
+            };
         }
         Err(e) => {
             eprintln!("charmrun: {e}");

@@ -57,15 +57,22 @@ pub enum NodelistError {
     },
 }
 
+/// The largest nodelist read (16 MiB: a host per line for far more hosts than a job has), so
+/// that a path such as `/dev/zero` is refused instead of filling memory.
+pub const MAX_FILE_BYTES: u64 = 16 << 20;
+
 /// Read and parse a nodelist file; the hosts of group `main` (or of the machine file).
 ///
 /// # Errors
 /// [`NodelistError`] saying which line is wrong and why.
 pub fn load(path: &Path) -> Result<Vec<Host>, NodelistError> {
-    let text = std::fs::read_to_string(path).map_err(|source| NodelistError::Read {
-        path: path.display().to_string(),
-        source,
-    })?;
+    let text =
+        converse_machine::input::read_text_at_most(path, MAX_FILE_BYTES).map_err(|source| {
+            NodelistError::Read {
+                path: path.display().to_string(),
+                source,
+            }
+        })?;
     parse(&path.display().to_string(), &text)
 }
 
@@ -198,6 +205,15 @@ pub fn parse(path: &str, text: &str) -> Result<Vec<Host>, NodelistError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_endless_nodelist_is_refused_in_one_line() {
+        let e = load(Path::new("/dev/zero")).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "cannot read nodelist /dev/zero: it is larger than 16384 KiB"
+        );
+    }
 
     fn names(h: &[Host]) -> Vec<&str> {
         h.iter().map(|h| h.name.as_str()).collect()

@@ -16,11 +16,17 @@
 //! Pipes are read until their end, so what a node printed just before it exited is never lost.
 //! When the job is over (see [`watch`]'s `job_over`) a pipe that stays quiet for `QUIET` is
 //! let go: whatever still holds it open escaped the job's process groups.
+//!
+//! Whoever waits for the output may give up on it instead ([`Watcher::give_up`]: a job that is
+//! being ended does not wait for ever on a reader that does not read). Nothing more is written
+//! then, and [`Watcher::unwritten`] counts what never was. A thread blocked in a write to such a
+//! reader cannot be made to return: it is left, and ends with charmrun.
 
+use std::fs::File;
 use std::io::{Read, Write};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::process::{Child, ExitStatus};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -36,6 +42,11 @@ const QUIET: Duration = Duration::from_millis(300);
 
 /// After the job is over, the longest the pipes are waited on in all (see `forward`).
 const FINAL_DRAIN: Duration = Duration::from_secs(5);
+
+/// The most written with one call. A write blocked for good may have put part of its piece in
+/// a pipe: [`Watcher::unwritten`] counts that part too, so it may be this much too high.
+/// Pieces as large as a pipe holds by default: smaller ones cost throughput to a pipe.
+const PIECE: usize = 64 << 10;
 
 /// Held for every write of node output, to either stream.
 static WRITING: Mutex<()> = Mutex::new(());
@@ -79,6 +90,18 @@ impl Tail {
     }
 }
 
+/// What one process's output thread shares with whoever waits for it: how much of its output
+/// charmrun holds, and whether that is still wanted.
+#[derive(Debug, Default)]
+struct Held {
+    /// Bytes handed to [`emit`] and not yet written (nor dropped for a reader that is gone).
+    queued: AtomicU64,
+    /// Bytes of partial lines, held until their newline.
+    partial: AtomicU64,
+    /// Set when whoever waits gave up on this output: nothing more is read or written.
+    given_up: AtomicBool,
+}
+
 /// Bytes of one pipe not yet passed on: at most a partial last line.
 struct Lines {
     stream: Stream,
@@ -90,10 +113,12 @@ struct Lines {
     busy: Arc<AtomicBool>,
     /// Where to keep its last lines, if anywhere.
     tail: Option<Tail>,
+    /// Shared with the [`Watcher`]: `pending` is counted in its `partial`.
+    held: Arc<Held>,
 }
 
 impl Lines {
-    fn new(stream: Stream, prefix: String, busy: Arc<AtomicBool>) -> Lines {
+    fn new(stream: Stream, prefix: String, busy: Arc<AtomicBool>, held: Arc<Held>) -> Lines {
         Lines {
             stream,
             prefix,
@@ -101,6 +126,7 @@ impl Lines {
             continues: false,
             busy,
             tail: None,
+            held,
         }
     }
 
@@ -109,15 +135,31 @@ impl Lines {
             t.push(bytes);
         }
         self.busy.store(true, Ordering::SeqCst);
-        emit(self.stream, bytes);
+        emit(self.stream, bytes, &self.held);
         self.busy.store(false, Ordering::SeqCst);
     }
 
     /// Take `data`; pass on every complete line (and an over-long partial one) in one write.
     fn feed(&mut self, data: &[u8]) {
+        let before = self.pending.len();
         let out = self.take(data);
+        self.count_pending(before);
         if !out.is_empty() {
             self.emit(&out);
+        }
+    }
+
+    /// `pending` held `before` bytes: count the change in `held.partial`.
+    fn count_pending(&self, before: usize) {
+        let now = self.pending.len();
+        if now > before {
+            self.held
+                .partial
+                .fetch_add((now - before) as u64, Ordering::SeqCst);
+        } else {
+            self.held
+                .partial
+                .fetch_sub((before - now) as u64, Ordering::SeqCst);
         }
     }
 
@@ -158,18 +200,21 @@ impl Lines {
     /// End of the pipe: pass on a last line that had no newline, ending it.
     fn finish(&mut self) {
         if !self.pending.is_empty() {
+            let before = self.pending.len();
             self.pending.push(b'\n');
             let mut out = Vec::new();
             let end = self.pending.len();
             self.put(&mut out, 0, end, false);
             self.pending.clear();
+            self.count_pending(before);
             self.emit(&out);
         }
     }
 }
 
-/// Write whole lines to `stream`, blocking as long as its reader makes us.
-fn emit(stream: Stream, bytes: &[u8]) {
+/// Write whole lines to `stream`, blocking as long as its reader makes us; counted in
+/// `held.queued` until written.
+fn emit(stream: Stream, bytes: &[u8], held: &Held) {
     let gone = match stream {
         Stream::Out => &OUT_GONE,
         Stream::Err => &ERR_GONE,
@@ -177,18 +222,78 @@ fn emit(stream: Stream, bytes: &[u8]) {
     if gone.load(Ordering::Relaxed) {
         return;
     }
+    // Counted before waiting for the lock: a thread waiting behind one blocked for good holds
+    // these bytes too.
+    held.queued.fetch_add(bytes.len() as u64, Ordering::SeqCst);
     let _writing = WRITING.lock().unwrap_or_else(|p| p.into_inner());
+    // Given up on while waiting: the bytes stay counted as never written.
+    if held.given_up.load(Ordering::SeqCst) {
+        return;
+    }
+    // Under the standard streams' own locks, so that nothing else in the process writes in
+    // between; to their file descriptors, in pieces, so that what was written is known (see
+    // `PIECE`).
     let r = match stream {
         Stream::Out => {
             let mut o = std::io::stdout().lock();
-            o.write_all(bytes).and_then(|()| o.flush())
+            // Whatever else was printed to stdout and is still buffered goes first.
+            o.flush().and_then(|()| write_counted(&o, bytes, held))
         }
-        Stream::Err => std::io::stderr().lock().write_all(bytes),
+        Stream::Err => write_counted(std::io::stderr().lock(), bytes, held),
     };
     // Other errors (a full disk, say) lose this write but not the next.
     if r.is_err_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe) {
         gone.store(true, Ordering::Relaxed);
     }
+}
+
+/// Write all of `bytes` to `fd` in pieces of at most [`PIECE`], taking each piece off
+/// `held.queued` once written, and all that is left on an error (those bytes are lost, not
+/// held).
+fn write_counted(fd: impl AsFd, bytes: &[u8], held: &Held) -> std::io::Result<()> {
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let r = match nix::unistd::write(&fd, &rest[..rest.len().min(PIECE)]) {
+            Ok(0) => Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => Ok(n),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => Err(std::io::Error::from(e)),
+        };
+        let n = match r {
+            Ok(n) => n,
+            Err(e) => {
+                held.queued.fetch_sub(rest.len() as u64, Ordering::SeqCst);
+                return Err(e);
+            }
+        };
+        held.queued.fetch_sub(n as u64, Ordering::SeqCst);
+        rest = &rest[n..];
+    }
+    Ok(())
+}
+
+/// Write `line` (one line of charmrun's own, newline included, shorter than `PIPE_BUF`) to
+/// stderr if stderr takes it within `wait`; whether it did. For what charmrun says once it has
+/// given up on its output: stderr may be the very pipe nobody reads, and a plain write to it
+/// would block for good — as would taking the stderr lock an output thread blocked there holds.
+pub fn say_within(line: &str, wait: Duration) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    // Under the output lock if it can be had now, so that no node's line is split by this
+    // one; an output thread blocked in a write holds it for good.
+    let _writing = match WRITING.try_lock() {
+        Ok(g) => Some(g),
+        Err(std::sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+        Err(std::sync::TryLockError::WouldBlock) => None,
+    };
+    let err = std::io::stderr();
+    let ms = i32::try_from(wait.as_millis()).unwrap_or(i32::MAX);
+    let timeout = PollTimeout::try_from(ms).unwrap_or(PollTimeout::ZERO);
+    let mut fds = [PollFd::new(err.as_fd(), PollFlags::POLLOUT)];
+    if !matches!(poll(&mut fds, timeout), Ok(n) if n > 0) {
+        return false;
+    }
+    // A pipe with room takes a write shorter than PIPE_BUF whole, without blocking.
+    nix::unistd::write(&err, line.as_bytes()).is_ok_and(|n| n == line.len())
 }
 
 /// The output side of a watched node.
@@ -198,6 +303,50 @@ pub struct Watcher {
     /// Set while some of its output waits to be written: charmrun's reader is slow, and the
     /// node may be blocked on its own full pipe, so it is not lingering.
     pub busy: Arc<AtomicBool>,
+    held: Arc<Held>,
+    /// Its pipes, for what is still in them once its output is given up on.
+    pipes: Vec<Arc<File>>,
+    /// Disconnected when the thread is done.
+    done: crossbeam_channel::Receiver<()>,
+}
+
+impl Watcher {
+    /// Wait until the thread has passed everything on and is done (true), or `deadline`
+    /// passes (false).
+    pub fn done_by(&self, deadline: Instant) -> bool {
+        matches!(
+            self.done.recv_deadline(deadline),
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected)
+        )
+    }
+
+    /// Stop passing its output on: nothing more is read from the pipes or written, except
+    /// what a write already under way still takes (a write blocked for good is left so).
+    pub fn give_up(&self) {
+        self.held.given_up.store(true, Ordering::SeqCst);
+    }
+
+    /// Bytes of its output not written (yet): waiting to be, held in partial lines, and still
+    /// in its pipes. Once [`give_up`](Self::give_up) was called, what never will be, but for
+    /// the part of a piece a write blocked for good may have put in a pipe (see `PIECE`).
+    pub fn unwritten(&self) -> u64 {
+        self.held.queued.load(Ordering::SeqCst)
+            + self.held.partial.load(Ordering::SeqCst)
+            + self.pipes.iter().map(|p| unread(p)).sum::<u64>()
+    }
+}
+
+/// Bytes in a pipe not read yet (0 if that cannot be told).
+fn unread(pipe: &File) -> u64 {
+    let mut n: libc::c_int = 0;
+    // SAFETY: FIONREAD stores one int through the pointer, which points to a live int; the
+    // descriptor is open for as long as `pipe` is borrowed.
+    let r = unsafe { libc::ioctl(pipe.as_raw_fd(), libc::FIONREAD, &mut n) };
+    if r == 0 {
+        u64::try_from(n).unwrap_or(0)
+    } else {
+        0
+    }
 }
 
 // By hand: it holds sockets, threads and handles, which have no useful text form.
@@ -234,21 +383,30 @@ pub fn watch_keeping(
     on_exit: impl FnOnce(ExitStatus) + Send + 'static,
 ) -> std::io::Result<Watcher> {
     let busy = Arc::new(AtomicBool::new(false));
-    let mut err_lines = Lines::new(Stream::Err, prefix.clone(), busy.clone());
+    let held = Arc::new(Held::default());
+    let mut err_lines = Lines::new(Stream::Err, prefix.clone(), busy.clone(), held.clone());
     err_lines.tail = tail;
-    let pipes: [(Option<Box<dyn ReadFd>>, Lines); 2] = [
+    let file = |fd: OwnedFd| Arc::new(File::from(fd));
+    let out = child.stdout.take().map(|p| file(p.into()));
+    let err = child.stderr.take().map(|p| file(p.into()));
+    let kept = out.iter().chain(&err).cloned().collect();
+    let pipes: [(Option<Arc<File>>, Lines); 2] = [
         (
-            child.stdout.take().map(|p| Box::new(p) as Box<dyn ReadFd>),
-            Lines::new(Stream::Out, prefix.clone(), busy.clone()),
+            out,
+            Lines::new(Stream::Out, prefix.clone(), busy.clone(), held.clone()),
         ),
-        (
-            child.stderr.take().map(|p| Box::new(p) as Box<dyn ReadFd>),
-            err_lines,
-        ),
+        (err, err_lines),
     ];
-    let output = std::thread::Builder::new()
-        .name("node-output".into())
-        .spawn(move || forward(pipes, &job_over))?;
+    let (done_tx, done) = crossbeam_channel::bounded::<()>(0);
+    let output = {
+        let held = held.clone();
+        std::thread::Builder::new()
+            .name("node-output".into())
+            .spawn(move || {
+                let _done = done_tx;
+                forward(pipes, &job_over, &held)
+            })?
+    };
     let exit = std::thread::Builder::new()
         .name("node-exit".into())
         .spawn(move || on_exit(child.wait().unwrap_or_else(|_| exit_status(1))));
@@ -257,11 +415,15 @@ pub fn watch_keeping(
     Ok(Watcher {
         thread: output,
         busy,
+        held,
+        pipes: kept,
+        done,
     })
 }
 
-/// Pass on what the pipes bring until they end (or, once `job_over`, stay quiet).
-fn forward(mut pipes: [(Option<Box<dyn ReadFd>>, Lines); 2], job_over: &AtomicBool) {
+/// Pass on what the pipes bring until they end (or, once `job_over`, stay quiet, or until
+/// `held.given_up`).
+fn forward(mut pipes: [(Option<Arc<File>>, Lines); 2], job_over: &AtomicBool, held: &Held) {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     let mut buf = vec![0u8; 64 << 10];
     let tick = PollTimeout::try_from(QUIET.as_millis() as i32).unwrap_or(PollTimeout::NONE);
@@ -273,11 +435,12 @@ fn forward(mut pipes: [(Option<Box<dyn ReadFd>>, Lines); 2], job_over: &AtomicBo
         let mut who = Vec::with_capacity(2);
         for (i, (p, _)) in pipes.iter().enumerate() {
             if let Some(p) = p {
-                fds.push(PollFd::new(p.fd(), PollFlags::POLLIN));
+                fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
                 who.push(i);
             }
         }
-        if fds.is_empty() {
+        // Given up on: what is left stays where it is, counted (see `Watcher::unwritten`).
+        if fds.is_empty() || held.given_up.load(Ordering::SeqCst) {
             return;
         }
         // Checked before polling: a pipe quiet for a whole tick after the job is over is let go.
@@ -313,9 +476,12 @@ fn forward(mut pipes: [(Option<Box<dyn ReadFd>>, Lines); 2], job_over: &AtomicBo
             .map(|(_, &w)| w)
             .collect();
         drop(fds);
+        if held.given_up.load(Ordering::SeqCst) {
+            return;
+        }
         for w in ready {
             let (pipe, lines) = &mut pipes[w];
-            let n = match pipe.as_mut().map(|p| p.read(&mut buf)) {
+            let n = match pipe.as_deref().map(|mut p| p.read(&mut buf)) {
                 Some(Ok(n)) => n,
                 Some(Err(e)) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 _ => 0,
@@ -334,30 +500,13 @@ fn exit_status(code: i32) -> ExitStatus {
     std::os::unix::process::ExitStatusExt::from_raw(code << 8)
 }
 
-/// A pipe end we can poll and read.
-trait ReadFd: Read + Send {
-    fn fd(&self) -> std::os::fd::BorrowedFd<'_>;
-}
-
-impl ReadFd for std::process::ChildStdout {
-    fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        self.as_fd()
-    }
-}
-
-impl ReadFd for std::process::ChildStderr {
-    fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        self.as_fd()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn partial_lines_wait_for_their_end() {
-        let mut l = Lines::new(Stream::Err, "P: ".into(), Arc::default());
+        let mut l = Lines::new(Stream::Err, "P: ".into(), Arc::default(), Arc::default());
         assert_eq!(l.take(b"one\ntw"), b"P: one\n");
         assert_eq!(l.pending, b"tw");
         assert_eq!(l.take(b"o\nthree"), b"P: two\n");
@@ -368,7 +517,7 @@ mod tests {
 
     #[test]
     fn long_lines_stay_whole_up_to_the_limit() {
-        let mut l = Lines::new(Stream::Err, String::new(), Arc::default());
+        let mut l = Lines::new(Stream::Err, String::new(), Arc::default(), Arc::default());
         let chunk = vec![b'x'; 1 << 20];
         for _ in 0..3 {
             assert!(l.take(&chunk).is_empty());
@@ -379,7 +528,7 @@ mod tests {
 
     #[test]
     fn over_long_lines_are_split_visibly() {
-        let mut l = Lines::new(Stream::Err, "P: ".into(), Arc::default());
+        let mut l = Lines::new(Stream::Err, "P: ".into(), Arc::default(), Arc::default());
         let out = l.take(&vec![b'x'; MAX_LINE + 5]);
         assert!(out.starts_with(b"P: xxx"));
         assert!(out.ends_with(SPLIT_MARK));

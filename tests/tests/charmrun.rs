@@ -1,6 +1,6 @@
-//! charmrun: start-up, output, exit codes, crashes, time limits, strangers, bad input — on real
-//! multi-process jobs over the TCP layer. Every job is bounded in time and its process group
-//! killed at the end.
+//! charmrun: start-up, exit codes, crashes, time limits, strangers, bad input — on real
+//! multi-process jobs over the TCP layer (its output: `charmrun_output.rs`). Every job is
+//! bounded in time and its process group killed at the end.
 
 use converse_tests::{alive, run_bounded, wait_for_children, Launcher, Outcome, Running};
 use std::io::Write;
@@ -40,40 +40,6 @@ fn exit_code_of_a_node_that_calls_process_exit_reaches_charmrun() {
         o.stderr.contains("exited with code 3 before the job ended"),
         "{o}"
     );
-}
-
-#[test]
-fn output_printed_just_before_exit_is_never_lost() {
-    for _ in 0..3 {
-        let o = tcp(&[]).run(PROGRAM, 8, &["hello"], limit());
-        assert_eq!(o.code, Some(0), "{o}");
-        for pe in 0..8 {
-            assert_eq!(o.lines_with(&format!("hello from PE {pe} of 8")), 1, "{o}");
-        }
-        assert_eq!(o.lines_with("conformance hello: ok"), 1, "{o}");
-        // Whole lines only: every line is one of the expected ones.
-        for l in o.stdout.lines() {
-            assert!(
-                l.starts_with("hello from PE")
-                    || l.starts_with("conformance hello")
-                    || l.starts_with("Converse>"),
-                "spliced line {l:?}\n{o}"
-            );
-        }
-    }
-}
-
-#[test]
-fn output_can_be_prefixed_by_pe() {
-    let o = tcp(&["++prefix"]).run(PROGRAM, 3, &["hello"], limit());
-    assert_eq!(o.code, Some(0), "{o}");
-    for pe in 0..3 {
-        assert_eq!(
-            o.lines_with(&format!("PE {pe}: hello from PE {pe} of 3")),
-            1,
-            "{o}"
-        );
-    }
 }
 
 #[test]
@@ -368,6 +334,58 @@ fn ctrl_c_on_charmrun_ends_the_job_cleanly() {
     }
 }
 
+#[test]
+fn what_a_node_started_ends_when_charmrun_is_killed() {
+    let dir = scratch("killed");
+    // The node program: leave a child behind (its pid in DIR), then become the node.
+    let wrap = script(
+        &dir,
+        "wrap.sh",
+        &format!(
+            "#!/bin/sh\nsleep 300 &\necho $! > {0}/child.$$\nexec {PROGRAM} \"$@\"\n",
+            dir.display()
+        ),
+    );
+    let mut cmd = charmrun();
+    cmd.args(["+p3", &wrap, "wait", "30", "+machine", "tcp"]);
+    let mut job = Running::start(&mut cmd, limit()).expect("start");
+    assert!(
+        job.wait_for_stdout_lines("conformance wait: PE", 3, Duration::from_secs(20)),
+        "{}",
+        job.stderr_so_far()
+    );
+    // (node, its child): the files are `child.NODE`, holding the child's pid.
+    let kids: Vec<(u32, u32)> = std::fs::read_dir(&dir)
+        .expect("dir")
+        .filter_map(|e| {
+            let path = e.ok()?.path();
+            let node = path.extension()?.to_str()?.parse().ok()?;
+            let kid = std::fs::read_to_string(&path).ok()?.trim().parse().ok()?;
+            Some((node, kid))
+        })
+        .collect();
+    assert_eq!(kids.len(), 3, "{}", job.stderr_so_far());
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(job.pid() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    // Before `finish`, which kills what is left of the job's tree, nodes included.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while kids.iter().any(|&(_, k)| alive(k)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let nodes_alive: Vec<bool> = kids.iter().map(|&(n, _)| alive(n)).collect();
+    let o = job.finish();
+    let _ = std::fs::remove_dir_all(&dir);
+    for ((node, k), node_alive) in kids.into_iter().zip(nodes_alive) {
+        let node_too = if node_alive { "too" } else { "not" };
+        assert!(
+            !alive(k),
+            "process {k} that node {node} started survived charmrun's death (the node {node_too})\n{o}"
+        );
+    }
+}
+
 /// A fresh directory for one test's files.
 fn scratch(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("charmrun-{name}-{}", std::process::id()));
@@ -407,18 +425,6 @@ fn a_remote_shell_argument_quoted_with_a_space_stays_one_word() {
     let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(o.code, Some(0), "{o}");
     assert_eq!(o.lines_with("conformance hello: ok"), 1, "{o}");
-}
-
-#[test]
-fn quiet_leaves_out_the_banner_and_keeps_the_programs_output() {
-    let loud = tcp(&[]).run(PROGRAM, 2, &["hello"], limit());
-    assert_eq!(loud.code, Some(0), "{loud}");
-    assert_eq!(loud.lines_with("Converse>"), 1, "{loud}");
-    let o = tcp(&["++quiet"]).run(PROGRAM, 2, &["hello"], limit());
-    assert_eq!(o.code, Some(0), "{o}");
-    assert_eq!(o.lines_with("Converse>"), 0, "{o}");
-    assert_eq!(o.lines_with("conformance hello: ok"), 1, "{o}");
-    assert!(o.stderr.is_empty(), "{o}");
 }
 
 #[test]
@@ -536,136 +542,6 @@ fn ends_soon(pid: u32) -> bool {
         return false;
     }
     true
-}
-
-/// Run `cmd` with a reader of its stdout that waits `stall` before reading, then reads
-/// `keep` bytes at most and closes the pipe (`None`: reads to the end). Bounded by `limit`:
-/// then the whole tree is killed. Returns the exit code, stdout read, stderr and the time
-/// taken.
-fn run_with_reader(
-    cmd: &mut Command,
-    stall: Duration,
-    keep: Option<usize>,
-    limit: Duration,
-) -> (Option<i32>, String, String, Duration) {
-    use std::io::Read;
-    use std::os::unix::process::CommandExt;
-    use std::process::Stdio;
-    let start = Instant::now();
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .expect("start charmrun");
-    let mut out = child.stdout.take().expect("stdout");
-    let mut err = child.stderr.take().expect("stderr");
-    let err = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let out = std::thread::spawn(move || {
-        std::thread::sleep(stall);
-        let mut s = Vec::new();
-        match keep {
-            None => {
-                let _ = out.read_to_end(&mut s);
-            }
-            Some(n) => {
-                let _ = (&mut out).take(n as u64).read_to_end(&mut s);
-            }
-        }
-        String::from_utf8_lossy(&s).into_owned()
-    });
-    let code = loop {
-        match child.try_wait() {
-            Ok(Some(st)) => break st.code(),
-            Ok(None) if start.elapsed() < limit => std::thread::sleep(Duration::from_millis(10)),
-            _ => {
-                converse_tests::kill_tree(child.id());
-                let _ = child.wait();
-                break None;
-            }
-        }
-    };
-    let took = start.elapsed();
-    let _ = nix::sys::signal::killpg(
-        nix::unistd::Pid::from_raw(child.id() as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    );
-    let out = out.join().unwrap_or_default();
-    let err = err.join().unwrap_or_default();
-    (code, out, err, took)
-}
-
-/// How often each `print PE p line k` line of `pes` PEs and `lines` lines each appears in
-/// `out`, checking each is whole (`width` x's): the counts of the wrong ones too.
-fn print_counts(out: &str, pes: usize, lines: usize, width: usize) -> (Vec<usize>, usize) {
-    let mut counts = vec![0usize; pes * lines];
-    let mut bad = 0;
-    for l in out.lines().filter(|l| l.contains("print PE")) {
-        let parsed = l.strip_prefix("print PE ").and_then(|r| {
-            let mut w = r.splitn(4, ' ');
-            let pe: usize = w.next()?.parse().ok()?;
-            let _ = w.next().filter(|&x| x == "line")?;
-            let k: usize = w.next()?.parse().ok()?;
-            let tail = w.next()?;
-            (pe < pes && k < lines && tail.len() == width && tail.bytes().all(|b| b == b'x'))
-                .then_some(pe * lines + k)
-        });
-        match parsed {
-            Some(i) => counts[i] += 1,
-            None => bad += 1,
-        }
-    }
-    (counts, bad)
-}
-
-#[test]
-fn output_is_never_dropped_while_the_reader_stalls() {
-    // 4 PEs x 3000 lines of ~120 B: far more than the pipes hold while nobody reads.
-    let (pes, lines, width) = (4, 3000, 100);
-    let (code, out, err, _) = run_with_reader(
-        &mut tcp(&[]).command(PROGRAM, pes, &["print", "3000", "100"]),
-        Duration::from_secs(4),
-        None,
-        limit(),
-    );
-    assert_eq!(code, Some(0), "stderr: {err}");
-    let (counts, bad) = print_counts(&out, pes, lines, width);
-    assert_eq!(bad, 0, "spliced or foreign lines; stderr: {err}");
-    let missing = counts.iter().filter(|&&c| c == 0).count();
-    let doubled = counts.iter().filter(|&&c| c > 1).count();
-    assert_eq!((missing, doubled), (0, 0), "stderr: {err}");
-    assert!(out.contains("conformance print: ok"), "stderr: {err}");
-}
-
-#[test]
-fn a_reader_that_goes_away_still_lets_the_job_end_properly() {
-    let (code, out, err, took) = run_with_reader(
-        &mut tcp(&[]).command(PROGRAM, 4, &["print", "3000", "100"]),
-        Duration::ZERO,
-        Some(1000),
-        limit(),
-    );
-    assert_eq!(out.len(), 1000);
-    assert_eq!(code, Some(0), "stderr: {err}");
-    assert!(
-        took < Duration::from_secs(30),
-        "took {took:?}; stderr: {err}"
-    );
-}
-
-#[test]
-fn lines_of_2_mib_from_two_nodes_stay_whole() {
-    let width = 2 << 20;
-    let o = tcp(&[]).run(PROGRAM, 2, &["print", "3", &width.to_string()], limit());
-    assert_eq!(o.code, Some(0), "{}", o.stderr);
-    let (counts, bad) = print_counts(&o.stdout, 2, 3, width);
-    assert_eq!(bad, 0, "spliced lines; stderr: {}", o.stderr);
-    assert!(counts.iter().all(|&c| c == 1), "{counts:?}; {}", o.stderr);
 }
 
 /// The pids of the `sleep`s the spawn scenario's PEs started.

@@ -1,6 +1,7 @@
 //! Serving one started job: events from the control server and the node watchers go to the
 //! [`Verdict`], and when it says the job is over, the job is ended — every node told to die,
-//! every process group killed and reaped, the job's files removed, its output drained.
+//! every process group killed and reaped, the job's files removed, its output drained (for a
+//! few seconds at most after an interrupt, the time limit or a failure).
 
 use super::control::ControlServer;
 use super::fleet::Fleet;
@@ -18,6 +19,11 @@ use std::time::{Duration, Instant};
 /// How often the job loop looks at signals and deadlines when no event comes (events — frames,
 /// connections, process exits — wake it at once).
 const TICK: Duration = Duration::from_millis(20);
+
+/// Once the job is being ended (interrupted, out of time, failed), how long its output is
+/// still waited on: charmrun must end even if its reader does not read. A job that ended
+/// normally waits for its output however long the reader takes.
+const ENDING_OUTPUT_GRACE: Duration = Duration::from_secs(5);
 
 /// What was started for one node, as far as ending the job goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,6 +84,8 @@ pub(super) struct Job<'a> {
     pub(super) outputs: Vec<(usize, Watcher)>,
     /// Set when the job is over: the output threads then let go of pipes that stay quiet.
     pub(super) output_over: Arc<AtomicBool>,
+    /// Set once the job is being ended (see [`Job::ending`]): its output is given up on then.
+    output_deadline: Option<Instant>,
     pub(super) started: Instant,
     pub(super) strangers: usize,
     /// The job's tag: its files in /dev/shm carry it.
@@ -117,6 +125,7 @@ impl<'a> Job<'a> {
             tx,
             outputs: Vec::with_capacity(n),
             output_over: Arc::new(AtomicBool::new(false)),
+            output_deadline: None,
             started,
             strangers: 0,
             tag: String::new(),
@@ -162,6 +171,7 @@ impl<'a> Job<'a> {
         let code = match self.event_loop() {
             Ok(code) => code,
             Err(f) => {
+                self.ending();
                 eprintln!("charmrun: {}", f.message(&|i| self.label_at(i)));
                 self.explain(&f);
                 f.code
@@ -169,19 +179,47 @@ impl<'a> Job<'a> {
         };
         // Whatever still runs (after a failure, or a node that left but lingers) is ended and
         // reaped; after a normal end this finds nothing to do.
-        self.abandon();
+        self.end_processes();
         self.stop_accepting();
         self.remove_job_files();
-        self.drain_output();
-        tracing::debug!(target: "charmrun", code, secs = self.started.elapsed().as_secs_f64(), strangers = self.strangers, "job ended");
+        let lost = self.drain_output();
+        tracing::debug!(target: "charmrun", code, secs = self.started.elapsed().as_secs_f64(), strangers = self.strangers, lost, "job ended");
         if self.opts.verbose {
-            eprintln!(
-                "charmrun: job ended with code {code} after {:.3} s ({} stranger connection(s) refused)",
+            let line = format!(
+                "charmrun: job ended with code {code} after {:.3} s ({} stranger connection(s) refused)\n",
                 self.started.elapsed().as_secs_f64(),
                 self.strangers
             );
+            if lost == 0 {
+                eprint!("{line}");
+            } else {
+                // As the line that said so: stderr may be what is not read.
+                crate::output::say_within(&line, SAY_WAIT);
+            }
         }
         code
+    }
+
+    /// The job is being ended (interrupted, out of time, failed, not started): its output is
+    /// waited on for [`ENDING_OUTPUT_GRACE`] from now at most.
+    fn ending(&mut self) {
+        self.output_deadline
+            .get_or_insert_with(|| Instant::now() + ENDING_OUTPUT_GRACE);
+    }
+
+    /// When the job's output is given up on, if it is: a signal or the time limit arriving
+    /// while charmrun waits at the end of a job that ended normally ends that wait too.
+    fn output_given_up_at(&mut self) -> Option<Instant> {
+        if self.output_deadline.is_none()
+            && (super::signalled().is_some()
+                || self
+                    .opts
+                    .timelimit
+                    .is_some_and(|l| self.started.elapsed() >= l))
+        {
+            self.ending();
+        }
+        self.output_deadline
     }
 
     /// Serve the job until every node has left (`Ok` with the job's code) or it must end.
@@ -499,7 +537,17 @@ impl<'a> Job<'a> {
     ///
     /// A process that left its node's group (`setsid`, `setpgid`) escapes; so does what a
     /// remote shell started on another host, beyond what ends with the shell's connection.
+    ///
+    /// The job is being ended: its output is waited on for a while at most (see
+    /// [`ENDING_OUTPUT_GRACE`]).
     pub(super) fn abandon(&mut self) {
+        self.ending();
+        self.end_processes();
+    }
+
+    /// As [`abandon`](Self::abandon), after a normal end too: then agents passing their nodes'
+    /// output on get the time the reader takes.
+    fn end_processes(&mut self) {
         tracing::debug!(target: "charmrun", "ending the job: DIE to every node, SIGKILL to their groups");
         if let Some(c) = self.control.as_mut() {
             for (i, n) in self.nodes.iter().enumerate() {
@@ -538,11 +586,16 @@ impl<'a> Job<'a> {
                 .iter()
                 .any(|s| matches!(s.process, Process::Running(_)));
             // An agent still passing its nodes' output on to a slow reader is not hung: it
-            // gets the time the reader takes (output is never dropped while the reader lives).
-            let passing_output = self
-                .shell_outputs
-                .iter()
-                .any(|(_, w)| w.busy.load(Ordering::SeqCst));
+            // gets the time the reader takes (output is never dropped while the reader lives),
+            // unless the job is being ended and that time is up.
+            let given_up = self
+                .output_given_up_at()
+                .is_some_and(|d| Instant::now() >= d);
+            let passing_output = !given_up
+                && self
+                    .shell_outputs
+                    .iter()
+                    .any(|(_, w)| w.busy.load(Ordering::SeqCst));
             if (!nodes_running && !shells_running)
                 || (Instant::now() >= deadline && !passing_output)
             {
@@ -609,18 +662,55 @@ impl<'a> Job<'a> {
     }
 
     /// Wait for the output threads to pass on everything the nodes printed, however long
-    /// charmrun's reader takes to read it. A pipe kept open by a process that escaped the job's
-    /// process groups is let go once it stays quiet (see [`output`](crate::output)).
-    fn drain_output(&mut self) {
+    /// charmrun's reader takes to read it — unless the job is being ended (see
+    /// [`Job::ending`]): then what is not written by the deadline is given up on, and one line
+    /// says how much. Returns the bytes given up on. A pipe kept open by a process that escaped
+    /// the job's process groups is let go once it stays quiet (see [`output`](crate::output)).
+    fn drain_output(&mut self) -> u64 {
         self.output_over.store(true, Ordering::SeqCst);
-        for (_, w) in self.outputs.drain(..) {
-            let _ = w.thread.join();
+        let mut left: Vec<Watcher> = self
+            .outputs
+            .drain(..)
+            .chain(self.shell_outputs.drain(..))
+            .map(|(_, w)| w)
+            .collect();
+        while let Some(w) = left.last() {
+            // A thread blocked in a write to a reader that does not read never returns by
+            // itself: waited on a tick at a time, to see a signal or the deadline.
+            let deadline = self.output_given_up_at();
+            let tick = Instant::now() + TICK;
+            if w.done_by(deadline.map_or(tick, |d| d.min(tick))) {
+                if let Some(w) = left.pop() {
+                    let _ = w.thread.join();
+                }
+            } else if deadline.is_some_and(|d| Instant::now() >= d) {
+                break;
+            }
         }
-        for (_, w) in self.shell_outputs.drain(..) {
-            let _ = w.thread.join();
+        if left.is_empty() {
+            return 0;
         }
+        for w in &left {
+            w.give_up();
+        }
+        let lost: u64 = left.iter().map(Watcher::unwritten).sum();
+        // The threads still writing are left: they end with charmrun.
+        if lost > 0 {
+            crate::output::say_within(
+                &format!(
+                    "charmrun: gave up on {lost} bytes of the job's output: charmrun's reader \
+                     did not take them within {} s of the job being ended\n",
+                    ENDING_OUTPUT_GRACE.as_secs()
+                ),
+                SAY_WAIT,
+            );
+        }
+        lost
     }
 }
+
+/// How long a line charmrun says after giving up on the job's output may wait for stderr.
+const SAY_WAIT: Duration = Duration::from_millis(500);
 
 /// After `DIE`, how long agents get to end their nodes and leave before their shells are
 /// killed.

@@ -30,13 +30,27 @@ use crate::protocol::{Hello, Kind};
 use job::Job;
 use std::net::{SocketAddr, TcpStream};
 use std::process::ExitStatus;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 
-/// Signal that interrupted charmrun (0: none).
+/// Signal that interrupted charmrun (0: none): the first one.
 static SIGNALLED: AtomicI32 = AtomicI32::new(0);
 
+/// Set where a second signal ends the process at once (see [`run`]).
+static SECOND_SIGNAL_EXITS: AtomicBool = AtomicBool::new(false);
+
 extern "C" fn on_signal(sig: std::ffi::c_int) {
-    SIGNALLED.store(sig, Ordering::SeqCst);
+    let first = SIGNALLED
+        .compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst)
+        .is_ok();
+    if !first && SECOND_SIGNAL_EXITS.load(Ordering::SeqCst) {
+        // Asked again while the job is being ended: whatever charmrun still waits for (a
+        // reader that does not read, agents that take their time, a write that blocks), the
+        // user wants it gone now. Its nodes end with it: their watchdogs see the control
+        // connections close.
+        // SAFETY: _exit is async-signal-safe; it ends the process without unwinding or
+        // running exit-time handlers (which could wait for locks the interrupted thread holds).
+        unsafe { libc::_exit(128 + sig) }
+    }
 }
 
 /// What the job's threads tell the launcher.
@@ -125,11 +139,13 @@ pub fn plan_of(opts: &Opts, hosts: Option<&[Host]>) -> Vec<NodeStart> {
 }
 
 /// Run the job of a command line, with charmrun's handlers for Ctrl-C and the like; the exit
-/// code charmrun should exit with.
+/// code charmrun should exit with. The first signal ends the job in order; a second one ends
+/// charmrun at once.
 ///
 /// # Errors
 /// [`LaunchError`] when the job could not be started; whatever was started is ended first.
 pub fn run(opts: &Opts, hosts: Option<&[Host]>, spread: Spread) -> Result<i32, LaunchError> {
+    SECOND_SIGNAL_EXITS.store(true, Ordering::SeqCst);
     install_signal_handlers();
     let plan = plan_of(opts, hosts);
     let mut job = Job::new(opts, vec![false; plan.len()]);
