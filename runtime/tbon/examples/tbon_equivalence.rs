@@ -35,6 +35,24 @@ fn checksum(items: &[String]) -> u64 {
 fn main() -> std::process::ExitCode {
     converse::run(|pe| {
         let n = pe.num_pes();
+        // Every PE reads the same arguments, so all refuse them alike and start nothing; PE 0
+        // alone says why, on one line, and ends the job with 2.
+        let refused = if let Some(extra) = pe.args().get(2) {
+            Some(format!("unexpected argument {extra:?}"))
+        } else if n < 3 {
+            // The tree below needs a front-end, an internal process and a back-end (and
+            // n - 1 - fanout must not go below zero).
+            Some(format!("needs +p3 or more, got +p{n}"))
+        } else {
+            None
+        };
+        if let Some(why) = refused {
+            if pe.my_pe() == 0 {
+                eprintln!("tbon_equivalence: {why} (usage: tbon_equivalence [FILTER_LIBRARY] +pN)");
+                pe.exit(2);
+            }
+            return;
+        }
         let library = pe.args().get(1).cloned().unwrap_or_else(|| {
             let me = std::env::current_exe().unwrap_or_default();
             me.with_file_name("libtbon_filters.so")

@@ -178,9 +178,10 @@ pub struct Format {
     elems: Vec<ElemType>,
 }
 
-/// A format string that does not parse.
+/// A format string that does not parse. Shown in one line: the format string (which may come
+/// from a filter library, so hold anything) is shown escaped, as Rust writes a string.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("bad format string \"{format}\": {reason}")]
+#[error("bad format string \"{}\": {reason}", format.escape_debug())]
 pub struct FormatError {
     /// The format string.
     pub format: String,
@@ -207,11 +208,14 @@ impl Format {
                 continue;
             }
             if b[i] != b'%' {
+                // `i` is at a character's start (only ASCII bytes were passed), so the
+                // character shown is the one there, not its first byte taken for Latin-1.
+                let found = s[i..].chars().next().unwrap_or_default();
                 return Err(err(format!(
                     "expected '%' at byte {}, found '{}'; conversions are %c %uc %hd %uhd %d %ud \
                      %ld %uld %f %lf %s, with a or A in front for arrays",
                     i + 1,
-                    char::from(b[i]).escape_default()
+                    found.escape_debug()
                 )));
             }
             let start = i;
@@ -236,7 +240,7 @@ impl Format {
                 return Err(err(format!(
                     "'{}' at byte {} is not a conversion; they are %c %uc %hd %uhd %d %ud %ld \
                      %uld %f %lf %s, with a or A in front for arrays",
-                    &s[start..end],
+                    s[start..end].escape_debug(),
                     start + 1
                 )));
             };
@@ -355,6 +359,26 @@ mod tests {
     }
 
     #[test]
+    fn errors_are_one_line_without_raw_control_bytes() {
+        // A filter library's "%d\n%zz\x1b[31m" gave a two-line error with a raw escape.
+        let e = Format::parse("%d\n%zz\u{1b}[31m").unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "bad format string \"%d\\n%zz\\u{1b}[31m\": '%zz\\u{1b}[31m' at byte 4 is not a \
+             conversion; they are %c %uc %hd %uhd %d %ud %ld %uld %f %lf %s, with a or A in front \
+             for arrays"
+        );
+        let e = Format::parse("%d é\0").unwrap_err().to_string();
+        assert!(
+            e.starts_with("bad format string \"%d é\\0\": expected '%' at byte 4, found 'é'"),
+            "{e}"
+        );
+        let e = Format::parse("\u{7}").unwrap_err().to_string();
+        assert!(e.contains("found '\\u{7}'"), "{e}");
+        assert!(!e.contains('\u{7}'), "{e}");
+    }
+
+    #[test]
     fn unknown_codes_are_refused() {
         assert_eq!(ElemType::from_code(0x0b), None);
         assert_eq!(ElemType::from_code(0x30), None);
@@ -367,8 +391,13 @@ mod tests {
         fn any_string_parses_or_is_refused_without_a_panic(
             s in "(%[aA]?(u?[chdf]|u?h?d|u?ld|lf|s|[a-zé]{0,2})|[ \t]|é|x){0,20}|\\PC{0,40}"
         ) {
-            if let Ok(f) = Format::parse(&s) {
-                proptest::prop_assert_eq!(Format::parse(&f.to_string()), Ok(f));
+            match Format::parse(&s) {
+                Ok(f) => proptest::prop_assert_eq!(Format::parse(&f.to_string()), Ok(f)),
+                Err(e) => proptest::prop_assert!(
+                    !e.to_string().chars().any(char::is_control),
+                    "{}",
+                    e
+                ),
             }
         }
     }

@@ -15,9 +15,10 @@
 //! one tree; every error names the line.
 
 use crate::topology::{Entry, ProcName, Topology, TopologyError};
+use std::collections::HashSet;
 use winnow::ascii::{dec_uint, multispace1};
-use winnow::combinator::{alt, cut_err, eof, opt, preceded, repeat, terminated};
-use winnow::error::{ContextError, StrContext, StrContextValue};
+use winnow::combinator::{alt, cut_err, eof, opt, repeat};
+use winnow::error::{ContextError, ErrMode, StrContext, StrContextValue};
 use winnow::prelude::*;
 use winnow::token::{take_till, take_while};
 use winnow::LocatingSlice;
@@ -53,26 +54,71 @@ fn proc_name(i: &mut In<'_>) -> ModalResult<ProcName> {
     Ok(ProcName::new(host, instance))
 }
 
+/// The distinct processes a file names, counted while it is parsed so that a file naming
+/// more than a limit is refused at the first process past it, before the rest is held in
+/// memory (a 121 MB file of 12 million children took 4 GB to parse whole).
+struct Budget {
+    /// The most processes accepted; `None`: no limit, nothing counted.
+    max: Option<usize>,
+    seen: HashSet<ProcName>,
+    /// The first process past the limit, and the offset it starts at.
+    over: Option<(ProcName, usize)>,
+}
+
+impl Budget {
+    fn new(max: Option<usize>) -> Budget {
+        Budget {
+            max,
+            seen: HashSet::new(),
+            over: None,
+        }
+    }
+
+    /// Count `name`, read at `offset`; a cut (which ends the parse) when it is one too many.
+    fn admit(&mut self, name: &ProcName, offset: usize) -> ModalResult<()> {
+        let Some(max) = self.max else {
+            return Ok(());
+        };
+        if self.seen.len() < max || self.seen.contains(name) {
+            if self.seen.len() < max {
+                self.seen.insert(name.clone());
+            }
+            return Ok(());
+        }
+        self.over = Some((name.clone(), offset));
+        Err(ErrMode::Cut(ContextError::new()))
+    }
+}
+
 /// `parent => children ;` with the offset it starts at.
-fn statement(i: &mut In<'_>) -> ModalResult<(ProcName, Vec<ProcName>, usize)> {
+fn statement(i: &mut In<'_>, budget: &mut Budget) -> ModalResult<(ProcName, Vec<ProcName>, usize)> {
     let (parent, span) = proc_name.with_span().parse_next(i)?;
+    budget.admit(&parent, span.start)?;
     gap(i)?;
-    let children: Option<Vec<ProcName>> = opt(preceded(
-        ("=>", gap),
-        repeat(0.., terminated(proc_name, gap)),
-    ))
-    .parse_next(i)?;
+    let mut children = Vec::new();
+    if opt("=>").parse_next(i)?.is_some() {
+        gap(i)?;
+        while let Some((child, at)) = opt(proc_name.with_span()).parse_next(i)? {
+            budget.admit(&child, at.start)?;
+            children.push(child);
+            gap(i)?;
+        }
+    }
     cut_err(';')
         .context(expected(
             "';' to end the statement, or a child 'host:instance' (does the line before lack its ';'?)",
         ))
         .parse_next(i)?;
-    Ok((parent, children.unwrap_or_default(), span.start))
+    Ok((parent, children, span.start))
 }
 
-fn file(i: &mut In<'_>) -> ModalResult<Vec<(ProcName, Vec<ProcName>, usize)>> {
+fn file(i: &mut In<'_>, budget: &mut Budget) -> ModalResult<Vec<(ProcName, Vec<ProcName>, usize)>> {
     gap(i)?;
-    let statements = repeat(0.., terminated(statement, gap)).parse_next(i)?;
+    let mut statements = Vec::new();
+    while let Some(st) = opt(|i: &mut In<'_>| statement(i, budget)).parse_next(i)? {
+        statements.push(st);
+        gap(i)?;
+    }
     cut_err(eof)
         .context(expected("a process 'host:instance' to start a statement"))
         .parse_next(i)?;
@@ -110,7 +156,9 @@ impl Lines {
     }
 }
 
-/// What starts at `offset`, for error messages: the rest of its word, or "end of file".
+/// What starts at `offset`, for error messages: the rest of its word, or "end of file". The
+/// word is escaped as Rust writes a string: it may hold any byte but white space (an ESC, a
+/// NUL), and an error stays one line of text.
 fn found_at(text: &str, offset: usize) -> String {
     let rest = text.get(offset..).unwrap_or("");
     let word: String = rest
@@ -125,7 +173,7 @@ fn found_at(text: &str, offset: usize) -> String {
             "end of line".into()
         }
     } else {
-        format!("'{word}'")
+        format!("'{}'", word.escape_debug())
     }
 }
 
@@ -134,7 +182,22 @@ fn found_at(text: &str, offset: usize) -> String {
 /// # Errors
 /// [`TopologyError`] naming the line and what was expected there.
 pub fn parse_entries(text: &str) -> Result<Vec<Entry>, TopologyError> {
-    let parsed = file.parse(LocatingSlice::new(text));
+    parse_entries_within(text, None)
+}
+
+/// [`parse_entries`], refusing at the first process past `max` distinct ones, if given.
+fn parse_entries_within(text: &str, max: Option<usize>) -> Result<Vec<Entry>, TopologyError> {
+    let mut budget = Budget::new(max);
+    let parsed = (|i: &mut In<'_>| file(i, &mut budget)).parse(LocatingSlice::new(text));
+    if let Some((name, offset)) = budget.over.take() {
+        return Err(TopologyError::at(
+            Some(line_at(text, offset)),
+            format!(
+                "the tree has more than {} processes, the most allowed: {name} is one more",
+                budget.seen.len()
+            ),
+        ));
+    }
     match parsed {
         Ok(st) => {
             let lines = Lines::new(text);
@@ -180,6 +243,23 @@ pub fn parse(text: &str) -> Result<Topology, TopologyError> {
     Topology::from_entries(&parse_entries(text)?)
 }
 
+/// [`parse`] a text that may name at most `max_nodes` processes: the parse stops at the first
+/// process past them, naming its line, so that memory stays in proportion to `max_nodes`
+/// rather than to the text.
+///
+/// ```
+/// use converse_tbon::topology_file::parse_at_most;
+/// assert!(parse_at_most("fe:0 => be:0 be:1 ;", 3).is_ok());
+/// let e = parse_at_most("fe:0 => be:0\n be:1 ;", 2).unwrap_err();
+/// assert!(e.to_string().starts_with("line 2: the tree has more than 2 processes"), "{e}");
+/// ```
+///
+/// # Errors
+/// Those of [`parse`], and one for a process past `max_nodes`.
+pub fn parse_at_most(text: &str, max_nodes: usize) -> Result<Topology, TopologyError> {
+    Topology::from_entries(&parse_entries_within(text, Some(max_nodes))?)
+}
+
 /// The most bytes [`read_text`] reads: more than a topology of the most processes a job may
 /// have takes (a million-process chain on `localhost` is 30 MiB), far less than what would
 /// exhaust memory.
@@ -195,22 +275,8 @@ pub fn read_text(path: &std::path::Path, what: &str) -> Result<String, TopologyE
 }
 
 fn read_at_most(path: &std::path::Path, what: &str, limit: u64) -> Result<String, TopologyError> {
-    use std::io::Read;
-    let fail = |why: String| {
-        TopologyError::at(
-            None,
-            format!("cannot read {what} {}: {why}", path.display()),
-        )
-    };
-    let file = std::fs::File::open(path).map_err(|e| fail(e.to_string()))?;
-    let mut text = String::new();
-    file.take(limit + 1)
-        .read_to_string(&mut text)
-        .map_err(|e| fail(e.to_string()))?;
-    if text.len() as u64 > limit {
-        return Err(fail(format!("it is larger than {} KiB", limit >> 10)));
-    }
-    Ok(text)
+    converse::input::read_text_at_most(path, limit)
+        .map_err(|e| TopologyError::at(None, format!("cannot read {what} {}: {e}", path.display())))
 }
 
 /// Read, parse and validate a topology file.
@@ -218,11 +284,25 @@ fn read_at_most(path: &std::path::Path, what: &str, limit: u64) -> Result<String
 /// # Errors
 /// [`TopologyError`] naming the file and line.
 pub fn load(path: &std::path::Path) -> Result<Topology, TopologyError> {
+    load_within(path, None)
+}
+
+/// [`load`] a file that may name at most `max_nodes` processes (see [`parse_at_most`]).
+///
+/// # Errors
+/// [`TopologyError`] naming the file and line.
+pub fn load_at_most(path: &std::path::Path, max_nodes: usize) -> Result<Topology, TopologyError> {
+    load_within(path, Some(max_nodes))
+}
+
+fn load_within(path: &std::path::Path, max: Option<usize>) -> Result<Topology, TopologyError> {
     let text = read_text(path, "topology file")?;
-    parse(&text).map_err(|e| TopologyError {
-        file: Some(path.display().to_string()),
-        ..e
-    })
+    parse_entries_within(&text, max)
+        .and_then(|entries| Topology::from_entries(&entries))
+        .map_err(|e| TopologyError {
+            file: Some(path.display().to_string()),
+            ..e
+        })
 }
 
 #[cfg(test)]
@@ -361,6 +441,67 @@ c04:0 => c06:0 c07:0 c08:0 c09:0 ;
             e.starts_with("cannot read topology file /nonexistent.top: "),
             "{e}"
         );
+    }
+
+    #[test]
+    fn what_was_found_is_quoted_escaped_in_one_line() {
+        // The raw ESC and NUL of the file went into the error.
+        for (text, want) in [
+            (
+                "a:0 => \u{1b}[31mb:0 ;\n",
+                "line 1: expected ';' to end the statement, or a child 'host:instance' (does the \
+                 line before lack its ';'?), found '\\u{1b}[31mb:0'",
+            ),
+            (
+                "a:0 => b:0 ;\n\0\0x ;\n",
+                "line 2: expected a process 'host:instance' to start a statement, found '\\0\\0x'",
+            ),
+        ] {
+            let e = parse(text).unwrap_err().to_string();
+            assert_eq!(e, want);
+            assert!(!e.chars().any(char::is_control), "{e:?}");
+        }
+    }
+
+    #[test]
+    fn a_limit_stops_the_parse_at_the_first_process_past_it() {
+        let text = "fe:0 => a:0 a:1 ;\na:0 => b:0 ;\na:1 => b:1\n b:2 ;\n";
+        assert_eq!(parse_at_most(text, 6).map(|t| t.num_nodes()), Ok(6));
+        let e = parse_at_most(text, 5).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "line 4: the tree has more than 5 processes, the most allowed: b:2 is one more"
+        );
+        // Names seen before count once; the statements' parents are processes too.
+        assert!(parse_at_most("fe:0 => a:0 ;\na:0 => b:0 ;\n", 3).is_ok());
+        let e = parse_at_most("x:0 ;\ny:0 ;\nz:0 ;\n", 2).unwrap_err();
+        assert_eq!(e.line, Some(3), "{e}");
+        // Without a limit, as before.
+        assert!(parse(text).is_ok());
+    }
+
+    #[test]
+    fn a_flat_tree_past_the_limit_stops_early_and_names_its_line() {
+        // One statement of 12 million children was held whole (4 GB) before its size was
+        // checked; now the parse stops at the first child past the limit.
+        let children: String = (1..=300_000).map(|i| format!(" b:{i}")).collect();
+        let text = format!("# a flat tree\nfe:0 =>{children} ;\n");
+        let e = parse_at_most(&text, 1000).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "line 2: the tree has more than 1000 processes, the most allowed: b:1000 is one more"
+        );
+        let dir = std::env::temp_dir().join(format!("tbon-flat-{}", std::process::id()));
+        let _ = std::fs::create_dir_all(&dir);
+        let p = dir.join("flat.top");
+        let _ = std::fs::write(&p, &text);
+        let e = load_at_most(&p, 1000).unwrap_err().to_string();
+        assert!(
+            e.starts_with(&format!("{}:2: the tree has more", p.display())),
+            "{e}"
+        );
+        assert_eq!(load(&p).map(|t| t.num_nodes()), Ok(300_001));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     proptest::proptest! {

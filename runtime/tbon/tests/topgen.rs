@@ -131,7 +131,8 @@ fn degenerate_trees_are_refused_in_one_line() {
         ),
         (
             vec!["--check", flat.as_str()],
-            "flat.top: the tree has 1048577 processes, more than the 1048576 a job may have",
+            "flat.top:1: the tree has more than 1048576 processes, the most allowed: b:1048576 \
+             is one more",
         ),
     ] {
         let o = topgen(&args);
@@ -186,4 +187,111 @@ fn a_reader_that_stops_early_is_no_error() {
     let o = child.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(o.status.code(), Some(0), "{}", text(&o.stderr));
     assert!(!text(&o.stderr).contains("panicked"), "{}", text(&o.stderr));
+}
+
+#[test]
+fn options_a_mode_does_not_use_are_refused() {
+    // `--check` took placement options, read nothing of them and exited 0.
+    let dir = std::env::temp_dir().join(format!("topgen-unused-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    let ok = dir.join("ok.top");
+    let _ = std::fs::write(&ok, "fe:0 => be:0 be:1 ;\n");
+    let ok = ok.to_string_lossy().into_owned();
+    let hosts = dir.join("hosts2");
+    let _ = std::fs::write(&hosts, "n1:2\nn2:2\n");
+    let hosts = hosts.to_string_lossy().into_owned();
+    for (args, want) in [
+        (
+            vec!["--check", ok.as_str(), "--hosts", hosts.as_str()],
+            "--hosts places the processes of a generated tree, and --check generates none: leave \
+             --hosts out",
+        ),
+        (
+            vec!["--fe-host", "bad host", "--check", ok.as_str()],
+            "--fe-host places the processes",
+        ),
+        (
+            vec!["--check", ok.as_str(), "--be-hosts", "/nonexistent"],
+            "--be-hosts places the processes",
+        ),
+        (
+            vec!["--fe-host", "a", "--fe-host", "b", "g:2"],
+            "--fe-host given twice",
+        ),
+        (
+            vec!["--check", ok.as_str(), "--check", ok.as_str()],
+            "--check given twice",
+        ),
+        (
+            vec!["--hosts", hosts.as_str(), "--hosts", hosts.as_str(), "g:2"],
+            "--hosts given twice",
+        ),
+        (vec!["--fe-host", "bad host", "g:2"], "bad host"),
+    ] {
+        let o = topgen(&args);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: want {want:?}, got {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+        assert!(o.stdout.is_empty(), "{args:?}");
+    }
+    let o = topgen(&["--check", &ok, "--stats"]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn errors_quoting_a_file_stay_one_line_without_raw_bytes() {
+    let dir = std::env::temp_dir().join(format!("topgen-raw-{}", std::process::id()));
+    let _ = std::fs::create_dir_all(&dir);
+    for (name, body, want) in [
+        (
+            "esc.top",
+            "fe:0 => \u{1b}[2Jbe:0 ;\n",
+            "found '\\u{1b}[2Jbe:0'",
+        ),
+        (
+            "nul.top",
+            "fe:0 => be:0 ;\n\0x ;\n",
+            ":2: expected a process",
+        ),
+    ] {
+        let p = dir.join(name);
+        let _ = std::fs::write(&p, body);
+        let o = topgen(&["--check", &p.to_string_lossy()]);
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{name}: {err}");
+        assert!(err.contains(want), "{name}: want {want:?}, got {err:?}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{name}: {err:?}");
+        assert!(
+            !err.trim_end().chars().any(char::is_control),
+            "{name}: {err:?}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_stdout_that_cannot_be_written_is_an_error_not_a_panic() {
+    // `println!` of the help panicked on /dev/full.
+    for args in [vec!["--help"], vec!["g:2"]] {
+        let full = std::fs::OpenOptions::new().write(true).open("/dev/full");
+        let full = match full {
+            Ok(f) => f,
+            Err(e) => panic!("/dev/full: {e}"),
+        };
+        let o = Command::new(TOPGEN)
+            .args(&args)
+            .stdout(std::process::Stdio::from(full))
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {TOPGEN}: {e}"));
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.starts_with("topgen: cannot write "), "{args:?}: {err}");
+        assert!(err.contains("No space left on device"), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+    }
+    let o = topgen(&["--help"]);
+    assert!(o.status.success());
+    assert!(text(&o.stdout).starts_with("usage: topgen"));
 }

@@ -6,7 +6,13 @@
 //! side-by-side 2-D panels of its last two dimensions), a star around its centre, others on a
 //! circle. Channels are grey (a torus's wrap-around channels are dashed stubs at both ends); each recorded hop of a
 //! call is a red arrow numbered in the order the hops were sent.
+//!
+//! What `topo-draw` writes is bounded ([`drawing`]): a trace of more than [`MAX_PROCESSES`]
+//! processes or [`MAX_CHANNELS`] channels is refused (no one can read such a picture), and of
+//! its calls only the first [`MAX_CALL_PICTURES`] are drawn, fewer when their pictures would take
+//! the output past [`MAX_OUTPUT_BYTES`]; the page says how many were left out.
 
+use crate::error::TopoError;
 use crate::trace::{Hop, Trace};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -21,6 +27,23 @@ pub const NODE_RADIUS: f64 = 16.0;
 pub const NODE_FILL: (u8, u8, u8) = (0x4a, 0x90, 0xd9);
 /// Height of the title line above the drawing.
 const TITLE: f64 = 40.0;
+
+/// Most processes [`drawing`] draws: a 64 × 64 torus. A picture of more nodes is too large to
+/// read, and each picture repeats every node.
+pub const MAX_PROCESSES: usize = 4096;
+/// Most channels [`drawing`] draws: a 3-D torus of that many processes has 12,288, a fully
+/// connected topology of 181 processes 16,290.
+pub const MAX_CHANNELS: usize = 16384;
+/// Most per-call pictures [`drawing`] makes (each an SVG and a DOT file and a part of the page).
+pub const MAX_CALL_PICTURES: usize = 100;
+/// Most bytes of all the files [`drawing`] makes together. The topology's own picture of the
+/// largest topology drawn (at most [`MAX_PROCESSES`] and [`MAX_CHANNELS`]) takes about 6 MiB
+/// of it, twice (its file and the page); calls are drawn into the rest.
+pub const MAX_OUTPUT_BYTES: usize = 64 << 20;
+/// Bytes kept for the page's last lines (the note on calls left out, the closing tags).
+const PAGE_TAIL: usize = 512;
+/// Characters of an operation's name a file name keeps: names stay under file systems' limit.
+const STEM_OP_CHARS: usize = 48;
 
 /// One call's hops, as pictures group them.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
@@ -43,15 +66,37 @@ impl Call {
         }
     }
 
-    /// A file-name-safe name.
+    /// A file-name-safe name: the operation's name (from the trace, so anything but white
+    /// space) keeps letters, digits, `.`, `_` and `-`, others become `_` (a `/` would name a
+    /// directory), and at most 48 characters of it are kept.
     pub fn file_stem(&self) -> String {
-        format!("{}-{}-{}", self.op, self.seq, self.root)
+        let op: String = self
+            .op
+            .chars()
+            .take(STEM_OP_CHARS)
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-') {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        format!("{op}-{}-{}", self.seq, self.root)
     }
 }
 
 /// The calls of a trace, each with its hops in the order sent (then by sender).
 pub fn calls(trace: &Trace) -> BTreeMap<Call, Vec<Hop>> {
-    let mut m: BTreeMap<Call, Vec<Hop>> = BTreeMap::new();
+    calls_of(trace)
+        .into_iter()
+        .map(|(c, hops)| (c, hops.into_iter().cloned().collect()))
+        .collect()
+}
+
+/// [`calls`], the hops borrowed: a large trace's hops are not all copied to be drawn.
+fn calls_of(trace: &Trace) -> BTreeMap<Call, Vec<&Hop>> {
+    let mut m: BTreeMap<Call, Vec<&Hop>> = BTreeMap::new();
     for h in &trace.hops {
         // Mutex messages and point-to-point sends are one story per trace each, not one
         // picture per message.
@@ -70,10 +115,18 @@ pub fn calls(trace: &Trace) -> BTreeMap<Call, Vec<Hop>> {
             root,
         })
         .or_default()
-        .push(h.clone());
+        .push(h);
     }
     for hops in m.values_mut() {
-        hops.sort_by_key(|h| (h.time_ns, h.vc.entries().iter().sum::<u64>(), h.from));
+        // Saturating: a trace's vector time may hold any u64, and a sum that overflows would
+        // panic where overflow is checked.
+        hops.sort_by_key(|h| {
+            let causal =
+                h.vc.entries()
+                    .iter()
+                    .fold(0u64, |a, &x| a.saturating_add(x));
+            (h.time_ns, causal, h.from)
+        });
     }
     m
 }
@@ -175,14 +228,56 @@ fn wrap_stubs(trace: &Trace, p: (f64, f64), q: (f64, f64)) -> Option<(Seg, Seg)>
     Some((stub(p, -ux, -uy), stub(q, ux, uy)))
 }
 
+/// Text for an SVG or HTML element's content or attribute. XML 1.0 allows no control
+/// character but tab, line feed and carriage return, not even as a character reference, nor
+/// U+FFFE and U+FFFF: those (from a trace's names) become U+FFFD, so the picture still parses.
 fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\t' | '\n' | '\r' => out.push(c),
+            c if c < ' ' || c == '\u{fffe}' || c == '\u{ffff}' => out.push('\u{fffd}'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Text for a DOT quoted string: `"` and `\\` escaped, control characters U+FFFD (Graphviz
+/// reads the file as lines).
+fn dot_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '"' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if c.is_control() => out.push('\u{fffd}'),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// The SVG of the topology, with `call`'s hops as numbered arrows when given.
 pub fn svg(trace: &Trace, call: Option<(&Call, &[Hop])>) -> String {
+    let call = call.map(|(c, hops)| (c, hops.iter().collect::<Vec<_>>()));
+    svg_within(
+        trace,
+        call.as_ref().map(|(c, h)| (*c, h.as_slice())),
+        usize::MAX,
+    )
+    .unwrap_or_default()
+}
+
+/// [`svg`], or `None` as soon as it is longer than `limit` bytes (a call of a million hops is
+/// not drawn whole only to find it does not fit).
+fn svg_within(trace: &Trace, call: Option<(&Call, &[&Hop])>, limit: usize) -> Option<String> {
     let (pos, (w, h)) = layout(trace);
     let title = match call {
         Some((c, hops)) => format!(
@@ -300,18 +395,32 @@ pub fn svg(trace: &Trace, call: Option<(&Call, &[Hop])>) -> String {
                 label_at.1,
                 k + 1
             );
+            if s.len() > limit {
+                return None;
+            }
         }
     }
     s.push_str("</svg>\n");
-    s
+    (s.len() <= limit).then_some(s)
 }
 
 /// The DOT of the topology, with `call`'s hops as numbered red edges when given.
 pub fn dot(trace: &Trace, call: Option<(&Call, &[Hop])>) -> String {
+    let call = call.map(|(c, hops)| (c, hops.iter().collect::<Vec<_>>()));
+    dot_within(
+        trace,
+        call.as_ref().map(|(c, h)| (*c, h.as_slice())),
+        usize::MAX,
+    )
+    .unwrap_or_default()
+}
+
+/// [`dot`], or `None` as soon as it is longer than `limit` bytes.
+fn dot_within(trace: &Trace, call: Option<(&Call, &[&Hop])>, limit: usize) -> Option<String> {
     let (pos, _) = layout(trace);
     let mut s = String::from("graph topology {\n  node [shape=circle style=filled fillcolor=\"#4a90d9\" fontcolor=white];\n");
     if let Some((c, _)) = call {
-        let _ = writeln!(s, "  label=\"{}\";", c.title().replace('"', "'"));
+        let _ = writeln!(s, "  label=\"{}\";", dot_escape(&c.title()));
     }
     for (i, p) in pos.iter().enumerate() {
         // Positions in inches for `neato -n`, y upward.
@@ -337,24 +446,118 @@ pub fn dot(trace: &Trace, call: Option<(&Call, &[Hop])>) -> String {
                 h.to,
                 k + 1
             );
+            if s.len() > limit {
+                return None;
+            }
         }
     }
     s.push_str("}\n");
-    s
+    (s.len() <= limit).then_some(s)
 }
 
-/// An HTML page holding the topology and one picture per call, in call order.
-pub fn page(trace: &Trace) -> String {
-    let mut s = String::from(
+/// What `topo-draw` writes: every file's name and body, in order, all made before the first is
+/// written (so that a trace that cannot be drawn leaves no half-written directory).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Drawing {
+    /// (file name, body): `index.html`, `topology.svg`, `topology.dot`, then for each call
+    /// drawn `NNN-OP-SEQ-ROOT.svg` and `.dot`.
+    pub files: Vec<(String, String)>,
+    /// The trace's calls.
+    pub calls: usize,
+    /// Those drawn: the first ones, up to [`MAX_CALL_PICTURES`] and [`MAX_OUTPUT_BYTES`].
+    pub drawn: usize,
+}
+
+/// Whether `trace` can be drawn: at most [`MAX_PROCESSES`] processes and [`MAX_CHANNELS`]
+/// channels, and every channel and hop between its processes (as [`Trace::parse`] ensures; a
+/// trace built in code may not).
+///
+/// # Errors
+/// [`TopoError::Invalid`] saying which limit it passes or what is not a process.
+pub fn check(trace: &Trace) -> Result<(), TopoError> {
+    let n = trace.n;
+    let outside = |a: usize, b: usize, what: &str| {
+        Err(TopoError::Invalid(format!(
+            "{what} {a}-{b} is not between two of the {n} processes"
+        )))
+    };
+    if let Some(&(a, b, _)) = trace.edges.iter().find(|e| e.0 >= n || e.1 >= n) {
+        return outside(a, b, "channel");
+    }
+    if let Some(h) = trace.hops.iter().find(|h| h.from >= n || h.to >= n) {
+        return outside(h.from, h.to, "hop");
+    }
+    if trace.n > MAX_PROCESSES {
+        return Err(TopoError::Invalid(format!(
+            "a topology of {} processes is too large to draw: pictures show at most {MAX_PROCESSES}",
+            trace.n
+        )));
+    }
+    if trace.edges.len() > MAX_CHANNELS {
+        return Err(TopoError::Invalid(format!(
+            "a topology of {} channels is too large to draw: pictures show at most {MAX_CHANNELS}",
+            trace.edges.len()
+        )));
+    }
+    Ok(())
+}
+
+/// The files that show `trace`: an HTML page holding the topology and one picture per call,
+/// in call order, and each picture as SVG and DOT. At most [`MAX_OUTPUT_BYTES`] in all: calls
+/// are drawn in order while their pictures fit and [`MAX_CALL_PICTURES`] are not reached, and
+/// the page says how many were left out.
+///
+/// # Errors
+/// Those of [`check`].
+pub fn drawing(trace: &Trace) -> Result<Drawing, TopoError> {
+    check(trace)?;
+    let all = calls_of(trace);
+    let topo_svg = svg(trace, None);
+    let topo_dot = dot(trace, None);
+    let mut page = String::from(
         "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>topology routes</title></head>\n<body style=\"font-family:sans-serif\">\n",
     );
-    s += &svg(trace, None);
-    for (c, hops) in calls(trace) {
-        let _ = writeln!(s, "<h3>{}</h3>", escape(&c.title()));
-        s += &svg(trace, Some((&c, &hops)));
+    page += &topo_svg;
+    // The page holds every picture again, so each SVG counts twice.
+    let mut used = page.len() + topo_svg.len() + topo_dot.len() + PAGE_TAIL;
+    let mut files = vec![
+        ("topology.svg".to_owned(), topo_svg),
+        ("topology.dot".to_owned(), topo_dot),
+    ];
+    let mut drawn = 0;
+    for (k, (c, hops)) in all.iter().enumerate().take(MAX_CALL_PICTURES) {
+        let heading = format!("<h3>{}</h3>\n", escape(&c.title()));
+        let left = MAX_OUTPUT_BYTES.saturating_sub(used + heading.len());
+        let Some(picture) = svg_within(trace, Some((c, hops)), left / 2) else {
+            break;
+        };
+        let left = left - 2 * picture.len();
+        let Some(graph) = dot_within(trace, Some((c, hops)), left) else {
+            break;
+        };
+        used += heading.len() + 2 * picture.len() + graph.len();
+        page += &heading;
+        page += &picture;
+        let stem = format!("{:03}-{}", k + 1, c.file_stem());
+        files.push((format!("{stem}.svg"), picture));
+        files.push((format!("{stem}.dot"), graph));
+        drawn += 1;
     }
-    s.push_str("</body></html>\n");
-    s
+    if drawn < all.len() {
+        let _ = writeln!(
+            page,
+            "<p>{} more calls are not drawn: at most {MAX_CALL_PICTURES} calls are, in at most {} MiB of pictures.</p>",
+            all.len() - drawn,
+            MAX_OUTPUT_BYTES >> 20
+        );
+    }
+    page.push_str("</body></html>\n");
+    files.insert(0, ("index.html".to_owned(), page));
+    Ok(Drawing {
+        files,
+        calls: all.len(),
+        drawn,
+    })
 }
 
 #[cfg(test)]
@@ -402,15 +605,140 @@ mod tests {
 
     #[test]
     fn a_hostile_trace_draws_without_panicking() {
-        let t = Trace::parse(
-            "topo-trace 1\nshape torus\ndims 0 3\ncentre 9\nn 3\nedge 0 2 1\n",
-            "t",
-        )
-        .unwrap();
+        // `Trace::parse` refuses these; a trace built in code still draws.
+        let mut t = Trace::new(&Topology::ring(3).unwrap(), vec![]);
+        (t.shape, t.dims, t.centre) = ("torus".into(), vec![0, 3], 9);
         assert_eq!(layout(&t).0.len(), 3);
         assert!(svg(&t, None).contains("</svg>"));
-        let s = Trace::parse("topo-trace 1\nshape star\ncentre 9\nn 2\n", "t").unwrap();
+        let mut s = Trace::new(&Topology::star(2, 0).unwrap(), vec![]);
+        s.centre = 9;
         assert_eq!(layout(&s).0.len(), 2);
+    }
+
+    /// Whether `text` is well-formed XML (as a browser reads an SVG file).
+    fn parses_as_xml(text: &str) -> Result<(), String> {
+        roxmltree::Document::parse(text)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn control_characters_in_names_leave_the_svg_well_formed() {
+        // XML forbids C0 controls even as references: the escape of & < > alone left
+        // "ri\x01ng" in the title, and the file did not parse.
+        let text = "topo-trace 1\nshape ring\nn 2\nedge 0 1 1\n\
+                    hop op=b\u{2}c<&\u{1b}[31m\u{ffff} seq=0 root=0 from=0 to=1 bytes=8 t=1 vc=1,0\n";
+        let mut t = Trace::parse(text, "t").unwrap();
+        t.shape = "ri\u{1}ng\u{7f}".into();
+        let d = drawing(&t).unwrap();
+        assert_eq!(d.files.len(), 5);
+        for (name, body) in &d.files {
+            if name.ends_with(".svg") {
+                assert_eq!(parses_as_xml(body), Ok(()), "{name}: {body}");
+            }
+            if name.ends_with(".dot") {
+                assert!(
+                    !body.contains('\u{2}') && !body.contains('\u{1b}'),
+                    "{name}"
+                );
+            }
+        }
+        let svg = &d.files[1].1;
+        assert!(svg.contains("ri\u{fffd}ng"), "{svg}");
+        assert_eq!(escape("a\tb\u{0}<\"&"), "a\tb\u{fffd}&lt;&quot;&amp;");
+        assert_eq!(dot_escape("a\"b\\\u{1}"), "a\\\"b\\\\\u{fffd}");
+    }
+
+    #[test]
+    fn vector_times_near_the_top_of_u64_sort_without_overflow() {
+        let mut a = hop("broadcast", 0, 0, 1, 1);
+        a.vc = VectorTime(vec![u64::MAX, 1, 0, 0]);
+        let mut b = hop("broadcast", 0, 1, 0, 1);
+        b.vc = VectorTime(vec![u64::MAX, 1, 0, 0]);
+        let t = Trace::new(&Topology::ring(4).unwrap(), vec![a, b]);
+        let cs = calls(&t);
+        assert_eq!(cs.values().next().map(Vec::len), Some(2));
+    }
+
+    #[test]
+    fn file_stems_are_safe_file_names() {
+        let c = |op: &str| Call {
+            op: op.into(),
+            seq: 3,
+            root: 1,
+        };
+        // A '/' named a directory that did not exist: topo-draw failed half-way.
+        assert_eq!(c("x/y").file_stem(), "x_y-3-1");
+        assert_eq!(c("../..").file_stem(), ".._..-3-1");
+        assert_eq!(c("a\u{1}é b").file_stem(), "a___b-3-1");
+        assert_eq!(c("broadcast").file_stem(), "broadcast-3-1");
+        let long = c(&"o".repeat(10_000)).file_stem();
+        assert_eq!(long.len(), STEM_OP_CHARS + "-3-1".len());
+    }
+
+    #[test]
+    fn too_many_processes_or_channels_are_refused() {
+        let mut t = Trace::new(&Topology::ring(4).unwrap(), vec![]);
+        t.n = MAX_PROCESSES + 1;
+        let e = drawing(&t).unwrap_err().to_string();
+        assert!(
+            e.starts_with("a topology of 4097 processes is too large to draw"),
+            "{e}"
+        );
+        t.n = MAX_PROCESSES;
+        t.edges = vec![(0, 1, 1); MAX_CHANNELS + 1];
+        let e = drawing(&t).unwrap_err().to_string();
+        assert!(e.contains("16385 channels"), "{e}");
+        // The largest topology drawn, its own picture: well within the output's bound.
+        let big = Trace::new(&Topology::fully_connected(181).unwrap(), vec![]);
+        assert!(big.edges.len() <= MAX_CHANNELS);
+        let d = drawing(&big).unwrap();
+        let bytes: usize = d.files.iter().map(|f| f.1.len()).sum();
+        assert!(bytes < MAX_OUTPUT_BYTES / 4, "{bytes}");
+        let torus = Trace::new(&Topology::torus2(64, 64).unwrap(), vec![]);
+        assert!(drawing(&torus).is_ok());
+        // Built in code, not parsed: what would index past the layout is refused.
+        let mut t = Trace::new(&Topology::ring(4).unwrap(), vec![hop("b", 0, 0, 4, 1)]);
+        let e = drawing(&t).unwrap_err().to_string();
+        assert_eq!(e, "hop 0-4 is not between two of the 4 processes");
+        t.hops.clear();
+        t.edges.push((2, 7, 1));
+        assert!(drawing(&t).is_err());
+    }
+
+    #[test]
+    fn the_calls_drawn_are_bounded_and_the_rest_counted() {
+        // 500 one-hop calls on 1000 processes wrote 218 MB in 1003 files.
+        let ring = Topology::ring(1000).unwrap();
+        let hops: Vec<Hop> = (0..500)
+            .map(|k| Hop {
+                vc: VectorTime(vec![0; 1000]),
+                ..hop("broadcast", k, 0, 1, u64::from(k))
+            })
+            .collect();
+        let d = drawing(&Trace::new(&ring, hops)).unwrap();
+        assert_eq!(d.calls, 500);
+        assert!(d.drawn > 0 && d.drawn <= MAX_CALL_PICTURES, "{}", d.drawn);
+        assert_eq!(d.files.len(), 3 + 2 * d.drawn);
+        let bytes: usize = d.files.iter().map(|f| f.1.len()).sum();
+        assert!(bytes <= MAX_OUTPUT_BYTES, "{bytes}");
+        let page = &d.files[0].1;
+        assert!(
+            page.contains(&format!("<p>{} more calls are not drawn", 500 - d.drawn)),
+            "{}",
+            &page[page.len().saturating_sub(300)..]
+        );
+        assert_eq!(page.matches("<svg").count(), 1 + d.drawn);
+        // Many small calls: the count bounds them.
+        let small = Topology::ring(4).unwrap();
+        let hops = (0..300).map(|k| hop("reduce", k, 0, 1, 1)).collect();
+        let d = drawing(&Trace::new(&small, hops)).unwrap();
+        assert_eq!((d.calls, d.drawn), (300, MAX_CALL_PICTURES));
+        // One call too large for the output: left out, not drawn whole first.
+        let hops = (0..400_000).map(|k| hop("send", 0, 0, 1, k)).collect();
+        let d = drawing(&Trace::new(&small, hops)).unwrap();
+        assert_eq!((d.calls, d.drawn), (1, 0));
+        assert!(d.files[0].1.contains("<p>1 more calls are not drawn"));
     }
 
     #[test]
@@ -440,7 +768,22 @@ mod tests {
             "{d}"
         );
         assert_eq!(d.matches(" -- ").count(), 4 + 2);
-        let p = page(&trace);
+        let d = drawing(&trace).unwrap();
+        let p = &d.files[0].1;
         assert_eq!(p.matches("<svg").count(), 3);
+        assert!(!p.contains("not drawn"));
+        let names: Vec<&str> = d.files.iter().map(|f| f.0.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "index.html",
+                "topology.svg",
+                "topology.dot",
+                "001-broadcast-0-0.svg",
+                "001-broadcast-0-0.dot",
+                "002-send-0-0.svg",
+                "002-send-0-0.dot"
+            ]
+        );
     }
 }

@@ -33,6 +33,16 @@ pub enum TopoError {
         /// Entry (b,a).
         ba: u32,
     },
+    /// An adjacency matrix with a channel from a process to itself (a non-zero diagonal
+    /// entry): refused rather than dropped, since a matrix that has one is not what its author
+    /// meant.
+    #[error("the matrix's diagonal is not 0: entry ({process},{process}) is {weight}, and a process has no channel to itself")]
+    SelfChannel {
+        /// The process (row and column).
+        process: usize,
+        /// The entry.
+        weight: u32,
+    },
     /// The graph is not connected: `process` cannot be reached from process 0.
     #[error("the topology is not connected: process {process} cannot be reached from process 0")]
     Disconnected {

@@ -39,6 +39,7 @@
 pub mod collective;
 pub mod draw;
 pub mod error;
+pub mod files;
 pub mod matrix;
 mod mutex;
 mod process;

@@ -106,6 +106,12 @@ mod tests {
                 Some("process 2 cannot be reached"),
             ),
             ("junk", "\u{1}\u{2}garbage\n", Some(":1: ")),
+            // A channel from a process to itself was dropped without a word.
+            (
+                "diagonal",
+                "0 1 0\n1 0 1\n0 1 7\n",
+                Some("diagonal is not 0: entry (2,2) is 7"),
+            ),
         ];
         for (name, text, want) in cases {
             let p = dir.join(name);
@@ -122,5 +128,13 @@ mod tests {
         let missing = Topology::from_matrix_file(dir.join("none")).unwrap_err();
         assert!(matches!(missing, TopoError::Io { .. }));
         std::fs::remove_dir_all(&dir).ok();
+    }
+
+    #[test]
+    fn an_endless_matrix_file_is_refused_not_read_into_memory() {
+        let e = Topology::from_matrix_file("/dev/zero")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(e, "/dev/zero: it is larger than 131072 KiB");
     }
 }

@@ -248,8 +248,9 @@ impl Topology {
     }
 
     /// An arbitrary topology from an adjacency matrix: entry (i,j) is the weight of the
-    /// channel between i and j, 0 for none (the diagonal is ignored). Channels go both ways,
-    /// so the matrix must be symmetric; the graph must be connected.
+    /// channel between i and j, 0 for none; the diagonal must be 0 (a process has no channel to
+    /// itself). Channels go both ways, so the matrix must be symmetric; the graph must be
+    /// connected.
     ///
     /// ```
     /// use converse_topo::{Topology, TopoError};
@@ -257,11 +258,13 @@ impl Topology {
     /// assert_eq!(t.neighbours(1), [0, 2]);
     /// let e = Topology::from_matrix(&[vec![0, 1, 0], vec![1, 0, 0], vec![0, 0, 0]]);
     /// assert_eq!(e.unwrap_err(), TopoError::Disconnected { process: 2 });
+    /// let e = Topology::from_matrix(&[vec![5, 1], vec![1, 0]]);
+    /// assert_eq!(e.unwrap_err(), TopoError::SelfChannel { process: 0, weight: 5 });
     /// ```
     ///
     /// # Errors
-    /// [`TopoError::NotSquare`], [`TopoError::NotSymmetric`], [`TopoError::Disconnected`],
-    /// [`TopoError::Empty`].
+    /// [`TopoError::NotSquare`], [`TopoError::SelfChannel`], [`TopoError::NotSymmetric`],
+    /// [`TopoError::Disconnected`], [`TopoError::Empty`].
     pub fn from_matrix<R: AsRef<[u32]>>(m: &[R]) -> Result<Topology, TopoError> {
         let n = m.len();
         Self::check_size(n)?;
@@ -273,6 +276,11 @@ impl Topology {
                     rows: n,
                 });
             }
+        }
+        if let Some((process, weight)) =
+            (0..n).map(|i| (i, m[i].as_ref()[i])).find(|&(_, w)| w != 0)
+        {
+            return Err(TopoError::SelfChannel { process, weight });
         }
         let mut adj = vec![Vec::new(); n];
         let mut weighted = false;
@@ -294,19 +302,16 @@ impl Topology {
         Ok(t)
     }
 
-    /// An arbitrary topology from a matrix file (see [`crate::matrix`] for the format).
+    /// An arbitrary topology from a matrix file (see [`crate::matrix`] for the format) of at
+    /// most [`MAX_FILE_BYTES`](crate::files::MAX_FILE_BYTES).
     ///
     /// # Errors
-    /// [`TopoError::Io`], [`TopoError::Parse`] (one line: file, line, reason), and those of
-    /// [`from_matrix`](Self::from_matrix).
+    /// [`TopoError::Io`] (also for a larger file), [`TopoError::Parse`] (one line: file, line,
+    /// reason), and those of [`from_matrix`](Self::from_matrix).
     pub fn from_matrix_file(path: impl AsRef<std::path::Path>) -> Result<Topology, TopoError> {
         let path = path.as_ref();
-        let file = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| TopoError::Io {
-            file: file.clone(),
-            reason: e.to_string(),
-        })?;
-        let m = crate::matrix::parse(&text, &file)?;
+        let text = crate::files::read_text(path)?;
+        let m = crate::matrix::parse(&text, &path.display().to_string())?;
         Self::from_matrix(&m)
     }
 

@@ -136,7 +136,9 @@ pub(crate) fn shortest(adj: &[Vec<(usize, u32)>], root: usize) -> Tree {
             let p = adj[u]
                 .iter()
                 .map(|e| e.0)
-                .filter(|&p| depth[p] + 1 == depth[u])
+                // Not `depth[p] + 1`: an unreached neighbour's depth is usize::MAX, and the sum
+                // overflows (a panic where overflow is checked).
+                .filter(|&p| depth[p].checked_add(1) == Some(depth[u]))
                 .min_by_key(|&p| (kids[p], p));
             if let Some(p) = p {
                 parent[u] = Some(p);

@@ -39,6 +39,91 @@ pub enum LoadError {
     /// A file is not a readable trace.
     #[error(transparent)]
     Trace(#[from] TraceError),
+    /// Two files hold the trace of one PE (files of two jobs, or a copy).
+    #[error(
+        "{first} and {second} both hold PE {pe}'s trace: trace each job into a fresh directory"
+    )]
+    SamePe {
+        /// The PE.
+        pe: u32,
+        /// One file.
+        first: String,
+        /// The other.
+        second: String,
+    },
+    /// Two files disagree on the job's size (files of two jobs).
+    #[error(
+        "{first} is of a job of {first_pes} PEs, {second} of one of {second_pes}: trace each \
+         job into a fresh directory"
+    )]
+    Sizes {
+        /// One file.
+        first: String,
+        /// The PEs it says the job had.
+        first_pes: u32,
+        /// Another.
+        second: String,
+        /// The PEs that one says.
+        second_pes: u32,
+    },
+    /// A file's PE is not one of its job's.
+    #[error("{file}: PE {pe} in a job of {num_pes} PEs")]
+    PeOutOfRange {
+        /// The file.
+        file: String,
+        /// Its PE.
+        pe: u32,
+        /// The PEs it says the job had.
+        num_pes: u32,
+    },
+}
+
+/// The PE of a trace file's name: `trace.<pe>.bin` with `<pe>` in decimal as the runtime
+/// writes it (no sign, no leading zero), so that each PE has one name.
+fn pe_of_file_name(name: &str) -> Option<u32> {
+    let n = name.strip_prefix("trace.")?.strip_suffix(".bin")?;
+    let canonical =
+        !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()) && (n == "0" || !n.starts_with('0'));
+    canonical.then(|| n.parse().ok()).flatten()
+}
+
+/// Refuse traces that cannot be one job's: sizes that disagree, a PE outside its job, two
+/// traces of one PE. Each trace comes with its file's name, to say which.
+fn check_one_job(traces: &[(String, Trace)]) -> Result<(), LoadError> {
+    let Some((first, t0)) = traces.first() else {
+        return Ok(());
+    };
+    let n = t0.header.num_pes;
+    for (file, t) in traces {
+        if t.header.num_pes != n {
+            return Err(LoadError::Sizes {
+                first: first.clone(),
+                first_pes: n,
+                second: file.clone(),
+                second_pes: t.header.num_pes,
+            });
+        }
+        if t.header.pe >= n {
+            return Err(LoadError::PeOutOfRange {
+                file: file.clone(),
+                pe: t.header.pe,
+                num_pes: n,
+            });
+        }
+    }
+    let mut by_pe: Vec<(u32, &str)> = traces
+        .iter()
+        .map(|(f, t)| (t.header.pe, f.as_str()))
+        .collect();
+    by_pe.sort_unstable();
+    match by_pe.windows(2).find(|w| w[0].0 == w[1].0) {
+        Some(w) => Err(LoadError::SamePe {
+            pe: w[0].0,
+            first: w[0].1.to_owned(),
+            second: w[1].1.to_owned(),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// A traced job: every PE's trace, on one time line.
@@ -62,31 +147,36 @@ impl Job {
     /// Load every `trace.<pe>.bin` in `dir`.
     ///
     /// # Errors
-    /// [`LoadError`] when the directory cannot be read, holds no trace, or a file is not one.
+    /// [`LoadError`] when the directory cannot be read, holds no trace, a file is not one, or
+    /// the files cannot be one job's (two of a PE, sizes that disagree).
     pub fn load(dir: &Path) -> Result<Job, LoadError> {
-        let entries = std::fs::read_dir(dir).map_err(|source| LoadError::Dir {
+        let dir_error = |source| LoadError::Dir {
             dir: dir.display().to_string(),
             source,
-        })?;
-        let mut traces = Vec::new();
-        for e in entries.flatten() {
-            let name = e.file_name();
-            let name = name.to_string_lossy();
-            let is_trace = name
-                .strip_prefix("trace.")
-                .and_then(|r| r.strip_suffix(".bin"))
-                .is_some_and(|n| n.parse::<u32>().is_ok());
-            if is_trace {
-                traces.push(Trace::read(&e.path())?);
+        };
+        let mut files = Vec::new();
+        for e in std::fs::read_dir(dir).map_err(dir_error)? {
+            let e = e.map_err(dir_error)?;
+            if let Some(pe) = e.file_name().to_str().and_then(pe_of_file_name) {
+                files.push((pe, e.path()));
             }
         }
-        if traces.is_empty() {
+        if files.is_empty() {
             return Err(LoadError::Empty(dir.display().to_string()));
         }
-        Ok(Job::new(traces))
+        // In PE order, so that errors name the same files whatever the directory's order.
+        files.sort_unstable();
+        let mut traces = Vec::with_capacity(files.len());
+        for (_, path) in files {
+            let t = Trace::read(&path)?;
+            traces.push((path.display().to_string(), t));
+        }
+        check_one_job(&traces)?;
+        Ok(Job::new(traces.into_iter().map(|(_, t)| t).collect()))
     }
 
-    /// A job from its PEs' traces (any order).
+    /// A job from its PEs' traces (any order), one per PE as [`Job::load`] checks: traces
+    /// that are not one job's (two of a PE) give figures that mix them up, but no panic.
     pub fn new(mut traces: Vec<Trace>) -> Job {
         traces.sort_by_key(|t| t.header.pe);
         let mut warnings = Vec::new();
@@ -236,6 +326,70 @@ mod tests {
             .warnings
             .iter()
             .any(|w| w.contains("PE 1") && w.contains("12 bytes")));
+    }
+
+    #[test]
+    fn only_canonical_trace_names_count() {
+        assert_eq!(pe_of_file_name("trace.0.bin"), Some(0));
+        assert_eq!(pe_of_file_name("trace.170.bin"), Some(170));
+        for name in [
+            "trace.00.bin",
+            "trace.01.bin",
+            "trace.+1.bin",
+            "trace.-1.bin",
+            "trace..bin",
+            "trace. 1.bin",
+            "trace.1.bin.bak",
+            "trace.4294967296.bin",
+        ] {
+            assert_eq!(pe_of_file_name(name), None, "{name}");
+        }
+    }
+
+    #[test]
+    fn files_that_cannot_be_one_job_are_refused_naming_them() {
+        let d = std::env::temp_dir().join(format!("trace-one-job-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("dir");
+        let zero = trace(0, "a", 0, 0, vec![at(1)]);
+        std::fs::write(d.join("trace.0.bin"), zero.to_bytes()).expect("write");
+        // Copies under names the runtime never writes are not traces.
+        std::fs::write(d.join("trace.00.bin"), zero.to_bytes()).expect("write");
+        std::fs::write(d.join("trace.+0.bin"), zero.to_bytes()).expect("write");
+        assert_eq!(Job::load(&d).expect("one trace").traces.len(), 1);
+        // A copy of PE 0's trace as PE 2's: two traces of PE 0.
+        let second = d.join("trace.2.bin");
+        std::fs::write(&second, zero.to_bytes()).expect("write");
+        let e = Job::load(&d).expect_err("two traces of PE 0");
+        assert!(matches!(e, LoadError::SamePe { pe: 0, .. }), "{e}");
+        let text = e.to_string();
+        assert!(
+            text.contains(&d.join("trace.0.bin").display().to_string())
+                && text.contains(&second.display().to_string())
+                && !text.contains('\n'),
+            "{text}"
+        );
+        // A file of a job of another size.
+        let mut other = trace(2, "a", 0, 0, vec![at(1)]);
+        other.header.num_pes = 4;
+        std::fs::write(&second, other.to_bytes()).expect("write");
+        assert!(matches!(
+            Job::load(&d),
+            Err(LoadError::Sizes {
+                first_pes: 3,
+                second_pes: 4,
+                ..
+            })
+        ));
+        // A PE its job cannot have.
+        std::fs::write(&second, trace(7, "a", 0, 0, vec![]).to_bytes()).expect("write");
+        assert!(matches!(
+            Job::load(&d),
+            Err(LoadError::PeOutOfRange { pe: 7, .. })
+        ));
+        std::fs::write(&second, trace(2, "a", 0, 0, vec![at(2)]).to_bytes()).expect("write");
+        assert_eq!(Job::load(&d).expect("a job").traces.len(), 2);
+        std::fs::remove_dir_all(&d).ok();
     }
 
     #[test]

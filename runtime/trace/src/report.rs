@@ -66,6 +66,10 @@ pub struct Layout {
 /// Handler bars drawn (the busiest ones).
 const BARS: usize = 10;
 
+/// Cells a side of the matrix at most: a job of more PEs shares cells between consecutive
+/// PEs, so that the picture (and the page) stays the same size whatever the job's.
+pub const MATRIX_CELLS: usize = 128;
+
 impl Layout {
     /// The layout of `job`'s picture.
     pub fn of(job: &Job) -> Layout {
@@ -74,7 +78,7 @@ impl Layout {
         let timeline_y = 70.0;
         let handlers_y = timeline_y + rows as f64 * row_h + 60.0;
         let bars = summary::handler_times(job).len().min(BARS);
-        let n = summary::matrix(job).len().max(1);
+        let n = summary::matrix(job).grid(MATRIX_CELLS).1.max(1);
         let cell = (360.0 / n as f64).clamp(2.0, 36.0);
         let matrix_y = handlers_y + bars as f64 * 18.0 + 70.0;
         Layout {
@@ -97,11 +101,23 @@ fn rgb(c: (u8, u8, u8)) -> String {
     format!("rgb({},{},{})", c.0, c.1, c.2)
 }
 
+/// Text for the page (and its inline SVG, which is XML): markup escaped, and the control
+/// characters XML 1.0 forbids even as references (all of C0 but tab, newline and carriage
+/// return; U+FFFE and U+FFFF) replaced by U+FFFD, as are DEL and C1, which HTML calls errors.
 fn esc(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out += "&amp;",
+            '<' => out += "&lt;",
+            '>' => out += "&gt;",
+            '"' => out += "&quot;",
+            '\t' | '\n' | '\r' => out.push(c),
+            c if c.is_control() || c == '\u{fffe}' || c == '\u{ffff}' => out.push('\u{fffd}'),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 fn ms(ns: f64) -> String {
@@ -369,6 +385,12 @@ fn timeline(
         .enumerate()
         .map(|(i, t)| (t.header.pe, i))
         .collect();
+    // Looked up, not indexed: in a job not checked as `Job::load` does (two traces of one
+    // PE), a flow's record index may belong to the other trace.
+    let at = |row: usize, i: usize| {
+        let r = job.traces.get(row)?.records.get(i)?;
+        Some(job.time(row, r))
+    };
     let step = (job.flows.matched.len() / 3000).max(1);
     for f in job.flows.matched.iter().step_by(step) {
         let (Some(&a), Some(&b)) = (row_of.get(&f.src), row_of.get(&f.dst)) else {
@@ -377,10 +399,9 @@ fn timeline(
         if a == b {
             continue;
         }
-        let (ts, tr) = (
-            job.time(a, &job.traces[a].records[f.send]),
-            job.time(b, &job.traces[b].records[f.recv]),
-        );
+        let (Some(ts), Some(tr)) = (at(a, f.send), at(b, f.recv)) else {
+            continue;
+        };
         let _ = write!(
             s,
             "<line x1=\"{:.1}\" y1=\"{:.1}\" x2=\"{:.1}\" y2=\"{:.1}\" stroke=\"black\" \
@@ -412,16 +433,39 @@ fn timeline(
 
 fn matrix(s: &mut String, job: &Job, l: &Layout) {
     let m = summary::matrix(job);
-    let n = m.len();
-    let most = m.iter().flatten().map(|c| c.1).max().unwrap_or(0).max(1) as f64;
+    let (per, n) = m.grid(MATRIX_CELLS);
+    let cells = m.cells(MATRIX_CELLS);
+    // A cell's PEs, as its label and title say them.
+    let label = |i: usize| -> String {
+        let first = m.pes.get(i * per).copied().unwrap_or(0);
+        let last = m
+            .pes
+            .get(((i + 1) * per).min(m.pes.len()).saturating_sub(1));
+        match last {
+            Some(&last) if last != first => format!("PEs {first}–{last}"),
+            _ => format!("PE {first}"),
+        }
+    };
+    let most = cells
+        .iter()
+        .flatten()
+        .map(|c| c.1)
+        .max()
+        .unwrap_or(0)
+        .max(1) as f64;
+    let shared = if per > 1 {
+        format!("; {per} PEs a cell, of the {} the traces name", m.pes.len())
+    } else {
+        String::new()
+    };
     let _ = write!(
         s,
         "<text x=\"16\" y=\"{}\">bytes sent, row: from PE, column: to PE (log scale: white \
-         none, lightest 1 B, darkest {}; the number: messages)</text>",
+         none, lightest 1 B, darkest {}; the number: messages{shared})</text>",
         l.matrix_y - 24.0,
         human_bytes(most as u64)
     );
-    for (src, row) in m.iter().enumerate() {
+    for (src, row) in cells.iter().enumerate() {
         for (dst, &(msgs, bytes)) in row.iter().enumerate() {
             // Logarithmic: a pair of a few small messages still shows next to a bulk transfer
             // (a tenth of the colour at least).
@@ -435,11 +479,13 @@ fn matrix(s: &mut String, job: &Job, l: &Layout) {
             let _ = write!(
                 s,
                 "<rect x=\"{}\" y=\"{}\" width=\"{c_}\" height=\"{c_}\" fill=\"{}\" \
-                 stroke=\"#eee\" stroke-width=\"0.5\"><title>PE {src} → PE {dst}: {msgs} \
+                 stroke=\"#eee\" stroke-width=\"0.5\"><title>{} → {}: {msgs} \
                  messages, {bytes} bytes</title></rect>",
                 l.matrix_x + dst as f64 * l.cell,
                 l.matrix_y + src as f64 * l.cell,
                 rgb(c),
+                label(src),
+                label(dst),
                 c_ = l.cell
             );
             if l.cell >= 24.0 && msgs > 0 {
@@ -453,12 +499,14 @@ fn matrix(s: &mut String, job: &Job, l: &Layout) {
                 );
             }
         }
+        // Axis labels: the first PE of each cell.
         if l.cell >= 10.0 {
             let _ = write!(
                 s,
-                "<text x=\"{}\" y=\"{}\" text-anchor=\"end\" font-size=\"10\">{src}</text>",
+                "<text x=\"{}\" y=\"{}\" text-anchor=\"end\" font-size=\"10\">{}</text>",
                 l.matrix_x - 4.0,
-                l.matrix_y + (src as f64 + 0.75) * l.cell
+                l.matrix_y + (src as f64 + 0.75) * l.cell,
+                m.pes.get(src * per).copied().unwrap_or(0)
             );
         }
     }
@@ -466,10 +514,126 @@ fn matrix(s: &mut String, job: &Job, l: &Layout) {
         for dst in 0..n {
             let _ = write!(
                 s,
-                "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-size=\"10\">{dst}</text>",
+                "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\" font-size=\"10\">{}</text>",
                 l.matrix_x + (dst as f64 + 0.5) * l.cell,
-                l.matrix_y - 4.0
+                l.matrix_y - 4.0,
+                m.pes.get(dst * per).copied().unwrap_or(0)
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Record, Trace};
+    use converse::trace_format::Header;
+
+    fn trace(pe: u32, num_pes: u32, records: Vec<Record>) -> Trace {
+        Trace {
+            header: Header {
+                pe,
+                node: pe,
+                num_pes,
+                num_nodes: num_pes,
+                layer: "local".into(),
+                host: "h".into(),
+                pid: 1,
+                mono_base: 1_000,
+                unix_base: 0,
+                handlers: vec!["work".into()],
+            },
+            strings: vec![],
+            records,
+            torn_bytes: 0,
+        }
+    }
+
+    fn rec(t: u64, kind: Kind, a: u32, b: u64) -> Record {
+        Record { t, kind, a, b }
+    }
+
+    /// Whether `c` may appear in an XML 1.0 document (its `Char` production).
+    fn xml_char(c: char) -> bool {
+        matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{d7ff}' | '\u{e000}'..='\u{fffd}')
+            || c >= '\u{10000}'
+    }
+
+    #[test]
+    fn control_characters_in_names_leave_the_svg_well_formed() {
+        assert_eq!(
+            esc("a\u{1}<b>\u{1b}[31m&\"\t\u{7f}\u{9b}\u{ffff}"),
+            "a\u{fffd}&lt;b&gt;\u{fffd}[31m&amp;&quot;\t\u{fffd}\u{fffd}\u{fffd}"
+        );
+        let mut t = trace(
+            0,
+            1,
+            vec![
+                rec(0, Kind::Span, 0, 5),
+                rec(10, Kind::Begin, 16, 0),
+                rec(20, Kind::End, 0, 0),
+                rec(30, Kind::Begin, 99, 0),
+                rec(40, Kind::End, 0, 0),
+            ],
+        );
+        t.header.host = "host\u{0}\u{8}".into();
+        t.header.layer = "layer\u{1b}".into();
+        t.header.handlers = vec!["work\u{c}\u{1f}".into()];
+        t.strings = vec!["boot\u{7}".into()];
+        let page = html(&Job::new(vec![t]));
+        let bad: Vec<char> = page.chars().filter(|&c| !xml_char(c)).collect();
+        assert!(bad.is_empty(), "characters XML forbids: {bad:?}");
+        assert!(
+            page.contains("work\u{fffd}\u{fffd}"),
+            "the name, its controls replaced"
+        );
+    }
+
+    #[test]
+    fn two_traces_of_one_pe_do_not_panic_the_report() {
+        // What a copy of PE 0's file under another name gave: the flows index records of
+        // the longer trace, the rows knew only the shorter.
+        let long = trace(
+            0,
+            2,
+            (0..5)
+                .map(|t| rec(t, Kind::Mark, 0, 0))
+                .chain([rec(6, Kind::Send, 1, 8)])
+                .collect(),
+        );
+        let short = trace(0, 2, vec![rec(1, Kind::Send, 1, 8)]);
+        let one = trace(
+            1,
+            2,
+            vec![rec(2, Kind::Recv, 0, 8), rec(7, Kind::Recv, 0, 8)],
+        );
+        let job = Job::new(vec![long, short, one]);
+        assert_eq!(job.flows.matched.len(), 2);
+        assert!(html(&job).contains("<svg"));
+    }
+
+    #[test]
+    fn the_page_of_a_huge_job_stays_bounded() {
+        // A header claiming 4 billion PEs: the page is the size of what the trace holds.
+        let page = html(&Job::new(vec![trace(
+            0,
+            u32::MAX,
+            vec![rec(1, Kind::Send, 1 << 30, 10)],
+        )]));
+        assert!(page.len() < 64 << 10, "{} bytes", page.len());
+        // 1000 traced PEs, each sending to every tenth: at most 128 × 128 matrix cells.
+        let traces: Vec<Trace> = (0..1000)
+            .map(|pe| {
+                let sends = (0..1000).step_by(10).map(|d| rec(1, Kind::Send, d, 64));
+                trace(pe, 1000, sends.collect())
+            })
+            .collect();
+        let job = Job::new(traces);
+        let page = html(&job);
+        let cells = page.matches(" messages, ").count();
+        assert_eq!(cells, 125 * 125, "8 PEs a cell");
+        assert!(page.contains("8 PEs a cell, of the 1000 the traces name"));
+        let l = Layout::of(&job);
+        assert!(l.matrix_y + l.cell * 125.0 <= l.height);
     }
 }

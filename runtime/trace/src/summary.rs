@@ -2,6 +2,7 @@
 //! PE×PE communication matrix. Shared by the report and the tests.
 
 use crate::{Job, Kind};
+use std::collections::BTreeMap;
 
 /// One run of a handler on a PE.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -119,29 +120,65 @@ pub fn idle(job: &Job) -> Vec<u64> {
         .collect()
 }
 
-/// Messages and bytes from each PE to each PE, as the senders recorded them:
-/// `matrix[src][dst] = (messages, bytes)`, over the job's PEs (node messages left out).
-pub fn matrix(job: &Job) -> Vec<Vec<(u64, u64)>> {
-    let n = job
-        .traces
-        .iter()
-        .map(|t| t.header.num_pes as usize)
-        .max()
-        .unwrap_or(0)
-        .max(job.traces.len());
-    let mut m = vec![vec![(0u64, 0u64); n]; n];
+/// Messages and bytes from PE to PE, as the senders recorded them (node messages left out).
+/// Sparse, over the PEs the traces name: its size follows the records, not the job's size
+/// a header claims.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Matrix {
+    /// The PEs of its rows and columns, ascending: those with a trace, and those sent to.
+    pub pes: Vec<u32>,
+    /// `(from, to)` → (messages, bytes), for the pairs that exchanged something.
+    pub pairs: BTreeMap<(u32, u32), (u64, u64)>,
+}
+
+impl Matrix {
+    /// With at most `max` cells a side: PEs per cell (consecutive PEs of [`Matrix::pes`]
+    /// share one when there are more than `max`) and cells a side.
+    pub fn grid(&self, max: usize) -> (usize, usize) {
+        let n = self.pes.len();
+        let per = n.div_ceil(max.max(1)).max(1);
+        (per, n.div_ceil(per))
+    }
+
+    /// The cells of that grid, `cells[from][to]` = (messages, bytes) over their PEs.
+    pub fn cells(&self, max: usize) -> Vec<Vec<(u64, u64)>> {
+        let (per, side) = self.grid(max);
+        let mut m = vec![vec![(0u64, 0u64); side]; side];
+        let cell = |pe: u32| self.pes.binary_search(&pe).ok().map(|i| i / per);
+        for (&(from, to), &(msgs, bytes)) in &self.pairs {
+            let c = cell(from)
+                .zip(cell(to))
+                .and_then(|(r, c)| m.get_mut(r).and_then(|row| row.get_mut(c)));
+            if let Some(c) = c {
+                c.0 += msgs;
+                c.1 += bytes;
+            }
+        }
+        m
+    }
+}
+
+/// The job's communication [`Matrix`]. A send to a PE its job cannot have (a damaged record)
+/// is left out.
+pub fn matrix(job: &Job) -> Matrix {
+    let mut pairs: BTreeMap<(u32, u32), (u64, u64)> = BTreeMap::new();
     for t in &job.traces {
-        let src = t.header.pe as usize;
         for r in &t.records {
-            if r.kind == Kind::Send && r.a & converse::trace_format::NODE_BIT == 0 {
-                if let Some(c) = m.get_mut(src).and_then(|row| row.get_mut(r.a as usize)) {
-                    c.0 += 1;
-                    c.1 += r.b;
-                }
+            if r.kind == Kind::Send
+                && r.a & converse::trace_format::NODE_BIT == 0
+                && r.a < t.header.num_pes
+            {
+                let c = pairs.entry((t.header.pe, r.a)).or_default();
+                c.0 += 1;
+                c.1 += r.b;
             }
         }
     }
-    m
+    let mut pes: Vec<u32> = job.traces.iter().map(|t| t.header.pe).collect();
+    pes.extend(pairs.keys().map(|&(_, to)| to));
+    pes.sort_unstable();
+    pes.dedup();
+    Matrix { pes, pairs }
 }
 
 #[cfg(test)]
@@ -216,6 +253,39 @@ mod tests {
         );
         let t1 = trace(1, vec![rec(5, Kind::Send, 0, 8)]);
         let m = matrix(&Job::new(vec![t1, t0]));
-        assert_eq!(m, [[(0, 0), (2, 150)], [(1, 8), (0, 0)]]);
+        assert_eq!(m.pes, [0, 1]);
+        assert_eq!(m.cells(128), [[(0, 0), (2, 150)], [(1, 8), (0, 0)]]);
+    }
+
+    #[test]
+    fn the_matrix_follows_the_records_not_the_size_a_header_claims() {
+        // A job of 4 billion PEs as its header says, of which one traced PE sent to one other.
+        let mut t = trace(0, vec![rec(1, Kind::Send, 7, 10)]);
+        t.header.num_pes = u32::MAX;
+        let m = matrix(&Job::new(vec![t]));
+        assert_eq!(m.pes, [0, 7]);
+        assert_eq!(m.grid(128), (1, 2));
+        assert_eq!(m.cells(128), [[(0, 0), (1, 10)], [(0, 0), (0, 0)]]);
+        // 300 PEs each sending to the next: drawn on at most 128 cells a side, 3 PEs a
+        // cell, every message still counted.
+        let traces = (0..300u32)
+            .map(|pe| {
+                let mut t = trace(pe, vec![rec(1, Kind::Send, (pe + 1) % 300, 2)]);
+                t.header.num_pes = 300;
+                t
+            })
+            .collect();
+        let m = matrix(&Job::new(traces));
+        assert_eq!(m.grid(128), (3, 100));
+        let cells = m.cells(128);
+        assert_eq!(cells.len(), 100);
+        assert!(cells.iter().all(|row| row.len() == 100));
+        let total: u64 = cells.iter().flatten().map(|c| c.0).sum();
+        assert_eq!(total, 300);
+        assert_eq!(
+            cells[0][0],
+            (2, 4),
+            "PE 0 → 1 and 1 → 2 share the first cell"
+        );
     }
 }

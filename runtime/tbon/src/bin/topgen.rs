@@ -22,6 +22,7 @@ options:
   --hosts FILE        hosts for internal processes (and back-ends without --be-hosts),
                       one `host[:slots]` per line (default: everything on localhost)
   --be-hosts FILE     hosts for back-ends
+                      (these three place a generated tree; --check refuses them)
   --dot               write a Graphviz DOT graph instead of a topology file
   --stats             print the tree's statistics to stderr
   --help              this text
@@ -29,13 +30,33 @@ options:
 The topology goes to OUTPUT, or to stdout.";
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args = match converse::input::args() {
+        Ok(mut a) => a.split_off(1.min(a.len())),
+        Err(e) => {
+            converse::input::error_line(&format!("topgen: {e}"));
+            return ExitCode::from(2);
+        }
+    };
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("topgen: {e}");
+            // Not eprintln!: it panics when stderr cannot be written.
+            let _ = writeln!(std::io::stderr(), "topgen: {e}");
             ExitCode::from(2)
         }
+    }
+}
+
+/// Write `text` to stdout. Not print!: it panics when stdout is closed early (`topgen
+/// b:1^100000 | head`), which is the reader's choice, not an error, or cannot be written
+/// (`>/dev/full`), which is.
+fn to_stdout(text: &str, what: &str) -> Result<(), String> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(format!("cannot write {what}: {e}"))
+        }
+        _ => Ok(()),
     }
 }
 
@@ -45,30 +66,74 @@ fn read_hosts(path: &str) -> Result<HostList, String> {
     HostList::parse(&text).map_err(|e| format!("{path}: {e}"))
 }
 
+/// The options that place a generated tree's processes, as given (each at most once).
+#[derive(Default)]
+struct PlacementArgs {
+    fe_host: Option<String>,
+    hosts: Option<String>,
+    be_hosts: Option<String>,
+}
+
+impl PlacementArgs {
+    /// The first one given, by name: `--check` places nothing, so it refuses them rather than
+    /// ignore them.
+    fn first_given(&self) -> Option<&'static str> {
+        [
+            ("--fe-host", self.fe_host.is_some()),
+            ("--hosts", self.hosts.is_some()),
+            ("--be-hosts", self.be_hosts.is_some()),
+        ]
+        .into_iter()
+        .find_map(|(name, given)| given.then_some(name))
+    }
+
+    fn placement(self) -> Result<Placement, String> {
+        let mut p = Placement::default();
+        if let Some(h) = self.fe_host {
+            p.fe_host = h;
+        }
+        p.hosts = self.hosts.as_deref().map(read_hosts).transpose()?;
+        p.backend_hosts = self.be_hosts.as_deref().map(read_hosts).transpose()?;
+        Ok(p)
+    }
+}
+
 fn run(args: &[String]) -> Result<(), String> {
-    let mut placement = Placement::default();
+    let mut placing = PlacementArgs::default();
     let (mut dot, mut stats, mut check) = (false, false, None);
     let mut words = Vec::new();
     let mut it = args.iter();
     while let Some(a) = it.next() {
-        let mut value = |name: &str| {
-            it.next()
-                .cloned()
-                .ok_or_else(|| format!("{name} needs a value"))
+        let mut value = |name: &str, slot: &mut Option<String>| {
+            // A second value would silently replace the first.
+            if slot.is_some() {
+                return Err(format!("{name} given twice"));
+            }
+            *slot = Some(
+                it.next()
+                    .cloned()
+                    .ok_or_else(|| format!("{name} needs a value"))?,
+            );
+            Ok::<(), String>(())
         };
         match a.as_str() {
             "--help" | "-h" => {
-                println!("{}", HELP.replace("MAX_NODES", &MAX_NODES.to_string()));
-                return Ok(());
+                return to_stdout(
+                    &format!("{}\n", HELP.replace("MAX_NODES", &MAX_NODES.to_string())),
+                    "the help",
+                );
             }
-            "--fe-host" => placement.fe_host = value("--fe-host")?,
-            "--hosts" => placement.hosts = Some(read_hosts(&value("--hosts")?)?),
-            "--be-hosts" => placement.backend_hosts = Some(read_hosts(&value("--be-hosts")?)?),
+            "--fe-host" => value("--fe-host", &mut placing.fe_host)?,
+            "--hosts" => value("--hosts", &mut placing.hosts)?,
+            "--be-hosts" => value("--be-hosts", &mut placing.be_hosts)?,
             "--dot" => dot = true,
             "--stats" => stats = true,
-            "--check" => check = Some(value("--check")?),
+            "--check" => value("--check", &mut check)?,
             _ if a.starts_with('-') && a.len() > 1 => {
-                return Err(format!("unknown option '{a}' (topgen --help lists them)"))
+                return Err(format!(
+                    "unknown option '{}' (topgen --help lists them)",
+                    a.escape_debug()
+                ))
             }
             _ => words.push(a.clone()),
         }
@@ -78,14 +143,17 @@ fn run(args: &[String]) -> Result<(), String> {
             if words.len() > 1 {
                 return Err("--check takes one file and at most an OUTPUT".into());
             }
-            let t = topology_file::load(std::path::Path::new(&path)).map_err(|e| e.to_string())?;
-            t.require_backends().map_err(|e| format!("{path}: {e}"))?;
-            if t.num_nodes() > MAX_NODES {
+            if let Some(option) = placing.first_given() {
                 return Err(format!(
-                    "{path}: the tree has {} processes, more than the {MAX_NODES} a job may have",
-                    t.num_nodes()
+                    "{option} places the processes of a generated tree, and --check generates \
+                     none: leave {option} out"
                 ));
             }
+            // The limit applies while parsing: a file of millions of processes is refused at
+            // the first one past it, not held whole first.
+            let t = topology_file::load_at_most(std::path::Path::new(&path), MAX_NODES)
+                .map_err(|e| e.to_string())?;
+            t.require_backends().map_err(|e| format!("{path}: {e}"))?;
             (t, words.first())
         }
         None => {
@@ -96,6 +164,7 @@ fn run(args: &[String]) -> Result<(), String> {
                 return Err(format!("unexpected argument '{}'", words[2]));
             }
             let spec = TreeSpec::parse(spec).map_err(|e| e.to_string())?;
+            let placement = placing.placement()?;
             (
                 generate(&spec, &placement).map_err(|e| e.to_string())?,
                 words.get(1),
@@ -104,7 +173,10 @@ fn run(args: &[String]) -> Result<(), String> {
     };
     if stats {
         let s = topo.stats();
-        eprintln!(
+        // Not eprintln!, which panics when stderr cannot be written: the statistics are a
+        // by-product, the topology is what was asked for.
+        let _ = writeln!(
+            std::io::stderr(),
             "{} processes ({} back-ends), depth {}, fan-out min {} max {} avg {:.2} stddev {:.2}",
             s.num_nodes,
             topo.num_backends(),
@@ -122,16 +194,6 @@ fn run(args: &[String]) -> Result<(), String> {
     };
     match output {
         Some(path) => std::fs::write(path, text).map_err(|e| format!("cannot write {path}: {e}")),
-        // Not print!: it panics when stdout is closed early (`topgen b:1^100000 | head`),
-        // which is the reader's choice, not an error.
-        None => {
-            let mut out = std::io::stdout().lock();
-            match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-                Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-                    Err(format!("cannot write the topology: {e}"))
-                }
-                _ => Ok(()),
-            }
-        }
+        None => to_stdout(&text, "the topology"),
     }
 }

@@ -6,72 +6,169 @@
 //! converse-trace check DIR               messages matched, handlers, warnings (one line each)
 //! ```
 //!
-//! Errors are one line on stderr, exit code 1.
+//! Errors are one line on stderr, exit code 1. Output its reader stopped taking (`| head`)
+//! ends the command quietly, with the code a shell reports for `cat` killed by SIGPIPE (141).
 
 use converse_trace::{chrome, report, summary, Job};
+use std::ffi::OsString;
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 const USAGE: &str = "usage: converse-trace json DIR [-o FILE] | report DIR [-o FILE] | check DIR";
 
-fn run(args: &[String]) -> Result<(), String> {
+/// Exit code for a reader gone: 128 + SIGPIPE, as for `cat`.
+const BROKEN_PIPE: u8 = 141;
+
+/// Why the command stops early.
+enum Stop {
+    /// An error, said in one line.
+    Error(String),
+    /// Standard output's reader went away: nothing to say.
+    Pipe,
+}
+
+impl From<String> for Stop {
+    fn from(e: String) -> Stop {
+        Stop::Error(e)
+    }
+}
+
+impl From<&str> for Stop {
+    fn from(e: &str) -> Stop {
+        Stop::Error(e.into())
+    }
+}
+
+/// A failed write to standard output: a closed pipe is the reader's choice, not an error.
+fn stdout_error(e: std::io::Error) -> Stop {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        Stop::Pipe
+    } else {
+        Stop::Error(format!("cannot write to stdout: {e}"))
+    }
+}
+
+/// `s` with its control characters escaped (`\n`, `\u{1b}`): text from outside (a path, a
+/// handler's name) must not break a line in two.
+fn one_line(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+/// A line on stderr. `eprintln!` would panic when stderr fails (`2>/dev/full`); there is
+/// nowhere left to say so, so the line is dropped.
+fn say(line: &str) {
+    let _ = writeln!(
+        std::io::stderr().lock(),
+        "converse-trace: {}",
+        one_line(line)
+    );
+}
+
+/// `args` as the OS gives them: a directory's name need not be UTF-8.
+fn run(args: &[OsString]) -> Result<(), Stop> {
     let mut it = args.iter();
-    let cmd = it.next().ok_or(USAGE)?;
+    let cmd = it.next().ok_or(USAGE)?.to_string_lossy();
+    match &*cmd {
+        "json" | "report" | "check" => {}
+        "-h" | "--help" => return Err(USAGE.into()),
+        _ => return Err(format!("unknown command '{cmd}' ({USAGE})").into()),
+    }
     let mut dir = None;
     let mut out = None;
     while let Some(a) = it.next() {
-        match a.as_str() {
+        let text = a.to_string_lossy();
+        match &*text {
+            // An option the command would ignore is refused: the user expects it to act.
+            "-o" if cmd == "check" => {
+                return Err(format!("check prints to stdout and takes no -o ({USAGE})").into())
+            }
+            "-o" if out.is_some() => return Err(format!("-o given twice ({USAGE})").into()),
             "-o" => out = Some(PathBuf::from(it.next().ok_or("-o needs a file")?)),
             "-h" | "--help" => return Err(USAGE.into()),
+            _ if text.starts_with('-') => {
+                return Err(format!(
+                    "unknown option '{text}' (a directory named so: ./{text}) ({USAGE})"
+                )
+                .into())
+            }
             _ if dir.is_none() => dir = Some(PathBuf::from(a)),
-            _ => return Err(format!("unexpected argument '{a}' ({USAGE})")),
+            _ => return Err(format!("unexpected argument '{text}' ({USAGE})").into()),
         }
     }
     let dir = dir.ok_or(USAGE)?;
     let job = Job::load(&dir).map_err(|e| e.to_string())?;
     for w in &job.warnings {
-        eprintln!("converse-trace: warning: {w}");
+        say(&format!("warning: {w}"));
     }
-    let write = |path: &PathBuf, body: &str| {
-        std::fs::write(path, body).map_err(|e| format!("{}: {e}", path.display()))
-    };
-    match cmd.as_str() {
-        "json" => {
-            let text = chrome::json(&job).to_string();
-            match out {
-                Some(p) => write(&p, &text)?,
-                None => println!("{text}"),
+    let file_error = |path: &PathBuf, e: std::io::Error| format!("{}: {e}", path.display());
+    match &*cmd {
+        "json" => match out {
+            // Streamed: the JSON of a big job is many times its traces.
+            Some(p) => {
+                let f = std::fs::File::create(&p).map_err(|e| file_error(&p, e))?;
+                let mut w = std::io::BufWriter::new(f);
+                chrome::write(&job, &mut w)
+                    .and_then(|()| writeln!(w))
+                    .and_then(|()| w.flush())
+                    .map_err(|e| file_error(&p, e))?;
             }
-        }
+            None => {
+                let mut w = std::io::BufWriter::new(std::io::stdout().lock());
+                chrome::write(&job, &mut w)
+                    .and_then(|()| writeln!(w))
+                    .and_then(|()| w.flush())
+                    .map_err(stdout_error)?;
+            }
+        },
         "report" => {
             let p = out.unwrap_or_else(|| dir.join("report.html"));
-            write(&p, &report::html(&job))?;
-            eprintln!("converse-trace: wrote {}", p.display());
+            std::fs::write(&p, report::html(&job)).map_err(|e| file_error(&p, e))?;
+            say(&format!("wrote {}", p.display()));
         }
-        "check" => {
+        _ => {
+            let mut w = std::io::BufWriter::new(std::io::stdout().lock());
             let f = &job.flows;
-            println!(
+            writeln!(
+                w,
                 "{} PEs, {} messages matched, {} sends unmatched, {} receives unmatched",
                 job.traces.len(),
                 f.matched.len(),
                 f.unmatched_sends.len(),
                 f.unmatched_recvs.len()
-            );
+            )
+            .map_err(stdout_error)?;
             for h in summary::handler_times(&job) {
-                println!("handler {}: {} runs, {} ns", h.name, h.runs, h.self_ns);
+                writeln!(
+                    w,
+                    "handler {}: {} runs, {} ns",
+                    one_line(&h.name),
+                    h.runs,
+                    h.self_ns
+                )
+                .map_err(stdout_error)?;
             }
+            w.flush().map_err(stdout_error)?;
         }
-        _ => return Err(format!("unknown command '{cmd}' ({USAGE})")),
     }
     Ok(())
 }
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("converse-trace: {e}");
+        Err(Stop::Pipe) => ExitCode::from(BROKEN_PIPE),
+        Err(Stop::Error(e)) => {
+            say(&e);
             ExitCode::from(1)
         }
     }
