@@ -80,79 +80,10 @@ fn main() -> ExitCode {
         }
     };
     let args = rt.args().to_vec();
-    let scenario = args.get(1).cloned().unwrap_or_default();
-    let arg = args.get(2).cloned();
-    let start: Box<dyn Fn(&mut Pe) + Sync> = match scenario.as_str() {
-        "hello" => Box::new(hello),
-        "fifo" => Box::new(delivery::fifo),
-        "broadcast" => Box::new(delivery::broadcast),
-        "reduce" => Box::new(delivery::reduce),
-        "priority" => Box::new(delivery::priority),
-        "exit-code" => {
-            let code = arg.and_then(|a| a.parse().ok()).unwrap_or(3);
-            Box::new(move |pe: &mut Pe| ending::exit_code(pe, code))
-        }
-        "mismatch" => Box::new(ending::mismatch),
-        "alltoall" => {
-            let n = arg.and_then(|a| a.parse().ok()).unwrap_or(1_000_000);
-            Box::new(move |pe: &mut Pe| delivery::alltoall(pe, n))
-        }
-        "sizes" => {
-            let max = arg.and_then(|a| a.parse().ok()).unwrap_or(64 << 20);
-            Box::new(move |pe: &mut Pe| delivery::sizes(pe, max))
-        }
-        "idle" => Box::new(idle),
-        "panic" => Box::new(ending::panic),
-        "scheduling" => Box::new(scheduling),
-        "exit-early" => Box::new(ending::exit_early),
-        "exit-after-send" => Box::new(ending::exit_after_send),
-        "proc-exit" => Box::new(ending::proc_exit),
-        "hang" => Box::new(ending::hang),
-        "silent" => Box::new(ending::silent),
-        "slow" => {
-            let n = arg.and_then(|a| a.parse().ok()).unwrap_or(3000);
-            Box::new(move |pe: &mut Pe| delivery::slow(pe, n))
-        }
-        "flood" => {
-            let mib = arg.and_then(|a| a.parse().ok()).unwrap_or(512);
-            Box::new(move |pe: &mut Pe| delivery::flood(pe, mib))
-        }
-        "print" => {
-            let lines = arg.and_then(|a| a.parse().ok()).unwrap_or(1000);
-            let width = args.get(3).and_then(|a| a.parse().ok()).unwrap_or(100);
-            Box::new(move |pe: &mut Pe| print(pe, lines, width))
-        }
-        "spawn" => {
-            let crash = arg.as_deref() == Some("crash");
-            Box::new(move |pe: &mut Pe| spawn(pe, crash))
-        }
-        "node" => Box::new(smp::node),
-        "pinning" => Box::new(smp::pinning),
-        "compute" => {
-            let secs = arg.as_deref().and_then(|a| a.parse().ok()).unwrap_or(5.0);
-            Box::new(move |pe: &mut Pe| smp::compute(pe, secs))
-        }
-        "traced" => {
-            let secs = arg.and_then(|a| a.parse().ok()).unwrap_or(0.0);
-            Box::new(move |pe: &mut Pe| traced(pe, secs))
-        }
-        "survive" => {
-            let victim = arg.as_deref().and_then(|a| a.parse().ok()).unwrap_or(1);
-            let how = args.get(3).cloned().unwrap_or_else(|| "exit".into());
-            Box::new(move |pe: &mut Pe| survive::survive(pe, victim, how.clone()))
-        }
-        #[cfg(feature = "mpi")]
-        "mpi-world" => Box::new(mpi_world::mpi_world),
-        "wait" => {
-            let secs = arg.and_then(|a| a.parse().ok()).unwrap_or(2.0);
-            Box::new(move |pe: &mut Pe| wait(pe, secs))
-        }
-        _ if rt.version_requested() => Box::new(|_: &mut Pe| {}),
-        _ => {
-            eprintln!(
-                "conformance: unknown scenario '{scenario}' (hello, fifo, broadcast, reduce, \
-                 priority, exit-code, mismatch, alltoall, sizes, idle, panic, scheduling, exit-early, exit-after-send, proc-exit, hang, silent, slow, flood, wait, traced, print, spawn, node, pinning, compute, survive, mpi-world)"
-            );
+    let start = match scenario(&args, rt.version_requested()) {
+        Ok(start) => start,
+        Err(e) => {
+            eprintln!("conformance: {e}");
             return ExitCode::from(2);
         }
     };
@@ -164,6 +95,115 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// The start function of the scenario `args` name (`args[1]`), with its arguments parsed; an
+/// argument that does not parse is an error naming it, never replaced by the default.
+fn scenario(args: &[String], version_requested: bool) -> Result<StartFn, String> {
+    let scenario = args.get(1).cloned().unwrap_or_default();
+    let arg = args.get(2).cloned();
+    Ok(match scenario.as_str() {
+        "hello" => Box::new(hello),
+        "fifo" => Box::new(delivery::fifo),
+        "broadcast" => Box::new(delivery::broadcast),
+        "reduce" => Box::new(delivery::reduce),
+        "priority" => Box::new(delivery::priority),
+        "exit-code" => {
+            let code: u8 = value(args, 2, 3)?;
+            let code = i32::from(code);
+            Box::new(move |pe: &mut Pe| ending::exit_code(pe, code))
+        }
+        "mismatch" => Box::new(ending::mismatch),
+        "alltoall" => {
+            let n = value(args, 2, 1_000_000)?;
+            Box::new(move |pe: &mut Pe| delivery::alltoall(pe, n))
+        }
+        "sizes" => {
+            let max = value(args, 2, 64 << 20)?;
+            Box::new(move |pe: &mut Pe| delivery::sizes(pe, max))
+        }
+        "idle" => Box::new(idle),
+        "panic" => Box::new(ending::panic),
+        "scheduling" => Box::new(scheduling),
+        "exit-early" => Box::new(ending::exit_early),
+        "exit-after-send" => Box::new(ending::exit_after_send),
+        "proc-exit" => Box::new(ending::proc_exit),
+        "hang" => Box::new(ending::hang),
+        "silent" => Box::new(ending::silent),
+        "slow" => {
+            let n = value(args, 2, 3000)?;
+            Box::new(move |pe: &mut Pe| delivery::slow(pe, n))
+        }
+        "flood" => {
+            let mib = value(args, 2, 512)?;
+            Box::new(move |pe: &mut Pe| delivery::flood(pe, mib))
+        }
+        "print" => {
+            let lines = value(args, 2, 1000)?;
+            let width = value(args, 3, 100)?;
+            Box::new(move |pe: &mut Pe| print(pe, lines, width))
+        }
+        "spawn" => {
+            let crash = arg.as_deref() == Some("crash");
+            Box::new(move |pe: &mut Pe| spawn(pe, crash))
+        }
+        "node" => Box::new(smp::node),
+        "pinning" => Box::new(smp::pinning),
+        "compute" => {
+            let secs = seconds(args, 5.0)?;
+            Box::new(move |pe: &mut Pe| smp::compute(pe, secs))
+        }
+        "traced" => {
+            let secs = seconds(args, 0.0)?;
+            Box::new(move |pe: &mut Pe| traced(pe, secs))
+        }
+        "survive" => {
+            let victim = value(args, 2, 1)?;
+            let how = args.get(3).cloned().unwrap_or_else(|| "exit".into());
+            Box::new(move |pe: &mut Pe| survive::survive(pe, victim, how.clone()))
+        }
+        #[cfg(feature = "mpi")]
+        "mpi-world" => Box::new(mpi_world::mpi_world),
+        "wait" => {
+            let secs = seconds(args, 2.0)?;
+            Box::new(move |pe: &mut Pe| wait(pe, secs))
+        }
+        _ if version_requested => Box::new(|_: &mut Pe| {}),
+        _ => {
+            return Err(format!(
+                "unknown scenario '{scenario}' (hello, fifo, broadcast, reduce, \
+                 priority, exit-code, mismatch, alltoall, sizes, idle, panic, scheduling, exit-early, exit-after-send, proc-exit, hang, silent, slow, flood, wait, traced, print, spawn, node, pinning, compute, survive, mpi-world)"
+            ))
+        }
+    })
+}
+
+/// What a scenario runs on every PE.
+type StartFn = Box<dyn Fn(&mut Pe) + Sync>;
+
+/// Argument `i` of `args` as a `T`; `default` when there is none.
+fn value<T: std::str::FromStr>(args: &[String], i: usize, default: T) -> Result<T, String>
+where
+    T::Err: std::fmt::Display,
+{
+    match args.get(i) {
+        None => Ok(default),
+        Some(a) => a
+            .parse()
+            .map_err(|e| format!("{}: argument {a:?}: {e}", args[1])),
+    }
+}
+
+/// The scenario's seconds argument: finite and not negative; `default` when there is none.
+fn seconds(args: &[String], default: f64) -> Result<f64, String> {
+    let secs: f64 = value(args, 2, default)?;
+    if !(secs.is_finite() && (0.0..=86_400.0).contains(&secs)) {
+        return Err(format!(
+            "{}: {secs} is not a number of seconds from 0 to a day",
+            args[1]
+        ));
+    }
+    Ok(secs)
 }
 
 /// Register the verdict handler: PE 0 gets the summed error count of every PE and ends the job.

@@ -69,53 +69,87 @@ fn main() -> ExitCode {
 fn backend() -> ExitCode {
     converse::run(|pe| {
         let dir = PathBuf::from(pe.args().get(2).cloned().unwrap_or_default());
-        let Ok(mut net) = tbon::attach(pe, tbon::Options::default(), |_| {
+        let failed = match tbon::attach(pe, tbon::Options::default(), |_| {
             Err(TbonError::Create("started alone".into()))
-        }) else {
-            return;
-        };
-        let rank = net.rank().unwrap_or(Rank::MAX);
-        let _ = std::fs::write(dir.join(rank.to_string()), std::process::id().to_string());
-        if net.is_back_end() {
-            loop {
-                let (s, p) = match net.recv() {
-                    Ok(x) => x,
-                    Err(TbonError::ShutDown | TbonError::JobEnded) => break,
-                    Err(e) => {
-                        eprintln!("tbon_recover: back-end {rank}: {e}");
-                        break;
-                    }
-                };
-                if p.tag() == STREAM {
-                    let n = p.unpack::<i32>("%d").unwrap_or(0);
-                    for w in 1..=n {
-                        if net.send(&s, ASK, "%d %d", (rank as i32 + 1, w)).is_err() {
-                            break;
-                        }
-                    }
-                    continue;
-                }
-                if p.tag() != ASK {
-                    continue;
-                }
-                let Ok(w) = p.unpack::<i32>("%d") else {
-                    continue;
-                };
-                match net.send(&s, ASK, "%d %d", (rank as i32 + 1, w)) {
-                    Ok(()) => {}
-                    Err(TbonError::ShutDown | TbonError::JobEnded) => break,
-                    Err(e) => {
-                        eprintln!("tbon_recover: back-end {rank}: {e}");
-                        break;
-                    }
-                }
+        }) {
+            Ok(net) => {
+                serve(net, &dir);
+                None
             }
+            Err(e) => Some(e),
+        };
+        // Not started by a front-end: nobody would ever end this job. (After the match: the
+        // attempt borrows the PE until then.)
+        if let Some(e) = failed {
+            eprintln!("tbon_recover: error: this process is one of a network's: {e}");
+            pe.exit(2);
         }
-        let _ = net.wait_for_shutdown();
     })
 }
 
+/// Leave this process's pid under its rank in `dir`; a back-end answers waves until the
+/// network is shut down.
+fn serve(mut net: Network<'_>, dir: &Path) {
+    let rank = net.rank().unwrap_or(Rank::MAX);
+    let _ = std::fs::write(dir.join(rank.to_string()), std::process::id().to_string());
+    if net.is_back_end() {
+        loop {
+            let (s, p) = match net.recv() {
+                Ok(x) => x,
+                Err(TbonError::ShutDown | TbonError::JobEnded) => break,
+                Err(e) => {
+                    eprintln!("tbon_recover: back-end {rank}: {e}");
+                    break;
+                }
+            };
+            if p.tag() == STREAM {
+                let n = p.unpack::<i32>("%d").unwrap_or(0);
+                for w in 1..=n {
+                    if net.send(&s, ASK, "%d %d", (rank as i32 + 1, w)).is_err() {
+                        break;
+                    }
+                }
+                continue;
+            }
+            if p.tag() != ASK {
+                continue;
+            }
+            let Ok(w) = p.unpack::<i32>("%d") else {
+                continue;
+            };
+            match net.send(&s, ASK, "%d %d", (rank as i32 + 1, w)) {
+                Ok(()) => {}
+                Err(TbonError::ShutDown | TbonError::JobEnded) => break,
+                Err(e) => {
+                    eprintln!("tbon_recover: back-end {rank}: {e}");
+                    break;
+                }
+            }
+        }
+    }
+    let _ = net.wait_for_shutdown();
+}
+
+/// The scenarios, as the module docs describe them.
+const SCENARIOS: &[&str] = &[
+    "internal",
+    "two",
+    "deep",
+    "chain",
+    "streamed",
+    "backend",
+    "newstream",
+    "off",
+    "noopt",
+];
+
 fn front_end(scenario: &str, argv: &[String]) -> Result<(), String> {
+    if !SCENARIOS.contains(&scenario) {
+        return Err(format!(
+            "unknown scenario {scenario:?} ({})",
+            SCENARIOS.join(", ")
+        ));
+    }
     let rounds: usize = argv
         .get(2)
         .and_then(|r| r.parse().ok())
