@@ -25,6 +25,11 @@ pub(crate) const FRAME_HEADER: usize = 4;
 /// Size of the receive buffer.
 const READ_BUF: usize = 64 << 10;
 
+/// Bytes one [`Conn::receive`] takes at most before it returns: a socket buffer's worth or
+/// so, so that what a receiver takes in per poll is bounded and its runtime can stop polling
+/// when it is too far behind (`sched.max_queued_mib`).
+const RECEIVE_BUDGET: usize = 4 << 20;
+
 /// Frames of at least this many bytes are read straight into their own buffer.
 const BIG: usize = 16 << 10;
 
@@ -188,6 +193,7 @@ impl Conn {
             self.inbuf = vec![0u8; READ_BUF];
         }
         let mut n = 0;
+        let mut taken = 0;
         loop {
             n += self.cut_frames(deliver, pool)?;
             let (result, room) = match &mut self.big {
@@ -220,9 +226,13 @@ impl Conn {
                 Some(part) => self.big = Some(part),
                 None => self.in_end += got,
             }
-            if got < room {
-                // The socket had less than we asked for: it is drained for now. Another read
-                // would only say so, at the price of a syscall per message.
+            taken += got;
+            // The socket had less than we asked for: it is drained for now (another read would
+            // only say so, at the price of a syscall per message). Or this call has taken its
+            // share: a sender as fast as these reads would otherwise keep one call going, and
+            // everything it sent would be taken into this process, however far behind its
+            // handlers are (the rest stays in the socket; epoll is level-triggered).
+            if got < room || taken >= RECEIVE_BUDGET {
                 n += self.cut_frames(deliver, pool)?;
                 return Ok(n);
             }

@@ -156,6 +156,17 @@ pub trait Machine: Send {
         false
     }
 
+    /// The longest this layer may go without an [`advance`](Self::advance) while its node is
+    /// busy, before its peers could take it for dead: `None` when nothing on the layer's side
+    /// times out (a kernel or library answers for it). The runtime stops taking in arrivals
+    /// while a PE holds more than `sched.max_queued_mib` waiting to run, so that a flood is
+    /// held back by the layer's flow control instead of filling the receiver; it still calls
+    /// `advance` at least this often then, taking in what the layer holds. The default, `None`,
+    /// suits a layer whose protocol runs without it (TCP, shared memory, MPI).
+    fn max_unpolled(&self) -> Option<Duration> {
+        None
+    }
+
     /// A handle that ends this node's [`wait`](Self::wait) from another thread (see [`Wake`]).
     /// Asked for once, at start-up, and only when the node runs several PEs (`+ppn` above 1).
     ///

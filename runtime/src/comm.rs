@@ -25,6 +25,30 @@ const TRANSFER_SPIN: Duration = Duration::from_millis(2);
 /// Messages handed to the layer per turn before the thread polls for arrivals again.
 const SEND_BATCH: usize = 256;
 
+/// How long the thread naps while the workers are too far behind to take more in.
+const HELD_BACK_NAP: Duration = Duration::from_micros(200);
+
+/// Since when arrivals are held back in the layer.
+#[derive(Default)]
+struct HeldBack {
+    since: Option<Instant>,
+}
+
+impl HeldBack {
+    /// Held back: whether the layer must be advanced all the same now, having gone unpolled
+    /// for `most`.
+    fn take_turn(&mut self, most: Option<Duration>) -> bool {
+        let Some(most) = most else { return false };
+        let now = Instant::now();
+        let since = *self.since.get_or_insert(now);
+        if now - since < most {
+            return false;
+        }
+        self.since = Some(now);
+        true
+    }
+}
+
 /// Drive `machine` for the node's workers until they are all done; then the layer's barrier
 /// and exit. Returns the node's exit code. Any layer error ends the whole job here, naming the
 /// node.
@@ -61,6 +85,7 @@ pub(crate) fn run(
     let mut watched: Vec<usize> = Vec::new();
     let mut idle_since: Option<Instant> = None;
     let mut idle_turns: u32 = 0;
+    let mut held_back = HeldBack::default();
     loop {
         if let Some(reason) = node.abort_requested() {
             machine.abort(&reason);
@@ -82,13 +107,38 @@ pub(crate) fn run(
             }
             moved += 1;
         }
-        match machine.advance(&mut |m| node.deliver(m)) {
+        // More than `sched.max_queued_mib` from other nodes waits for the workers: arrivals
+        // stay in the layer, whose flow control holds their senders back, until the workers
+        // have taken them down — unless the layer holds sends (a worker may be waiting for
+        // that room, and `advance` is what frees it) or has gone unpolled as long as its peers
+        // allow (`Machine::max_unpolled`).
+        let behind = node.arrived_bytes() >= tun.max_backlog && watched.is_empty();
+        if behind && !held_back.take_turn(machine.max_unpolled()) {
+            if moved == 0 {
+                // Not idle, not able to take anything in: a short nap, not a spin, until the
+                // workers catch up.
+                std::thread::sleep(HELD_BACK_NAP);
+            }
+            if node.workers_done() && node.outbox_is_empty() {
+                break;
+            }
+            continue;
+        }
+        if !behind {
+            held_back.since = None;
+        }
+        let mut arrived = 0;
+        match machine.advance(&mut |m| {
+            arrived += m.wire_len();
+            node.deliver(m)
+        }) {
             Ok(n) => moved += n,
             Err(e) => {
                 report(machine, e, &mut reported);
                 moved += 1;
             }
         }
+        node.arrived(arrived);
         if !watched.is_empty() {
             watched.retain(|&d| {
                 let held = machine.queued(d);

@@ -55,6 +55,14 @@ impl Link {
         }
     }
 
+    /// See [`Machine::max_unpolled`]. A worker's inbox has no protocol to keep running.
+    pub(crate) fn max_unpolled(&self) -> Option<Duration> {
+        match self {
+            Link::Own(m) => m.max_unpolled(),
+            Link::Worker { .. } => None,
+        }
+    }
+
     /// Whether a message is part-way through the layer (see
     /// [`Machine::in_transfer`]). A worker never sees the layer: its communication thread
     /// spins for transfers instead.
@@ -79,11 +87,16 @@ impl Link {
                 };
                 // Bounded, so that a flood from siblings cannot keep this PE from dispatching.
                 let mut n = 0;
+                let mut from_elsewhere = 0;
                 while n < INBOX_BATCH {
                     let Some(m) = inbox.pop() else { break };
+                    if node.is_remote(&m) {
+                        from_elsewhere += m.wire_len();
+                    }
                     deliver(m);
                     n += 1;
                 }
+                node.taken(from_elsewhere);
                 Ok(n)
             }
         }

@@ -185,6 +185,11 @@ pub(crate) struct NodeShared {
     /// Set when a PE asked to end the whole job; the reason is in `abort_reason`.
     aborting: AtomicBool,
     abort_reason: Mutex<Option<String>>,
+    /// Wire bytes from other nodes in the inboxes and the node queue, not yet taken by a
+    /// worker: the communication thread adds once per `advance`, a worker subtracts once per
+    /// batch it takes. Above `sched.max_queued_mib` the communication thread stops taking in
+    /// arrivals (see `comm::run`).
+    arrived: CachePadded<AtomicUsize>,
 }
 
 impl std::fmt::Debug for NodeShared {
@@ -219,6 +224,7 @@ impl NodeShared {
             exit_code: AtomicI32::new(0),
             aborting: AtomicBool::new(false),
             abort_reason: Mutex::new(None),
+            arrived: CachePadded::new(AtomicUsize::new(0)),
             layer,
         }
     }
@@ -323,6 +329,39 @@ impl NodeShared {
         if let Some(h) = self.held.get(node) {
             h.layer.store(layer_queued, Ordering::Relaxed);
         }
+    }
+
+    /// Whether `msg` came from another node (through the communication thread), so counts in
+    /// [`arrived_bytes`](Self::arrived_bytes) when a worker takes it.
+    #[inline]
+    pub(crate) fn is_remote(&self, msg: &Message) -> bool {
+        (msg.src_pe() as usize).wrapping_sub(self.first_pe) >= self.inboxes.len()
+    }
+
+    /// A worker took `bytes` of messages from other nodes out of its inbox or the node queue.
+    #[inline]
+    pub(crate) fn taken(&self, bytes: usize) {
+        if bytes > 0 {
+            // Never below zero: a notice the communication thread made up (a death in report
+            // mode) is counted when taken, not when delivered.
+            let _ = self
+                .arrived
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |a| {
+                    Some(a.saturating_sub(bytes))
+                });
+        }
+    }
+
+    /// The communication thread delivered `bytes` from other nodes.
+    pub(crate) fn arrived(&self, bytes: usize) {
+        if bytes > 0 {
+            self.arrived.fetch_add(bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// Bytes from other nodes delivered and not yet taken by a worker.
+    pub(crate) fn arrived_bytes(&self) -> usize {
+        self.arrived.load(Ordering::Relaxed)
     }
 
     /// Hand an arrival to the PE or node it is for.

@@ -47,6 +47,9 @@ pub struct Pe {
     pub(crate) timers: Timers,
     pub(crate) reductions: Reductions,
     pub(crate) tun: Tunables,
+    /// Since when arrivals are held back in the layer (the queue is over
+    /// `sched.max_queued_mib`; see `Pe::poll_held_back`).
+    pub(crate) held_back_since: Option<std::time::Instant>,
     args: Arc<[String]>,
     variant: &'static str,
     /// Messages dispatched to handlers so far.
@@ -150,6 +153,7 @@ impl Pe {
             timers: Timers::default(),
             reductions: Reductions::default(),
             tun,
+            held_back_since: None,
             args,
             variant,
             dispatched: 0,

@@ -15,6 +15,9 @@ pub(crate) struct Queue {
     prio: BinaryHeap<Entry>,
     /// Arrival counter, to keep FIFO order among equal non-zero priorities inside the heap.
     seq: u64,
+    /// Wire bytes of the messages held: the scheduler stops taking in arrivals above
+    /// `sched.max_queued_mib` (an add and a subtract per message, no atomics: one thread).
+    bytes: usize,
 }
 
 struct Entry {
@@ -45,6 +48,7 @@ impl Queue {
     /// Enqueue by the message's own priority.
     #[inline]
     pub(crate) fn push(&mut self, msg: Message) {
+        self.bytes += msg.wire_len();
         let prio = msg.priority();
         if prio == 0 {
             self.zero.push_back(msg);
@@ -61,10 +65,18 @@ impl Queue {
     /// The next message to run: negative priorities, then 0 (FIFO), then positive.
     #[inline]
     pub(crate) fn pop(&mut self) -> Option<Message> {
-        match self.prio.peek() {
+        let m = match self.prio.peek() {
             Some(e) if e.prio < 0 || self.zero.is_empty() => self.prio.pop().map(|e| e.msg),
             _ => self.zero.pop_front(),
-        }
+        }?;
+        self.bytes -= m.wire_len();
+        Some(m)
+    }
+
+    /// Wire bytes of the messages held.
+    #[inline]
+    pub(crate) fn bytes(&self) -> usize {
+        self.bytes
     }
 
     /// The priority of the message [`pop`](Self::pop) would return.
@@ -80,6 +92,7 @@ impl Queue {
     pub(crate) fn clear(&mut self) {
         self.zero.clear();
         self.prio.clear();
+        self.bytes = 0;
     }
 }
 
@@ -115,6 +128,7 @@ mod tests {
         }
         assert_eq!(order, vec![6, 2, 5, 1, 4, 0, 3, 7]);
         assert!(q.pop().is_none());
+        assert_eq!(q.bytes(), 0);
     }
 
     #[test]
@@ -122,7 +136,10 @@ mod tests {
         let mut q = Queue::default();
         q.push(msg(1, 0));
         q.push(msg(0, 1));
+        let one = msg(0, 0).wire_len();
+        assert_eq!(q.bytes(), 2 * one);
         assert_eq!(q.pop().map(|m| m.payload()[0]), Some(1));
+        assert_eq!(q.bytes(), one);
         q.push(msg(-1, 2));
         q.push(msg(1, 3));
         let order: Vec<u8> = std::iter::from_fn(|| q.pop())

@@ -24,6 +24,10 @@ pub(crate) const SETTINGS: &[SettingSpec] = &[
         meaning: "messages dispatched between two polls of the layer (default 64)",
     },
     SettingSpec {
+        key: "sched.max_queued_mib",
+        meaning: "messages a PE holds waiting to run before it stops taking in arrivals, MiB (default 256): a flood is then held back by the layer's flow control, not taken into the receiver's memory",
+    },
+    SettingSpec {
         key: "peer.max_queued_mib",
         meaning: "bytes a node holds for one peer before a sender waits for room, MiB (default 64)",
     },
@@ -54,6 +58,9 @@ pub(crate) struct Tunables {
     pub branching: usize,
     /// Bytes a node may hold for one peer before a sender waits (`peer.max_queued_mib`).
     pub max_queued: usize,
+    /// Bytes of messages a PE holds waiting to run before it stops taking in arrivals
+    /// (`sched.max_queued_mib`).
+    pub max_backlog: usize,
     /// `+stats`: the node's layer counters are printed at exit.
     pub stats: bool,
     /// Report mode: a node's death is reported to the survivors (`faults=report`).
@@ -64,6 +71,10 @@ pub(crate) struct Tunables {
 /// that keeps up (a socket buffer is a few MiB), small enough that a 256-node job whose peers
 /// all stall holds at most 16 GiB.
 const DEFAULT_MAX_QUEUED_MIB: usize = 64;
+
+/// Default of `sched.max_queued_mib`: far more than a PE that keeps up ever holds, so it only
+/// acts against a flood; a 64-PE host of flooded PEs stays within 16 GiB.
+const DEFAULT_MAX_BACKLOG_MIB: usize = 256;
 
 /// Longest `sched.spin_us`.
 const MAX_SPIN: Duration = Duration::from_millis(10);
@@ -78,6 +89,9 @@ impl Tunables {
             branching: s.get_or("tree.branching", 4)?,
             max_queued: s
                 .get_or::<usize>("peer.max_queued_mib", DEFAULT_MAX_QUEUED_MIB)?
+                .saturating_mul(1 << 20),
+            max_backlog: s
+                .get_or::<usize>("sched.max_queued_mib", DEFAULT_MAX_BACKLOG_MIB)?
                 .saturating_mul(1 << 20),
             stats: false,
             report_deaths: s.reports_deaths()?,
@@ -94,11 +108,16 @@ impl Tunables {
                 ),
             });
         }
-        if t.max_queued == 0 {
-            return Err(MachineError::Setting {
-                key: "peer.max_queued_mib".into(),
-                reason: "must be at least 1".into(),
-            });
+        for (key, v) in [
+            ("peer.max_queued_mib", t.max_queued),
+            ("sched.max_queued_mib", t.max_backlog),
+        ] {
+            if v == 0 {
+                return Err(MachineError::Setting {
+                    key: key.into(),
+                    reason: "must be at least 1".into(),
+                });
+            }
         }
         if t.batch == 0 || !(2..=MAX_BRANCHING).contains(&t.branching) || t.idle_max.is_zero() {
             return Err(MachineError::Setting {
@@ -236,7 +255,7 @@ impl Pe {
             if done(self) {
                 return true;
             }
-            let got = self.poll();
+            let got = self.poll_within_backlog();
             let ran = self.dispatch_some();
             turn = turn.wrapping_add(1);
             if got + ran > 0 {
@@ -308,8 +327,42 @@ impl Pe {
         if self.life.stopping {
             return 0;
         }
-        let got = self.poll();
+        let got = self.poll_within_backlog();
         got + self.dispatch_some()
+    }
+
+    /// [`poll`](Pe::poll), unless this PE already holds more than `sched.max_queued_mib`
+    /// waiting to run: then arrivals stay in the layer, whose flow control holds the senders
+    /// back (a full socket, ring or window, then their `peer.max_queued_mib`), until the queue
+    /// has drained below it. Without this a slow receiver polled between handlers took in all
+    /// a fast sender sent, and grew to gigabytes. Deadlock-free: a PE over the limit has
+    /// messages to run, and running them drains the queue; a handler that waits for room
+    /// toward a peer still polls (`wait_for_room`), so two PEs that flood each other keep
+    /// draining.
+    #[inline]
+    fn poll_within_backlog(&mut self) -> usize {
+        if self.queue.bytes() < self.tun.max_backlog {
+            self.held_back_since = None;
+            return self.poll();
+        }
+        self.poll_held_back()
+    }
+
+    /// Over the backlog limit: the layer is still advanced once every
+    /// [`max_unpolled`](converse_machine::Machine::max_unpolled), if it has such a limit, so
+    /// that its peers do not take this busy node for dead.
+    #[cold]
+    fn poll_held_back(&mut self) -> usize {
+        let Some(most) = self.link.max_unpolled() else {
+            return 0;
+        };
+        let now = Instant::now();
+        let since = *self.held_back_since.get_or_insert(now);
+        if now - since < most {
+            return 0;
+        }
+        self.held_back_since = Some(now);
+        self.poll()
     }
 
     /// Wait until the layer holds less than `peer.max_queued_mib` for `node`, keeping the
@@ -392,6 +445,9 @@ impl Pe {
         if let Link::Worker { node, .. } = &self.link {
             if !node.node_queue.is_empty() {
                 if let Some(m) = node.node_queue.pop_before(self.queue.peek_priority()) {
+                    if node.is_remote(&m) {
+                        node.taken(m.wire_len());
+                    }
                     return Some(m);
                 }
             }

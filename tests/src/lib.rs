@@ -460,16 +460,46 @@ pub fn expect_bounded_flood(launcher: &Launcher, program: &str) {
         &["flood", "512", "+set", "peer.max_queued_mib=8"],
         Duration::from_secs(120),
     );
+    // 8 MiB held for the peer, the program itself, the allocator's slack: far below 512.
+    let peak = peak_rss(&o);
+    assert!(peak < 96, "PE 0 peaked at {peak} MiB:\n{o}");
+}
+
+/// Run the `backlog` scenario on two nodes (PE 0 sends 256 MiB to the last PE in 4 KiB
+/// messages, and its handler works 20 µs on each, slower than they come) with what a PE may
+/// hold waiting to run set to 8 MiB, and check that the last PE's peak resident memory stayed
+/// near that bound rather than growing with what PE 0 sent (on TCP it reached 244 MiB without
+/// the bound, with one PE per process or two). With several PEs per process, the inboxes its
+/// communication thread fills are bounded too.
+pub fn expect_bounded_backlog(launcher: &Launcher, program: &str) {
+    let o = launcher.run(
+        program,
+        2 * launcher.ppn(),
+        &[
+            "backlog",
+            "256",
+            "20",
+            "4096",
+            "+set",
+            "sched.max_queued_mib=8",
+        ],
+        Duration::from_secs(120),
+    );
+    // 8 MiB queued, what the layer buffers (socket buffers, a ring, a window), the program
+    // itself: far below 256.
+    let peak = peak_rss(&o);
+    assert!(peak < 96, "the last PE peaked at {peak} MiB:\n{o}");
+}
+
+/// The peak resident memory, MiB, a scenario that ended well printed (`peak RSS N MiB`).
+fn peak_rss(o: &Outcome) -> u64 {
     assert_eq!(o.code, Some(0), "{o}");
-    let peak: u64 = o
-        .stdout
+    o.stdout
         .split("peak RSS ")
         .nth(1)
         .and_then(|r| r.split_whitespace().next())
         .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no peak RSS in the output:\n{o}"));
-    // 8 MiB held for the peer, the program itself, the allocator's slack: far below 512.
-    assert!(peak < 96, "PE 0 peaked at {peak} MiB:\n{o}");
+        .unwrap_or_else(|| panic!("no peak RSS in the output:\n{o}"))
 }
 
 /// The limits every layer started by charmrun must hold at scale and toward a stalled peer,
@@ -477,7 +507,8 @@ pub fn expect_bounded_flood(launcher: &Launcher, program: &str) {
 /// - 128 nodes, every pair talking, complete (TCP once closed peers' connections as strangers'
 ///   beyond 64 pending);
 /// - a receiver that stops polling does not make its sender grow without limit
-///   ([`expect_bounded_flood`]).
+///   ([`expect_bounded_flood`]);
+/// - a receiver slower than its sender does not grow without limit ([`expect_bounded_backlog`]).
 #[macro_export]
 macro_rules! launched_layer_limits {
     ($machine:literal) => {
@@ -501,6 +532,11 @@ macro_rules! launched_layer_limits {
         #[test]
         fn memory_toward_a_stalled_peer_is_bounded() {
             $crate::expect_bounded_flood(&limits_launcher(), env!("CARGO_BIN_EXE_conformance"));
+        }
+
+        #[test]
+        fn memory_of_a_receiver_slower_than_its_sender_is_bounded() {
+            $crate::expect_bounded_backlog(&limits_launcher(), env!("CARGO_BIN_EXE_conformance"));
         }
     };
 }

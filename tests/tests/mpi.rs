@@ -43,6 +43,14 @@ mod particular {
     }
 
     #[test]
+    fn memory_of_a_receiver_slower_than_its_sender_is_bounded() {
+        converse_tests::expect_bounded_backlog(
+            &converse_tests::Launcher::Mpirun { opts: vec![] },
+            PROGRAM,
+        );
+    }
+
+    #[test]
     fn messages_longer_than_a_piece_arrive_whole() {
         // 4 KiB pieces: every size from 4 KiB up to 4 MiB goes as a header and pieces.
         let o = run_bounded(

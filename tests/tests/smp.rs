@@ -98,6 +98,13 @@ mod particular {
     }
 
     #[test]
+    fn memory_of_a_node_slower_than_its_sender_is_bounded() {
+        for layer in ["tcp", "udp", "si"] {
+            converse_tests::expect_bounded_backlog(&smp(charmrun(layer), 2), PROGRAM);
+        }
+    }
+
+    #[test]
     fn node_messages_run_exactly_once_on_a_pe_of_their_node() {
         let local = || Launcher::Direct { machine: "local" };
         for (launcher, pes) in [

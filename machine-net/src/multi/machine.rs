@@ -254,6 +254,12 @@ impl<N: Part> Machine for MultiMachine<N> {
             || (self.net_peers > 0 && self.net.in_transfer())
     }
 
+    fn max_unpolled(&self) -> Option<std::time::Duration> {
+        let si = self.si.max_unpolled().filter(|_| self.shm_peers > 0);
+        let net = self.net.max_unpolled().filter(|_| self.net_peers > 0);
+        si.into_iter().chain(net).min()
+    }
+
     fn counters(&self) -> Vec<(&'static str, u64)> {
         let mut c = vec![
             ("multi.shm_messages", self.sent[0].messages),

@@ -686,6 +686,11 @@ impl Endpoint {
             })
     }
 
+    /// Silence, with data outstanding, after which this endpoint's peers take it for dead.
+    pub fn dead_after(&self) -> std::time::Duration {
+        self.cfg.dead_after
+    }
+
     /// Every message sent has been acknowledged, or its peer has left.
     pub fn settled(&self) -> bool {
         self.peers

@@ -514,6 +514,12 @@ impl Machine for UdpMachine {
         self.ep.in_transfer()
     }
 
+    /// Acknowledgements go out from `advance` only: a tenth of `udp.dead_after_s`, so a node
+    /// that holds back a flood stays well inside its peers' patience.
+    fn max_unpolled(&self) -> Option<std::time::Duration> {
+        Some(self.ep.dead_after() / 10)
+    }
+
     fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
         if let Some((node, why)) = self.dead.from_launcher(&self.ctl) {
             self.forget(node);

@@ -46,6 +46,9 @@
 //! |            | wait: killed from outside); the survivors are told and go on; exits 0       |
 //! | flood      | PE 1 stops polling for 2 s while PE 0 sends it MIB (default 512) MiB: what  |
 //! |            | PE 0 holds for it stays bounded, all arrives; PE 0 prints its peak memory   |
+//! | backlog    | PE 0 sends the last PE MIB (default 384) MiB in messages of BYTES (65536)   |
+//! |            | while its handler works US (200) µs on each: what it holds stays bounded;   |
+//! |            | it prints its peak memory                                                   |
 //! | mpi-world  | (MPI layer only) the program's own message on `MPI_COMM_WORLD` is not taken |
 //! |            | by the layer's receives                                                     |
 //!
@@ -138,6 +141,15 @@ fn scenario(args: &[String], version_requested: bool) -> Result<StartFn, String>
             let mib = value(args, 2, 512)?;
             Box::new(move |pe: &mut Pe| delivery::flood(pe, mib))
         }
+        "backlog" => {
+            let mib = value(args, 2, 384)?;
+            let us = value(args, 3, 200)?;
+            let bytes: usize = value(args, 4, 64 << 10)?;
+            if !(1..=64 << 20).contains(&bytes) {
+                return Err(format!("backlog: BYTES {bytes} is not from 1 to 64 MiB"));
+            }
+            Box::new(move |pe: &mut Pe| delivery::backlog(pe, mib, us, bytes))
+        }
         "print" => {
             let lines = value(args, 2, 1000)?;
             let width = value(args, 3, 100)?;
@@ -172,7 +184,7 @@ fn scenario(args: &[String], version_requested: bool) -> Result<StartFn, String>
         _ => {
             return Err(format!(
                 "unknown scenario '{scenario}' (hello, fifo, broadcast, reduce, \
-                 priority, exit-code, mismatch, alltoall, sizes, idle, panic, scheduling, exit-early, exit-after-send, proc-exit, hang, silent, slow, flood, wait, traced, print, spawn, node, pinning, compute, survive, mpi-world)"
+                 priority, exit-code, mismatch, alltoall, sizes, idle, panic, scheduling, exit-early, exit-after-send, proc-exit, hang, silent, slow, flood, backlog, wait, traced, print, spawn, node, pinning, compute, survive, mpi-world)"
             ))
         }
     })

@@ -435,6 +435,48 @@ pub(super) fn slow(pe: &mut Pe, count: u64) {
     report(pe, errors.get(), v);
 }
 
+/// A slow receiver that keeps polling and a sender that does not stop: PE 0 sends the last PE
+/// `mib` MiB in messages of `bytes` from one handler, and the last PE's handler works `us` µs
+/// on each. What the last PE holds waiting to run is bounded by `sched.max_queued_mib` (it
+/// stops taking in arrivals; the layer's flow control and `peer.max_queued_mib` hold the
+/// sender back); the last PE reports its process's peak resident memory once it has run
+/// everything. With several PEs per process, the last PE is on another node than PE 0.
+pub(super) fn backlog(pe: &mut Pe, mib: u64, us: u64, bytes: usize) {
+    let total = mib * (1 << 20) / bytes as u64;
+    let last = pe.num_pes() - 1;
+    let got = Rc::new(Cell::new(0u64));
+    let g = got.clone();
+    let chunk = pe.register("backlog-chunk", move |pe, _| {
+        let until = Instant::now() + Duration::from_micros(us);
+        while Instant::now() < until {
+            std::hint::spin_loop();
+        }
+        g.set(g.get() + 1);
+        if g.get() == total {
+            let peak_mib = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF)
+                .map_or(0, |u| u.max_rss() / 1024);
+            println!("conformance backlog: ok (PE {last} peak RSS {peak_mib} MiB)");
+            pe.exit(0);
+        }
+    });
+    // PE 0 starts once the last PE asks, from a handler: what arrives before a PE has
+    // started, or while it is in a barrier, is held for it whole.
+    let go = pe.register("backlog-go", move |pe, _| {
+        let payload = vec![7u8; bytes];
+        for _ in 0..total {
+            pe.send(last, chunk, &payload);
+        }
+    });
+    if last == 0 {
+        println!("conformance backlog: ok (one PE, nothing to send)");
+        pe.exit(0);
+        return;
+    }
+    if pe.my_pe() == last {
+        pe.send(0, go, &[]);
+    }
+}
+
 /// A stalled receiver and a sender that does not stop: PE 1 sleeps for two seconds without
 /// polling while PE 0 sends it `mib` MiB from one handler. What PE 0's node holds for PE 1 is
 /// bounded by `peer.max_queued_mib` (the sender waits for room); PE 0 reports its peak
