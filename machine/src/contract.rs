@@ -193,7 +193,11 @@ pub trait Machine: Send {
     /// The communication server: push out pending sends, then hand the messages that have
     /// arrived to `deliver`, in per-sender order. Returns how many messages were handed up. A
     /// layer may stop after a batch so the scheduler can dispatch; what is left is handed up
-    /// by the next call. Never blocks.
+    /// by the next call. Never blocks. What one call hands up must be bounded (a socket
+    /// buffer's worth, a ring, a window), not "until the interconnect is empty": the runtime
+    /// bounds a receiver's memory by not calling `advance` while it is too far behind
+    /// (`sched.max_queued_mib`), which holds only if what is not taken in stays with the
+    /// interconnect and its flow control.
     ///
     /// # Errors
     /// [`MachineError::PeerDead`], [`MachineError::Corrupt`], [`MachineError::Aborted`] (the
