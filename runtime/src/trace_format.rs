@@ -154,6 +154,25 @@ pub struct Header {
 }
 
 impl Header {
+    /// The header of PE `pe` in a job of `num_pes` one-PE nodes on the local layer, with the
+    /// handler names `handlers` and fixed times: for tests, here and in the tools built on
+    /// traces, which would otherwise each spell one out.
+    #[doc(hidden)]
+    pub fn sample(pe: u32, num_pes: u32, handlers: &[&str]) -> Header {
+        Header {
+            pe,
+            node: pe,
+            num_pes,
+            num_nodes: num_pes,
+            layer: "local".into(),
+            host: "h".into(),
+            pid: 1,
+            mono_base: 1_000,
+            unix_base: 0,
+            handlers: handlers.iter().map(|h| (*h).to_owned()).collect(),
+        }
+    }
+
     pub(crate) fn encode(&self, out: &mut Vec<u8>) {
         let mut h = Vec::new();
         h.put_u32(self.pe);
@@ -542,16 +561,8 @@ mod tests {
 
     fn header(pe: u32) -> Header {
         Header {
-            pe,
-            node: pe,
-            num_pes: 2,
-            num_nodes: 2,
-            layer: "local".into(),
-            host: "h".into(),
-            pid: 7,
-            mono_base: 1000,
             unix_base: 2000,
-            handlers: vec!["ping".into(), "pong".into()],
+            ..Header::sample(pe, 2, &["ping", "pong"])
         }
     }
 

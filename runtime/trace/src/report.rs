@@ -531,18 +531,7 @@ mod tests {
 
     fn trace(pe: u32, num_pes: u32, records: Vec<Record>) -> Trace {
         Trace {
-            header: Header {
-                pe,
-                node: pe,
-                num_pes,
-                num_nodes: num_pes,
-                layer: "local".into(),
-                host: "h".into(),
-                pid: 1,
-                mono_base: 1_000,
-                unix_base: 0,
-                handlers: vec!["work".into()],
-            },
+            header: Header::sample(pe, num_pes, &["work"]),
             strings: vec![],
             records,
             torn_bytes: 0,

@@ -189,18 +189,7 @@ mod tests {
 
     pub(crate) fn trace(pe: u32, records: Vec<Record>) -> Trace {
         Trace {
-            header: Header {
-                pe,
-                node: pe,
-                num_pes: 2,
-                num_nodes: 2,
-                layer: "local".into(),
-                host: "h".into(),
-                pid: 1,
-                mono_base: 1_000,
-                unix_base: 0,
-                handlers: vec!["outer".into(), "inner".into()],
-            },
+            header: Header::sample(pe, 2, &["outer", "inner"]),
             strings: vec![],
             records,
             torn_bytes: 0,
