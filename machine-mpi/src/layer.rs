@@ -84,6 +84,7 @@ pub const LAYER: Layer = Layer {
     boot,
     launched: launcher_env::launched,
     settings: crate::SETTINGS,
+    check: |s| boot::MpiSettings::parse(s).map(drop),
 };
 
 /// A whole message (on "small" or "large" by its size).

@@ -25,6 +25,7 @@ pub const LAYER: Layer = Layer {
     boot,
     launched: LaunchEnv::present,
     settings: &[],
+    check: converse_machine::no_settings,
 };
 
 /// With up to this many incoming connections, `advance` simply tries a read on each (as cheap

@@ -62,6 +62,7 @@ pub const LAYER: Layer = Layer {
             meaning: "wire size from which messages are lent, bytes or 'off' (default: measured)",
         },
     ],
+    check: |s| boot::SiSettings::parse(s).map(drop),
 };
 
 /// Largest record the layer writes: a larger message goes as pieces of this size, so that the

@@ -303,6 +303,19 @@ pub struct Layer {
     /// The settings the layer reads (`+set KEY=VALUE`): a key that neither the runtime nor a
     /// compiled-in layer declares is refused at start-up, naming the known ones.
     pub settings: &'static [SettingSpec],
+    /// Parse the layer's settings as its boot would, without booting. The runtime calls it for
+    /// every compiled-in layer at start-up, so a malformed value is refused even when another
+    /// layer runs (a typo in a variant's or a job script's settings shows at once, not on the
+    /// day the other layer is used). [`no_settings`] for a layer that reads none.
+    pub check: fn(&Settings) -> Result<(), MachineError>,
+}
+
+/// [`Layer::check`] of a layer that reads no settings.
+///
+/// # Errors
+/// Never.
+pub fn no_settings(_: &Settings) -> Result<(), MachineError> {
+    Ok(())
 }
 
 impl std::fmt::Debug for Layer {

@@ -33,6 +33,7 @@ pub const LAYER: Layer = Layer {
     boot,
     launched: never_launched,
     settings: &[],
+    check: crate::no_settings,
 };
 
 fn never_launched() -> bool {

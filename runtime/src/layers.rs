@@ -33,6 +33,17 @@ pub(crate) const COMPOSED: &[Layer] = &[
     converse_net::multi::SI_UDP,
 ];
 
+/// Parse every compiled-in layer's settings (see [`Layer::check`]): a malformed value is
+/// refused whichever layer runs.
+///
+/// # Errors
+/// The first layer's that refuses one.
+pub(crate) fn check_values(
+    s: &converse_machine::Settings,
+) -> Result<(), converse_machine::MachineError> {
+    all().try_for_each(|l| (l.check)(s))
+}
+
 /// Every layer compiled in, composites first.
 fn all() -> impl Iterator<Item = &'static Layer> {
     COMPOSED.iter().chain(COMPILED)
@@ -166,7 +177,7 @@ mod tests {
             for (k, val) in &v.settings {
                 s.set(k, val);
             }
-            if let Err(e) = s.check_known(&settings()) {
+            if let Err(e) = s.check_known(&settings()).and_then(|()| check_values(&s)) {
                 panic!("variant {name}: {e}");
             }
         }

@@ -260,6 +260,7 @@ impl RuntimeBuilder {
         }
         settings
             .check_known(&layers::settings())
+            .and_then(|()| layers::check_values(&settings))
             .map_err(|e| RuntimeError::Args(e.to_string()))?;
         let mut tun =
             Tunables::from_settings(&settings).map_err(|e| RuntimeError::Args(e.to_string()))?;

@@ -78,6 +78,27 @@ fn bad_runtime_arguments_are_one_line_errors() {
 }
 
 #[test]
+fn a_malformed_setting_of_a_layer_not_in_use_is_refused() {
+    // The job runs on the local layer: each of these would pass unseen until the day the
+    // layer it belongs to is used.
+    for (key, value) in [
+        ("si.ring_kib", "3"),
+        ("si.copy_together", "maybe"),
+        ("si.single_copy_from", "big"),
+        ("udp.window", "2"),
+        ("udp.mtu", "abc"),
+        ("stats", "maybe"),
+    ] {
+        let set = format!("{key}={value}");
+        let o = run(&["hello", "+machine", "local", "+set", &set]);
+        assert_eq!(o.code, Some(2), "{set}: {o}");
+        assert_eq!(o.stderr.lines().count(), 1, "{set}: {o}");
+        assert!(o.stderr.contains(key), "{set}: names the key: {o}");
+        assert_eq!(o.lines_with("said hello"), 0, "{set}: {o}");
+    }
+}
+
+#[test]
 fn settings_from_the_command_line_are_accepted() {
     // No spinning at all before blocking: every message wakes a blocked PE, and still arrives.
     let o = run(&[

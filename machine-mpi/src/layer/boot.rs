@@ -9,7 +9,7 @@ use crate::order::Order;
 use crate::prepost::Prepost;
 use crate::sends::{InFlight, LARGE};
 use crate::wake::MpiWaker;
-use converse_machine::{BootConfig, Machine, MachineError, NodeInfo, NodeTable};
+use converse_machine::{BootConfig, Machine, MachineError, NodeInfo, NodeTable, Settings};
 use mpi::collective::SystemOperation;
 use mpi::ffi;
 use mpi::topology::Communicator;
@@ -43,6 +43,62 @@ const DEFAULT_WINDOW: u64 = 64;
 /// Host names exchanged at boot are cut to this many bytes.
 const HOST_LEN: usize = 64;
 
+/// The layer's `mpi.*` settings, parsed and checked.
+pub(crate) struct MpiSettings {
+    /// `mpi.piece_bytes`.
+    piece: usize,
+    /// `mpi.window`.
+    window: u64,
+    /// `mpi.small_bytes`.
+    small: usize,
+    /// `mpi.prepost`.
+    prepost: usize,
+}
+
+impl MpiSettings {
+    /// # Errors
+    /// [`MachineError::Setting`] for a value that does not parse or is out of range.
+    pub(crate) fn parse(s: &Settings) -> Result<MpiSettings, MachineError> {
+        let piece: usize = s.get_or("mpi.piece_bytes", DEFAULT_PIECE)?;
+        if !(4096..=i32::MAX as usize).contains(&piece) {
+            return Err(MachineError::Setting {
+                key: "mpi.piece_bytes".into(),
+                reason: format!("{piece} is outside 4096 ..= {}", i32::MAX),
+            });
+        }
+        let window: u64 = s.get_or("mpi.window", DEFAULT_WINDOW)?;
+        if !(4..=32768).contains(&window) {
+            return Err(MachineError::Setting {
+                key: "mpi.window".into(),
+                reason: format!("{window} is outside 4 ..= 32768"),
+            });
+        }
+        let small: usize = s.get_or("mpi.small_bytes", DEFAULT_SMALL)?;
+        if !(converse_machine::ENVELOPE_LEN..=LARGE).contains(&small) {
+            return Err(MachineError::Setting {
+                key: "mpi.small_bytes".into(),
+                reason: format!(
+                    "{small} is outside {} ..= {LARGE}",
+                    converse_machine::ENVELOPE_LEN
+                ),
+            });
+        }
+        let prepost: usize = s.get_or("mpi.prepost", DEFAULT_PREPOST)?;
+        if !(1..=4096).contains(&prepost) {
+            return Err(MachineError::Setting {
+                key: "mpi.prepost".into(),
+                reason: format!("{prepost} is outside 1 ..= 4096"),
+            });
+        }
+        Ok(MpiSettings {
+            piece,
+            window,
+            small,
+            prepost,
+        })
+    }
+}
+
 /// `MPI_Init_thread`, check what the launcher and the library give, build the node table from
 /// every rank's host name.
 ///
@@ -61,37 +117,12 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
                 .into(),
         });
     }
-    let piece: usize = cfg.settings.get_or("mpi.piece_bytes", DEFAULT_PIECE)?;
-    if !(4096..=i32::MAX as usize).contains(&piece) {
-        return Err(MachineError::Setting {
-            key: "mpi.piece_bytes".into(),
-            reason: format!("{piece} is outside 4096 ..= {}", i32::MAX),
-        });
-    }
-    let window: u64 = cfg.settings.get_or("mpi.window", DEFAULT_WINDOW)?;
-    if !(4..=32768).contains(&window) {
-        return Err(MachineError::Setting {
-            key: "mpi.window".into(),
-            reason: format!("{window} is outside 4 ..= 32768"),
-        });
-    }
-    let small: usize = cfg.settings.get_or("mpi.small_bytes", DEFAULT_SMALL)?;
-    if !(converse_machine::ENVELOPE_LEN..=LARGE).contains(&small) {
-        return Err(MachineError::Setting {
-            key: "mpi.small_bytes".into(),
-            reason: format!(
-                "{small} is outside {} ..= {LARGE}",
-                converse_machine::ENVELOPE_LEN
-            ),
-        });
-    }
-    let prepost: usize = cfg.settings.get_or("mpi.prepost", DEFAULT_PREPOST)?;
-    if !(1..=4096).contains(&prepost) {
-        return Err(MachineError::Setting {
-            key: "mpi.prepost".into(),
-            reason: format!("{prepost} is outside 1 ..= 4096"),
-        });
-    }
+    let MpiSettings {
+        piece,
+        window,
+        small,
+        prepost,
+    } = MpiSettings::parse(&cfg.settings)?;
     let (universe, provided) = mpi::initialize_with_threading(Threading::Funneled)
         .ok_or_else(|| MachineError::Boot("MPI was already initialized".into()))?;
     match check_start(&universe, provided, cfg) {

@@ -48,6 +48,7 @@ pub const SI_TCP: Layer = Layer {
     boot: boot_si_tcp,
     launched: LaunchEnv::present,
     settings: SETTINGS,
+    check: check_settings,
 };
 
 /// `+machine si+udp`: shared memory inside a host, UDP between hosts.
@@ -58,7 +59,14 @@ pub const SI_UDP: Layer = Layer {
     boot: boot_si_udp,
     launched: LaunchEnv::present,
     settings: SETTINGS,
+    check: check_settings,
 };
+
+/// [`Layer::check`] of the composites: their own setting (each part's are checked as its
+/// layer's, being compiled in too).
+fn check_settings(s: &converse_machine::Settings) -> Result<(), MachineError> {
+    s.get_or("stats", false).map(|_: bool| ())
+}
 
 /// The network part of a composite: a layer's first boot phase, as the composite drives it.
 pub trait NetOpen: Sized {

@@ -32,6 +32,7 @@ pub const LAYER: Layer = Layer {
     boot,
     launched: LaunchEnv::present,
     settings: SETTINGS,
+    check: |s| Config::from_settings(s).map(drop),
 };
 
 /// The `udp.*` settings (defaults and bounds: `config.rs`).

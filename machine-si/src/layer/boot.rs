@@ -7,7 +7,7 @@ use crate::interconnect::Si;
 use crate::pull::PullError;
 use crate::wake::SiWaker;
 use charmrun::client::{Control, DeadPeers, LaunchEnv};
-use converse_machine::{BootConfig, Machine, MachineError, NodeTable};
+use converse_machine::{BootConfig, Machine, MachineError, NodeTable, Settings};
 use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -32,18 +32,46 @@ const LEND_FROM_TOGETHER: usize = COOP_FROM;
 
 /// `si.single_copy_from`: the wire size from which messages are lent (`Some(usize::MAX)` for
 /// `off`), or `None` for the measured default.
-fn single_copy_from(cfg: &BootConfig) -> Result<Option<usize>, MachineError> {
-    match cfg
-        .settings
-        .get::<String>("si.single_copy_from")?
-        .as_deref()
-    {
+fn single_copy_from(settings: &Settings) -> Result<Option<usize>, MachineError> {
+    match settings.get::<String>("si.single_copy_from")?.as_deref() {
         None => Ok(None),
         Some("off") => Ok(Some(usize::MAX)),
         Some(v) => v.parse().map(Some).map_err(|_| MachineError::Setting {
             key: "si.single_copy_from".into(),
             reason: format!("'{v}' is neither a size in bytes nor 'off'"),
         }),
+    }
+}
+
+/// The layer's `si.*` settings, parsed and checked.
+pub(crate) struct SiSettings {
+    /// Bytes of each sender's ring.
+    ring: usize,
+    /// See [`single_copy_from`].
+    lend_from: Option<usize>,
+    /// `si.copy_together`.
+    coop: bool,
+}
+
+impl SiSettings {
+    /// # Errors
+    /// [`MachineError::Setting`] for a value that does not parse or is out of range.
+    pub(crate) fn parse(s: &Settings) -> Result<SiSettings, MachineError> {
+        let ring_kib: usize = s.get_or("si.ring_kib", DEFAULT_RING_KIB)?;
+        // At most 1 GiB a ring: the segment holds a ring per node of the host, and its size
+        // (nodes × ring) must not wrap.
+        let ring = Some(ring_kib)
+            .filter(|k| k.is_power_of_two() && (4..=MAX_RING_KIB).contains(k))
+            .map(|k| k * 1024)
+            .ok_or_else(|| MachineError::Setting {
+                key: "si.ring_kib".into(),
+                reason: format!("{ring_kib} is not a power of two from 4 to {MAX_RING_KIB}"),
+            })?;
+        Ok(SiSettings {
+            ring,
+            lend_from: single_copy_from(s)?,
+            coop: s.get_or("si.copy_together", true)?,
+        })
     }
 }
 
@@ -123,18 +151,11 @@ impl SiOpen {
     /// [`MachineError::Setting`] for a bad `si.*` setting; [`MachineError::Io`] when the port
     /// cannot be made.
     pub fn open(cfg: &BootConfig, env: &LaunchEnv) -> Result<SiOpen, MachineError> {
-        let ring_kib: usize = cfg.settings.get_or("si.ring_kib", DEFAULT_RING_KIB)?;
-        // At most 1 GiB a ring: the segment holds a ring per node of the host, and its size
-        // (nodes × ring) must not wrap.
-        let ring = Some(ring_kib)
-            .filter(|k| k.is_power_of_two() && (4..=MAX_RING_KIB).contains(k))
-            .map(|k| k * 1024)
-            .ok_or_else(|| MachineError::Setting {
-                key: "si.ring_kib".into(),
-                reason: format!("{ring_kib} is not a power of two from 4 to {MAX_RING_KIB}"),
-            })?;
-        let lend_from = single_copy_from(cfg)?;
-        let coop: bool = cfg.settings.get_or("si.copy_together", true)?;
+        let SiSettings {
+            ring,
+            lend_from,
+            coop,
+        } = SiSettings::parse(&cfg.settings)?;
         // Named with the job's tag: charmrun removes it if this node dies before it does.
         let path = env.shm_path(&format!("si-{}", env.node));
         let mut si = Si::init(env.node, env.num_nodes);
