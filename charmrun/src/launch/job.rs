@@ -297,10 +297,12 @@ impl<'a> Job<'a> {
     /// silent node may still run, and must not come back), count it as arrived at every
     /// barrier from now on, and tell every survivor.
     fn node_gone(&mut self, i: usize, why: &str) {
-        eprintln!(
+        // In one write (not eprintln!'s several): the nodes go on printing, and on a terminal
+        // that shows stdout and stderr together a line in pieces could take theirs in between.
+        converse_machine::input::error_line(&format!(
             "charmrun: {} {why}; the job goes on without it (faults=report)",
             self.label_at(i)
-        );
+        ));
         if let Some(n) = self.nodes.get(i) {
             if let Process::Running(pid) | Process::Reaped(pid) = n.process {
                 kill_group(pid);
@@ -336,13 +338,13 @@ impl<'a> Job<'a> {
                         .ok()
                         .filter(|t| t.chars().all(|c| c.is_ascii_graphic()))
                         .map_or(String::new(), |t| format!(", info {t}"));
-                    eprintln!(
+                    converse_machine::input::error_line(&format!(
                         "charmrun: {} connected from {from} (pid {}, host {}, {}{info})",
                         self.label(i),
                         hello.pid,
                         hello.host,
                         self.counts(i)
-                    );
+                    ));
                 }
                 if let Some(n) = self.nodes.get_mut(i) {
                     n.reported = Some(hello.host.clone());
@@ -401,7 +403,9 @@ impl<'a> Job<'a> {
                 tracing::debug!(target: "charmrun", %addr, "refused a connection: {why}");
                 self.strangers += 1;
                 if self.opts.verbose {
-                    eprintln!("charmrun: refused a connection from {addr}: {why}");
+                    converse_machine::input::error_line(&format!(
+                        "charmrun: refused a connection from {addr}: {why}"
+                    ));
                 }
             }
             Event::Frame(i, Kind::Heartbeat, _) => {
@@ -451,11 +455,11 @@ impl<'a> Job<'a> {
     /// `++verbose`: node `i` connected through an agent; how many are in, on its host and in
     /// all.
     pub(super) fn progress(&self, i: usize, pid: u32) {
-        eprintln!(
+        converse_machine::input::error_line(&format!(
             "charmrun: {} connected (pid {pid}): {}",
             self.label(i),
             self.counts(i)
-        );
+        ));
     }
 
     /// "3 of 4 on host-a, 7 of 16 in all": how many nodes have connected, on node `i`'s host
