@@ -10,6 +10,7 @@
 
 use crate::error::RuntimeError;
 use crate::failure;
+use crate::link::HeldBack;
 use crate::node::NodeShared;
 use crate::scheduler::Tunables;
 use converse_machine::{Machine, MachineError};
@@ -27,27 +28,6 @@ const SEND_BATCH: usize = 256;
 
 /// How long the thread naps while the workers are too far behind to take more in.
 const HELD_BACK_NAP: Duration = Duration::from_micros(200);
-
-/// Since when arrivals are held back in the layer.
-#[derive(Default)]
-struct HeldBack {
-    since: Option<Instant>,
-}
-
-impl HeldBack {
-    /// Held back: whether the layer must be advanced all the same now, having gone unpolled
-    /// for `most`.
-    fn take_turn(&mut self, most: Option<Duration>) -> bool {
-        let Some(most) = most else { return false };
-        let now = Instant::now();
-        let since = *self.since.get_or_insert(now);
-        if now - since < most {
-            return false;
-        }
-        self.since = Some(now);
-        true
-    }
-}
 
 /// Drive `machine` for the node's workers until they are all done; then the layer's barrier
 /// and exit. Returns the node's exit code. Any layer error ends the whole job here, naming the
@@ -125,7 +105,7 @@ pub(crate) fn run(
             continue;
         }
         if !behind {
-            held_back.since = None;
+            held_back.end();
         }
         let mut arrived = 0;
         match machine.advance(&mut |m| {

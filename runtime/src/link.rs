@@ -128,5 +128,35 @@ impl Link {
 /// Longest single park of an idle worker (see [`Link::idle_cap`]).
 const WORKER_IDLE_MAX: Duration = Duration::from_secs(1);
 
+/// Since when arrivals are held back in the layer (a PE's queue, or an SMP node's inboxes, is
+/// over `sched.max_queued_mib`), for the one poll per [`Machine::max_unpolled`] that still
+/// happens then. Shared by the scheduler and the communication thread.
+#[derive(Debug, Default)]
+pub(crate) struct HeldBack {
+    since: Option<std::time::Instant>,
+}
+
+impl HeldBack {
+    /// Arrivals are held back: whether the layer must be advanced all the same now, having
+    /// gone unpolled for `most` (never, for a layer without such a limit).
+    #[cold]
+    pub(crate) fn take_turn(&mut self, most: Option<Duration>) -> bool {
+        let Some(most) = most else { return false };
+        let now = std::time::Instant::now();
+        let since = *self.since.get_or_insert(now);
+        if now - since < most {
+            return false;
+        }
+        self.since = Some(now);
+        true
+    }
+
+    /// Arrivals are taken in again.
+    #[inline]
+    pub(crate) fn end(&mut self) {
+        self.since = None;
+    }
+}
+
 /// Most messages a worker takes from its inbox per poll.
 const INBOX_BATCH: usize = 256;

@@ -20,7 +20,7 @@ use crate::queue::Queue;
 use converse_machine::{Message, NodeTable, Wake};
 use crossbeam_queue::SegQueue;
 use crossbeam_utils::CachePadded;
-use std::sync::atomic::{fence, AtomicBool, AtomicI32, AtomicUsize, Ordering};
+use std::sync::atomic::{fence, AtomicBool, AtomicI32, AtomicIsize, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::Thread;
 use std::time::Duration;
@@ -188,8 +188,10 @@ pub(crate) struct NodeShared {
     /// Wire bytes from other nodes in the inboxes and the node queue, not yet taken by a
     /// worker: the communication thread adds once per `advance`, a worker subtracts once per
     /// batch it takes. Above `sched.max_queued_mib` the communication thread stops taking in
-    /// arrivals (see `comm::run`).
-    arrived: CachePadded<AtomicUsize>,
+    /// arrivals (see `comm::run`). Signed: a worker may take a message before the
+    /// communication thread has added the `advance` that brought it, and a clamp at zero then
+    /// would lose that much for good.
+    arrived: CachePadded<AtomicIsize>,
 }
 
 impl std::fmt::Debug for NodeShared {
@@ -224,7 +226,7 @@ impl NodeShared {
             exit_code: AtomicI32::new(0),
             aborting: AtomicBool::new(false),
             abort_reason: Mutex::new(None),
-            arrived: CachePadded::new(AtomicUsize::new(0)),
+            arrived: CachePadded::new(AtomicIsize::new(0)),
             layer,
         }
     }
@@ -342,26 +344,20 @@ impl NodeShared {
     #[inline]
     pub(crate) fn taken(&self, bytes: usize) {
         if bytes > 0 {
-            // Never below zero: a notice the communication thread made up (a death in report
-            // mode) is counted when taken, not when delivered.
-            let _ = self
-                .arrived
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |a| {
-                    Some(a.saturating_sub(bytes))
-                });
+            self.arrived.fetch_sub(bytes as isize, Ordering::Relaxed);
         }
     }
 
     /// The communication thread delivered `bytes` from other nodes.
     pub(crate) fn arrived(&self, bytes: usize) {
         if bytes > 0 {
-            self.arrived.fetch_add(bytes, Ordering::Relaxed);
+            self.arrived.fetch_add(bytes as isize, Ordering::Relaxed);
         }
     }
 
     /// Bytes from other nodes delivered and not yet taken by a worker.
     pub(crate) fn arrived_bytes(&self) -> usize {
-        self.arrived.load(Ordering::Relaxed)
+        usize::try_from(self.arrived.load(Ordering::Relaxed)).unwrap_or(0)
     }
 
     /// Hand an arrival to the PE or node it is for.

@@ -49,7 +49,7 @@ pub struct Pe {
     pub(crate) tun: Tunables,
     /// Since when arrivals are held back in the layer (the queue is over
     /// `sched.max_queued_mib`; see `Pe::poll_held_back`).
-    pub(crate) held_back_since: Option<std::time::Instant>,
+    pub(crate) held_back: crate::link::HeldBack,
     args: Arc<[String]>,
     variant: &'static str,
     /// Messages dispatched to handlers so far.
@@ -153,7 +153,7 @@ impl Pe {
             timers: Timers::default(),
             reductions: Reductions::default(),
             tun,
-            held_back_since: None,
+            held_back: crate::link::HeldBack::default(),
             args,
             variant,
             dispatched: 0,

@@ -342,27 +342,15 @@ impl Pe {
     #[inline]
     fn poll_within_backlog(&mut self) -> usize {
         if self.queue.bytes() < self.tun.max_backlog {
-            self.held_back_since = None;
+            self.held_back.end();
             return self.poll();
         }
-        self.poll_held_back()
-    }
-
-    /// Over the backlog limit: the layer is still advanced once every
-    /// [`max_unpolled`](converse_machine::Machine::max_unpolled), if it has such a limit, so
-    /// that its peers do not take this busy node for dead.
-    #[cold]
-    fn poll_held_back(&mut self) -> usize {
-        let Some(most) = self.link.max_unpolled() else {
-            return 0;
-        };
-        let now = Instant::now();
-        let since = *self.held_back_since.get_or_insert(now);
-        if now - since < most {
-            return 0;
+        // Still advanced once every `max_unpolled`, if the layer has one, so that its peers do
+        // not take this busy node for dead.
+        if self.held_back.take_turn(self.link.max_unpolled()) {
+            return self.poll();
         }
-        self.held_back_since = Some(now);
-        self.poll()
+        0
     }
 
     /// Wait until the layer holds less than `peer.max_queued_mib` for `node`, keeping the
