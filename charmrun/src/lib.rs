@@ -5,17 +5,17 @@
 //! secret from its environment, sends its layer's address, and receives the full node table
 //! once all are in. charmrun then forwards output whole lines at a time, serves barriers, and
 //! ends the job with the first non-zero exit code of any node — or at once, naming the node,
-//! when one crashes. Layers use [`client`] for their side; charmrun knows nothing of any layer.
+//! when one crashes. The node side of its protocol is the `converse-bootstrap` crate (re-exported
+//! here as [`client`], [`protocol`], [`net`] and [`cleanup`]), which layers depend on instead of
+//! this one; charmrun knows nothing of any layer.
 
 pub mod agent;
-pub mod cleanup;
-pub mod client;
 pub mod launch;
 pub mod mpiexec;
-pub mod net;
 pub mod nodelist;
 pub mod opts;
 pub mod output;
-pub mod protocol;
 pub mod slurm;
 pub mod spawn;
+
+pub use converse_bootstrap::{cleanup, client, net, protocol};

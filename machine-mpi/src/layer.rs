@@ -69,7 +69,7 @@ use crate::order::Order;
 use crate::prepost::Prepost;
 use crate::sends::{InFlight, Keep};
 use crate::wake::MpiWaker;
-use converse_machine::{Layer, Machine, MachineError, Message, NodeTable, Wake};
+use converse_machine::{Layer, Machine, MachineError, Message, NodeTable, Transport, Wake};
 use mpi::ffi;
 use receive::{Incoming, Received};
 use std::collections::VecDeque;
@@ -343,7 +343,7 @@ impl MpiMachine {
     }
 }
 
-impl Machine for MpiMachine {
+impl Transport for MpiMachine {
     fn layer(&self) -> &'static str {
         "mpi"
     }
@@ -451,7 +451,9 @@ impl Machine for MpiMachine {
             self.nap = (self.nap * 2).min(NAP_MAX);
         }
     }
+}
 
+impl Machine for MpiMachine {
     fn barrier(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<(), MachineError> {
         let mut req = self.ibarrier()?;
         self.wait_moving(&mut req, Some(deliver), None)?;

@@ -12,7 +12,7 @@
 //! (never more: frames follow at once) and closes any connection that does not present the job
 //! secret and a node number that may open this kind of connection to it: a stranger.
 
-use charmrun::protocol::{secrets_equal, SECRET_LEN};
+use converse_bootstrap::protocol::{secrets_equal, SECRET_LEN};
 use converse_machine::{MachineError, NodeTable};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -44,22 +44,6 @@ pub(crate) fn decode_addr(table: &NodeTable, node: usize) -> Result<SocketAddr, 
         .map_err(|_| bad("is not text"))?
         .parse()
         .map_err(|_| bad("does not parse"))
-}
-
-/// Check that the table holds `pes_per_node` PEs on every node, as `+ppn` says.
-///
-/// # Errors
-/// [`MachineError::Boot`] when it does not.
-pub(crate) fn check_pes(table: &NodeTable, pes_per_node: usize) -> Result<(), MachineError> {
-    if table.num_pes() == table.num_nodes() * pes_per_node {
-        return Ok(());
-    }
-    Err(MachineError::Boot(format!(
-        "the node table has {} PEs on {} nodes, but +ppn is {}",
-        table.num_pes(),
-        table.num_nodes(),
-        pes_per_node
-    )))
 }
 
 /// Top bit of the introduction's word: "connect back to me".

@@ -8,14 +8,17 @@
 use crate::conn::{Conn, ConnError};
 use crate::mesh::{self, Intro, Kind, Pending};
 use crate::wake::WakeFd;
-use charmrun::client::{Control, DeadPeers, LaunchEnv};
-use charmrun::protocol::SECRET_LEN;
+use converse_bootstrap::client::LaunchEnv;
+use converse_bootstrap::protocol::SECRET_LEN;
+use converse_bootstrap::session::{self, Open};
+use converse_bootstrap::Bootstrap;
 use converse_machine::BufferPool as Pool;
-use converse_machine::{BootConfig, Layer, Machine, MachineError, Message, NodeTable, Part, Wake};
+use converse_machine::{
+    BootConfig, Layer, Machine, MachineError, Message, NodeTable, Part, Transport, Wake,
+};
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use std::collections::VecDeque;
 use std::net::TcpListener;
-use std::sync::Arc;
 use std::time::Duration;
 
 /// The registry entry for this layer.
@@ -60,6 +63,8 @@ struct Link {
     waiting_bytes: usize,
     /// We asked the peer to connect back.
     requested: bool,
+    /// Out of the job (report mode): a connection from it is a stranger's.
+    gone: bool,
 }
 
 /// One node of a TCP job.
@@ -78,16 +83,11 @@ pub struct TcpMachine {
     epoll: Epoll,
     events: Vec<EpollEvent>,
     advances: u32,
-    ctl: Arc<Control>,
     /// In the epoll set: other threads ring it to end `wait`.
     wake: WakeFd,
     /// Buffers of large messages sent, to receive large ones into (no page faulted in, no
     /// `memset`, per message).
     pool: Pool,
-    /// Peers out of the job, in report mode (see [`TcpMachine::report_deaths`]).
-    dead: DeadPeers,
-    /// In the exit barrier or after.
-    leaving: bool,
     /// Connections closed because they did not introduce themselves as this job's.
     strangers: u64,
 }
@@ -102,39 +102,33 @@ impl std::fmt::Debug for TcpMachine {
     }
 }
 
-/// Boot: connect back to charmrun, open the listener, learn the table.
+/// Boot: connect back to charmrun, open the listener, learn the table (the launcher
+/// session's [`session::boot`]).
 ///
 /// # Errors
 /// [`MachineError::Boot`] when not started by charmrun or when start-up fails.
 pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
-    let env = LaunchEnv::for_boot(cfg)?;
-    let mut ctl = Control::connect(&env)?;
-    let open = TcpOpen::open(&ctl)?;
-    let report = cfg.settings.reports_deaths()?;
-    let table = ctl.join(&env, open.info())?;
-    mesh::check_pes(&table, cfg.pes_per_node)?;
-    let mut m = open.connect(&env, table, Arc::new(ctl))?;
-    if report {
-        m.report_deaths()?;
-    }
-    Ok(vec![Box::new(m)])
+    session::boot::<TcpOpen>(LAYER.name, cfg)
 }
 
-/// A TCP node between the two phases of its boot (see [`converse_machine::Part`]): its
-/// listener is open, and [`info`](Self::info) says where peers reach it.
+/// A TCP node between the two phases of its boot ([`Open`]): its listener is open, and
+/// [`info`](Open::info) says where peers reach it.
 #[derive(Debug)]
 pub struct TcpOpen {
     listener: TcpListener,
     addr: std::net::SocketAddr,
 }
 
-impl TcpOpen {
-    /// Open the node's listener on the address that routes to charmrun.
-    ///
-    /// # Errors
-    /// [`MachineError::Io`] when the listener cannot be opened.
-    pub fn open(ctl: &Control) -> Result<TcpOpen, MachineError> {
-        let listener = charmrun::net::listener(ctl.local_ip(), 4096)
+impl Open for TcpOpen {
+    type Part = TcpMachine;
+
+    /// Open the node's listener on the address that routes to the launcher.
+    fn open(
+        _: &BootConfig,
+        _: &LaunchEnv,
+        launcher: &dyn Bootstrap,
+    ) -> Result<TcpOpen, MachineError> {
+        let listener = converse_bootstrap::net::listener(launcher.local_ip(), 4096)
             .map_err(|e| MachineError::io("opening the node's listener", e))?;
         let addr = listener
             .local_addr()
@@ -144,20 +138,15 @@ impl TcpOpen {
     }
 
     /// This node's info for the node table: the listener's address.
-    pub fn info(&self) -> Vec<u8> {
+    fn info(&self) -> Vec<u8> {
         mesh::encode_addr(self.addr)
     }
 
-    /// Finish booting with the node table (whose `addr` of each peer this layer serves is
-    /// what that peer's [`info`](Self::info) gave) and the job's control connection.
-    ///
-    /// # Errors
-    /// [`MachineError::Io`] when the poll set cannot be made.
-    pub fn connect(
+    fn connect(
         self,
         env: &LaunchEnv,
         table: NodeTable,
-        ctl: Arc<Control>,
+        _: &dyn Bootstrap,
     ) -> Result<TcpMachine, MachineError> {
         let listener = self.listener;
         listener
@@ -185,11 +174,8 @@ impl TcpOpen {
             epoll,
             events: vec![EpollEvent::empty(); 64],
             advances: 0,
-            ctl,
             wake,
             pool: Pool::default(),
-            dead: DeadPeers::default(),
-            leaving: false,
             strangers: 0,
         })
     }
@@ -200,28 +186,6 @@ fn epoll_err(e: nix::errno::Errno) -> MachineError {
 }
 
 impl TcpMachine {
-    /// Report mode (`faults=report`): a peer's death is reported to the runtime, once, as
-    /// [`MachineError::PeerDead`], rather than ending the job; charmrun is asked to tell
-    /// every node of every death, and told of those this node finds.
-    ///
-    /// # Errors
-    /// [`MachineError::Io`] when charmrun cannot be told.
-    pub fn report_deaths(&mut self) -> Result<(), MachineError> {
-        self.dead = DeadPeers::start(&self.ctl, self.table.num_nodes(), self.wake.waker())?;
-        Ok(())
-    }
-
-    /// Report mode: a peer's death found by `r` is reported (charmrun told, the peer
-    /// released); every other error stays what it is.
-    fn judge<T>(&mut self, r: Result<T, MachineError>) -> Result<T, MachineError> {
-        if let Err(e) = &r {
-            if let Some(node) = self.dead.judge(&self.ctl, self.leaving, e) {
-                self.forget(node);
-            }
-        }
-        r
-    }
-
     /// A nap outside `wait` (barrier, exit): up to 1 ms in `epoll_wait`. A wake it sees is
     /// reset, so the nap does not turn into a spin, and kept for the next `wait`.
     fn nap(&mut self) {
@@ -368,11 +332,11 @@ impl TcpMachine {
         let mut n = 0;
         let me = self.me;
         for p in std::mem::take(&mut self.pending) {
-            let (links, dead) = (&self.links, &self.dead);
+            let links = &self.links;
             // Only a lower node opens the pair's connection, once; only a higher one asks; a
             // node out of the job (report mode) is a stranger, should it still be running.
             let allowed = |peer: usize, kind: Kind| {
-                !dead.is_dead(peer)
+                !links[peer].gone
                     && match kind {
                         Kind::Data => peer < me && links[peer].conn.is_none(),
                         Kind::Request => peer > me,
@@ -404,7 +368,7 @@ impl TcpMachine {
     }
 }
 
-impl Machine for TcpMachine {
+impl Transport for TcpMachine {
     fn layer(&self) -> &'static str {
         LAYER.name
     }
@@ -424,8 +388,7 @@ impl Machine for TcpMachine {
                 nodes: self.table.num_nodes(),
             });
         }
-        let r = self.send_to(node, msg);
-        self.judge(r)
+        self.send_to(node, msg)
     }
 
     fn queued(&self, node: usize) -> usize {
@@ -443,93 +406,6 @@ impl Machine for TcpMachine {
     }
 
     fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
-        if let Some((node, why)) = self.dead.from_launcher(&self.ctl) {
-            self.forget(node);
-            return Err(self.dead(node, why));
-        }
-        let r = self.advance_all(deliver);
-        self.judge(r)
-    }
-
-    fn waker(&self) -> Option<std::sync::Arc<dyn Wake>> {
-        Some(self.wake.waker())
-    }
-
-    fn counters(&self) -> Vec<(&'static str, u64)> {
-        vec![
-            ("tcp.connections", self.readers.len() as u64),
-            ("tcp.strangers_dropped", self.strangers),
-        ]
-    }
-
-    fn wait(&mut self, timeout: Duration) -> Result<(), MachineError> {
-        if self.wake.take() {
-            // Woken during the barrier's nap, and not answered yet.
-            return Ok(());
-        }
-        let ms = timeout.as_millis().clamp(1, u16::MAX as u128) as u16;
-        let ready = match self.epoll.wait(&mut self.events, EpollTimeout::from(ms)) {
-            Ok(r) => r,
-            Err(nix::errno::Errno::EINTR) => 0,
-            Err(e) => return Err(MachineError::io("epoll_wait", e.into())),
-        };
-        for e in &self.events[..ready] {
-            match e.data() {
-                // New connections and introductions are taken at the next advance.
-                LISTENER | PENDING => self.advances = ACCEPT_EVERY - 1,
-                WAKE => {
-                    self.wake.reset();
-                    // Answered by this return.
-                    self.wake.take();
-                }
-                _ => {}
-            }
-        }
-        Ok(())
-    }
-
-    fn barrier(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<(), MachineError> {
-        // Keep the interconnect moving while others catch up: frames still queued here may be
-        // what a peer needs to reach the barrier (its exit, say).
-        let ctl = Arc::clone(&self.ctl);
-        self.leaving = true;
-        ctl.barrier_while(|| {
-            let r = self.advance(deliver);
-            self.nap();
-            self.dead.in_barrier(r)
-        })
-    }
-
-    fn exit(&mut self, code: i32) -> Result<(), MachineError> {
-        self.leave()?;
-        self.ctl.ending(code)
-    }
-
-    fn abort(&mut self, reason: &str) -> ! {
-        self.ctl.abort(reason)
-    }
-}
-
-impl TcpMachine {
-    /// [`Machine::send`] to a node in the table other than this one.
-    fn send_to(&mut self, node: usize, msg: Message) -> Result<(), MachineError> {
-        if self.links[node].conn.is_none() {
-            self.dead.check(&self.table, node)?;
-            if node > self.me {
-                self.open_pair(node)?;
-            } else if !self.links[node].requested {
-                // The lower node opens the pair's connection: ask it to, and queue meanwhile.
-                let addr = mesh::decode_addr(&self.table, node)?;
-                mesh::open(addr, self.me, Kind::Request, &self.secret)
-                    .map_err(|r| self.dead(node, r))?;
-                self.links[node].requested = true;
-            }
-        }
-        self.send_on(node, msg)
-    }
-
-    /// [`Machine::advance`], with a peer's death an error like any other.
-    fn advance_all(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
         let mut n = 0;
         if !self.backlog.is_empty() {
             self.flush_backlog()?;
@@ -568,16 +444,79 @@ impl TcpMachine {
         }
         Ok(n)
     }
+
+    fn waker(&self) -> Option<std::sync::Arc<dyn Wake>> {
+        Some(self.wake.waker())
+    }
+
+    fn counters(&self) -> Vec<(&'static str, u64)> {
+        vec![
+            ("tcp.connections", self.readers.len() as u64),
+            ("tcp.strangers_dropped", self.strangers),
+        ]
+    }
+
+    fn wait(&mut self, timeout: Duration) -> Result<(), MachineError> {
+        if self.wake.take() {
+            // Woken during the barrier's nap, and not answered yet.
+            return Ok(());
+        }
+        let ms = timeout.as_millis().clamp(1, u16::MAX as u128) as u16;
+        let ready = match self.epoll.wait(&mut self.events, EpollTimeout::from(ms)) {
+            Ok(r) => r,
+            Err(nix::errno::Errno::EINTR) => 0,
+            Err(e) => return Err(MachineError::io("epoll_wait", e.into())),
+        };
+        for e in &self.events[..ready] {
+            match e.data() {
+                // New connections and introductions are taken at the next advance.
+                LISTENER | PENDING => self.advances = ACCEPT_EVERY - 1,
+                WAKE => {
+                    self.wake.reset();
+                    // Answered by this return.
+                    self.wake.take();
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+impl TcpMachine {
+    /// [`Transport::send`] to a node in the table other than this one.
+    fn send_to(&mut self, node: usize, msg: Message) -> Result<(), MachineError> {
+        if self.links[node].conn.is_none() {
+            if node > self.me {
+                self.open_pair(node)?;
+            } else if !self.links[node].requested {
+                // The lower node opens the pair's connection: ask it to, and queue meanwhile.
+                let addr = mesh::decode_addr(&self.table, node)?;
+                mesh::open(addr, self.me, Kind::Request, &self.secret)
+                    .map_err(|r| self.dead(node, r))?;
+                self.links[node].requested = true;
+            }
+        }
+        self.send_on(node, msg)
+    }
 }
 
 impl Part for TcpMachine {
+    fn nap(&mut self) -> Result<(), MachineError> {
+        TcpMachine::nap(self);
+        Ok(())
+    }
+
     fn forget(&mut self, node: usize) {
         tracing::debug!(target: "tcp", peer = node, "peer out of the job");
         if let Some(l) = self.links.get_mut(node) {
             if let Some(c) = l.conn.take() {
                 let _ = self.epoll.delete(c.stream());
             }
-            *l = Link::default();
+            *l = Link {
+                gone: true,
+                ..Link::default()
+            };
         }
         self.readers.retain(|&p| p != node);
         self.backlog.retain(|&p| p != node);

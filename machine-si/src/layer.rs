@@ -28,8 +28,10 @@
 
 use crate::interconnect::Si;
 use crate::wake::SiWaker;
-use charmrun::client::{Control, DeadPeers, LaunchEnv};
-use converse_machine::{Layer, Machine, MachineError, Message, NodeTable, Part, SettingSpec, Wake};
+use converse_bootstrap::client::LaunchEnv;
+use converse_machine::{
+    Layer, MachineError, Message, NodeTable, Part, SettingSpec, Transport, Wake,
+};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -105,7 +107,6 @@ pub struct SiMachine {
     me: usize,
     table: NodeTable,
     si: Si,
-    ctl: Arc<Control>,
     /// Most wire bytes one record carries after the header (a piece).
     chunk: usize,
     /// Per peer: the wire size from which a message to it is lent (`usize::MAX`: never, it
@@ -132,10 +133,6 @@ pub struct SiMachine {
     spares: Vec<Vec<u8>>,
     /// Ends `wait` from other threads: a flag its sleep checks and our own doorbell.
     waker: Arc<SiWaker>,
-    /// Peers out of the job, in report mode (see [`SiMachine::report_deaths`]).
-    dead: DeadPeers,
-    /// In the exit barrier or after.
-    leaving: bool,
 }
 
 // By hand: the fields are the layer's working state (sockets, queues, buffers); the node
@@ -149,30 +146,7 @@ impl std::fmt::Debug for SiMachine {
 }
 
 impl SiMachine {
-    /// Report mode (`faults=report`): a peer's death is reported to the runtime, once, as
-    /// [`MachineError::PeerDead`], rather than ending the job; charmrun is asked to tell
-    /// every node of every death (it sees its processes end), and told of those this node
-    /// finds (a peer gone while we copy what it lent).
-    ///
-    /// # Errors
-    /// [`MachineError::Io`] when charmrun cannot be told.
-    pub fn report_deaths(&mut self) -> Result<(), MachineError> {
-        self.dead = DeadPeers::start(&self.ctl, self.table.num_nodes(), self.waker.clone())?;
-        Ok(())
-    }
-
-    /// Report mode: a peer's death found by `r` is reported (charmrun told, the peer
-    /// released); every other error stays what it is.
-    fn judge<T>(&mut self, r: Result<T, MachineError>) -> Result<T, MachineError> {
-        if let Err(e) = &r {
-            if let Some(node) = self.dead.judge(&self.ctl, self.leaving, e) {
-                self.forget(node);
-            }
-        }
-        r
-    }
-
-    /// [`Machine::advance`], with a peer's death an error like any other.
+    /// [`Transport::advance`].
     fn advance_all(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
         let mut n = 0;
         if !self.backlog.is_empty() {
@@ -354,7 +328,7 @@ impl SiMachine {
     }
 }
 
-impl Machine for SiMachine {
+impl Transport for SiMachine {
     fn layer(&self) -> &'static str {
         "si"
     }
@@ -374,7 +348,6 @@ impl Machine for SiMachine {
                 nodes: self.table.num_nodes(),
             });
         };
-        self.dead.check(&self.table, node)?;
         let mut o = Outgoing {
             lend: msg.wire_len() >= lend_from,
             msg,
@@ -408,12 +381,7 @@ impl Machine for SiMachine {
     }
 
     fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
-        if let Some((node, why)) = self.dead.from_launcher(&self.ctl) {
-            self.forget(node);
-            return Err(MachineError::peer_dead(&self.table, node, why));
-        }
-        let r = self.advance_all(deliver);
-        self.judge(r)
+        self.advance_all(deliver)
     }
 
     fn waker(&self) -> Option<Arc<dyn Wake>> {
@@ -442,30 +410,15 @@ impl Machine for SiMachine {
         waker.take();
         Ok(())
     }
-
-    fn barrier(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<(), MachineError> {
-        // Keep the interconnect moving while others catch up: frames still queued here may be
-        // what a peer needs to reach the barrier (its exit, say).
-        let ctl = Arc::clone(&self.ctl);
-        self.leaving = true;
-        ctl.barrier_while(|| {
-            let r = self.advance(deliver);
-            self.si.wait(Duration::from_millis(1));
-            self.dead.in_barrier(r)
-        })
-    }
-
-    fn exit(&mut self, code: i32) -> Result<(), MachineError> {
-        self.leave()?;
-        self.ctl.ending(code)
-    }
-
-    fn abort(&mut self, reason: &str) -> ! {
-        self.ctl.abort(reason)
-    }
 }
 
 impl Part for SiMachine {
+    fn nap(&mut self) -> Result<(), MachineError> {
+        // Not `wait`: a wake stays pending for the next one.
+        self.si.wait(Duration::from_millis(1));
+        Ok(())
+    }
+
     fn forget(&mut self, node: usize) {
         if node >= self.out.len() {
             return;

@@ -9,7 +9,7 @@
 //! 2. sends another stream and goes straight into [`Machine::barrier`]: what arrives during
 //!    the barrier must reach the barrier's `deliver`, the rest the next `advance`, and none may
 //!    be lost or doubled;
-//! 3. if the layer has a [`waker`](Machine::waker) (while every node is past that barrier
+//! 3. if the layer has a [`waker`](crate::Transport::waker) (while every node is past that barrier
 //!    and the interconnect is quiet): a wake from another thread ends a long `wait`, a wake
 //!    before `wait` makes it return at once, a burst of wakes from several threads ends a
 //!    `wait` and leaves the waker working;
@@ -60,7 +60,7 @@ pub struct Report {
     pub messages: u64,
     /// Of those, how many the barrier handed up (the rest came from `advance`).
     pub during_barrier: u64,
-    /// Whether every node had a [`waker`](Machine::waker), and it kept its promises.
+    /// Whether every node had a [`waker`](crate::Transport::waker), and it kept its promises.
     pub woken: bool,
 }
 
@@ -413,7 +413,7 @@ fn exercise(
 /// Check only the [`Wake`] contract on one node, for a layer whose nodes cannot all run in one
 /// process (MPI: one node per process), on the thread that runs the node (the one whose `wait`
 /// a wake must end). The interconnect must be quiet: no peer sends to this node meanwhile.
-/// `Ok(false)` when the layer has no [`waker`](Machine::waker).
+/// `Ok(false)` when the layer has no [`waker`](crate::Transport::waker).
 ///
 /// # Errors
 /// What broke the contract (a wake lost, a message that arrived), naming the node.

@@ -1,43 +1,61 @@
-//! What a layer provides to take part in a composition: one job over several transports
-//! (shared memory inside a host, the network between hosts; `+machine si+tcp`).
+//! What a launched layer implements: the mechanics of its transport, driven by a launcher
+//! session that owns the life cycle.
 //!
-//! A composite layer owns the launcher's control connection and the node table; each part
-//! moves messages for the peers the composite gives it, and is *driven*: the composite runs
-//! the job's one barrier and tells the launcher the job's one exit, so a part never does
-//! either itself. A part's own [`Machine::barrier`] and [`Machine::exit`] are therefore never
-//! called in a composition; these two methods are what remains of them.
+//! A layer started by a launcher (charmrun, or an MPI launcher for a composite's network part)
+//! does not talk to the launcher itself. The session (`converse-bootstrap`'s `Session`) owns
+//! the boot prologue, the job's barrier, exit, abort and report-mode death handling, once for
+//! every layer; a layer is a [`Part`] that it drives: alone (a plain layer is the one-part
+//! case), or as one transport of a composite (`+machine si+tcp`: shared memory inside a host,
+//! the network between hosts), where each part moves messages for the peers the composite
+//! gives it.
 
-use crate::contract::Machine;
+use crate::contract::Transport;
 use crate::error::MachineError;
+use std::time::Duration;
 
-/// A layer that a composite layer can drive as one of its transports.
+/// How long [`Part::nap`] sleeps by default: the barrier's loop looks at the launcher's
+/// release about this often.
+pub const NAP: Duration = Duration::from_millis(1);
+
+/// A layer's transport as a launcher session drives it (see the module docs).
 ///
-/// Besides this trait, a part's boot comes in two phases that its own plain boot also uses:
+/// Besides this trait, a part's boot comes in two phases (`converse-bootstrap`'s `Open`):
 /// *open* (make the listener, socket or port; give the node-info bytes that say how peers
-/// reach it) and *connect* (given its share of the node table and the composite's control
-/// connection, finish and return the `Machine`). docs/porting.md says more.
-pub trait Part: Machine {
+/// reach it) and *connect* (given its share of the node table, finish and return the part).
+/// docs/porting.md says more.
+pub trait Part: Transport {
+    /// One short sleep of the exit barrier's loop (about [`NAP`]): return when something may
+    /// have arrived or the nap is over. A [`Wake`](crate::Wake) it sees must stay pending, so
+    /// that the next [`wait`](Transport::wait) returns at once. The default waits [`NAP`].
+    ///
+    /// # Errors
+    /// As [`Transport::wait`].
+    fn nap(&mut self) -> Result<(), MachineError> {
+        self.wait(NAP)
+    }
+
     /// The exit barrier starts (`true`) or ended (`false`): a part that changes how it runs
     /// meanwhile does so here (UDP acknowledges at once, so that peers finish their sends).
-    /// The composite then calls [`advance`](Machine::advance) until every node is in.
+    /// The session then calls [`advance`](Transport::advance) and [`nap`](Self::nap) until
+    /// every node is in.
     fn barrier_mode(&mut self, on: bool) {
         let _ = on;
     }
 
     /// Report mode (see the contract's "Report mode"): `node` is out of the job, as the
-    /// composite decided (charmrun reported it, or a part found it dead). Release what is held
-    /// for it (queued output, a message part-way in, its connection or window) and drop what it
-    /// still sends; the composite sends it nothing more. A part that holds nothing per peer
+    /// session decided (the launcher reported it, or a part found it dead). Release what is
+    /// held for it (queued output, a message part-way in, its connection or window) and drop
+    /// what it still sends; nothing more is sent to it. A part that holds nothing per peer
     /// need not override it.
     fn forget(&mut self, node: usize) {
         let _ = node;
     }
 
-    /// Everything [`exit`](Machine::exit) does but telling the launcher: flush what is
+    /// Everything [`exit`](crate::Machine::exit) does but telling the launcher: flush what is
     /// queued for peers (for a bounded time), release the interconnect. Called once, after
-    /// the composite's barrier; no other method is called after it.
+    /// the job's barrier; no other method is called after it.
     ///
     /// # Errors
-    /// As [`Machine::exit`].
+    /// As [`Machine::exit`](crate::Machine::exit).
     fn leave(&mut self) -> Result<(), MachineError>;
 }

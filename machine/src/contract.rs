@@ -8,12 +8,12 @@ use crate::settings::{SettingSpec, Settings};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Ends a node's [`Machine::wait`] from another thread.
+/// Ends a node's [`Transport::wait`] from another thread.
 ///
 /// In SMP mode (several PEs per process) the runtime's communication thread owns the node's
-/// `Machine` and blocks in [`wait`](Machine::wait) when idle; a worker PE that hands it an
+/// `Machine` and blocks in [`wait`](Transport::wait) when idle; a worker PE that hands it an
 /// outgoing message rings this to wake it. A layer provides it through
-/// [`Machine::waker`], typically as an eventfd in the set its `wait` polls, or a flag its wait
+/// [`Transport::waker`], typically as an eventfd in the set its `wait` polls, or a flag its wait
 /// loop checks.
 ///
 /// # Contract
@@ -24,7 +24,7 @@ use std::time::Duration;
 ///   calls it only when the communication thread says it is about to sleep, so its cost (a
 ///   system call, say) is not paid per message.
 pub trait Wake: Send + Sync {
-    /// Make the node's current or next [`wait`](Machine::wait) return promptly.
+    /// Make the node's current or next [`wait`](Transport::wait) return promptly.
     fn wake(&self);
 }
 
@@ -40,9 +40,9 @@ pub trait Wake: Send + Sync {
 /// 1. **Boot**: the layer's [`BootFn`] runs once per process. It learns (or, for the in-process
 ///    layer, creates) the node table and returns one `Machine` per node hosted in this process.
 ///    After boot every node can send to every other node.
-/// 2. **Run**: the runtime calls [`send`](Self::send) for outgoing messages and
-///    [`advance`](Self::advance) from its poll loop; when it has nothing to do it calls
-///    [`wait`](Self::wait).
+/// 2. **Run**: the runtime calls [`send`](Transport::send) for outgoing messages and
+///    [`advance`](Transport::advance) from its poll loop; when it has nothing to do it calls
+///    [`wait`](Transport::wait).
 /// 3. **Exit**: when the job ends, every node calls [`barrier`](Self::barrier) then
 ///    [`exit`](Self::exit). [`abort`](Self::abort) ends the whole job at once from any point.
 ///
@@ -84,7 +84,7 @@ pub trait Wake: Send + Sync {
 /// the setting at boot with [`MachineError::Setting`]. One that can:
 /// - declares a node dead when it learns so — from its launcher (charmrun's `DEAD`) or from
 ///   its own interconnect (a connection reset, a peer silent past its bound) — and then
-///   releases everything it holds for it (queues, windows, buffers: [`queued`](Self::queued)
+///   releases everything it holds for it (queues, windows, buffers: [`queued`](Transport::queued)
 ///   drops to 0), sends it nothing more and hands up nothing more from it. A death it found
 ///   itself it tells its launcher, which ends that node and tells every other node, so all
 ///   survivors agree on who is out;
@@ -100,16 +100,58 @@ pub trait Wake: Send + Sync {
 /// as does a death before boot completes.
 ///
 /// # What the runtime does, so a layer does not
-/// - **Loopback**: the runtime never passes its own node to [`send`](Self::send); it delivers
+/// - **Loopback**: the runtime never passes its own node to [`send`](Transport::send); it delivers
 ///   messages between PEs of one node itself. A layer needs no queue for messages to itself.
 /// - **Holding messages**: a layer never keeps a message it has received for later. What
 ///   arrives during [`barrier`](Self::barrier) goes to the `deliver` callback the runtime
-///   passes, exactly as from [`advance`](Self::advance); the runtime holds it.
+///   passes, exactly as from [`advance`](Transport::advance); the runtime holds it.
 /// - **Scheduling, priorities, collectives, start-up check, exit protocol**: all in the runtime.
 ///
 /// [`check`](crate::check) runs these promises against any layer's boot function inside one
 /// process in a second or so; the whole-job conformance suite (`tests/`) runs real jobs.
-pub trait Machine: Send {
+///
+/// # Two traits
+/// The per-call methods — identity, `send`, `advance`, `wait` and what the runtime asks of a
+/// node's side of the interconnect — are [`Transport`], which every layer implements; this
+/// trait adds the life cycle (`barrier`, `exit`, `abort`). A layer started by a launcher does
+/// not write the life cycle itself: it implements [`Part`](crate::Part) (mechanics only) and
+/// the launcher session (`converse-bootstrap`'s `Session`) makes it a `Machine`, alone or as
+/// one part of a composite. The local and MPI layers, whose life cycle is their own (threads
+/// of one process, `MPI_Barrier`/`MPI_Abort`), implement both traits directly.
+pub trait Machine: Transport {
+    /// Block until every node of the job has called `barrier`. Used at exit; user code gets
+    /// message-driven barriers from the runtime instead. While it waits, the layer must keep its
+    /// interconnect moving — push out what it has queued (a peer may need it to reach the
+    /// barrier), answer peers — and hand every message that arrives to `deliver`, as
+    /// [`advance`](Transport::advance) does (per-sender order, exactly once). The simplest
+    /// correct body calls `self.advance(deliver)` in its wait loop.
+    ///
+    /// # Errors
+    /// [`MachineError::PeerDead`] when a node died before reaching the barrier (a launched layer
+    /// may instead be ended by its launcher, which notices the death first); the errors of
+    /// `advance`.
+    fn barrier(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<(), MachineError>;
+
+    /// Leave the job with `code` as this node's exit code: flush what is still queued for other
+    /// nodes (for a bounded time: the job is over), tell the launcher (if any) the code,
+    /// release the interconnect. No other method is called after it. The runtime calls
+    /// `barrier` before `exit`, so no peer is still sending.
+    ///
+    /// # Errors
+    /// [`MachineError::Io`] when the layer could not shut down cleanly; the process still exits.
+    fn exit(&mut self, code: i32) -> Result<(), MachineError>;
+
+    /// End the whole job now, from any state: print `reason` (once, naming this node), make
+    /// every other node stop (through the launcher or the interconnect), and exit the process
+    /// with a non-zero code.
+    fn abort(&mut self, reason: &str) -> !;
+}
+
+/// The per-call half of the [`Machine`] contract: what moves messages, and what the runtime
+/// asks of a node's side of the interconnect while the job runs. Every layer implements it;
+/// [`Machine`]'s documentation (ordering, buffer ownership, what may block, errors, report
+/// mode) is this trait's contract too.
+pub trait Transport: Send {
     /// The layer's name as `+machine` knows it (`"local"`, `"tcp"`, ...).
     fn layer(&self) -> &'static str;
 
@@ -218,33 +260,6 @@ pub trait Machine: Send {
         std::thread::sleep(timeout.min(Duration::from_micros(200)));
         Ok(())
     }
-
-    /// Block until every node of the job has called `barrier`. Used at exit; user code gets
-    /// message-driven barriers from the runtime instead. While it waits, the layer must keep its
-    /// interconnect moving — push out what it has queued (a peer may need it to reach the
-    /// barrier), answer peers — and hand every message that arrives to `deliver`, as
-    /// [`advance`](Self::advance) does (per-sender order, exactly once). The simplest correct
-    /// body calls `self.advance(deliver)` in its wait loop.
-    ///
-    /// # Errors
-    /// [`MachineError::PeerDead`] when a node died before reaching the barrier (a launched layer
-    /// may instead be ended by its launcher, which notices the death first); the errors of
-    /// `advance`.
-    fn barrier(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<(), MachineError>;
-
-    /// Leave the job with `code` as this node's exit code: flush what is still queued for other
-    /// nodes (for a bounded time: the job is over), tell the launcher (if any) the code,
-    /// release the interconnect. No other method is called after it. The runtime calls
-    /// `barrier` before `exit`, so no peer is still sending.
-    ///
-    /// # Errors
-    /// [`MachineError::Io`] when the layer could not shut down cleanly; the process still exits.
-    fn exit(&mut self, code: i32) -> Result<(), MachineError>;
-
-    /// End the whole job now, from any state: print `reason` (once, naming this node), make
-    /// every other node stop (through the launcher or the interconnect), and exit the process
-    /// with a non-zero code.
-    fn abort(&mut self, reason: &str) -> !;
 }
 
 /// What the runtime tells a layer at boot.

@@ -10,7 +10,7 @@
 //! to the inbox: a wake is a token in that slot (sticky until a `wait` takes it, and a wake
 //! finding the slot full does nothing), never a message.
 
-use crate::contract::{BootConfig, Layer, Machine, Wake};
+use crate::contract::{BootConfig, Layer, Machine, Transport, Wake};
 use crate::error::MachineError;
 use crate::message::Message;
 use crate::node_table::NodeTable;
@@ -123,7 +123,7 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
         .collect())
 }
 
-impl Machine for LocalMachine {
+impl Transport for LocalMachine {
     fn layer(&self) -> &'static str {
         "local"
     }
@@ -189,7 +189,9 @@ impl Machine for LocalMachine {
         }
         Ok(())
     }
+}
 
+impl Machine for LocalMachine {
     fn barrier(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<(), MachineError> {
         // A send here completes into the receiver's channel, so once every node is past the
         // barrier, all they sent before it is in our inbox: hand it up.

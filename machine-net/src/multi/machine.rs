@@ -1,16 +1,12 @@
 //! The composite node: shared memory to the peers on its host, the network layer to the
-//! others, one control connection to charmrun for both.
+//! others; a [`Part`] itself, which the launcher session drives as it drives a plain layer.
 
 use super::plan::{self, Route};
 use super::relay::Relay;
-use charmrun::client::{Control, DeadPeers};
-use converse_machine::{Machine, MachineError, Message, NodeTable, Part, Wake};
+use converse_machine::{MachineError, Message, NodeTable, Part, Transport, Wake};
 use converse_si::layer::SiMachine;
 use std::sync::Arc;
 use std::time::Duration;
-
-/// Longest nap of the barrier's loop between two looks at both transports.
-const NAP: Duration = Duration::from_millis(1);
 
 /// Without a network [`Wake`] to ring from the relay, the longest network wait while
 /// same-host peers may write: their messages wait at most this long.
@@ -35,7 +31,6 @@ struct Sent {
 
 /// One node of a composite job.
 pub struct MultiMachine<N: Part> {
-    name: &'static str,
     net_name: &'static str,
     me: usize,
     /// The job's table as charmrun sent it (each node's composite info).
@@ -52,19 +47,13 @@ pub struct MultiMachine<N: Part> {
     since_net: u32,
     stats: bool,
     relay: Option<Relay>,
-    ctl: Arc<Control>,
-    /// Peers out of the job, in report mode: decided here for both parts (see
-    /// [`MultiMachine::report_deaths`]).
-    dead: DeadPeers,
-    /// In the exit barrier or after.
-    leaving: bool,
 }
 
 // By hand: the parts' working state has no useful text form.
 impl<N: Part> std::fmt::Debug for MultiMachine<N> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MultiMachine")
-            .field("layer", &self.name)
+            .field("net", &self.net_name)
             .field("node", &self.me)
             .finish_non_exhaustive()
     }
@@ -72,16 +61,12 @@ impl<N: Part> std::fmt::Debug for MultiMachine<N> {
 
 impl<N: Part> MultiMachine<N> {
     /// A node over `si` and `net`, reaching each node as `route` says.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn new(
-        name: &'static str,
-        net_name: &'static str,
         table: NodeTable,
         route: Vec<Route>,
         si: SiMachine,
         net: N,
         stats: bool,
-        ctl: Arc<Control>,
     ) -> Result<MultiMachine<N>, MachineError> {
         let (shm_peers, net_peers) = plan::peers(&route);
         // One blocking wait for both: the network layer's, with the relay ringing it for the
@@ -97,8 +82,7 @@ impl<N: Part> MultiMachine<N> {
             _ => None,
         };
         Ok(MultiMachine {
-            name,
-            net_name,
+            net_name: net.layer(),
             me: si.my_node(),
             table,
             route,
@@ -110,48 +94,7 @@ impl<N: Part> MultiMachine<N> {
             since_net: 0,
             stats,
             relay,
-            ctl,
-            dead: DeadPeers::default(),
-            leaving: false,
         })
-    }
-
-    /// Report mode (`faults=report`): a peer's death, whichever part finds it or charmrun
-    /// reports, is reported to the runtime once, as [`MachineError::PeerDead`], and the part
-    /// that reaches the peer forgets it ([`Part::forget`]); charmrun is asked to tell every
-    /// node of every death, and told of those a part finds.
-    ///
-    /// # Errors
-    /// [`MachineError::Io`] when charmrun cannot be told.
-    pub fn report_deaths(&mut self) -> Result<(), MachineError> {
-        // The wait `wait` blocks in: a part's (both, when both have peers, end through it).
-        let Some(waker) = self.waker() else {
-            return Err(MachineError::Boot(
-                "report mode needs a layer whose wait can be ended".into(),
-            ));
-        };
-        self.dead = DeadPeers::start(&self.ctl, self.table.num_nodes(), waker)?;
-        Ok(())
-    }
-
-    /// Report mode: the part that reaches `node` forgets it.
-    fn forget(&mut self, node: usize) {
-        match self.route.get(node) {
-            Some(Route::Shm) => self.si.forget(node),
-            Some(Route::Net) => self.net.forget(node),
-            _ => {}
-        }
-    }
-
-    /// Report mode: a peer's death a part found in `r` is reported (charmrun told, the
-    /// peer released); every other error stays what it is.
-    fn judge<T>(&mut self, r: Result<T, MachineError>) -> Result<T, MachineError> {
-        if let Err(e) = &r {
-            if let Some(node) = self.dead.judge(&self.ctl, self.leaving, e) {
-                self.forget(node);
-            }
-        }
-        r
     }
 
     fn invalid(&self, node: usize) -> MachineError {
@@ -194,18 +137,19 @@ impl<N: Part> MultiMachine<N> {
             )
         };
         format!(
-            "converse stats: node {} ({}) sent {}; {}",
+            "converse stats: node {} (si+{}) sent {}; {}",
             self.me,
-            self.name,
+            self.net_name,
             part("si", self.shm_peers, self.sent[0]),
             part(self.net_name, self.net_peers, self.sent[1])
         )
     }
 }
 
-impl<N: Part> Machine for MultiMachine<N> {
+impl<N: Part> Transport for MultiMachine<N> {
+    /// The network part's: the launcher session names the composite.
     fn layer(&self) -> &'static str {
-        self.name
+        self.net_name
     }
 
     fn my_node(&self) -> usize {
@@ -219,8 +163,7 @@ impl<N: Part> Machine for MultiMachine<N> {
     #[inline]
     fn send(&mut self, node: usize, msg: Message) -> Result<(), MachineError> {
         let bytes = msg.wire_len() as u64;
-        self.dead.check(&self.table, node)?;
-        let r = match self.route.get(node) {
+        match self.route.get(node) {
             Some(Route::Shm) => {
                 self.sent[0].messages += 1;
                 self.sent[0].bytes += bytes;
@@ -232,12 +175,7 @@ impl<N: Part> Machine for MultiMachine<N> {
                 self.net.send(node, msg)
             }
             _ => Err(self.invalid(node)),
-        };
-        // Off report mode, and on success, one untaken branch.
-        if r.is_err() {
-            return self.judge(r);
         }
-        r
     }
 
     #[inline]
@@ -282,12 +220,7 @@ impl<N: Part> Machine for MultiMachine<N> {
     }
 
     fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
-        if let Some((node, why)) = self.dead.from_launcher(&self.ctl) {
-            self.forget(node);
-            return Err(MachineError::peer_dead(&self.table, node, why));
-        }
-        let r = self.advance_both(deliver);
-        self.judge(r)
+        self.advance_both(deliver)
     }
 
     fn wait(&mut self, timeout: Duration) -> Result<(), MachineError> {
@@ -329,40 +262,33 @@ impl<N: Part> Machine for MultiMachine<N> {
         self.since_net = 0;
         r
     }
+}
 
-    fn barrier(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<(), MachineError> {
-        // The job's one barrier, both parts kept moving: what either still holds may be what
-        // a peer needs to reach it.
-        self.si.barrier_mode(true);
-        self.net.barrier_mode(true);
-        let ctl = Arc::clone(&self.ctl);
-        self.leaving = true;
-        let r = ctl.barrier_while(|| {
-            let r = self.advance(deliver);
-            self.dead.in_barrier(r)?;
-            self.wait(NAP)
-        });
-        self.si.barrier_mode(false);
-        self.net.barrier_mode(false);
-        r
+impl<N: Part> Part for MultiMachine<N> {
+    fn barrier_mode(&mut self, on: bool) {
+        self.si.barrier_mode(on);
+        self.net.barrier_mode(on);
     }
 
-    fn exit(&mut self, code: i32) -> Result<(), MachineError> {
+    /// The part that reaches `node` forgets it.
+    fn forget(&mut self, node: usize) {
+        match self.route.get(node) {
+            Some(Route::Shm) => self.si.forget(node),
+            Some(Route::Net) => self.net.forget(node),
+            _ => {}
+        }
+    }
+
+    fn leave(&mut self) -> Result<(), MachineError> {
         if let Some(mut r) = self.relay.take() {
             r.stop();
         }
         let shm = self.si.leave();
         let net = self.net.leave();
         if self.stats {
-            eprintln!("{}", self.stats_line());
+            converse_machine::input::error_line(&self.stats_line());
         }
-        // The launcher hears the exit whatever a part said: the job is over either way.
-        let told = self.ctl.ending(code);
-        shm.and(net).and(told)
-    }
-
-    fn abort(&mut self, reason: &str) -> ! {
-        self.ctl.abort(reason)
+        shm.and(net)
     }
 }
 

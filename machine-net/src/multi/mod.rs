@@ -1,20 +1,20 @@
 //! One job over two transports: shared memory (the SI layer) between nodes on the same host,
 //! a network layer (TCP or UDP) between hosts. `+machine si+tcp`, `+machine si+udp`.
 //!
-//! Written once over the existing layers, each of which boots in two phases that its own
-//! plain boot uses too (see [`converse_machine::Part`]):
+//! Written once over the existing layers, as one more two-phase boot ([`Both`], an [`Open`])
+//! over theirs, which the launcher session runs like any layer's:
 //!
-//! 1. connect to charmrun once; *open* both parts (the SI port, the network listener or
-//!    socket); send one HELLO whose info holds this node's host identity (`host.rs`) and both
-//!    parts' info (`plan.rs`);
+//! 1. *open* both parts (the SI port, the network listener or socket); this node's info for
+//!    the one exchange holds its host identity (`host.rs`) and both parts' info (`plan.rs`);
 //! 2. from the node table, pick each peer's transport: shared memory when both identities are
 //!    known and equal, else the network. The rule is symmetric, so each pair uses one
 //!    transport for the whole job, and the `Machine` contract (FIFO per pair, exactly once)
 //!    holds because each part keeps it;
 //! 3. *connect* both parts, each with its share of the table (the SI part gets only same-host
-//!    peers' ports, and so never refuses a job that spans hosts) and the one control
-//!    connection. The composite alone runs the job's barrier and tells charmrun its exit; the
-//!    parts are driven ([`Part::barrier_mode`], [`Part::leave`]).
+//!    peers' ports, and so never refuses a job that spans hosts). The result is a [`Part`](converse_machine::Part)
+//!    ([`MultiMachine`]): the session runs the job's one barrier, exit, abort and report-mode
+//!    deaths for it, exactly as for a plain layer, and the composite drives its parts
+//!    (`barrier_mode`, `nap`, `forget`, `leave` of [`Part`](converse_machine::Part)).
 //!
 //! An idle node blocks once for both (`relay.rs`: a thread asleep on the SI doorbell rings
 //! the network layer's `Wake`). `+set stats=true` prints, per node at exit, the messages and
@@ -27,11 +27,12 @@ mod relay;
 
 pub use machine::MultiMachine;
 
-use charmrun::client::{Control, LaunchEnv};
-use converse_machine::{BootConfig, Layer, Machine, MachineError, NodeTable, Part, SettingSpec};
+use converse_bootstrap::client::LaunchEnv;
+use converse_bootstrap::session::{self, Open};
+use converse_bootstrap::Bootstrap;
+use converse_machine::{BootConfig, Layer, Machine, MachineError, NodeTable, SettingSpec};
 use converse_si::layer::SiOpen;
 use std::path::Path;
-use std::sync::Arc;
 
 /// The settings the composite layers read.
 const SETTINGS: &[SettingSpec] = &[SettingSpec {
@@ -68,121 +69,72 @@ fn check_settings(s: &converse_machine::Settings) -> Result<(), MachineError> {
     s.get_or("stats", false).map(|_: bool| ())
 }
 
-/// The network part of a composite: a layer's first boot phase, as the composite drives it.
-pub trait NetOpen: Sized {
-    /// The layer's machine.
-    type Machine: Part + 'static;
-    /// The layer's name.
-    const NAME: &'static str;
-    /// Open the listener or socket (the layer's settings from `cfg`).
-    ///
-    /// # Errors
-    /// The layer's.
-    fn open(cfg: &BootConfig, env: &LaunchEnv, ctl: &Control) -> Result<Self, MachineError>;
-    /// This node's info for the node table.
-    fn info(&self) -> Vec<u8>;
-    /// Finish booting with `table` (the network info of every node) and the composite's
-    /// control connection.
-    ///
-    /// # Errors
-    /// The layer's.
-    fn connect(
-        self,
-        env: &LaunchEnv,
-        table: NodeTable,
-        ctl: Arc<Control>,
-    ) -> Result<Self::Machine, MachineError>;
-}
-
-#[cfg(feature = "tcp")]
-impl NetOpen for crate::tcp::TcpOpen {
-    type Machine = crate::tcp::TcpMachine;
-    const NAME: &'static str = "tcp";
-    fn open(_: &BootConfig, _: &LaunchEnv, ctl: &Control) -> Result<Self, MachineError> {
-        crate::tcp::TcpOpen::open(ctl)
-    }
-    fn info(&self) -> Vec<u8> {
-        crate::tcp::TcpOpen::info(self)
-    }
-    fn connect(
-        self,
-        env: &LaunchEnv,
-        table: NodeTable,
-        ctl: Arc<Control>,
-    ) -> Result<Self::Machine, MachineError> {
-        crate::tcp::TcpOpen::connect(self, env, table, ctl)
-    }
-}
-
-#[cfg(feature = "udp")]
-impl NetOpen for crate::udp::layer::UdpOpen {
-    type Machine = crate::udp::layer::UdpMachine;
-    const NAME: &'static str = "udp";
-    fn open(cfg: &BootConfig, env: &LaunchEnv, ctl: &Control) -> Result<Self, MachineError> {
-        let conf = crate::udp::config::Config::from_settings(&cfg.settings)?;
-        crate::udp::layer::UdpOpen::open(conf, env, ctl)
-    }
-    fn info(&self) -> Vec<u8> {
-        crate::udp::layer::UdpOpen::info(self)
-    }
-    fn connect(
-        self,
-        env: &LaunchEnv,
-        table: NodeTable,
-        ctl: Arc<Control>,
-    ) -> Result<Self::Machine, MachineError> {
-        crate::udp::layer::UdpOpen::connect(self, env, table, ctl)
-    }
-}
-
 #[cfg(feature = "tcp")]
 fn boot_si_tcp(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
-    boot::<crate::tcp::TcpOpen>(SI_TCP.name, cfg)
+    session::boot::<Both<crate::tcp::TcpOpen>>(SI_TCP.name, cfg)
 }
 
 #[cfg(feature = "udp")]
 fn boot_si_udp(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
-    boot::<crate::udp::layer::UdpOpen>(SI_UDP.name, cfg)
+    session::boot::<Both<crate::udp::layer::UdpOpen>>(SI_UDP.name, cfg)
 }
 
-/// Boot a composite of the SI layer and the network layer `O`.
-///
-/// # Errors
-/// Either part's boot errors; [`MachineError::Boot`] for a table that is not a composite's.
-pub fn boot<O: NetOpen>(
-    name: &'static str,
-    cfg: &BootConfig,
-) -> Result<Vec<Box<dyn Machine>>, MachineError> {
-    let env = LaunchEnv::for_boot(cfg)?;
-    let stats: bool = cfg.settings.get_or("stats", false)?;
-    let report = cfg.settings.reports_deaths()?;
-    let mut ctl = Control::connect(&env)?;
-    let shm = SiOpen::open(cfg, &env)?;
-    let net = O::open(cfg, &env, &ctl)?;
-    let port = env.shm_path("");
-    let shm_dir = Path::new(&port).parent().unwrap_or(Path::new("/dev/shm"));
-    let me = host::identity(shm_dir);
-    let info = plan::encode(me.as_deref(), &shm.info(), &net.info());
-    let table = ctl.join(&env, info)?;
-    crate::mesh::check_pes(&table, cfg.pes_per_node)?;
-    let infos = plan::decode_all(&table)?;
-    let route = plan::routes(&infos, env.node);
-    tracing::debug!(target: "multi", ?route, "routes to the peers");
-    let shm_table = plan::part_table(&table, &infos, |n, i| match route[n] {
-        plan::Route::Net => Vec::new(),
-        _ => i.shm.to_vec(),
-    })?;
-    let net_table = plan::part_table(&table, &infos, |_, i| i.net.to_vec())?;
-    drop(infos);
-    let ctl = Arc::new(ctl);
-    // Every node connects its SI part, which meets all of them in one barrier.
-    let si = shm.connect(shm_table, Arc::clone(&ctl))?;
-    let net = net.connect(&env, net_table, Arc::clone(&ctl))?;
-    let mut m = MultiMachine::new(name, O::NAME, table, route, si, net, stats, ctl)?;
-    if report {
-        m.report_deaths()?;
+/// A composite of the SI layer and the network layer `N` between the two phases of its boot:
+/// both parts are open.
+#[derive(Debug)]
+pub struct Both<N> {
+    shm: SiOpen,
+    net: N,
+    /// This host's identity (`host.rs`): nodes that share it talk through shared memory.
+    me: Option<String>,
+    stats: bool,
+}
+
+impl<N: Open> Open for Both<N> {
+    type Part = MultiMachine<N::Part>;
+
+    fn open(
+        cfg: &BootConfig,
+        env: &LaunchEnv,
+        launcher: &dyn Bootstrap,
+    ) -> Result<Self, MachineError> {
+        let stats: bool = cfg.settings.get_or("stats", false)?;
+        let shm = SiOpen::open(cfg, env, launcher)?;
+        let net = N::open(cfg, env, launcher)?;
+        let port = env.shm_path("");
+        let shm_dir = Path::new(&port).parent().unwrap_or(Path::new("/dev/shm"));
+        Ok(Both {
+            shm,
+            net,
+            me: host::identity(shm_dir),
+            stats,
+        })
     }
-    Ok(vec![Box::new(m)])
+
+    fn info(&self) -> Vec<u8> {
+        plan::encode(self.me.as_deref(), &self.shm.info(), &self.net.info())
+    }
+
+    /// Every node connects its SI part, which meets all of them in one barrier.
+    fn connect(
+        self,
+        env: &LaunchEnv,
+        table: NodeTable,
+        launcher: &dyn Bootstrap,
+    ) -> Result<Self::Part, MachineError> {
+        let infos = plan::decode_all(&table)?;
+        let route = plan::routes(&infos, env.node);
+        tracing::debug!(target: "multi", ?route, "routes to the peers");
+        let shm_table = plan::part_table(&table, &infos, |n, i| match route[n] {
+            plan::Route::Net => Vec::new(),
+            _ => i.shm.to_vec(),
+        })?;
+        let net_table = plan::part_table(&table, &infos, |_, i| i.net.to_vec())?;
+        drop(infos);
+        let si = self.shm.connect(env, shm_table, launcher)?;
+        let net = self.net.connect(env, net_table, launcher)?;
+        MultiMachine::new(table, route, si, net, self.stats)
+    }
 }
 
 /// For the start-up banner: the transports node `node` of a composite job uses and how many

@@ -17,9 +17,12 @@ use super::socket::{Arrived, Socket, RECV_BATCH};
 use super::wire;
 use crate::mesh;
 use crate::wake::WakeFd;
-use charmrun::client::{Control, DeadPeers, LaunchEnv};
+use converse_bootstrap::client::LaunchEnv;
+use converse_bootstrap::session::{self, Open};
+use converse_bootstrap::Bootstrap;
 use converse_machine::{
-    BootConfig, Layer, Machine, MachineError, Message, NodeTable, Part, SettingSpec, Wake,
+    BootConfig, Layer, Machine, MachineError, Message, NodeTable, Part, SettingSpec, Transport,
+    Wake,
 };
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -105,13 +108,8 @@ pub struct UdpMachine {
     stats: bool,
     /// Polls in a row that found nothing (see `CLOCK_EVERY`).
     empty_polls: u32,
-    ctl: Arc<Control>,
     /// Polled with the socket when idle: other threads ring it to end `wait`.
     wake: WakeFd,
-    /// Peers out of the job, in report mode (see [`UdpMachine::report_deaths`]).
-    dead: DeadPeers,
-    /// In the exit barrier or after.
-    leaving: bool,
 }
 
 // By hand: the fields are the layer's working state (sockets, queues, buffers); the node
@@ -130,22 +128,11 @@ impl std::fmt::Debug for UdpMachine {
 /// [`MachineError::Boot`] when not started by charmrun or when start-up fails;
 /// [`MachineError::Setting`] for a bad `udp.*` setting.
 pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
-    let env = LaunchEnv::for_boot(cfg)?;
-    let conf = Config::from_settings(&cfg.settings)?;
-    let mut ctl = Control::connect(&env)?;
-    let report = cfg.settings.reports_deaths()?;
-    let open = UdpOpen::open(conf, &env, &ctl)?;
-    let table = ctl.join(&env, open.info())?;
-    mesh::check_pes(&table, cfg.pes_per_node)?;
-    let mut m = open.connect(&env, table, Arc::new(ctl))?;
-    if report {
-        m.report_deaths()?;
-    }
-    Ok(vec![Box::new(m)])
+    session::boot::<UdpOpen>(LAYER.name, cfg)
 }
 
-/// A UDP node between the two phases of its boot (see [`converse_machine::Part`]): its
-/// socket is bound, and [`info`](Self::info) says where peers reach it.
+/// A UDP node between the two phases of its boot ([`Open`]): its socket is bound, and
+/// [`info`](Open::info) says where peers reach it.
 pub struct UdpOpen {
     conf: Config,
     sock: Socket,
@@ -165,21 +152,25 @@ impl std::fmt::Debug for UdpOpen {
     }
 }
 
-impl UdpOpen {
-    /// Bind the node's socket on the address that routes to charmrun, with `conf` (the
-    /// `udp.*` settings, [`Config::from_settings`]).
-    ///
-    /// # Errors
-    /// [`MachineError::Boot`] for a job of more nodes than the protocol numbers;
-    /// [`MachineError::Io`] when the socket cannot be set up.
-    pub fn open(conf: Config, env: &LaunchEnv, ctl: &Control) -> Result<UdpOpen, MachineError> {
+impl Open for UdpOpen {
+    type Part = UdpMachine;
+
+    /// Bind the node's socket on the address that routes to the launcher, with the `udp.*`
+    /// settings ([`Config::from_settings`]). A job of more nodes than the protocol numbers
+    /// is refused ([`MachineError::Boot`]).
+    fn open(
+        cfg: &BootConfig,
+        env: &LaunchEnv,
+        launcher: &dyn Bootstrap,
+    ) -> Result<UdpOpen, MachineError> {
+        let conf = Config::from_settings(&cfg.settings)?;
         if env.num_nodes > usize::from(u16::MAX) {
             return Err(MachineError::Boot(format!(
                 "the udp layer numbers nodes in 16 bits; {} nodes are too many",
                 env.num_nodes
             )));
         }
-        let sock = Socket::bind(ctl.local_ip(), conf.mtu)
+        let sock = Socket::bind(launcher.local_ip(), conf.mtu)
             .map_err(|e| MachineError::io("opening the node's UDP socket", e))?;
         let rcvbuf = sock
             .set_buffers(conf.sockbuf)
@@ -207,23 +198,18 @@ impl UdpOpen {
 
     /// This node's info for the node table: the socket's address, and the port its send
     /// sockets send from if it has them (`IP:PORT` or `IP:PORT/PORT`).
-    pub fn info(&self) -> Vec<u8> {
+    fn info(&self) -> Vec<u8> {
         match &self.senders {
             Some(s) => format!("{}/{}", self.addr, s.local_addr().port()).into_bytes(),
             None => mesh::encode_addr(self.addr),
         }
     }
 
-    /// Finish booting with the node table (every node's `addr` what its
-    /// [`info`](Self::info) gave) and the job's control connection.
-    ///
-    /// # Errors
-    /// [`MachineError::Boot`] for a malformed table; [`MachineError::Io`] from the socket.
-    pub fn connect(
+    fn connect(
         self,
         env: &LaunchEnv,
         table: NodeTable,
-        ctl: Arc<Control>,
+        _: &dyn Bootstrap,
     ) -> Result<UdpMachine, MachineError> {
         let UdpOpen {
             conf,
@@ -282,10 +268,7 @@ impl UdpOpen {
             ep,
             stats,
             empty_polls: 0,
-            ctl,
             wake,
-            dead: DeadPeers::default(),
-            leaving: false,
         })
     }
 }
@@ -318,43 +301,6 @@ fn decode_info(
 }
 
 impl UdpMachine {
-    /// Report mode (`faults=report`): a peer's death is reported to the runtime, once, as
-    /// [`MachineError::PeerDead`], rather than ending the job; charmrun is asked to tell
-    /// every node of every death, and told of those this node finds (a peer silent for
-    /// `udp.dead_after_s` with data outstanding).
-    ///
-    /// # Errors
-    /// [`MachineError::Io`] when charmrun cannot be told.
-    pub fn report_deaths(&mut self) -> Result<(), MachineError> {
-        self.dead = DeadPeers::start(&self.ctl, self.table.num_nodes(), self.wake.waker())?;
-        Ok(())
-    }
-
-    /// A failure of the protocol as the caller sees it: in report mode a peer's death (its
-    /// farewell mid-job, or its silence with data outstanding) is its report, charmrun is
-    /// told and the peer forgotten; every other failure stays what it is.
-    fn judge(&mut self, f: Failure) -> MachineError {
-        let e = match f {
-            Failure::Silent {
-                node,
-                secs,
-                unacked,
-            } if self.dead.reporting() => MachineError::peer_dead(
-                &self.table,
-                node,
-                format!(
-                    "it sent nothing for {secs:.1} s with {unacked} packet(s) unacknowledged \
-                     (udp.dead_after_s)"
-                ),
-            ),
-            f => self.failure(f),
-        };
-        if let Some(node) = self.dead.judge(&self.ctl, self.leaving, &e) {
-            self.forget(node);
-        }
-        e
-    }
-
     fn failure(&self, f: Failure) -> MachineError {
         tracing::debug!(target: "udp", "the protocol failed: {f}");
         match f {
@@ -481,7 +427,7 @@ impl UdpMachine {
     }
 }
 
-impl Machine for UdpMachine {
+impl Transport for UdpMachine {
     fn layer(&self) -> &'static str {
         LAYER.name
     }
@@ -501,10 +447,9 @@ impl Machine for UdpMachine {
                 nodes: self.table.num_nodes(),
             });
         }
-        self.dead.check(&self.table, node)?;
         // The clock stamps the packets for RTT samples and the retransmission timer.
         let r = self.ep.send(node, msg, Instant::now(), &mut self.sock);
-        r.map_err(|f| self.judge(f))
+        r.map_err(|f| self.failure(f))
     }
 
     fn queued(&self, node: usize) -> usize {
@@ -522,11 +467,7 @@ impl Machine for UdpMachine {
     }
 
     fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
-        if let Some((node, why)) = self.dead.from_launcher(&self.ctl) {
-            self.forget(node);
-            return Err(MachineError::peer_dead(&self.table, node, why));
-        }
-        self.progress(deliver).map_err(|f| self.judge(f))
+        self.progress(deliver).map_err(|f| self.failure(f))
     }
 
     fn waker(&self) -> Option<Arc<dyn Wake>> {
@@ -561,33 +502,13 @@ impl Machine for UdpMachine {
         self.wake.take();
         r
     }
-
-    fn barrier(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<(), MachineError> {
-        // Keep the protocol moving while others catch up: our retransmissions and our
-        // acknowledgements may be what a peer needs to reach the barrier.
-        self.barrier_mode(true);
-        self.leaving = true;
-        let ctl = Arc::clone(&self.ctl);
-        let r = ctl.barrier_while(|| {
-            let r = self.advance(deliver);
-            self.dead.in_barrier(r)?;
-            self.pause(NAP)
-        });
-        self.barrier_mode(false);
-        r
-    }
-
-    fn exit(&mut self, code: i32) -> Result<(), MachineError> {
-        self.leave()?;
-        self.ctl.ending(code)
-    }
-
-    fn abort(&mut self, reason: &str) -> ! {
-        self.ctl.abort(reason)
-    }
 }
 
 impl Part for UdpMachine {
+    fn nap(&mut self) -> Result<(), MachineError> {
+        self.pause(NAP)
+    }
+
     fn forget(&mut self, node: usize) {
         tracing::debug!(target: "udp", peer = node, "peer out of the job");
         self.ep.forget(node);

@@ -6,7 +6,9 @@ use super::{SiMachine, COOP_FROM, PIECE, SPARES};
 use crate::interconnect::Si;
 use crate::pull::PullError;
 use crate::wake::SiWaker;
-use charmrun::client::{Control, DeadPeers, LaunchEnv};
+use converse_bootstrap::client::LaunchEnv;
+use converse_bootstrap::session::{self, Open};
+use converse_bootstrap::Bootstrap;
 use converse_machine::{BootConfig, Machine, MachineError, NodeTable, Settings};
 use std::collections::VecDeque;
 use std::path::Path;
@@ -95,42 +97,17 @@ fn note_no_single_copy(e: &PullError) {
 /// [`MachineError::Boot`] when not started by charmrun, when the job spans hosts, or when
 /// shared memory cannot be set up.
 pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
-    let env = LaunchEnv::for_boot(cfg)?;
-    let mut ctl = Control::connect(&env)?;
-    let open = SiOpen::open(cfg, &env)?;
-    let table = ctl.join(&env, open.info())?;
-    let me = env.node;
-    let my_host = table.node(me).map(|n| n.host.clone()).unwrap_or_default();
-    let others: Vec<&str> = table
-        .nodes()
-        .iter()
-        .map(|n| n.host.as_str())
-        .filter(|h| *h != my_host)
-        .collect();
-    if !others.is_empty() {
-        open.si.close();
-        return Err(MachineError::Boot(format!(
-            "the si layer is shared memory on one host, but this job spans hosts ({my_host}, {}); \
-             use the tcp layer across hosts, or si+tcp for shared memory inside each host",
-            others.join(", ")
-        )));
-    }
-    let report = cfg.settings.reports_deaths()?;
-    let mut m = open.connect(table, Arc::new(ctl))?;
-    if report {
-        m.report_deaths()?;
-    }
-    Ok(vec![Box::new(m)])
+    session::boot::<SiOpen>(super::LAYER.name, cfg)
 }
 
-/// An SI node between the two phases of its boot (see [`converse_machine::Part`]): its port
-/// exists, and [`info`](Self::info) names it.
+/// An SI node between the two phases of its boot ([`Open`]): its port exists, and
+/// [`info`](Open::info) names it.
 pub struct SiOpen {
     me: usize,
     si: Si,
     path: String,
     /// Removes the port file if boot ends before every node has mapped it.
-    port_file: charmrun::cleanup::RemoveOnExit,
+    port_file: converse_bootstrap::cleanup::RemoveOnExit,
     lend_from: Option<usize>,
     coop: bool,
 }
@@ -144,13 +121,11 @@ impl std::fmt::Debug for SiOpen {
     }
 }
 
-impl SiOpen {
+impl Open for SiOpen {
+    type Part = SiMachine;
+
     /// `si_init`, `si_open`: create this node's port (its `si.*` settings from `cfg`).
-    ///
-    /// # Errors
-    /// [`MachineError::Setting`] for a bad `si.*` setting; [`MachineError::Io`] when the port
-    /// cannot be made.
-    pub fn open(cfg: &BootConfig, env: &LaunchEnv) -> Result<SiOpen, MachineError> {
+    fn open(cfg: &BootConfig, env: &LaunchEnv, _: &dyn Bootstrap) -> Result<SiOpen, MachineError> {
         let SiSettings {
             ring,
             lend_from,
@@ -164,7 +139,7 @@ impl SiOpen {
         tracing::debug!(target: "si", port = %path, ring, "port open");
         // Until every node has mapped it: removed on any error return (the guard's drop),
         // and by the control watchdog if charmrun goes away meanwhile (it ends the process).
-        let port_file = charmrun::cleanup::remove_on_exit(&path);
+        let port_file = converse_bootstrap::cleanup::remove_on_exit(&path);
         Ok(SiOpen {
             me: env.node,
             si,
@@ -176,18 +151,22 @@ impl SiOpen {
     }
 
     /// This node's info for the node table: the port's name.
-    pub fn info(&self) -> Vec<u8> {
+    fn info(&self) -> Vec<u8> {
         self.path.clone().into_bytes()
     }
 
     /// Attach the port of every node whose `addr` in `table` is not empty (a composite
     /// leaves it empty for nodes it reaches another way), probe whom we can pull from, meet
-    /// every node of the job in a barrier of `ctl` (all of them call this, whatever they
-    /// attach), then remove our port's name.
-    ///
-    /// # Errors
-    /// [`MachineError::Boot`]/[`MachineError::Io`] when a port cannot be attached.
-    pub fn connect(self, table: NodeTable, ctl: Arc<Control>) -> Result<SiMachine, MachineError> {
+    /// every node of the job in a barrier of the launcher's (all of them call this, whatever
+    /// they attach), then remove our port's name. A node to attach on another host is refused
+    /// ([`MachineError::Boot`]): shared memory is one host's.
+    fn connect(
+        self,
+        _: &LaunchEnv,
+        table: NodeTable,
+        launcher: &dyn Bootstrap,
+    ) -> Result<SiMachine, MachineError> {
+        one_host(&table, self.me)?;
         let SiOpen {
             me,
             mut si,
@@ -228,7 +207,7 @@ impl SiOpen {
         }
         // Every node has attached every port and said whom it can pull from: the names are
         // no longer needed, and the pull permissions can be read.
-        ctl.barrier()?;
+        launcher.barrier()?;
         si.close();
         drop(port_file);
         let lend_from = (0..n)
@@ -253,7 +232,6 @@ impl SiOpen {
             me,
             table,
             si,
-            ctl,
             chunk,
             lend_from,
             coop,
@@ -266,8 +244,30 @@ impl SiOpen {
             incoming: (0..n).map(|_| None).collect(),
             spares: Vec::with_capacity(SPARES),
             waker: Arc::new(SiWaker::new(bell)),
-            dead: DeadPeers::default(),
-            leaving: false,
         })
     }
+}
+
+/// Refuse a table whose nodes to attach (those with an SI port in it) are not all on `me`'s
+/// host: the plain SI layer started across hosts. A composite gives its SI part only the
+/// peers of its own host.
+///
+/// # Errors
+/// [`MachineError::Boot`] naming the hosts.
+fn one_host(table: &NodeTable, me: usize) -> Result<(), MachineError> {
+    let my_host = table.node(me).map(|n| n.host.clone()).unwrap_or_default();
+    let others: Vec<&str> = table
+        .nodes()
+        .iter()
+        .filter(|n| !n.addr.is_empty() && n.host != my_host)
+        .map(|n| n.host.as_str())
+        .collect();
+    if others.is_empty() {
+        return Ok(());
+    }
+    Err(MachineError::Boot(format!(
+        "the si layer is shared memory on one host, but this job spans hosts ({my_host}, {}); \
+         use the tcp layer across hosts, or si+tcp for shared memory inside each host",
+        others.join(", ")
+    )))
 }

@@ -45,9 +45,12 @@
 //! drives the PE with [`Pe::run_until`](converse::Pe::run_until) and
 //! [`Pe::progress`](converse::Pe::progress), nothing private to the runtime.
 
+mod backend;
 mod builtin;
 pub mod codec;
 pub mod communicator;
+/// The front-end's embedded launcher: with the `launcher` feature (on by default).
+#[cfg(feature = "launcher")]
 pub mod create;
 pub mod dynfilter;
 pub mod error;
@@ -68,9 +71,11 @@ pub mod topology;
 pub mod topology_file;
 pub mod value;
 
+pub use backend::{run_backend, run_backend_with};
 pub use codec::{Element, FromElement, Large, Pack, Unpack};
 pub use communicator::Communicator;
-pub use create::{create_network_fe, create_network_fe_with, run_backend, run_backend_with};
+#[cfg(feature = "launcher")]
+pub use create::{create_network_fe, create_network_fe_with};
 pub use error::{TbonError, FIRST_APPLICATION_TAG};
 pub use events::{CallbackId, Event, EventClass, EventKind};
 pub use filter::{

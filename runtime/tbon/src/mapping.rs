@@ -30,7 +30,7 @@ pub fn is_this_machine(host: &str) -> bool {
     if host == "localhost" || host.starts_with("127.") || host == "::1" {
         return true;
     }
-    let me = charmrun::client::hostname();
+    let me = converse_bootstrap::client::hostname();
     host == me || me.split('.').next() == Some(host) || host.split('.').next() == Some(&me)
 }
 
@@ -172,7 +172,7 @@ mod tests {
     #[test]
     fn localhost_matches_this_machine_under_any_name() {
         let t = generate(&TreeSpec::Generic(vec![2, 2]), &Placement::default()).expect("tree");
-        let me = charmrun::client::hostname();
+        let me = converse_bootstrap::client::hostname();
         let hosts: Vec<&str> = vec![me.as_str(); 8];
         let pes = map_to_pes(&t, &hosts, MapPolicy::ByHost).expect("fits");
         assert_eq!(pes, (0..7).collect::<Vec<_>>());

@@ -17,6 +17,7 @@ mod perf;
 mod recovery;
 mod streams;
 
+#[cfg(feature = "launcher")]
 pub(crate) use attach::recovery_from_env;
 pub use attach::{attach, Options};
 

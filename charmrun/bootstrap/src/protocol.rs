@@ -13,8 +13,8 @@
 //! | `ABORT` | node → charmrun | UTF-8 reason | end the job now |
 //! | `DIE` | charmrun → node | UTF-8 reason | the job is over: exit at once |
 //! | `HEARTBEAT` | node → charmrun | empty | I still answer (every [`HEARTBEAT_INTERVAL`], from the node's watchdog, not its PEs) |
-//! | `AGENT` | agent → charmrun | [`AgentHello`](crate::agent::wire::AgentHello) | I am agent `a` of this job, on this host |
-//! | `PLAN` | charmrun → agent | [`Plan`](crate::agent::wire::Plan) | start these nodes here |
+//! | `AGENT` | agent → charmrun | charmrun's `agent::wire::AgentHello` | I am agent `a` of this job, on this host |
+//! | `PLAN` | charmrun → agent | charmrun's `agent::wire::Plan` | start these nodes here |
 //! | `RELAY` | both | node u32, kind u8, body | a node's frame, through its host's agent |
 //! | `EXITED` | agent → charmrun, relayed | raw wait status i32 | the node's process exited |
 //! | `CLOSED` | agent → charmrun, relayed | empty | the node's connection to its agent closed |

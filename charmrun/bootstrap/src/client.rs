@@ -2,13 +2,14 @@
 //!
 //! ```text
 //! let env = LaunchEnv::from_env()?;       // what charmrun put in the environment
-//! let ctl = Control::connect(&env)?;      // connect back; learn our IP on charmrun's route
+//! let mut ctl = Control::connect(&env)?;  // connect back; learn our IP on charmrun's route
 //! /* bind the layer's own socket on ctl.local_ip(), make `info` from its address */
-//! let table = ctl.join(&env, info)?;      // HELLO, then wait for the node table
+//! let table = ctl.exchange(info)?;        // HELLO, then wait for the node table
 //! ctl.barrier()?; ctl.ending(code)?;      // at exit
 //! ```
 //!
-//! After [`Control::join`] a watchdog thread owns the read side of the control connection. It
+//! Layers do not call it themselves: the launcher session ([`crate::session`]) does, through
+//! the [`Bootstrap`] interface this implements. After [`exchange`](Bootstrap::exchange) a watchdog thread owns the read side of the control connection. It
 //! releases barriers, and it ends the process at once when charmrun says the job is over or
 //! the connection drops: so a node never outlives its job, even one whose main thread is hung
 //! and never polls. A heartbeat thread tells charmrun every
@@ -16,7 +17,8 @@
 //! stopped or frozen node is noticed (`++hang-timeout`), and one busy in a long handler is not
 //! taken for one.
 
-use crate::protocol::{self, Hello, Kind};
+use crate::protocol::{self, Hello, Kind, SECRET_LEN};
+use crate::Bootstrap;
 use converse_machine::{MachineError, NodeTable, Wake};
 use signal::Signal;
 use std::io::Write;
@@ -36,6 +38,9 @@ pub struct Control {
     local_ip: IpAddr,
     released: Signal,
     node: usize,
+    /// Nodes in the job, as the launch said: the table must agree.
+    nodes: usize,
+    secret: [u8; SECRET_LEN],
     /// For a node in the launcher's process: set once it said it leaves.
     leaving: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
     /// The nodes charmrun said are out of the job (report mode).
@@ -77,10 +82,6 @@ impl std::fmt::Debug for Control {
             .finish_non_exhaustive()
     }
 }
-
-/// In a barrier, how long a layer's failure (a peer's connection closing, say) waits for the
-/// release that would explain it: peers released first leave first, and that is no death.
-pub const BARRIER_GRACE: Duration = Duration::from_secs(2);
 
 /// How long a node tries to reach charmrun before giving up.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
@@ -137,207 +138,13 @@ impl Control {
             local_ip,
             released: Signal::default(),
             node: env.node,
+            nodes: env.num_nodes,
+            secret: env.secret,
             leaving: env
                 .embedded
                 .then(|| std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false))),
             deaths: Arc::default(),
         })
-    }
-
-    /// This host's address on the route to charmrun: where peers can reach this node too.
-    pub fn local_ip(&self) -> IpAddr {
-        self.local_ip
-    }
-
-    /// Introduce this node with its layer `info`, wait for the node table, and start the
-    /// watchdog.
-    ///
-    /// # Errors
-    /// [`MachineError::Boot`] when charmrun refuses us or goes away.
-    pub fn join(&mut self, env: &LaunchEnv, info: Vec<u8>) -> Result<NodeTable, MachineError> {
-        let hello = Hello {
-            secret: env.secret,
-            node: env.node as u32,
-            pid: std::process::id(),
-            host: hostname(),
-            info,
-        };
-        self.send(Kind::Hello, &hello.encode())?;
-        tracing::debug!(target: "charmrun", info_bytes = hello.info.len(), "sent HELLO; waiting for the node table");
-        let Some(mut reader) = self.reader.take() else {
-            return Err(MachineError::Boot("joined twice".into()));
-        };
-        let table = loop {
-            match protocol::read_frame(&mut reader) {
-                Ok((Kind::Table, body)) => {
-                    break NodeTable::decode(&body).map_err(|e| {
-                        MachineError::Boot(format!("charmrun sent a bad node table: {e}"))
-                    })?
-                }
-                Ok((Kind::Die, reason)) => {
-                    return Err(MachineError::Aborted(
-                        String::from_utf8_lossy(&reason).into(),
-                    ))
-                }
-                Ok(_) => continue,
-                Err(e) => {
-                    return Err(MachineError::Boot(format!(
-                        "charmrun closed the connection before sending the node table: {e}"
-                    )))
-                }
-            }
-        };
-        if table.num_nodes() != env.num_nodes {
-            return Err(MachineError::Boot(format!(
-                "node table has {} nodes, expected {}",
-                table.num_nodes(),
-                env.num_nodes
-            )));
-        }
-        tracing::debug!(target: "charmrun", nodes = table.num_nodes(), "node table received");
-        let released = self.released.clone();
-        let leaving = self.leaving.clone();
-        let deaths = self.deaths.clone();
-        std::thread::Builder::new()
-            .name("charmrun-watchdog".into())
-            .spawn(move || watchdog(reader, released, leaving, &deaths))
-            .map_err(|e| MachineError::io("starting the charmrun watchdog", e))?;
-        let writer = Arc::downgrade(&self.writer);
-        std::thread::Builder::new()
-            .name("charmrun-heartbeat".into())
-            .spawn(move || heartbeat(&writer))
-            .map_err(|e| MachineError::io("starting the charmrun heartbeat", e))?;
-        Ok(table)
-    }
-
-    /// Block until every node reached the barrier. A layer that must keep its interconnect
-    /// moving meanwhile (flush what it queued, answer peers) uses [`Control::barrier_begin`]
-    /// and [`Control::released`] instead.
-    ///
-    /// # Errors
-    /// [`MachineError::Io`] when the request cannot be sent.
-    pub fn barrier(&self) -> Result<(), MachineError> {
-        let ticket = self.barrier_begin()?;
-        self.released.wait_past(ticket, None);
-        Ok(())
-    }
-
-    /// Tell charmrun this node reached the barrier; the ticket to wait with.
-    ///
-    /// # Errors
-    /// [`MachineError::Io`] when the request cannot be sent.
-    pub fn barrier_begin(&self) -> Result<u64, MachineError> {
-        let ticket = self.released.ticket();
-        tracing::debug!(target: "charmrun", ticket, "entering charmrun's barrier");
-        self.send(Kind::Barrier, &[])?;
-        Ok(ticket)
-    }
-
-    /// Whether the barrier of `ticket` is complete, waiting for it up to `timeout`.
-    pub fn released(&self, ticket: u64, timeout: Duration) -> bool {
-        self.released.wait_past(ticket, Some(timeout))
-    }
-
-    /// A barrier for a layer that must keep its interconnect moving while it waits: calls
-    /// `step` (push queued sends, answer peers, keep what arrives, then wait a moment for
-    /// activity) until every node has arrived.
-    ///
-    /// A `step` error right when peers are released is expected: a peer released first may
-    /// already have left and closed its end. It counts only if the release does not follow
-    /// within [`BARRIER_GRACE`].
-    ///
-    /// # Errors
-    /// `step`'s error when the barrier did not complete; [`MachineError::Io`] when charmrun
-    /// cannot be told.
-    pub fn barrier_while(
-        &self,
-        mut step: impl FnMut() -> Result<(), MachineError>,
-    ) -> Result<(), MachineError> {
-        let ticket = self.barrier_begin()?;
-        loop {
-            if let Err(e) = step() {
-                return if self.released(ticket, BARRIER_GRACE) {
-                    Ok(())
-                } else {
-                    Err(e)
-                };
-            }
-            if self.released(ticket, Duration::ZERO) {
-                return Ok(());
-            }
-        }
-    }
-
-    /// Ask that a node's death be reported to the survivors instead of ending the job
-    /// (`+set faults=report`): charmrun then tells this node of every death with a `DEAD`
-    /// frame, read by [`Control::next_death`]. Every node of a job says the same; a death
-    /// before charmrun has heard it (during start-up) still ends the job.
-    ///
-    /// # Errors
-    /// [`MachineError::Io`] when charmrun cannot be told.
-    pub fn report_deaths(&self) -> Result<(), MachineError> {
-        self.send(Kind::Survive, &[])
-    }
-
-    /// Ring `waker` whenever charmrun reports a death, so that a layer blocked in its wait
-    /// looks at [`Control::next_death`].
-    pub fn set_death_waker(&self, waker: Arc<dyn Wake>) {
-        if let Ok(mut w) = self.deaths.waker.lock() {
-            *w = Some(waker);
-        }
-    }
-
-    /// The next death charmrun reported that this reader (its `cursor`, starting at 0) has
-    /// not seen: the node and why. One atomic load when there is none, so a layer calls it
-    /// on every `advance`.
-    pub fn next_death(&self, cursor: &mut usize) -> Option<(usize, String)> {
-        if self.deaths.count.load(std::sync::atomic::Ordering::Acquire) <= *cursor {
-            return None;
-        }
-        let l = self.deaths.list.lock().ok()?;
-        let d = l.get(*cursor)?.clone();
-        *cursor += 1;
-        Some(d)
-    }
-
-    /// Tell charmrun that this node's connection to `node` failed (`why`), in report mode:
-    /// charmrun ends that node, if it still runs, and reports its death to every survivor.
-    /// Best effort: if charmrun cannot be told, it will notice the death itself.
-    pub fn suspect(&self, node: usize, why: &str) {
-        let _ = self.send(Kind::Suspect, &protocol::node_why(node, why));
-    }
-
-    /// Tell charmrun this node leaves the job normally with `code`.
-    ///
-    /// # Errors
-    /// [`MachineError::Io`] when it cannot be told.
-    pub fn ending(&self, code: i32) -> Result<(), MachineError> {
-        if let Some(l) = &self.leaving {
-            l.store(true, std::sync::atomic::Ordering::SeqCst);
-        }
-        self.send(Kind::Ending, &code.to_le_bytes())
-    }
-
-    /// Ask charmrun to end the job, then exit non-zero.
-    pub fn abort(&self, reason: &str) -> ! {
-        // Not eprintln!, which panics when stderr is gone (a pipe to a charmrun that died),
-        // and would end this process before it ends what it started.
-        converse_machine::input::error_line(&format!(
-            "converse: node {} aborting the job: {reason}",
-            self.node
-        ));
-        let _ = self.send(Kind::Abort, reason.as_bytes());
-        crate::cleanup::remove_registered();
-        // With charmrun gone (killed, say, which is often why a peer's connection just broke),
-        // nobody else ends what this node started: the watchdog would, but this exit may come
-        // first. Charmrun's end may not have closed yet when a peer's did (the peer noticed
-        // charmrun's death first and ended itself): so charmrun is given a moment to answer.
-        // A live one answers the abort with DIE, on which the watchdog ends this process and
-        // its group; a dead one's connection closes.
-        if self.leaving.is_none() && self.charmrun_gone_within(ABORT_WAIT) {
-            kill_own_group();
-        }
-        std::process::exit(1)
     }
 
     /// Whether charmrun's end of the control connection closes within `wait` (peeked,
@@ -378,6 +185,138 @@ impl Control {
         protocol::write_frame(&mut *w, kind, body)
             .and_then(|()| w.flush())
             .map_err(|e| MachineError::io("writing to charmrun", e))
+    }
+}
+
+impl Bootstrap for Control {
+    fn local_ip(&self) -> IpAddr {
+        self.local_ip
+    }
+
+    fn exchange(&mut self, info: Vec<u8>) -> Result<NodeTable, MachineError> {
+        let hello = Hello {
+            secret: self.secret,
+            node: self.node as u32,
+            pid: std::process::id(),
+            host: hostname(),
+            info,
+        };
+        self.send(Kind::Hello, &hello.encode())?;
+        tracing::debug!(target: "charmrun", info_bytes = hello.info.len(), "sent HELLO; waiting for the node table");
+        let Some(mut reader) = self.reader.take() else {
+            return Err(MachineError::Boot("joined twice".into()));
+        };
+        let table = loop {
+            match protocol::read_frame(&mut reader) {
+                Ok((Kind::Table, body)) => {
+                    break NodeTable::decode(&body).map_err(|e| {
+                        MachineError::Boot(format!("charmrun sent a bad node table: {e}"))
+                    })?
+                }
+                Ok((Kind::Die, reason)) => {
+                    return Err(MachineError::Aborted(
+                        String::from_utf8_lossy(&reason).into(),
+                    ))
+                }
+                Ok(_) => continue,
+                Err(e) => {
+                    return Err(MachineError::Boot(format!(
+                        "charmrun closed the connection before sending the node table: {e}"
+                    )))
+                }
+            }
+        };
+        if table.num_nodes() != self.nodes {
+            return Err(MachineError::Boot(format!(
+                "node table has {} nodes, expected {}",
+                table.num_nodes(),
+                self.nodes
+            )));
+        }
+        tracing::debug!(target: "charmrun", nodes = table.num_nodes(), "node table received");
+        let released = self.released.clone();
+        let leaving = self.leaving.clone();
+        let deaths = self.deaths.clone();
+        std::thread::Builder::new()
+            .name("charmrun-watchdog".into())
+            .spawn(move || watchdog(reader, released, leaving, &deaths))
+            .map_err(|e| MachineError::io("starting the charmrun watchdog", e))?;
+        let writer = Arc::downgrade(&self.writer);
+        std::thread::Builder::new()
+            .name("charmrun-heartbeat".into())
+            .spawn(move || heartbeat(&writer))
+            .map_err(|e| MachineError::io("starting the charmrun heartbeat", e))?;
+        Ok(table)
+    }
+
+    fn barrier(&self) -> Result<(), MachineError> {
+        let ticket = self.barrier_begin()?;
+        self.released.wait_past(ticket, None);
+        Ok(())
+    }
+
+    fn barrier_begin(&self) -> Result<u64, MachineError> {
+        let ticket = self.released.ticket();
+        tracing::debug!(target: "charmrun", ticket, "entering charmrun's barrier");
+        self.send(Kind::Barrier, &[])?;
+        Ok(ticket)
+    }
+
+    fn released(&self, ticket: u64, timeout: Duration) -> bool {
+        self.released.wait_past(ticket, Some(timeout))
+    }
+
+    fn report_deaths(&self, waker: Arc<dyn Wake>) -> Result<(), MachineError> {
+        if let Ok(mut w) = self.deaths.waker.lock() {
+            *w = Some(waker);
+        }
+        // Charmrun then tells this node of every death with a `DEAD` frame (the watchdog
+        // keeps them for `next_death`); a death before charmrun has heard it (during
+        // start-up) still ends the job.
+        self.send(Kind::Survive, &[])
+    }
+
+    fn next_death(&self, cursor: &mut usize) -> Option<(usize, String)> {
+        if self.deaths.count.load(std::sync::atomic::Ordering::Acquire) <= *cursor {
+            return None;
+        }
+        let l = self.deaths.list.lock().ok()?;
+        let d = l.get(*cursor)?.clone();
+        *cursor += 1;
+        Some(d)
+    }
+
+    fn suspect(&self, node: usize, why: &str) {
+        // Best effort: if charmrun cannot be told, it will notice the death itself.
+        let _ = self.send(Kind::Suspect, &protocol::node_why(node, why));
+    }
+
+    fn ending(&self, code: i32) -> Result<(), MachineError> {
+        if let Some(l) = &self.leaving {
+            l.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
+        self.send(Kind::Ending, &code.to_le_bytes())
+    }
+
+    fn abort(&self, reason: &str) -> ! {
+        // Not eprintln!, which panics when stderr is gone (a pipe to a charmrun that died),
+        // and would end this process before it ends what it started.
+        converse_machine::input::error_line(&format!(
+            "converse: node {} aborting the job: {reason}",
+            self.node
+        ));
+        let _ = self.send(Kind::Abort, reason.as_bytes());
+        crate::cleanup::remove_registered();
+        // With charmrun gone (killed, say, which is often why a peer's connection just broke),
+        // nobody else ends what this node started: the watchdog would, but this exit may come
+        // first. Charmrun's end may not have closed yet when a peer's did (the peer noticed
+        // charmrun's death first and ended itself): so charmrun is given a moment to answer.
+        // A live one answers the abort with DIE, on which the watchdog ends this process and
+        // its group; a dead one's connection closes.
+        if self.leaving.is_none() && self.charmrun_gone_within(ABORT_WAIT) {
+            kill_own_group();
+        }
+        std::process::exit(1)
     }
 }
 
@@ -528,174 +467,5 @@ mod signal {
             }
             true
         }
-    }
-}
-
-/// A node's record of which peers are out of the job, for a layer in report mode
-/// (`faults=report`, see the `Machine` contract): it merges what charmrun reports with what
-/// the layer finds itself, so that each death is reported to the runtime once.
-#[derive(Debug, Clone, Default)]
-pub struct DeadPeers {
-    /// Report mode: deaths are reported, not fatal. Off, nothing here is used.
-    report: bool,
-    /// How many of charmrun's reports have been read.
-    cursor: usize,
-    dead: Vec<bool>,
-}
-
-impl DeadPeers {
-    /// For a job of `nodes` nodes; `report` says whether it is in report mode.
-    pub fn new(report: bool, nodes: usize) -> DeadPeers {
-        DeadPeers {
-            report,
-            cursor: 0,
-            dead: vec![false; if report { nodes } else { 0 }],
-        }
-    }
-
-    /// Whether deaths are reported rather than fatal.
-    #[inline]
-    pub fn reporting(&self) -> bool {
-        self.report
-    }
-
-    /// Whether `node` is out of the job.
-    #[inline]
-    pub fn is_dead(&self, node: usize) -> bool {
-        self.dead.get(node).copied().unwrap_or(false)
-    }
-
-    /// The next death charmrun reported that this node has not recorded yet (it is recorded
-    /// now): the layer releases what it holds for that node and reports it. One atomic load
-    /// when there is none.
-    pub fn from_launcher(&mut self, ctl: &Control) -> Option<(usize, String)> {
-        if !self.report {
-            return None;
-        }
-        while let Some((node, why)) = ctl.next_death(&mut self.cursor) {
-            if let Some(d) = self.dead.get_mut(node).filter(|d| !**d) {
-                *d = true;
-                return Some((node, why));
-            }
-        }
-        None
-    }
-
-    /// Report mode for a layer of `nodes` nodes: ask charmrun to report deaths, and ring
-    /// `waker` (the one that ends the layer's wait) when it does.
-    ///
-    /// # Errors
-    /// [`MachineError::Io`] when charmrun cannot be told.
-    pub fn start(
-        ctl: &Control,
-        nodes: usize,
-        waker: Arc<dyn Wake>,
-    ) -> Result<DeadPeers, MachineError> {
-        ctl.set_death_waker(waker);
-        ctl.report_deaths()?;
-        Ok(DeadPeers::new(true, nodes))
-    }
-
-    /// A send to `node` is refused once it is out of the job (report mode).
-    ///
-    /// # Errors
-    /// [`MachineError::PeerDead`] for a node out of the job.
-    #[inline]
-    pub fn check(&self, table: &NodeTable, node: usize) -> Result<(), MachineError> {
-        if self.is_dead(node) {
-            return Err(MachineError::peer_dead(table, node, "it is out of the job"));
-        }
-        Ok(())
-    }
-
-    /// Report mode: whether the layer's error `e` is a peer's death to report. If so, the
-    /// death is recorded, charmrun is told (unless the node is `leaving`: in the exit barrier
-    /// peers released first close as they leave, which is no death), and the node returned
-    /// for the layer to release ([`converse_machine::Part::forget`]); the error itself is the
-    /// report to the runtime.
-    pub fn judge(&mut self, ctl: &Control, leaving: bool, e: &MachineError) -> Option<usize> {
-        match e {
-            MachineError::PeerDead { node, reason, .. } if self.report => {
-                if !leaving {
-                    self.found(ctl, *node, reason);
-                }
-                Some(*node)
-            }
-            _ => None,
-        }
-    }
-
-    /// One step of a layer's exit barrier: in report mode a death then changes nothing
-    /// (charmrun counts the dead as arrived); other errors stay errors.
-    ///
-    /// # Errors
-    /// `r`'s, but a peer's death in report mode.
-    pub fn in_barrier(&self, r: Result<usize, MachineError>) -> Result<(), MachineError> {
-        match r {
-            Err(MachineError::PeerDead { .. }) if self.report => Ok(()),
-            r => r.map(|_| ()),
-        }
-    }
-
-    /// The layer found `node` dead itself (`why`): record it and tell charmrun, which ends
-    /// that node and tells the others. Whether it was news (a death is reported once).
-    pub fn found(&mut self, ctl: &Control, node: usize, why: &str) -> bool {
-        match self.dead.get_mut(node) {
-            Some(d) if !*d => {
-                *d = true;
-                ctl.suspect(node, why);
-                true
-            }
-            _ => false,
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use converse_machine::NodeInfo;
-
-    fn table(n: usize) -> NodeTable {
-        let nodes = (0..n)
-            .map(|i| NodeInfo {
-                first_pe: i,
-                num_pes: 1,
-                host: "h".into(),
-                addr: Vec::new(),
-            })
-            .collect();
-        NodeTable::new(nodes).expect("table")
-    }
-
-    #[test]
-    fn off_report_mode_nothing_is_dead_and_deaths_stay_errors() {
-        let d = DeadPeers::default();
-        let t = table(3);
-        assert!(!d.reporting() && !d.is_dead(1) && !d.is_dead(99));
-        assert!(d.check(&t, 1).is_ok());
-        let e = MachineError::peer_dead(&t, 1, "gone");
-        assert!(matches!(
-            d.in_barrier(Err(e)),
-            Err(MachineError::PeerDead { node: 1, .. })
-        ));
-    }
-
-    #[test]
-    fn in_report_mode_a_recorded_death_refuses_sends_and_passes_the_barrier() {
-        let mut d = DeadPeers::new(true, 3);
-        let t = table(3);
-        d.dead[2] = true;
-        assert!(d.is_dead(2) && !d.is_dead(1));
-        assert!(matches!(
-            d.check(&t, 2),
-            Err(MachineError::PeerDead { node: 2, .. })
-        ));
-        assert!(d.check(&t, 1).is_ok());
-        let e = MachineError::peer_dead(&t, 2, "gone");
-        assert!(d.in_barrier(Err(e)).is_ok());
-        let other = MachineError::Boot("x".into());
-        assert!(d.in_barrier(Err(other)).is_err());
-        assert!(d.in_barrier(Ok(3)).is_ok());
     }
 }
