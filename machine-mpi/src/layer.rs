@@ -58,7 +58,7 @@
 //! All MPI calls come from the thread that booted the layer (the runtime runs a one-node
 //! process on its calling thread): the layer asks for `MPI_THREAD_FUNNELED`.
 
-mod boot;
+pub(crate) mod boot;
 mod receive;
 
 pub use self::boot::boot;
@@ -69,7 +69,7 @@ use crate::order::Order;
 use crate::prepost::Prepost;
 use crate::sends::{InFlight, Keep};
 use crate::wake::MpiWaker;
-use converse_machine::{Layer, Machine, MachineError, Message, NodeTable, Transport, Wake};
+use converse_machine::{Layer, Machine, MachineError, Message, NodeTable, Part, Transport, Wake};
 use mpi::ffi;
 use receive::{Incoming, Received};
 use std::collections::VecDeque;
@@ -85,6 +85,7 @@ pub const LAYER: Layer = Layer {
     launched: launcher_env::launched,
     settings: crate::SETTINGS,
     check: |s| boot::MpiSettings::parse(s).map(drop),
+    describe: converse_machine::no_description,
 };
 
 /// A whole message (on "small" or "large" by its size).
@@ -128,6 +129,8 @@ pub struct MpiMachine {
     table: NodeTable,
     /// Finalizes MPI when dropped: kept until `exit`.
     universe: Option<mpi::environment::Universe>,
+    /// MPI was initialized without the universe (`si+mpi`): `exit` calls `MPI_Finalize`.
+    finalize_raw: bool,
     /// A duplicate of the world communicator: small messages, notices, credits, barriers.
     comm: ffi::MPI_Comm,
     /// Another: large messages, received by probe.
@@ -461,6 +464,22 @@ impl Machine for MpiMachine {
     }
 
     fn exit(&mut self, _code: i32) -> Result<(), MachineError> {
+        self.leave()
+    }
+
+    fn abort(&mut self, reason: &str) -> ! {
+        eprintln!("converse: node {} aborting the job: {reason}", self.me);
+        // SAFETY: MPI is initialized; MPI_Abort ends every rank of the communicator.
+        unsafe {
+            ffi::MPI_Abort(ffi::RSMPI_COMM_WORLD, 1);
+        }
+        std::process::exit(1)
+    }
+}
+
+/// What `si+mpi` drives (`pshm.rs`): the plain layer's own `exit` is `leave`.
+impl Part for MpiMachine {
+    fn leave(&mut self) -> Result<(), MachineError> {
         // Every rank is past the runtime's barrier: what still arrives is not wanted, but it is
         // received (and dropped) so that a peer's large send — which MPI completes only once it
         // is matched — can finish.
@@ -483,7 +502,15 @@ impl Machine for MpiMachine {
             );
         }
         if done {
-            drop(self.universe.take());
+            match self.universe.take() {
+                Some(u) => drop(u),
+                // SAFETY: MPI is initialized, every rank is past the barrier, and nothing of
+                // the layer's is posted any more.
+                None if self.finalize_raw => unsafe {
+                    ffi::MPI_Finalize();
+                },
+                None => {}
+            }
         } else {
             // Some rank never reached the barrier; finalizing could wait for it forever.
             eprintln!(
@@ -495,14 +522,5 @@ impl Machine for MpiMachine {
             std::mem::forget(self.universe.take());
         }
         Ok(())
-    }
-
-    fn abort(&mut self, reason: &str) -> ! {
-        eprintln!("converse: node {} aborting the job: {reason}", self.me);
-        // SAFETY: MPI is initialized; MPI_Abort ends every rank of the communicator.
-        unsafe {
-            ffi::MPI_Abort(ffi::RSMPI_COMM_WORLD, 1);
-        }
-        std::process::exit(1)
     }
 }

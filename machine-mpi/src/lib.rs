@@ -24,6 +24,9 @@ mod sends;
 #[cfg(any(feature = "mpi", test))]
 mod wake;
 
+#[cfg(all(feature = "mpi", feature = "si"))]
+pub mod pshm;
+
 #[cfg(feature = "mpi")]
 pub use layer::{boot, MpiMachine, LAYER};
 

@@ -29,6 +29,7 @@ pub const LAYER: Layer = Layer {
     launched: LaunchEnv::present,
     settings: &[],
     check: converse_machine::no_settings,
+    describe: converse_machine::no_description,
 };
 
 /// With up to this many incoming connections, `advance` simply tries a read on each (as cheap

@@ -65,6 +65,7 @@ pub const LAYER: Layer = Layer {
         },
     ],
     check: |s| boot::SiSettings::parse(s).map(drop),
+    describe: converse_machine::no_description,
 };
 
 /// Largest record the layer writes: a larger message goes as pieces of this size, so that the

@@ -323,6 +323,15 @@ pub struct Layer {
     /// layer runs (a typo in a variant's or a job script's settings shows at once, not on the
     /// day the other layer is used). [`no_settings`] for a layer that reads none.
     pub check: fn(&Settings) -> Result<(), MachineError>,
+    /// For the start-up banner: how node `node` reaches its peers, when the layer has more to
+    /// say than its name (a composite: "si to 1 peer, tcp to 2 peers"). [`no_description`]
+    /// for a layer that has not.
+    pub describe: fn(&NodeTable, usize) -> Option<String>,
+}
+
+/// [`Layer::describe`] of a layer whose name says it all.
+pub fn no_description(_: &NodeTable, _: usize) -> Option<String> {
+    None
 }
 
 /// [`Layer::check`] of a layer that reads no settings.

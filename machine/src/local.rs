@@ -34,6 +34,7 @@ pub const LAYER: Layer = Layer {
     launched: never_launched,
     settings: &[],
     check: crate::no_settings,
+    describe: crate::no_description,
 };
 
 fn never_launched() -> bool {

@@ -7,7 +7,9 @@ use converse_machine::Layer;
 
 /// Every layer name the project knows, compiled in or not, so that a name of a layer this
 /// build lacks gets a different error from a misspelt one.
-pub(crate) const KNOWN: &[&str] = &["local", "tcp", "udp", "si", "mpi", "si+tcp", "si+udp"];
+pub(crate) const KNOWN: &[&str] = &[
+    "local", "tcp", "udp", "si", "mpi", "si+tcp", "si+udp", "si+mpi",
+];
 
 /// The layers compiled into this program, in order of preference.
 pub(crate) const COMPILED: &[Layer] = &[
@@ -31,6 +33,8 @@ pub(crate) const COMPOSED: &[Layer] = &[
     converse_net::multi::SI_TCP,
     #[cfg(all(feature = "si", feature = "udp"))]
     converse_net::multi::SI_UDP,
+    #[cfg(all(feature = "si", feature = "mpi"))]
+    converse_mpi::pshm::SI_MPI,
 ];
 
 /// Parse every compiled-in layer's settings (see [`Layer::check`]): a malformed value is
@@ -98,19 +102,16 @@ pub(crate) fn find(name: &str) -> Result<&'static Layer, RuntimeError> {
     }
 }
 
-/// For the banner: the transports node `node` uses and how many peers each serves, when
-/// `layer` is a composite (`si+tcp`); `None` otherwise.
+/// For the banner: what the layer called `layer` says of how node `node` reaches its peers
+/// ([`Layer::describe`]: a composite's transports), if anything.
 pub(crate) fn describe(
     layer: &str,
     table: &converse_machine::NodeTable,
     node: usize,
 ) -> Option<String> {
-    #[cfg(all(feature = "si", any(feature = "tcp", feature = "udp")))]
-    if layer.contains('+') {
-        return converse_net::multi::describe(layer, table, node);
-    }
-    let _ = (layer, table, node);
-    None
+    all()
+        .find(|l| l.name == layer)
+        .and_then(|l| (l.describe)(table, node))
 }
 
 /// Every setting a key may name: the runtime's, each compiled-in layer's, and the MPI layer's
@@ -146,11 +147,11 @@ mod tests {
             assert_eq!(find("si+tcp").map(|l| l.name).ok(), Some("si+tcp"));
             assert_eq!(all().next().map(|l| l.name), Some("si+tcp"));
         }
-        let e = find("si+mpi")
+        let e = find("si+ucx")
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
-        assert!(e.contains("si+tcp, si+udp"), "{e}");
+        assert!(e.contains("si+tcp, si+udp, si+mpi"), "{e}");
     }
 
     #[test]

@@ -28,10 +28,18 @@ pub enum Launcher {
         /// Extra charmrun options (`++verbose`, `++nodelist FILE`, ...).
         opts: Vec<String>,
     },
-    /// `mpirun -n N PROGRAM ARGS` (the MPI layer), with the MPI launcher's own options.
+    /// `mpirun -n N PROGRAM ARGS +machine NAME` (the MPI layer, or `si+mpi`), with the MPI
+    /// launcher's own options.
     Mpirun {
+        /// The layer's `+machine` name.
+        machine: &'static str,
         /// Extra mpirun options.
         opts: Vec<String>,
+        /// Two hosts as the composites see them: the second half of the ranks runs in a pid
+        /// namespace of its own (`unshare -p -f`, needs root), so `si+mpi` reaches it over
+        /// MPI and its own half through shared memory; MPI itself then goes over TCP
+        /// (`--mca btl tcp,self`: Open MPI's shared memory does not cross pid namespaces).
+        split: bool,
     },
     /// Another launcher's job in SMP mode: `ppn` PEs per process (`+ppn`, `++ppn`, or
     /// `mpirun -n N/ppn PROGRAM +ppn K`). The PE count given to [`command`](Self::command)
@@ -112,14 +120,31 @@ impl Launcher {
                     .args(["+machine", machine]);
                 c
             }
-            Launcher::Mpirun { opts } => {
+            Launcher::Mpirun {
+                machine,
+                opts,
+                split,
+            } => {
                 let mut c = Command::new("mpirun");
-                c.envs(mpirun_env())
-                    .args(mpirun_options())
-                    .args(["-n", &pes.to_string()])
+                c.envs(mpirun_env()).args(mpirun_options());
+                let first = if *split && pes > 1 {
+                    c.args(["--mca", "btl", "tcp,self"]);
+                    pes / 2
+                } else {
+                    pes
+                };
+                c.args(["-n", &first.to_string()])
                     .args(opts)
                     .arg(program)
-                    .args(args);
+                    .args(args)
+                    .args(["+machine", machine]);
+                if first < pes {
+                    c.args([":", "-n", &(pes - first).to_string()])
+                        .args(opts)
+                        .args(["unshare", "-p", "-f", program])
+                        .args(args)
+                        .args(["+machine", machine]);
+                }
                 c
             }
             Launcher::Smp { inner, ppn } => {
@@ -135,10 +160,11 @@ impl Launcher {
                         opts.extend(["++ppn".to_string(), ppn_arg]);
                         Launcher::Charmrun { machine, opts }.command(program, pes, args)
                     }
+                    // Every program's arguments (an MPMD job's are given once per part).
                     Launcher::Mpirun { .. } | Launcher::Smp { .. } => {
-                        let mut c = inner.command(program, pes / ppn, args);
-                        c.args(["+ppn", &ppn_arg]);
-                        c
+                        let mut a = args.to_vec();
+                        a.extend(["+ppn", ppn_arg.as_str()]);
+                        inner.command(program, pes / ppn, &a)
                     }
                 }
             }

@@ -65,24 +65,38 @@ pub trait Open: Sized {
     ) -> Result<Self::Part, MachineError>;
 }
 
-/// Boot the launched layer called `name` whose boot phases are `O`: the boot function of
-/// every layer charmrun starts (`boot::<TcpOpen>`), composites included.
+/// Boot the launched layer called `name` whose boot phases are `O`, under charmrun: the boot
+/// function of every layer charmrun starts (`boot::<TcpOpen>`), composites included.
 ///
 /// # Errors
-/// [`MachineError::Boot`] when no launcher started this process or start-up fails; `O`'s
+/// [`MachineError::Boot`] when charmrun did not start this process or start-up fails; `O`'s
 /// errors.
 pub fn boot<O: Open>(
     name: &'static str,
     cfg: &BootConfig,
 ) -> Result<Vec<Box<dyn Machine>>, MachineError> {
     let env = LaunchEnv::for_boot(cfg)?;
+    let launcher = Control::connect(&env)?;
+    boot_under::<O>(name, cfg, &env, Box::new(launcher))
+}
+
+/// [`boot`] under any launcher: `env` is the launch context it gave (this node, the job's
+/// size and tag), `launcher` the session's [`Bootstrap`] (`si+mpi`'s is MPI itself).
+///
+/// # Errors
+/// As [`boot`].
+pub fn boot_under<O: Open>(
+    name: &'static str,
+    cfg: &BootConfig,
+    env: &LaunchEnv,
+    mut launcher: Box<dyn Bootstrap>,
+) -> Result<Vec<Box<dyn Machine>>, MachineError> {
     let report = cfg.settings.reports_deaths()?;
-    let mut launcher = Control::connect(&env)?;
-    let open = O::open(cfg, &env, &launcher)?;
+    let open = O::open(cfg, env, &*launcher)?;
     let table = launcher.exchange(open.info())?;
     check_pes(&table, cfg.pes_per_node)?;
-    let launcher: Arc<dyn Bootstrap> = Arc::new(launcher);
-    let part = open.connect(&env, table, &*launcher)?;
+    let launcher: Arc<dyn Bootstrap> = Arc::from(launcher);
+    let part = open.connect(env, table, &*launcher)?;
     let m = Launched::new(name, part, launcher, report)?;
     Ok(vec![Box::new(m)])
 }

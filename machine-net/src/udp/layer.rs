@@ -36,6 +36,7 @@ pub const LAYER: Layer = Layer {
     launched: LaunchEnv::present,
     settings: SETTINGS,
     check: |s| Config::from_settings(s).map(drop),
+    describe: converse_machine::no_description,
 };
 
 /// The `udp.*` settings (defaults and bounds: `config.rs`).

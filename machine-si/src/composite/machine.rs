@@ -4,7 +4,7 @@
 use super::plan::{self, Route};
 use super::relay::Relay;
 use converse_machine::{MachineError, Message, NodeTable, Part, Transport, Wake};
-use converse_si::layer::SiMachine;
+use crate::layer::SiMachine;
 use std::sync::Arc;
 use std::time::Duration;
 

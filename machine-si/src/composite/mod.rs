@@ -1,5 +1,8 @@
 //! One job over two transports: shared memory (the SI layer) between nodes on the same host,
-//! a network layer (TCP or UDP) between hosts. `+machine si+tcp`, `+machine si+udp`.
+//! any network layer between hosts (`+machine si+tcp`, `si+udp`, `si+mpi`): [`Both`] over the
+//! network layer's [`Open`], whose part must have a [`waker`](converse_machine::Transport::waker)
+//! (an idle node sleeps in the network part's wait, and a relay thread asleep on the SI doorbell
+//! rings it).
 //!
 //! Written once over the existing layers, as one more two-phase boot ([`Both`], an [`Open`])
 //! over theirs, which the launcher session runs like any layer's:
@@ -28,55 +31,26 @@ mod relay;
 pub use machine::MultiMachine;
 
 use converse_bootstrap::client::LaunchEnv;
-use converse_bootstrap::session::{self, Open};
+use converse_bootstrap::session::Open;
 use converse_bootstrap::Bootstrap;
-use converse_machine::{BootConfig, Layer, Machine, MachineError, NodeTable, SettingSpec};
-use converse_si::layer::SiOpen;
+use crate::layer::SiOpen;
+use converse_machine::{BootConfig, MachineError, NodeTable, SettingSpec};
 use std::path::Path;
 
 /// The settings the composite layers read.
-const SETTINGS: &[SettingSpec] = &[SettingSpec {
+pub const SETTINGS: &[SettingSpec] = &[SettingSpec {
     key: "stats",
-    meaning: "si+tcp/si+udp: print each node's messages and bytes per transport at exit \
+    meaning: "si+tcp/si+udp/si+mpi: print each node's messages and bytes per transport at exit \
               (default false)",
 }];
 
-/// `+machine si+tcp`: shared memory inside a host, TCP between hosts.
-#[cfg(feature = "tcp")]
-pub const SI_TCP: Layer = Layer {
-    name: "si+tcp",
-    summary: "charmrun's processes: shared memory between nodes of one host, TCP between hosts",
-    boot: boot_si_tcp,
-    launched: LaunchEnv::present,
-    settings: SETTINGS,
-    check: check_settings,
-};
-
-/// `+machine si+udp`: shared memory inside a host, UDP between hosts.
-#[cfg(feature = "udp")]
-pub const SI_UDP: Layer = Layer {
-    name: "si+udp",
-    summary: "charmrun's processes: shared memory between nodes of one host, UDP between hosts",
-    boot: boot_si_udp,
-    launched: LaunchEnv::present,
-    settings: SETTINGS,
-    check: check_settings,
-};
-
-/// [`Layer::check`] of the composites: their own setting (each part's are checked as its
-/// layer's, being compiled in too).
-fn check_settings(s: &converse_machine::Settings) -> Result<(), MachineError> {
+/// [`Layer::check`](converse_machine::Layer::check) of the composites: their own setting
+/// (each part's are checked as its layer's, being compiled in too).
+///
+/// # Errors
+/// [`MachineError::Setting`] for a malformed `stats`.
+pub fn check_settings(s: &converse_machine::Settings) -> Result<(), MachineError> {
     s.get_or("stats", false).map(|_: bool| ())
-}
-
-#[cfg(feature = "tcp")]
-fn boot_si_tcp(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
-    session::boot::<Both<crate::tcp::TcpOpen>>(SI_TCP.name, cfg)
-}
-
-#[cfg(feature = "udp")]
-fn boot_si_udp(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
-    session::boot::<Both<crate::udp::layer::UdpOpen>>(SI_UDP.name, cfg)
 }
 
 /// A composite of the SI layer and the network layer `N` between the two phases of its boot:
@@ -137,11 +111,11 @@ impl<N: Open> Open for Both<N> {
     }
 }
 
-/// For the start-up banner: the transports node `node` of a composite job uses and how many
+/// For the start-up banner ([`Layer::describe`](converse_machine::Layer::describe)): the
+/// transports node `node` of a composite job over the network layer `net` uses and how many
 /// peers each serves ("si to 1 peer, tcp to 2 peers"); `None` for a table that is not a
-/// composite's. `layer` is the composite's name.
-pub fn describe(layer: &str, table: &NodeTable, node: usize) -> Option<String> {
-    let net = layer.strip_prefix("si+")?;
+/// composite's.
+pub fn describe(net: &str, table: &NodeTable, node: usize) -> Option<String> {
     let infos = plan::decode_all(table).ok()?;
     let (shm, other) = plan::peers(&plan::routes(&infos, node));
     Some(format!(

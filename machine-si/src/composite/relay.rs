@@ -3,7 +3,7 @@
 //! ringing the network layer's [`Wake`] when a same-host peer writes.
 //!
 //! Writers ring the doorbell only while the port's owner says it sleeps. Before its network
-//! wait the owner says so ([`Si::arm`](converse_si::interconnect::Si::arm)), publishes the
+//! wait the owner says so ([`Si::arm`](crate::interconnect::Si::arm)), publishes the
 //! sleep here (a generation and the doorbell value it saw), and looks at its rings once more:
 //! a record written before the relay could see the sleep is found by that look, any later one
 //! rings a bell the relay wakes for (both sides order their store before their load with a
@@ -13,7 +13,7 @@
 //! idle job: one wake-up a second).
 
 use converse_machine::Wake;
-use converse_si::interconnect::Doorbell;
+use crate::interconnect::Doorbell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -65,7 +65,7 @@ impl Relay {
     /// The node sleeps from now on; `seen` is the doorbell value [`Si::arm`] returned. The
     /// caller then looks at its rings once more before it sleeps.
     ///
-    /// [`Si::arm`]: converse_si::interconnect::Si::arm
+    /// [`Si::arm`]: crate::interconnect::Si::arm
     pub(crate) fn arm(&mut self, seen: u32) {
         // Never 0 in the high half, so never `IDLE`.
         self.generation = self.generation.wrapping_add(1).max(1);
@@ -114,7 +114,7 @@ fn run(s: &Shared, bell: Doorbell, wake: &dyn Wake) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use converse_si::interconnect::Si;
+    use crate::interconnect::Si;
     use std::path::PathBuf;
     use std::sync::mpsc;
 
