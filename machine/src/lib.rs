@@ -26,7 +26,9 @@ mod pool;
 mod settings;
 
 pub use compose::Part;
-pub use contract::{no_description, no_settings, BootConfig, BootFn, Layer, Machine, Transport, Wake};
+pub use contract::{
+    no_description, no_settings, BootConfig, BootFn, Layer, Machine, Transport, Wake,
+};
 pub use error::{MachineError, WireError};
 pub use launch::LaunchEnv;
 pub use message::{zeroed, Message, ENVELOPE_LEN, HEADROOM};

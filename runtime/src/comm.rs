@@ -10,11 +10,12 @@
 
 use crate::error::RuntimeError;
 use crate::failure;
+use crate::idle::IdleSpin;
 use crate::link::HeldBack;
 use crate::node::NodeShared;
 use crate::scheduler::Tunables;
 use converse_machine::{Machine, MachineError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Longest wait in the layer when the layer has no waker: a worker's message to another node
 /// waits at most this long when the node was idle.
@@ -63,8 +64,7 @@ pub(crate) fn run(
     // Nodes the layer held bytes for at the last look: re-read after each advance, since the
     // workers bound their sends by it.
     let mut watched: Vec<usize> = Vec::new();
-    let mut idle_since: Option<Instant> = None;
-    let mut idle_turns: u32 = 0;
+    let mut idle = IdleSpin::default();
     let mut held_back = HeldBack::default();
     loop {
         if let Some(reason) = node.abort_requested() {
@@ -127,7 +127,7 @@ pub(crate) fn run(
             });
         }
         if moved > 0 {
-            idle_since = None;
+            idle.busy();
             continue;
         }
         // A worker queues its last messages before it says it is done: look at the outbox
@@ -135,20 +135,17 @@ pub(crate) fn run(
         if node.workers_done() && node.outbox_is_empty() {
             break;
         }
-        // Idle: as the scheduler does, spin a little (a reply is often microseconds away) with
-        // the clock read every few turns only, then block in the layer.
-        idle_turns = idle_turns.wrapping_add(1);
-        if idle_since.is_some() && !idle_turns.is_multiple_of(32) {
+        // Idle: as the scheduler does (`idle.rs`), spin a little, then block in the layer.
+        let Some(look) = idle.turn() else {
             if tun.spin_yields {
                 std::thread::yield_now();
             } else {
                 std::hint::spin_loop();
             }
             continue;
-        }
-        let now = Instant::now();
-        let since = *idle_since.get_or_insert(now);
-        if now - since < tun.spin || (now - since < TRANSFER_SPIN && machine.in_transfer()) {
+        };
+        let (idle_for, _) = idle.idle_for(look);
+        if idle_for < tun.spin || (idle_for < TRANSFER_SPIN && machine.in_transfer()) {
             continue;
         }
         let mut waited = Ok(());
@@ -156,9 +153,7 @@ pub(crate) fn run(
         if let Err(e) = waited {
             report(machine, e, &mut reported);
         }
-        // Still idle since before the wait: the next idle turn reads the clock and blocks
-        // again at once, rather than spinning (and yielding) a few dozen turns first.
-        idle_turns = 31;
+        idle.blocked();
     }
     // The job is over: what still arrives (sent before the exit reached its sender) is not
     // run, as what was still queued was not.

@@ -1,6 +1,7 @@
 //! The scheduler: the loop that runs the communication server, dispatches handlers by
 //! priority, fires timers, and goes idle without burning a core.
 
+use crate::idle::IdleSpin;
 use crate::link::Link;
 use crate::pe::Pe;
 use converse_machine::{MachineError, Message, SettingSpec, Settings};
@@ -156,9 +157,6 @@ impl Timers {
 /// How often a busy scheduler looks at the clock for due timers, in loop turns.
 const TIMER_CHECK_EVERY: u32 = 256;
 
-/// How often a spinning idle scheduler looks at the clock, in loop turns.
-const CLOCK_EVERY_IDLE: u32 = 32;
-
 /// How long an idle PE keeps polling while its layer is part-way through a message
 /// ([`Machine::in_transfer`](converse_machine::Machine::in_transfer)): several times what a
 /// 4 MiB message takes on a fast link, short enough that a peer stopped mid-message costs
@@ -232,10 +230,9 @@ impl Pe {
         leavable: bool,
     ) -> bool {
         self.ensure_started();
-        let mut idle_since: Option<Instant> = None;
+        let mut idle = IdleSpin::default();
         let mut told_idle = false;
         let mut turn: u32 = 0;
-        let mut idle_turns: u32 = 0;
         loop {
             if self.life.stopping {
                 return false;
@@ -259,36 +256,34 @@ impl Pe {
             let ran = self.dispatch_some();
             turn = turn.wrapping_add(1);
             if got + ran > 0 {
-                idle_since = None;
+                idle.busy();
                 told_idle = false;
                 if turn.is_multiple_of(TIMER_CHECK_EVERY) && !self.timers.timers.is_empty() {
                     self.fire_timers(Instant::now());
                 }
                 continue;
             }
-            // Idle: spin a little (a reply is often microseconds away), then say so to the
-            // idle callbacks, then block in the layer until a message or the next timer. The
-            // clock is read every few turns only: reading it costs more than a poll.
-            idle_turns = idle_turns.wrapping_add(1);
-            if idle_since.is_some() && !idle_turns.is_multiple_of(CLOCK_EVERY_IDLE) {
+            // Idle: spin a little (`idle.rs`), then say so to the idle callbacks, then block in
+            // the layer until a message or the next timer.
+            let Some(look) = idle.turn() else {
                 std::hint::spin_loop();
                 continue;
-            }
-            let now = Instant::now();
+            };
+            let now = look.now;
             if !self.timers.timers.is_empty() && self.fire_timers(now) {
                 continue;
             }
-            let since = *idle_since.get_or_insert_with(|| {
+            let (idle_for, began) = idle.idle_for(look);
+            if began {
                 if let Some(r) = self.rec.as_deref_mut() {
                     r.idle_begins(now);
                 }
-                now
-            });
-            if now - since < self.tun.spin {
+            }
+            if idle_for < self.tun.spin {
                 continue;
             }
             // A message is half-way in or out: its rest comes faster than a wake-up would.
-            if now - since < TRANSFER_SPIN && self.link.in_transfer() {
+            if idle_for < TRANSFER_SPIN && self.link.in_transfer() {
                 continue;
             }
             if !told_idle {
@@ -308,6 +303,7 @@ impl Pe {
             if let Err(e) = self.link.wait(timeout) {
                 self.machine_error(&e);
             }
+            idle.blocked();
         }
     }
 

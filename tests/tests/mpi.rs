@@ -15,20 +15,23 @@ converse_tests::conformance_suite!({
         "these tests need mpirun on the PATH"
     );
     converse_tests::Launcher::Mpirun {
-            machine: "mpi",
-            opts: vec![],
-            split: false,
-        }
+        machine: "mpi",
+        opts: vec![],
+        split: false,
+    }
 });
 
 /// SMP mode under MPI: `mpirun -n N/2 PROGRAM +ppn 2`; only the communication thread, the
 /// one that initialised MPI, calls it (FUNNELED).
 mod ppn2 {
-    converse_tests::conformance_suite!(converse_tests::Launcher::Mpirun {
+    converse_tests::conformance_suite!(
+        converse_tests::Launcher::Mpirun {
             machine: "mpi",
             opts: vec![],
             split: false,
-        }, ppn = 2);
+        },
+        ppn = 2
+    );
 }
 
 /// `si+mpi`, every rank on one host: shared memory between all of them, MPI booting the job.
@@ -73,17 +76,18 @@ mod particular {
             machine: "mpi",
             opts: vec![],
             split: false,
-        }.command(PROGRAM, ranks, args)
+        }
+        .command(PROGRAM, ranks, args)
     }
 
     #[test]
     fn memory_toward_a_stalled_peer_is_bounded() {
         converse_tests::expect_bounded_flood(
             &converse_tests::Launcher::Mpirun {
-            machine: "mpi",
-            opts: vec![],
-            split: false,
-        },
+                machine: "mpi",
+                opts: vec![],
+                split: false,
+            },
             PROGRAM,
         );
     }
@@ -92,10 +96,10 @@ mod particular {
     fn memory_of_a_receiver_slower_than_its_sender_is_bounded() {
         converse_tests::expect_bounded_backlog(
             &converse_tests::Launcher::Mpirun {
-            machine: "mpi",
-            opts: vec![],
-            split: false,
-        },
+                machine: "mpi",
+                opts: vec![],
+                split: false,
+            },
             PROGRAM,
         );
     }

@@ -3,8 +3,8 @@
 
 use super::plan::{self, Route};
 use super::relay::Relay;
-use converse_machine::{MachineError, Message, NodeTable, Part, Transport, Wake};
 use crate::layer::SiMachine;
+use converse_machine::{MachineError, Message, NodeTable, Part, Transport, Wake};
 use std::sync::Arc;
 use std::time::Duration;
 

@@ -30,10 +30,10 @@ mod relay;
 
 pub use machine::MultiMachine;
 
+use crate::layer::SiOpen;
 use converse_bootstrap::client::LaunchEnv;
 use converse_bootstrap::session::Open;
 use converse_bootstrap::Bootstrap;
-use crate::layer::SiOpen;
 use converse_machine::{BootConfig, MachineError, NodeTable, SettingSpec};
 use std::path::Path;
 

@@ -12,8 +12,8 @@
 //! network layer once per sleep in which the bell rang, and naps at most [`NAP`] at a time (an
 //! idle job: one wake-up a second).
 
-use converse_machine::Wake;
 use crate::interconnect::Doorbell;
+use converse_machine::Wake;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
