@@ -32,8 +32,8 @@ pub const SI_MPI: Layer = Layer {
     summary: "MPI's ranks: shared memory between ranks of one host, MPI between hosts",
     boot: boot_si_mpi,
     launched: launcher_env::launched,
-    settings: composite::SETTINGS,
-    check: composite::check_settings,
+    settings: &[],
+    check: converse_machine::no_settings,
     describe: |table, node| composite::describe("mpi", table, node),
 };
 

@@ -28,7 +28,7 @@ pub(crate) enum Keep {
 /// Sends from this many bytes count as large: beyond the eager limits of MPI's usual transports
 /// (Open MPI: 4 KiB in shared memory, 64 KiB over TCP), MPI moves them by rendezvous, so their
 /// data is still on its way after `MPI_Isend` returns and needs this rank's progress calls.
-pub(crate) const LARGE: usize = 64 << 10;
+pub(crate) use crate::LARGE;
 
 impl Keep {
     /// Whether the send that reads it is [`LARGE`]: a whole message that large, or a piece of

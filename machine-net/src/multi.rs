@@ -13,8 +13,8 @@ pub const SI_TCP: Layer = Layer {
     summary: "charmrun's processes: shared memory between nodes of one host, TCP between hosts",
     boot: boot_si_tcp,
     launched: converse_machine::launch::LaunchEnv::present,
-    settings: composite::SETTINGS,
-    check: composite::check_settings,
+    settings: &[],
+    check: converse_machine::no_settings,
     describe: |table, node| composite::describe("tcp", table, node),
 };
 
@@ -25,8 +25,8 @@ pub const SI_UDP: Layer = Layer {
     summary: "charmrun's processes: shared memory between nodes of one host, UDP between hosts",
     boot: boot_si_udp,
     launched: converse_machine::launch::LaunchEnv::present,
-    settings: composite::SETTINGS,
-    check: composite::check_settings,
+    settings: &[],
+    check: converse_machine::no_settings,
     describe: |table, node| composite::describe("udp", table, node),
 };
 

@@ -29,9 +29,7 @@
 use crate::interconnect::Si;
 use crate::wake::SiWaker;
 use converse_bootstrap::client::LaunchEnv;
-use converse_machine::{
-    Layer, MachineError, Message, NodeTable, Part, SettingSpec, Transport, Wake,
-};
+use converse_machine::{Layer, MachineError, Message, NodeTable, Part, Transport, Wake};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -50,20 +48,7 @@ pub const LAYER: Layer = Layer {
     summary: "the Simple Interconnect on shared memory: one host, processes started by charmrun",
     boot,
     launched: LaunchEnv::present,
-    settings: &[
-        SettingSpec {
-            key: "si.ring_kib",
-            meaning: "ring size per sender, KiB (default 256; a power of two from 4 to 1048576)",
-        },
-        SettingSpec {
-            key: "si.copy_together",
-            meaning: "large copies shared by sender and receiver (default true)",
-        },
-        SettingSpec {
-            key: "si.single_copy_from",
-            meaning: "wire size from which messages are lent, bytes or 'off' (default: measured)",
-        },
-    ],
+    settings: boot::SETTINGS,
     check: |s| boot::SiSettings::parse(s).map(drop),
     describe: converse_machine::no_description,
 };

@@ -34,4 +34,6 @@ pub use launch::LaunchEnv;
 pub use message::{zeroed, Message, ENVELOPE_LEN, HEADROOM};
 pub use node_table::{NodeInfo, NodeTable};
 pub use pool::BufferPool;
-pub use settings::{SettingSpec, Settings, FAULTS};
+pub use settings::{
+    check_declared, markdown_table, SettingSpec, Settings, Value, FAULTS, FAULTS_SETTING,
+};

@@ -28,6 +28,9 @@ pub struct RuntimeArgs {
     pub quiet: bool,
     /// `+version`: print what this program is built with and exit.
     pub version: bool,
+    /// `+settings`: list every setting this program knows (key, meaning, bounds, default)
+    /// and exit.
+    pub list_settings: bool,
     /// `+trace` / `+trace-dir DIR`: where each PE writes its trace (`trace.<pe>.bin`); `None`:
     /// no tracing. `+trace` alone means [`DEFAULT_TRACE_DIR`].
     pub trace_dir: Option<std::path::PathBuf>,
@@ -50,6 +53,7 @@ impl Default for RuntimeArgs {
             machine: None,
             quiet: false,
             version: false,
+            list_settings: false,
             trace_dir: None,
             stats: false,
             settings: Settings::default(),
@@ -61,7 +65,7 @@ impl Default for RuntimeArgs {
 /// One line listing every runtime argument, for error messages.
 pub(crate) const USAGE: &str =
     "runtime arguments: +p N, +ppn K, +pemap CORES, +commap CORES, +machine NAME, \
-     +set KEY=VALUE, +quiet, +version, +trace, +trace-dir DIR, +stats";
+     +set KEY=VALUE, +settings, +quiet, +version, +trace, +trace-dir DIR, +stats";
 
 /// Where `+trace` without `+trace-dir` writes: relative to each process's working directory.
 pub const DEFAULT_TRACE_DIR: &str = "converse-trace";
@@ -134,6 +138,8 @@ where
             out.quiet = true;
         } else if flag == "version" {
             out.version = true;
+        } else if flag == "settings" {
+            out.list_settings = true;
         } else {
             return Err(RuntimeError::Args(format!(
                 "unknown runtime argument '{arg}' ({USAGE})"

@@ -45,7 +45,22 @@ pub(crate) const COMPOSED: &[Layer] = &[
 pub(crate) fn check_values(
     s: &converse_machine::Settings,
 ) -> Result<(), converse_machine::MachineError> {
+    // Every declared setting's type and bounds (a layer not compiled in too), then what a
+    // compiled-in layer checks across its settings.
+    settings()
+        .into_iter()
+        .try_for_each(|g| converse_machine::check_declared(g, s))?;
     all().try_for_each(|l| (l.check)(s))
+}
+
+/// `+settings`: every setting this program knows, a line each (key, then what it sets, its
+/// bounds and default), from the declarations.
+pub(crate) fn listing() -> String {
+    settings()
+        .into_iter()
+        .flat_map(|g| g.iter())
+        .map(|spec| format!("{:<22} {}\n", spec.key, spec.describe()))
+        .collect()
 }
 
 /// Every layer compiled in, composites first.
@@ -117,9 +132,15 @@ pub(crate) fn describe(
 /// Every setting a key may name: the runtime's, each compiled-in layer's, and the MPI layer's
 /// even where it is not compiled in (a variant file for it is still checked).
 pub(crate) fn settings() -> Vec<&'static [converse_machine::SettingSpec]> {
-    let mut all = vec![crate::scheduler::SETTINGS, converse_mpi::SETTINGS];
-    all.extend(self::all().map(|l| l.settings));
-    all
+    let mut groups = vec![crate::scheduler::SETTINGS];
+    let extra = [converse_mpi::SETTINGS];
+    for g in self::all().map(|l| l.settings).chain(extra) {
+        let known = |x: &&[converse_machine::SettingSpec]| x.first().map(|s| s.key);
+        if !g.is_empty() && !groups.iter().any(|x| known(x) == known(&g)) {
+            groups.push(g);
+        }
+    }
+    groups
 }
 
 /// Names of the compiled-in layers, comma-separated (the composites are named by
@@ -165,6 +186,53 @@ mod tests {
             let e = find("mpi").err().map(|e| e.to_string()).unwrap_or_default();
             assert!(e.contains("not compiled into this program"), "{e}");
         }
+    }
+
+    /// README's table of settings is made from the declarations: it fails when one changes
+    /// and README does not (run the test with `CONVERSE_WRITE_README=1` to rewrite it).
+    #[test]
+    fn readme_lists_every_setting_as_declared() {
+        if !cfg!(all(feature = "tcp", feature = "udp", feature = "si")) {
+            return;
+        }
+        let readme = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
+        let text = std::fs::read_to_string(readme).expect("README.md");
+        let (begin, end) = (
+            "<!-- settings: made from the declarations (runtime/src/layers.rs) -->\n",
+            "<!-- end of settings -->",
+        );
+        let table = converse_machine::markdown_table(&settings());
+        let (Some(a), Some(b)) = (text.find(begin), text.find(end)) else {
+            panic!("README.md has no settings table between {begin:?} and {end:?}");
+        };
+        let now = &text[a + begin.len()..b];
+        if now != table && std::env::var_os("CONVERSE_WRITE_README").is_some() {
+            let new = format!("{}{table}{}", &text[..a + begin.len()], &text[b..]);
+            std::fs::write(readme, new).expect("README.md written");
+            return;
+        }
+        assert_eq!(
+            now, table,
+            "README.md's settings table differs from the declarations"
+        );
+    }
+
+    #[test]
+    fn the_listing_names_every_setting_once_with_its_default() {
+        let l = listing();
+        for g in settings() {
+            for spec in g {
+                assert_eq!(
+                    l.lines()
+                        .filter(|x| x.split(' ').next() == Some(spec.key))
+                        .count(),
+                    1,
+                    "{}\n{l}",
+                    spec.key
+                );
+            }
+        }
+        assert!(l.contains("default"), "{l}");
     }
 
     #[test]

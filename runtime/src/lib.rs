@@ -198,6 +198,7 @@ impl RuntimeBuilder {
             && parsed.commap.is_none()
             && parsed.machine.is_none()
             && !parsed.version
+            && !parsed.list_settings
             && parsed.program.len() == 1;
         if !only_settings {
             return Err(RuntimeError::Args(format!(
@@ -344,6 +345,10 @@ impl Runtime {
     {
         if self.args.version {
             println!("{}", version_line());
+            return Ok(0);
+        }
+        if self.args.list_settings {
+            print!("{}", layers::listing());
             return Ok(0);
         }
         if self.args.commap.is_some() && self.args.pes_per_node == 1 {

@@ -10,36 +10,76 @@ use std::time::{Duration, Instant};
 /// Widest spanning tree allowed: a reduction tracks its children in a 64-bit mask.
 pub(crate) const MAX_BRANCHING: usize = 64;
 
+/// `sched.spin_us`: at most 10 ms, since a spin is CPU burnt by every idle PE after every
+/// message: longer, and an idle job no longer waits, it polls.
+const SPIN_US: SettingSpec = SettingSpec::whole(
+    "sched.spin_us",
+    50,
+    0,
+    10_000,
+    "how long an idle PE keeps polling before it blocks, µs",
+);
+
+/// `sched.idle_max_ms`.
+const IDLE_MAX_MS: SettingSpec = SettingSpec::whole(
+    "sched.idle_max_ms",
+    10,
+    1,
+    60_000,
+    "longest single block of an idle PE, ms",
+);
+
+/// `sched.batch`.
+const BATCH: SettingSpec = SettingSpec::whole(
+    "sched.batch",
+    64,
+    1,
+    1 << 20,
+    "messages dispatched between two polls of the layer",
+);
+
+/// `sched.max_queued_mib`: far more than a PE that keeps up ever holds, so it only acts
+/// against a flood; a 64-PE host of flooded PEs stays within 16 GiB.
+const MAX_BACKLOG_MIB: SettingSpec = SettingSpec::whole(
+    "sched.max_queued_mib",
+    256,
+    1,
+    1 << 20,
+    "messages a PE holds waiting to run before it stops taking in arrivals, MiB: a receiver \
+     slower than its senders holds them back through the layer's flow control instead of \
+     growing",
+);
+
+/// `peer.max_queued_mib`: deep enough that a fast sender never waits for a peer that keeps
+/// up (a socket buffer is a few MiB), small enough that a 256-node job whose peers all stall
+/// holds at most 16 GiB.
+const MAX_QUEUED_MIB: SettingSpec = SettingSpec::whole(
+    "peer.max_queued_mib",
+    64,
+    1,
+    1 << 20,
+    "what a node may hold for one peer before a sender waits for room, MiB: a stopped or slow \
+     peer cannot make a sender grow without limit",
+);
+
+/// `tree.branching`: a reduction tracks its children in a 64-bit mask.
+const BRANCHING: SettingSpec = SettingSpec::whole(
+    "tree.branching",
+    4,
+    2,
+    MAX_BRANCHING as u64,
+    "fan-out of the spanning trees of collectives",
+);
+
 /// The settings the runtime itself reads (the layers declare theirs).
 pub(crate) const SETTINGS: &[SettingSpec] = &[
-    SettingSpec {
-        key: "sched.spin_us",
-        meaning: "how long an idle PE keeps polling before it blocks, µs (default 50, at most 10000)",
-    },
-    SettingSpec {
-        key: "sched.idle_max_ms",
-        meaning: "longest single block of an idle PE, ms (default 10)",
-    },
-    SettingSpec {
-        key: "sched.batch",
-        meaning: "messages dispatched between two polls of the layer (default 64)",
-    },
-    SettingSpec {
-        key: "sched.max_queued_mib",
-        meaning: "messages a PE holds waiting to run before it stops taking in arrivals, MiB (default 256): a flood is then held back by the layer's flow control, not taken into the receiver's memory",
-    },
-    SettingSpec {
-        key: "peer.max_queued_mib",
-        meaning: "bytes a node holds for one peer before a sender waits for room, MiB (default 64)",
-    },
-    SettingSpec {
-        key: converse_machine::FAULTS,
-        meaning: "what a node's death does: fatal (the default: the job ends) or report (the survivors are told and go on; not on mpi)",
-    },
-    SettingSpec {
-        key: "tree.branching",
-        meaning: "fan-out of the spanning trees of collectives, 2..=64 (default 4)",
-    },
+    SPIN_US,
+    IDLE_MAX_MS,
+    BATCH,
+    MAX_BACKLOG_MIB,
+    converse_machine::FAULTS_SETTING,
+    MAX_QUEUED_MIB,
+    BRANCHING,
 ];
 
 /// Scheduler knobs, read from settings at start-up.
@@ -68,68 +108,24 @@ pub(crate) struct Tunables {
     pub report_deaths: bool,
 }
 
-/// Default of `peer.max_queued_mib`: deep enough that a fast sender never waits for a peer
-/// that keeps up (a socket buffer is a few MiB), small enough that a 256-node job whose peers
-/// all stall holds at most 16 GiB.
-const DEFAULT_MAX_QUEUED_MIB: usize = 64;
-
-/// Default of `sched.max_queued_mib`: far more than a PE that keeps up ever holds, so it only
-/// acts against a flood; a 64-PE host of flooded PEs stays within 16 GiB.
-const DEFAULT_MAX_BACKLOG_MIB: usize = 256;
-
-/// Longest `sched.spin_us`.
-const MAX_SPIN: Duration = Duration::from_millis(10);
-
 impl Tunables {
     pub(crate) fn from_settings(s: &Settings) -> Result<Tunables, MachineError> {
-        let t = Tunables {
-            spin: Duration::from_micros(s.get_or("sched.spin_us", 50)?),
+        let mib = |spec: &SettingSpec| -> Result<usize, MachineError> {
+            Ok(usize::try_from(spec.read_whole(s)?)
+                .unwrap_or(usize::MAX)
+                .saturating_mul(1 << 20))
+        };
+        Ok(Tunables {
+            spin: Duration::from_micros(SPIN_US.read_whole(s)?),
             spin_yields: false,
-            idle_max: Duration::from_millis(s.get_or("sched.idle_max_ms", 10)?),
-            batch: s.get_or("sched.batch", 64)?,
-            branching: s.get_or("tree.branching", 4)?,
-            max_queued: s
-                .get_or::<usize>("peer.max_queued_mib", DEFAULT_MAX_QUEUED_MIB)?
-                .saturating_mul(1 << 20),
-            max_backlog: s
-                .get_or::<usize>("sched.max_queued_mib", DEFAULT_MAX_BACKLOG_MIB)?
-                .saturating_mul(1 << 20),
+            idle_max: Duration::from_millis(IDLE_MAX_MS.read_whole(s)?),
+            batch: BATCH.read_whole(s)? as usize,
+            branching: BRANCHING.read_whole(s)? as usize,
+            max_queued: mib(&MAX_QUEUED_MIB)?,
+            max_backlog: mib(&MAX_BACKLOG_MIB)?,
             stats: false,
             report_deaths: s.reports_deaths()?,
-        };
-        // A spin is CPU burnt by every idle PE after every message: longer than this and an
-        // idle job no longer waits, it polls.
-        if t.spin > MAX_SPIN {
-            return Err(MachineError::Setting {
-                key: "sched.spin_us".into(),
-                reason: format!(
-                    "{} is more than {}",
-                    t.spin.as_micros(),
-                    MAX_SPIN.as_micros()
-                ),
-            });
-        }
-        for (key, v) in [
-            ("peer.max_queued_mib", t.max_queued),
-            ("sched.max_queued_mib", t.max_backlog),
-        ] {
-            if v == 0 {
-                return Err(MachineError::Setting {
-                    key: key.into(),
-                    reason: "must be at least 1".into(),
-                });
-            }
-        }
-        if t.batch == 0 || !(2..=MAX_BRANCHING).contains(&t.branching) || t.idle_max.is_zero() {
-            return Err(MachineError::Setting {
-                key: "sched.batch / tree.branching / sched.idle_max_ms".into(),
-                reason: format!(
-                    "batch must be at least 1, branching from 2 to {MAX_BRANCHING}, \
-                     idle_max at least 1 ms"
-                ),
-            });
-        }
-        Ok(t)
+        })
     }
 }
 

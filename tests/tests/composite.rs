@@ -1,6 +1,6 @@
 //! One job over two transports (`+machine si+tcp`, `si+udp`) on hosts made of network
 //! namespaces (`converse_tests::hosts`): shared memory between the processes of a host, the
-//! network between hosts, chosen per peer; `stats=true` shows which pairs used what. Needs
+//! network between hosts, chosen per peer; `+stats` shows which pairs used what. Needs
 //! root (to create namespaces); without it the tests say they were skipped.
 
 use converse_tests::hosts::Hosts;
@@ -13,7 +13,7 @@ fn args(v: &[&str]) -> Vec<String> {
 }
 
 /// `charmrun +pN ++verbose ++remote-shell SHELL ++nodelist MACHINES conformance SCENARIO
-/// +machine LAYER +set stats=true EXTRA`, on host 0.
+/// +machine LAYER +stats EXTRA`, on host 0.
 fn job(hosts: &Hosts, machines: &str, pes: usize, scenario: &[&str], layer: &str) -> Outcome {
     job_with(hosts, machines, pes, scenario, layer, &[])
 }
@@ -39,38 +39,36 @@ fn job_with(
     a.extend(extra.iter().map(|s| s.to_string()));
     a.push(PROGRAM.into());
     a.extend(args(scenario));
-    a.extend(args(&["+machine", layer, "+set", "stats=true"]));
+    a.extend(args(&["+machine", layer, "+stats"]));
     hosts.charmrun(PROGRAM, &a)
 }
 
-/// Node `node`'s counters: (si messages, network messages), and the peers each serves.
+/// Node `node`'s counters from its `+stats` line: (peers, messages) over shared memory, then
+/// over the network.
 fn counters(o: &Outcome, node: usize, layer: &str) -> ((usize, u64), (usize, u64)) {
-    let head = format!("converse stats: node {node} ({layer}) sent ");
+    let head = format!("converse stats: node {node} ({layer}):");
     let line = o
         .stderr
         .lines()
         .find_map(|l| l.split_once(&head).map(|(_, rest)| rest.to_owned()))
         .unwrap_or_else(|| panic!("no counters of node {node}\n{o}"));
-    // "si to 1 peer: 12 messages, 345 bytes; tcp to 2 peers: 6 messages, 78 bytes"
-    let part = |text: &str| -> (usize, u64) {
-        let peers = text
-            .split(" to ")
-            .nth(1)
-            .and_then(|r| r.split(' ').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("peers in {text:?}"));
-        let messages = text
-            .split(": ")
-            .nth(1)
-            .and_then(|r| r.split(' ').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("messages in {text:?}"));
-        (peers, messages)
+    // " multi.shm_peers=1 multi.net_peers=2 multi.shm_messages=12 ..."
+    let field = |name: &str| -> u64 {
+        line.split(' ')
+            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name} in {line:?}"))
     };
-    let (si, net) = line
-        .split_once("; ")
-        .unwrap_or_else(|| panic!("two parts in {line:?}"));
-    (part(si), part(net))
+    (
+        (
+            field("multi.shm_peers") as usize,
+            field("multi.shm_messages"),
+        ),
+        (
+            field("multi.net_peers") as usize,
+            field("multi.net_messages"),
+        ),
+    )
 }
 
 /// The job tag charmrun's verbose output names.

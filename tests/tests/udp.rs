@@ -11,23 +11,20 @@ converse_tests::conformance_suite!(converse_tests::Launcher::Charmrun {
 /// checksum-checked all-to-all, messages of every size up to 4 MiB (fragmented) both ways.
 const DAMAGE_SCENARIOS: [&[&str]; 3] = [&["fifo"], &["alltoall", "200000"], &["sizes", "4194304"]];
 
-/// Packets retransmitted by all nodes, from their `udp.stats` lines.
+/// Packets retransmitted by all nodes, from their `+stats` lines.
 fn retransmitted(stderr: &str) -> u64 {
-    stats_field(stderr, " retransmitted")
+    stats_field(stderr, "udp.retransmits")
 }
 
-/// The sum over the nodes' `udp.stats` lines of the number before `label`.
-fn stats_field(stderr: &str, label: &str) -> u64 {
+/// The sum over the nodes' `+stats` lines of the layer's counter `name`.
+fn stats_field(stderr: &str, name: &str) -> u64 {
+    let key = format!(" {name}=");
     stderr
         .lines()
-        .filter(|l| l.starts_with("udp node "))
+        .filter(|l| l.starts_with("converse stats: node "))
         .filter_map(|l| {
-            let before = &l[..l.find(label)?];
-            before
-                .rsplit(|c: char| !c.is_ascii_digit())
-                .next()?
-                .parse::<u64>()
-                .ok()
+            let (_, after) = l.split_once(&key)?;
+            after.split(' ').next()?.parse::<u64>().ok()
         })
         .sum()
 }
@@ -97,7 +94,7 @@ mod loss {
                 .arg(format!("+p{pes}"))
                 .arg(PROGRAM)
                 .args(scenario)
-                .args(["+machine", "udp", "+set", "udp.stats=1"]);
+                .args(["+machine", "udp", "+stats"]);
             run_bounded(&mut cmd, Duration::from_secs(180))
         }
     }
@@ -272,7 +269,7 @@ mod relay {
             let relay = Relay::start(10, 20);
             let via = format!("udp.via={}", relay.addr);
             let mut args: Vec<&str> = scenario.to_vec();
-            args.extend(["+set", &via, "+set", "udp.stats=1"]);
+            args.extend(["+set", &via, "+stats"]);
             let launcher = Launcher::Charmrun {
                 machine: "udp",
                 opts: vec![],
@@ -288,7 +285,7 @@ mod relay {
                 "the relay did its job"
             );
             // The duplicates reached the nodes, and were dropped there.
-            assert!(stats_field(&o.stderr, " duplicates") > 0, "{o}");
+            assert!(stats_field(&o.stderr, "udp.duplicates") > 0, "{o}");
         }
     }
 }
@@ -338,7 +335,7 @@ mod particular {
             let o = udp().run(
                 PROGRAM,
                 2,
-                &["slow", "3000", "+set", sockbuf, "+set", "udp.stats=1"],
+                &["slow", "3000", "+set", sockbuf, "+stats"],
                 Duration::from_secs(120),
             );
             assert!(
@@ -361,18 +358,22 @@ mod particular {
         // (so each receiver sees both kinds of sender); with none, all from its socket.
         for (limit, sockets) in [(None, 12), (Some(1), 4), (Some(0), 0)] {
             let setting = limit.map(|l| format!("udp.connected_peers={l}"));
-            let mut args = vec!["alltoall", "20000", "+set", "udp.stats=1"];
+            let mut args = vec!["alltoall", "20000", "+stats"];
             if let Some(s) = &setting {
                 args.extend(["+set", s]);
             }
             let o = udp().run(PROGRAM, 4, &args, Duration::from_secs(60));
             assert_eq!(o.code, Some(0), "{limit:?}: {o}");
             assert_eq!(
-                stats_field(&o.stderr, " peer(s) sent to from a connected socket"),
+                stats_field(&o.stderr, "udp.peers_connected"),
                 sockets,
                 "{limit:?}: {o}"
             );
-            assert_eq!(stats_field(&o.stderr, " foreign"), 0, "{limit:?}: {o}");
+            assert_eq!(
+                stats_field(&o.stderr, "udp.strangers_dropped"),
+                0,
+                "{limit:?}: {o}"
+            );
         }
     }
 
@@ -446,7 +447,7 @@ mod particular {
     #[test]
     fn foreign_and_garbage_datagrams_are_counted_and_dropped() {
         let mut job = Running::start(
-            &mut udp().command(PROGRAM, 3, &["wait", "3", "+set", "udp.stats=1", "+quiet"]),
+            &mut udp().command(PROGRAM, 3, &["wait", "3", "+stats", "+quiet"]),
             Duration::from_secs(60),
         )
         .expect("start");
@@ -509,8 +510,14 @@ mod particular {
         let o = job.finish();
         assert_eq!(o.code, Some(0), "{o}");
         assert_eq!(o.lines_with("conformance wait: ok"), 1, "{o}");
-        assert!(stats_field(&o.stderr, " foreign") >= 3 * 8, "{o}");
-        assert!(stats_field(&o.stderr, " garbage") >= 3 * 2, "{o}");
+        assert!(
+            stats_field(&o.stderr, "udp.strangers_dropped") >= 3 * 8,
+            "{o}"
+        );
+        assert!(
+            stats_field(&o.stderr, "udp.garbage_dropped") >= 3 * 2,
+            "{o}"
+        );
     }
 }
 

@@ -7,7 +7,7 @@ use crate::launcher_env;
 use crate::mpi_call;
 use crate::order::Order;
 use crate::prepost::Prepost;
-use crate::sends::{InFlight, LARGE};
+use crate::sends::InFlight;
 use crate::wake::MpiWaker;
 use converse_machine::{BootConfig, Machine, MachineError, NodeInfo, NodeTable, Settings};
 use mpi::ffi;
@@ -17,27 +17,6 @@ use mpi::Threading;
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
-
-/// Default for `mpi.small_bytes`: messages of up to this many wire bytes land in pre-posted
-/// receives; from [`LARGE`] they are received by probe into the buffer of a large message sent.
-/// Past Open MPI's shared-memory eager limit (4 KiB) a message still lands whole in a posted
-/// buffer, by its single-copy path. Measured (issue 19): with the limit at 8 KiB, 32 KiB
-/// messages went by notice and probe and were 6% slower than when all were probed; the notice
-/// is cheap only against a large message's own time.
-const DEFAULT_SMALL: usize = LARGE - 1;
-
-/// Default for `mpi.prepost`: receives kept posted. More than a round of messages from a few
-/// peers; a burst past it waits in MPI's unexpected queue and still arrives in order.
-const DEFAULT_PREPOST: usize = 32;
-
-/// Default for `mpi.piece_bytes`: messages above it go in pieces (MPI counts are `int`).
-const DEFAULT_PIECE: usize = 1 << 30;
-
-/// Default for `mpi.window`: data messages a sender may have unacknowledged per receiver.
-/// Measured (4 ranks on 2 cores, a million messages all-to-all): 64 takes 0.7 s, 1024 1.7 s,
-/// 4096 5.9 s — a deep window only piles sends into Open MPI's pending list, which each
-/// progress call walks.
-const DEFAULT_WINDOW: u64 = 64;
 
 /// Host names exchanged at boot are cut to this many bytes.
 const HOST_LEN: usize = 64;
@@ -59,42 +38,11 @@ impl MpiSettings {
     /// # Errors
     /// [`MachineError::Setting`] for a value that does not parse or is out of range.
     pub(crate) fn parse(s: &Settings) -> Result<MpiSettings, MachineError> {
-        let piece: usize = s.get_or("mpi.piece_bytes", DEFAULT_PIECE)?;
-        if !(4096..=i32::MAX as usize).contains(&piece) {
-            return Err(MachineError::Setting {
-                key: "mpi.piece_bytes".into(),
-                reason: format!("{piece} is outside 4096 ..= {}", i32::MAX),
-            });
-        }
-        let window: u64 = s.get_or("mpi.window", DEFAULT_WINDOW)?;
-        if !(4..=32768).contains(&window) {
-            return Err(MachineError::Setting {
-                key: "mpi.window".into(),
-                reason: format!("{window} is outside 4 ..= 32768"),
-            });
-        }
-        let small: usize = s.get_or("mpi.small_bytes", DEFAULT_SMALL)?;
-        if !(converse_machine::ENVELOPE_LEN..=LARGE).contains(&small) {
-            return Err(MachineError::Setting {
-                key: "mpi.small_bytes".into(),
-                reason: format!(
-                    "{small} is outside {} ..= {LARGE}",
-                    converse_machine::ENVELOPE_LEN
-                ),
-            });
-        }
-        let prepost: usize = s.get_or("mpi.prepost", DEFAULT_PREPOST)?;
-        if !(1..=4096).contains(&prepost) {
-            return Err(MachineError::Setting {
-                key: "mpi.prepost".into(),
-                reason: format!("{prepost} is outside 1 ..= 4096"),
-            });
-        }
         Ok(MpiSettings {
-            piece,
-            window,
-            small,
-            prepost,
+            piece: crate::PIECE_BYTES.read_whole(s)? as usize,
+            window: crate::WINDOW.read_whole(s)?,
+            small: crate::SMALL_BYTES.read_whole(s)? as usize,
+            prepost: crate::PREPOST.read_whole(s)? as usize,
         })
     }
 }

@@ -4,39 +4,107 @@
 //! program built as any variant gets the same behaviour.
 
 use super::rtt::RtoBounds;
-use converse_machine::{MachineError, Settings};
-use std::fmt::Display;
+use converse_machine::{MachineError, SettingSpec, Settings, Value};
 use std::net::SocketAddr;
-use std::num::{IntErrorKind, ParseIntError};
-use std::str::FromStr;
 use std::time::Duration;
 
-/// Largest IP packet the layer sends; the path MTU to a peer lowers it (`udp.mtu`).
-pub const DEFAULT_MTU: usize = 65535;
-/// Packets in flight per peer at most (`udp.window`).
-pub const DEFAULT_WINDOW: usize = 128;
-/// Socket send and receive buffers asked for, KiB (`udp.sockbuf_kib`).
-pub const DEFAULT_SOCKBUF_KIB: usize = 16384;
-/// Retransmission timeout floor, µs (`udp.rto_min_us`).
-pub const DEFAULT_RTO_MIN_US: u64 = 1000;
-/// Retransmission timeout ceiling, backoff included, ms (`udp.rto_max_ms`).
-pub const DEFAULT_RTO_MAX_MS: u64 = 1000;
-/// Retransmission timeout before the first RTT sample, ms (`udp.rto_initial_ms`).
-pub const DEFAULT_RTO_INITIAL_MS: u64 = 20;
-/// Longest an acknowledgement waits for data to ride on, µs (`udp.ack_delay_us`).
-pub const DEFAULT_ACK_DELAY_US: u64 = 500;
-/// Silence, with data outstanding, after which a peer is dead, s (`udp.dead_after_s`).
-pub const DEFAULT_DEAD_AFTER_S: f64 = 30.0;
+/// `udp.mtu`: from the smallest MTU IPv4 guarantees.
+const MTU: SettingSpec = SettingSpec::whole(
+    "udp.mtu",
+    65535,
+    576,
+    65535,
+    "largest IP packet sent, bytes; the path lowers it",
+);
+/// `udp.window`: the SACK extension covers 32 + 4096 packets.
+const WINDOW: SettingSpec =
+    SettingSpec::whole("udp.window", 128, 4, 4096, "packets in flight per peer");
+/// `udp.sockbuf_kib`.
+const SOCKBUF_KIB: SettingSpec = SettingSpec::whole(
+    "udp.sockbuf_kib",
+    16384,
+    64,
+    1 << 20,
+    "socket buffers asked for, KiB",
+);
+/// `udp.rto_min_us`.
+const RTO_MIN_US: SettingSpec = SettingSpec::whole(
+    "udp.rto_min_us",
+    1000,
+    10,
+    60_000_000,
+    "retransmission timeout floor, µs",
+);
+/// `udp.rto_max_ms`: backoff included.
+const RTO_MAX_MS: SettingSpec = SettingSpec::whole(
+    "udp.rto_max_ms",
+    1000,
+    1,
+    600_000,
+    "retransmission timeout ceiling, ms",
+);
+/// `udp.rto_initial_ms`.
+const RTO_INITIAL_MS: SettingSpec = SettingSpec::whole(
+    "udp.rto_initial_ms",
+    20,
+    1,
+    600_000,
+    "retransmission timeout before an RTT sample, ms",
+);
+/// `udp.ack_delay_us`: zero is meaningful, acknowledge at once.
+const ACK_DELAY_US: SettingSpec = SettingSpec::whole(
+    "udp.ack_delay_us",
+    500,
+    0,
+    1_000_000,
+    "longest an acknowledgement waits to ride on data, µs; below udp.rto_min_us",
+);
+/// `udp.dead_after_s`: below 10 ms a peer descheduled for a moment would be dead.
+const DEAD_AFTER_S: SettingSpec = SettingSpec::seconds(
+    "udp.dead_after_s",
+    30.0,
+    0.01,
+    1e6,
+    "silence, with data outstanding, after which a peer is dead, s",
+);
+/// `udp.connected_peers`: at most one per peer of the largest job the protocol numbers.
+const CONNECTED_PEERS: SettingSpec = SettingSpec::whole(
+    "udp.connected_peers",
+    256,
+    0,
+    65535,
+    "in a job of 3+ nodes without udp.via (a relay takes every datagram), peers sent to from \
+     a connected socket of their own (no route lookup per datagram); the rest from the \
+     node's socket",
+)
+.computed("a quarter of the soft RLIMIT_NOFILE, at most 256");
+/// `udp.via`.
+const VIA: SettingSpec = SettingSpec::text(
+    "udp.via",
+    "send every datagram through this IP:PORT relay (tests)",
+);
 
-/// Bounds of `udp.dead_after_s`: below 10 ms a peer descheduled for a moment would be dead.
-const DEAD_AFTER_S: (f64, f64) = (0.01, 1e6);
+/// The `udp.*` settings.
+pub(crate) const SETTINGS: &[SettingSpec] = &[
+    MTU,
+    WINDOW,
+    SOCKBUF_KIB,
+    RTO_MIN_US,
+    RTO_MAX_MS,
+    RTO_INITIAL_MS,
+    ACK_DELAY_US,
+    DEAD_AFTER_S,
+    CONNECTED_PEERS,
+    VIA,
+];
 
-/// The smallest MTU IPv4 guarantees.
-const MIN_MTU: usize = 576;
-/// Most connected send sockets: one per peer of the largest job the protocol numbers.
-const MAX_CONNECTED_PEERS: usize = 65535;
-/// Most packets a window may span: the SACK extension covers 32 + 4096.
-const MAX_WINDOW: usize = 4096;
+/// A declared default (the declarations are checked by the tests to have one).
+const fn default(spec: SettingSpec) -> u64 {
+    match spec.value {
+        Value::Whole { default, .. } => default,
+        _ => 0,
+    }
+}
 
 /// The settings, checked.
 #[derive(Debug, Clone, PartialEq)]
@@ -57,8 +125,6 @@ pub struct Config {
     /// from it (`udp.via`, unset by default): for a relay that reorders and duplicates them
     /// in tests.
     pub via: Option<SocketAddr>,
-    /// Print this node's counters when it leaves (`udp.stats`, default false).
-    pub stats: bool,
     /// Peers sent to from a connected socket of their own, at most, in a job of three nodes
     /// or more (`udp.connected_peers`; default a quarter of the descriptor limit, at most
     /// 256; 0: none).
@@ -68,18 +134,20 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Config {
         Config {
-            mtu: DEFAULT_MTU,
-            window: DEFAULT_WINDOW,
-            sockbuf: DEFAULT_SOCKBUF_KIB << 10,
+            mtu: default(MTU) as usize,
+            window: default(WINDOW) as usize,
+            sockbuf: (default(SOCKBUF_KIB) as usize) << 10,
             rto: RtoBounds {
-                min: Duration::from_micros(DEFAULT_RTO_MIN_US),
-                max: Duration::from_millis(DEFAULT_RTO_MAX_MS),
-                initial: Duration::from_millis(DEFAULT_RTO_INITIAL_MS),
+                min: Duration::from_micros(default(RTO_MIN_US)),
+                max: Duration::from_millis(default(RTO_MAX_MS)),
+                initial: Duration::from_millis(default(RTO_INITIAL_MS)),
             },
-            ack_delay: Duration::from_micros(DEFAULT_ACK_DELAY_US),
-            dead_after: Duration::from_secs_f64(DEFAULT_DEAD_AFTER_S),
+            ack_delay: Duration::from_micros(default(ACK_DELAY_US)),
+            dead_after: match DEAD_AFTER_S.value {
+                Value::Seconds { default, .. } => Duration::from_secs_f64(default),
+                _ => Duration::ZERO,
+            },
             via: None,
-            stats: false,
             connected_peers: super::senders::default_limit(),
         }
     }
@@ -92,85 +160,20 @@ fn bad(key: &str, reason: String) -> MachineError {
     }
 }
 
-/// A whole-number setting in `lo..=hi`, `default` when not set. Every refusal is one line
-/// that says what was wrong (not a number, negative, out of range) and what is accepted.
-fn whole<T>(s: &Settings, key: &str, default: T, lo: T, hi: T) -> Result<T, MachineError>
-where
-    T: FromStr<Err = ParseIntError> + PartialOrd + Display + Copy,
-{
-    let Some(v) = s.raw(key) else {
-        return Ok(default);
-    };
-    let n = v.parse::<T>().map_err(|e| {
-        let reason = match e.kind() {
-            IntErrorKind::Empty => "no value".to_string(),
-            IntErrorKind::PosOverflow => format!("{v} is outside {lo}..={hi}"),
-            _ if is_negative_integer(v) => format!("{v} is negative"),
-            _ => format!("'{v}' is not a whole number"),
-        };
-        bad(key, format!("{reason}: give a whole number in {lo}..={hi}"))
-    })?;
-    if n < lo || n > hi {
-        return Err(bad(key, format!("{n} is outside {lo}..={hi}")));
-    }
-    Ok(n)
-}
-
-/// `-` and digits: a number, but below zero (the settings that use [`whole`] are unsigned).
-fn is_negative_integer(v: &str) -> bool {
-    v.strip_prefix('-')
-        .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
-}
-
-/// A setting in seconds, finite and in `lo..=hi` (`lo > 0`), `default` when not set: NaN,
-/// infinities, negative numbers and zero are refused by name, never handed to `Duration`
-/// (which would panic on them).
-fn seconds(
-    s: &Settings,
-    key: &str,
-    default: f64,
-    (lo, hi): (f64, f64),
-) -> Result<Duration, MachineError> {
-    let Some(v) = s.raw(key) else {
-        return Ok(Duration::from_secs_f64(default));
-    };
-    let refuse = |what: String| bad(key, format!("{what}: give seconds in {lo}..={hi}"));
-    let x: f64 = v
-        .parse()
-        .map_err(|_| refuse(format!("'{v}' is not a number")))?;
-    if x.is_nan() {
-        return Err(refuse(format!("'{v}' is not a number")));
-    }
-    if x.is_infinite() {
-        return Err(refuse(format!("'{v}' is not finite")));
-    }
-    if x < 0.0 {
-        return Err(refuse(format!("{v} is negative")));
-    }
-    if x == 0.0 {
-        return Err(refuse(format!("{v} is zero")));
-    }
-    if x < lo || x > hi {
-        return Err(bad(key, format!("{v} is outside {lo}..={hi}")));
-    }
-    Ok(Duration::from_secs_f64(x))
-}
-
 impl Config {
     /// Read the `udp.*` settings, with defaults for those not set.
     ///
     /// # Errors
     /// [`MachineError::Setting`] for a value that does not parse or is out of range.
     pub fn from_settings(s: &Settings) -> Result<Config, MachineError> {
-        let mtu = whole(s, "udp.mtu", DEFAULT_MTU, MIN_MTU, 65535)?;
-        let window = whole(s, "udp.window", DEFAULT_WINDOW, 4, MAX_WINDOW)?;
-        let sockbuf_kib = whole(s, "udp.sockbuf_kib", DEFAULT_SOCKBUF_KIB, 64, 1 << 20)?;
-        let rto_min = whole(s, "udp.rto_min_us", DEFAULT_RTO_MIN_US, 10, 60_000_000)?;
-        let rto_max = whole(s, "udp.rto_max_ms", DEFAULT_RTO_MAX_MS, 1, 600_000)?;
-        let rto_initial = whole(s, "udp.rto_initial_ms", DEFAULT_RTO_INITIAL_MS, 1, 600_000)?;
-        // Zero is meaningful here: acknowledge at once.
-        let ack_delay = whole(s, "udp.ack_delay_us", DEFAULT_ACK_DELAY_US, 0, 1_000_000)?;
-        let dead_after = seconds(s, "udp.dead_after_s", DEFAULT_DEAD_AFTER_S, DEAD_AFTER_S)?;
+        let mtu = MTU.read_whole(s)? as usize;
+        let window = WINDOW.read_whole(s)? as usize;
+        let sockbuf_kib = SOCKBUF_KIB.read_whole(s)? as usize;
+        let rto_min = RTO_MIN_US.read_whole(s)?;
+        let rto_max = RTO_MAX_MS.read_whole(s)?;
+        let rto_initial = RTO_INITIAL_MS.read_whole(s)?;
+        let ack_delay = ACK_DELAY_US.read_whole(s)?;
+        let dead_after = DEAD_AFTER_S.read_seconds(s)?;
         let rto = RtoBounds {
             min: Duration::from_micros(rto_min),
             max: Duration::from_millis(rto_max),
@@ -190,8 +193,8 @@ impl Config {
                 format!("must be below udp.rto_min_us ({rto_min})"),
             ));
         }
-        let via = match s.raw("udp.via") {
-            None | Some("") => None,
+        let via = match VIA.read_text(s) {
+            None => None,
             Some(v) => {
                 let a: SocketAddr = v
                     .parse()
@@ -205,18 +208,8 @@ impl Config {
                 Some(a)
             }
         };
-        let connected_peers = whole(
-            s,
-            "udp.connected_peers",
-            super::senders::default_limit(),
-            0,
-            MAX_CONNECTED_PEERS,
-        )?;
-        let stats = match s.raw("udp.stats") {
-            None | Some("0" | "false" | "no") => false,
-            Some("1" | "true" | "yes") => true,
-            Some(v) => return Err(bad("udp.stats", format!("'{v}' is not true or false"))),
-        };
+        let connected_peers =
+            CONNECTED_PEERS.read_whole_or(s, super::senders::default_limit() as u64)? as usize;
         Ok(Config {
             mtu,
             window,
@@ -225,7 +218,6 @@ impl Config {
             ack_delay,
             dead_after,
             via,
-            stats,
             connected_peers,
         })
     }
@@ -252,7 +244,6 @@ mod tests {
             ("udp.ack_delay_us", "2000"),
             ("udp.dead_after_s", "-1"),
             ("udp.via", "nowhere"),
-            ("udp.stats", "maybe"),
             ("udp.connected_peers", "many"),
         ] {
             let mut s = Settings::default();
@@ -319,7 +310,6 @@ mod tests {
             ("udp.via", "0.0.0.0:9", "no address to send to"),
             ("udp.via", "127.0.0.1:0", "no address to send to"),
             ("udp.via", "localhost:9", "not IP:PORT"),
-            ("udp.stats", "nan", "not true or false"),
         ]);
         for (k, v, says) in cases {
             let e = refusal(k, v);

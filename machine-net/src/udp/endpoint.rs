@@ -20,7 +20,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-/// Counters, printed with `udp.stats`.
+/// Counters, the layer's `udp.*` counters (`+stats`, traces).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Stats {
     /// Datagrams sent (data, acknowledgements, farewells).

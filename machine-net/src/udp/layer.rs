@@ -21,8 +21,7 @@ use converse_bootstrap::client::LaunchEnv;
 use converse_bootstrap::session::{self, Open};
 use converse_bootstrap::Bootstrap;
 use converse_machine::{
-    BootConfig, Layer, Machine, MachineError, Message, NodeTable, Part, SettingSpec, Transport,
-    Wake,
+    BootConfig, Layer, Machine, MachineError, Message, NodeTable, Part, Transport, Wake,
 };
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -34,59 +33,10 @@ pub const LAYER: Layer = Layer {
     summary: "one process per node started by charmrun, UDP datagrams with retransmission",
     boot,
     launched: LaunchEnv::present,
-    settings: SETTINGS,
+    settings: super::config::SETTINGS,
     check: |s| Config::from_settings(s).map(drop),
     describe: converse_machine::no_description,
 };
-
-/// The `udp.*` settings (defaults and bounds: `config.rs`).
-const SETTINGS: &[SettingSpec] = &[
-    SettingSpec {
-        key: "udp.mtu",
-        meaning: "largest IP packet sent, bytes (576..=65535, default 65535)",
-    },
-    SettingSpec {
-        key: "udp.window",
-        meaning: "packets in flight per peer (4..=4096, default 128)",
-    },
-    SettingSpec {
-        key: "udp.sockbuf_kib",
-        meaning: "socket buffers asked for, KiB (default 16384)",
-    },
-    SettingSpec {
-        key: "udp.rto_min_us",
-        meaning: "retransmission timeout floor, µs (default 1000)",
-    },
-    SettingSpec {
-        key: "udp.rto_max_ms",
-        meaning: "retransmission timeout ceiling, ms (default 1000)",
-    },
-    SettingSpec {
-        key: "udp.rto_initial_ms",
-        meaning: "retransmission timeout before an RTT sample, ms (default 20)",
-    },
-    SettingSpec {
-        key: "udp.ack_delay_us",
-        meaning: "longest an acknowledgement waits for data, µs (default 500)",
-    },
-    SettingSpec {
-        key: "udp.dead_after_s",
-        meaning: "silence with data outstanding after which a peer is dead, s (default 30)",
-    },
-    SettingSpec {
-        key: "udp.stats",
-        meaning: "print this node's counters at exit (default false)",
-    },
-    SettingSpec {
-        key: "udp.connected_peers",
-        meaning: "peers sent to from a connected socket of their own in a job of 3+ nodes \
-                  without udp.via (0..=65535, default a quarter of RLIMIT_NOFILE, at most 256)",
-    },
-    SettingSpec {
-        key: "udp.via",
-        meaning: "send every datagram through this IP:PORT relay (tests)",
-    },
-];
 
 /// Receive batches taken by one `advance` at most: then the scheduler gets to dispatch.
 const MAX_BATCHES: usize = 8;
@@ -106,7 +56,6 @@ pub struct UdpMachine {
     table: NodeTable,
     sock: Socket,
     ep: Endpoint,
-    stats: bool,
     /// Polls in a row that found nothing (see `CLOCK_EVERY`).
     empty_polls: u32,
     /// Polled with the socket when idle: other threads ring it to end `wait`.
@@ -231,7 +180,6 @@ impl Open for UdpOpen {
             .collect::<Result<Vec<_>, _>>()?
             .into_iter()
             .unzip();
-        let stats = conf.stats;
         let via = conf.via;
         let mut ep = Endpoint::new(
             env.node as u16,
@@ -267,7 +215,6 @@ impl Open for UdpOpen {
             table,
             sock,
             ep,
-            stats,
             empty_polls: 0,
             wake,
         })
@@ -402,30 +349,6 @@ impl UdpMachine {
         }
         Ok(())
     }
-
-    fn print_stats(&self) {
-        let s = self.ep.stats;
-        let (retransmits, timeouts, probes) = self.ep.retransmissions();
-        eprintln!(
-            "udp node {}: sent {} datagrams ({} acks, {} retransmitted, {} timeouts, {} tail \
-             probes), received {} \
-             ({} in place, {} duplicates, {} beyond the window), dropped {} foreign and {} \
-             garbage; {} peer(s) sent to from a connected socket",
-            self.me,
-            s.sent,
-            s.acks,
-            retransmits,
-            timeouts,
-            probes,
-            s.received,
-            s.placed,
-            s.duplicates,
-            s.out_of_window,
-            s.foreign,
-            s.garbage,
-            self.sock.senders_open()
-        );
-    }
 }
 
 impl Transport for UdpMachine {
@@ -535,9 +458,6 @@ impl Part for UdpMachine {
             let _ = self.pause(NAP);
         }
         self.ep.say_bye(&mut self.sock);
-        if self.stats {
-            self.print_stats();
-        }
         Ok(())
     }
 }

@@ -45,7 +45,6 @@ pub struct MultiMachine<N: Part> {
     sent: [Sent; 2],
     /// Advances since the network part last handed up a message (see `NET_HOT`).
     since_net: u32,
-    stats: bool,
     relay: Option<Relay>,
 }
 
@@ -66,7 +65,6 @@ impl<N: Part> MultiMachine<N> {
         route: Vec<Route>,
         si: SiMachine,
         net: N,
-        stats: bool,
     ) -> Result<MultiMachine<N>, MachineError> {
         let (shm_peers, net_peers) = plan::peers(&route);
         // One blocking wait for both: the network layer's, with the relay ringing it for the
@@ -92,7 +90,6 @@ impl<N: Part> MultiMachine<N> {
             net,
             sent: [Sent::default(); 2],
             since_net: 0,
-            stats,
             relay,
         })
     }
@@ -124,25 +121,6 @@ impl<N: Part> MultiMachine<N> {
             }
         }
         Ok(n)
-    }
-
-    /// The line `stats=true` prints at exit.
-    fn stats_line(&self) -> String {
-        let part = |name: &str, peers: usize, s: Sent| {
-            format!(
-                "{name} to {}: {} messages, {} bytes",
-                plan::plural(peers),
-                s.messages,
-                s.bytes
-            )
-        };
-        format!(
-            "converse stats: node {} (si+{}) sent {}; {}",
-            self.me,
-            self.net_name,
-            part("si", self.shm_peers, self.sent[0]),
-            part(self.net_name, self.net_peers, self.sent[1])
-        )
     }
 }
 
@@ -200,6 +178,8 @@ impl<N: Part> Transport for MultiMachine<N> {
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
         let mut c = vec![
+            ("multi.shm_peers", self.shm_peers as u64),
+            ("multi.net_peers", self.net_peers as u64),
             ("multi.shm_messages", self.sent[0].messages),
             ("multi.shm_bytes", self.sent[0].bytes),
             ("multi.net_messages", self.sent[1].messages),
@@ -285,9 +265,6 @@ impl<N: Part> Part for MultiMachine<N> {
         }
         let shm = self.si.leave();
         let net = self.net.leave();
-        if self.stats {
-            converse_machine::input::error_line(&self.stats_line());
-        }
         shm.and(net)
     }
 }

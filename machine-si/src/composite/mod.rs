@@ -20,8 +20,8 @@
 //!    (`barrier_mode`, `nap`, `forget`, `leave` of [`Part`](converse_machine::Part)).
 //!
 //! An idle node blocks once for both (`relay.rs`: a thread asleep on the SI doorbell rings
-//! the network layer's `Wake`). `+set stats=true` prints, per node at exit, the messages and
-//! bytes sent over each transport.
+//! the network layer's `Wake`). `+stats` prints, per node at exit, the peers each transport
+//! serves and the messages and bytes sent over it (`multi.*` among the layer's counters).
 
 mod host;
 mod machine;
@@ -34,24 +34,8 @@ use crate::layer::SiOpen;
 use converse_bootstrap::client::LaunchEnv;
 use converse_bootstrap::session::Open;
 use converse_bootstrap::Bootstrap;
-use converse_machine::{BootConfig, MachineError, NodeTable, SettingSpec};
+use converse_machine::{BootConfig, MachineError, NodeTable};
 use std::path::Path;
-
-/// The settings the composite layers read.
-pub const SETTINGS: &[SettingSpec] = &[SettingSpec {
-    key: "stats",
-    meaning: "si+tcp/si+udp/si+mpi: print each node's messages and bytes per transport at exit \
-              (default false)",
-}];
-
-/// [`Layer::check`](converse_machine::Layer::check) of the composites: their own setting
-/// (each part's are checked as its layer's, being compiled in too).
-///
-/// # Errors
-/// [`MachineError::Setting`] for a malformed `stats`.
-pub fn check_settings(s: &converse_machine::Settings) -> Result<(), MachineError> {
-    s.get_or("stats", false).map(|_: bool| ())
-}
 
 /// A composite of the SI layer and the network layer `N` between the two phases of its boot:
 /// both parts are open.
@@ -61,7 +45,6 @@ pub struct Both<N> {
     net: N,
     /// This host's identity (`host.rs`): nodes that share it talk through shared memory.
     me: Option<String>,
-    stats: bool,
 }
 
 impl<N: Open> Open for Both<N> {
@@ -72,7 +55,6 @@ impl<N: Open> Open for Both<N> {
         env: &LaunchEnv,
         launcher: &dyn Bootstrap,
     ) -> Result<Self, MachineError> {
-        let stats: bool = cfg.settings.get_or("stats", false)?;
         let shm = SiOpen::open(cfg, env, launcher)?;
         let net = N::open(cfg, env, launcher)?;
         let port = env.shm_path("");
@@ -81,7 +63,6 @@ impl<N: Open> Open for Both<N> {
             shm,
             net,
             me: host::identity(shm_dir),
-            stats,
         })
     }
 
@@ -107,7 +88,7 @@ impl<N: Open> Open for Both<N> {
         drop(infos);
         let si = self.shm.connect(env, shm_table, launcher)?;
         let net = self.net.connect(env, net_table, launcher)?;
-        MultiMachine::new(table, route, si, net, self.stats)
+        MultiMachine::new(table, route, si, net)
     }
 }
 

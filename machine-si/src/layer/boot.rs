@@ -9,17 +9,38 @@ use crate::wake::SiWaker;
 use converse_bootstrap::client::LaunchEnv;
 use converse_bootstrap::session::{self, Open};
 use converse_bootstrap::Bootstrap;
-use converse_machine::{BootConfig, Machine, MachineError, NodeTable, Settings};
+use converse_machine::{BootConfig, Machine, MachineError, NodeTable, SettingSpec, Settings};
 use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-/// Largest `si.ring_kib`.
-const MAX_RING_KIB: usize = 1 << 20;
+/// `si.ring_kib`: at most 1 GiB a ring, since the segment holds a ring per node of the host,
+/// and its size (nodes × ring) must not wrap.
+const RING_KIB: SettingSpec = SettingSpec::power_of_two(
+    "si.ring_kib",
+    256,
+    4,
+    1 << 20,
+    "shared-memory ring per sender, KiB",
+);
 
-/// Default ring size per sender, in KiB (`si.ring_kib`).
-const DEFAULT_RING_KIB: usize = 256;
+/// `si.copy_together`.
+const COPY_TOGETHER: SettingSpec = SettingSpec::flag(
+    "si.copy_together",
+    true,
+    "large copies shared by sender and receiver",
+);
+
+/// `si.single_copy_from`: see [`single_copy_from`].
+const SINGLE_COPY_FROM: SettingSpec = SettingSpec::text(
+    "si.single_copy_from",
+    "wire size from which messages are lent, bytes or `off`",
+)
+.computed("measured per host");
+
+/// The `si.*` settings.
+pub(crate) const SETTINGS: &[SettingSpec] = &[RING_KIB, COPY_TOGETHER, SINGLE_COPY_FROM];
 
 /// Size, in wire bytes, from which messages are lent instead of copied through the ring,
 /// unless `si.single_copy_from` says otherwise, when the receiver copies alone. Below it the
@@ -35,7 +56,7 @@ const LEND_FROM_TOGETHER: usize = COOP_FROM;
 /// `si.single_copy_from`: the wire size from which messages are lent (`Some(usize::MAX)` for
 /// `off`), or `None` for the measured default.
 fn single_copy_from(settings: &Settings) -> Result<Option<usize>, MachineError> {
-    match settings.get::<String>("si.single_copy_from")?.as_deref() {
+    match SINGLE_COPY_FROM.read_text(settings) {
         None => Ok(None),
         Some("off") => Ok(Some(usize::MAX)),
         Some(v) => v.parse().map(Some).map_err(|_| MachineError::Setting {
@@ -59,20 +80,10 @@ impl SiSettings {
     /// # Errors
     /// [`MachineError::Setting`] for a value that does not parse or is out of range.
     pub(crate) fn parse(s: &Settings) -> Result<SiSettings, MachineError> {
-        let ring_kib: usize = s.get_or("si.ring_kib", DEFAULT_RING_KIB)?;
-        // At most 1 GiB a ring: the segment holds a ring per node of the host, and its size
-        // (nodes × ring) must not wrap.
-        let ring = Some(ring_kib)
-            .filter(|k| k.is_power_of_two() && (4..=MAX_RING_KIB).contains(k))
-            .map(|k| k * 1024)
-            .ok_or_else(|| MachineError::Setting {
-                key: "si.ring_kib".into(),
-                reason: format!("{ring_kib} is not a power of two from 4 to {MAX_RING_KIB}"),
-            })?;
         Ok(SiSettings {
-            ring,
+            ring: RING_KIB.read_whole(s)? as usize * 1024,
             lend_from: single_copy_from(s)?,
-            coop: s.get_or("si.copy_together", true)?,
+            coop: COPY_TOGETHER.read_flag(s)?,
         })
     }
 }
