@@ -19,6 +19,8 @@
 //! assert_eq!(v.settings, [("udp.mtu".to_string(), "1400".to_string())]);
 //! ```
 
+#![forbid(unsafe_code)]
+
 use std::path::{Path, PathBuf};
 
 /// The variant a plain build gets.

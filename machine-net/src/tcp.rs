@@ -56,16 +56,43 @@ const WAKE: u64 = u64::MAX - 2;
 /// What this node has with one peer (see `mesh.rs` for how the pair's connection comes about).
 #[derive(Default)]
 struct Link {
-    /// The pair's connection, once open.
-    conn: Option<Conn>,
+    pair: Pair,
     /// Messages for the peer while we wait for it to connect back (we are the higher node).
     waiting: VecDeque<Message>,
     /// Their wire bytes.
     waiting_bytes: usize,
-    /// We asked the peer to connect back.
-    requested: bool,
+}
+
+/// Where the pair's connection stands.
+#[derive(Default)]
+enum Pair {
+    /// Not open, nothing asked.
+    #[default]
+    Closed,
+    /// We asked the peer to connect back (we are the higher node).
+    Requested,
+    /// The pair's connection.
+    Open(Conn),
     /// Out of the job (report mode): a connection from it is a stranger's.
-    gone: bool,
+    Gone,
+}
+
+impl Link {
+    #[inline]
+    fn conn(&self) -> Option<&Conn> {
+        match &self.pair {
+            Pair::Open(c) => Some(c),
+            _ => None,
+        }
+    }
+
+    #[inline]
+    fn conn_mut(&mut self) -> Option<&mut Conn> {
+        match &mut self.pair {
+            Pair::Open(c) => Some(c),
+            _ => None,
+        }
+    }
 }
 
 /// One node of a TCP job.
@@ -216,7 +243,7 @@ impl TcpMachine {
             .add(&s, EpollEvent::new(EpollFlags::EPOLLIN, peer as u64))
             .map_err(epoll_err)?;
         tracing::debug!(target: "tcp", peer, waiting = self.links[peer].waiting.len(), "connection to peer open");
-        self.links[peer].conn = Some(Conn::new(s));
+        self.links[peer].pair = Pair::Open(Conn::new(s));
         self.readers.push(peer);
         while let Some(m) = self.links[peer].waiting.pop_front() {
             self.links[peer].waiting_bytes -= m.wire_len();
@@ -235,7 +262,7 @@ impl TcpMachine {
 
     /// Send on the pair's connection, which is open.
     fn send_on(&mut self, peer: usize, msg: Message) -> Result<(), MachineError> {
-        let Some(c) = self.links[peer].conn.as_mut() else {
+        let Some(c) = self.links[peer].conn_mut() else {
             self.links[peer].waiting_bytes += msg.wire_len();
             self.links[peer].waiting.push_back(msg);
             return Ok(());
@@ -254,7 +281,7 @@ impl TcpMachine {
 
     /// Watch the connection to `peer` for writability too (frames wait for it), or stop.
     fn watch_output(&mut self, peer: usize, on: bool) -> Result<(), MachineError> {
-        let Some(c) = self.links[peer].conn.as_ref() else {
+        let Some(c) = self.links[peer].conn() else {
             return Ok(());
         };
         let flags = if on {
@@ -270,7 +297,7 @@ impl TcpMachine {
         let mut i = 0;
         while i < self.backlog.len() {
             let peer = self.backlog[i];
-            let r = match self.links[peer].conn.as_mut() {
+            let r = match self.links[peer].conn_mut() {
                 Some(c) => c.flush(&mut self.pool).map(|()| c.has_output()),
                 None => Ok(false),
             };
@@ -291,7 +318,7 @@ impl TcpMachine {
         peer: usize,
         deliver: &mut dyn FnMut(Message),
     ) -> Result<usize, MachineError> {
-        let r = match self.links.get_mut(peer).and_then(|l| l.conn.as_mut()) {
+        let r = match self.links.get_mut(peer).and_then(|l| l.conn_mut()) {
             Some(c) => c.receive(deliver, &mut self.pool),
             None => Ok(0),
         };
@@ -337,9 +364,9 @@ impl TcpMachine {
             // Only a lower node opens the pair's connection, once; only a higher one asks; a
             // node out of the job (report mode) is a stranger, should it still be running.
             let allowed = |peer: usize, kind: Kind| {
-                !links[peer].gone
+                !matches!(links[peer].pair, Pair::Gone)
                     && match kind {
-                        Kind::Data => peer < me && links[peer].conn.is_none(),
+                        Kind::Data => peer < me && links[peer].conn().is_none(),
                         Kind::Request => peer > me,
                     }
             };
@@ -354,7 +381,7 @@ impl TcpMachine {
                 Intro::Node(peer, Kind::Request, s) => {
                     let _ = self.epoll.delete(&s);
                     drop(s);
-                    if self.links[peer].conn.is_none() {
+                    if self.links[peer].conn().is_none() {
                         self.open_pair(peer)?;
                     }
                 }
@@ -393,9 +420,9 @@ impl Transport for TcpMachine {
     }
 
     fn queued(&self, node: usize) -> usize {
-        self.links.get(node).map_or(0, |l| {
-            l.waiting_bytes + l.conn.as_ref().map_or(0, Conn::queued)
-        })
+        self.links
+            .get(node)
+            .map_or(0, |l| l.waiting_bytes + l.conn().map_or(0, Conn::queued))
     }
 
     fn in_transfer(&self) -> bool {
@@ -403,7 +430,7 @@ impl Transport for TcpMachine {
             || self
                 .readers
                 .iter()
-                .any(|&p| self.links[p].conn.as_ref().is_some_and(Conn::mid_frame))
+                .any(|&p| self.links[p].conn().is_some_and(Conn::mid_frame))
     }
 
     fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
@@ -487,15 +514,15 @@ impl Transport for TcpMachine {
 impl TcpMachine {
     /// [`Transport::send`] to a node in the table other than this one.
     fn send_to(&mut self, node: usize, msg: Message) -> Result<(), MachineError> {
-        if self.links[node].conn.is_none() {
+        if self.links[node].conn().is_none() {
             if node > self.me {
                 self.open_pair(node)?;
-            } else if !self.links[node].requested {
+            } else if !matches!(self.links[node].pair, Pair::Requested) {
                 // The lower node opens the pair's connection: ask it to, and queue meanwhile.
                 let addr = mesh::decode_addr(&self.table, node)?;
                 mesh::open(addr, self.me, Kind::Request, &self.secret)
                     .map_err(|r| self.dead(node, r))?;
-                self.links[node].requested = true;
+                self.links[node].pair = Pair::Requested;
             }
         }
         self.send_on(node, msg)
@@ -511,13 +538,11 @@ impl Part for TcpMachine {
     fn forget(&mut self, node: usize) {
         tracing::debug!(target: "tcp", peer = node, "peer out of the job");
         if let Some(l) = self.links.get_mut(node) {
-            if let Some(c) = l.conn.take() {
+            if let Pair::Open(c) = std::mem::replace(&mut l.pair, Pair::Gone) {
                 let _ = self.epoll.delete(c.stream());
             }
-            *l = Link {
-                gone: true,
-                ..Link::default()
-            };
+            l.waiting.clear();
+            l.waiting_bytes = 0;
         }
         self.readers.retain(|&p| p != node);
         self.backlog.retain(|&p| p != node);

@@ -70,8 +70,8 @@ pub trait Wake: Send + Sync {
 /// - `barrier` and `exit` block until every node has reached them.
 ///
 /// # Errors and dead peers
-/// Every error is fatal to the job: the runtime reports it with the PE and node and aborts. A
-/// layer signals a peer that died or closed its end with [`MachineError::PeerDead`], and one
+/// Every error is fatal to the job — the runtime reports it with the PE and node and aborts —
+/// but a `PeerDead` in report mode (below), which reports that node's death. A layer signals a peer that died or closed its end with [`MachineError::PeerDead`], and one
 /// that stopped answering (which may only be busy in a long handler) with
 /// [`MachineError::PeerSilent`], naming the node and the setting that bounds the wait; it
 /// never retries forever. Bytes from a peer

@@ -2,11 +2,15 @@
 
 use std::io;
 
-/// What went wrong in a layer. The runtime treats every error from [`crate::Machine::send`],
-/// [`crate::Machine::advance`] and [`crate::Machine::wait`] as fatal to the job: it reports the
-/// error (naming the PE and node) and aborts. A layer therefore never retries forever: when a
-/// peer is gone it says so with [`MachineError::PeerDead`].
+/// What went wrong in a layer. The runtime treats every error from
+/// [`send`](crate::Transport::send), [`advance`](crate::Transport::advance) and
+/// [`wait`](crate::Transport::wait) as fatal to the job — it reports the error (naming the PE
+/// and node) and aborts — with one exception: in report mode (`faults=report`, the contract's
+/// "Report mode") a [`MachineError::PeerDead`] is the report of that node's death, and the job
+/// goes on over the survivors. A layer therefore never retries forever: when a peer is gone it
+/// says so with [`MachineError::PeerDead`].
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum MachineError {
     /// A peer node stopped answering or closed its end: the job cannot go on.
     #[error("node {node} ({host}) is gone: {reason}")]
@@ -77,9 +81,6 @@ pub enum MachineError {
     /// The job was aborted elsewhere (another node, or the launcher) and this node must stop.
     #[error("job aborted: {0}")]
     Aborted(String),
-    /// The layer does not offer this operation.
-    #[error("{0} is not supported by this layer")]
-    Unsupported(&'static str),
 }
 
 impl MachineError {

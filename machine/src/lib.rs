@@ -11,6 +11,8 @@
 //! - [`check`]: the contract checked against any layer inside one process.
 //! - [`local`]: the in-process layer, the embedded default and reference implementation.
 
+#![forbid(unsafe_code)]
+
 pub mod bytes;
 pub mod check;
 pub mod compose;

@@ -37,6 +37,8 @@
 //! keeps running while every PE computes. [`Pe::send_node`] sends to a node as a whole: the
 //! first of its PEs free to take the message runs it.
 
+#![forbid(unsafe_code)]
+
 mod args;
 mod collectives;
 mod comm;

@@ -101,12 +101,36 @@ struct Peer {
     heard: Instant,
     /// When a delayed acknowledgement is due.
     ack_due: Option<Instant>,
-    /// It said goodbye, or is out of the job (see `dead`).
-    gone: bool,
-    /// Out of the job (report mode, [`Endpoint::forget`]): what it still sends is dropped.
-    dead: bool,
+    /// Whether it is still in the job.
+    state: PeerState,
     /// It is on the list of peers to look at after this batch.
     dirty: bool,
+}
+
+/// Where a peer stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PeerState {
+    /// In the job.
+    Live,
+    /// It said goodbye (it left the job normally): nothing more is sent to it.
+    Left,
+    /// Out of the job (report mode, [`Endpoint::forget`]): nothing more is sent to it, and
+    /// what it still sends is dropped.
+    Dead,
+}
+
+impl Peer {
+    /// It said goodbye or is out of the job: nothing more goes to it.
+    #[inline]
+    fn gone(&self) -> bool {
+        self.state != PeerState::Live
+    }
+
+    /// Out of the job: what it still sends is dropped.
+    #[inline]
+    fn dead(&self) -> bool {
+        self.state == PeerState::Dead
+    }
 }
 
 /// One node's protocol state with all its peers.
@@ -165,8 +189,7 @@ impl Endpoint {
                 rx: RecvWindow::new(cfg.window),
                 heard: now,
                 ack_due: None,
-                gone: false,
-                dead: false,
+                state: PeerState::Live,
                 dirty: false,
             })
             .collect();
@@ -258,7 +281,7 @@ impl Endpoint {
         now: Instant,
         tx: &mut dyn Transmit,
     ) -> Result<(), Failure> {
-        if self.peers[p].gone {
+        if self.peers[p].gone() {
             return Err(Failure::Dead {
                 node: p,
                 reason: "it has left the job".into(),
@@ -336,9 +359,9 @@ impl Endpoint {
         deliver: &mut dyn FnMut(Message),
     ) -> usize {
         let p = usize::from(h.src);
-        if from != self.peers[p].from || self.peers[p].dead {
+        if from != self.peers[p].from || self.peers[p].dead() {
             let peer = &mut self.peers[p];
-            if peer.alt != Some(from) || peer.dead {
+            if peer.alt != Some(from) || peer.dead() {
                 self.stats.foreign += 1;
                 return 0;
             }
@@ -370,7 +393,9 @@ impl Endpoint {
             Kind::Ack => self.on_ack_fields(p, h, ext, now),
             Kind::Bye => {
                 let peer = &mut self.peers[p];
-                peer.gone = true;
+                if peer.state == PeerState::Live {
+                    peer.state = PeerState::Left;
+                }
                 if let Some(tx) = peer.tx.as_mut() {
                     tx.clear();
                 }
@@ -388,8 +413,7 @@ impl Endpoint {
         let Some(peer) = self.peers.get_mut(p) else {
             return;
         };
-        peer.gone = true;
-        peer.dead = true;
+        peer.state = PeerState::Dead;
         peer.ack_due = None;
         if let Some(tx) = peer.tx.as_mut() {
             tx.clear();
@@ -450,7 +474,7 @@ impl Endpoint {
     pub fn flush(&mut self, now: Instant, tx: &mut dyn Transmit) -> Result<(), Failure> {
         while let Some(p) = self.dirty.pop() {
             self.peers[p].dirty = false;
-            if self.peers[p].gone {
+            if self.peers[p].gone() {
                 continue;
             }
             self.pump(p, now, tx)?;
@@ -612,7 +636,7 @@ impl Endpoint {
         }
         self.next_timer = None;
         for p in 0..self.peers.len() {
-            if self.peers[p].gone {
+            if self.peers[p].gone() {
                 continue;
             }
             if self.peers[p].ack_due.is_some_and(|t| t <= now) {
@@ -656,7 +680,7 @@ impl Endpoint {
         self.blocked = false;
         for p in 0..self.peers.len() {
             let work = self.peers[p].tx.as_ref().is_some_and(|w| w.has_work());
-            if work && !self.peers[p].gone {
+            if work && !self.peers[p].gone() {
                 self.pump(p, now, tx)?;
             }
             if self.peers[p].rx.ack_now {
@@ -682,7 +706,7 @@ impl Endpoint {
     pub fn in_transfer(&self) -> bool {
         self.blocked
             || self.peers.iter().any(|p| {
-                !p.gone && (p.rx.assembling() || p.tx.as_ref().is_some_and(SendWindow::has_work))
+                !p.gone() && (p.rx.assembling() || p.tx.as_ref().is_some_and(SendWindow::has_work))
             })
     }
 
@@ -695,14 +719,14 @@ impl Endpoint {
     pub fn settled(&self) -> bool {
         self.peers
             .iter()
-            .all(|p| p.gone || p.tx.as_ref().is_none_or(|w| w.is_idle()))
+            .all(|p| p.gone() || p.tx.as_ref().is_none_or(|w| w.is_idle()))
     }
 
     /// Tell every peer we exchanged anything with that we leave.
     pub fn say_bye(&mut self, tx: &mut dyn Transmit) {
         for p in 0..self.peers.len() {
             let peer = &self.peers[p];
-            if peer.gone || (peer.tx.is_none() && peer.rx.nxt() == 0) {
+            if peer.gone() || (peer.tx.is_none() && peer.rx.nxt() == 0) {
                 continue;
             }
             let h = Header {

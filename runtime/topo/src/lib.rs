@@ -36,6 +36,8 @@
 //! });
 //! ```
 
+#![forbid(unsafe_code)]
+
 pub mod collective;
 pub mod draw;
 pub mod error;

@@ -15,6 +15,8 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+#![forbid(unsafe_code)]
+
 pub mod chrome;
 pub mod report;
 pub mod summary;
