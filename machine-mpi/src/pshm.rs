@@ -1,8 +1,8 @@
 //! `+machine si+mpi`: shared memory between the ranks of a host, MPI between hosts, the MPI
 //! launcher starting the job (GASNet's PSHM over its MPI conduit).
 //!
-//! The composite is the SI crate's ([`converse_si::composite::Both`]) over this layer's boot
-//! phases ([`MpiOpen`]); what charmrun is to `si+tcp`, MPI is here: [`MpiBoot`] is the
+//! The composite is the launcher session's combinator ([`converse_bootstrap::compose::Both`])
+//! over the SI layer's boot phases and this layer's ([`MpiOpen`]); what charmrun is to `si+tcp`, MPI is here: [`MpiBoot`] is the
 //! [`Bootstrap`] of the job — the node table exchanged with `MPI_Allgatherv`, the barrier an
 //! `MPI_Ibarrier` on a communicator of its own, the job's tag (which names its shared-memory
 //! files) broadcast from rank 0, abort `MPI_Abort`. MPI ends the whole job when a rank dies,
@@ -16,10 +16,11 @@
 use crate::layer::{boot::MpiSettings, MpiMachine};
 use crate::{launcher_env, mpi_call};
 use converse_bootstrap::client::LaunchEnv;
+use converse_bootstrap::compose::{self, Both};
 use converse_bootstrap::session::{self, Open};
 use converse_bootstrap::Bootstrap;
 use converse_machine::{BootConfig, Layer, Machine, MachineError, NodeInfo, NodeTable, Wake};
-use converse_si::composite::{self, Both};
+use converse_si::layer::SiOpen;
 use mpi::ffi;
 use std::net::{IpAddr, Ipv4Addr};
 use std::os::raw::c_int;
@@ -34,7 +35,7 @@ pub const SI_MPI: Layer = Layer {
     launched: launcher_env::launched,
     settings: &[],
     check: converse_machine::no_settings,
-    describe: |table, node| composite::describe("mpi", table, node),
+    describe: |table, node| compose::describe("si", "mpi", table, node),
 };
 
 /// Boot `si+mpi`: MPI first (it is the launcher session), then the composite.
@@ -44,7 +45,7 @@ pub const SI_MPI: Layer = Layer {
 fn boot_si_mpi(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
     crate::layer::boot::refuse_report_mode(&cfg.settings)?;
     let (env, launcher) = MpiBoot::init(cfg)?;
-    session::boot_under::<Both<MpiOpen>>(SI_MPI.name, cfg, &env, Box::new(launcher))
+    session::boot_under::<Both<SiOpen, MpiOpen>>(SI_MPI.name, cfg, &env, Box::new(launcher))
 }
 
 /// The MPI layer between the two phases of its boot, as a composite's network part: nothing

@@ -1,4 +1,4 @@
-//! `Machine::in_transfer` on the MPI layer, in two-rank jobs. Run by `cargo test`, each test
+//! `Transport::in_transfer` on the MPI layer, in two-rank jobs. Run by `cargo test`, each test
 //! starts this very test binary under `mpirun -n 2`, running only itself; there (started by
 //! MPI's launcher) it plays its rank: node 0 sends, node 1 receives, both say when a message
 //! is part-way through. Each job is bounded in time and killed (its process group) past it.

@@ -9,7 +9,7 @@
 //!   congestion and flow control, dead-peer detection, every datagram checked.
 //! - `multi` (feature `si`; not linked, since the link would dangle without it): `si+tcp`
 //!   and `si+udp`, shared memory between the nodes of a host and one of the above between
-//!   hosts, chosen per peer at boot (the SI crate's composite over these layers).
+//!   hosts, chosen per peer at boot (`converse_bootstrap::compose` over SI and these layers).
 
 #[cfg(feature = "tcp")]
 mod conn;

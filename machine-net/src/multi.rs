@@ -1,10 +1,11 @@
 //! `+machine si+tcp` and `+machine si+udp`: shared memory inside a host, TCP or UDP between
-//! hosts. The composite itself is the SI crate's combinator
-//! ([`converse_si::composite::Both`]), over this crate's layers' boot phases.
+//! hosts. The composite itself is the launcher session's combinator
+//! ([`converse_bootstrap::compose::Both`]) over the SI layer's boot phases and this crate's.
 
+use converse_bootstrap::compose::{self, Both};
 use converse_bootstrap::session;
 use converse_machine::{BootConfig, Layer, Machine, MachineError};
-use converse_si::composite::{self, Both};
+use converse_si::layer::SiOpen;
 
 /// `+machine si+tcp`: shared memory inside a host, TCP between hosts.
 #[cfg(feature = "tcp")]
@@ -15,7 +16,7 @@ pub const SI_TCP: Layer = Layer {
     launched: converse_machine::launch::LaunchEnv::present,
     settings: &[],
     check: converse_machine::no_settings,
-    describe: |table, node| composite::describe("tcp", table, node),
+    describe: |table, node| compose::describe("si", "tcp", table, node),
 };
 
 /// `+machine si+udp`: shared memory inside a host, UDP between hosts.
@@ -27,15 +28,15 @@ pub const SI_UDP: Layer = Layer {
     launched: converse_machine::launch::LaunchEnv::present,
     settings: &[],
     check: converse_machine::no_settings,
-    describe: |table, node| composite::describe("udp", table, node),
+    describe: |table, node| compose::describe("si", "udp", table, node),
 };
 
 #[cfg(feature = "tcp")]
 fn boot_si_tcp(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
-    session::boot::<Both<crate::tcp::TcpOpen>>(SI_TCP.name, cfg)
+    session::boot::<Both<SiOpen, crate::tcp::TcpOpen>>(SI_TCP.name, cfg)
 }
 
 #[cfg(feature = "udp")]
 fn boot_si_udp(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
-    session::boot::<Both<crate::udp::layer::UdpOpen>>(SI_UDP.name, cfg)
+    session::boot::<Both<SiOpen, crate::udp::layer::UdpOpen>>(SI_UDP.name, cfg)
 }

@@ -2,7 +2,7 @@
 //! nodes, opened on first use (see `mesh.rs`).
 //!
 //! Every socket is non-blocking and driven by the scheduler's poll loop; an idle node blocks in
-//! `epoll_wait` on all of them, and on the eventfd its [`waker`](Machine::waker) rings
+//! `epoll_wait` on all of them, and on the eventfd its [`waker`](Transport::waker) rings
 //! (`wake.rs`). Framing and buffers: `conn.rs`.
 
 use crate::conn::{Conn, ConnError};

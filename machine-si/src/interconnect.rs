@@ -415,3 +415,53 @@ impl Si {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    /// Two nodes' interconnects in this process: 0 reads, 1 writes to it.
+    fn pair(name: &str) -> (Si, Si) {
+        let path = |n: usize| {
+            PathBuf::from(format!(
+                "/dev/shm/cv-arm-test-{}-{name}-{n}",
+                std::process::id()
+            ))
+        };
+        let mut a = Si::init(0, 2);
+        let mut b = Si::init(1, 2);
+        a.open(&path(0), 4096).expect("port 0");
+        b.open(&path(1), 4096).expect("port 1");
+        b.attach(0, &path(0)).expect("attach");
+        a.close();
+        b.close();
+        (a, b)
+    }
+
+    /// The sleep protocol a composite splits over two threads (`Part::arm`, the relay on the
+    /// doorbell): armed, a record written rings the bell past what `arm` saw; awake, it does
+    /// not; and a record already waiting makes `arm` say so instead of sleeping.
+    #[test]
+    fn armed_a_write_rings_the_doorbell_and_awake_it_does_not() {
+        let (a, b) = pair("ring");
+        let bell = a.doorbell().expect("open port");
+        for round in 0..3 {
+            let seen = a.arm().expect("nothing waiting yet");
+            assert!(!a.any_waiting());
+            assert!(b.try_write(0, b"hello"), "round {round}");
+            assert_ne!(bell.value(), seen, "round {round}: the write rang");
+            // Returns at once: rung past `seen`.
+            bell.wait_past(seen, Duration::from_secs(5));
+            a.disarm();
+            let mut got = [0u8; 5];
+            assert_eq!(a.peek(1), Some(5));
+            a.read(1, &mut got);
+            assert_eq!(&got, b"hello");
+        }
+        let before = bell.value();
+        assert!(b.try_write(0, b"x"));
+        assert_eq!(bell.value(), before, "awake: nobody rings");
+        assert_eq!(a.arm(), None, "a record is waiting: no sleep");
+    }
+}

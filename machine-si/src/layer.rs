@@ -29,7 +29,9 @@
 use crate::interconnect::Si;
 use crate::wake::SiWaker;
 use converse_bootstrap::client::LaunchEnv;
-use converse_machine::{Layer, MachineError, Message, NodeTable, Part, Transport, Wake};
+use converse_machine::{
+    Armed, Bell, Layer, MachineError, Message, NodeTable, Part, Transport, Wake,
+};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -280,23 +282,6 @@ impl SiMachine {
         helped
     }
 
-    /// Before an idle sleep that a composite layer does for this node elsewhere (not in
-    /// [`Machine::wait`]): do what `wait` would do first, and say how long the sleep may last
-    /// at most. `Some(ZERO)`: it did work (helped a receiver copy a loan), do not sleep;
-    /// `Some(t)`: output waits for ring room, which peers free without telling us; `None`:
-    /// as long as the caller likes.
-    pub fn sleep_bound(&mut self) -> Option<Duration> {
-        if !self.lending.is_empty() && self.help_receivers() {
-            return Some(Duration::ZERO);
-        }
-        (!self.backlog.is_empty()).then_some(BACKLOG_NAP)
-    }
-
-    /// The interconnect, for a composite layer's idle sleep ([`Si::arm`], [`Si::doorbell`]).
-    pub fn interconnect(&self) -> &Si {
-        &self.si
-    }
-
     /// Whether something is still queued for, or lent to, a peer that has not left.
     fn owes_peers(&self) -> bool {
         self.backlog
@@ -399,6 +384,37 @@ impl Transport for SiMachine {
 }
 
 impl Part for SiMachine {
+    /// The port's doorbell: writers ring it while this node says it sleeps.
+    fn bell(&self) -> Option<Arc<dyn Bell>> {
+        self.si
+            .doorbell()
+            .map(|d| Arc::new(SiBell(d)) as Arc<dyn Bell>)
+    }
+
+    /// What `wait` does first (help a receiver copy a loan), then the port's own sleep
+    /// protocol, split in two: say it sleeps, and look once more.
+    fn arm(&mut self) -> Armed {
+        if !self.lending.is_empty() && self.help_receivers() {
+            return Armed::Ready;
+        }
+        match self.si.arm() {
+            None => Armed::Ready,
+            // Output waiting for ring room, which peers free without telling us: not long.
+            Some(seen) => Armed::Bell {
+                seen,
+                within: (!self.backlog.is_empty()).then_some(BACKLOG_NAP),
+            },
+        }
+    }
+
+    fn arrived(&self) -> bool {
+        self.si.any_waiting()
+    }
+
+    fn disarm(&mut self) {
+        self.si.disarm();
+    }
+
     fn nap(&mut self) -> Result<(), MachineError> {
         // Not `wait`: a wake stays pending for the next one.
         self.si.wait(Duration::from_millis(1));
@@ -461,5 +477,27 @@ impl Drop for SiMachine {
                 std::mem::forget(m);
             }
         }
+    }
+}
+
+/// The port's doorbell as a [`Bell`] a composite's relay thread sleeps on.
+struct SiBell(crate::interconnect::Doorbell);
+
+// SAFETY: the doorbell is a pointer into this node's port mapping, which outlives the relay
+// that uses it (the composite stops its relay before the part goes); only an atomic word and
+// the futex calls on it are reached through it, which any thread may make.
+unsafe impl Sync for SiBell {}
+
+impl Bell for SiBell {
+    fn value(&self) -> u32 {
+        self.0.value()
+    }
+
+    fn wait_past(&self, seen: u32, timeout: Duration) {
+        self.0.wait_past(seen, timeout);
+    }
+
+    fn kick(&self) {
+        self.0.kick();
     }
 }

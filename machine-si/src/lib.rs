@@ -21,7 +21,6 @@
 //! (pull.rs), and buffers those fill before their length is set (layer.rs, interconnect.rs).
 //! Every block says why it is sound.
 
-pub mod composite;
 pub mod coop;
 pub mod interconnect;
 pub mod layer;

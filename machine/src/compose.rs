@@ -11,6 +11,7 @@
 
 use crate::contract::Transport;
 use crate::error::MachineError;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How long [`Part::nap`] sleeps by default: the barrier's loop looks at the launcher's
@@ -58,4 +59,70 @@ pub trait Part: Transport {
     /// # Errors
     /// As [`Machine::exit`](crate::Machine::exit).
     fn leave(&mut self) -> Result<(), MachineError>;
+
+    // ---- the composable idle protocol ----
+    //
+    // A composite sleeps for its two parts in one place: the network part's `wait` (its sockets
+    // and timers), ended by its `Wake`. The other part lets a thread of the composite's sleep
+    // on its `Bell` for it, armed around each sleep (Mercury's `poll_get_fd` /
+    // `poll_try_wait`): `arm`, publish the sleep to that thread, `arrived`, sleep, `disarm`.
+
+    /// A bell another thread may sleep on for this part, rung when something arrives while the
+    /// part is armed ([`arm`](Self::arm)). Asked once, at start-up. The default, `None`: the
+    /// part is polled instead (a composite then wakes at least every [`Armed::Poll`]).
+    fn bell(&self) -> Option<Arc<dyn Bell>> {
+        None
+    }
+
+    /// Before an idle sleep done for this part elsewhere: do what [`wait`](Transport::wait)
+    /// would do first, and say whether to sleep. [`Armed::Bell`]: from now until
+    /// [`disarm`](Self::disarm), an arrival rings the bell past `seen`. The default, for a
+    /// part without a bell: [`Armed::Poll`] every [`NAP`].
+    fn arm(&mut self) -> Armed {
+        Armed::Poll { within: NAP }
+    }
+
+    /// Whether something arrived since [`arm`](Self::arm): asked once the sleep has been
+    /// published to the thread that sleeps on the bell, since what came before that could ring
+    /// nobody. The default, for a part without a bell: `false`.
+    fn arrived(&self) -> bool {
+        false
+    }
+
+    /// The sleep [`arm`](Self::arm) began is over.
+    fn disarm(&mut self) {}
+}
+
+/// What a part says before an idle sleep done for it elsewhere ([`Part::arm`]).
+// Not `non_exhaustive`: a new way to be armed (an fd, say) must be handled by every composite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Armed {
+    /// Something is there, or the part did work meanwhile: do not sleep.
+    Ready,
+    /// Sleep, at most `within` (output waits for room its peers free without telling); the
+    /// part's [`Bell`] rings past `seen` when something arrives.
+    Bell {
+        /// The bell's value when the part said it sleeps.
+        seen: u32,
+        /// The longest the sleep may last; `None`: as long as the caller likes.
+        within: Option<Duration>,
+    },
+    /// The part cannot be woken: look again within this long.
+    Poll {
+        /// The longest the sleep may last.
+        within: Duration,
+    },
+}
+
+/// A word another thread can sleep on until a part's arrivals ring it ([`Part::bell`]; SI's
+/// doorbell, a futex word in its shared-memory port).
+pub trait Bell: Send + Sync {
+    /// Its value now: it changes each time it is rung.
+    fn value(&self) -> u32;
+
+    /// Sleep until it has been rung past `seen`, or `timeout`; at once if it already was.
+    fn wait_past(&self, seen: u32, timeout: Duration);
+
+    /// Ring it whatever the part said (to end the sleep of the thread on it, when it stops).
+    fn kick(&self);
 }

@@ -27,7 +27,7 @@ mod node_table;
 mod pool;
 mod settings;
 
-pub use compose::Part;
+pub use compose::{Armed, Bell, Part};
 pub use contract::{
     no_description, no_settings, BootConfig, BootFn, Layer, Machine, Transport, Wake,
 };

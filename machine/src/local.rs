@@ -4,9 +4,9 @@
 //!
 //! A message crosses nodes by moving its `Message` through an unbounded channel: no byte of it
 //! is copied, and the only per-message cost beyond the channel's own is waking a receiver that
-//! is blocked in [`Machine::wait`] (crossbeam makes that syscall only when one is).
+//! is blocked in [`Transport::wait`] (crossbeam makes that syscall only when one is).
 //!
-//! Its [`waker`](Machine::waker) is a second channel of one slot that `wait` selects on next
+//! Its [`waker`](Transport::waker) is a second channel of one slot that `wait` selects on next
 //! to the inbox: a wake is a token in that slot (sticky until a `wait` takes it, and a wake
 //! finding the slot full does nothing), never a message.
 

@@ -4,7 +4,7 @@
 //! its destination PE's inbox (or the node queue), and keeps the layer's protocol running
 //! whatever the workers do — acknowledgements, retransmissions, dead-peer detection and the
 //! launcher's control traffic go on while every PE computes in a long handler. When there is
-//! nothing to move it spins briefly, then blocks in [`Machine::wait`]; a worker that queues a
+//! nothing to move it spins briefly, then blocks in [`Transport::wait`]; a worker that queues a
 //! message rings the layer's [`Wake`](converse_machine::Wake) to end the wait. Once every
 //! worker has left its scheduler it meets the other nodes in the layer's barrier and leaves.
 
@@ -91,7 +91,7 @@ pub(crate) fn run(
         // stay in the layer, whose flow control holds their senders back, until the workers
         // have taken them down — unless the layer holds sends (a worker may be waiting for
         // that room, and `advance` is what frees it) or has gone unpolled as long as its peers
-        // allow (`Machine::max_unpolled`).
+        // allow (`Transport::max_unpolled`).
         let behind = node.arrived_bytes() >= tun.max_backlog && watched.is_empty();
         if behind && !held_back.take_turn(machine.max_unpolled()) {
             if moved == 0 {

@@ -46,7 +46,7 @@ impl Link {
         }
     }
 
-    /// The layer's counters ([`Machine::counters`]); none for a worker, whose communication
+    /// The layer's counters ([`Transport::counters`]); none for a worker, whose communication
     /// thread owns the layer.
     pub(crate) fn counters(&self) -> Vec<(&'static str, u64)> {
         match self {
@@ -55,7 +55,7 @@ impl Link {
         }
     }
 
-    /// See [`Machine::max_unpolled`]. A worker's inbox has no protocol to keep running.
+    /// See [`Transport::max_unpolled`]. A worker's inbox has no protocol to keep running.
     pub(crate) fn max_unpolled(&self) -> Option<Duration> {
         match self {
             Link::Own(m) => m.max_unpolled(),
@@ -64,7 +64,7 @@ impl Link {
     }
 
     /// Whether a message is part-way through the layer (see
-    /// [`Machine::in_transfer`]). A worker never sees the layer: its communication thread
+    /// [`Transport::in_transfer`]). A worker never sees the layer: its communication thread
     /// spins for transfers instead.
     pub(crate) fn in_transfer(&self) -> bool {
         match self {
@@ -129,7 +129,7 @@ impl Link {
 const WORKER_IDLE_MAX: Duration = Duration::from_secs(1);
 
 /// Since when arrivals are held back in the layer (a PE's queue, or an SMP node's inboxes, is
-/// over `sched.max_queued_mib`), for the one poll per [`Machine::max_unpolled`] that still
+/// over `sched.max_queued_mib`), for the one poll per [`Transport::max_unpolled`] that still
 /// happens then. Shared by the scheduler and the communication thread.
 #[derive(Debug, Default)]
 pub(crate) struct HeldBack {

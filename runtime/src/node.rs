@@ -152,7 +152,7 @@ struct Held {
     /// Wire bytes in the outbox (workers add, the communication thread subtracts).
     outbox: AtomicUsize,
     /// What the layer holds, as the communication thread last read
-    /// [`Machine::queued`](converse_machine::Machine::queued).
+    /// [`Transport::queued`](converse_machine::Transport::queued).
     layer: AtomicUsize,
 }
 

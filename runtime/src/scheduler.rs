@@ -154,7 +154,7 @@ impl Timers {
 const TIMER_CHECK_EVERY: u32 = 256;
 
 /// How long an idle PE keeps polling while its layer is part-way through a message
-/// ([`Machine::in_transfer`](converse_machine::Machine::in_transfer)): several times what a
+/// ([`Transport::in_transfer`](converse_machine::Transport::in_transfer)): several times what a
 /// 4 MiB message takes on a fast link, short enough that a peer stopped mid-message costs
 /// only a few milliseconds of spinning per idle period.
 const TRANSFER_SPIN: Duration = Duration::from_millis(2);

@@ -1,4 +1,4 @@
-//! `Machine::in_transfer` on the SI layer: two nodes in this process (charmrun's embedded
+//! `Transport::in_transfer` on the SI layer: two nodes in this process (charmrun's embedded
 //! launcher), driven by hand from one thread, so that a message can be caught part-way.
 
 use charmrun::launch::{start_embedded, Embedded, NodeStart};

@@ -4,7 +4,7 @@
 //! [`LaunchEnv::shm_path`](crate::client::LaunchEnv::shm_path)), but not when charmrun itself is
 //! killed: then each node must remove its own. A layer registers such a file for as long as it
 //! exists ([`remove_on_exit`]); a node that leaves from where no destructor runs — the
-//! control watchdog's `_exit` when charmrun goes away, [`Control::abort`](crate::client::Control::abort)
+//! control watchdog's `_exit` when charmrun goes away, [`Bootstrap::abort`](crate::Bootstrap::abort)
 //! — first removes everything registered ([`remove_registered`]); a layer's error returns drop
 //! the guard, which removes the file too.
 

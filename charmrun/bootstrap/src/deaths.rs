@@ -41,6 +41,7 @@ impl DeadPeers {
     /// The next death the launcher reported that this node has not recorded yet (it is recorded
     /// now): the layer releases what it holds for that node and reports it. One atomic load
     /// when there is none.
+    #[inline]
     pub(crate) fn reported(&mut self, ctl: &dyn Bootstrap) -> Option<(usize, String)> {
         if !self.report {
             return None;

@@ -11,11 +11,15 @@
 //!   [`session::boot`] runs the prologue (reach the launcher, open, exchange, connect) and
 //!   [`session::Launched`] makes the part a [`Machine`](converse_machine::Machine): the job's
 //!   barrier, exit, abort and report-mode death bookkeeping live there and nowhere else.
+//! - [`compose`]: the composite as a combinator, one job over two layers' parts (shared memory
+//!   inside a host, a network between hosts: `si+tcp`, `si+udp`, `si+mpi`), itself a
+//!   [`session::Open`], so the session runs it like any layer.
 //! - [`protocol`]: charmrun's control protocol (both sides use it), [`net`] its listener,
 //!   [`cleanup`] the files a node must remove if it ends where no destructor runs.
 
 pub mod cleanup;
 pub mod client;
+pub mod compose;
 mod deaths;
 pub mod net;
 pub mod protocol;

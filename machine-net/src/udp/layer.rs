@@ -7,7 +7,7 @@
 //! scheduler's poll loop drives everything else: `advance` takes datagrams in batches and runs
 //! due timers; an idle node blocks in `ppoll` on its one socket until a datagram comes or its
 //! next timer is due (no timer runs while nothing is outstanding, so an idle job sleeps), or
-//! until another thread rings the eventfd of its [`waker`](Machine::waker), polled with it.
+//! until another thread rings the eventfd of its [`waker`](Transport::waker), polled with it.
 
 use super::config::Config;
 use super::endpoint::{Endpoint, Failure};

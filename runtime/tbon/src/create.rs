@@ -104,7 +104,7 @@ pub fn create_network_fe<T: Send>(
 
 /// As [`create_network_fe`], with settings, and the overlay's options (filters compiled into
 /// the front-end; the back-end program must register the same ones, see
-/// [`run_backend_with`]).
+/// [`run_backend_with`](crate::run_backend_with)).
 ///
 /// # Errors
 /// As [`create_network_fe`].

@@ -1,15 +1,15 @@
-//! The composite node: shared memory to the peers on its host, the network layer to the
-//! others; a [`Part`] itself, which the launcher session drives as it drives a plain layer.
+//! The composite node: its intra-host part (shared memory) to the peers on its host, its
+//! network part to the others; a [`Part`] itself, which the launcher session drives as it
+//! drives a plain layer.
 
 use super::plan::{self, Route};
 use super::relay::Relay;
-use crate::layer::SiMachine;
-use converse_machine::{MachineError, Message, NodeTable, Part, Transport, Wake};
+use converse_machine::{Armed, MachineError, Message, NodeTable, Part, Transport, Wake};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// Without a network [`Wake`] to ring from the relay, the longest network wait while
-/// same-host peers may write: their messages wait at most this long.
+/// Without a network [`Wake`] to ring from the relay (or a bell to sleep on), the longest
+/// network wait while same-host peers may write: their messages wait at most this long.
 const NO_WAKER_SLICE: Duration = Duration::from_millis(1);
 
 /// Advances after the network part last handed up a message during which it is polled on
@@ -30,7 +30,7 @@ struct Sent {
 }
 
 /// One node of a composite job.
-pub struct MultiMachine<N: Part> {
+pub struct MultiMachine<A: Part, B: Part> {
     net_name: &'static str,
     me: usize,
     /// The job's table as charmrun sent it (each node's composite info).
@@ -39,8 +39,10 @@ pub struct MultiMachine<N: Part> {
     route: Vec<Route>,
     shm_peers: usize,
     net_peers: usize,
-    si: SiMachine,
-    net: N,
+    /// The intra-host part (shared memory).
+    si: A,
+    /// The network part.
+    net: B,
     /// Index 0: shared memory; 1: the network.
     sent: [Sent; 2],
     /// Advances since the network part last handed up a message (see `NET_HOT`).
@@ -49,7 +51,7 @@ pub struct MultiMachine<N: Part> {
 }
 
 // By hand: the parts' working state has no useful text form.
-impl<N: Part> std::fmt::Debug for MultiMachine<N> {
+impl<A: Part, B: Part> std::fmt::Debug for MultiMachine<A, B> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MultiMachine")
             .field("net", &self.net_name)
@@ -58,25 +60,22 @@ impl<N: Part> std::fmt::Debug for MultiMachine<N> {
     }
 }
 
-impl<N: Part> MultiMachine<N> {
+impl<A: Part, B: Part> MultiMachine<A, B> {
     /// A node over `si` and `net`, reaching each node as `route` says.
     pub(crate) fn new(
         table: NodeTable,
         route: Vec<Route>,
-        si: SiMachine,
-        net: N,
-    ) -> Result<MultiMachine<N>, MachineError> {
+        si: A,
+        net: B,
+    ) -> Result<MultiMachine<A, B>, MachineError> {
         let (shm_peers, net_peers) = plan::peers(&route);
-        // One blocking wait for both: the network layer's, with the relay ringing it for the
-        // SI doorbell. Only needed when both have peers.
-        let relay = match (shm_peers > 0 && net_peers > 0, net.waker()) {
-            (true, Some(wake)) => match si.interconnect().doorbell() {
-                Some(bell) => Some(
-                    Relay::start(bell, wake)
-                        .map_err(|e| MachineError::io("starting the SI relay thread", e))?,
-                ),
-                None => None,
-            },
+        // One blocking wait for both: the network part's, with the relay ringing it for the
+        // intra-host part's bell. Only needed when both have peers.
+        let relay = match (shm_peers > 0 && net_peers > 0, net.waker(), si.bell()) {
+            (true, Some(wake), Some(bell)) => Some(
+                Relay::start(bell, wake)
+                    .map_err(|e| MachineError::io("starting the composite's relay thread", e))?,
+            ),
             _ => None,
         };
         Ok(MultiMachine {
@@ -124,7 +123,7 @@ impl<N: Part> MultiMachine<N> {
     }
 }
 
-impl<N: Part> Transport for MultiMachine<N> {
+impl<A: Part, B: Part> Transport for MultiMachine<A, B> {
     /// The network part's: the launcher session names the composite.
     fn layer(&self) -> &'static str {
         self.net_name
@@ -210,33 +209,33 @@ impl<N: Part> Transport for MultiMachine<N> {
         if self.shm_peers == 0 {
             return self.net.wait(timeout);
         }
-        let t = match self.si.sleep_bound() {
-            Some(Duration::ZERO) => return Ok(()),
-            Some(b) => timeout.min(b),
-            None => timeout,
+        // The composable idle protocol (`Part::arm`): the intra-host part says it sleeps and
+        // how, the relay sleeps on its bell, the node in the network part's wait.
+        let (seen, t) = match self.si.arm() {
+            Armed::Ready => return Ok(()),
+            Armed::Bell { seen, within } => (seen, within.map_or(timeout, |w| timeout.min(w))),
+            // The part cannot be woken: look at it again within its bound.
+            Armed::Poll { within } => {
+                self.since_net = 0;
+                return self.net.wait(timeout.min(within));
+            }
         };
         let Some(relay) = self.relay.as_mut() else {
-            // No way to end the network wait from the doorbell: bounded slices, so that a
+            // No way to end the network wait from the bell: bounded slices, so that a
             // same-host message waits at most one.
-            if self.si.interconnect().any_waiting() {
-                return Ok(());
-            }
+            self.si.disarm();
             self.since_net = 0;
             return self.net.wait(t.min(NO_WAKER_SLICE));
         };
-        let Some(seen) = self.si.interconnect().arm() else {
-            // A same-host record is already waiting.
-            return Ok(());
-        };
         relay.arm(seen);
         // A record written before the relay could see this sleep rang nobody: look once more.
-        if self.si.interconnect().any_waiting() {
-            self.si.interconnect().disarm();
+        if self.si.arrived() {
+            self.si.disarm();
             relay.disarm();
             return Ok(());
         }
         let r = self.net.wait(t);
-        self.si.interconnect().disarm();
+        self.si.disarm();
         relay.disarm();
         // Whichever ended the wait, the network is asked at once.
         self.since_net = 0;
@@ -244,7 +243,7 @@ impl<N: Part> Transport for MultiMachine<N> {
     }
 }
 
-impl<N: Part> Part for MultiMachine<N> {
+impl<A: Part, B: Part> Part for MultiMachine<A, B> {
     fn barrier_mode(&mut self, on: bool) {
         self.si.barrier_mode(on);
         self.net.barrier_mode(on);
@@ -269,7 +268,7 @@ impl<N: Part> Part for MultiMachine<N> {
     }
 }
 
-impl<N: Part> Drop for MultiMachine<N> {
+impl<A: Part, B: Part> Drop for MultiMachine<A, B> {
     fn drop(&mut self) {
         // The relay sleeps on the SI port's mapping: it ends before the port is unmapped.
         if let Some(mut r) = self.relay.take() {
