@@ -117,48 +117,13 @@ impl MpiBoot {
     /// As the MPI layer's boot.
     pub fn init(cfg: &BootConfig) -> Result<(LaunchEnv, MpiBoot), MachineError> {
         let (universe, hosts) = crate::layer::boot::init(cfg)?;
-        let world = universe.world();
-        let me = mpi::topology::Communicator::rank(&world) as usize;
+        let me = mpi::topology::Communicator::rank(&universe.world()) as usize;
         let nodes = hosts.num_nodes();
-        // Rank 0 draws the job's tag (its files' names) and secret; every rank learns them.
-        let mut blob = [0u8; 16 + converse_bootstrap::protocol::SECRET_LEN];
-        if me == 0 {
-            let tag = converse_bootstrap::protocol::new_tag();
-            let secret = converse_bootstrap::protocol::new_secret();
-            match (tag, secret) {
-                (Ok(t), Ok(s)) if t.len() == 16 => {
-                    blob[..16].copy_from_slice(t.as_bytes());
-                    blob[16..].copy_from_slice(&s);
-                }
-                _ => {
-                    // Every rank waits in the broadcast below: end them all.
-                    abort_job(0, "the system's random source cannot be read");
-                }
-            }
-        }
-        mpi::traits::Root::broadcast_into(
-            &mpi::topology::Communicator::process_at_rank(&world, 0),
-            &mut blob[..],
-        );
         // From here MPI is finalized by the MPI part's exit (`MpiMachine::finalize_raw`), not
         // by rsmpi's universe.
         std::mem::forget(universe);
-        let job = String::from_utf8_lossy(&blob[..16]).into_owned();
-        if job.is_empty() || !job.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(MachineError::Boot("rank 0 sent a malformed job tag".into()));
-        }
-        let mut secret = [0u8; converse_bootstrap::protocol::SECRET_LEN];
-        secret.copy_from_slice(&blob[16..]);
         // SAFETY: reading a predefined handle once MPI is initialized.
         let comm = crate::layer::boot::dup(unsafe { ffi::RSMPI_COMM_WORLD })?;
-        let env = LaunchEnv {
-            charmrun: String::new(),
-            secret,
-            node: me,
-            num_nodes: nodes,
-            job,
-            embedded: false,
-        };
         let boot = MpiBoot {
             comm,
             me,
@@ -167,6 +132,43 @@ impl MpiBoot {
                 done: 0,
                 pending: None,
             }),
+        };
+        // Rank 0 draws the job's tag (its files' names) and secret; every rank learns them
+        // through the session's own broadcast.
+        let mut blob = Vec::new();
+        if me == 0 {
+            let tag = converse_bootstrap::protocol::new_tag();
+            let secret = converse_bootstrap::protocol::new_secret();
+            match (tag, secret) {
+                (Ok(t), Ok(s)) => {
+                    blob.extend_from_slice(t.as_bytes());
+                    blob.extend_from_slice(&s);
+                }
+                // Every rank waits in the broadcast below: end them all.
+                _ => abort_job(0, "the system's random source cannot be read"),
+            }
+        }
+        let blob = boot.broadcast(0, &blob)?;
+        let (tag, secret) = blob
+            .split_at_checked(
+                blob.len()
+                    .saturating_sub(converse_bootstrap::protocol::SECRET_LEN),
+            )
+            .ok_or_else(|| MachineError::Boot("rank 0 sent a malformed job tag".into()))?;
+        let job = String::from_utf8_lossy(tag).into_owned();
+        let secret: [u8; converse_bootstrap::protocol::SECRET_LEN] = secret
+            .try_into()
+            .map_err(|_| MachineError::Boot("rank 0 sent a malformed job secret".into()))?;
+        if job.is_empty() || !job.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(MachineError::Boot("rank 0 sent a malformed job tag".into()));
+        }
+        let env = LaunchEnv {
+            charmrun: String::new(),
+            secret,
+            node: me,
+            num_nodes: nodes,
+            job,
+            embedded: false,
         };
         Ok((env, boot))
     }
@@ -283,6 +285,50 @@ impl Bootstrap for MpiBoot {
             }
             std::thread::sleep(Duration::from_micros(50));
         }
+    }
+
+    fn broadcast(&self, root: usize, blob: &[u8]) -> Result<Vec<u8>, MachineError> {
+        let size = self.hosts.num_nodes();
+        let root_rank = c_int::try_from(root).ok().filter(|_| root < size).ok_or(
+            MachineError::InvalidNode {
+                node: root,
+                nodes: size,
+            },
+        )?;
+        // The length first, then the bytes: MPI counts are `int`.
+        let mut len = if root == self.me {
+            blob.len() as u64
+        } else {
+            0
+        };
+        // SAFETY: one u64 in or out; `self.comm` is valid while MPI is.
+        mpi_call("MPI_Bcast", unsafe {
+            ffi::MPI_Bcast(
+                (&mut len as *mut u64).cast(),
+                1,
+                ffi::RSMPI_UINT64_T,
+                root_rank,
+                self.comm,
+            )
+        })?;
+        let count = c_int::try_from(len)
+            .map_err(|_| MachineError::Boot("a broadcast of 2 GiB or more".into()))?;
+        let mut out = if root == self.me {
+            blob.to_vec()
+        } else {
+            vec![0u8; len as usize]
+        };
+        // SAFETY: `out` holds `count` bytes on every rank.
+        mpi_call("MPI_Bcast", unsafe {
+            ffi::MPI_Bcast(
+                out.as_mut_ptr().cast(),
+                count,
+                ffi::RSMPI_UINT8_T,
+                root_rank,
+                self.comm,
+            )
+        })?;
+        Ok(out)
     }
 
     /// Refused at boot (MPI ends the job when a rank dies).

@@ -45,6 +45,17 @@ pub struct Control {
     leaving: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
     /// The nodes charmrun said are out of the job (report mode).
     deaths: Arc<Deaths>,
+    /// Broadcasts' blobs charmrun handed down, oldest first, for [`Bootstrap::broadcast`].
+    blobs: Arc<Blobs>,
+    /// Every node's host, from the node table: for errors that name a node.
+    hosts: std::sync::OnceLock<Vec<String>>,
+}
+
+/// Broadcasts' blobs from charmrun (`BCAST` frames), filled by the watchdog.
+#[derive(Default)]
+struct Blobs {
+    list: Mutex<std::collections::VecDeque<Vec<u8>>>,
+    came: std::sync::Condvar,
 }
 
 /// The nodes charmrun reported dead, in its order (`DEAD` frames), filled by the watchdog and
@@ -144,6 +155,8 @@ impl Control {
                 .embedded
                 .then(|| std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false))),
             deaths: Arc::default(),
+            blobs: Arc::default(),
+            hosts: std::sync::OnceLock::new(),
         })
     }
 
@@ -234,12 +247,16 @@ impl Bootstrap for Control {
             )));
         }
         tracing::debug!(target: "charmrun", nodes = table.num_nodes(), "node table received");
+        let _ = self
+            .hosts
+            .set(table.nodes().iter().map(|n| n.host.clone()).collect());
         let released = self.released.clone();
         let leaving = self.leaving.clone();
         let deaths = self.deaths.clone();
+        let blobs = self.blobs.clone();
         std::thread::Builder::new()
             .name("charmrun-watchdog".into())
-            .spawn(move || watchdog(reader, released, leaving, &deaths))
+            .spawn(move || watchdog(reader, released, leaving, &deaths, &blobs))
             .map_err(|e| MachineError::io("starting the charmrun watchdog", e))?;
         let writer = Arc::downgrade(&self.writer);
         std::thread::Builder::new()
@@ -264,6 +281,56 @@ impl Bootstrap for Control {
 
     fn released(&self, ticket: u64, timeout: Duration) -> bool {
         self.released.wait_past(ticket, Some(timeout))
+    }
+
+    fn broadcast(&self, root: usize, blob: &[u8]) -> Result<Vec<u8>, MachineError> {
+        if root >= self.nodes {
+            return Err(MachineError::InvalidNode {
+                node: root,
+                nodes: self.nodes,
+            });
+        }
+        if root == self.node {
+            self.send(Kind::Bcast, blob)?;
+        }
+        let Ok(mut list) = self.blobs.list.lock() else {
+            return Err(MachineError::Boot(
+                "the broadcast's lock is poisoned".into(),
+            ));
+        };
+        loop {
+            if let Some(b) = list.pop_front() {
+                return Ok(b);
+            }
+            // Report mode: a root gone before its blob came never sends it (charmrun's
+            // DEAD frame for it came first, on the same connection).
+            let gone = self
+                .deaths
+                .list
+                .lock()
+                .ok()
+                .and_then(|l| l.iter().find(|(n, _)| *n == root).map(|(_, w)| w.clone()));
+            if let Some(why) = gone {
+                let host = self.hosts.get().and_then(|h| h.get(root)).cloned();
+                return Err(MachineError::PeerDead {
+                    node: root,
+                    host: host.unwrap_or_else(|| "?".into()),
+                    reason: format!("the root of a broadcast is out of the job: {why}"),
+                });
+            }
+            list = match self
+                .blobs
+                .came
+                .wait_timeout(list, Duration::from_millis(100))
+            {
+                Ok((l, _)) => l,
+                Err(_) => {
+                    return Err(MachineError::Boot(
+                        "the broadcast's lock is poisoned".into(),
+                    ))
+                }
+            };
+        }
     }
 
     fn report_deaths(&self, waker: Arc<dyn Wake>) -> Result<(), MachineError> {
@@ -373,9 +440,16 @@ fn watchdog(
     released: Signal,
     leaving: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
     deaths: &Deaths,
+    blobs: &Blobs,
 ) {
     loop {
         match protocol::read_frame(&mut reader) {
+            Ok((Kind::Bcast, blob)) => {
+                if let Ok(mut l) = blobs.list.lock() {
+                    l.push_back(blob);
+                }
+                blobs.came.notify_all();
+            }
             Ok((Kind::Release, _)) => {
                 tracing::debug!(target: "charmrun", "charmrun released the barrier");
                 released.raise()

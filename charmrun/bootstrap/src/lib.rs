@@ -4,7 +4,7 @@
 //! interface; this crate is that wall. A layer depends on it, never on the launcher:
 //!
 //! - [`Bootstrap`]: what a node needs of whatever started it — the exchange of the node table,
-//!   a barrier, deaths reported (report mode), the exit code, abort. [`client::Control`] is
+//!   a barrier, a broadcast, deaths reported (report mode), the exit code, abort. [`client::Control`] is
 //!   charmrun's implementation; one over PMI or `srun`'s environment would be another.
 //! - [`session`]: the launcher session written once. A layer implements only its transport's
 //!   mechanics ([`Part`](converse_machine::Part)) and its two boot phases ([`session::Open`]);
@@ -63,6 +63,15 @@ pub trait Bootstrap: Send + Sync + std::fmt::Debug {
 
     /// Whether the barrier of `ticket` is complete, waiting for it up to `timeout`.
     fn released(&self, ticket: u64, timeout: Duration) -> bool;
+
+    /// A broadcast: node `root` gives `blob` (the others' `blob` is not read), and every node
+    /// returns it. Collective: every node calls the same broadcasts in the same order.
+    ///
+    /// # Errors
+    /// [`MachineError::PeerDead`] when `root` is out of the job before its blob came (report
+    /// mode; otherwise its death ends the job); [`MachineError::Io`] when the launcher cannot
+    /// be told; [`MachineError::InvalidNode`] for a root outside the job.
+    fn broadcast(&self, root: usize, blob: &[u8]) -> Result<Vec<u8>, MachineError>;
 
     /// Ask that a node's death be reported to the survivors instead of ending the job
     /// (`faults=report`), ringing `waker` whenever one is, so that a layer blocked in its wait

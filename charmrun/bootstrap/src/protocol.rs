@@ -22,6 +22,7 @@
 //! | `SURVIVE` | node → charmrun | empty | this job reports a node's death to the survivors instead of ending (`+set faults=report`) |
 //! | `DEAD` | charmrun → node | node u32, why (UTF-8, rest) | that node is out of the job: it died, or was ended for being lost or silent |
 //! | `SUSPECT` | node → charmrun | node u32, why (UTF-8, rest) | my connection to that node failed: end it and tell the others (report mode) |
+//! | `BCAST` | node → charmrun, then charmrun → every node | the blob | the root of a broadcast gives its blob; charmrun hands it to every node still in the job, the root too, in the order the roots' frames came |
 //!
 //! An agent (`charmrun ++agent`, one per host) is to its nodes what charmrun is: they connect
 //! to it with the same frames. It relays them to charmrun over its one connection, and sends
@@ -86,6 +87,8 @@ pub enum Kind {
     Dead = 16,
     /// A node's peer seems dead to it (report mode).
     Suspect = 17,
+    /// A broadcast's blob: from its root up, then to every node.
+    Bcast = 18,
 }
 
 impl Kind {
@@ -109,6 +112,7 @@ impl Kind {
             15 => Kind::Survive,
             16 => Kind::Dead,
             17 => Kind::Suspect,
+            18 => Kind::Bcast,
             _ => return None,
         })
     }

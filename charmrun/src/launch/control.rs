@@ -190,6 +190,16 @@ impl ControlServer {
         self.release_if_complete();
     }
 
+    /// A broadcast's blob from its root: to every node still in the job, the root too (each
+    /// node's next `BCAST`, in the order the roots' frames came).
+    pub(super) fn broadcast(&mut self, blob: &[u8]) {
+        for j in 0..self.conns.len() {
+            if !self.conns[j].gone {
+                self.send(j, Kind::Bcast, blob);
+            }
+        }
+    }
+
     /// When every node reached the barrier (or is gone), release them all: each node of its
     /// own, and each agent once for all of its nodes.
     fn release_if_complete(&mut self) {

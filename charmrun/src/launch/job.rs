@@ -427,6 +427,13 @@ impl<'a> Job<'a> {
                 self.verdict.ending(i, code);
             }
             Event::Frame(_, Kind::Survive, _) => self.verdict.survive(),
+            Event::Frame(i, Kind::Bcast, blob) => {
+                tracing::debug!(target: "charmrun", node = i, bytes = blob.len(), "broadcast");
+                self.verdict.heard(i, now);
+                if let Some(c) = self.control.as_mut() {
+                    c.broadcast(&blob);
+                }
+            }
             Event::Frame(i, Kind::Suspect, body) => {
                 if let Some((node, why)) = protocol::parse_node_why(&body) {
                     self.verdict.suspect(i, node, &why, now);
