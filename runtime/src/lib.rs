@@ -622,7 +622,7 @@ impl<F: Fn(&mut Pe) + Sync> Job<'_, F> {
 impl Pe {
     /// Meet every node in the layer's barrier, then leave the layer.
     fn finish(mut self) -> Result<i32, RuntimeError> {
-        let code = self.life.exit_code;
+        let code = self.life.exit_code();
         tracing::debug!(target: "converse", code, "leaving the scheduler: exit barrier, then the layer's exit");
         // Say why the job failed before leaving the layer: once a process exits non-zero, some
         // launchers (mpirun) kill the others at once, and the report would be lost.

@@ -127,22 +127,43 @@ pub(crate) struct Lifecycle {
     pub leavable_depth: usize,
     /// Children's reports: (child, its handler names, first differing PE below it).
     reports: Vec<(usize, Vec<String>, Option<Differing>)>,
-    /// PE 0 only: the exit code was already announced.
-    exit_announced: bool,
-    /// The job is ending: every scheduler loop returns.
-    pub stopping: bool,
-    /// The job's exit code, once known.
-    pub exit_code: i32,
+    /// Whether the job is ending, and with what code.
+    ending: Ending,
     /// Why the job failed, if it did.
     pub failure: Option<RuntimeError>,
     /// `exit_scheduler` was called.
     pub leave: bool,
 }
 
+/// Whether the job is ending on this PE.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    /// It runs.
+    #[default]
+    Running,
+    /// It is ending with this code (on PE 0: the exit has been announced, or the start-up
+    /// check failed): every scheduler loop returns.
+    Stopping { code: i32 },
+}
+
 impl Lifecycle {
     /// Whether scheduling began (no more handler registration).
     pub(crate) fn started(&self) -> bool {
         self.phase != Phase::Registering
+    }
+
+    /// The job is ending: every scheduler loop returns.
+    #[inline]
+    pub(crate) fn stopping(&self) -> bool {
+        matches!(self.ending, Ending::Stopping { .. })
+    }
+
+    /// The job's exit code: 0 until it is known.
+    pub(crate) fn exit_code(&self) -> i32 {
+        match self.ending {
+            Ending::Running => 0,
+            Ending::Stopping { code } => code,
+        }
     }
 }
 
@@ -187,11 +208,12 @@ impl Pe {
     }
 
     fn announce_exit(&mut self, code: i32) {
-        if self.life.exit_announced {
+        // Announced once: the first request sets the code (an ending already under way, a
+        // failed start-up check, has its own).
+        if self.life.stopping() {
             return;
         }
         tracing::debug!(target: "converse", code, "PE 0 announces the exit");
-        self.life.exit_announced = true;
         self.exit_down(code);
     }
 
@@ -206,8 +228,7 @@ impl Pe {
 
     fn stop(&mut self, code: i32) {
         tracing::debug!(target: "converse", code, "stopping: the job exits");
-        self.life.stopping = true;
-        self.life.exit_code = code;
+        self.life.ending = Ending::Stopping { code };
         self.queue.clear();
         self.life.replay.clear();
         if let crate::link::Link::Worker { node, .. } = &self.link {

@@ -230,7 +230,7 @@ impl Pe {
         let mut told_idle = false;
         let mut turn: u32 = 0;
         loop {
-            if self.life.stopping {
+            if self.life.stopping() {
                 return false;
             }
             // `exit_scheduler` ends the innermost loop that can be left. A loop that cannot
@@ -316,7 +316,7 @@ impl Pe {
     /// (0: nothing was there).
     pub fn progress(&mut self) -> usize {
         self.ensure_started();
-        if self.life.stopping {
+        if self.life.stopping() {
             return 0;
         }
         let got = self.poll_within_backlog();
@@ -402,7 +402,7 @@ impl Pe {
                 Some(m) => {
                     self.run_handler(m);
                     n += 1;
-                    if self.life.stopping || self.life.leave {
+                    if self.life.stopping() || self.life.leave {
                         break;
                     }
                     continue;
@@ -412,7 +412,7 @@ impl Pe {
             let Some(msg) = next else { break };
             self.dispatch(msg);
             n += 1;
-            if self.life.stopping || self.life.leave {
+            if self.life.stopping() || self.life.leave {
                 break;
             }
         }
