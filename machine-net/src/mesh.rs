@@ -120,6 +120,11 @@ impl Pending {
         }
     }
 
+    /// How long since it was accepted.
+    pub(crate) fn silent_for(&self) -> Duration {
+        self.since.elapsed()
+    }
+
     /// Read what has come of the introduction and judge it. `allowed(n, kind)` says whether
     /// node `n` may open such a connection to us now.
     pub(crate) fn advance(

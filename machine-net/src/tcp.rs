@@ -44,9 +44,17 @@ const ACCEPT_EVERY: u32 = 64;
 const EXIT_FLUSH: Duration = Duration::from_secs(2);
 
 /// Accepted connections still introducing themselves beyond what the job's own peers can
-/// open (each at most two: the pair's connection and a request to open it): with more, the
-/// oldest is closed, so strangers cannot pile up descriptors while every peer always fits.
+/// open (each at most two: the pair's connection and a request to open it). With that many
+/// pending, what came is judged (a peer's introduction read and its connection attached),
+/// strangers silent past [`STRANGER_AFTER`] are closed, and if none is, nothing more is
+/// accepted until one is: the rest waits in the kernel's backlog. A stranger never takes a
+/// peer's place, however many connect.
 const MAX_STRANGERS: usize = 64;
+
+/// A connection that has not introduced itself this long after it was accepted is a
+/// stranger's: a peer sends its introduction with the connection (`mesh::open`), so by the
+/// time it is accepted the introduction is in its socket, or microseconds away.
+const STRANGER_AFTER: Duration = Duration::from_millis(200);
 
 /// Epoll tokens: a connection is its peer's node number; these are the others.
 const LISTENER: u64 = u64::MAX;
@@ -118,6 +126,11 @@ pub struct TcpMachine {
     pool: Pool,
     /// Connections closed because they did not introduce themselves as this job's.
     strangers: u64,
+    /// Whether the listener is in the epoll set: taken out while the pending connections are
+    /// at their bound (its readiness would end every wait at once), and for good at `leave`.
+    listening: bool,
+    /// In `leave`: nothing is accepted any more.
+    left: bool,
 }
 
 // By hand: the fields are the layer's working state (sockets, queues, buffers); the node
@@ -205,6 +218,8 @@ impl Open for TcpOpen {
             wake,
             pool: Pool::default(),
             strangers: 0,
+            listening: true,
+            left: false,
         })
     }
 }
@@ -325,9 +340,31 @@ impl TcpMachine {
         r.map_err(|e| self.conn_error(peer, e))
     }
 
-    /// Take every connection waiting on the listener.
-    fn accept_new(&mut self) -> Result<(), MachineError> {
+    /// The most connections still introducing themselves (see [`MAX_STRANGERS`]).
+    fn max_pending(&self) -> usize {
+        2 * self.table.num_nodes() + MAX_STRANGERS
+    }
+
+    /// Take the connections waiting on the listener, as many as the bound on pending ones
+    /// allows (making room first by judging what came and closing silent strangers); whatever
+    /// does not fit stays in the kernel's backlog, the listener out of the poll set meanwhile.
+    fn accept_new(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
+        let mut n = 0;
+        if self.left {
+            return Ok(0);
+        }
         loop {
+            if self.pending.len() >= self.max_pending() {
+                n += self.check_pending(deliver)?;
+                let before = self.pending.len();
+                // Read to the end of what came: silent past STRANGER_AFTER is a stranger.
+                self.pending.retain(|p| p.silent_for() < STRANGER_AFTER);
+                self.strangers += (before - self.pending.len()) as u64;
+                if self.pending.len() >= self.max_pending() {
+                    self.listen(false)?;
+                    return Ok(n);
+                }
+            }
             match self.listener.accept() {
                 Ok((s, _)) => {
                     // Accepted connections carry sends too (replies go back on them).
@@ -341,17 +378,35 @@ impl TcpMachine {
                         .add(&s, EpollEvent::new(EpollFlags::EPOLLIN, PENDING))
                         .map_err(epoll_err)?;
                     self.pending.push(Pending::new(s));
-                    if self.pending.len() > 2 * self.table.num_nodes() + MAX_STRANGERS {
-                        // Dropping it closes it and takes it out of the epoll set.
-                        self.pending.remove(0);
-                    }
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 // Out of descriptors and the like: the connection stays queued; try later.
-                Err(_) => return Ok(()),
+                Err(_) => break,
             }
         }
+        self.listen(true)?;
+        Ok(n)
+    }
+
+    /// Put the listener in the poll set, or take it out.
+    fn listen(&mut self, on: bool) -> Result<(), MachineError> {
+        if on == self.listening || (on && self.left) {
+            return Ok(());
+        }
+        let mut ev = EpollEvent::new(
+            if on {
+                EpollFlags::EPOLLIN
+            } else {
+                EpollFlags::empty()
+            },
+            LISTENER,
+        );
+        self.epoll
+            .modify(&self.listener, &mut ev)
+            .map_err(epoll_err)?;
+        self.listening = on;
+        Ok(())
     }
 
     /// Judge the introductions that have come: attach pair connections from lower nodes,
@@ -446,7 +501,7 @@ impl Transport for TcpMachine {
             // New connections and introductions are looked at now and then (and at once after
             // `wait` saw them); that also closes silent strangers when their time is up.
             if self.advances.is_multiple_of(ACCEPT_EVERY) {
-                self.accept_new()?;
+                n += self.accept_new(deliver)?;
                 n += self.check_pending(deliver)?;
             }
             return Ok(n);
@@ -464,10 +519,13 @@ impl Transport for TcpMachine {
                 peer => n += self.receive_from(peer as usize, deliver)?,
             }
         }
-        if accept {
-            self.accept_new()?;
+        // Now and then also while the listener is out of the poll set (pending connections at
+        // their bound): the strangers among them are closed once silent long enough.
+        let now_and_then = self.advances.is_multiple_of(ACCEPT_EVERY);
+        if accept || (now_and_then && !self.listening) {
+            n += self.accept_new(deliver)?;
         }
-        if accept || (self.advances.is_multiple_of(ACCEPT_EVERY) && !self.pending.is_empty()) {
+        if accept || (now_and_then && !self.pending.is_empty()) {
             n += self.check_pending(deliver)?;
         }
         Ok(n)
@@ -555,7 +613,11 @@ impl Part for TcpMachine {
         tracing::debug!(target: "tcp", backlog = self.backlog.len(), "leaving: flushing what is queued");
         // Nothing is accepted any more: a connection waiting on the listener would otherwise
         // end every epoll nap at once and turn this loop into a spin.
-        let _ = self.epoll.delete(&self.listener);
+        self.left = true;
+        if self.listening {
+            let _ = self.epoll.delete(&self.listener);
+            self.listening = false;
+        }
         while !self.backlog.is_empty() && std::time::Instant::now() < deadline {
             if self.flush_backlog().is_err() {
                 break;

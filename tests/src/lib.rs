@@ -729,3 +729,32 @@ macro_rules! conformance_suite {
         }
     };
 }
+
+/// The ports of process `pid`'s sockets of protocol `proto` (`"tcp"` or `"udp"`, IPv4): for a
+/// TCP socket only those listening. Read from /proc (the socket inodes among its descriptors,
+/// then the kernel's table of the process's network namespace).
+pub fn socket_ports(pid: u32, proto: &str) -> Vec<u16> {
+    let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| std::fs::read_link(e.path()).ok())
+                .filter_map(|l| {
+                    let l = l.to_string_lossy().into_owned();
+                    Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let table = std::fs::read_to_string(format!("/proc/{pid}/net/{proto}")).unwrap_or_default();
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let port = u16::from_str_radix(f.get(1)?.rsplit(':').next()?, 16).ok()?;
+            // TCP's state 0A: listening.
+            let listening = proto != "tcp" || f.get(3) == Some(&"0A");
+            (listening && inodes.contains(&(*f.get(9)?).to_owned())).then_some(port)
+        })
+        .collect()
+}

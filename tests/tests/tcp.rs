@@ -6,3 +6,64 @@ converse_tests::conformance_suite!(converse_tests::Launcher::Charmrun {
 });
 
 converse_tests::launched_layer_limits!("tcp");
+
+/// Strangers at a node's listener (adversarial review): 300 connections to each node that say
+/// nothing must not make it close a peer's connection, nor slow the job down to failure.
+mod strangers {
+    use converse_tests::{socket_ports, wait_for_children, Launcher, Running};
+    use std::net::TcpStream;
+    use std::time::{Duration, Instant};
+
+    const PROGRAM: &str = env!("CARGO_BIN_EXE_conformance");
+
+    #[test]
+    fn silent_strangers_at_every_listener_cannot_end_the_job() {
+        let launcher = Launcher::Charmrun {
+            machine: "tcp",
+            opts: vec![],
+        };
+        let job = Running::start(
+            &mut launcher.command(PROGRAM, 4, &["alltoall", "3000000"]),
+            Duration::from_secs(180),
+        )
+        .expect("start");
+        // 1,200 descriptors of our own: the soft limit may be 1,024.
+        if let Ok((_, hard)) =
+            nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        {
+            let _ = nix::sys::resource::setrlimit(
+                nix::sys::resource::Resource::RLIMIT_NOFILE,
+                hard.min(8192),
+                hard,
+            );
+        }
+        let nodes = wait_for_children(job.pid(), 4, Duration::from_secs(20));
+        assert_eq!(nodes.len(), 4, "{}", job.stdout_so_far());
+        let mut strangers = Vec::new();
+        for &pid in &nodes {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            let ports = loop {
+                let p = socket_ports(pid, "tcp");
+                if !p.is_empty() || Instant::now() > deadline {
+                    break p;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            };
+            assert!(!ports.is_empty(), "node {pid} has no listener");
+            for _ in 0..300 {
+                if let Ok(s) = TcpStream::connect(("127.0.0.1", ports[0])) {
+                    strangers.push(s);
+                }
+            }
+        }
+        assert!(
+            strangers.len() >= 4 * 250,
+            "{} connections",
+            strangers.len()
+        );
+        let o = job.finish();
+        drop(strangers);
+        assert_eq!(o.code, Some(0), "{o}");
+        assert_eq!(o.lines_with("conformance alltoall: ok"), 1, "{o}");
+    }
+}

@@ -410,27 +410,7 @@ mod particular {
 
     /// The UDP ports process `pid` has open (from its descriptors and /proc/net/udp).
     fn udp_ports(pid: u32) -> Vec<u16> {
-        let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
-            .map(|d| {
-                d.flatten()
-                    .filter_map(|e| std::fs::read_link(e.path()).ok())
-                    .filter_map(|l| {
-                        let l = l.to_string_lossy().into_owned();
-                        Some(l.strip_prefix("socket:[")?.strip_suffix(']')?.to_owned())
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        let table = std::fs::read_to_string(format!("/proc/{pid}/net/udp")).unwrap_or_default();
-        table
-            .lines()
-            .skip(1)
-            .filter_map(|l| {
-                let f: Vec<&str> = l.split_whitespace().collect();
-                let port = u16::from_str_radix(f.get(1)?.rsplit(':').next()?, 16).ok()?;
-                inodes.contains(&(*f.get(9)?).to_owned()).then_some(port)
-            })
-            .collect()
+        converse_tests::socket_ports(pid, "udp")
     }
 
     /// The job secret in process `pid`'s environment.
