@@ -33,24 +33,24 @@ pub(crate) fn run(layer: &str, secs: f64, ppn: usize) -> anyhow::Result<()> {
         })
         .collect::<anyhow::Result<_>>()?;
     anyhow::ensure!(status.success(), "the idle job failed: {status}");
-    println!(
+    converse::input::out_line(&format!(
         "{:>5} | {:>10} | {:>10} | {:>8}",
         "node", "CPU ms", "wall ms", "CPU %"
-    );
+    ));
     for (node, line) in figures.iter().enumerate() {
         let mut v = line.split_whitespace().map(str::parse::<f64>);
         let (Some(Ok(cpu)), Some(Ok(wall))) = (v.next(), v.next()) else {
             anyhow::bail!("node {node} wrote '{line}'");
         };
-        println!(
+        converse::input::out_line(&format!(
             "{node:>5} | {cpu:>10.1} | {wall:>10.1} | {:>8.2}",
             100.0 * cpu / wall
-        );
+        ));
     }
-    println!(
+    converse::input::out_line(&format!(
         "(2 nodes of {ppn} PE(s) on layer {layer} under charmrun, idle for {secs} s after \
          start-up; CPU = the node's process, all threads, from getrusage)"
-    );
+    ));
     Ok(())
 }
 

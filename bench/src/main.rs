@@ -356,14 +356,14 @@ fn main() -> ExitCode {
     let argv = match converse::input::args() {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("bench: error: {e}");
+            converse::input::error_line(&format!("bench: error: {e}"));
             return ExitCode::from(2);
         }
     };
     let (program_args, settings) = match converse::parse_args(argv.clone()) {
         Ok(a) => (a.program, a.settings),
         Err(e) => {
-            eprintln!("bench: error: {e}");
+            converse::input::error_line(&format!("bench: error: {e}"));
             return ExitCode::from(2);
         }
     };
@@ -378,7 +378,7 @@ fn main() -> ExitCode {
             // clap's first line is the error; the rest is usage advice.
             let text = e.to_string();
             let first = text.lines().next().unwrap_or("error: bad arguments");
-            eprintln!("bench: {first}");
+            converse::input::error_line(&format!("bench: {first}"));
             return ExitCode::from(2);
         }
     };
@@ -393,7 +393,7 @@ fn main() -> ExitCode {
             ..
         } => {
             if waves < 100 {
-                eprintln!("bench: error: --waves with --kill takes at least 100");
+                converse::input::error_line("bench: error: --waves with --kill takes at least 100");
                 return ExitCode::from(2);
             }
             tbon_kill::run(&layers, kills, waves)
@@ -548,7 +548,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("bench: error: {e:#}");
+            converse::input::error_line(&format!("bench: error: {e:#}"));
             ExitCode::from(1)
         }
     }

@@ -129,35 +129,35 @@ pub(crate) fn run(sizes: &[usize], iters: u64, messages: u64, runs: usize) -> an
         tcp.push(ping(&hosts, &me, "tcp", 2, &two, 1, sizes, iters)?);
         across.push(ping(&hosts, &me, "si+tcp", 4, &two, 1, sizes, iters)?);
     }
-    println!(
+    converse::input::out_line(&format!(
         "one-way p50 us, least of {runs} interleaved runs; si+tcp: a 4-process job over two \
          namespace hosts, PE 0 against PE 2 (same host) or PE 1 (the other)"
-    );
-    println!(
+    ));
+    converse::input::out_line(&format!(
         "{:>9} {:>9} {:>14} {:>6} {:>9} {:>14} {:>6}",
         "size", "si", "si+tcp same", "x", "tcp", "si+tcp across", "x"
-    );
+    ));
     for &s in sizes {
         let (a, b, c, d) = (p50(&si, s), p50(&same, s), p50(&tcp, s), p50(&across, s));
-        println!(
+        converse::input::out_line(&format!(
             "{s:>9} {a:>9.2} {b:>14.2} {:>6.2} {c:>9.2} {d:>14.2} {:>6.2}",
             b / a,
             d / c
-        );
+        ));
     }
     let (mut multi, mut tcp) = (f64::INFINITY, f64::INFINITY);
     for _ in 0..runs {
         multi = multi.min(alltoall(&hosts, &me, "si+tcp", &two, messages)?);
         tcp = tcp.min(alltoall(&hosts, &me, "tcp", &two, messages)?);
     }
-    println!(
+    converse::input::out_line(&format!(
         "all-to-all of {messages} messages, 4 processes on two hosts, job wall time: \
          si+tcp {multi:.2} s, tcp {tcp:.2} s ({:.2}x; least of {runs})",
         multi / tcp
-    );
-    println!(
+    ));
+    converse::input::out_line(&format!(
         "({iters} timed round trips per size after {} warm-up)",
         crate::pingpong::warmup(iters)
-    );
+    ));
     Ok(())
 }

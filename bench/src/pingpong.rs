@@ -79,22 +79,26 @@ pub(crate) fn run(
     let round = Round::median(&all_rounds);
     report::print_pingpong(&round.rows, &round.raw);
     if !round.direct.is_empty() {
-        println!("layer alone (Machine trait driven directly, no runtime), one-way p50 us, MB/s:");
+        converse::input::out_line(
+            "layer alone (Machine trait driven directly, no runtime), one-way p50 us, MB/s:",
+        );
         report::print_series(&round.direct);
     }
     for (title, series) in round.more.iter().filter(|(_, s)| !s.is_empty()) {
-        println!("{title}, one-way p50 us, MB/s:");
+        converse::input::out_line(&format!("{title}, one-way p50 us, MB/s:"));
         report::print_series(series);
     }
     if all_rounds.len() > 1 {
         print_round_ratios(&all_rounds);
     }
-    println!("(one-way = round trip / 2; {iters} timed round trips per size after {w} warm-up)");
+    converse::input::out_line(&format!(
+        "(one-way = round trip / 2; {iters} timed round trips per size after {w} warm-up)"
+    ));
     if all_rounds.len() > 1 {
-        println!(
+        converse::input::out_line(&format!(
             "(every figure above the ratios: the median over {} rounds)",
             all_rounds.len()
-        );
+        ));
     }
     let all: Vec<&Row> = round
         .rows
@@ -232,7 +236,7 @@ fn baselines(
     }
     if layer == "si" {
         let cma = raw::cma_pingpong(sizes, iters, w).unwrap_or_else(|e| {
-            eprintln!("bench: no copy-once baseline here: {e:#}");
+            converse::input::error_line(&format!("bench: no copy-once baseline here: {e:#}"));
             Vec::new()
         });
         more.push((
@@ -276,15 +280,23 @@ fn print_round_ratios(rounds: &[Round]) {
             _ => format!("{:>6} {:>11}", "-", ""),
         }
     };
-    println!(
+    converse::input::out_line(&format!(
         "p50 over raw's p50 within each round, median (lowest-highest) over {} rounds:",
         rounds.len()
-    );
-    println!("{:>9} | {:>18} | {:>18}", "bytes", "runtime", "layer alone");
+    ));
+    converse::input::out_line(&format!(
+        "{:>9} | {:>18} | {:>18}",
+        "bytes", "runtime", "layer alone"
+    ));
     for r in &rounds[0].rows {
         let rt = ratios(&|x| &x.rows, r.size);
         let direct = ratios(&|x| &x.direct, r.size);
-        println!("{:>9} | {:>18} | {:>18}", r.size, show(rt), show(direct));
+        converse::input::out_line(&format!(
+            "{:>9} | {:>18} | {:>18}",
+            r.size,
+            show(rt),
+            show(direct)
+        ));
     }
 }
 

@@ -90,16 +90,21 @@ pub(crate) fn run(n: u64, csv: Option<&Path>, plot: Option<&Path>) -> anyhow::Re
         row("runtime-burst", n, burst),
         row("raw-alloc-queue-call", n, base),
     ];
-    println!("{:>22} {:>12} {:>14}", "", "ns/message", "messages/s");
+    converse::input::out_line(&format!(
+        "{:>22} {:>12} {:>14}",
+        "", "ns/message", "messages/s"
+    ));
     for r in &rows {
-        println!(
+        converse::input::out_line(&format!(
             "{:>22} {:>12.1} {:>14.0}",
             r.what,
             r.mean_ns,
             1e9 / r.mean_ns.max(1e-9)
-        );
+        ));
     }
-    println!("(send to self + dispatch on one PE, {n} messages of 8 bytes each)");
+    converse::input::out_line(&format!(
+        "(send to self + dispatch on one PE, {n} messages of 8 bytes each)"
+    ));
     if let Some(p) = csv {
         report::write_csv(p, &rows.iter().collect::<Vec<_>>())?;
     }

@@ -76,33 +76,32 @@ fn us(ns: u64) -> f64 {
 /// Print one series: size, one-way p50 in µs, bandwidth in MB/s.
 pub(crate) fn print_series(rows: &[Row]) {
     for r in rows {
-        println!(
+        converse::input::out_line(&format!(
             "{:>9} | {:>9.3} | {:>10.1}",
             r.size,
             r.p50_ns as f64 / 1e3,
             r.mb_per_s()
-        );
+        ));
     }
 }
 
 /// Print layer rows next to baseline rows of the same size, with the p50 ratio.
 pub(crate) fn print_pingpong(layer: &[Row], raw: &[Row]) {
-    println!(
+    converse::input::out_line(&format!(
         "{:>9} | {:>28} | {:>28} | {:>6} | {:>10} {:>10}",
         "", "layer one-way us", "raw one-way us", "p50", "layer", "raw"
-    );
-    println!(
+    ));
+    converse::input::out_line(&format!(
         "{:>9} | {:>8} {:>9} {:>9} | {:>8} {:>9} {:>9} | {:>6} | {:>10} {:>10}",
         "bytes", "min", "p50", "p99", "min", "p50", "p99", "ratio", "MB/s", "MB/s"
-    );
+    ));
     for l in layer {
         let r = raw.iter().find(|r| r.size == l.size);
         let (rmin, r50, r99, rbw) = r.map_or((0.0, 0.0, 0.0, 0.0), |r| {
             (us(r.min_ns), us(r.p50_ns), us(r.p99_ns), r.mb_per_s())
         });
         let ratio = r.map_or(0.0, |r| l.p50_ns as f64 / r.p50_ns.max(1) as f64);
-        println!(
-            "{:>9} | {:>8.3} {:>9.3} {:>9.3} | {:>8.3} {:>9.3} {:>9.3} | {:>6.2} | {:>10.1} {:>10.1}",
+        converse::input::out_line(&format!("{:>9} | {:>8.3} {:>9.3} {:>9.3} | {:>8.3} {:>9.3} {:>9.3} | {:>6.2} | {:>10.1} {:>10.1}",
             l.size,
             us(l.min_ns),
             us(l.p50_ns),
@@ -112,8 +111,7 @@ pub(crate) fn print_pingpong(layer: &[Row], raw: &[Row]) {
             r99,
             ratio,
             l.mb_per_s(),
-            rbw
-        );
+            rbw));
     }
 }
 

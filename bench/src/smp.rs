@@ -29,7 +29,7 @@ pub(crate) fn run(
 ) -> anyhow::Result<()> {
     let w = pingpong::warmup(iters);
 
-    println!("== PE to PE inside one process, one-way p50 (us), 8 B");
+    converse::input::out_line("== PE to PE inside one process, one-way p50 (us), 8 B");
     let raw = raw_handoff(8, iters, w)?;
     let rt = Runtime::from_args(["bench", "+p2", "+ppn", "2", "+quiet", "+machine", "local"])?;
     let smp = pingpong::job(rt, &[8], iters, "runtime +ppn 2", 1)?;
@@ -37,7 +37,7 @@ pub(crate) fn run(
     let two_nodes = pingpong::job(rt, &[8], iters, "runtime +ppn 1", 1)?;
     let p50 = |r: &[Row]| r.first().map_or(f64::NAN, |r| r.p50_ns as f64 / 1e3);
     let raw = [raw];
-    println!(
+    converse::input::out_line(&format!(
         "{:>34} | {:>8.3}\n{:>34} | {:>8.3}   ({:.2}x raw)\n{:>34} | {:>8.3}",
         "raw SegQueue hand-off, 2 threads",
         p50(&raw),
@@ -46,13 +46,15 @@ pub(crate) fn run(
         p50(&smp) / p50(&raw),
         "runtime, 2 nodes of the local layer",
         p50(&two_nodes)
-    );
+    ));
 
-    println!("\n== Worker to worker across two processes, one-way p50 (us) and MB/s");
-    println!(
+    converse::input::out_line(
+        "\n== Worker to worker across two processes, one-way p50 (us) and MB/s",
+    );
+    converse::input::out_line(&format!(
         "{:>6} | {:>9} | {:>11} | {:>11} | {:>6} | {:>10} | {:>10}",
         "layer", "size", "ppn 1 us", "ppn 2 us", "ratio", "ppn 1 MB/s", "ppn 2 MB/s"
-    );
+    ));
     let sizes = [8, 1 << 20];
     for layer in layers {
         let one = pingpong::across_nodes(layer, &sizes, iters, 1)
@@ -60,7 +62,7 @@ pub(crate) fn run(
         let two = pingpong::across_nodes(layer, &sizes, iters, 2)
             .with_context(|| format!("{layer} at ++ppn 2"))?;
         for (a, b) in one.iter().zip(&two) {
-            println!(
+            converse::input::out_line(&format!(
                 "{layer:>6} | {:>9} | {:>11.3} | {:>11.3} | {:>6.2} | {:>10.1} | {:>10.1}",
                 a.size,
                 a.p50_ns as f64 / 1e3,
@@ -68,28 +70,30 @@ pub(crate) fn run(
                 b.p50_ns as f64 / a.p50_ns.max(1) as f64,
                 a.mb_per_s(),
                 b.mb_per_s()
-            );
+            ));
         }
     }
 
-    println!(
+    converse::input::out_line(&format!(
         "\n== Message rate: K PEs of one process, each sending {messages} 8 B messages to the next"
-    );
-    println!(
+    ));
+    converse::input::out_line(&format!(
         "{:>3} | {:>16} | {:>16} | {:>6}",
         "K", "runtime msgs/s", "raw msgs/s", "ratio"
-    );
+    ));
     for &k in ks.iter().filter(|&&k| k > 0) {
         let rt_rate = runtime_rate(k, messages)?;
         let raw_rate = raw_rate(k, messages);
-        println!(
+        converse::input::out_line(&format!(
             "{k:>3} | {rt_rate:>16.0} | {raw_rate:>16.0} | {:>6.2}",
             rt_rate / raw_rate
-        );
+        ));
     }
 
     if let Some(layer) = layers.first() {
-        println!("\n== Start-up of a trivial 8-PE job on {layer} (median of 5, ms)");
+        converse::input::out_line(&format!(
+            "\n== Start-up of a trivial 8-PE job on {layer} (median of 5, ms)"
+        ));
         let me = std::env::current_exe()?;
         let charmrun = pingpong::charmrun_beside(&me)?;
         let time = |ppn: &str| {
@@ -106,9 +110,13 @@ pub(crate) fn run(
             })
         };
         let (one, four) = (time("1")?, time("4")?);
-        println!("   ++ppn 1 (8 processes): {one:.1}\n   ++ppn 4 (2 processes): {four:.1}");
+        converse::input::out_line(&format!(
+            "   ++ppn 1 (8 processes): {one:.1}\n   ++ppn 4 (2 processes): {four:.1}"
+        ));
     }
-    println!("\n({iters} timed round trips per ping-pong size after {w} warm-up)");
+    converse::input::out_line(&format!(
+        "\n({iters} timed round trips per ping-pong size after {w} warm-up)"
+    ));
     Ok(())
 }
 

@@ -24,12 +24,12 @@ pub(crate) fn run(
     // Split at white space: paths with spaces need a wrapper script.
     let extra: Vec<&str> = charmrun_args.split_whitespace().collect();
     if !extra.is_empty() {
-        println!("charmrun {}", extra.join(" "));
+        converse::input::out_line(&format!("charmrun {}", extra.join(" ")));
     }
-    println!(
+    converse::input::out_line(&format!(
         "{:>5} | {:>12} | {:>14} | {:>6}",
         "PEs", "job ms", "fork+conn ms", "ratio"
-    );
+    ));
     let mut points = Vec::new();
     for &p in pes {
         let job = median(RUNS, || {
@@ -52,15 +52,15 @@ pub(crate) fn run(
             anyhow::ensure!(st.success(), "lower bound on {p} processes failed: {st}");
             Ok(t.elapsed().as_secs_f64() * 1e3)
         })?;
-        println!(
+        converse::input::out_line(&format!(
             "{p:>5} | {job:>12.1} | {floor:>14.1} | {:>6.2}",
             job / floor
-        );
+        ));
         points.push((p, job, floor));
     }
-    println!(
+    converse::input::out_line(&format!(
         "(median of {RUNS} runs each; job = charmrun +pN of a program whose PE 0 exits at once)"
-    );
+    ));
     if let Some(path) = plot {
         let series = |name: &str, y: fn(&(usize, f64, f64)) -> f64| crate::plot::Series {
             name: name.into(),

@@ -120,7 +120,7 @@ pub(crate) fn run(p: &Params<'_>) -> anyhow::Result<()> {
     let me = me.to_string_lossy().into_owned();
     let shapes = [Shape::Flat, Shape::TwoLevel(4), Shape::TwoLevel(8)];
     let mut rows: Vec<(String, String, usize, bool, Figures, Figures)> = Vec::new();
-    println!(
+    converse::input::out_line(&format!(
         "{:>5} {:>10} {:>4} {:>4} | {:>9} {:>9} | {:>10} {:>10} | {:>10} {:>10}",
         "layer",
         "tree",
@@ -132,7 +132,7 @@ pub(crate) fn run(p: &Params<'_>) -> anyhow::Result<()> {
         "raw us",
         "waves/s",
         "raw /s"
-    );
+    ));
     for &b in p.backends {
         let raw = best(
             &(0..p.runs)
@@ -154,8 +154,7 @@ pub(crate) fn run(p: &Params<'_>) -> anyhow::Result<()> {
                 .map(|_| overlay(&topo, &me, layer, recovery, p.rounds, p.waves))
                 .collect::<anyhow::Result<Vec<_>>>()?;
             let f = best(&runs);
-            println!(
-                "{:>5} {:>10} {:>4} {:>4} | {:>9.1} {:>9.1} | {:>10.1} {:>10.1} | {:>10.0} {:>10.0}",
+            converse::input::out_line(&format!("{:>5} {:>10} {:>4} {:>4} | {:>9.1} {:>9.1} | {:>10.1} {:>10.1} | {:>10.0} {:>10.0}",
                 layer,
                 shape.name(),
                 b,
@@ -165,16 +164,15 @@ pub(crate) fn run(p: &Params<'_>) -> anyhow::Result<()> {
                 f.round_trip_us,
                 raw.round_trip_us,
                 f.waves_per_s,
-                raw.waves_per_s
-            );
+                raw.waves_per_s));
             rows.push((layer.clone(), shape.name(), b, recovery, f, raw));
         }
     }
-    println!(
+    converse::input::out_line(&format!(
         "(best of {} runs; rtt: median of {} broadcast+sum round trips; waves/s: {} waves of one \
          int per back-end; raw: B processes connected to the front-end by TCP, no overlay)",
         p.runs, p.rounds, p.waves
-    );
+    ));
     if let Some(path) = p.csv {
         let mut f =
             std::fs::File::create(path).with_context(|| format!("creating {}", path.display()))?;

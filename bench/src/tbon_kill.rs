@@ -29,10 +29,10 @@ pub(crate) fn run(layers: &[String], kills: usize, waves: usize) -> anyhow::Resu
     let me = me.to_string_lossy().into_owned();
     let topo = topgen::TreeSpec::parse("g:4x8")
         .and_then(|s| topgen::generate(&s, &topgen::Placement::default()))?;
-    println!(
+    converse::input::out_line(&format!(
         "{:>5} | {:>12} {:>12} {:>12} | {:>10} {:>10}",
         "layer", "kill->ok ms", "min ms", "max ms", "before/s", "after/s"
-    );
+    ));
     for layer in layers {
         let mut runs = Vec::with_capacity(kills);
         for i in 0..kills {
@@ -58,7 +58,7 @@ pub(crate) fn run(layers: &[String], kills: usize, waves: usize) -> anyhow::Resu
         };
         let before = median(&mut runs.iter().map(|k| k.before_per_s).collect());
         let after = median(&mut runs.iter().map(|k| k.after_per_s).collect());
-        println!(
+        converse::input::out_line(&format!(
             "{:>5} | {:>12.1} {:>12.1} {:>12.1} | {:>10.0} {:>10.0}",
             layer,
             ms[ms.len() / 2],
@@ -66,14 +66,12 @@ pub(crate) fn run(layers: &[String], kills: usize, waves: usize) -> anyhow::Resu
             ms[ms.len() - 1],
             before,
             after
-        );
+        ));
     }
-    println!(
-        "(4x8 tree, failure recovery on; {kills} kills of an internal process per layer; kill->ok: \
+    converse::input::out_line(&format!("(4x8 tree, failure recovery on; {kills} kills of an internal process per layer; kill->ok: \
          from SIGKILL to the first wave sent after it answered whole, median and extremes; \
          waves/s: {waves} waves, {IN_FLIGHT} in flight, before the kill and once recovered, \
-         medians)"
-    );
+         medians)"));
     Ok(())
 }
 
@@ -192,7 +190,9 @@ pub(crate) fn backend(dir: &str) -> std::process::ExitCode {
         // Not started by a front-end: nobody would ever end this job. (After the match: the
         // attempt borrows the PE until then.)
         if let Some(e) = failed {
-            eprintln!("bench: error: this process is one of a network's: {e}");
+            converse::input::error_line(&format!(
+                "bench: error: this process is one of a network's: {e}"
+            ));
             pe.exit(2);
         }
     })

@@ -31,29 +31,29 @@ pub(crate) struct Params<'a> {
 /// Launch the jobs and pass their rows on.
 pub(crate) fn run(p: &Params<'_>) -> anyhow::Result<()> {
     let me = std::env::current_exe().context("finding the bench executable")?;
-    println!(
+    converse::input::out_line(&format!(
         "topology collectives on layer {} ({} iterations each; time per operation, the root's \
          view from the first call to the end of a barrier after the last; 'runtime' = the \
          runtime's own k-ary tree broadcast/reduction on the same PEs, gather compared with a \
          concatenating reduction)",
         p.layer, p.iters
-    );
-    println!(
+    ));
+    converse::input::out_line(&format!(
         "{:>4} {:<18} {:>4} {:>6} {:>9} {:>12} {:>12} {:>7}",
         "PEs", "class", "diam", "height", "op", "bytes", "topo us", "vs rt"
-    );
+    ));
     let sizes: Vec<String> = p.sizes.iter().map(usize::to_string).collect();
     let sizes = sizes.join(",");
     for &n in p.pes {
         job(&me, p.layer, n, &["coll", &sizes, &p.iters.to_string()])?;
     }
-    println!(
-        "\ndistributed mutex (Raymond's token over the spanning tree): lock+unlock per second"
+    converse::input::out_line(
+        "\ndistributed mutex (Raymond's token over the spanning tree): lock+unlock per second",
     );
-    println!(
+    converse::input::out_line(&format!(
         "{:>4} {:<18} {:>14} {:>14}",
         "PEs", "class", "lock+unlock/s", "token moves/s"
-    );
+    ));
     for &c in p.contenders {
         job(&me, p.layer, c, &["mutex", "0", &p.locks.to_string()])?;
     }
@@ -179,7 +179,7 @@ pub(crate) fn pe_main(
                 pe.barrier();
                 if pe.my_pe() == 0 {
                     let rate = (iters * n) as f64 / secs;
-                    println!("{n:>4} {name:<18} {rate:>14.0} {:>14.0}", passes as f64 / secs);
+                    converse::input::out_line(&format!("{n:>4} {name:<18} {rate:>14.0} {:>14.0}", passes as f64 / secs));
                 }
             }
         } else {
@@ -192,18 +192,14 @@ pub(crate) fn pe_main(
                     for (op, k) in ops.into_iter().zip([0, 0, 1, 2]) {
                         let us = topo_time(pe, t, op, size, iters);
                         if pe.my_pe() == 0 {
-                            println!(
-                                "{n:>4} {name:<18} {diam:>4} {height:>6} {op:>9} {size:>12} {us:>12.1} {:>6.2}x",
-                                us / base[k]
-                            );
+                            converse::input::out_line(&format!("{n:>4} {name:<18} {diam:>4} {height:>6} {op:>9} {size:>12} {us:>12.1} {:>6.2}x",
+                                us / base[k]));
                         }
                     }
                 }
                 if pe.my_pe() == 0 {
-                    println!(
-                        "{n:>4} {:<18} {:>4} {:>6} {:>9} {size:>12} {:>12.1}\n{n:>4} {:<18} {:>4} {:>6} {:>9} {size:>12} {:>12.1}\n{n:>4} {:<18} {:>4} {:>6} {:>9} {size:>12} {:>12.1}",
-                        "runtime", "-", "-", "broadcast", base[0], "runtime", "-", "-", "reduce", base[1], "runtime", "-", "-", "concat-red", base[2]
-                    );
+                    converse::input::out_line(&format!("{n:>4} {:<18} {:>4} {:>6} {:>9} {size:>12} {:>12.1}\n{n:>4} {:<18} {:>4} {:>6} {:>9} {size:>12} {:>12.1}\n{n:>4} {:<18} {:>4} {:>6} {:>9} {size:>12} {:>12.1}",
+                        "runtime", "-", "-", "broadcast", base[0], "runtime", "-", "-", "reduce", base[1], "runtime", "-", "-", "concat-red", base[2]));
                 }
             }
         }

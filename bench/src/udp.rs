@@ -61,13 +61,13 @@ fn summary(mut v: Vec<f64>) -> (f64, f64) {
 
 /// 1 MiB ping-pong: UDP layer, TCP layer, raw UDP, `runs` times in turn.
 fn bandwidth(iters: u64, runs: usize) -> anyhow::Result<()> {
-    println!(
-        "1 MiB ping-pong, one-way, pinned to cores 0 and 1: UDP layer vs TCP layer vs raw UDP"
+    converse::input::out_line(
+        "1 MiB ping-pong, one-way, pinned to cores 0 and 1: UDP layer vs TCP layer vs raw UDP",
     );
-    println!(
+    converse::input::out_line(&format!(
         "{:>6} | {:>10} {:>9} | {:>10} {:>9} | {:>10} {:>9}",
         "run", "udp p50 us", "MB/s", "tcp p50 us", "MB/s", "raw p50 us", "MB/s"
-    );
+    ));
     let w = crate::pingpong::warmup(iters);
     let mut p50s: [Vec<f64>; 3] = Default::default();
     for r in 0..runs {
@@ -77,7 +77,7 @@ fn bandwidth(iters: u64, runs: usize) -> anyhow::Result<()> {
         let raw = rawr
             .first()
             .ok_or_else(|| anyhow::anyhow!("raw UDP measured nothing"))?;
-        println!(
+        converse::input::out_line(&format!(
             "{:>6} | {:>10.1} {:>9.0} | {:>10.1} {:>9.0} | {:>10.1} {:>9.0}",
             r + 1,
             us(udp.p50_ns),
@@ -86,20 +86,18 @@ fn bandwidth(iters: u64, runs: usize) -> anyhow::Result<()> {
             tcp.mb_per_s(),
             us(raw.p50_ns),
             raw.mb_per_s()
-        );
+        ));
         for (v, row) in p50s.iter_mut().zip([&udp, &tcp, raw]) {
             v.push(us(row.p50_ns));
         }
     }
     let [u, t, r] = p50s.map(summary);
-    println!(
-        "median | {:>10.1} {:>9} | {:>10.1} {:>9} | {:>10.1}\n  best | {:>10.1} {:>9} | {:>10.1} {:>9} | {:>10.1}",
-        u.0, "", t.0, "", r.0, u.1, "", t.1, "", r.1
-    );
-    println!(
+    converse::input::out_line(&format!("median | {:>10.1} {:>9} | {:>10.1} {:>9} | {:>10.1}\n  best | {:>10.1} {:>9} | {:>10.1} {:>9} | {:>10.1}",
+        u.0, "", t.0, "", r.0, u.1, "", t.1, "", r.1));
+    converse::input::out_line(&format!(
         "(MB/s from the mean one-way time; {iters} round trips per run after {w} warm-up; \
          median and best of the runs' p50s)\n"
-    );
+    ));
     Ok(())
 }
 
@@ -110,15 +108,15 @@ const SMALL: [usize; 3] = [8, 64, 4096];
 /// 4-node job (nodes 2 and 3 idle), with raw UDP on connected and unconnected sockets, `runs`
 /// rounds in turn, every process pinned to cores 0 and 1 (node n on core n mod 2).
 fn nodes(iters: u64, runs: usize, set: &[&str]) -> anyhow::Result<()> {
-    println!(
+    converse::input::out_line(
         "ping-pong node 0 <-> node 1, one-way p50/p99 us, pinned to cores 0 and 1: the UDP \
          layer alone in a 2-node and a 4-node job (nodes 2, 3 idle), raw UDP connected and \
-         unconnected"
+         unconnected",
     );
-    println!(
+    converse::input::out_line(&format!(
         "{:>4} {:>6} | {:>15} | {:>15} | {:>5} | {:>15} | {:>15}",
         "run", "bytes", "2 nodes", "4 nodes", "4/2", "raw connected", "raw unconnected"
-    );
+    ));
     let w = crate::pingpong::warmup(iters);
     let pin = ["--pin"];
     let extra: Vec<&str> = pin.iter().chain(set).copied().collect();
@@ -140,7 +138,7 @@ fn nodes(iters: u64, runs: usize, set: &[&str]) -> anyhow::Result<()> {
             let cols = [pick(&two)?, pick(&four)?, pick(&raw_c)?, pick(&raw_u)?];
             let ratio = cols[1].0 as f64 / cols[0].0.max(1) as f64;
             let cell = |(p50, p99): (u64, u64)| format!("{:.3} {:.2}", us(p50), us(p99));
-            println!(
+            converse::input::out_line(&format!(
                 "{:>4} {:>6} | {:>15} | {:>15} | {:>5.2} | {:>15} | {:>15}",
                 r + 1,
                 size,
@@ -149,7 +147,7 @@ fn nodes(iters: u64, runs: usize, set: &[&str]) -> anyhow::Result<()> {
                 ratio,
                 cell(cols[2]),
                 cell(cols[3])
-            );
+            ));
             for (v, c) in p50s[i].iter_mut().zip(cols) {
                 v.push(us(c.0));
             }
@@ -158,15 +156,15 @@ fn nodes(iters: u64, runs: usize, set: &[&str]) -> anyhow::Result<()> {
     }
     for (i, &size) in SMALL.iter().enumerate() {
         let [two, four, rc, ru] = p50s[i].clone().map(|v| summary(v).0);
-        println!(
+        converse::input::out_line(&format!(
             "median {size:>6} B: 2 nodes {two:.3}, 4 nodes {four:.3} (4/2 {:.2}), raw \
              connected {rc:.3}, raw unconnected {ru:.3}",
             summary(ratios[i].clone()).0
-        );
+        ));
     }
-    println!(
+    converse::input::out_line(&format!(
         "({iters} round trips per measurement after {w} warm-up; medians of the runs' p50s)\n"
-    );
+    ));
     Ok(())
 }
 
@@ -183,16 +181,20 @@ fn quiet(cmd: &mut Command) -> bool {
 impl LossyNet {
     fn new() -> Option<LossyNet> {
         if !nix::unistd::geteuid().is_root() {
-            println!("goodput under loss: skipped (network namespaces and nftables need root)\n");
+            converse::input::out_line(
+                "goodput under loss: skipped (network namespaces and nftables need root)\n",
+            );
             return None;
         }
         if !quiet(Command::new("nft").arg("--version")) {
-            println!("goodput under loss: skipped (no nft; apt-get install nftables)\n");
+            converse::input::out_line(
+                "goodput under loss: skipped (no nft; apt-get install nftables)\n",
+            );
             return None;
         }
         let ns = format!("cvbench{}", std::process::id());
         if !quiet(Command::new("ip").args(["netns", "add", &ns])) {
-            println!("goodput under loss: skipped (`ip netns add` failed)\n");
+            converse::input::out_line("goodput under loss: skipped (`ip netns add` failed)\n");
             return None;
         }
         let net = LossyNet { ns };
@@ -237,14 +239,14 @@ fn goodput_under_loss(iters: u64, runs: usize) -> anyhow::Result<()> {
         return Ok(());
     };
     const RATES: [u32; 3] = [0, 1, 5];
-    println!(
+    converse::input::out_line(
         "1 MiB ping-pong on the UDP layer, pinned to cores 0 and 1, with random loss of \
-         incoming UDP datagrams"
+         incoming UDP datagrams",
     );
-    println!(
+    converse::input::out_line(&format!(
         "{:>6} | {:>21} | {:>21} | {:>21}",
         "run", "0%: p50 us  MB/s", "1%: p50 us  MB/s", "5%: p50 us  MB/s"
-    );
+    ));
     let mut goodput: [Vec<f64>; 3] = Default::default();
     for r in 0..runs {
         let mut line = format!("{:>6} |", r + 1);
@@ -258,18 +260,20 @@ fn goodput_under_loss(iters: u64, runs: usize) -> anyhow::Result<()> {
                 row.mb_per_s()
             ));
         }
-        println!("{}", line.trim_end_matches('|'));
+        converse::input::out_line(line.trim_end_matches('|'));
     }
     let medians = goodput.map(|v| summary(v).0);
-    println!(
+    converse::input::out_line(&format!(
         "goodput (median MB/s): 0% {:.0}, 1% {:.0} ({:.2} of it), 5% {:.0} ({:.2} of it)",
         medians[0],
         medians[1],
         medians[1] / medians[0].max(1.0),
         medians[2],
         medians[2] / medians[0].max(1.0)
+    ));
+    converse::input::out_line(
+        "(one-way, in a network namespace; MB/s from the mean one-way time)\n",
     );
-    println!("(one-way, in a network namespace; MB/s from the mean one-way time)\n");
     Ok(())
 }
 
@@ -357,13 +361,11 @@ pub(crate) fn spin() -> anyhow::Result<()> {
 /// processes sharing a core exchange a megabyte faster than across cores: the "busy" figure
 /// would be the better one, for a reason that has nothing to do with the layer.)
 fn contention(iters: u64, runs: usize) -> anyhow::Result<()> {
-    println!(
-        "1 MiB ping-pong, one-way, nodes pinned to cores 0 and 1: quiet vs a busy process on core 1"
-    );
-    println!(
+    converse::input::out_line("1 MiB ping-pong, one-way, nodes pinned to cores 0 and 1: quiet vs a busy process on core 1");
+    converse::input::out_line(&format!(
         "{:>6} {:>4} | {:>10} {:>10} | {:>10} {:>10} | {:>6}",
         "layer", "run", "quiet p50", "max", "busy p50", "max", "ratio"
-    );
+    ));
     let pinned = |layer: &str| ping(layer, iters, &[]);
     for layer in ["udp", "tcp"] {
         let mut ratios = Vec::new();
@@ -375,7 +377,7 @@ fn contention(iters: u64, runs: usize) -> anyhow::Result<()> {
             };
             let ratio = busy.p50_ns as f64 / calm.p50_ns.max(1) as f64;
             ratios.push(ratio);
-            println!(
+            converse::input::out_line(&format!(
                 "{:>6} {:>4} | {:>10.1} {:>10.1} | {:>10.1} {:>10.1} | {:>6.2}",
                 layer,
                 r + 1,
@@ -384,14 +386,16 @@ fn contention(iters: u64, runs: usize) -> anyhow::Result<()> {
                 us(busy.p50_ns),
                 us(busy.max_ns),
                 ratio
-            );
+            ));
         }
         ratios.sort_by(f64::total_cmp);
-        println!(
+        converse::input::out_line(&format!(
             "{layer:>6} median ratio {:.2}",
             ratios.get(ratios.len() / 2).copied().unwrap_or(0.0)
-        );
+        ));
     }
-    println!("(µs one-way; {iters} round trips per measurement)");
+    converse::input::out_line(&format!(
+        "(µs one-way; {iters} round trips per measurement)"
+    ));
     Ok(())
 }

@@ -22,7 +22,7 @@ fn main() -> ExitCode {
     };
     // A filter that does not parse ends the launch: fewer logs than asked would mislead.
     if let Err(e) = converse_machine::log::init_as(who) {
-        eprintln!("charmrun: {e}");
+        converse_machine::input::error_line(&format!("charmrun: {e}"));
         return ExitCode::from(2);
     }
     if agent {
@@ -39,19 +39,19 @@ fn main() -> ExitCode {
             };
         }
         Err(e) => {
-            eprintln!("charmrun: {e}");
+            converse_machine::input::error_line(&format!("charmrun: {e}"));
             return ExitCode::from(2);
         }
     };
     if let Err(e) = check_program(&o.program) {
-        eprintln!("charmrun: {e}");
+        converse_machine::input::error_line(&format!("charmrun: {e}"));
         return ExitCode::from(2);
     }
     if o.mpiexec && !charmrun::mpiexec::for_net_layer(&o) {
         return match charmrun::mpiexec::run(&o) {
             Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
             Err(e) => {
-                eprintln!("charmrun: {e}");
+                converse_machine::input::error_line(&format!("charmrun: {e}"));
                 ExitCode::from(e.exit_code())
             }
         };
@@ -60,7 +60,7 @@ fn main() -> ExitCode {
         (Some(path), false) => match charmrun::nodelist::load(std::path::Path::new(path)) {
             Ok(h) => Some(h),
             Err(e) => {
-                eprintln!("charmrun: {e}");
+                converse_machine::input::error_line(&format!("charmrun: {e}"));
                 return ExitCode::from(2);
             }
         },
@@ -69,14 +69,14 @@ fn main() -> ExitCode {
     let (hosts, spread) = match spread(&o, hosts) {
         Ok(s) => s,
         Err(e) => {
-            eprintln!("charmrun: {e}");
+            converse_machine::input::error_line(&format!("charmrun: {e}"));
             return ExitCode::from(2);
         }
     };
     match charmrun::launch::run(&o, hosts.as_deref(), spread) {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
         Err(e) => {
-            eprintln!("charmrun: {e}");
+            converse_machine::input::error_line(&format!("charmrun: {e}"));
             ExitCode::from(e.exit_code())
         }
     }
@@ -106,11 +106,11 @@ fn spread(
                 .unwrap_or_else(|| vec!["srun".into()]);
             let h = alloc.hosts.len().min(nodes);
             if o.verbose {
-                eprintln!(
+                converse_machine::input::error_line(&format!(
                     "charmrun: in a Slurm allocation of {} host(s): {} agent(s) through srun",
                     alloc.hosts.len(),
                     h
-                );
+                ));
             }
             let spread = Spread::Launcher {
                 words: charmrun::slurm::srun_words(&srun, h),

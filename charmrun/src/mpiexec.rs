@@ -157,7 +157,9 @@ enum Ending {
 pub fn run(opts: &Opts) -> Result<i32, LaunchError> {
     let mut cmd = command(opts)?;
     if opts.verbose {
-        eprintln!("charmrun: handing the job to the MPI launcher: {cmd:?}");
+        converse_machine::input::error_line(&format!(
+            "charmrun: handing the job to the MPI launcher: {cmd:?}"
+        ));
     }
     crate::launch::install_signal_handlers();
     // Its own process group, so that what it starts can be ended as one; no terminal input,
@@ -210,14 +212,16 @@ pub fn run(opts: &Opts) -> Result<i32, LaunchError> {
     let _ = killpg(group, Signal::SIGKILL);
     Ok(match why {
         Ending::Signal(sig) => {
-            eprintln!("charmrun: interrupted by signal {sig}; ended the job");
+            converse_machine::input::error_line(&format!(
+                "charmrun: interrupted by signal {sig}; ended the job"
+            ));
             128 + sig
         }
         Ending::TimeLimit(limit) => {
-            eprintln!(
+            converse_machine::input::error_line(&format!(
                 "charmrun: ++timelimit of {} s reached; ended the job",
                 limit.as_secs_f64()
-            );
+            ));
             124
         }
     })

@@ -468,7 +468,10 @@ impl Machine for MpiMachine {
     }
 
     fn abort(&mut self, reason: &str) -> ! {
-        eprintln!("converse: node {} aborting the job: {reason}", self.me);
+        converse_machine::input::error_line(&format!(
+            "converse: node {} aborting the job: {reason}",
+            self.me
+        ));
         // SAFETY: MPI is initialized; MPI_Abort ends every rank of the communicator.
         unsafe {
             ffi::MPI_Abort(ffi::RSMPI_COMM_WORLD, 1);
@@ -496,10 +499,10 @@ impl Part for MpiMachine {
         self.ring.cancel()?;
         let left = self.sends.abandon() + self.backlog.iter().map(VecDeque::len).sum::<usize>();
         if left > 0 {
-            eprintln!(
+            converse_machine::input::error_line(&format!(
                 "converse: node {}: {left} send(s) still in flight at exit were dropped",
                 self.me
-            );
+            ));
         }
         if done {
             match self.universe.take() {
@@ -513,12 +516,12 @@ impl Part for MpiMachine {
             }
         } else {
             // Some rank never reached the barrier; finalizing could wait for it forever.
-            eprintln!(
+            converse_machine::input::error_line(&format!(
                 "converse: node {}: the other ranks did not reach the exit barrier within {} s; \
                  leaving without MPI_Finalize",
                 self.me,
                 EXIT_WAIT.as_secs()
-            );
+            ));
             std::mem::forget(self.universe.take());
         }
         Ok(())

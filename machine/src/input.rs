@@ -62,6 +62,29 @@ pub fn error_line(line: &str) {
     let _ = std::io::stderr().lock().write_all(buf.as_bytes());
 }
 
+/// `text` on stderr as it is (no newline added), in one `write`, never panicking.
+pub fn error_text(text: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+}
+
+/// A line on stdout in one `write`, and no panic when stdout cannot be written (a reader that
+/// left, `PROGRAM | head -1`, or a full disk): what is lost is lost, the program goes on to
+/// its end (`println!` would panic, and a panicking PE ends the whole job).
+pub fn out_line(line: &str) {
+    let mut buf = String::with_capacity(line.len() + 1);
+    buf.push_str(line);
+    buf.push('\n');
+    out_text(&buf);
+}
+
+/// `text` on stdout as it is (no newline added), as [`out_line`].
+pub fn out_text(text: &str) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
+}
+
 /// At most `max` characters of `s`, escaped (`\n`, `\u{1b}`, ...) so that an error quoting
 /// it stays one line without raw control bytes; `…` marks a cut.
 ///

@@ -206,7 +206,10 @@ impl Machine for LocalMachine {
     }
 
     fn abort(&mut self, reason: &str) -> ! {
-        eprintln!("converse: node {} aborting the job: {reason}", self.me);
+        crate::input::error_line(&format!(
+            "converse: node {} aborting the job: {reason}",
+            self.me
+        ));
         std::process::exit(1)
     }
 }

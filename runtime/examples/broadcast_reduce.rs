@@ -32,7 +32,9 @@ fn main() -> ExitCode {
             let n = pe.num_pes() as u64;
             let x = r.get() + 1;
             let expect = x * n * (n + 1) / 2;
-            println!("round {x}: broadcast {x}, sum of x*(pe+1) = {sum} (expected {expect})");
+            converse::input::out_line(&format!(
+                "round {x}: broadcast {x}, sum of x*(pe+1) = {sum} (expected {expect})"
+            ));
             if sum != expect {
                 return pe.exit(1);
             }

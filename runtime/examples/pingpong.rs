@@ -34,7 +34,7 @@ fn main() -> ExitCode {
             l.set(l.get() - 1);
             if l.get() == 0 {
                 let us = t.get().elapsed().as_secs_f64() * 1e6 / rounds as f64;
-                println!("{rounds} round trips of {bytes} B: {us:.3} us per round trip, {:.3} us one way", us / 2.0);
+                converse::input::out_line(&format!("{rounds} round trips of {bytes} B: {us:.3} us per round trip, {:.3} us one way", us / 2.0));
                 return pe.exit(0);
             }
             pe.forward(peer, msg);

@@ -33,7 +33,9 @@ fn main() -> ExitCode {
                 if lap == laps {
                     let n = pe.num_pes() as u64;
                     let expect = laps * n * (n - 1) / 2;
-                    println!("token made {laps} laps of {n} PEs: sum {sum} (expected {expect})");
+                    converse::input::out_line(&format!(
+                        "token made {laps} laps of {n} PEs: sum {sum} (expected {expect})"
+                    ));
                     return pe.exit(if sum == expect { 0 } else { 1 });
                 }
             }

@@ -161,7 +161,7 @@ pub(crate) fn run(
     machine.barrier(&mut drop)?;
     if tun.stats {
         let line = crate::trace::node_stats_line(me, machine.layer(), &machine.counters());
-        eprintln!("{line}");
+        converse_machine::input::error_line(&line);
     }
     let code = node.exit_code();
     machine.exit(code)?;

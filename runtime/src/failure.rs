@@ -244,10 +244,10 @@ impl Pe {
                 // The callback is running further up this thread's stack (it waits in a
                 // nested scheduler): it cannot be entered again, so it misses this death
                 // rather than the PE panicking. Said once, plainly.
-                Err(_) => eprintln!(
+                Err(_) => converse_machine::input::error_line(&format!(
                     "converse: PE {}: a failure callback still running missed node {node}'s death",
                     self.my_pe
-                ),
+                )),
             }
         }
     }

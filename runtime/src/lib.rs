@@ -346,11 +346,11 @@ impl Runtime {
         F: Fn(&mut Pe) + Sync,
     {
         if self.args.version {
-            println!("{}", version_line());
+            converse_machine::input::out_line(&version_line());
             return Ok(0);
         }
         if self.args.list_settings {
-            print!("{}", layers::listing());
+            converse_machine::input::out_text(&layers::listing());
             return Ok(0);
         }
         if self.args.commap.is_some() && self.args.pes_per_node == 1 {
@@ -406,7 +406,9 @@ impl Runtime {
                             .spawn_scoped(s, move || job.run_node(m));
                         spawned.unwrap_or_else(|e| {
                             // The nodes already running would wait for this one forever.
-                            eprintln!("converse: cannot start the thread of node {i}: {e}");
+                            converse_machine::input::error_line(&format!(
+                                "converse: cannot start the thread of node {i}: {e}"
+                            ));
                             std::process::exit(1)
                         })
                     })
@@ -480,10 +482,10 @@ impl<F: Fn(&mut Pe) + Sync> Job<'_, F> {
                             })
                         });
                     spawned.unwrap_or_else(|e| {
-                        eprintln!(
+                        converse_machine::input::error_line(&format!(
                             "converse: cannot start the thread of PE {}: {e}",
                             first + rank
-                        );
+                        ));
                         std::process::exit(1)
                     })
                 })
@@ -557,7 +559,7 @@ impl<F: Fn(&mut Pe) + Sync> Job<'_, F> {
             }
         }
         if pe.my_pe() == 0 && !self.quiet {
-            println!("{}", self.banner(&pe));
+            converse_machine::input::out_line(&self.banner(&pe));
         }
         // A panicking PE ends the whole job at once, through its layer, so that no peer waits
         // for it forever (in a barrier, or for a message it was to send).
@@ -645,7 +647,7 @@ impl Pe {
                 if self.tun.stats {
                     let line =
                         trace::node_stats_line(self.my_node, machine.layer(), &machine.counters());
-                    eprintln!("{line}");
+                    converse_machine::input::error_line(&line);
                 }
                 machine.exit(code)?;
             }

@@ -461,12 +461,12 @@ impl Pe {
     pub(crate) fn drop_message(&mut self, msg: &Message, why: &str) {
         self.dropped += 1;
         if self.dropped == 1 {
-            eprintln!(
+            converse_machine::input::error_line(&format!(
                 "converse: PE {} dropped a message (handler {}, from PE {}): {why}",
                 self.my_pe,
                 msg.handler(),
                 msg.src_pe()
-            );
+            ));
         } else {
             tracing::debug!(target: "converse", handler = msg.handler(), from = msg.src_pe(), dropped = self.dropped, "dropped a message: {why}");
         }
@@ -493,7 +493,9 @@ impl Pe {
                 while std::time::Instant::now() < deadline {
                     std::thread::park_timeout(ABORT_GRACE);
                 }
-                eprintln!("converse: {reason} (the communication thread did not end the job)");
+                converse_machine::input::error_line(&format!(
+                    "converse: {reason} (the communication thread did not end the job)"
+                ));
                 std::process::exit(1)
             }
         }

@@ -365,11 +365,11 @@ impl Recorder {
     #[cold]
     fn fail(&mut self, e: &std::io::Error) {
         if let Some(out) = self.out.take() {
-            eprintln!(
+            converse_machine::input::error_line(&format!(
                 "converse: PE {}: tracing stopped, cannot write {}: {e}",
                 self.header.pe,
                 out.path.display()
-            );
+            ));
         }
     }
 
@@ -381,7 +381,7 @@ impl Recorder {
         self.mark("exit");
         self.flush(names);
         if self.print_stats {
-            eprintln!("{}", self.stats_line(Duration::from_nanos(t)));
+            converse_machine::input::error_line(&self.stats_line(Duration::from_nanos(t)));
         }
     }
 

@@ -25,7 +25,7 @@ impl Hosts {
     /// Build the hosts, or `None` (after saying why) when this machine cannot.
     pub fn new(tag: &str) -> Option<Hosts> {
         if !nix::unistd::geteuid().is_root() {
-            eprintln!("skipped: creating network namespaces needs root");
+            converse::input::error_line("skipped: creating network namespaces needs root");
             return None;
         }
         let prefix = format!("cv{}{tag}", std::process::id() % 100_000);
@@ -33,7 +33,9 @@ impl Hosts {
         let hosts = Hosts { prefix, dir };
         let sw = hosts.ns("sw");
         if !ip(&["netns", "add", &sw]) {
-            eprintln!("skipped: `ip netns add` failed (no iproute2 or no permission)");
+            converse::input::error_line(
+                "skipped: `ip netns add` failed (no iproute2 or no permission)",
+            );
             return None;
         }
         let ok = ip(&["-n", &sw, "link", "add", "br0", "type", "bridge"])

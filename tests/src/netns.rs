@@ -26,7 +26,7 @@ impl Hosts {
     /// When namespaces can be made but the network between them cannot.
     pub fn new(tag: &str, n: usize) -> Option<Hosts> {
         if !nix::unistd::geteuid().is_root() {
-            eprintln!("skipped: creating network namespaces needs root");
+            converse::input::error_line("skipped: creating network namespaces needs root");
             return None;
         }
         let prefix = format!("cw{}{tag}", std::process::id() % 100_000);
@@ -34,7 +34,9 @@ impl Hosts {
         let hosts = Hosts { prefix, dir, n: 0 };
         let sw = hosts.ns("sw");
         if !ip(&["netns", "add", &sw]) {
-            eprintln!("skipped: `ip netns add` failed (no iproute2 or no permission)");
+            converse::input::error_line(
+                "skipped: `ip netns add` failed (no iproute2 or no permission)",
+            );
             return None;
         }
         let mut hosts = hosts;

@@ -22,7 +22,9 @@ pub(crate) fn render(page: &Path, w: u32, h: u32, dir: &Path) -> Option<Image> {
         .into_iter()
         .find(|c| Command::new(c).arg("--version").output().is_ok())
     else {
-        eprintln!("SKIPPED the render: chromium is not installed (apt-get install chromium)");
+        converse::input::error_line(
+            "SKIPPED the render: chromium is not installed (apt-get install chromium)",
+        );
         return None;
     };
     let stem = page

@@ -131,7 +131,10 @@ pub fn run() -> i32 {
     match serve() {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("charmrun agent on {}: {e}", client::hostname());
+            converse_machine::input::error_line(&format!(
+                "charmrun agent on {}: {e}",
+                client::hostname()
+            ));
             1
         }
     }
@@ -190,10 +193,10 @@ fn serve() -> Result<i32, AgentError> {
     let _ = up.set_write_timeout(Some(WRITE_TIMEOUT));
     let _ = up.set_nodelay(true);
     if let Err(e) = std::env::set_current_dir(&plan.cwd) {
-        eprintln!(
+        converse_machine::input::error_line(&format!(
             "charmrun agent on {}: cannot enter {}: {e}",
             hello.host, plan.cwd
-        );
+        ));
     }
     let (tx, rx) = crossbeam_channel::unbounded();
     let children: Vec<Child> = plan
@@ -335,12 +338,12 @@ impl Agent {
                     self.watchers.push(w);
                 }
                 Err(e) => {
-                    eprintln!(
+                    converse_machine::input::error_line(&format!(
                         "charmrun agent on {}: cannot start node {} ({}): {e}",
                         client::hostname(),
                         p.node,
                         p.program
-                    );
+                    ));
                     // As a shell says of a program it cannot run.
                     let _ = self
                         .tx
@@ -405,11 +408,11 @@ impl Agent {
                     self.watchers.push(w);
                 }
                 Err(e) => {
-                    eprintln!(
+                    converse_machine::input::error_line(&format!(
                         "charmrun agent on {}: cannot start the agent for {}: {e}",
                         client::hostname(),
                         self.children[c].host
-                    );
+                    ));
                     let _ = self
                         .tx
                         .send(Ev::ShellExited(c, ExitStatus::from_raw(127 << 8)));

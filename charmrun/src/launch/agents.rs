@@ -44,12 +44,12 @@ impl Job<'_> {
             let from = stream
                 .peer_addr()
                 .map_or("?".to_string(), |a| a.ip().to_string());
-            eprintln!(
+            converse_machine::input::error_line(&format!(
                 "charmrun: agent {a} connected from {from} (pid {}, host {}) for {} node(s)",
                 hello.pid,
                 hello.host,
                 ag.nodes.len()
-            );
+            ));
         }
         let cwd = self
             .shell_ctx

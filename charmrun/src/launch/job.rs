@@ -172,7 +172,10 @@ impl<'a> Job<'a> {
             Ok(code) => code,
             Err(f) => {
                 self.ending();
-                eprintln!("charmrun: {}", f.message(&|i| self.label_at(i)));
+                converse_machine::input::error_line(&format!(
+                    "charmrun: {}",
+                    f.message(&|i| self.label_at(i))
+                ));
                 self.explain(&f);
                 f.code
             }
@@ -191,7 +194,7 @@ impl<'a> Job<'a> {
                 self.strangers
             );
             if lost == 0 {
-                eprint!("{line}");
+                converse_machine::input::error_text(&line);
             } else {
                 // As the line that said so: stderr may be what is not read.
                 crate::output::say_within(&line, SAY_WAIT);
@@ -520,9 +523,11 @@ impl<'a> Job<'a> {
             }
         }
         for (host, lines) in said {
-            eprintln!("charmrun: the remote shell for {host} said:");
+            converse_machine::input::error_line(&format!(
+                "charmrun: the remote shell for {host} said:"
+            ));
             for l in lines {
-                eprintln!("charmrun:   {l}");
+                converse_machine::input::error_line(&format!("charmrun:   {l}"));
             }
         }
     }
@@ -533,11 +538,11 @@ impl<'a> Job<'a> {
         }
         tracing::debug!(target: "charmrun", nodes = self.nodes.len(), ms = self.started.elapsed().as_secs_f64() * 1e3, "every node connected: node table sent");
         if self.opts.verbose {
-            eprintln!(
+            converse_machine::input::error_line(&format!(
                 "charmrun: all {} node(s) connected in {:.1} ms",
                 self.nodes.len(),
                 self.started.elapsed().as_secs_f64() * 1e3
-            );
+            ));
         }
         Ok(())
     }

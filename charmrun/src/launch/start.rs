@@ -26,10 +26,10 @@ impl Job<'_> {
             .display()
             .to_string();
         if self.opts.verbose {
-            eprintln!(
+            converse_machine::input::error_line(&format!(
                 "charmrun: control port {port}, job tag {}, starting {n} node(s)",
                 self.tag
-            );
+            ));
         }
         let routes = routes(plan)?;
         let secret_hex = protocol::secret_to_hex(&secret);
@@ -283,10 +283,10 @@ impl Job<'_> {
                     ShellCmd::Remote { .. } => format!("on {host}"),
                     ShellCmd::Launcher(words) => format!("through `{}`", words.join(" ")),
                 };
-                eprintln!(
+                converse_machine::input::error_line(&format!(
                     "charmrun: starting {} agent(s) for {n} node(s) {place} (pid {pid})",
                     shell.agents.len()
-                );
+                ));
             }
             let tx = self.tx.clone();
             let tail = Some(self.fleet.shells[s].stderr_tail.clone());

@@ -92,11 +92,11 @@ impl SiSettings {
 fn note_no_single_copy(e: &PullError) {
     static SAID: AtomicBool = AtomicBool::new(false);
     if !SAID.swap(true, Ordering::Relaxed) {
-        eprintln!(
+        converse_machine::input::error_line(&format!(
             "converse si: note: large messages go through the rings (two copies): {e}. \
              Reading a peer's memory needs the same user and Yama ptrace_scope 0 \
              (/proc/sys/kernel/yama/ptrace_scope), and no seccomp filter on process_vm_readv."
-        );
+        ));
     }
 }
 

@@ -20,10 +20,10 @@ fn main() -> ExitCode {
                 }
             }
             PROT_EXIT => {
-                println!("Processing PROT_EXIT ...");
+                converse::input::out_line("Processing PROT_EXIT ...");
                 return Ok(());
             }
-            other => println!("Unknown Protocol: {other}"),
+            other => converse::input::out_line(&format!("Unknown Protocol: {other}")),
         }
     })
 }

@@ -21,7 +21,7 @@ fn main() -> ExitCode {
     // argv may be empty (execve allows it): no indexing.
     let me = argv.first().map_or("integer_addition_fe", String::as_str);
     let [_, topology, backend, library] = argv.as_slice() else {
-        eprintln!("usage: {me} TOPOLOGY BACKEND FILTER_LIBRARY");
+        converse::input::error_line(&format!("usage: {me} TOPOLOGY BACKEND FILTER_LIBRARY"));
         return ExitCode::from(2);
     };
     let topo = if topology.contains(':') && !std::path::Path::new(topology).exists() {
@@ -33,7 +33,7 @@ fn main() -> ExitCode {
     let topo = match topo {
         Ok(t) => t,
         Err(e) => {
-            eprintln!("{me}: {e}");
+            converse::input::error_line(&format!("{me}: {e}"));
             return ExitCode::from(2);
         }
     };
@@ -49,12 +49,12 @@ fn main() -> ExitCode {
         for i in 0..num_iters {
             let recv_val: i32 = net.recv_on(&stream)?.unpack("%d")?;
             if recv_val == num_backends * i * send_val {
-                println!(
+                converse::input::out_line(&format!(
                     "Iteration {i}: Success! recv_val({recv_val}) == {}",
                     send_val * i * num_backends
-                );
+                ));
             } else {
-                println!("Iteration {i}: Failure!");
+                converse::input::out_line(&format!("Iteration {i}: Failure!"));
                 all_good = false;
             }
         }
@@ -66,7 +66,7 @@ fn main() -> ExitCode {
         Ok(Ok(true)) => ExitCode::SUCCESS,
         Ok(Ok(false)) => ExitCode::from(1),
         Ok(Err(e)) | Err(e) => {
-            eprintln!("{me}: {e}");
+            converse::input::error_line(&format!("{me}: {e}"));
             ExitCode::from(1)
         }
     }

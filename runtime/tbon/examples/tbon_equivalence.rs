@@ -48,7 +48,9 @@ fn main() -> std::process::ExitCode {
         };
         if let Some(why) = refused {
             if pe.my_pe() == 0 {
-                eprintln!("tbon_equivalence: {why} (usage: tbon_equivalence [FILTER_LIBRARY] +pN)");
+                converse::input::error_line(&format!(
+                    "tbon_equivalence: {why} (usage: tbon_equivalence [FILTER_LIBRARY] +pN)"
+                ));
                 pe.exit(2);
             }
             return;
@@ -86,7 +88,7 @@ fn main() -> std::process::ExitCode {
             Err(e) => e,
         };
         if pe.my_pe() == 0 {
-            eprintln!("tbon_equivalence: {failed}");
+            converse::input::error_line(&format!("tbon_equivalence: {failed}"));
             pe.exit(1);
         }
     })
@@ -99,11 +101,11 @@ fn front_end(net: &mut tbon::Network<'_>, library: &str) -> Result<(), TbonError
     net.send(&s, REPORT, "", ())?;
     let (sums, counts, members): (Vec<u64>, Vec<u32>, Vec<u32>) =
         net.recv_on(&s)?.unpack("%auld %aud %aud")?;
-    println!(
+    converse::input::out_line(&format!(
         "{} back-ends in {} equivalence classes",
         members.len(),
         sums.len()
-    );
+    ));
     let mut at = 0;
     for (sum, count) in sums.iter().zip(&counts) {
         let class = &members[at..at + *count as usize];
@@ -117,12 +119,12 @@ fn front_end(net: &mut tbon::Network<'_>, library: &str) -> Result<(), TbonError
         } else {
             "CHECKSUM DIFFERS"
         };
-        println!(
+        converse::input::out_line(&format!(
             "class {sum:016x}: {} back-ends (representative {}), {} functions, {ok}",
             class.len(),
             class[0],
             names.len()
-        );
+        ));
     }
     Ok(())
 }

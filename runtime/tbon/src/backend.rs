@@ -47,7 +47,7 @@ pub fn run_backend_with(
         };
         if pe.my_pe() == 0 {
             let prog = pe.args().first().cloned().unwrap_or_default();
-            eprintln!("{prog}: {failed}");
+            converse::input::error_line(&format!("{prog}: {failed}"));
             pe.exit(1);
         }
     })

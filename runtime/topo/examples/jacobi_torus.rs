@@ -151,10 +151,8 @@ fn main() -> std::process::ExitCode {
                     }
                 }
                 let ok = global == serial(h, w, steps);
-                println!(
-                    "jacobi on a {rows}x{cols} torus, {h}x{w} cells, {steps} steps: last change {change:.3e}, {}",
-                    if ok { "matches the serial computation" } else { "DIFFERS from the serial computation" }
-                );
+                converse::input::out_line(&format!("jacobi on a {rows}x{cols} torus, {h}x{w} cells, {steps} steps: last change {change:.3e}, {}",
+                    if ok { "matches the serial computation" } else { "DIFFERS from the serial computation" }));
                 pe.exit(i32::from(!ok));
             }
             Ok(None) => {}

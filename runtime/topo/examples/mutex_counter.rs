@@ -64,7 +64,7 @@ fn main() -> std::process::ExitCode {
         t.barrier(pe).ok();
         if t.id() == 0 {
             let want = times * n as u64;
-            println!(
+            converse::input::out_line(&format!(
                 "counter = {} (want {want}): {}",
                 counter.get(),
                 if counter.get() == want {
@@ -72,7 +72,7 @@ fn main() -> std::process::ExitCode {
                 } else {
                     "LOST UPDATES"
                 }
-            );
+            ));
             pe.exit(i32::from(counter.get() != want));
         }
     })

@@ -55,12 +55,12 @@ fn main() -> std::process::ExitCode {
                     .collect();
                 let ok = all.len() == n * per
                     && all.iter().enumerate().all(|(i, &v)| v == (i * i) as u64);
-                println!(
+                converse::input::out_line(&format!(
                     "scattered {} numbers over a {rows}x{} grid, squared, gathered: {}",
                     n * per,
                     n / rows,
                     if ok { "ok" } else { "WRONG" }
-                );
+                ));
                 pe.exit(i32::from(!ok));
             }
             Ok(None) => {}

@@ -39,7 +39,11 @@ fn main() -> std::process::ExitCode {
             .node_table()
             .node(pe.my_node())
             .map_or("?".to_owned(), |n| n.host.clone());
-        println!("process {} on PE {} host {host}", t.id(), pe.my_pe());
+        converse::input::out_line(&format!(
+            "process {} on PE {} host {host}",
+            t.id(),
+            pe.my_pe()
+        ));
         t.set_visual(trace.is_some());
         let me = t.id();
         let right = t.shift(0, 1).unwrap_or(me);
@@ -49,10 +53,8 @@ fn main() -> std::process::ExitCode {
             let mut hops = u64::from_le_bytes(r.data().try_into().unwrap_or([0; 8]));
             hops += 1;
             if me == 0 && hops == rounds * n as u64 {
-                println!(
-                    "token went {rounds} times round {n} processes ({hops} hops); vector time at 0: {:?}",
-                    t2.vector_time().entries()
-                );
+                converse::input::out_line(&format!("token went {rounds} times round {n} processes ({hops} hops); vector time at 0: {:?}",
+                    t2.vector_time().entries()));
                 d2.set(true);
                 return;
             }

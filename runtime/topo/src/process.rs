@@ -224,7 +224,12 @@ impl State {
     fn on_p2p(&mut self, pe: &mut Pe, msg: Message, later: &mut Later) {
         let h = match Header::read(msg.payload(), self.n) {
             Ok(h) => h,
-            Err(e) => return eprintln!("converse-topo: process {}: {e}", self.me),
+            Err(e) => {
+                return converse::input::error_line(&format!(
+                    "converse-topo: process {}: {e}",
+                    self.me
+                ))
+            }
         };
         let dst = h.dst as usize;
         if dst != self.me {
@@ -254,7 +259,12 @@ impl State {
     fn on_ctl(&mut self, pe: &mut Pe, msg: Message, later: &mut Later) {
         let h = match Header::read(msg.payload(), self.n) {
             Ok(h) => h,
-            Err(e) => return eprintln!("converse-topo: process {}: {e}", self.me),
+            Err(e) => {
+                return converse::input::error_line(&format!(
+                    "converse-topo: process {}: {e}",
+                    self.me
+                ))
+            }
         };
         match h.kind {
             Kind::MutexRequest | Kind::MutexToken => {

@@ -78,7 +78,7 @@ fn main() -> ExitCode {
     let rt = match converse::Runtime::from_env() {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("conformance: error: {e}");
+            converse::input::error_line(&format!("conformance: error: {e}"));
             return ExitCode::from(2);
         }
     };
@@ -86,7 +86,7 @@ fn main() -> ExitCode {
     let start = match scenario(&args, rt.version_requested()) {
         Ok(start) => start,
         Err(e) => {
-            eprintln!("conformance: {e}");
+            converse::input::error_line(&format!("conformance: {e}"));
             return ExitCode::from(2);
         }
     };
@@ -94,7 +94,7 @@ fn main() -> ExitCode {
         Ok(code) => converse::exit_code(code),
         Err(e) if e.reported_elsewhere() => ExitCode::from(1),
         Err(e) => {
-            eprintln!("conformance: error: {e}");
+            converse::input::error_line(&format!("conformance: error: {e}"));
             ExitCode::from(1)
         }
     }
@@ -223,13 +223,13 @@ fn verdict(pe: &mut Pe, name: &'static str, detail: impl Fn(u64) -> String + 'st
     pe.register("verdict", move |pe, msg| {
         let errors = word(msg.payload(), 0);
         if errors == 0 {
-            println!("conformance {name}: ok {}", detail(errors));
+            converse::input::out_line(&format!("conformance {name}: ok {}", detail(errors)));
             pe.exit(0);
         } else {
-            println!(
+            converse::input::out_line(&format!(
                 "conformance {name}: FAILED: {errors} errors {}",
                 detail(errors)
-            );
+            ));
             pe.exit(1);
         }
     })
@@ -255,12 +255,12 @@ fn report(pe: &mut Pe, errors: u64, verdict: HandlerId) {
 }
 
 fn complain(pe: &Pe, what: String) {
-    eprintln!("conformance: PE {}: {what}", pe.my_pe());
+    converse::input::error_line(&format!("conformance: PE {}: {what}", pe.my_pe()));
 }
 
 fn hello(pe: &mut Pe) {
     let v = verdict(pe, "hello", |_| String::new());
-    println!("hello from PE {} of {}", pe.my_pe(), pe.num_pes());
+    converse::input::out_line(&format!("hello from PE {} of {}", pe.my_pe(), pe.num_pes()));
     report(pe, 0, v);
 }
 
@@ -299,12 +299,12 @@ fn idle(pe: &mut Pe) {
     // The whole process (all PEs in it) over the idle second: busy polling would use a core
     // per PE; blocking uses almost nothing.
     if pe.my_pe() == 0 {
-        println!(
+        converse::input::out_line(&format!(
             "conformance idle: process CPU {:.0} ms over {:.0} ms of idle wall time, {} ticks",
             cpu.as_secs_f64() * 1e3,
             wall.as_secs_f64() * 1e3,
             ticks.get()
-        );
+        ));
         if cpu.as_secs_f64() > 0.25 * wall.as_secs_f64() {
             errors += 1;
             complain(pe, "idle PEs burn CPU".into());
@@ -401,10 +401,13 @@ fn scheduling(pe: &mut Pe) {
 }
 
 fn wait(pe: &mut Pe, secs: f64) {
-    println!("conformance wait: PE {} waits {secs} s", pe.my_pe());
+    converse::input::out_line(&format!(
+        "conformance wait: PE {} waits {secs} s",
+        pe.my_pe()
+    ));
     if pe.my_pe() == 0 {
         pe.after(Duration::from_secs_f64(secs), |pe| {
-            println!("conformance wait: ok");
+            converse::input::out_line("conformance wait: ok");
             pe.exit(0);
         });
     }
@@ -443,7 +446,7 @@ fn traced(pe: &mut Pe, secs: f64) {
     let want = PINGS * (n - 1);
     pe.run_until(move |_| pongs.get() == want);
     pe.barrier();
-    println!("conformance traced: PE {} done", pe.my_pe());
+    converse::input::out_line(&format!("conformance traced: PE {} done", pe.my_pe()));
     if pe.survives_node_failures() {
         pe.on_node_failure(move |pe, _| {
             if pe.my_pe() == 0 {
@@ -457,7 +460,7 @@ fn traced(pe: &mut Pe, secs: f64) {
         if secs > 0.0 {
             pe.after(Duration::from_secs_f64(secs), |pe| pe.exit(0));
         } else {
-            println!("conformance traced: ok");
+            converse::input::out_line("conformance traced: ok");
             pe.exit(0);
         }
     }
@@ -494,7 +497,11 @@ fn spawn(pe: &mut Pe, crash: bool) {
     let v = verdict(pe, "spawn", |_| String::new());
     // The child inherits stdout: it holds the node's pipe to charmrun open.
     match std::process::Command::new("sleep").arg("300").spawn() {
-        Ok(child) => println!("conformance spawn: PE {} child {}", pe.my_pe(), child.id()),
+        Ok(child) => converse::input::out_line(&format!(
+            "conformance spawn: PE {} child {}",
+            pe.my_pe(),
+            child.id()
+        )),
         Err(e) => complain(pe, format!("cannot start sleep: {e}")),
     }
     pe.barrier();

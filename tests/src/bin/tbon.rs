@@ -60,7 +60,7 @@ fn main() -> ExitCode {
             Err(e) => e,
         };
         if pe.my_pe() == 0 {
-            eprintln!("tbon {scenario}: cannot attach: {failed}");
+            converse::input::error_line(&format!("tbon {scenario}: cannot attach: {failed}"));
             pe.exit(3);
         }
     })
@@ -128,11 +128,11 @@ fn run_role(scenario: &str, extra: &str, net: &mut Network<'_>) {
                 .and_then(|()| net.shutdown().map_err(|e| format!("shutdown: {e}")));
             match result {
                 Ok(()) => {
-                    println!("tbon {scenario}: ok");
+                    converse::input::out_line(&format!("tbon {scenario}: ok"));
                     net.pe().exit(0);
                 }
                 Err(why) => {
-                    println!("tbon {scenario}: FAILED: {why}");
+                    converse::input::out_line(&format!("tbon {scenario}: FAILED: {why}"));
                     let _ = net.shutdown();
                     net.pe().exit(1);
                 }
@@ -185,7 +185,7 @@ fn back_end(scenario: &str, net: &mut Network<'_>) {
             Ok(x) => x,
             Err(TbonError::ShutDown) | Err(TbonError::JobEnded) => return,
             Err(e) => {
-                eprintln!("tbon {scenario}: back-end {rank}: {e}");
+                converse::input::error_line(&format!("tbon {scenario}: back-end {rank}: {e}"));
                 return;
             }
         };
@@ -238,12 +238,16 @@ fn back_end(scenario: &str, net: &mut Network<'_>) {
                     .unwrap_or(Ok(()))
             }
             other => {
-                eprintln!("tbon {scenario}: back-end {rank}: unknown tag {other}");
+                converse::input::error_line(&format!(
+                    "tbon {scenario}: back-end {rank}: unknown tag {other}"
+                ));
                 Ok(())
             }
         };
         if let Err(e) = r {
-            eprintln!("tbon {scenario}: back-end {rank} could not answer: {e}");
+            converse::input::error_line(&format!(
+                "tbon {scenario}: back-end {rank} could not answer: {e}"
+            ));
         }
     }
 }

@@ -28,16 +28,16 @@ fn main() -> ExitCode {
         }),
         Some("teardown") => match teardown(&argv) {
             Ok(()) => {
-                println!("tbon_create: ok");
+                converse::input::out_line("tbon_create: ok");
                 ExitCode::SUCCESS
             }
             Err(e) => {
-                println!("tbon_create: FAILED: {e}");
+                converse::input::out_line(&format!("tbon_create: FAILED: {e}"));
                 ExitCode::from(1)
             }
         },
         _ => {
-            eprintln!("usage: {} teardown SPEC TIMES | be", argv[0]);
+            converse::input::error_line(&format!("usage: {} teardown SPEC TIMES | be", argv[0]));
             ExitCode::from(2)
         }
     }
@@ -108,14 +108,17 @@ fn teardown(argv: &[String]) -> Result<(), String> {
                 .flatten()
             {
                 let comm = std::fs::read_to_string(t.path().join("comm")).unwrap_or_default();
-                eprintln!("round {round} thread {}", comm.trim());
+                converse::input::error_line(&format!("round {round} thread {}", comm.trim()));
             }
             for f in std::fs::read_dir("/proc/self/fd")
                 .into_iter()
                 .flatten()
                 .flatten()
             {
-                eprintln!("round {round} fd {:?}", std::fs::read_link(f.path()));
+                converse::input::error_line(&format!(
+                    "round {round} fd {:?}",
+                    std::fs::read_link(f.path())
+                ));
             }
         }
         match baseline {

@@ -49,16 +49,19 @@ fn main() -> ExitCode {
         Some("be") => backend(),
         Some(scenario) => match front_end(scenario, &argv) {
             Ok(()) => {
-                println!("tbon_recover: ok");
+                converse::input::out_line("tbon_recover: ok");
                 ExitCode::SUCCESS
             }
             Err(e) => {
-                println!("tbon_recover: FAILED: {e}");
+                converse::input::out_line(&format!("tbon_recover: FAILED: {e}"));
                 ExitCode::from(1)
             }
         },
         None => {
-            eprintln!("usage: {} SCENARIO ROUNDS [LAYER] | be DIR", argv[0]);
+            converse::input::error_line(&format!(
+                "usage: {} SCENARIO ROUNDS [LAYER] | be DIR",
+                argv[0]
+            ));
             ExitCode::from(2)
         }
     }
@@ -81,7 +84,9 @@ fn backend() -> ExitCode {
         // Not started by a front-end: nobody would ever end this job. (After the match: the
         // attempt borrows the PE until then.)
         if let Some(e) = failed {
-            eprintln!("tbon_recover: error: this process is one of a network's: {e}");
+            converse::input::error_line(&format!(
+                "tbon_recover: error: this process is one of a network's: {e}"
+            ));
             pe.exit(2);
         }
     })
@@ -98,7 +103,7 @@ fn serve(mut net: Network<'_>, dir: &Path) {
                 Ok(x) => x,
                 Err(TbonError::ShutDown | TbonError::JobEnded) => break,
                 Err(e) => {
-                    eprintln!("tbon_recover: back-end {rank}: {e}");
+                    converse::input::error_line(&format!("tbon_recover: back-end {rank}: {e}"));
                     break;
                 }
             };
@@ -121,7 +126,7 @@ fn serve(mut net: Network<'_>, dir: &Path) {
                 Ok(()) => {}
                 Err(TbonError::ShutDown | TbonError::JobEnded) => break,
                 Err(e) => {
-                    eprintln!("tbon_recover: back-end {rank}: {e}");
+                    converse::input::error_line(&format!("tbon_recover: back-end {rank}: {e}"));
                     break;
                 }
             }
@@ -193,7 +198,9 @@ fn front_end(scenario: &str, argv: &[String]) -> Result<(), String> {
             Ok(Err(e)) => return Err(format!("round {round}: {e}")),
             Err(e) if scenario == "noopt" => {
                 // The job ended because a process died: what is expected without opt-in.
-                println!("tbon_recover: round {round}: the job ended: {e}");
+                converse::input::out_line(&format!(
+                    "tbon_recover: round {round}: the job ended: {e}"
+                ));
             }
             Err(e) => return Err(format!("round {round}: {e}")),
         }

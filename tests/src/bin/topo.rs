@@ -320,7 +320,7 @@ fn mismatch(pe: &mut Pe, name: &str, t: &Topo) {
     let expect = |pe: &mut Pe, what: &str, r: Result<(), TopoError>| match r {
         Err(TopoError::Mismatch { detail, .. }) if detail.contains("process") => {
             if me == 0 {
-                println!("{name}: {what}: {detail}");
+                converse::input::out_line(&format!("{name}: {what}: {detail}"));
             }
         }
         other => fail(pe, &format!("{name}: {what}: {other:?}, not a mismatch")),
@@ -381,7 +381,7 @@ fn mismatch_kinds(pe: &mut Pe, ts: &[(String, Topo)]) {
         match r {
             Err(TopoError::Mismatch { detail, .. }) => {
                 if me == 0 {
-                    println!("{name}: {detail}");
+                    converse::input::out_line(&format!("{name}: {detail}"));
                 }
                 // Later calls fail at once too.
                 if !matches!(t.barrier(pe), Err(TopoError::Mismatch { .. })) {
@@ -415,12 +415,12 @@ fn main() -> ExitCode {
                 Ok(Some(t)) => {
                     let sum = t.all_reduce(pe, &1u64.to_le_bytes(), ops::sum_u64);
                     if pe.my_pe() == 0 {
-                        println!(
+                        converse::input::out_line(&format!(
                             "topo matrix: {} processes, sum {:?}",
                             t.len(),
                             sum.map(|v| u64s(&v))
-                        );
-                        println!("topo matrix: ok");
+                        ));
+                        converse::input::out_line("topo matrix: ok");
                     }
                     pe.barrier();
                     pe.exit(0);
@@ -430,7 +430,7 @@ fn main() -> ExitCode {
                 }
                 Err(e) => {
                     if pe.my_pe() == 0 {
-                        eprintln!("topo: {e}");
+                        converse::input::error_line(&format!("topo: {e}"));
                         pe.exit(1);
                     }
                 }
@@ -479,11 +479,11 @@ fn main() -> ExitCode {
                     mutex(pe, name, t, &mon);
                     vector_time_sanity(pe, t);
                     if t.id() == 0 {
-                        println!(
+                        converse::input::out_line(&format!(
                             "{name}: process 0 recorded {} hops, entered the mutex {} times",
                             t.hops().len(),
                             t.lock_entries()
-                        );
+                        ));
                     }
                     pe.barrier();
                 }
@@ -493,7 +493,7 @@ fn main() -> ExitCode {
         }
         pe.barrier();
         if pe.my_pe() == 0 {
-            println!("topo {scenario}: ok");
+            converse::input::out_line(&format!("topo {scenario}: ok"));
             pe.exit(0);
         }
     })

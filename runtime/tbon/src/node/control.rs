@@ -160,7 +160,7 @@ impl Node {
                     })
                     .collect();
                 for l in lines {
-                    eprintln!("{l}");
+                    converse::input::error_line(&l);
                 }
             }
         }

@@ -407,7 +407,12 @@ impl State {
     pub(crate) fn on_coll(&mut self, pe: &mut Pe, msg: Message, later: &mut Later) {
         let h = match Header::read(msg.payload(), self.n) {
             Ok(h) => h,
-            Err(e) => return eprintln!("converse-topo: process {}: {e}", self.me),
+            Err(e) => {
+                return converse::input::error_line(&format!(
+                    "converse-topo: process {}: {e}",
+                    self.me
+                ))
+            }
         };
         if self.coll.failed.is_some() {
             return;
@@ -457,11 +462,11 @@ impl State {
             match kids.iter().position(|&k| k == from) {
                 Some(i) if p.got[i].is_none() => p.got[i] = Some(msg),
                 _ => {
-                    return eprintln!(
+                    return converse::input::error_line(&format!(
                         "converse-topo: process {}: {} #{seq} from {from}, not a child waited for",
                         self.me,
                         op.name()
-                    )
+                    ))
                 }
             }
             self.try_finish_up(pe, seq, later);
@@ -485,7 +490,12 @@ impl State {
                 let body = &msg.payload()[wire::body_at(self.n)..];
                 let segs = match wire::unbundle(body, self.n) {
                     Ok(s) => s,
-                    Err(e) => return eprintln!("converse-topo: process {}: {e}", self.me),
+                    Err(e) => {
+                        return converse::input::error_line(&format!(
+                            "converse-topo: process {}: {e}",
+                            self.me
+                        ))
+                    }
                 };
                 let Some(tree) = self.topo.tree(h.dst as usize).cloned() else {
                     return;
@@ -493,10 +503,18 @@ impl State {
                 let mut it = segs.iter();
                 let mine = match it.next() {
                     Some(&(id, d)) if id == self.me => d,
-                    _ => return eprintln!("converse-topo: scatter bundle not for {}", self.me),
+                    _ => {
+                        return converse::input::error_line(&format!(
+                            "converse-topo: scatter bundle not for {}",
+                            self.me
+                        ))
+                    }
                 };
                 if op == Op::Scatter && mine.len() as u64 != h.aux {
-                    return eprintln!("converse-topo: scatter segment of {} bytes", mine.len());
+                    return converse::input::error_line(&format!(
+                        "converse-topo: scatter segment of {} bytes",
+                        mine.len()
+                    ));
                 }
                 let start = mine.as_ptr() as usize - msg.payload().as_ptr() as usize;
                 let range = start..start + mine.len();
@@ -546,7 +564,12 @@ impl State {
                 for m in &got {
                     match wire::unbundle(&m.payload()[at..], self.n) {
                         Ok(s) => parts.extend(s),
-                        Err(e) => return eprintln!("converse-topo: process {}: {e}", self.me),
+                        Err(e) => {
+                            return converse::input::error_line(&format!(
+                                "converse-topo: process {}: {e}",
+                                self.me
+                            ))
+                        }
                     }
                 }
                 if self.me == troot {

@@ -455,7 +455,9 @@ pub(super) fn backlog(pe: &mut Pe, mib: u64, us: u64, bytes: usize) {
         if g.get() == total {
             let peak_mib = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF)
                 .map_or(0, |u| u.max_rss() / 1024);
-            println!("conformance backlog: ok (PE {last} peak RSS {peak_mib} MiB)");
+            converse::input::out_line(&format!(
+                "conformance backlog: ok (PE {last} peak RSS {peak_mib} MiB)"
+            ));
             pe.exit(0);
         }
     });
@@ -468,7 +470,7 @@ pub(super) fn backlog(pe: &mut Pe, mib: u64, us: u64, bytes: usize) {
         }
     });
     if last == 0 {
-        println!("conformance backlog: ok (one PE, nothing to send)");
+        converse::input::out_line("conformance backlog: ok (one PE, nothing to send)");
         pe.exit(0);
         return;
     }
@@ -487,7 +489,9 @@ pub(super) fn flood(pe: &mut Pe, mib: u64) {
     let done = pe.register("flood-done", move |pe, _| {
         let peak_mib = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF)
             .map_or(0, |u| u.max_rss() / 1024);
-        println!("conformance flood: ok (PE 0 peak RSS {peak_mib} MiB)");
+        converse::input::out_line(&format!(
+            "conformance flood: ok (PE 0 peak RSS {peak_mib} MiB)"
+        ));
         pe.exit(0);
     });
     let got = Rc::new(Cell::new(0u64));
@@ -499,7 +503,7 @@ pub(super) fn flood(pe: &mut Pe, mib: u64) {
         }
     });
     if pe.num_pes() < 2 {
-        println!("conformance flood: ok (one PE, nothing to flood)");
+        converse::input::out_line("conformance flood: ok (one PE, nothing to flood)");
         pe.exit(0);
         return;
     }

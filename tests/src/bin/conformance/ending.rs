@@ -9,7 +9,9 @@ use std::time::Duration;
 pub(super) fn exit_code(pe: &mut Pe, code: i32) {
     let last = pe.num_pes() - 1;
     if pe.my_pe() == last {
-        println!("conformance exit-code: PE {last} exits with {code}");
+        converse::input::out_line(&format!(
+            "conformance exit-code: PE {last} exits with {code}"
+        ));
         pe.exit(code);
     }
 }
@@ -38,10 +40,10 @@ pub(super) fn panic(pe: &mut Pe) {
         pe.run_until(|_| false);
     }
     pe.barrier();
-    println!(
+    converse::input::out_line(&format!(
         "conformance panic: FAILED: PE {} passed the barrier",
         pe.my_pe()
-    );
+    ));
 }
 
 /// PE 0 ends the job before start-up can complete; the others wait in a barrier that never
@@ -57,10 +59,10 @@ pub(super) fn exit_early(pe: &mut Pe) {
 pub(super) fn proc_exit(pe: &mut Pe) {
     pe.barrier();
     if pe.my_pe() == pe.num_pes() - 1 {
-        println!(
+        converse::input::out_line(&format!(
             "conformance proc-exit: PE {} calls process::exit(3)",
             pe.my_pe()
-        );
+        ));
         std::process::exit(3);
     }
 }
@@ -68,7 +70,10 @@ pub(super) fn proc_exit(pe: &mut Pe) {
 pub(super) fn hang(pe: &mut Pe) {
     pe.barrier();
     if pe.my_pe() == pe.num_pes() - 1 {
-        println!("conformance hang: PE {} stops polling", pe.my_pe());
+        converse::input::out_line(&format!(
+            "conformance hang: PE {} stops polling",
+            pe.my_pe()
+        ));
         loop {
             std::thread::sleep(Duration::from_secs(3600));
         }
@@ -80,7 +85,7 @@ pub(super) fn silent(pe: &mut Pe) {
     pe.barrier();
     let last = pe.num_pes() - 1;
     if pe.my_pe() == last {
-        println!("conformance silent: PE {last} stops polling");
+        converse::input::out_line(&format!("conformance silent: PE {last} stops polling"));
         loop {
             std::thread::sleep(Duration::from_secs(3600));
         }
@@ -99,7 +104,7 @@ pub(super) fn exit_after_send(pe: &mut Pe) {
     if pe.my_pe() == 0 {
         let last = pe.num_pes() - 1;
         pe.send_msg(last, sink, Message::new(64 << 20));
-        println!("conformance exit-after-send: ok");
+        converse::input::out_line("conformance exit-after-send: ok");
         pe.exit(0);
     }
 }

@@ -87,12 +87,16 @@ pub(super) fn pinning(pe: &mut Pe) {
                 .collect()
         })
         .unwrap_or_default();
-    println!("pinning PE {} cores {}", pe.my_pe(), cores.join(","));
+    converse::input::out_line(&format!(
+        "pinning PE {} cores {}",
+        pe.my_pe(),
+        cores.join(",")
+    ));
     // Every thread of the process exists once every PE has started.
     pe.barrier();
     if pe.my_pe() == 0 {
         for (name, list) in threads() {
-            println!("pinning thread {name} cores {list}");
+            converse::input::out_line(&format!("pinning thread {name} cores {list}"));
         }
     }
     report(pe, 0, v);

@@ -84,12 +84,12 @@ pub(crate) fn survive(pe: &mut Pe, victim: usize, how: String) {
     {
         let state = state.clone();
         pe.on_node_failure(move |pe, f| {
-            println!(
+            converse::input::out_line(&format!(
                 "survive: PE {} told node {} died: {}",
                 pe.my_pe(),
                 f.node,
                 f.reason
-            );
+            ));
             if pe.my_pe() == 0 {
                 state.borrow_mut().told = true;
             } else {
@@ -102,7 +102,7 @@ pub(crate) fn survive(pe: &mut Pe, victim: usize, how: String) {
     if me != 0 {
         return;
     }
-    println!("survive: pid of PE {victim} is in its own output");
+    converse::input::out_line(&format!("survive: pid of PE {victim} is in its own output"));
     // Each round: the last one's answers are judged, the next one goes out.
     pe.every(Duration::from_millis(20), move |pe| {
         let mut s = state.borrow_mut();
@@ -132,18 +132,18 @@ pub(crate) fn survive(pe: &mut Pe, victim: usize, how: String) {
             drop(s);
             let barrier_failed = !pe.barrier();
             if refused && barrier_failed && alive == pe.num_pes() - pe.node_size() {
-                println!(
+                converse::input::out_line(&format!(
                     "conformance survive: ok ({} rounds answered by all {alive} survivors after \
                      node {} died)",
                     ROUNDS_AFTER,
                     pe.node_of(victim)
-                );
+                ));
                 pe.exit(0);
             } else {
-                println!(
+                converse::input::out_line(&format!(
                     "conformance survive: FAILED: send refused {refused}, barrier failed \
                      {barrier_failed}, {alive} alive"
-                );
+                ));
                 pe.exit(1);
             }
             return;
@@ -161,7 +161,7 @@ pub(crate) fn survive(pe: &mut Pe, victim: usize, how: String) {
         s.expected = expected;
         if s.round > DEATH_ROUND + 500 {
             s.done = true;
-            println!("conformance survive: FAILED: no death reported in 10 s");
+            converse::input::out_line("conformance survive: FAILED: no death reported in 10 s");
             pe.exit(1);
         }
     });
@@ -170,7 +170,7 @@ pub(crate) fn survive(pe: &mut Pe, victim: usize, how: String) {
 
 fn die(pe: &mut Pe, how: &str) {
     use nix::sys::signal::{raise, Signal};
-    println!("survive: PE {} dies ({how})", pe.my_pe());
+    converse::input::out_line(&format!("survive: PE {} dies ({how})", pe.my_pe()));
     match how {
         "exit" => std::process::exit(3),
         "kill" => {
@@ -180,11 +180,11 @@ fn die(pe: &mut Pe, how: &str) {
             let _ = raise(Signal::SIGSTOP);
         }
         _ => {
-            println!(
+            converse::input::out_line(&format!(
                 "survive: PE {} waits to be killed, pid {}",
                 pe.my_pe(),
                 std::process::id()
-            );
+            ));
             loop {
                 std::thread::sleep(Duration::from_secs(3600));
             }
