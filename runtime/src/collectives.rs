@@ -250,9 +250,16 @@ impl Pe {
         let round = self.reductions.rounds.entry(seq).or_default();
         let combine: Rc<Combine> = Rc::new(combine);
         let mut acc = data.to_vec();
-        for m in round.early.drain(..) {
+        let early: Vec<Message> = round.early.drain(..).collect();
+        for m in &early {
+            // A mismatch left by a call outside a reduction is not this fold's.
+            let _ = crate::ops::take_mismatch();
             combine(&mut acc, m.payload());
+            self.check_fold(m.src_pe() as usize);
         }
+        let Some(round) = self.reductions.rounds.get_mut(&seq) else {
+            return;
+        };
         round.acc = Some(acc);
         round.combine = Some(combine);
         round.target = Some(target);
@@ -275,10 +282,28 @@ impl Pe {
         }
         round.children_in |= bit;
         match (&mut round.acc, &round.combine) {
-            (Some(acc), Some(c)) => c(acc, msg.payload()),
+            (Some(acc), Some(c)) => {
+                let _ = crate::ops::take_mismatch();
+                c(acc, msg.payload());
+                self.check_fold(src);
+            }
             _ => round.early.push(msg),
         }
         self.finish_round_if_complete(seq);
+    }
+
+    /// After folding `from`'s contribution: a combine function of [`ops`](crate::ops) that
+    /// met a contribution it could not fold (lengths that differ) ends the job, naming both
+    /// PEs and the lengths.
+    fn check_fold(&mut self, from: usize) {
+        if let Some((op, word, mine, theirs)) = crate::ops::take_mismatch() {
+            let me = self.my_pe;
+            self.abort(&format!(
+                "reduction with ops::{op}: PE {from}'s contribution is {theirs} bytes where PE \
+                 {me} holds {mine}; every PE must contribute the same number of {word}-byte \
+                 values"
+            ));
+        }
     }
 
     fn finish_round_if_complete(&mut self, seq: u32) {

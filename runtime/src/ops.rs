@@ -1,5 +1,23 @@
 //! Ready-made combine functions for [`Pe::reduce`](crate::Pe::reduce). Values are
-//! little-endian; a contribution of the wrong length is ignored rather than trusted.
+//! little-endian. A contribution whose length differs from the accumulator's, or is not whole
+//! words, is an error: the runtime ends the job naming the PEs and the lengths (it folded
+//! nothing of it: a wrong answer would be worse).
+
+use std::cell::Cell;
+
+/// A contribution a combine function of this module could not fold: (the function, its word
+/// size, the accumulator's length, the contribution's length).
+pub(crate) type Mismatch = (&'static str, usize, usize, usize);
+
+thread_local! {
+    /// The last mismatch on this thread, for the runtime to report after the fold.
+    static MISMATCH: Cell<Option<Mismatch>> = const { Cell::new(None) };
+}
+
+/// The mismatch the last fold on this thread met, if any (taken).
+pub(crate) fn take_mismatch() -> Option<Mismatch> {
+    MISMATCH.with(Cell::take)
+}
 
 macro_rules! fold_words {
     ($name:ident, $t:ty, $op:expr, $doc:literal) => {
@@ -9,6 +27,7 @@ macro_rules! fold_words {
         pub fn $name(acc: &mut Vec<u8>, x: &[u8]) {
             const W: usize = std::mem::size_of::<$t>();
             if acc.len() != x.len() || acc.len() % W != 0 {
+                MISMATCH.with(|m| m.set(Some((stringify!($name), W, acc.len(), x.len()))));
                 return;
             }
             for (a, b) in acc.chunks_exact_mut(W).zip(x.chunks_exact(W)) {

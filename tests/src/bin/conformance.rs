@@ -17,6 +17,8 @@
 //! | sizes      | messages of 0 B to 64 MiB (ARGS: max bytes) arrive intact, both ways        |
 //! | idle       | an idle job blocks (CPU time), periodic and idle callbacks fire             |
 //! | panic      | a handler panicking on the last PE ends the whole job, non-zero             |
+//! | reduce-mismatch | the last PE contributes a u32 to an `ops::sum_u64` reduction: the job |
+//! |            | ends non-zero naming the PEs and the lengths (no wrong sum)                |
 //! | scheduling | exit_scheduler inside a nested barrier, after, barrier_then, handlers that  |
 //! |            | schedule while they wait                                                    |
 //! | exit-early | PE 0 ends the job (code 5) before start-up completes; nobody hangs          |
@@ -117,6 +119,7 @@ fn scenario(args: &[String], version_requested: bool) -> Result<StartFn, String>
             Box::new(move |pe: &mut Pe| ending::exit_code(pe, code))
         }
         "mismatch" => Box::new(ending::mismatch),
+        "reduce-mismatch" => Box::new(ending::reduce_mismatch),
         "alltoall" => {
             let n = value(args, 2, 1_000_000)?;
             Box::new(move |pe: &mut Pe| delivery::alltoall(pe, n))
@@ -184,7 +187,7 @@ fn scenario(args: &[String], version_requested: bool) -> Result<StartFn, String>
         _ => {
             return Err(format!(
                 "unknown scenario '{scenario}' (hello, fifo, broadcast, reduce, \
-                 priority, exit-code, mismatch, alltoall, sizes, idle, panic, scheduling, exit-early, exit-after-send, proc-exit, hang, silent, slow, flood, backlog, wait, traced, print, spawn, node, pinning, compute, survive, mpi-world)"
+                 priority, exit-code, mismatch, reduce-mismatch, alltoall, sizes, idle, panic, scheduling, exit-early, exit-after-send, proc-exit, hang, silent, slow, flood, backlog, wait, traced, print, spawn, node, pinning, compute, survive, mpi-world)"
             ))
         }
     })

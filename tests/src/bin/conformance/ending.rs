@@ -27,6 +27,28 @@ pub(super) fn mismatch(pe: &mut Pe) {
 }
 
 /// The last PE panics in a handler while the others wait in a barrier it never reaches.
+pub(super) fn reduce_mismatch(pe: &mut Pe) {
+    let got = pe.register("mismatch.sum", |pe, msg| {
+        converse::input::out_line(&format!(
+            "conformance reduce-mismatch: FAILED: a sum of {} bytes came out",
+            msg.payload().len()
+        ));
+        pe.exit(1);
+    });
+    let last = pe.num_pes() - 1;
+    let mine = pe.my_pe() as u64;
+    let data: Vec<u8> = if pe.my_pe() == last && last > 0 {
+        (mine as u32).to_le_bytes().to_vec()
+    } else {
+        mine.to_le_bytes().to_vec()
+    };
+    pe.reduce(
+        &data,
+        converse::ops::sum_u64,
+        converse::ReduceTarget::Root(got),
+    );
+}
+
 pub(super) fn panic(pe: &mut Pe) {
     let boom = pe.register("boom", |pe, _| {
         panic!("deliberate panic on PE {}", pe.my_pe())
