@@ -77,11 +77,14 @@ pub fn command(opts: &Opts) -> Result<Command, UsageError> {
     Ok(c)
 }
 
-/// Whether `opts` runs a net layer (`+machine tcp|udp|si`): then `++mpiexec` starts agents
-/// through the launcher instead of handing the job to it.
+/// The layers charmrun itself starts (its agents, through the launcher, under `++mpiexec`):
+/// the net layers and the composites over them. `si+mpi` and `mpi` are MPI's to start.
+const CHARMRUN_LAYERS: &[&str] = &["tcp", "udp", "si", "si+tcp", "si+udp"];
+
+/// Whether `opts` runs a layer charmrun starts (`+machine tcp|udp|si|si+tcp|si+udp`): then
+/// `++mpiexec` starts agents through the launcher instead of handing the job to it.
 pub fn for_net_layer(opts: &Opts) -> bool {
-    crate::opts::runtime_machine(&opts.args)
-        .is_some_and(|m| ["tcp", "udp", "si"].contains(&m.as_str()))
+    crate::opts::runtime_machine(&opts.args).is_some_and(|m| CHARMRUN_LAYERS.contains(&m.as_str()))
 }
 
 /// The launcher command that starts `tasks` agents of a net-layer job (charmrun adds
@@ -225,4 +228,34 @@ pub fn run(opts: &Opts) -> Result<i32, LaunchError> {
             124
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(args: &[&str]) -> Opts {
+        let args: Vec<String> = args.iter().map(|a| (*a).to_owned()).collect();
+        match crate::opts::parse(&args) {
+            Ok(crate::opts::Parsed::Run(o)) => o,
+            _ => unreachable!("the options parse"),
+        }
+    }
+
+    #[test]
+    fn the_composites_are_charmruns_to_start_and_mpi_layers_the_launchers() {
+        for m in ["tcp", "udp", "si", "si+tcp", "si+udp"] {
+            assert!(
+                for_net_layer(&opts(&["++mpiexec", "+p2", "pgm", "+machine", m])),
+                "{m}"
+            );
+        }
+        for m in ["mpi", "si+mpi"] {
+            assert!(
+                !for_net_layer(&opts(&["++mpiexec", "+p2", "pgm", "+machine", m])),
+                "{m}"
+            );
+        }
+        assert!(!for_net_layer(&opts(&["++mpiexec", "+p2", "pgm"])));
+    }
 }

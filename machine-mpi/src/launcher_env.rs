@@ -6,23 +6,31 @@
 //! N separate one-rank jobs.
 
 /// Variables each launcher sets to the job's size: Open MPI, PMIx-based launchers, MPICH's
-/// Hydra (PMI), Slurm's `srun`.
+/// Hydra (PMI), Slurm's `srun` (a step's tasks; `SLURM_NTASKS` is the allocation's, also seen
+/// by a batch script that started nothing).
 const SIZE_VARS: &[&str] = &[
     "OMPI_COMM_WORLD_SIZE",
     "PMIX_SIZE",
     "PMI_SIZE",
+    "SLURM_STEP_NUM_TASKS",
     "MPI_LOCALNRANKS",
     "SLURM_NTASKS",
 ];
 
-/// Variables only an MPI launcher sets (any one of them means "started by a launcher").
+/// Variables only a launcher of ranks sets (any one of them means "started by a launcher"):
+/// MPI's and PMI's, and `srun`'s per task, which it sets even with `MpiDefault=none` (no PMI):
+/// such a program would otherwise run as N separate one-PE jobs.
 const RANK_VARS: &[&str] = &["OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK"];
 
-/// Whether an MPI launcher started this process.
+/// Set by `srun` for the tasks of a step, never for a batch script itself.
+const SRUN_STEP: &str = "SLURM_STEP_NUM_TASKS";
+
+/// Whether an MPI launcher (or `srun`) started this process.
 pub fn launched() -> bool {
     RANK_VARS
         .iter()
         .chain(SIZE_VARS.iter().take(3))
+        .chain(std::iter::once(&SRUN_STEP))
         .any(|v| std::env::var_os(v).is_some())
 }
 

@@ -83,6 +83,16 @@ impl std::fmt::Debug for LocalMachine {
 /// # Errors
 /// [`MachineError::Boot`] when `num_pes` is zero or not a multiple of `pes_per_node`.
 pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
+    // Its nodes are threads of one process: a node's death is the process's, so it cannot be
+    // reported to survivors. Refused rather than accepted and then ignored.
+    if cfg.settings.reports_deaths()? {
+        return Err(MachineError::Setting {
+            key: crate::FAULTS.into(),
+            reason: "the local layer's nodes are threads of one process, which cannot survive \
+                     one's death; use tcp, udp or si for faults=report"
+                .into(),
+        });
+    }
     if cfg.num_pes == 0 || cfg.pes_per_node == 0 {
         return Err(MachineError::Boot("a job needs at least one PE".into()));
     }

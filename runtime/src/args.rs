@@ -115,6 +115,8 @@ where
         } else if let Some(v) = flag.strip_prefix("machine") {
             let v = value(v.strip_prefix('=').unwrap_or(v), "+machine", &mut it)?;
             out.machine = Some(v);
+        } else if flag == "settings" {
+            out.list_settings = true;
         } else if let Some(v) = flag.strip_prefix("set") {
             let kv = value(v, "+set", &mut it)?;
             let Some((k, val)) = kv.split_once('=').filter(|(k, _)| !k.is_empty()) else {
@@ -138,8 +140,6 @@ where
             out.quiet = true;
         } else if flag == "version" {
             out.version = true;
-        } else if flag == "settings" {
-            out.list_settings = true;
         } else {
             return Err(RuntimeError::Args(format!(
                 "unknown runtime argument '{arg}' ({USAGE})"

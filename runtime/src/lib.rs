@@ -322,10 +322,11 @@ impl Runtime {
         &self.args.program
     }
 
-    /// Whether `+version` was given: [`run`](Runtime::run) will only print what this program
-    /// is built with. Lets a program skip checking its own arguments in that case.
+    /// Whether `+version` or `+settings` was given: [`run`](Runtime::run) will only print
+    /// what this program is built with, or the settings it knows, and start no job. Lets a
+    /// program skip checking its own arguments in that case.
     pub fn version_requested(&self) -> bool {
-        self.args.version
+        self.args.version || self.args.list_settings
     }
 
     /// The layer the job will run on.

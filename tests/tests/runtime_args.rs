@@ -161,3 +161,51 @@ fn the_local_layer_under_charmrun_is_refused_at_once() {
     assert!(o.stderr.contains("+machine local runs"), "{o}");
     assert_eq!(o.lines_with("hello from PE"), 0, "{o}");
 }
+
+/// `srun` without PMI (`MpiDefault=none`) sets only its own task variables: a program without
+/// the MPI layer must say so, not run as N separate one-PE jobs (issue 30, item 7).
+#[test]
+fn srun_tasks_without_an_mpi_layer_are_refused_in_one_line() {
+    let o = run_bounded(
+        Command::new(PROGRAM)
+            .arg("hello")
+            .env("SLURM_STEP_NUM_TASKS", "4")
+            .env("SLURM_PROCID", "1"),
+        Duration::from_secs(30),
+    );
+    assert_eq!(o.code, Some(2), "{o}");
+    assert_eq!(o.stderr.lines().count(), 1, "{o}");
+    assert!(o.stderr.contains("SLURM_STEP_NUM_TASKS=4"), "{o}");
+    assert_eq!(o.lines_with("hello from PE"), 0, "{o}");
+}
+
+/// Report mode on the in-process layer was accepted and the job then exited 3 with no
+/// message: refused up front, as the MPI layer refuses it (issue 30, item 7).
+#[test]
+fn report_mode_on_the_local_layer_is_refused_up_front() {
+    let o = run(&["hello", "+p2", "+set", "faults=report"]);
+    assert_ne!(o.code, Some(0), "{o}");
+    assert_eq!(o.stderr.lines().count(), 1, "{o}");
+    assert!(o.stderr.contains("setting faults: the local layer"), "{o}");
+}
+
+/// The `+settings` listing: every setting, with its bounds and default, and exit 0.
+#[test]
+fn settings_lists_every_setting_with_its_default() {
+    let o = run(&["+settings"]);
+    assert_eq!(o.code, Some(0), "{o}");
+    for key in [
+        "sched.spin_us",
+        "udp.window",
+        "si.ring_kib",
+        "mpi.window",
+        "faults",
+    ] {
+        assert_eq!(
+            o.stdout.lines().filter(|l| l.starts_with(key)).count(),
+            1,
+            "{key}: {o}"
+        );
+    }
+    assert!(o.stdout.contains("4..=4096; default 128"), "{o}");
+}

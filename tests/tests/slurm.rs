@@ -266,8 +266,9 @@ fn inside_an_allocation_charmrun_places_nodes_on_its_hosts_and_mpiexec_goes_thro
     // The job's exit code comes through srun and the agent.
     let o = slurm.salloc(1, &["+p2", PROGRAM, "exit-code", "7", "+machine", "tcp"]);
     assert_eq!(o.code, Some(7), "{o}");
-    // ++mpiexec with srun as the launcher: one agent per node, every net layer.
-    for layer in ["tcp", "udp", "si"] {
+    // ++mpiexec with srun as the launcher: one agent per node, every layer charmrun starts
+    // (the composites too: they were once handed to srun as if they were MPI's).
+    for layer in ["tcp", "udp", "si", "si+tcp", "si+udp"] {
         let o = slurm.salloc(
             4,
             &[
