@@ -338,8 +338,9 @@ fn count(name: &'static str, v: &str, max: usize) -> Result<usize, UsageError> {
 }
 
 fn secs(name: &'static str, v: &str) -> Result<Duration, UsageError> {
+    // From 1 ms: a time that rounds to nothing (1e-300) is refused as 0 is.
     match v.parse::<f64>() {
-        Ok(s) if s > 0.0 && s < 1e7 => Ok(Duration::from_secs_f64(s)),
+        Ok(s) if (1e-3..1e7).contains(&s) => Ok(Duration::from_secs_f64(s)),
         _ => Err(UsageError::BadSeconds {
             name,
             got: v.to_owned(),
@@ -414,6 +415,8 @@ mod tests {
             &["++bogus", "pgm"],
             &["-x", "pgm"],
             &["++timeout", "-1", "pgm"],
+            &["++timeout", "1e-300", "pgm"],
+            &["++timelimit", "0.0001", "pgm"],
             &["++timelimit", "soon", "pgm"],
             &["+p3", "++ppn", "2", "pgm"],
             &["++nodelist"],

@@ -90,6 +90,22 @@ where
         program: it.next().into_iter().collect(),
         ..RuntimeArgs::default()
     };
+    // Each valued argument's first value, by name: given again with another value it is
+    // refused (which one was meant?); again with the same value it is harmless (a launcher
+    // that passes `+ppn K` on to a program that also has it).
+    let mut given: Vec<(String, String)> = Vec::new();
+    let mut once = |name: &str, v: &str| -> Result<(), RuntimeError> {
+        match given.iter().find(|(n, _)| n == name) {
+            Some((_, first)) if first != v => Err(RuntimeError::Args(format!(
+                "{name} given twice, as '{first}' and as '{v}': say it once"
+            ))),
+            Some(_) => Ok(()),
+            None => {
+                given.push((name.to_owned(), v.to_owned()));
+                Ok(())
+            }
+        }
+    };
     while let Some(arg) = it.next() {
         if arg == "--" {
             out.program.push(arg);
@@ -102,18 +118,27 @@ where
         };
         // Order matters: "ppn" before "p", since "+ppn4" also starts with "p".
         if let Some(v) = flag.strip_prefix("ppn") {
-            out.pes_per_node = count("+ppn", value(v, "+ppn", &mut it)?)?;
+            let v = value(v, "+ppn", &mut it)?;
+            once("+ppn", &v)?;
+            out.pes_per_node = count("+ppn", v)?;
         } else if let Some(v) = flag.strip_prefix("pemap") {
-            out.pemap = Some(cores("+pemap", value(v, "+pemap", &mut it)?)?);
+            let v = value(v, "+pemap", &mut it)?;
+            once("+pemap", &v)?;
+            out.pemap = Some(cores("+pemap", v)?);
         } else if let Some(v) = flag.strip_prefix("commap") {
-            out.commap = Some(cores("+commap", value(v, "+commap", &mut it)?)?);
+            let v = value(v, "+commap", &mut it)?;
+            once("+commap", &v)?;
+            out.commap = Some(cores("+commap", v)?);
         } else if let Some(v) = flag
             .strip_prefix('p')
             .filter(|v| !v.starts_with(char::is_alphabetic))
         {
-            out.num_pes = count("+p", value(v, "+p", &mut it)?)?;
+            let v = value(v, "+p", &mut it)?;
+            once("+p", &v)?;
+            out.num_pes = count("+p", v)?;
         } else if let Some(v) = flag.strip_prefix("machine") {
             let v = value(v.strip_prefix('=').unwrap_or(v), "+machine", &mut it)?;
+            once("+machine", &v)?;
             out.machine = Some(v);
         } else if flag == "settings" {
             out.list_settings = true;
@@ -124,6 +149,7 @@ where
                     "+set wants KEY=VALUE, got '{kv}'"
                 )));
             };
+            once(&format!("+set {k}"), val)?;
             out.settings.set(k, val);
         } else if let Some(v) = flag
             .strip_prefix("trace-dir")
@@ -189,6 +215,29 @@ mod tests {
         let a = parse_args(["p", "+pemap", "0-3", "+commap4"]).unwrap();
         assert_eq!(a.pemap.map(|m| m.cores().to_vec()), Some(vec![0, 1, 2, 3]));
         assert_eq!(a.commap.map(|m| m.cores().to_vec()), Some(vec![4]));
+    }
+
+    #[test]
+    fn an_argument_given_twice_with_two_values_is_refused_with_the_same_value_accepted() {
+        for twice in [
+            &["p", "+p4", "+p8"][..],
+            &["p", "+ppn", "2", "+ppn4"],
+            &["p", "+machine", "tcp", "+machine=udp"],
+            &["p", "+set", "udp.window=8", "+setudp.window=16"],
+        ] {
+            let e = parse_args(twice.iter().copied())
+                .err()
+                .map(|e| e.to_string());
+            assert!(
+                e.as_deref().is_some_and(|e| e.contains("given twice")),
+                "{twice:?}: {e:?}"
+            );
+        }
+        let a = parse_args(["p", "+ppn", "2", "+ppn2", "+set", "a.b=1", "+set", "a.b=1"])
+            .expect("the same value twice is harmless");
+        assert_eq!(a.pes_per_node, 2);
+        let a = parse_args(["p", "+set", "a.b=1", "+set", "a.c=2"]).expect("two keys");
+        assert_eq!(a.settings.raw("a.c"), Some("2"));
     }
 
     #[test]

@@ -209,3 +209,18 @@ fn settings_lists_every_setting_with_its_default() {
     }
     assert!(o.stdout.contains("4..=4096; default 128"), "{o}");
 }
+
+/// The test program's own arguments are bounded (issue 30, item 11): a 1 TiB line, an endless
+/// flood and a victim that is no PE are refused in one line, at once.
+#[test]
+fn the_test_programs_arguments_are_bounded() {
+    for args in [
+        &["print", "1", "1099511627776", "+p2"][..],
+        &["flood", "999999999999", "+p2"],
+        &["survive", "99", "+p2"],
+    ] {
+        let o = run(args);
+        assert_eq!(o.code, Some(2), "{args:?}: {o}");
+        assert_eq!(o.stderr.lines().count(), 1, "{args:?}: {o}");
+    }
+}

@@ -141,12 +141,12 @@ fn scenario(args: &[String], version_requested: bool) -> Result<StartFn, String>
             Box::new(move |pe: &mut Pe| delivery::slow(pe, n))
         }
         "flood" => {
-            let mib = value(args, 2, 512)?;
+            let mib = at_most(args, 2, 512, 16 << 10)?;
             Box::new(move |pe: &mut Pe| delivery::flood(pe, mib))
         }
         "backlog" => {
-            let mib = value(args, 2, 384)?;
-            let us = value(args, 3, 200)?;
+            let mib = at_most(args, 2, 384, 16 << 10)?;
+            let us = at_most(args, 3, 200, 1_000_000)?;
             let bytes: usize = value(args, 4, 64 << 10)?;
             if !(1..=64 << 20).contains(&bytes) {
                 return Err(format!("backlog: BYTES {bytes} is not from 1 to 64 MiB"));
@@ -154,8 +154,8 @@ fn scenario(args: &[String], version_requested: bool) -> Result<StartFn, String>
             Box::new(move |pe: &mut Pe| delivery::backlog(pe, mib, us, bytes))
         }
         "print" => {
-            let lines = value(args, 2, 1000)?;
-            let width = value(args, 3, 100)?;
+            let lines = at_most(args, 2, 1000, 10_000_000)?;
+            let width = at_most(args, 3, 100, 1 << 20)?;
             Box::new(move |pe: &mut Pe| print(pe, lines, width))
         }
         "spawn" => {
@@ -207,6 +207,20 @@ where
             .parse()
             .map_err(|e| format!("{}: argument {a:?}: {e}", args[1])),
     }
+}
+
+/// Argument `i` as a whole number of at most `max`, `default` when there is none: a test
+/// program's arguments are bounded like any program's (a 1 TiB line, an endless flood).
+fn at_most<T>(args: &[String], i: usize, default: T, max: T) -> Result<T, String>
+where
+    T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
+    T::Err: std::fmt::Display,
+{
+    let v = value(args, i, default)?;
+    if v > max {
+        return Err(format!("{}: argument {v} is more than {max}", args[1]));
+    }
+    Ok(v)
 }
 
 /// The scenario's seconds argument: finite and not negative; `default` when there is none.

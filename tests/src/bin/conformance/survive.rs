@@ -42,6 +42,12 @@ struct Zero {
 }
 
 pub(crate) fn survive(pe: &mut Pe, victim: usize, how: String) {
+    if victim == 0 || victim >= pe.num_pes() {
+        return pe.refuse_arguments(&format!(
+            "conformance survive: the victim must be a PE from 1 to {} (PE 0 watches), got {victim}",
+            pe.num_pes().saturating_sub(1)
+        ));
+    }
     let me = pe.my_pe();
     let state = Rc::new(RefCell::new(Zero::default()));
     let pong = {
