@@ -155,7 +155,8 @@ fn scenario(args: &[String], version_requested: bool) -> Result<StartFn, String>
         }
         "print" => {
             let lines = at_most(args, 2, 1000, 10_000_000)?;
-            let width = at_most(args, 3, 100, 1 << 20)?;
+            // Up to 256 MiB: past charmrun's 64 MiB split, still far from a 1 TiB allocation.
+            let width = at_most(args, 3, 100, 256 << 20)?;
             Box::new(move |pe: &mut Pe| print(pe, lines, width))
         }
         "spawn" => {
