@@ -34,33 +34,27 @@ mod ppn2 {
     );
 }
 
-/// `si+mpi`, every rank on one host: shared memory between all of them, MPI booting the job.
-mod si_mpi {
-    converse_tests::conformance_suite!(converse_tests::Launcher::Mpirun {
+/// `mpirun` starting `si+mpi`; `split`: on two hosts (see [`converse_tests::Launcher`]).
+fn si_mpi(split: bool) -> converse_tests::Launcher {
+    converse_tests::Launcher::Mpirun {
         machine: "si+mpi",
         opts: vec![],
-        split: false,
-    });
+        split,
+    }
+}
+
+/// `si+mpi`, every rank on one host: shared memory between all of them, MPI booting the job.
+mod si_mpi {
+    converse_tests::conformance_suite!(super::si_mpi(false));
 }
 
 /// `si+mpi` on two hosts (the second half of the ranks in a pid namespace of its own):
 /// shared memory inside each, MPI between them; and at `+ppn 2`.
 mod si_mpi_two_hosts {
-    converse_tests::conformance_suite!(converse_tests::Launcher::Mpirun {
-        machine: "si+mpi",
-        opts: vec![],
-        split: true,
-    });
+    converse_tests::conformance_suite!(super::si_mpi(true));
 
     mod ppn2 {
-        converse_tests::conformance_suite!(
-            converse_tests::Launcher::Mpirun {
-                machine: "si+mpi",
-                opts: vec![],
-                split: true,
-            },
-            ppn = 2
-        );
+        converse_tests::conformance_suite!(super::super::si_mpi(true), ppn = 2);
     }
 }
 

@@ -214,14 +214,15 @@ where
 /// program's arguments are bounded like any program's (a 1 TiB line, an endless flood).
 fn at_most<T>(args: &[String], i: usize, default: T, max: T) -> Result<T, String>
 where
-    T: std::str::FromStr + PartialOrd + std::fmt::Display + Copy,
-    T::Err: std::fmt::Display,
+    T: std::str::FromStr + PartialOrd + std::fmt::Display + Default,
 {
-    let v = value(args, i, default)?;
-    if v > max {
-        return Err(format!("{}: argument {v} is more than {max}", args[1]));
-    }
-    Ok(v)
+    let name = format!("{}: argument {i}", args[1]);
+    converse::input::number(
+        args.get(i).map(String::as_str),
+        &name,
+        default,
+        T::default()..=max,
+    )
 }
 
 /// The scenario's seconds argument: finite and not negative; `default` when there is none.
