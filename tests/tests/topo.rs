@@ -194,3 +194,88 @@ fn matrix_files_good_and_bad() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Report mode: a process that dies in the middle of the topology's calls — the mutex (held
+/// or wanted, its token anywhere), routed sends through it, every collective — makes each
+/// survivor's call return `ProcessDead` naming it, never a hang. The victim kills itself at
+/// several moments into each loop; with `++ppn 2` its node takes a second PE with it.
+#[test]
+fn a_death_in_report_mode_fails_every_waiting_call_naming_the_process() {
+    for (what, ppn) in [("mutex", 1), ("collectives", 1), ("route", 1), ("mutex", 2)] {
+        for delay in ["0", "150", "600"] {
+            let inner = Launcher::Charmrun {
+                machine: "tcp",
+                opts: vec![],
+            };
+            let l = if ppn == 1 {
+                inner
+            } else {
+                Launcher::Smp {
+                    inner: Box::new(inner),
+                    ppn,
+                }
+            };
+            let o = l.run(
+                TOPO,
+                4,
+                &["survive", what, delay, "+set", "faults=report"],
+                Duration::from_secs(60),
+            );
+            let told = o
+                .stdout
+                .lines()
+                .filter(|l| {
+                    // The reason is whoever saw the death first: charmrun (the signal)
+                    // or the layer (the connection closed).
+                    l.starts_with("topo survive: PE ")
+                        && l.contains("process 2 of the topology (PE 2, node ")
+                })
+                .count();
+            // Survivors: PEs 0, 1, 3 at one PE per node; PEs 0, 1 at two.
+            let want = if ppn == 1 { 3 } else { 2 };
+            assert!(
+                o.code == Some(0) && o.lines_with("topo survive: ok") == 1 && told == want,
+                "{what} at {delay} ms, ppn {ppn}: {told} of {want} survivors told:\n{o}"
+            );
+        }
+    }
+}
+
+/// The run: `mutex_counter` on 8 nodes in report mode, node 3 killed from outside at
+/// 0.5 s. It used to wait for ever; now the survivors' `lock` fails naming process 3 and the
+/// job ends with that error, well inside the limit.
+#[test]
+fn mutex_counter_ends_with_an_error_when_a_node_is_killed() {
+    let path = example("mutex_counter");
+    let mut c = std::process::Command::new(converse_tests::charmrun_path(TOPO));
+    c.args([
+        "+p8",
+        &path,
+        "3000",
+        "+machine",
+        "tcp",
+        "+set",
+        "faults=report",
+    ]);
+    let job = converse_tests::Running::start(&mut c, Duration::from_secs(60)).expect("starts");
+    let nodes = converse_tests::wait_for_children(job.pid(), 8, Duration::from_secs(20));
+    std::thread::sleep(Duration::from_millis(500));
+    let victim = nodes.iter().copied().find(|&p| {
+        std::fs::read(format!("/proc/{p}/environ"))
+            .map(|e| e.split(|&b| b == 0).any(|v| v == b"CONVERSE_NODE=3"))
+            .unwrap_or(false)
+    });
+    let victim = victim.expect("node 3's process");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(victim as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill");
+    let o = job.finish();
+    assert!(
+        o.code != Some(0)
+            && o.stderr
+                .contains("process 3 of the topology (PE 3, node 3) is out of the job"),
+        "{o}"
+    );
+}

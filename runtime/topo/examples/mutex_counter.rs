@@ -61,7 +61,9 @@ fn main() -> std::process::ExitCode {
                 pe.abort(&e.to_string());
             }
         }
-        t.barrier(pe).ok();
+        if let Err(e) = t.barrier(pe) {
+            pe.abort(&e.to_string());
+        }
         if t.id() == 0 {
             let want = times * n as u64;
             converse::input::out_line(&format!(

@@ -95,6 +95,25 @@ pub enum TopoError {
     /// `unlock` without holding the lock.
     #[error("process {0} unlocks a mutex it does not hold")]
     NotHolder(usize),
+    /// A process of the topology is out of the job (report mode: its node died). The first
+    /// death fails every call waiting on the topology and every later call that talks along
+    /// it, on every process, as a mismatch does: with a process gone the routes, the trees
+    /// and the mutex's token cannot be trusted, and a call that went on could wait for ever
+    /// on a process that itself waits on the dead one. Messages that had arrived stay
+    /// readable ([`Topo::recv`](crate::Topo::recv), [`Topo::try_recv`](crate::Topo::try_recv)).
+    #[error(
+        "process {process} of the topology (PE {pe}, node {node}) is out of the job: {reason}"
+    )]
+    ProcessDead {
+        /// The process (the lowest of the topology's on the dead node).
+        process: usize,
+        /// Its PE.
+        pe: usize,
+        /// Its node.
+        node: usize,
+        /// Why, as the launcher or the layer saw it.
+        reason: String,
+    },
     /// The job ended while waiting.
     #[error("the job ended while waiting")]
     JobEnded,

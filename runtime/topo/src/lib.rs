@@ -11,6 +11,9 @@
 //!   [`Topo::reduce`], [`Topo::all_reduce`], [`Topo::barrier`]), each also message-driven
 //!   (`…_then` with a callback); a distributed mutex ([`Topo::lock`], [`Topo::unlock`]);
 //!   vector time on every message ([`Topo::vector_time`]).
+//! - Report mode (`+set faults=report`): a process of the topology that dies fails every call
+//!   waiting on the topology and every later one with [`TopoError::ProcessDead`], naming it,
+//!   on every survivor; nothing waits for ever.
 //! - Pictures: calls made with [`Topo::set_visual`] (or the whole run with [`VISUAL_ENV`])
 //!   record every hop; [`Topo::save_trace`] writes them and the `topo-draw` command draws
 //!   them as SVG and DOT ([`draw`]).
@@ -41,6 +44,7 @@
 pub mod collective;
 pub mod draw;
 pub mod error;
+mod failure;
 pub mod files;
 pub mod matrix;
 mod mutex;

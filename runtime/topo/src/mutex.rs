@@ -49,6 +49,19 @@ impl MutexState {
     }
 }
 
+impl MutexState {
+    /// The topology is lost: the token may have died with the process (or be on its way to
+    /// it), so nobody here passes or asks for it again, and this process's waiting calls fail.
+    pub(crate) fn lose(&mut self, e: &TopoError, later: &mut Later) {
+        self.queue.clear();
+        self.asked = false;
+        for g in self.waiting.drain(..) {
+            let e = e.clone();
+            later.push(Box::new(move |pe| g(pe, Err(e))));
+        }
+    }
+}
+
 impl State {
     fn mutex_send(&mut self, pe: &mut Pe, kind: Kind, to: usize) {
         let h = Header::new(kind, self.me, to);
@@ -97,6 +110,11 @@ impl State {
             Kind::MutexToken => self.mutex.holder = self.me,
             _ => return,
         }
+        if self.lost.is_some() {
+            // The topology is lost (a process died): nobody is served or asked any more.
+            self.mutex.queue.clear();
+            return;
+        }
         self.mutex_advance(pe, later);
     }
 }
@@ -116,6 +134,10 @@ impl Topo {
         let mut later: Later = Vec::new();
         {
             let mut s = self.st.borrow_mut();
+            if let Err(e) = s.lost() {
+                drop(s);
+                return then(pe, Err(e));
+            }
             let me = s.me;
             s.mutex.waiting.push_back(Box::new(then));
             s.mutex.queue.push_back(me);
@@ -142,7 +164,8 @@ impl Topo {
     /// ```
     ///
     /// # Errors
-    /// [`TopoError::JobEnded`].
+    /// [`TopoError::ProcessDead`] when a process of the topology is out of the job (report
+    /// mode), whenever it died; [`TopoError::JobEnded`].
     pub fn lock(&self, pe: &mut Pe) -> Result<(), TopoError> {
         block(pe, |pe, then| self.lock_then(pe, then))
     }
@@ -159,7 +182,9 @@ impl Topo {
                 return Err(TopoError::NotHolder(s.me));
             }
             s.mutex.using = false;
-            s.mutex_advance(pe, &mut later);
+            if s.lost.is_none() {
+                s.mutex_advance(pe, &mut later);
+            }
         }
         for f in later {
             f(pe);

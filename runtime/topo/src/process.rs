@@ -168,6 +168,9 @@ pub(crate) struct State {
     p2p: P2p,
     pub coll: Collectives,
     pub mutex: MutexState,
+    /// Report mode: a process of the topology died; every call that talks along it fails
+    /// with this (see `failure`).
+    pub lost: Option<TopoError>,
 }
 
 impl State {
@@ -378,6 +381,7 @@ pub fn attach(pe: &mut Pe, topology: Topology) -> Result<Option<Topo>, TopoError
         p2p: P2p::default(),
         coll: Collectives::default(),
         mutex,
+        lost: None,
     }));
     *cell.borrow_mut() = Some(st.clone());
     // The look for slow collectives (see `collective`): one timer per topology.
@@ -389,6 +393,27 @@ pub fn attach(pe: &mut Pe, topology: Topology) -> Result<Option<Topo>, TopoError
             }
         }
     });
+    if pe.survives_node_failures() {
+        let weak = Rc::downgrade(&st);
+        pe.on_node_failure(move |pe, f| {
+            let Some(st) = weak.upgrade() else {
+                return;
+            };
+            let mut later: Later = Vec::new();
+            match st.try_borrow_mut() {
+                Ok(mut s) => s.on_node_failure(f, &mut later),
+                // Never while the state is borrowed: nothing borrowing it runs the scheduler.
+                Err(_) => converse::input::error_line(&format!(
+                    "converse-topo: PE {}: missed node {}'s death (the topology was busy)",
+                    pe.my_pe(),
+                    f.node
+                )),
+            }
+            for g in later {
+                g(pe);
+            }
+        });
+    }
     Ok(Some(Topo { st }))
 }
 
@@ -477,12 +502,14 @@ impl Topo {
     /// another arrive in the order sent, however many hops they take.
     ///
     /// # Errors
-    /// [`TopoError::NoSuchProcess`].
+    /// [`TopoError::NoSuchProcess`]; [`TopoError::ProcessDead`] once a process of the
+    /// topology is out of the job (report mode).
     pub fn send(&self, pe: &mut Pe, dest: usize, data: &[u8]) -> Result<(), TopoError> {
         let mut s = self.st.borrow_mut();
         if dest >= s.n {
             return Err(TopoError::NoSuchProcess { id: dest, n: s.n });
         }
+        s.lost()?;
         let mut h = Header::new(Kind::P2p, s.me, dest);
         h.seq = s.p2p.sends;
         s.p2p.sends = s.p2p.sends.wrapping_add(1);
@@ -502,7 +529,9 @@ impl Topo {
     /// [`Source::Any`]) and take it. Messages from one sender are taken in the order sent.
     ///
     /// # Errors
-    /// [`TopoError::NoSuchProcess`]; [`TopoError::JobEnded`].
+    /// [`TopoError::NoSuchProcess`]; [`TopoError::ProcessDead`] when no message is there and
+    /// a process of the topology is out of the job (report mode), even if it is waiting
+    /// already; [`TopoError::JobEnded`].
     pub fn recv(&self, pe: &mut Pe, from: impl Into<Source>) -> Result<Received, TopoError> {
         let from = from.into();
         if let Source::Id(i) = from {
@@ -512,12 +541,18 @@ impl Topo {
             }
         }
         loop {
-            if let Some(r) = self.st.borrow_mut().take(from) {
-                return Ok(r);
+            {
+                let mut s = self.st.borrow_mut();
+                if let Some(r) = s.take(from) {
+                    return Ok(r);
+                }
+                s.lost()?;
             }
             let st = self.st.clone();
-            let arrived =
-                pe.run_until(move |_| st.borrow().p2p.mailbox.iter().any(|r| from.matches(r.from)));
+            let arrived = pe.run_until(move |_| {
+                let s = st.borrow();
+                s.lost.is_some() || s.p2p.mailbox.iter().any(|r| from.matches(r.from))
+            });
             if !arrived {
                 return Err(TopoError::JobEnded);
             }

@@ -6,7 +6,11 @@
 //!
 //! Scenarios: `all` (point to point, collectives, mutex, vector time on every class),
 //! `mismatch` (disagreeing collectives end as errors on every process, never a hang),
-//! `matrix FILE` (attach a matrix file; a bad one is a one-line error, exit 1).
+//! `matrix FILE` (attach a matrix file; a bad one is a one-line error, exit 1), `survive WHAT
+//! DELAY_MS` (report mode: a process dies mid-call; see `topo/survive.rs`).
+
+#[path = "topo/survive.rs"]
+mod survive;
 
 use converse::{ops, Pe};
 use converse_topo::{attach, Hop, Source, Topo, TopoError, Topology, VectorTime};
@@ -434,6 +438,20 @@ fn main() -> ExitCode {
                         pe.exit(1);
                     }
                 }
+            }
+            return;
+        }
+        if scenario == "survive" {
+            let what = args.get(2).cloned().unwrap_or_default();
+            let delay = converse::input::number(
+                args.get(3).map(String::as_str),
+                "DELAY_MS",
+                100,
+                0..=60_000,
+            );
+            match delay {
+                Ok(d) => survive::run(pe, &what, d),
+                Err(e) => fail(pe, &e),
             }
             return;
         }

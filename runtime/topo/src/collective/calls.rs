@@ -45,7 +45,9 @@ impl Topo {
     /// too). Only the root's `data` is used.
     ///
     /// # Errors
-    /// [`TopoError::Mismatch`] when processes disagree on the call, [`TopoError::JobEnded`].
+    /// [`TopoError::Mismatch`] when processes disagree on the call,
+    /// [`TopoError::ProcessDead`] (report mode: a process of the topology died),
+    /// [`TopoError::JobEnded`].
     pub fn broadcast(&self, pe: &mut Pe, root: usize, data: &[u8]) -> Result<Payload, TopoError> {
         block(pe, |pe, then| self.broadcast_then(pe, root, data, then))
     }
@@ -70,7 +72,8 @@ impl Topo {
     ///
     /// # Errors
     /// [`TopoError::Mismatch`] when processes disagree (roots, `each`) or the root's data is
-    /// not `each` × processes bytes; [`TopoError::JobEnded`].
+    /// not `each` × processes bytes; [`TopoError::ProcessDead`] (report mode: a process of
+    /// the topology died), [`TopoError::JobEnded`].
     pub fn scatter(
         &self,
         pe: &mut Pe,
@@ -142,7 +145,8 @@ impl Topo {
     /// Gather (blocking): `Some(segments by process id)` at the root, `None` elsewhere.
     ///
     /// # Errors
-    /// [`TopoError::Mismatch`], [`TopoError::JobEnded`].
+    /// [`TopoError::Mismatch`], [`TopoError::ProcessDead`] (report mode: a process of the
+    /// topology died), [`TopoError::JobEnded`].
     pub fn gather(
         &self,
         pe: &mut Pe,
@@ -194,7 +198,8 @@ impl Topo {
     /// ```
     ///
     /// # Errors
-    /// [`TopoError::Mismatch`] (different roots, or sizes), [`TopoError::JobEnded`].
+    /// [`TopoError::Mismatch`] (different roots, or sizes), [`TopoError::ProcessDead`]
+    /// (report mode: a process of the topology died), [`TopoError::JobEnded`].
     pub fn reduce(
         &self,
         pe: &mut Pe,
@@ -232,7 +237,8 @@ impl Topo {
     /// Reduce and hand the result to every process (blocking).
     ///
     /// # Errors
-    /// [`TopoError::Mismatch`], [`TopoError::JobEnded`].
+    /// [`TopoError::Mismatch`], [`TopoError::ProcessDead`] (report mode: a process of the
+    /// topology died), [`TopoError::JobEnded`].
     pub fn all_reduce(
         &self,
         pe: &mut Pe,
@@ -257,7 +263,8 @@ impl Topo {
     /// A barrier across the topology (blocking, running handlers meanwhile).
     ///
     /// # Errors
-    /// [`TopoError::Mismatch`], [`TopoError::JobEnded`].
+    /// [`TopoError::Mismatch`], [`TopoError::ProcessDead`] (report mode: a process of the
+    /// topology died), [`TopoError::JobEnded`].
     pub fn barrier(&self, pe: &mut Pe) -> Result<(), TopoError> {
         block(pe, |pe, then| self.barrier_then(pe, then))
     }

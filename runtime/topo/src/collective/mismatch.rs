@@ -87,7 +87,7 @@ impl State {
         self.failed_by(TopoError::Mismatch { seq, detail }, later);
     }
 
-    fn failed_by(&mut self, e: TopoError, later: &mut Later) {
+    pub(crate) fn failed_by(&mut self, e: TopoError, later: &mut Later) {
         if self.coll.failed.is_some() {
             return;
         }
