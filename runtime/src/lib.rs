@@ -653,7 +653,7 @@ impl Pe {
                 machine.exit(code)?;
             }
             // The communication thread leaves the layer once every PE of the node is done.
-            Link::Worker { node, .. } => node.worker_done(code),
+            Link::Worker { node, rank } => node.worker_done(*rank, code),
         }
         match self.life.failure.take() {
             Some(e) => Err(e),

@@ -88,15 +88,19 @@ impl Link {
                 // Bounded, so that a flood from siblings cannot keep this PE from dispatching.
                 let mut n = 0;
                 let mut from_elsewhere = 0;
+                let mut from_siblings = 0;
                 while n < INBOX_BATCH {
                     let Some(m) = inbox.pop() else { break };
                     if node.is_remote(&m) {
                         from_elsewhere += m.wire_len();
+                    } else {
+                        from_siblings += m.wire_len();
                     }
                     deliver(m);
                     n += 1;
                 }
                 node.taken(from_elsewhere);
+                inbox.taken_from_siblings(from_siblings);
                 Ok(n)
             }
         }

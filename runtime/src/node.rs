@@ -70,9 +70,44 @@ impl Sleeper {
 pub(crate) struct Inbox {
     q: Fifo<Message>,
     sleeper: Sleeper,
+    /// Wire bytes its siblings pushed that the PE has not taken yet: a sibling waits while it
+    /// is over the bound (see `Pe::wait_for_sibling`), so a PE that computes for minutes does
+    /// not make its siblings' messages to it grow without limit. Arrivals from other nodes
+    /// are bounded apart, by the communication thread (`NodeShared::arrived`).
+    from_siblings: AtomicUsize,
+    /// The PE left its scheduler for good: nobody waits for it to take anything again.
+    closed: AtomicBool,
 }
 
 impl Inbox {
+    /// Hand `msg`, from a sibling PE, to the PE. One relaxed atomic add more than
+    /// [`push`](Self::push): the only way the siblings learn how far behind the PE is.
+    #[inline]
+    pub(crate) fn push_from_sibling(&self, msg: Message) {
+        self.from_siblings
+            .fetch_add(msg.wire_len(), Ordering::Relaxed);
+        self.push(msg);
+    }
+
+    /// Bytes from siblings not yet taken.
+    #[inline]
+    pub(crate) fn sibling_bytes(&self) -> usize {
+        self.from_siblings.load(Ordering::Relaxed)
+    }
+
+    /// The PE took `bytes` of its siblings' messages (once per batch).
+    #[inline]
+    pub(crate) fn taken_from_siblings(&self, bytes: usize) {
+        if bytes > 0 {
+            self.from_siblings.fetch_sub(bytes, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the PE left its scheduler for good.
+    pub(crate) fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
     /// Hand `msg` to the PE, waking it if it sleeps. Lock-free; no allocation except when the
     /// queue starts a new block (one per 31 messages).
     #[inline]
@@ -276,8 +311,11 @@ impl NodeShared {
         }
     }
 
-    /// A worker left its scheduler for good with `code`.
-    pub(crate) fn worker_done(&self, code: i32) {
+    /// Worker `rank` left its scheduler for good with `code`.
+    pub(crate) fn worker_done(&self, rank: usize, code: i32) {
+        if let Some(i) = self.inboxes.get(rank) {
+            i.closed.store(true, Ordering::Release);
+        }
         if code != 0 {
             let _ = self
                 .exit_code
@@ -513,10 +551,10 @@ mod tests {
     #[test]
     fn the_node_ends_once_every_worker_is_done_with_the_first_nonzero_code() {
         let n = node(3);
-        n.worker_done(0);
-        n.worker_done(4);
+        n.worker_done(0, 0);
+        n.worker_done(1, 4);
         assert!(!n.workers_done());
-        n.worker_done(5);
+        n.worker_done(2, 5);
         assert!(n.workers_done());
         assert_eq!(n.exit_code(), 4);
         assert!(n.abort_requested().is_none());
@@ -605,7 +643,7 @@ mod loom_tests {
                 let n = Arc::clone(&n);
                 loom::thread::spawn(move || {
                     n.post(2, msg(4));
-                    n.worker_done(0);
+                    n.worker_done(0, 0);
                 });
             }
             let mut out = 0;
@@ -639,6 +677,36 @@ mod loom_tests {
             assert!(mid == 0 || mid == 100, "{mid}");
             worker.join().unwrap();
             assert_eq!(n.arrived_bytes(), 0);
+        });
+    }
+
+    /// A sibling's bytes balance whoever counts first, and the receiver sees each message
+    /// only after its bytes were counted (so the count never goes below zero).
+    #[test]
+    fn loom_sibling_bytes_balance() {
+        loom::model(|| {
+            let n = Arc::new(node(2));
+            let m = msg(1);
+            let len = m.wire_len();
+            let sender = {
+                let n = Arc::clone(&n);
+                loom::thread::spawn(move || n.inboxes[1].push_from_sibling(m))
+            };
+            let inbox = &n.inboxes[1];
+            let mut took = 0;
+            while took == 0 {
+                match inbox.pop() {
+                    Some(m) => {
+                        assert!(inbox.sibling_bytes() >= m.wire_len());
+                        took = m.wire_len();
+                    }
+                    None => loom::thread::yield_now(),
+                }
+            }
+            inbox.taken_from_siblings(took);
+            sender.join().unwrap();
+            assert_eq!(inbox.sibling_bytes(), 0);
+            assert_eq!(took, len);
         });
     }
 

@@ -358,11 +358,22 @@ impl Pe {
             return;
         }
         let node = self.table.node_of(dest);
-        if let Link::Worker { node: n, .. } = &self.link {
-            if node == self.my_node {
-                // A PE of this process: the message moves by pointer, no copy, no hop.
-                if let Some(inbox) = n.inboxes.get(dest - n.first_pe) {
-                    inbox.push(msg);
+        if node == self.my_node {
+            if let Link::Worker { node: n, .. } = &self.link {
+                // A PE of this process: the message moves by pointer, no copy, no hop. A
+                // sibling that is far behind holds the sender back, as a peer does (one
+                // relaxed load per message).
+                let behind = n
+                    .inboxes
+                    .get(dest - n.first_pe)
+                    .is_some_and(|i| i.sibling_bytes() >= self.tun.sibling_max());
+                if behind {
+                    self.wait_for_sibling(dest);
+                }
+                if let Link::Worker { node: n, .. } = &self.link {
+                    if let Some(inbox) = n.inboxes.get(dest - n.first_pe) {
+                        inbox.push_from_sibling(msg);
+                    }
                 }
                 return;
             }

@@ -109,6 +109,13 @@ pub(crate) struct Tunables {
 }
 
 impl Tunables {
+    /// Bytes a PE may hold of its siblings' messages (SMP mode) before they wait: the peer
+    /// bound, or the scheduler's if that is lower, so either setting holds siblings back.
+    #[inline]
+    pub(crate) fn sibling_max(&self) -> usize {
+        self.max_queued.min(self.max_backlog)
+    }
+
     pub(crate) fn from_settings(s: &Settings) -> Result<Tunables, MachineError> {
         let mib = |spec: &SettingSpec| -> Result<usize, MachineError> {
             Ok(usize::try_from(spec.read_whole(s)?)
@@ -343,6 +350,34 @@ impl Pe {
             return self.poll();
         }
         0
+    }
+
+    /// Wait until sibling PE `dest` (SMP mode) holds less than
+    /// [`sibling_max`](Tunables::sibling_max) of its siblings' messages, as
+    /// [`wait_for_room`](Self::wait_for_room) waits for a peer: arrivals go into this PE's
+    /// queue meanwhile (no handler runs here), so two siblings that flood each other keep
+    /// draining each other and neither waits for ever. Ends too when `dest` has left its
+    /// scheduler (the job is ending) or this PE is stopping.
+    #[cold]
+    pub(crate) fn wait_for_sibling(&mut self, dest: usize) {
+        let bound = self.tun.sibling_max();
+        loop {
+            let Link::Worker { node, rank } = &self.link else {
+                return;
+            };
+            let Some(inbox) = node.inboxes.get(dest - node.first_pe) else {
+                return;
+            };
+            if inbox.sibling_bytes() < bound || inbox.is_closed() || self.life.stopping() {
+                return;
+            }
+            let (node, rank) = (node.clone(), *rank);
+            if self.poll() == 0 {
+                // The sibling does not say when it drains: back off 1 ms at a time, as a
+                // sender waiting for a peer does (woken early by an arrival).
+                node.worker_sleep(rank, Duration::from_millis(1));
+            }
+        }
     }
 
     /// Wait until the layer holds less than `peer.max_queued_mib` for `node`, keeping the

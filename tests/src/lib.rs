@@ -518,7 +518,7 @@ pub fn expect_bounded_backlog(launcher: &Launcher, program: &str) {
 }
 
 /// The peak resident memory, MiB, a scenario that ended well printed (`peak RSS N MiB`).
-fn peak_rss(o: &Outcome) -> u64 {
+pub fn peak_rss(o: &Outcome) -> u64 {
     assert_eq!(o.code, Some(0), "{o}");
     o.stdout
         .split("peak RSS ")

@@ -104,6 +104,31 @@ mod particular {
         }
     }
 
+    /// Three PEs of a process each send 512 MiB to a fourth that computes for 3 s: the
+    /// senders wait at the siblings' bound (`peer.max_queued_mib`, or `sched.max_queued_mib`
+    /// when lower) instead of the process holding all 1.5 GiB (1,542 MiB before). Siblings
+    /// that flood each other in a ring while none dispatches still finish (no deadlock).
+    #[test]
+    fn siblings_sending_to_a_busy_pe_are_held_back() {
+        let peak = |args: &[&str]| -> u64 {
+            let o = smp(charmrun("tcp"), 4).run(PROGRAM, 4, args, Duration::from_secs(120));
+            converse_tests::peak_rss(&o)
+        };
+        // 64 MiB held for the busy PE, the program, the allocator's slack: far below 1,536.
+        let p = peak(&["siblings", "512", "3"]);
+        assert!(p < 192, "default bound: peaked at {p} MiB");
+        let p = peak(&["siblings", "512", "3", "+set", "sched.max_queued_mib=8"]);
+        assert!(p < 64, "sched.max_queued_mib=8: peaked at {p} MiB");
+        peak(&[
+            "siblings",
+            "64",
+            "1",
+            "ring",
+            "+set",
+            "peer.max_queued_mib=1",
+        ]);
+    }
+
     #[test]
     fn node_messages_run_exactly_once_on_a_pe_of_their_node() {
         let local = || Launcher::Direct { machine: "local" };

@@ -44,6 +44,9 @@
 //! |            | is told of a node's death: every message is received                       |
 //! | compute    | every PE computes SECS (default 5) s in a handler with data outstanding     |
 //! |            | toward it; the job completes                                                |
+//! | siblings   | (SMP) the last PE of each node sleeps SECS (default 2) while the others of  |
+//! |            | its node send it MIB (default 512) each (and, with `ring`, flood each other |
+//! |            | in a ring); PE 0 prints the process's peak memory                           |
 //! | survive    | (with `+set faults=report`) PE VICTIM dies as HOW says (exit, kill, stop,   |
 //! |            | wait: killed from outside); the survivors are told and go on; exits 0       |
 //! | flood      | PE 1 stops polling for 2 s while PE 0 sends it MIB (default 512) MiB: what  |
@@ -165,6 +168,16 @@ fn scenario(args: &[String], version_requested: bool) -> Result<StartFn, String>
         }
         "node" => Box::new(smp::node),
         "pinning" => Box::new(smp::pinning),
+        "siblings" => {
+            let mib = at_most(args, 2, 512, 16 << 10)?;
+            let secs = seconds_at(args, 3, 2.0)?;
+            let ring = match args.get(4).map(String::as_str) {
+                None => false,
+                Some("ring") => true,
+                Some(other) => return Err(format!("siblings: '{other}' is not 'ring'")),
+            };
+            Box::new(move |pe: &mut Pe| smp::siblings(pe, mib, secs, ring))
+        }
         "compute" => {
             let secs = seconds(args, 5.0)?;
             Box::new(move |pe: &mut Pe| smp::compute(pe, secs))
@@ -188,7 +201,7 @@ fn scenario(args: &[String], version_requested: bool) -> Result<StartFn, String>
         _ => {
             return Err(format!(
                 "unknown scenario '{scenario}' (hello, fifo, broadcast, reduce, \
-                 priority, exit-code, mismatch, reduce-mismatch, alltoall, sizes, idle, panic, scheduling, exit-early, exit-after-send, proc-exit, hang, silent, slow, flood, backlog, wait, traced, print, spawn, node, pinning, compute, survive, mpi-world)"
+                 priority, exit-code, mismatch, reduce-mismatch, alltoall, sizes, idle, panic, scheduling, exit-early, exit-after-send, proc-exit, hang, silent, slow, flood, backlog, wait, traced, print, spawn, node, pinning, compute, siblings, survive, mpi-world)"
             ))
         }
     })
@@ -227,7 +240,12 @@ where
 
 /// The scenario's seconds argument: finite and not negative; `default` when there is none.
 fn seconds(args: &[String], default: f64) -> Result<f64, String> {
-    let secs: f64 = value(args, 2, default)?;
+    seconds_at(args, 2, default)
+}
+
+/// Argument `at`, a number of seconds from 0 to a day.
+fn seconds_at(args: &[String], at: usize, default: f64) -> Result<f64, String> {
+    let secs: f64 = value(args, at, default)?;
     if !(secs.is_finite() && (0.0..=86_400.0).contains(&secs)) {
         return Err(format!(
             "{}: {secs} is not a number of seconds from 0 to a day",

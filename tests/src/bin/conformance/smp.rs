@@ -150,3 +150,65 @@ pub(super) fn compute(pe: &mut Pe, secs: f64) {
     pe.run_until(|_| *g.borrow() >= 64);
     report(pe, 0, v);
 }
+
+/// `siblings MIB SECS [ring]`: the last PE of each node computes (sleeps) SECS while every
+/// other PE of its node sends it MIB in 64 KiB messages; with `ring`, the same again around a
+/// ring of those senders (each floods the next, the last the first: siblings that flood each
+/// other while none dispatches). Once a PE has all it expects it joins a reduction; PE 0 then
+/// prints the process's peak resident memory (`conformance siblings: ok (peak RSS N MiB)`)
+/// and ends the job. Without a bound between the PEs of a process the sleeper's inbox held
+/// all the senders sent.
+pub(super) fn siblings(pe: &mut Pe, mib: u64, secs: f64, ring: bool) {
+    const CHUNK: usize = 64 << 10;
+    let per_sender = mib * (1 << 20) / CHUNK as u64;
+    let node = pe.my_node();
+    let first = pe.node_first_pe(node);
+    let size = pe.node_size();
+    let last = first + size - 1;
+    let senders = size - 1;
+    let me = pe.my_pe();
+    // The ring of senders: first..last, each to the next.
+    let next = if ring && senders > 1 {
+        Some(first + (me - first + 1) % senders)
+    } else {
+        None
+    };
+    let expect = if me == last {
+        per_sender * senders as u64
+    } else if next.is_some() {
+        per_sender
+    } else {
+        0
+    };
+    let done = pe.register("siblings-done", |pe, _| {
+        let peak = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF)
+            .map_or(0, |u| u.max_rss() / 1024);
+        converse::input::out_line(&format!("conformance siblings: ok (peak RSS {peak} MiB)"));
+        pe.exit(0);
+    });
+    let got = Rc::new(std::cell::Cell::new(0u64));
+    let g = got.clone();
+    let chunk = pe.register("siblings-chunk", move |pe, _| {
+        g.set(g.get() + 1);
+        if g.get() == expect {
+            pe.reduce(&[], |_, _| {}, converse::ReduceTarget::Root(done));
+        }
+    });
+    // After the start-up check: what arrives before it is held until every PE has started
+    // (a PE cannot run the program's handlers before), however much it is.
+    pe.barrier();
+    if expect == 0 {
+        pe.reduce(&[], |_, _| {}, converse::ReduceTarget::Root(done));
+    }
+    if me == last {
+        std::thread::sleep(Duration::from_secs_f64(secs));
+        return;
+    }
+    let payload = vec![7u8; CHUNK];
+    for _ in 0..per_sender {
+        pe.send(last, chunk, &payload);
+        if let Some(n) = next {
+            pe.send(n, chunk, &payload);
+        }
+    }
+}
