@@ -3,28 +3,32 @@
 //! | slides                         | here                                  |
 //! |--------------------------------|---------------------------------------|
 //! | `si_init()`                    | [`Si::init`]                          |
-//! | `si_open()` → port             | [`Si::open`] (creates this node's port) |
+//! | `si_open()` → port             | [`Si::create_host`] / [`Si::open_host`] (this node's block and rings in the host's segment) |
 //! | `si_getid()`                   | [`Si::id`]                            |
-//! | `si_write(node, port, size, msg)` | [`Si::write`] (waits for room), [`Si::try_write`] |
+//! | `si_write(node, port, size, msg)` | [`Si::reserve`] once, then [`Si::write`] (waits for room), [`Si::try_write`] |
 //! | `si_read(port, size, buf)`     | [`Si::peek`] + [`Si::read`], per sender |
 //! | `si_close(port)`, `si_done()`  | [`Si::close`], drop                   |
 //!
 //! One extension, for large messages: a writer may *lend* a buffer instead of copying it
 //! (it writes only the buffer's address), and the reader [`Si::pull`]s the bytes straight out
 //! of the writer's memory, then says so with [`Si::mark_pulled`]; the writer learns how many
-//! of its loans are done from [`Si::pulled_by`]. Whether a pair can do this is probed at
-//! start-up ([`Si::enable_pull`], [`Si::can_lend_to`]).
+//! of its loans are done from [`Si::pulled_by`]. Whether a pair can do this is probed when the
+//! reader first sees the writer ([`Si::refresh_senders`], [`Si::enable_pull`],
+//! [`Si::can_lend_to`]).
 //!
-//! As in the slides, each node has a port, other nodes write messages to it, a node reads its
-//! port, messages are received whole, the interconnect is reliable and does its own flow
-//! control: a full ring makes `write` wait (and `try_write` say no); nothing is dropped or
-//! overwritten. Learning where the other ports are ([`Si::attach`]) is the start-up's job.
+//! As in the slides, each node has a port (its rings, one per writer, in the host's segment),
+//! other nodes write messages to it, a node reads its port, messages are received whole, the
+//! interconnect is reliable and does its own flow control: a full ring makes `write` wait (and
+//! `try_write` say no); nothing is dropped or overwritten. A writer reserves its ring and
+//! registers with the reader before its first record ([`Si::reserve`]); the reader reads only
+//! from registered writers, so a job of many nodes where each talks to a few costs each node
+//! only those few.
 
 use crate::coop::{self, Offer};
 use crate::pull::{self, ProbeWord, PullError};
-use crate::ring::{Consumer, Producer, Ring};
+use crate::ring::{self, Consumer, Producer, Ring};
 pub use crate::segment::Doorbell;
-use crate::segment::{Bell, OwnBell, Segment};
+use crate::segment::{Bell, Block, HostSegment, OwnBell, SegmentError};
 use nix::sys::signal::kill;
 use nix::unistd::Pid;
 use std::cell::Cell;
@@ -36,17 +40,24 @@ use std::time::Duration;
 /// A node's use of the interconnect.
 pub struct Si {
     me: usize,
-    nodes: usize,
-    port: Option<Segment>,
-    peers: Vec<Option<Segment>>,
-    /// Per node, once its port is attached (ours once open): our ring in it.
+    /// The host's segment, once made or mapped.
+    host: Option<HostSegment>,
+    /// Per node of the job: its index in the host's segment, if it has one.
+    local: Vec<Option<usize>>,
+    /// Per index in the host's segment: the node of the job.
+    node_of: Vec<usize>,
+    /// Per node of the job, once reserved: our ring in its port.
     tx: Vec<Option<Tx>>,
-    /// Per sender, once our port is open: its ring in our port.
+    /// Per node of the job, once it registered as a writer: its ring in our port.
     rx: Vec<Option<Rx>>,
+    /// The writers registered so far (nodes of the job), in the order seen: what is read.
+    senders: Vec<usize>,
+    /// Nodes forgotten (out of the job): not read again even though registered.
+    forgotten: Vec<bool>,
+    /// Our block's registration count when the writers were last looked at.
+    writers_seen: Cell<u32>,
     /// What peers read to check they may pull from us.
     probe: ProbeWord,
-    /// Each port owner's process id (for pulls), learnt when attaching it.
-    pids: Vec<i32>,
 }
 
 // By hand: the fields are the layer's working state (sockets, queues, buffers); the node
@@ -59,7 +70,7 @@ impl std::fmt::Debug for Si {
     }
 }
 
-/// Our ring in a node's port, as its producer. The views point into mappings `Si` keeps.
+/// Our ring in a node's port, as its producer. The views point into the mapping `Si` keeps.
 struct Tx {
     ring: Ring,
     bell: Bell,
@@ -72,50 +83,71 @@ struct Rx {
     state: Cell<Consumer>,
 }
 
-impl Tx {
-    fn new(port: &Segment, me: usize) -> Tx {
-        Tx {
-            ring: port.ring(me),
-            bell: port.bell(),
-            state: Cell::default(),
-        }
-    }
-}
-
 impl Si {
     /// `si_init`: join an interconnect of `nodes` nodes as node `me`.
     pub fn init(me: usize, nodes: usize) -> Si {
         Si {
             me,
-            nodes,
-            port: None,
-            peers: (0..nodes).map(|_| None).collect(),
+            host: None,
+            local: vec![None; nodes],
+            node_of: Vec::new(),
             tx: (0..nodes).map(|_| None).collect(),
             rx: (0..nodes).map(|_| None).collect(),
+            senders: Vec::new(),
+            forgotten: vec![false; nodes],
+            writers_seen: Cell::new(0),
             probe: ProbeWord::new(),
-            pids: vec![0; nodes],
         }
     }
 
-    /// `si_open`: create this node's port at `path`, with a ring of `ring_bytes` (a power of
-    /// two) for each sender.
+    /// `si_open`, by the first node of the host: create the host's segment at `path` for
+    /// `locals` (the job's nodes on this host, this one among them, in order) with a ring of
+    /// `ring_bytes` (a power of two) per pair. The others [`open_host`](Self::open_host) it
+    /// once it exists.
     ///
     /// # Errors
-    /// The file system's.
-    pub fn open(&mut self, path: &Path, ring_bytes: usize) -> std::io::Result<()> {
-        let port = Segment::create(path, self.nodes, ring_bytes, &self.probe)?;
-        for (sender, rx) in self.rx.iter_mut().enumerate() {
-            *rx = Some(Rx {
-                ring: port.ring(sender),
-                state: Cell::default(),
-            });
-        }
-        if let (Some(tx), Some(pid)) = (self.tx.get_mut(self.me), self.pids.get_mut(self.me)) {
-            *tx = Some(Tx::new(&port, self.me));
-            *pid = std::process::id() as i32;
-        }
-        self.port = Some(port);
+    /// [`SegmentError`]: no room in /dev/shm for the blocks, too large, the file system's.
+    pub fn create_host(
+        &mut self,
+        path: &Path,
+        locals: &[usize],
+        ring_bytes: usize,
+    ) -> Result<(), SegmentError> {
+        let seg = HostSegment::create(path, locals.len(), ring_bytes)?;
+        self.join(seg, locals);
         Ok(())
+    }
+
+    /// `si_open`, by the other nodes of the host: map the segment the first one made (same
+    /// `locals` and `ring_bytes`).
+    ///
+    /// # Errors
+    /// [`SegmentError`]: not this job's segment, the file system's.
+    pub fn open_host(
+        &mut self,
+        path: &Path,
+        locals: &[usize],
+        ring_bytes: usize,
+    ) -> Result<(), SegmentError> {
+        let seg = HostSegment::open(path, locals.len(), ring_bytes)?;
+        self.join(seg, locals);
+        Ok(())
+    }
+
+    /// Take `seg` as the host's segment and publish this node's process id and probe word in
+    /// its block (read by peers after the start-up barrier that follows).
+    fn join(&mut self, seg: HostSegment, locals: &[usize]) {
+        for (i, &node) in locals.iter().enumerate() {
+            if let Some(l) = self.local.get_mut(node) {
+                *l = Some(i);
+            }
+        }
+        self.node_of = locals.to_vec();
+        self.host = Some(seg);
+        if let Some(b) = self.block(self.me) {
+            b.publish(&self.probe);
+            self.writers_seen.set(b.writers_version());
+        }
     }
 
     /// `si_getid`.
@@ -123,72 +155,174 @@ impl Si {
         self.me
     }
 
-    /// Map node `node`'s port, found at `path`.
+    /// Node `node`'s block in the host's segment, if it is on this host.
+    fn block(&self, node: usize) -> Option<Block> {
+        let i = (*self.local.get(node)?)?;
+        Some(self.host.as_ref()?.block(i))
+    }
+
+    /// Whether our ring in `node`'s port is reserved.
+    pub fn reserved(&self, node: usize) -> bool {
+        self.tx(node).is_some()
+    }
+
+    /// Before the first record to `node` (of this host): reserve our ring in its port, so a
+    /// full /dev/shm is this error rather than a SIGBUS, and register with it as a writer.
+    /// Nothing to do when already reserved.
     ///
     /// # Errors
-    /// The file system's, or `InvalidData` for a file that is not such a port.
-    pub fn attach(&mut self, node: usize, path: &Path) -> std::io::Result<()> {
-        let seg = Segment::open(path, self.nodes)?;
-        if let (Some(slot), Some(tx), Some(pid)) = (
-            self.peers.get_mut(node),
-            self.tx.get_mut(node),
-            self.pids.get_mut(node),
-        ) {
-            *pid = seg.owner_pid();
-            *tx = Some(Tx::new(&seg, self.me));
-            *slot = Some(seg);
+    /// [`SegmentError::NoRoom`]; [`SegmentError::NotOurs`] for a node not on this host.
+    pub fn reserve(&mut self, node: usize) -> Result<(), SegmentError> {
+        if self.reserved(node) {
+            return Ok(());
+        }
+        let not_here = || SegmentError::NotOurs(format!("node {node} on another host"));
+        let (Some(host), Some(to), Some(me)) = (
+            self.host.as_ref(),
+            self.local.get(node).copied().flatten(),
+            self.local.get(self.me).copied().flatten(),
+        ) else {
+            return Err(not_here());
+        };
+        host.reserve_ring(to, me)?;
+        let block = host.block(to);
+        let tx = Tx {
+            ring: host.ring(to, me),
+            bell: block.bell(),
+            state: Cell::default(),
+        };
+        // Registered once the ring is there: the reader looks at it only after seeing the
+        // registration.
+        block.register_writer(me);
+        if let Some(slot) = self.tx.get_mut(node) {
+            *slot = Some(tx);
         }
         Ok(())
     }
 
-    /// `node`'s port (ours for `node == id()`), if open or attached.
-    fn port_of(&self, node: usize) -> Option<&Segment> {
-        if node == self.me {
-            self.port.as_ref()
-        } else {
-            self.peers.get(node).and_then(Option::as_ref)
+    /// Look for writers that registered since the last look: their rings join those read.
+    /// The nodes new to it (to probe with [`enable_pull`](Self::enable_pull)). One atomic
+    /// load of our own block when nobody registered.
+    pub fn refresh_senders(&mut self) -> Vec<usize> {
+        let Some(mine) = self.block(self.me) else {
+            return Vec::new();
+        };
+        let v = mine.writers_version();
+        if v == self.writers_seen.get() {
+            return Vec::new();
         }
+        self.writers_seen.set(v);
+        let (Some(host), Some(me)) = (self.host.as_ref(), self.local[self.me]) else {
+            return Vec::new();
+        };
+        let mut new = Vec::new();
+        for i in mine.writers(self.node_of.len()) {
+            let Some(&node) = self.node_of.get(i) else {
+                continue;
+            };
+            if self.rx[node].is_some() || self.forgotten[node] {
+                continue;
+            }
+            self.rx[node] = Some(Rx {
+                ring: host.ring(me, i),
+                state: Cell::default(),
+            });
+            self.senders.push(node);
+            new.push(node);
+        }
+        new
     }
 
-    /// Our ring in `node`'s port, once attached.
+    /// The writers read, in the order they registered.
+    pub fn senders(&self) -> &[usize] {
+        &self.senders
+    }
+
+    /// Read nothing more from `node` (it is out of the job).
+    pub fn forget(&mut self, node: usize) {
+        if let Some(f) = self.forgotten.get_mut(node) {
+            *f = true;
+        }
+        self.senders.retain(|&s| s != node);
+    }
+
+    /// Our ring in `node`'s port, once reserved.
     fn tx(&self, node: usize) -> Option<&Tx> {
         self.tx.get(node).and_then(Option::as_ref)
     }
 
-    /// `sender`'s ring in our port, once open.
+    /// `sender`'s ring in our port, once it registered.
     fn rx(&self, sender: usize) -> Option<&Rx> {
         self.rx.get(sender).and_then(Option::as_ref)
     }
 
-    /// Find out whether we may pull from `node` (attached, or ourselves) and, if so, tell it
-    /// through our port that it may lend to us. Whether it worked.
+    /// Find out whether we may pull from writer `node` and tell it through its ring in our
+    /// port (it lends to us only once told yes). Whether it worked.
     ///
     /// # Errors
-    /// [`PullError`]: `Denied` when this host forbids reading another process's memory.
+    /// [`PullError`]: `Denied` when this host forbids reading another process's memory (the
+    /// writer is told no all the same).
     pub fn enable_pull(&self, node: usize) -> Result<bool, PullError> {
-        let (Some(theirs), Some(rx)) = (self.port_of(node), self.rx(node)) else {
+        let (Some(theirs), Some(rx)) = (self.block(node), self.rx(node)) else {
             return Ok(false);
         };
         let (addr, nonce) = theirs.probe();
-        let ok = pull::probe(theirs.owner_pid(), addr, nonce)?;
-        if ok {
-            // Read by `node` only after the start-up barrier that follows.
-            rx.ring.pull_ok().store(1, Ordering::Release);
+        let ok = pull::probe(theirs.owner_pid(), addr, nonce);
+        let said = if matches!(ok, Ok(true)) {
+            ring::YES
+        } else {
+            ring::NO
+        };
+        rx.ring.pull_ok().store(said, Ordering::Release);
+        ok
+    }
+
+    /// Say no to writer `node`'s loans without probing (single copy is off).
+    pub fn refuse_pull(&self, node: usize) {
+        if let Some(rx) = self.rx(node) {
+            rx.ring.pull_ok().store(ring::NO, Ordering::Release);
         }
-        Ok(ok)
     }
 
-    /// Whether we can pull from `node` (our [`Si::enable_pull`] of it worked); then we may
-    /// also write into its memory, as the kernel allows both or neither.
-    pub fn can_pull_from(&self, node: usize) -> bool {
-        self.rx(node)
-            .is_some_and(|rx| rx.ring.pull_ok().load(Ordering::Relaxed) != 0)
+    /// Whether `node` said whether it can pull from us ([`enable_pull`](Self::enable_pull)
+    /// of us, once it saw our first record).
+    pub fn lend_known(&self, node: usize) -> bool {
+        self.tx(node)
+            .is_some_and(|tx| tx.ring.pull_ok().load(Ordering::Acquire) != ring::UNKNOWN)
     }
 
-    /// Whether `node` said it can pull from us (after every node's [`Si::enable_pull`]).
+    /// Whether `node` said it can pull from us.
     pub fn can_lend_to(&self, node: usize) -> bool {
         self.tx(node)
-            .is_some_and(|tx| tx.ring.pull_ok().load(Ordering::Acquire) != 0)
+            .is_some_and(|tx| tx.ring.pull_ok().load(Ordering::Acquire) == ring::YES)
+    }
+
+    /// Writer side, before our first loan to `node`: find out whether we may write into its
+    /// memory (to take chunks of its copy, `coop.rs`) and tell it through our ring. Probed
+    /// once; whether we may.
+    pub fn can_help(&self, node: usize) -> bool {
+        let (Some(tx), Some(theirs)) = (self.tx(node), self.block(node)) else {
+            return false;
+        };
+        match tx.ring.helper_ok().load(Ordering::Relaxed) {
+            ring::YES => true,
+            ring::NO => false,
+            _ => {
+                let (addr, nonce) = theirs.probe();
+                let ok = matches!(pull::probe(theirs.owner_pid(), addr, nonce), Ok(true));
+                // Before the loan's record, which publishes it (release).
+                tx.ring
+                    .helper_ok()
+                    .store(if ok { ring::YES } else { ring::NO }, Ordering::Relaxed);
+                ok
+            }
+        }
+    }
+
+    /// Reader side: whether writer `node` said it may write into our memory.
+    pub fn helper(&self, node: usize) -> bool {
+        self.rx(node)
+            .is_some_and(|rx| rx.ring.helper_ok().load(Ordering::Relaxed) == ring::YES)
     }
 
     /// Copy `into.len()` bytes at `addr` in `sender`'s memory (a buffer it lent us) into
@@ -202,7 +336,7 @@ impl Si {
         addr: u64,
         into: &mut [MaybeUninit<u8>],
     ) -> Result<(), PullError> {
-        let pid = self.pids.get(sender).copied().unwrap_or(0);
+        let pid = self.block(sender).map_or(0, |b| b.owner_pid());
         if pid <= 0 {
             return Err(PullError::Gone);
         }
@@ -211,7 +345,7 @@ impl Si {
 
     /// [`Si::pull`] with the sender's help: the copy is offered in chunks that it takes too,
     /// when it can (see `coop.rs`). Only for a sender that may write into our memory
-    /// ([`Si::can_lend_to`] it).
+    /// ([`Si::helper`]).
     ///
     /// # Errors
     /// As [`Si::pull`].
@@ -221,17 +355,16 @@ impl Si {
         addr: u64,
         into: &mut [MaybeUninit<u8>],
     ) -> Result<(), PullError> {
-        let (Some(rx), Some(tx), Some(&pid)) =
-            (self.rx(sender), self.tx(sender), self.pids.get(sender))
-        else {
+        let (Some(rx), Some(theirs)) = (self.rx(sender), self.block(sender)) else {
             return Err(PullError::Gone);
         };
+        let bell = theirs.bell();
         coop::receive(
             rx.ring.coop(),
-            pid,
+            theirs.owner_pid(),
             addr,
             into,
-            || tx.bell.ring(),
+            || bell.ring(),
             || self.peer_gone(sender),
         )
     }
@@ -244,15 +377,15 @@ impl Si {
     /// Copy chunks of `offer` into `node`'s memory; `src` is what the offer names, in ours.
     /// Whether any chunk was copied.
     pub fn help(&self, node: usize, offer: Offer, src: &[u8]) -> bool {
-        match (self.tx(node), self.pids.get(node)) {
-            (Some(tx), Some(&pid)) => coop::help(tx.ring.coop(), pid, offer, src),
+        match (self.tx(node), self.block(node)) {
+            (Some(tx), Some(b)) => coop::help(tx.ring.coop(), b.owner_pid(), offer, src),
             _ => false,
         }
     }
 
     /// Whether `node`'s process has left or is gone.
     fn peer_gone(&self, node: usize) -> bool {
-        let pid = self.pids.get(node).copied().unwrap_or(0);
+        let pid = self.block(node).map_or(0, |b| b.owner_pid());
         // No signal: only whether the process exists.
         self.peer_closed(node) || pid <= 0 || kill(Pid::from_raw(pid), None).is_err()
     }
@@ -276,28 +409,23 @@ impl Si {
     /// Whether `node` has left (closed its port for reading): nothing written to it will be
     /// read, nothing lent to it will be pulled.
     pub fn peer_closed(&self, node: usize) -> bool {
-        self.port_of(node).is_none_or(Segment::is_closed)
+        self.block(node).is_none_or(|b| b.is_closed())
     }
 
     /// Say that this node reads nothing more (at exit).
     pub fn mark_closed(&self) {
-        if let Some(p) = self.port.as_ref() {
-            p.mark_closed();
+        if let Some(b) = self.block(self.me) {
+            b.mark_closed();
         }
     }
 
-    /// Largest record one write carries.
+    /// Largest record one write carries (0 before the segment is there).
     pub fn max_write(&self) -> usize {
-        self.tx
-            .iter()
-            .flatten()
-            .map(|tx| tx.ring.max_record())
-            .min()
-            .unwrap_or(0)
+        self.host.as_ref().map_or(0, |h| ring::max_record(h.cap()))
     }
 
     /// `si_write` without waiting: append the record `rec` to `node`'s port if its ring from
-    /// us has room now.
+    /// us has room now (never before [`reserve`](Self::reserve)).
     pub fn try_write(&self, node: usize, rec: &[u8]) -> bool {
         let Some(tx) = self.tx(node) else {
             return false;
@@ -311,7 +439,7 @@ impl Si {
         pushed
     }
 
-    /// `si_write`: append one record to `node`'s port, waiting for room.
+    /// `si_write`: append one record to `node`'s port (reserved), waiting for room.
     pub fn write(&self, node: usize, bytes: &[u8]) {
         let mut spins = 0u32;
         while !self.try_write(node, bytes) {
@@ -354,12 +482,16 @@ impl Si {
         true
     }
 
-    /// Whether any sender's ring holds a record.
+    /// Whether any sender's ring holds a record, or a writer registered since the last look
+    /// (its first record is on its way).
     pub fn any_waiting(&self) -> bool {
-        self.rx
-            .iter()
-            .flatten()
-            .any(|rx| !rx.ring.is_empty(&rx.state.get()))
+        self.block(self.me)
+            .is_some_and(|b| b.writers_version() != self.writers_seen.get())
+            || self
+                .senders
+                .iter()
+                .filter_map(|&s| self.rx(s))
+                .any(|rx| !rx.ring.is_empty(&rx.state.get()))
     }
 
     /// Sleep until a writer rings this node's doorbell, or `timeout`.
@@ -371,25 +503,26 @@ impl Si {
     /// node says it sleeps, so whoever makes it true and then rings this node's own bell either
     /// keeps this node from sleeping or wakes it.
     pub fn wait_unless(&self, timeout: Duration, also: impl Fn() -> bool) {
-        if let Some(p) = self.port.as_ref() {
-            p.sleep(timeout, || also() || self.any_waiting());
+        if let Some(b) = self.block(self.me) {
+            b.sleep(timeout, || also() || self.any_waiting());
         }
     }
 
     /// This node's own doorbell, for its other threads: ringing it ends a [`Si::wait`]. `None`
-    /// before [`Si::open`].
+    /// before the segment is there.
     pub(crate) fn own_bell(&self) -> Option<OwnBell> {
-        self.port.as_ref().map(Segment::own_bell)
+        let i = self.local.get(self.me).copied().flatten()?;
+        Some(self.host.as_ref()?.own_bell(i))
     }
 
     /// Begin an idle sleep that another thread does on [`Si::doorbell`]: from now on writers
     /// ring. The doorbell value to wait past, or `None` (and not begun) when a record is
     /// already waiting. End it with [`Si::disarm`].
     pub fn arm(&self) -> Option<u32> {
-        let p = self.port.as_ref()?;
-        let seen = p.arm();
+        let b = self.block(self.me)?;
+        let seen = b.arm();
         if self.any_waiting() {
-            p.disarm();
+            b.disarm();
             return None;
         }
         Some(seen)
@@ -397,21 +530,22 @@ impl Si {
 
     /// End the sleep [`Si::arm`] began.
     pub fn disarm(&self) {
-        if let Some(p) = self.port.as_ref() {
-            p.disarm();
+        if let Some(b) = self.block(self.me) {
+            b.disarm();
         }
     }
 
     /// This node's doorbell, for a thread that sleeps on it; valid while `self` lives.
     pub fn doorbell(&self) -> Option<Doorbell> {
-        self.port.as_ref().map(Segment::doorbell_handle)
+        self.block(self.me).map(|b| b.doorbell_handle())
     }
 
-    /// `si_close`: remove this node's port file. Mappings (ours and the peers') stay valid, so
-    /// this is done as soon as every peer has attached: a crash later leaves nothing behind.
+    /// `si_close`: remove the segment's file (by the node that made it). Mappings stay valid,
+    /// so this is done as soon as every node of the host has mapped it: a crash later leaves
+    /// nothing behind.
     pub fn close(&self) {
-        if let Some(p) = self.port.as_ref() {
-            let _ = std::fs::remove_file(p.path());
+        if let Some(h) = self.host.as_ref() {
+            let _ = std::fs::remove_file(h.path());
         }
     }
 }
@@ -421,21 +555,18 @@ mod tests {
     use super::*;
     use std::path::PathBuf;
 
-    /// Two nodes' interconnects in this process: 0 reads, 1 writes to it.
+    /// Two nodes' interconnects in this process, 1 reserved toward 0.
     fn pair(name: &str) -> (Si, Si) {
-        let path = |n: usize| {
-            PathBuf::from(format!(
-                "/dev/shm/cv-arm-test-{}-{name}-{n}",
-                std::process::id()
-            ))
-        };
+        let path = PathBuf::from(format!(
+            "/dev/shm/cv-arm-test-{}-{name}",
+            std::process::id()
+        ));
         let mut a = Si::init(0, 2);
         let mut b = Si::init(1, 2);
-        a.open(&path(0), 4096).expect("port 0");
-        b.open(&path(1), 4096).expect("port 1");
-        b.attach(0, &path(0)).expect("attach");
+        a.create_host(&path, &[0, 1], 4096).expect("create");
+        b.open_host(&path, &[0, 1], 4096).expect("open");
         a.close();
-        b.close();
+        b.reserve(0).expect("room");
         (a, b)
     }
 
@@ -444,7 +575,10 @@ mod tests {
     /// not; and a record already waiting makes `arm` say so instead of sleeping.
     #[test]
     fn armed_a_write_rings_the_doorbell_and_awake_it_does_not() {
-        let (a, b) = pair("ring");
+        let (mut a, b) = pair("ring");
+        assert!(a.any_waiting(), "a writer registered: look");
+        assert_eq!(a.refresh_senders(), [1]);
+        assert!(!a.any_waiting());
         let bell = a.doorbell().expect("open port");
         for round in 0..3 {
             let seen = a.arm().expect("nothing waiting yet");
@@ -463,5 +597,22 @@ mod tests {
         assert!(b.try_write(0, b"x"));
         assert_eq!(bell.value(), before, "awake: nobody rings");
         assert_eq!(a.arm(), None, "a record is waiting: no sleep");
+    }
+
+    /// A writer lends only once the reader said yes, and the reader takes its help only once
+    /// the writer said it can give it.
+    #[test]
+    fn loans_wait_for_the_readers_probe() {
+        let (mut a, b) = pair("probe");
+        assert!(!b.lend_known(0) && !b.can_lend_to(0));
+        assert_eq!(a.refresh_senders(), [1]);
+        // One process: the probe reads our own memory, which is allowed.
+        assert!(matches!(a.enable_pull(1), Ok(true)));
+        assert!(b.lend_known(0) && b.can_lend_to(0));
+        assert!(!a.helper(1));
+        assert!(b.can_help(0));
+        assert!(a.helper(1));
+        a.forget(1);
+        assert!(a.senders().is_empty());
     }
 }

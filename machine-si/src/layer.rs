@@ -14,7 +14,7 @@
 //!   straight into the message's own buffer with the header landing in its headroom;
 //! - **lent** (single copy): from `si.single_copy_from` bytes (by default 256 KiB when we can
 //!   also write into the receiver's memory and help with the copy, `coop.rs`; else 1.25 MiB),
-//!   when the receiver can read our memory (probed at start-up), the record holds the header
+//!   when the receiver can read our memory (it probes when it first sees us write), the record holds the header
 //!   and the address of our buffer; the receiver allocates the message and copies the bytes
 //!   straight out of our buffer (`process_vm_readv`), then counts it pulled. We keep the
 //!   message until that count covers it, so nothing is freed while it may be read;
@@ -72,6 +72,9 @@ const EXIT_FLUSH: Duration = Duration::from_secs(2);
 /// our memory: two chunks, so that there is something to share.
 const COOP_FROM: usize = 2 * crate::coop::MIN_CHUNK;
 
+/// [`SiMachine::lend_from`] of a peer that has not said yet whether it can pull from us.
+const LEND_UNDECIDED: usize = 0;
+
 /// Buffers of sent messages kept for receiving (each at most a piece): a node that sends as
 /// much as it receives then allocates and frees nothing per small message.
 const SPARES: usize = 16;
@@ -98,8 +101,12 @@ pub struct SiMachine {
     /// Most wire bytes one record carries after the header (a piece).
     chunk: usize,
     /// Per peer: the wire size from which a message to it is lent (`usize::MAX`: never, it
-    /// cannot pull from us).
+    /// cannot pull from us; [`LEND_UNDECIDED`] until it has said whether it can).
     lend_from: Vec<usize>,
+    /// `si.single_copy_from`, if set.
+    lend_setting: Option<usize>,
+    /// Whether to probe the writers that register (single copy not off, not denied here).
+    probe_pulls: bool,
     /// Whether large copies are shared with their senders (`si.copy_together`).
     coop: bool,
     out: Vec<VecDeque<Outgoing>>,
@@ -114,9 +121,6 @@ pub struct SiMachine {
     /// Peers with something in `lent`.
     lending: Vec<usize>,
     incoming: Vec<Option<Incoming>>,
-    /// The nodes whose ports we attached, the only ones that can write to ours: what
-    /// `advance` reads (in a composite, only the nodes of this host).
-    senders: Vec<usize>,
     /// Buffers of small messages sent, kept to receive small messages into.
     spares: Vec<Vec<u8>>,
     /// Ends `wait` from other threads: a flag its sleep checks and our own doorbell.
@@ -144,8 +148,15 @@ impl SiMachine {
             self.help_receivers();
             self.reclaim();
         }
-        for i in 0..self.senders.len() {
-            n += self.receive_from(self.senders[i], deliver, BUDGET)?;
+        // One load of our own block's registration count when nobody new writes to us.
+        let new = self.si.refresh_senders();
+        if !new.is_empty() {
+            self.new_senders(&new);
+        }
+        let mut i = 0;
+        while let Some(&s) = self.si.senders().get(i) {
+            n += self.receive_from(s, deliver, BUDGET)?;
+            i += 1;
         }
         Ok(n)
     }
@@ -293,8 +304,15 @@ impl SiMachine {
     /// Read and drop whatever peers still send (the job is over), so that their own exit
     /// flushes end too; a peer that is gone has nothing more to read.
     fn drain_and_drop(&mut self) {
-        for i in 0..self.senders.len() {
-            let _ = self.receive_from(self.senders[i], &mut |_| {}, 1 << 20);
+        let new = self.si.refresh_senders();
+        for &node in &new {
+            // Nothing will be lent to a node that is leaving.
+            self.si.refuse_pull(node);
+        }
+        let mut i = 0;
+        while let Some(&s) = self.si.senders().get(i) {
+            let _ = self.receive_from(s, &mut |_| {}, 1 << 20);
+            i += 1;
         }
     }
 }
@@ -313,12 +331,22 @@ impl Transport for SiMachine {
     }
 
     fn send(&mut self, node: usize, msg: Message) -> Result<(), MachineError> {
-        let Some(&lend_from) = self.lend_from.get(node).filter(|_| node != self.me) else {
+        if node == self.me || node >= self.lend_from.len() {
             return Err(MachineError::InvalidNode {
                 node,
                 nodes: self.table.num_nodes(),
             });
-        };
+        }
+        if !self.si.reserved(node) {
+            // Once per peer: the ring is reserved now, so a full /dev/shm is this error.
+            self.si.reserve(node).map_err(|e| {
+                MachineError::io(
+                    format!("si: the ring to node {node}"),
+                    std::io::Error::other(e.to_string()),
+                )
+            })?;
+        }
+        let lend_from = self.lend_threshold(node);
         let mut o = Outgoing {
             lend: msg.wire_len() >= lend_from,
             msg,
@@ -439,7 +467,7 @@ impl Part for SiMachine {
         // What it wrote and we have not read, and a message part-way in, are dropped: it is
         // no longer read from.
         self.incoming[node] = None;
-        self.senders.retain(|&p| p != node);
+        self.si.forget(node);
     }
 
     fn leave(&mut self) -> Result<(), MachineError> {

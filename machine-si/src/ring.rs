@@ -1,7 +1,7 @@
 //! A single-producer single-consumer ring of variable-length records, living in shared memory.
 //!
 //! ```text
-//! | head, pulled, pull_ok (the consumer's line) | copy block (coop.rs) | data: CAP bytes ... |
+//! | head, pulled, pull_ok, helper_ok (the consumer's line) | copy block (coop.rs) | data ... |
 //! record: [word u32][pad u32][len bytes][padding to 64]
 //!         word: 0 = nothing here yet, len + 1 = a record, u32::MAX = wrap marker
 //! ```
@@ -35,12 +35,24 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 /// pairs).
 pub(crate) const HEADER: usize = 128;
 
+/// [`Ring::pull_ok`], [`Ring::helper_ok`]: not probed yet.
+pub(crate) const UNKNOWN: u32 = 0;
+/// The probe worked.
+pub(crate) const YES: u32 = 1;
+/// The probe failed.
+pub(crate) const NO: u32 = 2;
+
 /// A word that says: the next record is at position 0.
 const WRAP: u32 = u32::MAX;
 
 /// Records start on cache-line boundaries: a small message then travels in one line, never
 /// straddling two (each line is a transfer between cores).
 const ALIGN: usize = 64;
+
+/// Largest record a ring of `cap` bytes takes.
+pub(crate) fn max_record(cap: usize) -> usize {
+    cap / 2 - ALIGN
+}
 
 /// Bytes a record of `len` bytes takes, with its 8-byte word.
 fn footprint(len: usize) -> usize {
@@ -165,11 +177,20 @@ impl Ring<Mapped> {
         unsafe { &*(self.mem.base.add(8) as *const AtomicU64) }
     }
 
-    /// Non-zero when the consumer can read the producer's memory (its start-up probe worked),
-    /// so the producer may lend it large messages instead of copying them into the ring.
+    /// Whether the consumer can read the producer's memory, as the consumer's probe found
+    /// when the producer first wrote ([`UNKNOWN`], [`YES`], [`NO`]): the producer lends it
+    /// large messages instead of copying them into the ring only once it is `YES`.
     pub(crate) fn pull_ok(&self) -> &AtomicU32 {
         // SAFETY: as for `pulled`, at offset 16.
         unsafe { &*(self.mem.base.add(16) as *const AtomicU32) }
+    }
+
+    /// Whether the producer can write into the consumer's memory, as the producer's probe
+    /// found before its first loan ([`UNKNOWN`], [`YES`], [`NO`]): the consumer shares the copy
+    /// of a large loan with it only when `YES` (`coop.rs`). Written by the producer only.
+    pub(crate) fn helper_ok(&self) -> &AtomicU32 {
+        // SAFETY: as for `pulled`, at offset 20.
+        unsafe { &*(self.mem.base.add(20) as *const AtomicU32) }
     }
 
     /// The block through which the consumer shares the copy of a large lent message with the
@@ -198,7 +219,7 @@ impl<M: Memory> Ring<M> {
 
     /// Largest record the ring takes.
     pub(crate) fn max_record(&self) -> usize {
-        self.cap / 2 - ALIGN
+        max_record(self.cap)
     }
 
     /// Consumer: whether nothing is waiting to be read.

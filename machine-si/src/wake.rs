@@ -57,7 +57,8 @@ mod tests {
     fn one_node(name: &str) -> Si {
         let path = format!("/dev/shm/converse-si-{name}-{}", std::process::id());
         let mut si = Si::init(0, 1);
-        si.open(std::path::Path::new(&path), 4096).expect("port");
+        si.create_host(std::path::Path::new(&path), &[0], 4096)
+            .expect("segment");
         si.close();
         si
     }

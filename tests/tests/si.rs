@@ -74,6 +74,69 @@ mod particular {
         assert_eq!(files_of(&t), Vec::<String>::new(), "{o}");
     }
 
+    /// A /dev/shm without room (a 64 KiB tmpfs mounted over it in a mount namespace of the
+    /// job's own): an all-to-all ends with one line naming the room there is and the room a
+    /// ring needs, never a SIGBUS (it was "PE 0 was killed by signal 7" on si, si+tcp and
+    /// si+udp), and leaves nothing in it.
+    #[test]
+    fn a_dev_shm_without_room_is_a_clear_error_not_a_sigbus() {
+        let charmrun = converse_tests::charmrun_path(PROGRAM);
+        for machine in ["si", "si+tcp", "si+udp"] {
+            let script = format!(
+                "mount -t tmpfs -o size=64k tmpfs /dev/shm || exit 99; \
+                 {} +p4 {PROGRAM} alltoall 200000 +machine {machine}; \
+                 code=$?; ls -A /dev/shm; exit $code",
+                charmrun.display()
+            );
+            let o = run_bounded(
+                Command::new("unshare").args(["-m", "sh", "-c", &script]),
+                Duration::from_secs(60),
+            );
+            if o.code == Some(99) || o.stderr.contains("unshare failed") {
+                // Not root, or no mount namespaces: there is no way to fill /dev/shm safely.
+                eprintln!("skipped: cannot mount a small /dev/shm here\n{o}");
+                return;
+            }
+            assert!(
+                !o.timed_out && o.code.is_some_and(|c| c != 0),
+                "{machine}: {o}"
+            );
+            assert!(
+                o.stderr.contains("no room in /dev/shm") && o.stderr.contains("KiB are free"),
+                "{machine}: {o}"
+            );
+            assert!(!o.stderr.contains("signal 7"), "{machine}: {o}");
+            assert_eq!(
+                o.stdout
+                    .lines()
+                    .filter(|l| l.starts_with("converse-"))
+                    .count(),
+                0,
+                "{o}"
+            );
+        }
+    }
+
+    /// charmrun that cannot start every node (too few file descriptors for 256) says so, and
+    /// nothing is left in /dev/shm (82 segments of 64 MiB were, when every node made its port
+    /// before the table): nothing is made before every node has connected.
+    #[test]
+    fn a_start_up_that_fails_leaves_nothing_in_dev_shm() {
+        let charmrun = converse_tests::charmrun_path(PROGRAM);
+        let script = format!(
+            "ulimit -n 256; exec {} +p256 ++verbose {PROGRAM} hello +machine si",
+            charmrun.display()
+        );
+        let o = run_bounded(
+            Command::new("sh").args(["-c", &script]),
+            Duration::from_secs(120),
+        );
+        assert!(o.code.is_some_and(|c| c != 0), "{o}");
+        assert!(o.stderr.contains("Too many open files"), "{o}");
+        let t = tag(&o.stderr);
+        assert_eq!(files_of(&t), Vec::<String>::new(), "{o}");
+    }
+
     /// Processes of the job tagged `tag` (their environment names it), wherever they are in
     /// the process tree: nodes whose charmrun was killed belong to nobody.
     fn processes_of(tag: &str) -> Vec<i32> {
@@ -96,17 +159,18 @@ mod particular {
     enum Moment {
         /// This long after starting it.
         After(u64),
-        /// Once this many nodes have made their ports.
-        Ports(usize),
+        /// Once the host's segment exists, and this many ms later.
+        Segment(u64),
         /// Once every node has connected (nodes then get the table and attach).
         Connected,
     }
 
     #[test]
     fn charmrun_killed_during_start_up_leaves_nothing_in_dev_shm() {
-        // charmrun SIGKILLed at moments of a 32-node start-up: before nodes connect, while they
-        // make their ports, wait for the table, attach, meet at the boot barrier. Every node
-        // must end (its control connection drops) and remove the port it made.
+        // charmrun SIGKILLed at moments of a 32-node start-up: before nodes connect, once they
+        // all have, while the host's segment exists (the first node made it, the others map
+        // it between two barriers). Every node must end (its control connection drops) and
+        // nothing may be left in /dev/shm.
         use Moment::*;
         let si = Launcher::Charmrun {
             machine: "si",
@@ -115,16 +179,16 @@ mod particular {
         let moments = [
             After(0),
             After(5),
-            Ports(1),
-            Ports(8),
-            Ports(16),
-            Ports(24),
-            Ports(32),
             Connected,
-            Ports(1),
-            Ports(16),
-            Ports(32),
+            Segment(0),
+            Segment(0),
+            Segment(0),
+            Segment(1),
+            Segment(2),
             Connected,
+            Segment(0),
+            Segment(0),
+            Segment(0),
         ];
         let mut killed_with_ports = 0;
         for (round, &moment) in moments.iter().enumerate() {
@@ -139,12 +203,13 @@ mod particular {
                 Connected => {
                     job.wait_for_stderr("all 32 node(s) connected", Duration::from_secs(10));
                 }
-                Ports(n) => {
+                Segment(ms) => {
                     if job.wait_for_stderr("job tag ", Duration::from_secs(10)) {
                         let t = self::tag(&job.stderr_so_far());
-                        while files_of(&t).len() < n && std::time::Instant::now() < limit {
-                            std::thread::sleep(Duration::from_micros(200));
+                        while files_of(&t).is_empty() && std::time::Instant::now() < limit {
+                            std::thread::sleep(Duration::from_micros(100));
                         }
+                        std::thread::sleep(Duration::from_millis(ms));
                     }
                 }
             }
@@ -197,8 +262,8 @@ mod particular {
             assert_eq!(files, Vec::<String>::new(), "{at}\n{o}");
         }
         assert!(
-            killed_with_ports >= 4,
-            "charmrun was killed with ports made in only {killed_with_ports} rounds"
+            killed_with_ports >= 1,
+            "charmrun was never killed while the host's segment existed"
         );
     }
 

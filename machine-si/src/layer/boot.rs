@@ -1,5 +1,5 @@
-//! Start-up of the SI layer: the `si.*` settings, the port (`si_open`), the exchange through
-//! charmrun, attaching every peer's port and probing whether this node can read its memory.
+//! Start-up of the SI layer: the `si.*` settings, the exchange through charmrun, the host's
+//! segment (`si_open`); and, as peers first talk, whether this node can read their memory.
 
 use super::record::HEADER;
 use super::{SiMachine, COOP_FROM, PIECE, SPARES};
@@ -100,9 +100,9 @@ fn note_no_single_copy(e: &PullError) {
     }
 }
 
-/// `CmiMachineInit`: `si_init`, `si_open`, `si_getid`; send the port to charmrun, get the
-/// table, attach every port and probe whether we can pull from its owner, then remove ours
-/// from the file system (the mappings stay).
+/// `CmiMachineInit`: `si_init`, `si_getid`; send this node's process id to charmrun, get the
+/// table, make (first node of the host) or map (the others) the host's segment, then remove
+/// its name from the file system (the mappings stay).
 ///
 /// # Errors
 /// [`MachineError::Boot`] when not started by charmrun, when the job spans hosts, or when
@@ -111,140 +111,110 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
     session::boot::<SiOpen>(super::LAYER.name, cfg)
 }
 
-/// An SI node between the two phases of its boot ([`Open`]): its port exists, and
-/// [`info`](Open::info) names it.
+/// An SI node between the two phases of its boot ([`Open`]): its settings read. Nothing is
+/// made before the table is known (the host's nodes are in it), so a start-up that fails
+/// before then leaves nothing in /dev/shm.
+#[derive(Debug)]
 pub struct SiOpen {
     me: usize,
-    si: Si,
-    path: String,
-    /// Removes the port file if boot ends before every node has mapped it.
-    port_file: converse_bootstrap::cleanup::RemoveOnExit,
+    nodes: usize,
+    ring: usize,
     lend_from: Option<usize>,
     coop: bool,
-}
-
-// By hand: the interconnect's mappings have no useful text form.
-impl std::fmt::Debug for SiOpen {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SiOpen")
-            .field("port", &self.path)
-            .finish_non_exhaustive()
-    }
 }
 
 impl Open for SiOpen {
     type Part = SiMachine;
 
-    /// `si_init`, `si_open`: create this node's port (its `si.*` settings from `cfg`).
+    /// `si_init`: read this node's `si.*` settings from `cfg`.
     fn open(cfg: &BootConfig, env: &LaunchEnv, _: &dyn Bootstrap) -> Result<SiOpen, MachineError> {
         let SiSettings {
             ring,
             lend_from,
             coop,
         } = SiSettings::parse(&cfg.settings)?;
-        // Named with the job's tag: charmrun removes it if this node dies before it does.
-        let path = env.shm_path(&format!("si-{}", env.node));
-        let mut si = Si::init(env.node, env.num_nodes);
-        si.open(Path::new(&path), ring)
-            .map_err(|e| MachineError::io(format!("creating the SI port {path}"), e))?;
-        tracing::debug!(target: "si", port = %path, ring, "port open");
-        // Until every node has mapped it: removed on any error return (the guard's drop),
-        // and by the control watchdog if charmrun goes away meanwhile (it ends the process).
-        let port_file = converse_bootstrap::cleanup::remove_on_exit(&path);
         Ok(SiOpen {
             me: env.node,
-            si,
-            path,
-            port_file,
+            nodes: env.num_nodes,
+            ring,
             lend_from,
             coop,
         })
     }
 
-    /// This node's info for the node table: the port's name.
+    /// This node's info for the node table: its process id (any non-empty info says the node
+    /// takes part in the host's segment; a composite empties it for nodes of other hosts).
     fn info(&self) -> Vec<u8> {
-        self.path.clone().into_bytes()
+        std::process::id().to_string().into_bytes()
     }
 
-    /// Attach the port of every node whose `addr` in `table` is not empty (a composite
-    /// leaves it empty for nodes it reaches another way), probe whom we can pull from, meet
-    /// every node of the job in a barrier of the launcher's (all of them call this, whatever
-    /// they attach), then remove our port's name. A node to attach on another host is refused
-    /// ([`MachineError::Boot`]): shared memory is one host's.
+    /// The host's segment: the first node of the host (in the table's order, among those
+    /// whose `addr` is not empty) makes it, every node of the job meets in a barrier of the
+    /// launcher's, the others map it and publish their process ids, a second barrier, and
+    /// the first node removes its name. A node to reach on another host is refused
+    /// ([`MachineError::Boot`]): shared memory is one host's. Rings are reserved and peers
+    /// probed later, pair by pair, as they first talk.
     fn connect(
         self,
-        _: &LaunchEnv,
+        env: &LaunchEnv,
         table: NodeTable,
         launcher: &dyn Bootstrap,
     ) -> Result<SiMachine, MachineError> {
         one_host(&table, self.me)?;
         let SiOpen {
             me,
-            mut si,
-            path: _,
-            port_file,
+            nodes,
+            ring,
             lend_from,
             coop,
         } = self;
-        for (node, info) in table.nodes().iter().enumerate() {
-            if node == me || info.addr.is_empty() {
-                continue;
-            }
-            let p = std::str::from_utf8(&info.addr).map_err(|_| {
-                MachineError::Boot(format!("node {node}'s SI port name is not text"))
-            })?;
-            si.attach(node, Path::new(p))
-                .map_err(|e| MachineError::io(format!("attaching node {node}'s SI port {p}"), e))?;
-            tracing::debug!(target: "si", peer = node, port = p, "attached the peer's port");
-        }
         let n = table.num_nodes();
-        if lend_from != Some(usize::MAX) {
-            for node in 0..n {
-                match si.enable_pull(node) {
-                    Ok(_) => {
-                        tracing::debug!(target: "si", peer = node, "single copy from the peer's memory");
-                    }
-                    Err(e @ PullError::Denied(_)) => {
-                        note_no_single_copy(&e);
-                        break;
-                    }
-                    // Any other failure leaves that pair on the rings; a dead peer is
-                    // charmrun's to report.
-                    Err(e) => {
-                        tracing::debug!(target: "si", peer = node, "no single copy from the peer: {e}");
-                    }
-                }
-            }
+        if n != nodes {
+            return Err(MachineError::Boot(format!(
+                "the node table has {n} nodes, the launcher said {nodes}"
+            )));
         }
-        // Every node has attached every port and said whom it can pull from: the names are
-        // no longer needed, and the pull permissions can be read.
+        let locals: Vec<usize> = (0..n)
+            .filter(|&node| node == me || table.node(node).is_some_and(|i| !i.addr.is_empty()))
+            .collect();
+        let first = locals.first().copied().unwrap_or(me);
+        // Named with the job's tag: charmrun removes it if the job ends before it is.
+        let path = env.shm_path(&format!("si-host-{first}"));
+        let seg_error = |e: crate::segment::SegmentError| MachineError::Boot(format!("si: {e}"));
+        let mut si = Si::init(me, n);
+        let mut made = None;
+        if me == first {
+            si.create_host(Path::new(&path), &locals, ring)
+                .map_err(seg_error)?;
+            // Until every node has mapped it: removed on any error return (the guard's drop),
+            // and by the control watchdog if charmrun goes away meanwhile (it ends the process).
+            made = Some(converse_bootstrap::cleanup::remove_on_exit(&path));
+            tracing::debug!(target: "si", segment = %path, nodes = locals.len(), ring, "host segment made");
+        }
         launcher.barrier()?;
-        si.close();
-        drop(port_file);
-        let lend_from = (0..n)
-            .map(|node| match lend_from {
-                _ if !si.can_lend_to(node) => usize::MAX,
-                Some(from) => from,
-                // It will take chunks of the copy with us when we can write into its memory
-                // too.
-                None if coop && si.can_pull_from(node) => LEND_FROM_TOGETHER,
-                None => LEND_FROM_ALONE,
-            })
-            .collect();
+        if me != first {
+            si.open_host(Path::new(&path), &locals, ring)
+                .map_err(seg_error)?;
+        }
+        // Every node of the host has mapped it and published its process id: the name is no
+        // longer needed.
+        launcher.barrier()?;
+        if made.is_some() {
+            si.close();
+        }
+        drop(made);
         let chunk = si.max_write().min(PIECE) - HEADER;
-        let senders = (0..n)
-            .filter(|&node| node != me && table.node(node).is_some_and(|i| !i.addr.is_empty()))
-            .collect();
         let bell = si
             .own_bell()
-            .ok_or_else(|| MachineError::Boot("the SI port is not open".into()))?;
+            .ok_or_else(|| MachineError::Boot("the SI segment is not open".into()))?;
         Ok(SiMachine {
-            senders,
             me,
             table,
             si,
             chunk,
-            lend_from,
+            lend_from: vec![super::LEND_UNDECIDED; n],
+            lend_setting: lend_from,
+            probe_pulls: lend_from != Some(usize::MAX),
             coop,
             out: (0..n).map(|_| VecDeque::new()).collect(),
             backlog: Vec::new(),
@@ -256,6 +226,55 @@ impl Open for SiOpen {
             spares: Vec::with_capacity(SPARES),
             waker: Arc::new(SiWaker::new(bell)),
         })
+    }
+}
+
+impl SiMachine {
+    /// Writers registered since the last look: probe whether we can pull from each (and tell
+    /// it), unless single copy is off or this host forbids it.
+    pub(super) fn new_senders(&mut self, new: &[usize]) {
+        for &node in new {
+            if !self.probe_pulls {
+                self.si.refuse_pull(node);
+                continue;
+            }
+            match self.si.enable_pull(node) {
+                Ok(_) => {
+                    tracing::debug!(target: "si", peer = node, "single copy from the peer's memory");
+                }
+                Err(e @ PullError::Denied(_)) => {
+                    note_no_single_copy(&e);
+                    self.probe_pulls = false;
+                }
+                // Any other failure leaves that pair on the rings; a dead peer is charmrun's
+                // to report.
+                Err(e) => {
+                    tracing::debug!(target: "si", peer = node, "no single copy from the peer: {e}");
+                }
+            }
+        }
+    }
+
+    /// The wire size from which a message to `node` is lent: never until `node` has said
+    /// whether it can pull from us (it probes when it first sees us write), then as the
+    /// settings say.
+    pub(super) fn lend_threshold(&mut self, node: usize) -> usize {
+        let t = self.lend_from[node];
+        if t != super::LEND_UNDECIDED {
+            return t;
+        }
+        if !self.si.lend_known(node) {
+            return usize::MAX;
+        }
+        let t = match self.lend_setting {
+            _ if !self.si.can_lend_to(node) => usize::MAX,
+            Some(from) => from,
+            // It will take chunks of the copy with us when we can write into its memory too.
+            None if self.coop && self.si.can_help(node) => LEND_FROM_TOGETHER,
+            None => LEND_FROM_ALONE,
+        };
+        self.lend_from[node] = t;
+        t
     }
 }
 

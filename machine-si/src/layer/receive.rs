@@ -66,7 +66,7 @@ impl SiMachine {
         let mut buf = self.buffer(s, size)?;
         let into = &mut buf.spare_capacity_mut()[..size];
         // A sender that may write into our memory takes chunks of a large copy too.
-        let copied = if size >= COOP_FROM && self.coop && self.si.can_lend_to(s) {
+        let copied = if size >= COOP_FROM && self.coop && self.si.helper(s) {
             self.si.pull_together(s, addr, into)
         } else {
             self.si.pull(s, addr, into)
