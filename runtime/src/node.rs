@@ -409,7 +409,13 @@ impl NodeShared {
         let rank = (dst as usize).wrapping_sub(self.first_pe);
         let inbox = self.inboxes.get(rank).or(self.inboxes.first());
         if let Some(i) = inbox {
-            i.push(msg);
+            if self.is_remote(&msg) {
+                i.push(msg);
+            } else {
+                // Made here with a PE of this node as its source (a death's notice): counted
+                // as a sibling's, since that is how the PE will count it when it takes it.
+                i.push_from_sibling(msg);
+            }
         }
     }
 
