@@ -70,6 +70,12 @@ macro_rules! recovery_suite {
 
         #[test]
         $(#[$ignore])?
+        fn a_wait_on_a_dead_back_ends_singlecast_stream_ends() {
+            super::rounds("singlecast", $layer);
+        }
+
+        #[test]
+        $(#[$ignore])?
         fn recovery_off_tells_the_front_end_and_nothing_hangs() {
             super::rounds("off", $layer);
         }

@@ -13,7 +13,8 @@
 //! (the back-ends stream 400 waves on one request, and an internal process is killed
 //! meanwhile: no packet down for its orphans to miss, only waves up), `backend`,
 //! `newstream` (an internal process killed as a new stream is being made: the waves run on
-//! the new stream), `off` (recovery off, in a job that survives: the front-end is told, the
+//! the new stream), `singlecast` (the front-end waits on a back-end's singlecast stream while
+//! the back-end is killed: the receive ends with `DeadBackEnd`), `off` (recovery off, in a job that survives: the front-end is told, the
 //! stream fails, nothing hangs), `noopt` (recovery off and no report mode: the job ends, as
 //! without the overlay's recovery).
 //!
@@ -144,6 +145,7 @@ const SCENARIOS: &[&str] = &[
     "streamed",
     "backend",
     "newstream",
+    "singlecast",
     "off",
     "noopt",
 ];
@@ -310,7 +312,7 @@ fn victims(topo: &Topology, scenario: &str, round: usize) -> Vec<Rank> {
             FIRST_INTERNAL_RANK + 3 + 2 * (round % 2) as Rank,
         ],
         "two" => vec![level1(round), level1(round + 1 + round / 4 % 3)],
-        "backend" => vec![(round * 7 % topo.num_backends()) as Rank],
+        "backend" | "singlecast" => vec![(round * 7 % topo.num_backends()) as Rank],
         _ => vec![level1(round)],
     }
 }
@@ -346,6 +348,9 @@ fn one_round(
     let mut waves = Waves::new(s, topo, &dead);
     if scenario == "streamed" {
         return streamed(net, &mut waves, dir, &victims, &orphans, topo, round);
+    }
+    if scenario == "singlecast" {
+        return singlecast(net, dir, victims[0]);
     }
     // A different moment in the stream each round.
     for _ in 0..5 + round % 7 {
@@ -477,6 +482,27 @@ fn check_topology(
 
 /// Recovery off: the stream fails within the limit (no hang), the front-end is told, and a
 /// send on the stream says so.
+/// `singlecast`: the front-end asks back-end `v` on its singlecast stream and gets the answer;
+/// then `v` is killed while the front-end waits on that stream: the wait ends with
+/// `DeadBackEnd(v)` (singlecast streams keep no state on the front-end, and it waited for
+/// ever).
+fn singlecast(net: &mut Network<'_>, dir: &Path, v: Rank) -> Result<(), String> {
+    let s = tbon::Stream::from_id(v);
+    net.send_to_backend(v, ASK, "%d", 1)
+        .map_err(|e| format!("send_to_backend {v}: {e}"))?;
+    let p = net
+        .recv_on(&s)
+        .map_err(|e| format!("back-end {v}'s answer: {e}"))?;
+    if p.unpack::<(i32, i32)>("%d %d").ok() != Some((v as i32 + 1, 1)) {
+        return Err(format!("back-end {v} answered {p:?}"));
+    }
+    kill(dir, v)?;
+    match net.recv_on(&s) {
+        Err(TbonError::DeadBackEnd(r)) if r == v => Ok(()),
+        other => Err(format!("waiting on dead back-end {v}'s stream: {other:?}")),
+    }
+}
+
 fn recovery_off(net: &mut Network<'_>, waves: &mut Waves, victims: &[Rank]) -> Result<(), String> {
     let until = Instant::now() + LIMIT;
     loop {
@@ -503,8 +529,21 @@ fn recovery_off(net: &mut Network<'_>, waves: &mut Waves, victims: &[Rank]) -> R
         ));
     }
     match net.send(&waves.s, ASK, "%d", 0) {
-        Err(TbonError::StreamFailed { .. }) => Ok(()),
-        other => Err(format!("a send on the failed stream: {other:?}")),
+        Err(TbonError::StreamFailed { .. }) => {}
+        other => return Err(format!("a send on the failed stream: {other:?}")),
+    }
+    // A receive on any stream learns of it too, once, after what had arrived on it (it
+    // waited for ever).
+    loop {
+        match net.recv() {
+            Ok(_) => continue,
+            Err(TbonError::StreamFailed { stream, .. }) if stream == waves.s.id() => break,
+            other => return Err(format!("recv() after the stream failed: {other:?}")),
+        }
+    }
+    match net.try_recv() {
+        Ok(None) => Ok(()),
+        other => Err(format!("recv() told twice: {other:?}")),
     }
 }
 

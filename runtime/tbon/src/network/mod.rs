@@ -32,6 +32,7 @@ use crate::stream::{Stream, FIRST_USER_STREAM};
 use crate::topology::{Rank, Topology};
 use converse::Pe;
 use std::cell::RefCell;
+use std::collections::VecDeque;
 use std::rc::Rc;
 
 /// The overlay as one PE sees it. See the [module documentation](super) for an example.
@@ -352,6 +353,8 @@ impl<'p> Network<'p> {
     /// [`TbonError::StreamFailed`] when a process the stream goes through died with failure
     /// recovery off;
     /// [`TbonError::StreamClosed`] when the stream is closed and nothing is left;
+    /// on a back-end's singlecast stream (front-end), [`TbonError::DeadBackEnd`] once it died,
+    /// or [`TbonError::StreamFailed`] once a process above it died with recovery off;
     /// [`TbonError::ShutDown`]; [`TbonError::JobEnded`].
     pub fn recv_on(&mut self, s: &Stream) -> Result<Packet, TbonError> {
         loop {
@@ -359,6 +362,7 @@ impl<'p> Network<'p> {
                 return Ok(p);
             }
             let id = s.id;
+            let singlecast = id < FIRST_USER_STREAM && self.role() == Role::FrontEnd;
             self.wait_for(|n| {
                 n.inbox.has(id)
                     || n.failures.get(&id).is_some_and(|f| !f.is_empty())
@@ -366,6 +370,7 @@ impl<'p> Network<'p> {
                         .get(&id)
                         .is_some_and(|st| st.closed || st.failed.is_some())
                     || n.shut_down
+                    || (singlecast && n.singlecast_cut(id).is_some())
             })?;
         }
     }
@@ -375,6 +380,7 @@ impl<'p> Network<'p> {
     /// # Errors
     /// As [`recv_on`](Network::recv_on).
     pub fn try_recv_on(&mut self, s: &Stream) -> Result<Option<Packet>, TbonError> {
+        let front_end = self.role() == Role::FrontEnd;
         let mut n = self.node.borrow_mut();
         if let Some(e) = n.failures.get_mut(&s.id).and_then(|f| f.pop_front()) {
             return Err(e);
@@ -385,13 +391,21 @@ impl<'p> Network<'p> {
             }
             return Ok(Some(p));
         }
-        if let Some(st) = n.streams.get(&s.id) {
-            if st.closed {
-                return Err(TbonError::StreamClosed(s.id));
+        match n.streams.get(&s.id) {
+            Some(st) if st.closed => return Err(TbonError::StreamClosed(s.id)),
+            Some(st) => {
+                if let Some(rank) = st.failed {
+                    return Err(TbonError::StreamFailed { stream: s.id, rank });
+                }
             }
-            if let Some(rank) = st.failed {
-                return Err(TbonError::StreamFailed { stream: s.id, rank });
+            // A back-end's singlecast stream, on the front-end: it keeps no state, but its
+            // back-end (or, recovery off, a process above it) may be dead.
+            None if front_end && s.id < FIRST_USER_STREAM => {
+                if let Some(e) = n.singlecast_cut(s.id) {
+                    return Err(e);
+                }
             }
+            None => {}
         }
         if n.shut_down {
             return Err(TbonError::ShutDown);
@@ -404,14 +418,23 @@ impl<'p> Network<'p> {
     ///
     /// # Errors
     /// [`TbonError::WaveLost`] (front-end, failure recovery) for a wave that lost a part in
-    /// a process that died; [`TbonError::ShutDown`] when the network is shut down and
-    /// nothing is left; [`TbonError::JobEnded`].
+    /// a process that died; a stream's failure, as [`recv_on`](Network::recv_on) gives it
+    /// (a filter's, [`TbonError::StreamFailed`]); [`TbonError::StreamClosed`] or
+    /// [`TbonError::StreamFailed`] once for each stream that ended with nothing left on it;
+    /// [`TbonError::ShutDown`] when the network is shut down and nothing is left;
+    /// [`TbonError::JobEnded`].
     pub fn recv(&mut self) -> Result<(Stream, Packet), TbonError> {
         loop {
             if let Some(x) = self.try_recv()? {
                 return Ok(x);
             }
-            self.wait_for(|n| n.inbox.has_any() || n.shut_down)?;
+            let front_end = self.role() == Role::FrontEnd;
+            self.wait_for(|n| {
+                n.inbox.has_any()
+                    || n.shut_down
+                    || (front_end
+                        && (n.failures.values().any(|f| !f.is_empty()) || n.untold_end().is_some()))
+            })?;
         }
     }
 
@@ -420,12 +443,29 @@ impl<'p> Network<'p> {
     /// # Errors
     /// As [`recv`](Network::recv).
     pub fn try_recv(&mut self) -> Result<Option<(Stream, Packet)>, TbonError> {
+        let front_end = self.role() == Role::FrontEnd;
         let mut n = self.node.borrow_mut();
         if let Some((id, p)) = n.inbox.pop_any() {
             if let Some(e) = lost_wave(id, &p) {
                 return Err(e);
             }
             return Ok(Some((Stream { id }, p)));
+        }
+        // Front-end: a failure of any stream (a filter's, or a process's with recovery off),
+        // then a stream that ended (closed, failed) that this receive has not reported:
+        // nothing more comes on it, and a program waiting on any stream must learn it. (A
+        // back-end learns of streams from their packets, and of the end from the shutdown.)
+        if front_end {
+            if let Some(e) = n.failures.values_mut().find_map(VecDeque::pop_front) {
+                if let TbonError::StreamFailed { stream, .. } = e {
+                    n.told_any.insert(stream);
+                }
+                return Err(e);
+            }
+            if let Some((id, e)) = n.untold_end() {
+                n.told_any.insert(id);
+                return Err(e);
+            }
         }
         if n.shut_down {
             return Err(TbonError::ShutDown);

@@ -247,6 +247,9 @@ pub(crate) struct Node {
     pub next_filter: FilterId,
     /// Filter failures per stream, for the front-end's next receive on it.
     pub failures: HashMap<u32, VecDeque<TbonError>>,
+    /// Streams whose closing or failure the front-end's any-stream receive has reported
+    /// (once each).
+    pub told_any: std::collections::BTreeSet<u32>,
     /// Packets dropped because they did not decode or named no stream here.
     pub refused: u64,
     /// Per-stream data notification descriptors (MRNet's `Stream::get_DataNotificationFd`).
@@ -280,6 +283,7 @@ impl Node {
             next_req: 1,
             next_filter: crate::filter::FIRST_USER_FILTER,
             failures: HashMap::new(),
+            told_any: std::collections::BTreeSet::new(),
             refused: 0,
             stream_fds: HashMap::new(),
             recovery: Recovery::default(),

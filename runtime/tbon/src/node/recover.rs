@@ -81,6 +81,47 @@ impl Recovery {
 }
 
 impl Node {
+    /// Front-end: why back-end `be`'s singlecast stream can bring nothing more, if it cannot
+    /// — the back-end died, or (failure recovery off) a process above it did. Singlecast
+    /// streams keep no state here, so without this a receive on one waited for ever.
+    pub(crate) fn singlecast_cut(&self, be: Rank) -> Option<TbonError> {
+        if self.recovery.dead.contains(&be) {
+            return Some(TbonError::DeadBackEnd(be));
+        }
+        if self.recovery.on {
+            return None;
+        }
+        let orig = &self.place.as_ref()?.orig;
+        self.recovery
+            .dead
+            .iter()
+            .copied()
+            .find(|&r| {
+                orig.find_rank(r)
+                    .is_some_and(|i| orig.nodes()[i].backend_ranks().contains(&be))
+            })
+            .map(|r| TbonError::StreamFailed {
+                stream: be,
+                rank: r,
+            })
+    }
+
+    /// Front-end, any-stream receive: a stream closed (its last back-end died) or failed
+    /// (recovery off) that it has not reported yet; reported once each, after every packet
+    /// and failure of the stream was taken.
+    pub(crate) fn untold_end(&self) -> Option<(u32, TbonError)> {
+        self.streams.iter().find_map(|(&id, st)| {
+            if self.told_any.contains(&id) || self.inbox.has(id) {
+                return None;
+            }
+            if st.closed {
+                return Some((id, TbonError::StreamClosed(id)));
+            }
+            st.failed
+                .map(|rank| (id, TbonError::StreamFailed { stream: id, rank }))
+        })
+    }
+
     /// Whether a message from PE `src` (not a child here) waits: with recovery on, it may be
     /// an orphan's, sent before this process learned of the death that makes it its parent.
     pub(super) fn held_back(&self, src: usize) -> bool {

@@ -123,6 +123,8 @@ impl Node {
             return;
         }
         st.closed = true;
+        // Closed by the program: not news for its any-stream receive.
+        self.told_any.insert(id);
         // Packets held for a wave are for nobody now.
         let mut held = Vec::new();
         st.sync.drain(&mut held);
