@@ -175,6 +175,78 @@ fn a_stranger_without_the_secret_is_refused_and_the_job_is_unaffected() {
     assert!(o.stderr.contains("wrong job secret"), "{o}");
 }
 
+/// Strangers by the thousand at charmrun's control port, each trickling a byte a second (a
+/// per-read timeout never fired for them, and each had a thread of its own, without bound)
+/// while the job starts and runs: the job ends well, and charmrun never holds more than its
+/// bound of introductions (2 × nodes + 64) and their threads.
+#[test]
+fn a_flood_of_trickling_strangers_at_the_control_port_harms_nothing() {
+    let mut job = Running::start(
+        &mut tcp(&["++verbose"]).command(PROGRAM, 4, &["wait", "4"]),
+        limit(),
+    )
+    .expect("start");
+    assert!(
+        job.wait_for_stderr("control port ", Duration::from_secs(10)),
+        "{}",
+        job.stderr_so_far()
+    );
+    let err = job.stderr_so_far();
+    let port: u16 = err
+        .split("control port ")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .and_then(|p| p.trim().parse().ok())
+        .expect("port in verbose output");
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flood = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut open = Vec::new();
+            let until = Instant::now() + Duration::from_secs(8);
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) && Instant::now() < until {
+                if open.len() < 1500 {
+                    if let Ok(s) = std::net::TcpStream::connect(("127.0.0.1", port)) {
+                        open.push(s);
+                    }
+                }
+                // A byte now and then from each: the 4-byte length is never complete in time.
+                for s in open.iter_mut().step_by(7) {
+                    let _ = s.write_all(&[1]);
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            open.len()
+        })
+    };
+    let threads = |pid: u32| -> usize {
+        std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("Threads:"))
+                    .and_then(|n| n.trim().parse().ok())
+            })
+            .unwrap_or(0)
+    };
+    let mut most = 0;
+    while alive(job.pid()) && !flood.is_finished() {
+        most = most.max(threads(job.pid()));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let strangers = flood.join().unwrap_or(0);
+    let o = job.finish();
+    assert_eq!(o.code, Some(0), "{o}");
+    assert_eq!(o.lines_with("conformance wait: ok"), 1, "{o}");
+    assert!(strangers >= 500, "only {strangers} strangers connected");
+    // The introductions' bound (2 × 4 + 64), charmrun's own threads (output readers, ...).
+    assert!(
+        most < 72 + 40,
+        "charmrun ran {most} threads with {strangers} strangers"
+    );
+}
+
 #[test]
 fn a_stranger_at_a_nodes_own_port_is_refused_and_the_job_is_unaffected() {
     let mut job = Running::start(

@@ -21,6 +21,7 @@ pub mod cleanup;
 pub mod client;
 pub mod compose;
 mod deaths;
+pub mod door;
 pub mod net;
 pub mod protocol;
 pub mod session;

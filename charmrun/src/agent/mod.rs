@@ -53,9 +53,6 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a write to charmrun or to a node may block.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// How long a node may take to introduce itself once connected.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// How long, at the end, the agent waits for its nodes' processes once killed.
 const REAP_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -223,11 +220,17 @@ fn serve() -> Result<i32, AgentError> {
     } else {
         std::net::Ipv4Addr::UNSPECIFIED.into()
     };
+    // Its nodes' connections and pipes, its children's, and strangers at its door: as
+    // charmrun, past the usual soft limit at a few hundred nodes.
+    crate::launch::start::raise_descriptor_limit();
     let listener = crate::net::listener(bind, 4096).map_err(AgentError::Listen)?;
     let port = listener.local_addr().map_err(AgentError::Listen)?.port();
     {
         let tx = tx.clone();
-        std::thread::spawn(move || accept_loop(listener, secret, tx));
+        // Introductions read at once: its nodes and children all at once, and room for
+        // strangers.
+        let most = 2 * (plan.nodes.len() + children.len()) + 64;
+        std::thread::spawn(move || accept_loop(listener, most, secret, tx));
     }
     {
         let reader = up.try_clone().map_err(up_err)?;
@@ -775,28 +778,29 @@ fn read_loop(
     }
 }
 
-fn accept_loop(listener: std::net::TcpListener, secret: [u8; SECRET_LEN], tx: Sender<Ev>) {
-    for conn in listener.incoming() {
-        let Ok(mut s) = conn else {
-            std::thread::sleep(Duration::from_millis(10));
-            continue;
+fn accept_loop(
+    listener: std::net::TcpListener,
+    most: usize,
+    secret: [u8; SECRET_LEN],
+    tx: Sender<Ev>,
+) {
+    let open = Arc::new(AtomicBool::new(true));
+    converse_bootstrap::door::serve(listener, most, open, move |mut s| {
+        let deadline = std::time::Instant::now() + converse_bootstrap::door::INTRO_DEADLINE;
+        let ev = match converse_bootstrap::door::read_intro(&mut s, 64 << 10, deadline) {
+            Ok((Kind::Hello, body)) => Hello::decode(&body)
+                .filter(|h| protocol::secrets_equal(&h.secret, &secret))
+                .map(|h| Ev::Hello(s, h)),
+            Ok((Kind::Agent, body)) => AgentHello::decode(&body)
+                .filter(|h| protocol::secrets_equal(&h.secret, &secret))
+                .map(|h| Ev::Child(s, h)),
+            _ => None,
         };
-        let tx = tx.clone();
-        // One thread per connection, so a stranger that sends nothing delays nobody.
-        std::thread::spawn(move || {
-            let _ = s.set_read_timeout(Some(HELLO_TIMEOUT));
-            let ev = match protocol::read_frame_limited(&mut s, 64 << 10) {
-                Ok((Kind::Hello, body)) => Hello::decode(&body)
-                    .filter(|h| protocol::secrets_equal(&h.secret, &secret))
-                    .map(|h| Ev::Hello(s, h)),
-                Ok((Kind::Agent, body)) => AgentHello::decode(&body)
-                    .filter(|h| protocol::secrets_equal(&h.secret, &secret))
-                    .map(|h| Ev::Child(s, h)),
-                _ => None,
-            };
-            if let Some(ev) = ev {
-                let _ = tx.send(ev);
-            }
-        });
-    }
+        if let Some(Ev::Hello(s, _) | Ev::Child(s, _)) = &ev {
+            let _ = s.set_read_timeout(None);
+        }
+        if let Some(ev) = ev {
+            let _ = tx.send(ev);
+        }
+    });
 }

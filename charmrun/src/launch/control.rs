@@ -20,9 +20,6 @@ use std::time::Duration;
 /// backlog (Charm++'s is 5) turns a burst into retries that take seconds.
 const BACKLOG: i32 = 4096;
 
-/// How long a connection may take to introduce itself.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// Largest introduction accepted from a connection that has not proved the secret yet.
 const MAX_HELLO: usize = 64 << 10;
 
@@ -79,7 +76,7 @@ impl ControlServer {
         {
             let tx = tx.clone();
             let accepting = accepting.clone();
-            std::thread::spawn(move || accept_loop(listener, secret, tx, accepting));
+            std::thread::spawn(move || accept_loop(listener, n, secret, tx, accepting));
         }
         Ok(ControlServer {
             conns: (0..n).map(|_| Conn::default()).collect(),
@@ -312,25 +309,15 @@ impl ControlServer {
 
 fn accept_loop(
     listener: TcpListener,
+    n: usize,
     secret: [u8; SECRET_LEN],
     tx: Sender<Event>,
     accepting: Arc<AtomicBool>,
 ) {
-    for conn in listener.incoming() {
-        if !accepting.load(Ordering::SeqCst) {
-            return;
-        }
-        let Ok(stream) = conn else {
-            // Out of descriptors and the like: do not spin.
-            std::thread::sleep(Duration::from_millis(10));
-            continue;
-        };
-        let tx = tx.clone();
-        // One thread per connection, so a stranger that sends nothing delays nobody.
-        std::thread::spawn(move || {
-            let _ = tx.send(introduce(stream, &secret));
-        });
-    }
+    // Introductions read at once: every node at once, agents, and room for strangers.
+    converse_bootstrap::door::serve(listener, 2 * n + 64, accepting, move |stream| {
+        let _ = tx.send(introduce(stream, &secret));
+    });
 }
 
 /// Read a connection's introduction: a node of this job, or a stranger.
@@ -338,8 +325,8 @@ fn introduce(mut s: TcpStream, secret: &[u8; SECRET_LEN]) -> Event {
     let peer = s
         .peer_addr()
         .unwrap_or_else(|_| SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 0));
-    let _ = s.set_read_timeout(Some(HELLO_TIMEOUT));
-    let verdict = match protocol::read_frame_limited(&mut s, MAX_HELLO) {
+    let deadline = std::time::Instant::now() + converse_bootstrap::door::INTRO_DEADLINE;
+    let verdict = match converse_bootstrap::door::read_intro(&mut s, MAX_HELLO, deadline) {
         Ok((Kind::Hello, body)) => match Hello::decode(&body) {
             Some(h) if protocol::secrets_equal(&h.secret, secret) => Ok(Ok(h)),
             Some(_) => Err("wrong job secret".to_string()),

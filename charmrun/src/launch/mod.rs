@@ -16,7 +16,7 @@ mod embedded;
 mod error;
 mod fleet;
 mod job;
-mod start;
+pub(crate) mod start;
 pub mod verdict;
 
 pub use embedded::{start_embedded, Embedded};

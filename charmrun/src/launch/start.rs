@@ -352,7 +352,7 @@ fn routes(plan: &[NodeStart]) -> Result<Vec<IpAddr>, LaunchError> {
 /// connection and the reader's clone of it): a few hundred nodes pass the usual soft limit of
 /// 1024. Raise the soft limit to the hard one, as MPI launchers do; where that fails, the
 /// first descriptor that cannot be had is an error naming the node.
-fn raise_descriptor_limit() {
+pub(crate) fn raise_descriptor_limit() {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) {
         if soft < hard {
