@@ -129,6 +129,21 @@ fn a_node_that_never_connects_ends_start_up_naming_it() {
     );
 }
 
+/// charmrun's control port, from its `++verbose` output.
+fn control_port(job: &mut Running) -> u16 {
+    assert!(
+        job.wait_for_stderr("control port ", Duration::from_secs(10)),
+        "{}",
+        job.stderr_so_far()
+    );
+    job.stderr_so_far()
+        .split("control port ")
+        .nth(1)
+        .and_then(|r| r.split(',').next())
+        .and_then(|p| p.trim().parse().ok())
+        .expect("port in verbose output")
+}
+
 #[test]
 fn a_stranger_without_the_secret_is_refused_and_the_job_is_unaffected() {
     let mut job = Running::start(
@@ -136,18 +151,7 @@ fn a_stranger_without_the_secret_is_refused_and_the_job_is_unaffected() {
         limit(),
     )
     .expect("start");
-    assert!(
-        job.wait_for_stderr("control port ", Duration::from_secs(10)),
-        "{}",
-        job.stderr_so_far()
-    );
-    let err = job.stderr_so_far();
-    let port: u16 = err
-        .split("control port ")
-        .nth(1)
-        .and_then(|r| r.split(',').next())
-        .and_then(|p| p.trim().parse().ok())
-        .expect("port in verbose output");
+    let port = control_port(&mut job);
     // A stranger with a well-formed introduction but the wrong secret, and one with garbage.
     let mut hello = Vec::new();
     let body = charmrun::protocol::Hello {
@@ -186,18 +190,7 @@ fn a_flood_of_trickling_strangers_at_the_control_port_harms_nothing() {
         limit(),
     )
     .expect("start");
-    assert!(
-        job.wait_for_stderr("control port ", Duration::from_secs(10)),
-        "{}",
-        job.stderr_so_far()
-    );
-    let err = job.stderr_so_far();
-    let port: u16 = err
-        .split("control port ")
-        .nth(1)
-        .and_then(|r| r.split(',').next())
-        .and_then(|p| p.trim().parse().ok())
-        .expect("port in verbose output");
+    let port = control_port(&mut job);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flood = {
         let stop = stop.clone();

@@ -88,14 +88,7 @@ pub fn read_intro(s: &mut TcpStream, max: usize, deadline: Instant) -> io::Resul
     if body.len() < len {
         return Err(io::ErrorKind::UnexpectedEof.into());
     }
-    let kind = Kind::from_u8(body[0]).ok_or_else(|| {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("control frame kind {}", body[0]),
-        )
-    })?;
-    body.remove(0);
-    Ok((kind, body))
+    crate::protocol::split_kind(body)
 }
 
 /// A stream whose reads end at a deadline, however the bytes trickle.
@@ -111,7 +104,11 @@ impl Read for Until<'_> {
             return Err(io::ErrorKind::TimedOut.into());
         }
         self.s.set_read_timeout(Some(left))?;
-        self.s.read(buf)
+        match self.s.read(buf) {
+            // The socket's timeout (the deadline) ran out inside this read.
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Err(io::ErrorKind::TimedOut.into()),
+            r => r,
+        }
     }
 }
 
@@ -134,6 +131,8 @@ mod tests {
     fn a_trickling_stranger_is_cut_off_at_the_deadline() {
         let (mut c, mut s) = pair();
         let t = std::thread::spawn(move || {
+            // A frame of 100 bytes announced, its body then a byte at a time.
+            let _ = c.write_all(&100u32.to_le_bytes());
             for _ in 0..20 {
                 if c.write_all(&[1]).is_err() {
                     break;

@@ -173,10 +173,19 @@ pub fn read_frame_limited(r: &mut impl Read, max: usize) -> io::Result<(Kind, Ve
     }
     let mut body = vec![0u8; len];
     r.read_exact(&mut body)?;
-    let kind = Kind::from_u8(body[0]).ok_or_else(|| {
+    split_kind(body)
+}
+
+/// A frame's kind and body, from what followed its length (at least one byte).
+///
+/// # Errors
+/// `InvalidData` for a kind that is not one of [`Kind`].
+pub fn split_kind(mut body: Vec<u8>) -> io::Result<(Kind, Vec<u8>)> {
+    let first = body.first().copied().unwrap_or(0);
+    let kind = Kind::from_u8(first).ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("control frame kind {}", body[0]),
+            format!("control frame kind {first}"),
         )
     })?;
     body.remove(0);
