@@ -490,10 +490,10 @@ mod particular {
         let o = job.finish();
         assert_eq!(o.code, Some(0), "{o}");
         assert_eq!(o.lines_with("conformance wait: ok"), 1, "{o}");
-        assert!(
-            stats_field(&o.stderr, "udp.strangers_dropped") >= 3 * 8,
-            "{o}"
-        );
+        // Noise, another job's tag and another node's datagrams never reach the layer (the
+        // socket's kernel filter); what passes it and is still not ours is counted: per node,
+        // the perfect packet from a stranger's address, and two of impossible fields.
+        assert!(stats_field(&o.stderr, "udp.strangers_dropped") >= 3, "{o}");
         assert!(
             stats_field(&o.stderr, "udp.garbage_dropped") >= 3 * 2,
             "{o}"

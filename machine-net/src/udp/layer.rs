@@ -122,6 +122,11 @@ impl Open for UdpOpen {
         }
         let sock = Socket::bind(launcher.local_ip(), conf.mtu)
             .map_err(|e| MachineError::io("opening the node's UDP socket", e))?;
+        // Strangers' datagrams stay out of the receive buffer; a kernel without socket filters
+        // leaves the check to the layer alone, as before.
+        if let Err(e) = sock.admit_only(wire::tag(&env.secret), env.node as u16) {
+            tracing::debug!(target: "udp", "no socket filter: {e}");
+        }
         let rcvbuf = sock
             .set_buffers(conf.sockbuf)
             .map_err(|e| MachineError::io("sizing the UDP socket's buffers", e))?;

@@ -24,6 +24,7 @@
 pub mod config;
 mod congestion;
 pub mod endpoint;
+mod filter;
 mod flight;
 pub mod layer;
 pub mod link;

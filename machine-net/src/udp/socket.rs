@@ -266,6 +266,15 @@ impl Socket {
         })
     }
 
+    /// Let in only this job's datagrams to node `me` (`filter.rs`), before anyone knows the
+    /// socket's address.
+    ///
+    /// # Errors
+    /// The kernel's.
+    pub(super) fn admit_only(&self, tag: u64, me: u16) -> io::Result<()> {
+        super::filter::admit_only(self.sock.as_fd(), tag, me)
+    }
+
     /// Send to peers from `senders` (connected sockets per peer) rather than from this
     /// socket, as far as they allow.
     pub(super) fn send_from(&mut self, senders: Senders) {
