@@ -133,6 +133,8 @@ fn serve(mut net: Network<'_>, dir: &Path) {
             }
         }
     }
+    // Where the front-end can see that this back-end's waits ended.
+    let _ = std::fs::write(dir.join(format!("ended.{rank}")), b"");
     let _ = net.wait_for_shutdown();
 }
 
@@ -366,7 +368,7 @@ fn one_round(
         waves = Waves::new(s2, topo, &dead);
     }
     if !want_recovery {
-        return recovery_off(net, &mut waves, &victims);
+        return recovery_off(net, &mut waves, &victims, topo, dir);
     }
     let until = Instant::now() + LIMIT;
     let (mut removed, mut new_parent, mut endpoint) =
@@ -503,7 +505,13 @@ fn singlecast(net: &mut Network<'_>, dir: &Path, v: Rank) -> Result<(), String> 
     }
 }
 
-fn recovery_off(net: &mut Network<'_>, waves: &mut Waves, victims: &[Rank]) -> Result<(), String> {
+fn recovery_off(
+    net: &mut Network<'_>,
+    waves: &mut Waves,
+    victims: &[Rank],
+    topo: &Topology,
+    dir: &Path,
+) -> Result<(), String> {
     let until = Instant::now() + LIMIT;
     loop {
         if Instant::now() > until {
@@ -542,9 +550,31 @@ fn recovery_off(net: &mut Network<'_>, waves: &mut Waves, victims: &[Rank]) -> R
         }
     }
     match net.try_recv() {
-        Ok(None) => Ok(()),
-        other => Err(format!("recv() told twice: {other:?}")),
+        Ok(None) => {}
+        other => return Err(format!("recv() told twice: {other:?}")),
     }
+    // The back-ends below the dead are cut off: their waits end (their `recv` says shut down)
+    // without the front-end's shutdown, which can never reach them (they waited until the
+    // job ended).
+    let below: Vec<Rank> = victims
+        .iter()
+        .filter_map(|&v| topo.find_rank(v))
+        .flat_map(|i| topo.nodes()[i].backend_ranks())
+        .collect();
+    let until = Instant::now() + LIMIT;
+    while let Some(r) = below
+        .iter()
+        .find(|r| !dir.join(format!("ended.{r}")).exists())
+    {
+        if Instant::now() > until {
+            return Err(format!(
+                "back-end {r}, cut off, still waits after {LIMIT:?}"
+            ));
+        }
+        net.progress();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    Ok(())
 }
 
 /// `streamed`: every back-end sends `STREAMED` waves on one request; an internal process is

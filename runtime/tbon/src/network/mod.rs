@@ -421,7 +421,8 @@ impl<'p> Network<'p> {
     /// a process that died; a stream's failure, as [`recv_on`](Network::recv_on) gives it
     /// (a filter's, [`TbonError::StreamFailed`]); [`TbonError::StreamClosed`] or
     /// [`TbonError::StreamFailed`] once for each stream that ended with nothing left on it;
-    /// [`TbonError::ShutDown`] when the network is shut down and nothing is left;
+    /// [`TbonError::ShutDown`] when the network is shut down and nothing is left, or (failure
+    /// recovery off) this process is cut off from the front-end by a death above it;
     /// [`TbonError::JobEnded`].
     pub fn recv(&mut self) -> Result<(Stream, Packet), TbonError> {
         loop {

@@ -106,6 +106,22 @@ impl Node {
             })
     }
 
+    /// A process of `dead` on this process's path to the front-end (in the tree as made), if
+    /// there is one.
+    fn cut_off_by(&self, dead: &[Rank]) -> Option<Rank> {
+        let orig = &self.place.as_ref()?.orig;
+        let nodes = orig.nodes();
+        let mut at = orig.find_rank(self.my_rank())?;
+        while let Some(up) = nodes[at].parent() {
+            let r = nodes[up].rank();
+            if dead.contains(&r) {
+                return Some(r);
+            }
+            at = up;
+        }
+        None
+    }
+
     /// Front-end, any-stream receive: a stream closed (its last back-end died) or failed
     /// (recovery off) that it has not reported yet; reported once each, after every packet
     /// and failure of the stream was taken.
@@ -192,6 +208,19 @@ impl Node {
         if !self.recovery.on {
             if fe {
                 self.fail_streams(&newly, &failure.reason);
+            } else if let Some(r) = self.cut_off_by(&newly) {
+                // Nothing from the front-end reaches this process again, its shutdown
+                // request included: its waits end now, as a shutdown's would.
+                self.shut_down = true;
+                self.event(
+                    EventKind::ShutDown,
+                    None,
+                    Some(r),
+                    format!(
+                        "process {r} above this one died ({}) and failure recovery is off:                          cut off from the front-end",
+                        failure.reason
+                    ),
+                );
             }
             self.forget_dead_in_requests(pe, &newly);
             return;
