@@ -329,6 +329,8 @@ impl Recorder {
     /// a torn one. A failure stops tracing, said once.
     pub(crate) fn flush(&mut self, names: &[String]) {
         let Some(out) = &mut self.out else { return };
+        // Not cut by the launcher's watchdog ending the process meanwhile (`writes`).
+        let _writing = converse_machine::writes::begin();
         if !out.header_written {
             out.header_written = true;
             self.header.handlers = names.to_vec();
@@ -346,6 +348,8 @@ impl Recorder {
         if out.records.is_empty() && out.strings.is_empty() {
             return;
         }
+        // Once per chunk: not cut by the watchdog ending the process meanwhile (`writes`).
+        let _writing = converse_machine::writes::begin();
         let b = &mut out.bytes;
         b.clear();
         b.extend_from_slice(CHUNK_TAG);

@@ -472,8 +472,10 @@ fn watchdog(
                 tracing::debug!(target: "charmrun", "charmrun said DIE or went away: ending this process");
                 // The job is over (charmrun said so, or charmrun is gone): leave now, from
                 // whatever state the rest of the process is in. `_exit` runs no exit-time
-                // handlers, which could wait for locks other threads hold. The layer's files
-                // go first: with charmrun gone, nobody else removes them.
+                // handlers, which could wait for locks other threads hold. A trace chunk being
+                // written is let finish (a moment at most), and the layer's files go first:
+                // with charmrun gone, nobody else removes them.
+                converse_machine::writes::wait(std::time::Duration::from_millis(200));
                 crate::cleanup::remove_registered();
                 // A node in the launcher's own process leaves the launcher's group alone: the
                 // launcher ends what it started itself.
