@@ -12,7 +12,7 @@
 //! A thread that cannot be made (the system's limit) drops that connection instead of ending
 //! the accepting thread, which would close the door for the nodes still to come.
 
-use crate::protocol::{Kind, MAX_FRAME};
+use crate::protocol::Kind;
 use std::io::{self, Read};
 use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -73,15 +73,7 @@ pub fn serve(
 /// socket's.
 pub fn read_intro(s: &mut TcpStream, max: usize, deadline: Instant) -> io::Result<(Kind, Vec<u8>)> {
     let mut r = Until { s, deadline };
-    let mut len = [0u8; 4];
-    r.read_exact(&mut len)?;
-    let len = u32::from_le_bytes(len) as usize;
-    if len == 0 || len > max.min(MAX_FRAME) {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!("control frame of {len} bytes"),
-        ));
-    }
+    let len = crate::protocol::read_frame_len(&mut r, max)?;
     // Grown as the bytes come, not allocated whole on the say-so of a length field.
     let mut body = Vec::new();
     (&mut r).take(len as u64).read_to_end(&mut body)?;

@@ -162,6 +162,17 @@ pub fn read_frame(r: &mut impl Read) -> io::Result<(Kind, Vec<u8>)> {
 /// # Errors
 /// As [`read_frame`].
 pub fn read_frame_limited(r: &mut impl Read, max: usize) -> io::Result<(Kind, Vec<u8>)> {
+    let len = read_frame_len(r, max)?;
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body)?;
+    split_kind(body)
+}
+
+/// Read a frame's length field: a length from 1 to `max` (and [`MAX_FRAME`]).
+///
+/// # Errors
+/// `InvalidData` for a length out of range; the reader's.
+pub fn read_frame_len(r: &mut impl Read, max: usize) -> io::Result<usize> {
     let mut len = [0u8; 4];
     r.read_exact(&mut len)?;
     let len = u32::from_le_bytes(len) as usize;
@@ -171,9 +182,7 @@ pub fn read_frame_limited(r: &mut impl Read, max: usize) -> io::Result<(Kind, Ve
             format!("control frame of {len} bytes"),
         ));
     }
-    let mut body = vec![0u8; len];
-    r.read_exact(&mut body)?;
-    split_kind(body)
+    Ok(len)
 }
 
 /// A frame's kind and body, from what followed its length (at least one byte).
