@@ -361,17 +361,18 @@ impl Pe {
     #[cold]
     pub(crate) fn wait_for_sibling(&mut self, dest: usize) {
         let bound = self.tun.sibling_max();
+        // Held apart from `self.link` once, so that `poll` may borrow this PE meanwhile.
+        let Link::Worker { node, rank } = &self.link else {
+            return;
+        };
+        let (node, rank) = (node.clone(), *rank);
+        let Some(inbox) = node.inboxes.get(dest - node.first_pe) else {
+            return;
+        };
         loop {
-            let Link::Worker { node, rank } = &self.link else {
-                return;
-            };
-            let Some(inbox) = node.inboxes.get(dest - node.first_pe) else {
-                return;
-            };
             if inbox.sibling_bytes() < bound || inbox.is_closed() || self.life.stopping() {
                 return;
             }
-            let (node, rank) = (node.clone(), *rank);
             if self.poll() == 0 {
                 // The sibling does not say when it drains: back off 1 ms at a time, as a
                 // sender waiting for a peer does (woken early by an arrival).
