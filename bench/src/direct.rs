@@ -36,11 +36,16 @@ pub(crate) fn pe_main(
         m.table().num_nodes() >= 2,
         "the layer-only ping-pong needs two nodes or more (charmrun +p2)"
     );
-    m.barrier(&mut drop)?;
+    // A peer may leave the barrier before this node has seen it end, and send at once: what
+    // arrives meanwhile is handed to the barrier's `deliver`, and is the first ping (or node
+    // 0's word to an idle node). Dropped here, it hung both sides (1 run in ~1,000; in ~100
+    // with `+set mpi.window=4`).
+    let mut got: Option<Message> = None;
+    m.barrier(&mut |x| got = Some(x))?;
     if me >= 2 {
         // Idle as a node of a job is: blocked in the layer's wait until node 0 says the
         // ping-pong is over (the exit barrier's naps would wake it every millisecond).
-        let mut done = false;
+        let mut done = got.is_some();
         while !done {
             m.advance(&mut |_| done = true)?;
             if !done {
@@ -54,7 +59,6 @@ pub(crate) fn pe_main(
     let peer = 1 - me;
     let warmup = crate::pingpong::warmup(iters);
     let mut rows = Vec::new();
-    let mut got: Option<Message> = None;
     for &size in sizes {
         let mut h = histogram()?;
         let mut msg = Some(Message::new(size));
