@@ -56,39 +56,10 @@ pub(crate) fn pe_main(
         m.exit(0)?;
         return Ok(());
     }
-    let peer = 1 - me;
     let warmup = crate::pingpong::warmup(iters);
     let mut rows = Vec::new();
     for &size in sizes {
-        let mut h = histogram()?;
-        let mut msg = Some(Message::new(size));
-        for i in 0..iters + warmup {
-            let t = Instant::now();
-            if me == 0 {
-                if let Some(out) = msg.take() {
-                    m.send(peer, out)?;
-                }
-            }
-            while got.is_none() {
-                m.advance(&mut |x| got = Some(x))?;
-                if got.is_none() {
-                    // As the scheduler's idle spin and the raw socket baselines poll: a core
-                    // shared with the other side (SMT) is left to it between polls. (The raw
-                    // MPI series spin inside MPI without one; measured, dropping it here made
-                    // no reliable difference: docs/benchmarks.md, "Across both ranks".)
-                    std::hint::spin_loop();
-                }
-            }
-            let back = got.take();
-            if me == 0 {
-                if i >= warmup {
-                    h.saturating_record((t.elapsed().as_nanos() as u64 / 2).max(1));
-                }
-                msg = back;
-            } else if let Some(b) = back {
-                m.send(peer, b)?;
-            }
-        }
+        let h = layer_pingpong(&mut **m, size, iters, warmup, &mut got)?;
         rows.push(Row::from_hist(
             &format!("{}-layer-only", layer.name),
             size,
@@ -106,4 +77,46 @@ pub(crate) fn pe_main(
     }
     m.exit(0)?;
     Ok(())
+}
+
+/// The layer's ping-pong of `size`-byte messages between nodes 0 and 1, `warmup` round trips
+/// then `iters` timed ones: node 0's one-way times (node 1's histogram stays empty). `got`
+/// holds a message that arrived before the first round trip (in a barrier, say).
+pub(crate) fn layer_pingpong(
+    m: &mut dyn converse_machine::Machine,
+    size: usize,
+    iters: u64,
+    warmup: u64,
+    got: &mut Option<Message>,
+) -> anyhow::Result<hdrhistogram::Histogram<u64>> {
+    let me = m.my_node();
+    let peer = 1 - me;
+    let mut h = histogram()?;
+    let mut msg = (me == 0).then(|| Message::new(size));
+    for i in 0..iters + warmup {
+        let t = Instant::now();
+        if let Some(out) = msg.take() {
+            m.send(peer, out)?;
+        }
+        while got.is_none() {
+            m.advance(&mut |x| *got = Some(x))?;
+            if got.is_none() {
+                // As the scheduler's idle spin and the raw socket baselines poll: a core
+                // shared with the other side (SMT) is left to it between polls. (The raw
+                // MPI series spin inside MPI without one; measured, dropping it here made
+                // no reliable difference: docs/benchmarks.md, "Across both ranks".)
+                std::hint::spin_loop();
+            }
+        }
+        let back = got.take();
+        if me == 0 {
+            if i >= warmup {
+                h.saturating_record((t.elapsed().as_nanos() as u64 / 2).max(1));
+            }
+            msg = back;
+        } else if let Some(b) = back {
+            m.send(peer, b)?;
+        }
+    }
+    Ok(h)
 }

@@ -12,12 +12,15 @@
 //! bench idle [--layer si] [--secs S] [--ppn K]
 //! bench multi [--sizes 8,65536,1048576] [--iters N] [--messages N] [--runs R]   (root)
 //! bench udp [--iters N] [--runs R] [--parts bandwidth,loss,contention,nodes] [+set K=V ...]
+//! bench mpi-same-job [--sizes 8,4096,...] [--iters N] [--rounds R]   (--features mpi)
 //! bench topo [--layer local] [--pes 8,16] [--sizes 8,65536] [--iters N] [--contenders 2,4,8]
 //! ```
 
 mod args;
 mod direct;
 mod idle;
+#[cfg(feature = "mpi")]
+mod mpi_same_job;
 mod multi;
 mod pingpong;
 mod plot;
@@ -169,6 +172,31 @@ enum Cmd {
     #[cfg(feature = "mpi")]
     #[command(hide = true)]
     RawMpi(Job),
+    /// The MPI layer alone against raw MPI in the same 2-rank job, in alternating blocks
+    /// (starts `mpirun -n 2` itself): per round, the ratio of their p50s at each size.
+    #[cfg(feature = "mpi")]
+    MpiSameJob {
+        /// Message sizes in bytes, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "8,4096,65536,1048576",
+              value_parser = args::size)]
+        sizes: Vec<usize>,
+        /// Timed round trips per size and block (after a tenth as many warm-up ones).
+        #[arg(long, default_value_t = 2000, value_parser = args::count64, allow_negative_numbers = true)]
+        iters: u64,
+        /// Rounds (each: a raw and a layer block per size).
+        #[arg(long, default_value_t = 10, allow_negative_numbers = true,
+              value_parser = clap::value_parser!(u16).range(1..))]
+        rounds: u16,
+    },
+    /// One rank of `bench mpi-same-job`.
+    #[cfg(feature = "mpi")]
+    #[command(hide = true)]
+    PeMpiSameJob {
+        #[command(flatten)]
+        job: Job,
+        #[arg(long)]
+        rounds: u16,
+    },
     /// The echoing side of the raw UDP baseline.
     #[command(hide = true)]
     RawUdpEcho {
@@ -477,6 +505,16 @@ fn main() -> ExitCode {
         ),
         #[cfg(feature = "mpi")]
         Cmd::RawMpi(j) => raw_mpi::rank_main(&j.sizes, j.iters, &j.csv),
+        #[cfg(feature = "mpi")]
+        Cmd::MpiSameJob {
+            sizes,
+            iters,
+            rounds,
+        } => mpi_same_job::run(&sizes, iters, rounds),
+        #[cfg(feature = "mpi")]
+        Cmd::PeMpiSameJob { job, rounds } => {
+            mpi_same_job::rank_main(&job.sizes, job.iters, rounds, &job.csv, settings)
+        }
         Cmd::Multi {
             sizes,
             iters,

@@ -61,6 +61,8 @@ pub struct Pe {
     pub(crate) rec: Option<Box<crate::trace::Recorder>>,
     /// Which nodes are out of the job, and what to call then (report mode).
     pub(crate) fail: crate::failure::Failures,
+    /// The mailbox queue of a PE that owns its layer, once [`mailbox`](Pe::mailbox) made one.
+    pub(crate) mail: Option<Arc<crate::mailbox::OwnMail>>,
 }
 
 // By hand: handlers, queues and the layer have no useful text form; the PE's number says
@@ -160,6 +162,7 @@ impl Pe {
             dropped: 0,
             rec: None,
             fail,
+            mail: None,
         }
     }
 

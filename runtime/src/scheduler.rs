@@ -409,8 +409,14 @@ impl Pe {
             }
             q.push(m)
         });
+        // Posts from other threads (a PE that owns its layer; a worker's arrive in its inbox):
+        // one untaken branch until a mailbox is made, one relaxed load after.
+        let posted = match &self.mail {
+            Some(mail) => mail.drain(|m| self.queue.push(m)),
+            None => 0,
+        };
         match got {
-            Ok(n) => n,
+            Ok(n) => n + posted,
             Err(e) => {
                 self.machine_error(&e);
                 1

@@ -171,6 +171,38 @@ impl Launcher {
         }
     }
 
+    /// This launcher, in SMP mode with `ppn` PEs per process (itself when `ppn` is 1).
+    pub fn with_ppn(self, ppn: usize) -> Launcher {
+        if ppn == 1 {
+            self
+        } else {
+            Launcher::Smp {
+                inner: Box::new(self),
+                ppn,
+            }
+        }
+    }
+
+    /// Run `program SCENARIO` on `pes` PEs (two minutes at most) and check that it exits 0
+    /// and that every PE printed `PREFIX SCENARIO: PE N ok` once.
+    pub fn expect_every_pe_ok(
+        &self,
+        program: &str,
+        prefix: &str,
+        scenario: &str,
+        pes: usize,
+    ) -> Outcome {
+        let o = self.run(program, pes, &[scenario], Duration::from_secs(120));
+        let oks = (0..pes)
+            .filter(|p| o.lines_with(&format!("{prefix} {scenario}: PE {p} ok")) == 1)
+            .count();
+        assert!(
+            o.code == Some(0) && oks == pes,
+            "{scenario} on {pes} PEs via {self:?}: {oks} PEs ok\n{o}"
+        );
+        o
+    }
+
     /// PEs per process of this launcher's jobs.
     pub fn ppn(&self) -> usize {
         match self {

@@ -264,3 +264,35 @@ mod particular {
         assert!(o.stderr.contains("++timelimit of 2 s reached"), "{o}");
     }
 }
+
+/// Tasks and calls with replies (`converse-tasks`) under mpirun, at `+ppn 1` and `2`.
+mod tasks {
+    use converse_tests::Launcher;
+
+    const TASKS: &str = env!("CARGO_BIN_EXE_tasks");
+
+    fn run(scenario: &str, pes: usize, ppn: usize) {
+        Launcher::Mpirun {
+            machine: "mpi",
+            opts: vec![],
+            split: false,
+        }
+        .with_ppn(ppn)
+        .expect_every_pe_ok(TASKS, "tasks", scenario, pes);
+    }
+
+    #[test]
+    fn tasks_yield_sleep_share_a_mutex_join_and_abort() {
+        run("basics", 3, 1);
+    }
+
+    #[test]
+    fn calls_get_their_own_replies() {
+        run("calls", 3, 1);
+    }
+
+    #[test]
+    fn calls_get_their_own_replies_at_ppn_2() {
+        run("calls", 4, 2);
+    }
+}

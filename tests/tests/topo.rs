@@ -207,14 +207,7 @@ fn a_death_in_report_mode_fails_every_waiting_call_naming_the_process() {
                 machine: "tcp",
                 opts: vec![],
             };
-            let l = if ppn == 1 {
-                inner
-            } else {
-                Launcher::Smp {
-                    inner: Box::new(inner),
-                    ppn,
-                }
-            };
+            let l = inner.with_ppn(ppn);
             let o = l.run(
                 TOPO,
                 4,

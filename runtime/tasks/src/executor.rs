@@ -1,0 +1,346 @@
+//! The PE's executor: tasks in a slab, each polled by a message to the PE's own run handler.
+//!
+//! A task is polled only when a message naming it (its slot and the slot's generation in the
+//! envelope's argument words) runs, so tasks are scheduled exactly as handlers are: by the PE's
+//! scheduler, by priority, between messages, with no second thread; a PE with nothing to run
+//! blocks as it always does. A wake-up posts that message through the PE's
+//! [`Mailbox`](converse::Mailbox), from whatever thread wakes it; a task already scheduled is
+//! not scheduled twice (a flag per task), and a message for a slot that has since been reused
+//! (another generation) is dropped.
+//!
+//! Costs per wake-up: one message allocation (24 bytes of envelope, no payload) and a lock-free
+//! push and pop; per poll, one slab lookup. A task is one allocation for its future, one for
+//! its waker and one for its join state.
+
+use converse::{HandlerId, Mailbox, Message, Pe};
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::pin::Pin;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Waker};
+
+type BoxFuture = Pin<Box<dyn Future<Output = ()>>>;
+
+/// What a task's waker holds: where to post its run message, and whether one is on its way.
+struct TaskWake {
+    mailbox: Mailbox,
+    run: HandlerId,
+    id: u32,
+    gen: u32,
+    prio: i32,
+    /// A run message is posted and not yet taken: further wakes until then add nothing.
+    scheduled: AtomicBool,
+}
+
+impl std::task::Wake for TaskWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if !self.scheduled.swap(true, Ordering::AcqRel) {
+            // The one allocation per wake-up: the message that makes the scheduler poll the
+            // task.
+            let mut m = Message::new(0);
+            m.set_arg0(self.id);
+            m.set_arg1(self.gen);
+            m.set_priority(self.prio);
+            self.mailbox.post(self.run, m);
+        }
+    }
+}
+
+/// One slot of the slab.
+#[derive(Default)]
+struct Slot {
+    gen: u32,
+    /// The future, out of the slot while it is being polled.
+    fut: Option<BoxFuture>,
+    wake: Option<Arc<TaskWake>>,
+    waker: Option<Waker>,
+    /// The task is being polled (its future is out of the slot).
+    polling: bool,
+    /// A run message came while it was being polled (a nested scheduler loop ran it): poll
+    /// again once the current poll returns.
+    repoll: bool,
+    /// Aborted while being polled: dropped once the poll returns.
+    aborted: bool,
+}
+
+/// The executor of one PE (shared by its handlers and the [`Tasks`](crate::Tasks) handle).
+pub(crate) struct Exec {
+    slots: RefCell<Vec<Slot>>,
+    free: RefCell<Vec<u32>>,
+    pub(crate) run: Cell<Option<HandlerId>>,
+    pub(crate) mailbox: Mailbox,
+    /// Tasks alive (spawned, not finished nor aborted).
+    live: Cell<usize>,
+}
+
+thread_local! {
+    /// The PE whose task is being polled on this thread (null outside a poll, and while
+    /// [`with_pe`] lends it out).
+    static CURRENT: Cell<*mut Pe> = const { Cell::new(std::ptr::null_mut()) };
+}
+
+/// Run `f` with the PE of the task being polled: how code inside a task sends, registers
+/// timers or reads the PE's numbers.
+///
+/// ```no_run
+/// # async fn inside_a_task() {
+/// let me = converse_tasks::with_pe(|pe| pe.my_pe());
+/// # }
+/// ```
+///
+/// # Panics
+/// Outside a task (no task is being polled on this thread), or from inside another `with_pe`
+/// (the PE is lent once at a time): both are mistakes in the program.
+pub fn with_pe<R>(f: impl FnOnce(&mut Pe) -> R) -> R {
+    let p = CURRENT.with(|c| c.replace(std::ptr::null_mut()));
+    assert!(
+        !p.is_null(),
+        "converse_tasks::with_pe called outside a task, or from inside another with_pe"
+    );
+    // Put back even if `f` unwinds, so a caught panic leaves the PE usable.
+    struct Restore(*mut Pe);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CURRENT.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(p);
+    // SAFETY: `p` was set by `poll_task` from the `&mut Pe` its handler holds, which it does
+    // not touch until the poll returns; taking it out of the cell means no second `&mut` can
+    // be made from it meanwhile.
+    f(unsafe { &mut *p })
+}
+
+/// Whether a task is being polled on this thread (so [`with_pe`] may be called).
+pub fn in_task() -> bool {
+    CURRENT.with(|c| !c.get().is_null())
+}
+
+impl Exec {
+    pub(crate) fn new(mailbox: Mailbox) -> Exec {
+        Exec {
+            slots: RefCell::new(Vec::new()),
+            free: RefCell::new(Vec::new()),
+            run: Cell::new(None),
+            mailbox,
+            live: Cell::new(0),
+        }
+    }
+
+    /// Tasks alive on this PE.
+    pub(crate) fn live(&self) -> usize {
+        self.live.get()
+    }
+
+    /// Put `fut` in a slot and schedule its first poll (a message to this PE). Returns the
+    /// slot and its generation.
+    pub(crate) fn spawn(&self, pe: &mut Pe, prio: i32, fut: BoxFuture) -> (u32, u32) {
+        let Some(run) = self.run.get() else {
+            unreachable!("the run handler is registered by Tasks::attach before any spawn")
+        };
+        let id = match self.free.borrow_mut().pop() {
+            Some(id) => id,
+            None => {
+                let mut slots = self.slots.borrow_mut();
+                slots.push(Slot::default());
+                (slots.len() - 1) as u32
+            }
+        };
+        let mut slots = self.slots.borrow_mut();
+        let slot = &mut slots[id as usize];
+        let wake = Arc::new(TaskWake {
+            mailbox: self.mailbox.clone(),
+            run,
+            id,
+            gen: slot.gen,
+            prio,
+            scheduled: AtomicBool::new(true),
+        });
+        slot.waker = Some(Waker::from(wake.clone()));
+        slot.wake = Some(wake);
+        slot.fut = Some(fut);
+        let gen = slot.gen;
+        drop(slots);
+        self.live.set(self.live.get() + 1);
+        let mut m = Message::new(0);
+        m.set_arg0(id);
+        m.set_arg1(gen);
+        m.set_priority(prio);
+        let me = pe.my_pe();
+        pe.send_msg(me, run, m);
+        (id, gen)
+    }
+
+    /// The run handler: poll the task the message names, if it is still that task.
+    pub(crate) fn run(&self, pe: &mut Pe, msg: &Message) {
+        let (id, gen) = (msg.arg0(), msg.arg1());
+        let (mut fut, waker, wake) = {
+            let mut slots = self.slots.borrow_mut();
+            let Some(slot) = slots.get_mut(id as usize) else {
+                return;
+            };
+            if slot.gen != gen {
+                return; // a wake of a task that has finished since
+            }
+            if slot.polling {
+                slot.repoll = true;
+                return;
+            }
+            let (Some(fut), Some(waker), Some(wake)) =
+                (slot.fut.take(), slot.waker.clone(), slot.wake.clone())
+            else {
+                return;
+            };
+            slot.polling = true;
+            (fut, waker, wake)
+        };
+        loop {
+            // Cleared before the poll: a wake during it schedules the task again.
+            wake.scheduled.store(false, Ordering::Release);
+            let mut cx = Context::from_waker(&waker);
+            let prev = CURRENT.with(|c| c.replace(pe as *mut Pe));
+            struct Restore(*mut Pe);
+            impl Drop for Restore {
+                fn drop(&mut self) {
+                    CURRENT.with(|c| c.set(self.0));
+                }
+            }
+            let restore = Restore(prev);
+            let done = fut.as_mut().poll(&mut cx).is_ready();
+            drop(restore);
+            let mut slots = self.slots.borrow_mut();
+            let slot = &mut slots[id as usize];
+            if done || slot.aborted {
+                slot.polling = false;
+                slot.aborted = false;
+                slot.repoll = false;
+                self.release(slot, id);
+                drop(slots);
+                // The future's destructors may use the executor (cancel calls, drop handles).
+                drop(fut);
+                return;
+            }
+            if std::mem::take(&mut slot.repoll) {
+                continue;
+            }
+            slot.polling = false;
+            slot.fut = Some(fut);
+            return;
+        }
+    }
+
+    /// Free `slot` (its task finished or was aborted): a later run message for it is stale.
+    fn release(&self, slot: &mut Slot, id: u32) {
+        slot.gen = slot.gen.wrapping_add(1);
+        slot.wake = None;
+        slot.waker = None;
+        self.free.borrow_mut().push(id);
+        self.live.set(self.live.get() - 1);
+    }
+
+    /// Drop task `(id, gen)` without running it further. Returns whether it was alive.
+    pub(crate) fn abort(&self, id: u32, gen: u32) -> bool {
+        let fut = {
+            let mut slots = self.slots.borrow_mut();
+            let Some(slot) = slots.get_mut(id as usize) else {
+                return false;
+            };
+            if slot.gen != gen {
+                return false;
+            }
+            if slot.polling {
+                // Aborted from inside its own poll (or a nested loop of it): dropped when the
+                // poll returns.
+                slot.aborted = true;
+                return true;
+            }
+            let fut = slot.fut.take();
+            self.release(slot, id);
+            fut
+        };
+        drop(fut);
+        true
+    }
+}
+
+/// The shared state of a task and its [`JoinHandle`].
+pub(crate) struct JoinState<T> {
+    pub(crate) out: Option<Result<T, crate::TaskError>>,
+    pub(crate) done: bool,
+    pub(crate) joiner: Option<Waker>,
+}
+
+impl<T> JoinState<T> {
+    pub(crate) fn finish(&mut self, out: Result<T, crate::TaskError>) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        self.out = Some(out);
+        if let Some(w) = self.joiner.take() {
+            w.wake();
+        }
+    }
+}
+
+/// A spawned task: await it (from another task) for its output, or look at it from a handler
+/// or the start function. Dropping the handle detaches the task (it runs on); see
+/// [`abort`](JoinHandle::abort).
+pub struct JoinHandle<T> {
+    pub(crate) state: Rc<RefCell<JoinState<T>>>,
+    pub(crate) exec: Rc<Exec>,
+    pub(crate) id: u32,
+    pub(crate) gen: u32,
+}
+
+impl<T> std::fmt::Debug for JoinHandle<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JoinHandle")
+            .field("task", &self.id)
+            .field("finished", &self.is_finished())
+            .finish()
+    }
+}
+
+impl<T> JoinHandle<T> {
+    /// Whether the task has finished (or was aborted).
+    pub fn is_finished(&self) -> bool {
+        self.state.borrow().done
+    }
+
+    /// The task's output, once it has finished (taken: a second call gets `None`).
+    pub fn take(&self) -> Option<Result<T, crate::TaskError>> {
+        self.state.borrow_mut().out.take()
+    }
+
+    /// Stop the task: its future is dropped where it waits (its pending calls are cancelled,
+    /// their replies dropped when they come) and the handle's output is
+    /// [`TaskError::Aborted`](crate::TaskError::Aborted). Nothing happens to a task that has
+    /// finished already.
+    pub fn abort(&self) {
+        if self.exec.abort(self.id, self.gen) {
+            self.state
+                .borrow_mut()
+                .finish(Err(crate::TaskError::Aborted));
+        }
+    }
+}
+
+impl<T> Future for JoinHandle<T> {
+    type Output = Result<T, crate::TaskError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut s = self.state.borrow_mut();
+        if s.done {
+            return Poll::Ready(s.out.take().unwrap_or(Err(crate::TaskError::Taken)));
+        }
+        s.joiner = Some(cx.waker().clone());
+        Poll::Pending
+    }
+}

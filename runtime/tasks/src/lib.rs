@@ -1,0 +1,274 @@
+//! Code that waits, on a converse PE: `async` tasks run by the PE's own scheduler, calls with
+//! replies, timers, timeouts and cancellation.
+//!
+//! Every handler runs to completion; a program that needs an answer from another PE splits its
+//! logic into a send and a second handler. A *task* is the other way (Converse's threads,
+//! Charm++'s `[threaded]` and `[sync]` methods, Argobots' ULTs, Margo's blocking
+//! `margo_forward`): an `async` block that can wait for a reply, a timer or another task while
+//! the PE goes on running messages.
+//!
+//! - **Tasks are messages.** A task is polled when a message naming it runs on its PE (see
+//!   `executor.rs`): the scheduler that runs handlers runs tasks, by the same priorities, on the
+//!   same thread, and a PE with nothing to do blocks as before. A task never runs on two PEs,
+//!   and never moves: its future is not `Send` (it may hold `Rc`s of the PE's state), so
+//!   Argobots' *migrate* has no equivalent here.
+//! - **Stackless**, not Cth-style stackful threads: a task costs one allocation for its future
+//!   and a few words, not a stack; a switch is a poll, not a context switch; and Rust's
+//!   borrow rules keep working across waits. The price is `async`/`.await` in the code that
+//!   waits. (`bench tasks` gives the figures.)
+//! - **Calls with replies** ([`Tasks::serve`], [`call`]): see [`Call`]'s module for the wire
+//!   format, cancellation and what a death does.
+//! - **Waiting together**: `sync` is tokio's `sync` module (mutex, notify, channels, oneshot),
+//!   which needs no tokio runtime — its primitives wake the task that waits, through this
+//!   executor, and cost what they cost under tokio (tens of nanoseconds uncontended).
+//!
+//! ```no_run
+//! use converse_tasks::{call, Tasks};
+//! converse::run(|pe| {
+//!     let tasks = Tasks::attach(pe);
+//!     let square = tasks.serve(pe, "square", |pe, req, reply| {
+//!         let x = u64::from_le_bytes(req.payload().try_into().unwrap_or([0; 8]));
+//!         reply.send(pe, &(x * x).to_le_bytes());
+//!     });
+//!     if pe.my_pe() == 0 {
+//!         let n = pe.num_pes();
+//!         tasks.spawn(pe, async move {
+//!             let mut sum = 0;
+//!             for p in 0..n {
+//!                 let r = call(p, &square, &(p as u64).to_le_bytes()).await.expect("reply");
+//!                 sum += u64::from_le_bytes(r.payload().try_into().unwrap_or([0; 8]));
+//!             }
+//!             println!("sum of squares: {sum}");
+//!             converse_tasks::with_pe(|pe| pe.exit(0));
+//!         });
+//!     }
+//! });
+//! ```
+//!
+//! **Attach on every PE.** [`Tasks::attach`] and [`Tasks::serve`] register handlers, so every
+//! PE calls them in the same order, before it first schedules (as for any handler).
+
+mod call;
+mod executor;
+mod time;
+
+pub use call::{call, Call, CallError, CallStats, Reply, ServiceId};
+pub use executor::{in_task, with_pe, JoinHandle};
+pub use time::{sleep, timeout, yield_now, Elapsed, Sleep, Timeout, YieldNow};
+/// Task-aware mutex, notify, channels and oneshot: tokio's, which need no tokio runtime.
+pub use tokio::sync;
+
+use converse::{HandlerId, Message, Pe};
+use executor::{Exec, JoinState};
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::rc::Rc;
+
+/// Why a task has no output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TaskError {
+    /// [`JoinHandle::abort`] stopped it.
+    #[error("the task was aborted")]
+    Aborted,
+    /// The job ended before the task finished ([`Tasks::block_on`]).
+    #[error("the job ended before the task finished")]
+    JobEnded,
+    /// Its output was taken already ([`JoinHandle::take`]).
+    #[error("the task's output was taken already")]
+    Taken,
+}
+
+/// What one PE's tasks and calls share.
+pub(crate) struct Inner {
+    pub(crate) exec: Rc<Exec>,
+    pub(crate) calls: call::CallTable,
+    pub(crate) reply_h: HandlerId,
+    pub(crate) unanswered_h: HandlerId,
+    pub(crate) dropped_h: HandlerId,
+}
+
+thread_local! {
+    /// The [`Inner`] of the PE whose task is being polled on this thread, for [`spawn`].
+    static CURRENT: Cell<*const Inner> = const { Cell::new(std::ptr::null()) };
+}
+
+/// One PE's tasks: spawn them, serve calls. A cheap handle (clone it into tasks).
+#[derive(Clone)]
+pub struct Tasks {
+    inner: Rc<Inner>,
+}
+
+impl std::fmt::Debug for Tasks {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tasks")
+            .field("live", &self.inner.exec.live())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Tasks {
+    /// Set up tasks on this PE: registers this crate's handlers (`converse-tasks.*`), so every
+    /// PE calls it, at the same point of its registrations.
+    pub fn attach(pe: &mut Pe) -> Tasks {
+        let exec = Rc::new(Exec::new(pe.mailbox()));
+        // The handlers need the shared state, which needs their ids: registered in two steps.
+        let slot: Rc<RefCell<Option<Rc<Inner>>>> = Rc::new(RefCell::new(None));
+        let s = slot.clone();
+        let run = pe.register("converse-tasks.run", move |pe, msg| {
+            if let Some(inner) = s.borrow().clone() {
+                let prev = CURRENT.with(|c| c.replace(Rc::as_ptr(&inner)));
+                inner.exec.run(pe, &msg);
+                CURRENT.with(|c| c.set(prev));
+            }
+        });
+        let s = slot.clone();
+        let reply_h = pe.register("converse-tasks.reply", move |_pe, msg| {
+            if let Some(inner) = s.borrow().as_ref() {
+                let (id, gen) = (msg.arg0(), msg.arg1());
+                inner.calls.complete(id, gen, Ok(msg));
+            }
+        });
+        let s = slot.clone();
+        let unanswered_h = pe.register("converse-tasks.unanswered", move |_pe, msg| {
+            if let Some(inner) = s.borrow().as_ref() {
+                let pe = msg.src_pe() as usize;
+                inner
+                    .calls
+                    .complete(msg.arg0(), msg.arg1(), Err(CallError::Unanswered { pe }));
+            }
+        });
+        let s = slot.clone();
+        let dropped_h = pe.register("converse-tasks.dropped", move |pe, msg| {
+            if let Some(inner) = s.borrow().as_ref() {
+                call::on_dropped(inner, pe, msg);
+            }
+        });
+        exec.run.set(Some(run));
+        let inner = Rc::new(Inner {
+            exec,
+            calls: call::CallTable::default(),
+            reply_h,
+            unanswered_h,
+            dropped_h,
+        });
+        *slot.borrow_mut() = Some(inner.clone());
+        if pe.survives_node_failures() {
+            let weak = Rc::downgrade(&inner);
+            pe.on_node_failure(move |_pe, f| {
+                if let Some(inner) = weak.upgrade() {
+                    inner.calls.node_failed(f);
+                }
+            });
+        }
+        Tasks { inner }
+    }
+
+    /// Run `fut` as a task on this PE, at priority 0. Its first poll comes as a message, after
+    /// what is already queued.
+    pub fn spawn<F>(&self, pe: &mut Pe, fut: F) -> JoinHandle<F::Output>
+    where
+        F: Future + 'static,
+        F::Output: 'static,
+    {
+        self.spawn_with_priority(pe, 0, fut)
+    }
+
+    /// [`spawn`](Self::spawn) at priority `prio` (smaller runs first, as for messages): every
+    /// poll of the task is scheduled at it.
+    pub fn spawn_with_priority<F>(&self, pe: &mut Pe, prio: i32, fut: F) -> JoinHandle<F::Output>
+    where
+        F: Future + 'static,
+        F::Output: 'static,
+    {
+        let state = Rc::new(RefCell::new(JoinState {
+            out: None,
+            done: false,
+            joiner: None,
+        }));
+        let st = state.clone();
+        let task = Box::pin(async move {
+            let v = fut.await;
+            st.borrow_mut().finish(Ok(v));
+        });
+        let (id, gen) = self.inner.exec.spawn(pe, prio, task);
+        JoinHandle {
+            state,
+            exec: self.inner.exec.clone(),
+            id,
+            gen,
+        }
+    }
+
+    /// Run `fut` as a task and run the PE's scheduler until it finishes (other messages and
+    /// tasks run meanwhile): how a start function or a handler waits for a task.
+    ///
+    /// # Errors
+    /// [`TaskError::JobEnded`] if the job ends first (or
+    /// [`exit_scheduler`](Pe::exit_scheduler) is called); [`TaskError::Aborted`] if the task
+    /// is aborted.
+    pub fn block_on<F>(&self, pe: &mut Pe, fut: F) -> Result<F::Output, TaskError>
+    where
+        F: Future + 'static,
+        F::Output: 'static,
+    {
+        let h = self.spawn(pe, fut);
+        if !pe.run_until(|_| h.is_finished()) {
+            h.abort();
+            return Err(TaskError::JobEnded);
+        }
+        h.take().unwrap_or(Err(TaskError::Taken))
+    }
+
+    /// Register `name` as a service on this PE: `f` gets each call's request and the
+    /// [`Reply`] to answer it with (now, or later from anywhere on this PE). Every PE
+    /// registers the same services in the same order.
+    pub fn serve<F>(&self, pe: &mut Pe, name: &str, f: F) -> ServiceId
+    where
+        F: Fn(&mut Pe, Message, Reply) + 'static,
+    {
+        let inner = self.inner.clone();
+        let h = pe.register(name, move |pe, msg| {
+            let reply = Reply::new(inner.clone(), &msg);
+            f(pe, msg, reply)
+        });
+        ServiceId {
+            h,
+            inner: self.inner.clone(),
+        }
+    }
+
+    /// Tasks alive on this PE (spawned, neither finished nor aborted).
+    pub fn live(&self) -> usize {
+        self.inner.exec.live()
+    }
+
+    /// This PE's call counters.
+    pub fn call_stats(&self) -> CallStats {
+        self.inner.calls.stats()
+    }
+}
+
+/// Spawn a task on the PE of the task being polled (from inside a task; outside one, use
+/// [`Tasks::spawn`]).
+///
+/// # Panics
+/// Outside a task.
+pub fn spawn<F>(fut: F) -> JoinHandle<F::Output>
+where
+    F: Future + 'static,
+    F::Output: 'static,
+{
+    let p = CURRENT.with(|c| c.get());
+    assert!(!p.is_null(), "converse_tasks::spawn called outside a task");
+    let tasks = Tasks {
+        // SAFETY: set by the run handler from `Rc::as_ptr` of an `Rc<Inner>` it holds for the
+        // whole poll, during which this runs; one more strong count makes the handle's own
+        // `Rc`.
+        inner: unsafe {
+            Rc::increment_strong_count(p);
+            Rc::from_raw(p)
+        },
+    };
+    with_pe(|pe| tasks.spawn(pe, fut))
+}

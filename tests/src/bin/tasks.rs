@@ -1,0 +1,287 @@
+//! Scenarios of the tasks crate (`converse-tasks`) on whole jobs, run by tests/tasks.rs on every
+//! layer:
+//!
+//! - `basics`: on every PE, tasks that yield, sleep, share a task-aware mutex, spawn and join
+//!   each other, an aborted task, `block_on` from the start function; each PE prints
+//!   `tasks basics: PE N ok`.
+//! - `calls`: every PE calls every PE (itself too), many calls in flight at once; a reply kept
+//!   and given later; a dropped reply token; a timeout whose reply comes late (dropped and
+//!   counted, never delivered to another call); each PE prints `tasks calls: PE N ok`.
+//! - `die`: report mode; the last PE's process dies while PE 0 has calls pending to it: each
+//!   fails with `PeDied` naming the PE, and a call made afterwards fails at once; PE 0 prints
+//!   `tasks die: ok`.
+
+use converse::{Message, Pe};
+use converse_tasks::{call, sleep, timeout, with_pe, yield_now, CallError, TaskError, Tasks};
+use std::cell::RefCell;
+use std::process::ExitCode;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+fn word(m: &Message) -> u64 {
+    u64::from_le_bytes(m.payload().try_into().unwrap_or([0xff; 8]))
+}
+
+fn basics(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
+    let me = pe.my_pe();
+    // Children that yield between steps, joined by a parent task.
+    let t = tasks.clone();
+    let sum = tasks
+        .block_on(pe, async move {
+            let mut handles = Vec::new();
+            for i in 0..100u64 {
+                handles.push(with_pe(|pe| {
+                    t.spawn(pe, async move {
+                        for _ in 0..3 {
+                            yield_now().await;
+                        }
+                        i
+                    })
+                }));
+            }
+            let mut sum = 0;
+            for h in handles {
+                sum += h.await.map_err(|e| e.to_string())?;
+            }
+            Ok::<u64, String>(sum)
+        })
+        .map_err(|e| e.to_string())??;
+    if sum != 4950 {
+        return Err(format!("children summed to {sum}, not 4950"));
+    }
+    // A sleep lasts at least its time, and the PE runs other tasks meanwhile.
+    let ticks = Rc::new(RefCell::new(0u32));
+    let tk = ticks.clone();
+    let slept = tasks
+        .block_on(pe, async move {
+            let ticker = converse_tasks::spawn(async move {
+                for _ in 0..5 {
+                    *tk.borrow_mut() += 1;
+                    yield_now().await;
+                }
+            });
+            let t0 = Instant::now();
+            sleep(Duration::from_millis(20)).await;
+            let _ = ticker.await;
+            t0.elapsed()
+        })
+        .map_err(|e| e.to_string())?;
+    if slept < Duration::from_millis(20) || *ticks.borrow() != 5 {
+        return Err(format!("slept {slept:?}, ticks {}", ticks.borrow()));
+    }
+    // A task-aware mutex held across yields: no increment lost.
+    let counter = Rc::new(converse_tasks::sync::Mutex::new(0u32));
+    let t = tasks.clone();
+    let c = counter.clone();
+    tasks
+        .block_on(pe, async move {
+            let mut hs = Vec::new();
+            for _ in 0..10 {
+                let c = c.clone();
+                hs.push(with_pe(|pe| {
+                    t.spawn(pe, async move {
+                        for _ in 0..10 {
+                            let mut g = c.lock().await;
+                            let v = *g;
+                            yield_now().await;
+                            *g = v + 1;
+                        }
+                    })
+                }));
+            }
+            for h in hs {
+                let _ = h.await;
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    let total = *counter.try_lock().map_err(|e| e.to_string())?;
+    if total != 100 {
+        return Err(format!("the mutex-guarded counter is {total}, not 100"));
+    }
+    // An aborted task: its handle says so, its future is dropped, nothing is left alive.
+    let dropped = Rc::new(RefCell::new(false));
+    struct OnDrop(Rc<RefCell<bool>>);
+    impl Drop for OnDrop {
+        fn drop(&mut self) {
+            *self.0.borrow_mut() = true;
+        }
+    }
+    let guard = OnDrop(dropped.clone());
+    let long = tasks.spawn(pe, async move {
+        let _g = guard;
+        sleep(Duration::from_secs(30)).await;
+    });
+    // Its first poll runs: it waits in its sleep when aborted.
+    pe.progress();
+    long.abort();
+    let aborted = long.take();
+    if aborted != Some(Err(TaskError::Aborted)) || !*dropped.borrow() {
+        return Err(format!(
+            "abort: {aborted:?}, future dropped: {}",
+            dropped.borrow()
+        ));
+    }
+    if tasks.live() != 0 {
+        return Err(format!("{} tasks still alive", tasks.live()));
+    }
+    println!("tasks basics: PE {me} ok");
+    Ok(())
+}
+
+fn calls(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
+    let me = pe.my_pe();
+    let n = pe.num_pes();
+    let echo = tasks.serve(pe, "echo", |pe, req, reply| reply.send_msg(pe, req));
+    // Answered 30 ms later, from a timer: the token is kept.
+    let later = tasks.serve(pe, "later", |pe, req, reply| {
+        pe.after(Duration::from_millis(30), move |pe| {
+            let v = word(&req) + 1;
+            reply.send(pe, &v.to_le_bytes());
+        })
+    });
+    let never = tasks.serve(pe, "never", |_pe, _req, reply| drop(reply));
+    let slow = tasks.serve(pe, "slow", |pe, req, reply| {
+        pe.after(Duration::from_millis(300), move |pe| {
+            reply.send_msg(pe, req)
+        })
+    });
+    pe.barrier();
+    let t = tasks.clone();
+    let r = tasks
+        .block_on(pe, async move {
+            // 50 calls to every PE in flight at once, each checked against its own request.
+            let mut hs = Vec::new();
+            for k in 0..50u64 {
+                for dest in 0..n {
+                    let echo = echo.clone();
+                    let tag = (me as u64) << 32 | (dest as u64) << 16 | k;
+                    hs.push(with_pe(|pe| {
+                        t.spawn(pe, async move {
+                            let r = call(dest, &echo, &tag.to_le_bytes()).await;
+                            match r {
+                                Ok(m) if word(&m) == tag => Ok(()),
+                                Ok(m) => Err(format!("call {tag:#x} got {:#x}", word(&m))),
+                                Err(e) => Err(format!("call {tag:#x}: {e}")),
+                            }
+                        })
+                    }));
+                }
+            }
+            for h in hs {
+                h.await.map_err(|e| e.to_string())??;
+            }
+            let dest = (me + 1) % n;
+            let v = call(dest, &later, &41u64.to_le_bytes())
+                .await
+                .map_err(|e| e.to_string())?;
+            if word(&v) != 42 {
+                return Err(format!("later answered {}", word(&v)));
+            }
+            match call(dest, &never, b"").await {
+                Err(CallError::Unanswered { pe }) if pe == dest => {}
+                other => return Err(format!("a dropped token gave {other:?}")),
+            }
+            // Times out; its reply comes 250 ms after and is dropped.
+            if timeout(
+                Duration::from_millis(50),
+                call(dest, &slow, &7u64.to_le_bytes()),
+            )
+            .await
+            .is_ok()
+            {
+                return Err("the slow call did not time out".into());
+            }
+            // Calls in flight while the late reply lands: none of them may get it.
+            for k in 0..60u64 {
+                let v = call(dest, &echo, &(1000 + k).to_le_bytes())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                if word(&v) != 1000 + k {
+                    return Err(format!("echo {} came back as {}", 1000 + k, word(&v)));
+                }
+                sleep(Duration::from_millis(10)).await;
+            }
+            Ok(())
+        })
+        .map_err(|e| e.to_string())?;
+    r?;
+    // The slow call's reply comes 300 ms after it was made: wait for it (10 s at most).
+    let t0 = Instant::now();
+    let tk = tasks.clone();
+    pe.run_until(|_| tk.call_stats().late_replies >= 1 || t0.elapsed() > Duration::from_secs(10));
+    let s = tasks.call_stats();
+    if s.cancelled != 1 || s.late_replies != 1 {
+        return Err(format!("call stats {s:?}: want 1 cancelled, 1 late reply"));
+    }
+    println!("tasks calls: PE {me} ok");
+    Ok(())
+}
+
+fn die(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
+    let n = pe.num_pes();
+    let victim = n - 1;
+    // Never answers: the tokens are kept for ever.
+    let kept: Rc<RefCell<Vec<converse_tasks::Reply>>> = Rc::default();
+    let k = kept.clone();
+    let hold = tasks.serve(pe, "hold", move |_pe, _req, reply| {
+        k.borrow_mut().push(reply)
+    });
+    pe.barrier();
+    if pe.my_pe() == victim {
+        // Dies once the calls have had time to arrive.
+        pe.after(Duration::from_millis(300), |_| {
+            let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGKILL);
+        });
+        pe.run_until(|_| false);
+        return Ok(());
+    }
+    if pe.my_pe() != 0 {
+        pe.run_until(|_| false);
+        return Ok(());
+    }
+    let r = tasks
+        .block_on(pe, async move {
+            let pending: Vec<_> = (0..5)
+                .map(|_| call(victim, &hold, b"are you there"))
+                .collect();
+            for c in pending {
+                match c.await {
+                    Err(CallError::PeDied { pe, .. }) if pe == victim => {}
+                    other => return Err(format!("a call to the dying PE gave {other:?}")),
+                }
+            }
+            match call(victim, &hold, b"").await {
+                Err(CallError::PeDied { pe, .. }) if pe == victim => Ok(()),
+                other => Err(format!("a call to the dead PE gave {other:?}")),
+            }
+        })
+        .map_err(|e| e.to_string())?;
+    r?;
+    println!("tasks die: ok");
+    Ok(())
+}
+
+fn main() -> ExitCode {
+    converse::run(|pe| {
+        let args: Vec<String> = pe.args().to_vec();
+        let scenario = args.get(1).cloned().unwrap_or_default();
+        let tasks = Tasks::attach(pe);
+        let r = match scenario.as_str() {
+            "basics" => basics(pe, &tasks),
+            "calls" => calls(pe, &tasks),
+            "die" => die(pe, &tasks),
+            other => Err(format!("unknown scenario {other:?} (basics, calls, die)")),
+        };
+        if let Err(e) = r {
+            pe.abort(&format!("tasks {scenario}: PE {}: {e}", pe.my_pe()));
+        }
+        if scenario == "die" {
+            pe.exit(0);
+            return;
+        }
+        pe.barrier();
+        if pe.my_pe() == 0 {
+            pe.exit(0);
+        }
+    })
+}

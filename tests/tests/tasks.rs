@@ -1,0 +1,90 @@
+//! Tasks, calls with replies and their failures (`converse-tasks`) on whole jobs: the
+//! scenarios of `src/bin/tasks.rs` on the in-process layer and under charmrun on TCP, UDP,
+//! shared memory and si+tcp, at `++ppn 1` and `2`; the MPI layer's runs are in tests/mpi.rs.
+
+use converse_tests::{Launcher, Outcome};
+use std::time::Duration;
+
+/// The scenario binary.
+const TASKS: &str = env!("CARGO_BIN_EXE_tasks");
+
+fn charmrun(machine: &'static str, ppn: usize) -> Launcher {
+    Launcher::Charmrun {
+        machine,
+        opts: vec![],
+    }
+    .with_ppn(ppn)
+}
+
+/// Run `scenario` on `pes` PEs; every PE says it is fine, and the job exits 0.
+fn every_pe_ok(l: &Launcher, scenario: &str, pes: usize) -> Outcome {
+    l.expect_every_pe_ok(TASKS, "tasks", scenario, pes)
+}
+
+/// A call to a PE whose process dies (report mode) fails with `PeDied` naming it; one made
+/// after fails at once; the job goes on and ends 0.
+fn calls_fail_on_death(l: &Launcher) {
+    let o = l.run(
+        TASKS,
+        4,
+        &["die", "+set", "faults=report"],
+        Duration::from_secs(120),
+    );
+    assert!(
+        o.code == Some(0) && o.lines_with("tasks die: ok") == 1,
+        "die via {l:?}:\n{o}"
+    );
+}
+
+#[test]
+fn tasks_yield_sleep_share_a_mutex_join_and_abort_in_process() {
+    every_pe_ok(&Launcher::Direct { machine: "local" }, "basics", 4);
+}
+
+#[test]
+fn calls_get_their_own_replies_in_process() {
+    every_pe_ok(&Launcher::Direct { machine: "local" }, "calls", 4);
+}
+
+macro_rules! layer_tests {
+    ($name:ident, $machine:expr) => {
+        mod $name {
+            use super::*;
+
+            #[test]
+            fn tasks_yield_sleep_share_a_mutex_join_and_abort() {
+                every_pe_ok(&charmrun($machine, 1), "basics", 3);
+            }
+
+            #[test]
+            fn calls_get_their_own_replies_and_late_ones_are_dropped() {
+                every_pe_ok(&charmrun($machine, 1), "calls", 3);
+            }
+
+            #[test]
+            fn calls_get_their_own_replies_at_ppn_2() {
+                every_pe_ok(&charmrun($machine, 2), "calls", 4);
+            }
+
+            #[test]
+            fn a_call_to_a_pe_that_dies_fails_naming_it() {
+                calls_fail_on_death(&charmrun($machine, 1));
+            }
+        }
+    };
+}
+
+layer_tests!(tcp, "tcp");
+layer_tests!(udp, "udp");
+layer_tests!(si, "si");
+layer_tests!(si_tcp, "si+tcp");
+
+#[test]
+fn a_call_to_a_node_that_dies_fails_at_ppn_2() {
+    calls_fail_on_death(&charmrun("tcp", 2));
+}
+
+#[test]
+fn tasks_at_ppn_2_on_shared_memory() {
+    every_pe_ok(&charmrun("si", 2), "basics", 4);
+}
