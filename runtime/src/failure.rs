@@ -212,6 +212,7 @@ impl Pe {
             self.fail.queued[node] = true;
             // Behind what already arrived from it, so that is dispatched first.
             let m = notice(node, &why, self.my_pe);
+            self.sent += 1;
             self.queue.push(m);
         }
     }

@@ -12,7 +12,7 @@ use crate::node::NodeShared;
 use crate::pe::HandlerId;
 use converse_machine::{Message, Wake};
 use crossbeam_queue::SegQueue;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 /// Posts messages to one PE from any thread of its process. Cheap to clone; `Send + Sync`.
@@ -35,6 +35,8 @@ use std::sync::Arc;
 pub struct Mailbox {
     to: To,
     pe: u32,
+    /// The PE's count of posts (its side of quiescence detection's balance).
+    posted: Arc<AtomicU64>,
 }
 
 #[derive(Clone)]
@@ -57,6 +59,8 @@ impl Mailbox {
         msg.set_handler(h.raw());
         msg.set_src_pe(self.pe);
         msg.set_dst_pe(self.pe);
+        // Before the message can be taken, so that the PE never counts more taken than sent.
+        self.posted.fetch_add(1, Ordering::Release);
         match &self.to {
             To::Own(mail) => mail.post(msg),
             // Counted as a sibling's message: the PE's bound on what siblings pile up on it
@@ -130,6 +134,10 @@ impl crate::pe::Pe {
                 To::Own(mail.clone())
             }
         };
-        Mailbox { to, pe }
+        Mailbox {
+            to,
+            pe,
+            posted: self.mail_posted.clone(),
+        }
     }
 }

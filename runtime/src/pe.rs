@@ -63,6 +63,12 @@ pub struct Pe {
     pub(crate) fail: crate::failure::Failures,
     /// The mailbox queue of a PE that owns its layer, once [`mailbox`](Pe::mailbox) made one.
     pub(crate) mail: Option<Arc<crate::mailbox::OwnMail>>,
+    /// Posts to this PE's mailbox so far, from any thread.
+    pub(crate) mail_posted: Arc<std::sync::atomic::AtomicU64>,
+    /// Messages routed by this PE (see [`message_counts`](Pe::message_counts)).
+    pub(crate) sent: u64,
+    /// Messages taken off this PE's queues to run.
+    pub(crate) taken: u64,
 }
 
 // By hand: handlers, queues and the layer have no useful text form; the PE's number says
@@ -163,6 +169,9 @@ impl Pe {
             rec: None,
             fail,
             mail: None,
+            mail_posted: Arc::default(),
+            sent: 0,
+            taken: 0,
         }
     }
 
@@ -240,6 +249,17 @@ impl Pe {
     /// Messages this PE has dispatched to handlers so far.
     pub fn dispatched(&self) -> u64 {
         self.dispatched
+    }
+
+    /// `(sent, taken)`: messages this PE has sent (to any PE or node, itself included; each
+    /// copy of a multicast or each hop of a broadcast or reduction counts, as does each post to
+    /// its [`Mailbox`](crate::Mailbox)) and messages it has taken off its queues to run (run,
+    /// held until start-up is done, or dropped). Summed over the job, the two are equal
+    /// exactly when no message is in flight anywhere: what quiescence detection reads
+    /// (`converse-tasks`). One increment per message each.
+    pub fn message_counts(&self) -> (u64, u64) {
+        let posted = self.mail_posted.load(std::sync::atomic::Ordering::Acquire);
+        (self.sent + posted, self.taken)
     }
 
     /// Register a handler under `name` and get its id.
@@ -350,6 +370,7 @@ impl Pe {
         );
         msg.set_src_pe(self.my_pe as u32);
         msg.set_dst_pe(dest as u32);
+        self.sent += 1;
         if let Some(r) = self.rec.as_deref_mut() {
             r.sent(dest as u32, msg.wire_len());
             if dest == self.my_pe {
@@ -434,6 +455,7 @@ impl Pe {
         );
         msg.set_src_pe(self.my_pe as u32);
         msg.set_dst_pe(NODE_BIT | node as u32);
+        self.sent += 1;
         if let Some(r) = self.rec.as_deref_mut() {
             r.sent(NODE_BIT | node as u32, msg.wire_len());
         }

@@ -480,6 +480,7 @@ impl Pe {
     /// Run one message: a system handler, a user handler, or hold it until start-up is done.
     #[inline]
     pub(crate) fn dispatch(&mut self, msg: Message) {
+        self.taken += 1;
         if !self.is_for_me(&msg) {
             return self.drop_message(&msg, "it is addressed to another PE");
         }

@@ -295,4 +295,14 @@ mod tasks {
     fn calls_get_their_own_replies_at_ppn_2() {
         run("calls", 4, 2);
     }
+
+    #[test]
+    fn quiescence_is_detected_after_a_storm_and_not_before() {
+        run("qd", 4, 1);
+    }
+
+    #[test]
+    fn quiescence_is_detected_after_a_storm_at_ppn_2() {
+        run("qd", 4, 2);
+    }
 }

@@ -1,6 +1,7 @@
 //! Tasks, calls with replies and their failures (`converse-tasks`) on whole jobs: the
 //! scenarios of `src/bin/tasks.rs` on the in-process layer and under charmrun on TCP, UDP,
-//! shared memory and si+tcp, at `++ppn 1` and `2`; the MPI layer's runs are in tests/mpi.rs.
+//! shared memory and si+tcp, at `++ppn 1` and `2`: tasks, calls, quiescence after a storm,
+//! calls to a PE that dies; the MPI layer's runs are in tests/mpi.rs.
 
 use converse_tests::{Launcher, Outcome};
 use std::time::Duration;
@@ -42,6 +43,11 @@ fn tasks_yield_sleep_share_a_mutex_join_and_abort_in_process() {
 }
 
 #[test]
+fn quiescence_is_detected_after_a_storm_and_not_before_in_process() {
+    every_pe_ok(&Launcher::Direct { machine: "local" }, "qd", 5);
+}
+
+#[test]
 fn calls_get_their_own_replies_in_process() {
     every_pe_ok(&Launcher::Direct { machine: "local" }, "calls", 4);
 }
@@ -64,6 +70,16 @@ macro_rules! layer_tests {
             #[test]
             fn calls_get_their_own_replies_at_ppn_2() {
                 every_pe_ok(&charmrun($machine, 2), "calls", 4);
+            }
+
+            #[test]
+            fn quiescence_is_detected_after_a_storm_and_not_before() {
+                every_pe_ok(&charmrun($machine, 1), "qd", 4);
+            }
+
+            #[test]
+            fn quiescence_is_detected_after_a_storm_at_ppn_2() {
+                every_pe_ok(&charmrun($machine, 2), "qd", 6);
             }
 
             #[test]

@@ -50,6 +50,7 @@
 
 mod call;
 mod executor;
+mod quiescence;
 mod time;
 
 pub use call::{call, Call, CallError, CallStats, Reply, ServiceId};
@@ -86,6 +87,8 @@ pub(crate) struct Inner {
     pub(crate) reply_h: HandlerId,
     pub(crate) unanswered_h: HandlerId,
     pub(crate) dropped_h: HandlerId,
+    pub(crate) qd: RefCell<quiescence::Detector>,
+    pub(crate) qd_h: quiescence::Handlers,
 }
 
 thread_local! {
@@ -144,6 +147,18 @@ impl Tasks {
                 call::on_dropped(inner, pe, msg);
             }
         });
+        let s = slot.clone();
+        let probe = pe.register("converse-tasks.qd-probe", move |pe, msg| {
+            if let Some(inner) = s.borrow().clone() {
+                quiescence::on_probe(&inner, pe, &msg);
+            }
+        });
+        let s = slot.clone();
+        let report = pe.register("converse-tasks.qd-report", move |pe, msg| {
+            if let Some(inner) = s.borrow().clone() {
+                quiescence::on_report(&inner, pe, &msg);
+            }
+        });
         exec.run.set(Some(run));
         let inner = Rc::new(Inner {
             exec,
@@ -151,6 +166,8 @@ impl Tasks {
             reply_h,
             unanswered_h,
             dropped_h,
+            qd: RefCell::default(),
+            qd_h: quiescence::Handlers { probe, report },
         });
         *slot.borrow_mut() = Some(inner.clone());
         if pe.survives_node_failures() {
@@ -238,6 +255,28 @@ impl Tasks {
         }
     }
 
+    /// Run `f` on this PE once the whole job is quiescent: no message in flight anywhere and
+    /// no task scheduled (see the detection's module docs for the algorithm and its cost).
+    /// Every PE may ask; each gets its own callback once.
+    pub fn on_quiescence(&self, pe: &mut Pe, f: impl FnOnce(&mut Pe) + 'static) {
+        quiescence::on_quiescence(&self.inner, pe, Box::new(f));
+    }
+
+    /// A future that completes once the job is quiescent, for a task to await (the awaiting
+    /// task itself is not work in flight while it waits).
+    pub fn quiescence(&self, pe: &mut Pe) -> Quiescence {
+        let state = Rc::new(RefCell::new((false, None::<std::task::Waker>)));
+        let s = state.clone();
+        self.on_quiescence(pe, move |_| {
+            let mut st = s.borrow_mut();
+            st.0 = true;
+            if let Some(w) = st.1.take() {
+                w.wake();
+            }
+        });
+        Quiescence { state }
+    }
+
     /// Tasks alive on this PE (spawned, neither finished nor aborted).
     pub fn live(&self) -> usize {
         self.inner.exec.live()
@@ -246,6 +285,36 @@ impl Tasks {
     /// This PE's call counters.
     pub fn call_stats(&self) -> CallStats {
         self.inner.calls.stats()
+    }
+}
+
+/// The future of [`Tasks::quiescence`].
+#[must_use = "a future does nothing unless awaited"]
+pub struct Quiescence {
+    state: Rc<RefCell<(bool, Option<std::task::Waker>)>>,
+}
+
+impl std::fmt::Debug for Quiescence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Quiescence")
+            .field("reached", &self.state.borrow().0)
+            .finish()
+    }
+}
+
+impl Future for Quiescence {
+    type Output = ();
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        let mut st = self.state.borrow_mut();
+        if st.0 {
+            return std::task::Poll::Ready(());
+        }
+        st.1 = Some(cx.waker().clone());
+        std::task::Poll::Pending
     }
 }
 

@@ -7,6 +7,11 @@
 //! - `calls`: every PE calls every PE (itself too), many calls in flight at once; a reply kept
 //!   and given later; a dropped reply token; a timeout whose reply comes late (dropped and
 //!   counted, never delivered to another call); each PE prints `tasks calls: PE N ok`.
+//! - `qd`: a storm of messages hopping between random PEs, each with a random number of hops
+//!   left, ends at a moment nobody knows; PE 0 asked for quiescence at the start. Once told,
+//!   it asks every PE (by call) how many hops it ran, how many it started and when it ran its
+//!   last: every hop ran, and none after the detection. PE 0 prints `tasks qd: PE 0 ok` and
+//!   the delay from the last hop to the detection; the others `tasks qd: PE N ok`.
 //! - `die`: report mode; the last PE's process dies while PE 0 has calls pending to it: each
 //!   fails with `PeDied` naming the PE, and a call made afterwards fails at once; PE 0 prints
 //!   `tasks die: ok`.
@@ -217,6 +222,106 @@ fn calls(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
     Ok(())
 }
 
+/// Nanoseconds of the host's real-time clock: comparable between the processes of one host.
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+fn qd(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
+    let (me, n) = (pe.my_pe(), pe.num_pes());
+    // (hops run, hops started, time of the last hop run)
+    let tally = Rc::new(RefCell::new((0u64, 0u64, 0u64)));
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64 ^ ((me as u64 + 1) * 0x2545_f491);
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let t = tally.clone();
+    let storm = Rc::new(std::cell::Cell::new(None));
+    let st = storm.clone();
+    let mix = std::cell::Cell::new(0x2545_f491_4f6c_dd1du64 ^ me as u64);
+    let h = pe.register("storm", move |pe, msg| {
+        let left = u32::from_le_bytes(msg.payload().try_into().unwrap_or([0; 4]));
+        {
+            let mut t = t.borrow_mut();
+            t.0 += 1;
+            t.2 = now_ns();
+        }
+        if left > 0 {
+            let mut r = mix.get();
+            r ^= r << 13;
+            r ^= r >> 7;
+            r ^= r << 17;
+            mix.set(r);
+            let dest = (r % pe.num_pes() as u64) as usize;
+            if let Some(h) = st.get() {
+                pe.send(dest, h, &(left - 1).to_le_bytes());
+            }
+        }
+    });
+    storm.set(Some(h));
+    let t = tally.clone();
+    let status = tasks.serve(pe, "status", move |pe, _req, reply| {
+        let (run, started, last) = *t.borrow();
+        let mut b = Vec::with_capacity(24);
+        for v in [run, started, last] {
+            b.extend_from_slice(&v.to_le_bytes());
+        }
+        reply.send(pe, &b);
+    });
+    pe.barrier();
+    // Each PE starts 20 messages of 0 to 199 further hops.
+    for _ in 0..20 {
+        let hops = (next() % 200) as u32;
+        tally.borrow_mut().1 += u64::from(hops) + 1;
+        let dest = (next() % n as u64) as usize;
+        pe.send(dest, h, &hops.to_le_bytes());
+    }
+    if me != 0 {
+        println!("tasks qd: PE {me} ok");
+        return Ok(());
+    }
+    let quiet = tasks.quiescence(pe);
+    let r = tasks
+        .block_on(pe, async move {
+            quiet.await;
+            let at = now_ns();
+            let (mut run, mut started, mut last) = (0, 0, 0);
+            for p in 0..n {
+                let m = call(p, &status, b"").await.map_err(|e| e.to_string())?;
+                let v: Vec<u64> = m
+                    .payload()
+                    .chunks_exact(8)
+                    .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                    .collect();
+                if v.len() != 3 {
+                    return Err(format!("PE {p} answered {} bytes", m.payload().len()));
+                }
+                run += v[0];
+                started += v[1];
+                last = last.max(v[2]);
+            }
+            if run != started {
+                return Err(format!("quiescence with {run} of {started} hops run"));
+            }
+            if last > at {
+                return Err(format!(
+                    "a hop ran {} us after the detection",
+                    (last - at) / 1000
+                ));
+            }
+            Ok((run, (at - last) / 1000))
+        })
+        .map_err(|e| e.to_string())?;
+    let (hops, delay_us) = r?;
+    println!("tasks qd: PE 0 ok ({hops} hops; detected {delay_us} us after the last)");
+    Ok(())
+}
+
 fn die(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
     let n = pe.num_pes();
     let victim = n - 1;
@@ -269,8 +374,11 @@ fn main() -> ExitCode {
         let r = match scenario.as_str() {
             "basics" => basics(pe, &tasks),
             "calls" => calls(pe, &tasks),
+            "qd" => qd(pe, &tasks),
             "die" => die(pe, &tasks),
-            other => Err(format!("unknown scenario {other:?} (basics, calls, die)")),
+            other => Err(format!(
+                "unknown scenario {other:?} (basics, calls, qd, die)"
+            )),
         };
         if let Err(e) = r {
             pe.abort(&format!("tasks {scenario}: PE {}: {e}", pe.my_pe()));
