@@ -12,6 +12,7 @@
 //! bench idle [--layer si] [--secs S] [--ppn K]
 //! bench multi [--sizes 8,65536,1048576] [--iters N] [--messages N] [--runs R]   (root)
 //! bench udp [--iters N] [--runs R] [--parts bandwidth,loss,contention,nodes] [+set K=V ...]
+//! bench tasks [--layers local,si,tcp,udp] [--iters N] [--rounds R]
 //! bench mpi-same-job [--sizes 8,4096,...] [--iters N] [--rounds R]   (--features mpi)
 //! bench topo [--layer local] [--pes 8,16] [--sizes 8,65536] [--iters N] [--contenders 2,4,8]
 //! ```
@@ -31,6 +32,7 @@ mod raw_mpi;
 mod report;
 mod smp;
 mod startup;
+mod tasks;
 mod tbon;
 mod tbon_kill;
 mod topo;
@@ -83,6 +85,30 @@ enum Cmd {
         #[arg(long, default_value_t = 1, allow_negative_numbers = true,
               value_parser = clap::value_parser!(u16).range(1..))]
         rounds: u16,
+    },
+    /// Tasks (converse-tasks): a call with reply beside the hand-written round trip of the same
+    /// job, spawn + join, yield; next to tokio's spawn + join and a crossbeam round trip.
+    Tasks {
+        /// Layers, comma-separated (`local`: in this process).
+        #[arg(long, value_delimiter = ',', default_value = "local,si,tcp,udp")]
+        layers: Vec<String>,
+        /// Operations per timed block.
+        #[arg(long, default_value_t = 20_000, value_parser = args::count64, allow_negative_numbers = true)]
+        iters: u64,
+        /// Rounds (each: one block of every kind, the order rotated).
+        #[arg(long, default_value_t = 5, allow_negative_numbers = true,
+              value_parser = clap::value_parser!(u16).range(1..))]
+        rounds: u16,
+    },
+    /// One PE of a `bench tasks` job.
+    #[command(hide = true)]
+    PeTasks {
+        #[arg(long)]
+        iters: u64,
+        #[arg(long)]
+        rounds: u16,
+        #[arg(long)]
+        out: PathBuf,
     },
     /// CPU used by each node of a 2-node job that has nothing to do (should be about 0%).
     Idle {
@@ -564,6 +590,14 @@ fn main() -> ExitCode {
             plot,
         } => startup::run(&pes, &layer, &charmrun_args, plot.as_deref()),
         Cmd::Idle { layer, secs, ppn } => idle::run(&layer, secs, ppn),
+        Cmd::Tasks {
+            layers,
+            iters,
+            rounds,
+        } => tasks::run(&layers, iters, rounds),
+        Cmd::PeTasks { iters, rounds, out } => converse::Runtime::from_args(argv)
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| tasks::pe_main(rt, iters, rounds, &out)),
         Cmd::PeWait { secs, out } => converse::Runtime::from_args(argv)
             .map_err(anyhow::Error::from)
             .and_then(|rt| idle::pe_main(rt, secs, &out)),

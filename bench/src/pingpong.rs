@@ -381,7 +381,7 @@ fn under_mpirun(layer: &str) -> bool {
     matches!(layer, "mpi" | "si+mpi")
 }
 
-fn launcher(
+pub(crate) fn launcher(
     layer: &str,
     me: &Path,
     nodes: usize,

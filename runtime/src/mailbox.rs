@@ -88,10 +88,20 @@ pub(crate) struct OwnMail {
     wake: Option<Arc<dyn Wake>>,
 }
 
+thread_local! {
+    /// The mailbox queue of the PE that runs on this thread, if it owns its layer.
+    static HERE: std::cell::Cell<*const OwnMail> = const { std::cell::Cell::new(std::ptr::null()) };
+}
+
 impl OwnMail {
     fn post(&self, msg: Message) {
         self.q.push(msg);
         self.posted.store(true, Ordering::Release);
+        // A post from the PE's own thread finds it running, not blocked: waking its layer
+        // would cost a system call (an eventfd or a futex) for nothing.
+        if std::ptr::eq(HERE.with(|h| h.get()), self) {
+            return;
+        }
         if let Some(w) = &self.wake {
             w.wake();
         }
@@ -131,6 +141,7 @@ impl crate::pe::Pe {
                         wake: m.waker(),
                     })
                 });
+                HERE.with(|h| h.set(Arc::as_ptr(mail)));
                 To::Own(mail.clone())
             }
         };

@@ -451,6 +451,20 @@ impl Pe {
                 }
                 None => self.next_message(),
             };
+            let next = match next {
+                Some(m) => Some(m),
+                // Posted to this PE's mailbox meanwhile, by a handler or a task here (a task's
+                // wake-up): run in this batch, without a poll of the layer (a system call on
+                // a socket layer) per wake-up.
+                None if self
+                    .mail
+                    .as_ref()
+                    .is_some_and(|m| m.drain(|m| self.queue.push(m)) > 0) =>
+                {
+                    self.next_message()
+                }
+                None => None,
+            };
             let Some(msg) = next else { break };
             self.dispatch(msg);
             n += 1;

@@ -50,11 +50,13 @@
 
 mod call;
 mod executor;
+mod expect;
 mod quiescence;
 mod time;
 
 pub use call::{call, Call, CallError, CallStats, Reply, ServiceId};
 pub use executor::{in_task, with_pe, JoinHandle};
+pub use expect::{Inbox, Recv};
 pub use time::{sleep, timeout, yield_now, Elapsed, Sleep, Timeout, YieldNow};
 /// Task-aware mutex, notify, channels and oneshot: tokio's, which need no tokio runtime.
 pub use tokio::sync;
@@ -275,6 +277,14 @@ impl Tasks {
             }
         });
         Quiescence { state }
+    }
+
+    /// Register `name` as a handler whose messages tasks receive ([`Inbox::recv`],
+    /// [`recv_from`](Inbox::recv_from), [`recv_matching`](Inbox::recv_matching)): expected
+    /// receives, for protocols that wait for a given message. Every PE registers the same
+    /// names in the same order.
+    pub fn expect(&self, pe: &mut Pe, name: &str) -> Inbox {
+        Inbox::register(pe, name)
     }
 
     /// Tasks alive on this PE (spawned, neither finished nor aborted).

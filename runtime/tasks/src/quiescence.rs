@@ -46,13 +46,16 @@ struct Collect {
     taken: u64,
 }
 
+/// What runs at quiescence.
+type Callback = Box<dyn FnOnce(&mut Pe)>;
+
 /// What the PE that asked keeps between waves.
 #[derive(Default)]
 struct Root {
     wave: u32,
     /// The previous wave's totals, when they balanced.
     balanced: Option<(u64, u64)>,
-    callbacks: Vec<Box<dyn FnOnce(&mut Pe)>>,
+    callbacks: Vec<Callback>,
     /// A wave is on its way (or about to start).
     running: bool,
 }

@@ -126,6 +126,20 @@ fn basics(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
             dropped.borrow()
         ));
     }
+    // A wake from another thread while the PE is idle (blocked in its layer): a helper
+    // thread answers through a oneshot 50 ms later.
+    let (tx, rx) = converse_tasks::sync::oneshot::channel::<u64>();
+    let helper = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        let _ = tx.send(7);
+    });
+    let got = tasks
+        .block_on(pe, async move { rx.await.map_err(|e| e.to_string()) })
+        .map_err(|e| e.to_string())??;
+    let _ = helper.join();
+    if got != 7 {
+        return Err(format!("the helper thread's 7 came as {got}"));
+    }
     if tasks.live() != 0 {
         return Err(format!("{} tasks still alive", tasks.live()));
     }

@@ -1,0 +1,217 @@
+//! `bench tasks`: what the tasks crate's convenience costs. In one job of two PEs (PE 0 times,
+//! PE 1 answers), in rounds whose blocks alternate:
+//!
+//! - a hand-written round trip: PE 0 sends 8 bytes to a handler on PE 1 that sends them back
+//!   to a handler on PE 0, which sends the next (the same work a call does, written by hand);
+//! - a call with reply: a task on PE 0 awaits `call(1, echo, 8 bytes)`, one after another;
+//! - spawn + join of an empty task, from inside a task; a `yield_now` switch.
+//!
+//! Beside them, measured in this process: a tokio current-thread runtime's spawn + join of an
+//! empty task, and a round trip between two threads over crossbeam channels. Every figure is
+//! per operation, the median over rounds with its range.
+
+use anyhow::Context;
+use converse::{Pe, Runtime};
+use converse_tasks::{call, yield_now, Tasks};
+use std::cell::Cell;
+use std::path::Path;
+use std::rc::Rc;
+use std::time::Instant;
+
+const WHAT: [&str; 4] = [
+    "hand-written round trip",
+    "call with reply",
+    "spawn + join",
+    "yield",
+];
+
+/// Median, lowest and highest of `v`.
+fn spread(mut v: Vec<f64>) -> (f64, f64, f64) {
+    v.sort_by(f64::total_cmp);
+    let med = v.get(v.len() / 2).copied().unwrap_or(f64::NAN);
+    (
+        med,
+        v.first().copied().unwrap_or(f64::NAN),
+        v.last().copied().unwrap_or(f64::NAN),
+    )
+}
+
+/// Print a row: median (range) ns per operation.
+fn print_row(layer: &str, what: &str, v: Vec<f64>, beside: Option<f64>) {
+    let (m, lo, hi) = spread(v);
+    let ratio = beside.map_or(String::new(), |b| format!("{:>6.2}x", m / b));
+    println!("{layer:>8} | {what:<24} | {m:>10.0} ({lo:.0}-{hi:.0}) | {ratio}");
+}
+
+pub(crate) fn run(layers: &[String], iters: u64, rounds: u16) -> anyhow::Result<()> {
+    let (tokio_spawn, crossbeam_rt) = raw(iters, rounds)?;
+    println!(
+        "tasks: ns per operation, median (lowest-highest) over {rounds} rounds of {iters}; \
+         a call beside the hand-written round trip of the same layer and job"
+    );
+    println!("{:>8} | {:<24} | {:>22} |", "layer", "what", "ns");
+    print_row("raw", "tokio spawn + join", tokio_spawn, None);
+    print_row("raw", "crossbeam round trip", crossbeam_rt, None);
+    for layer in layers {
+        let out = std::env::temp_dir().join(format!("bench-tasks-{}.csv", std::process::id()));
+        if layer == "local" {
+            let rt = Runtime::from_args(["bench", "+p2", "+quiet", "+machine", "local"])?;
+            pe_main(rt, iters, rounds, &out)?;
+        } else {
+            let me = std::env::current_exe().context("finding the bench executable")?;
+            let status = crate::pingpong::launcher(layer, &me, 2, 1)?
+                .arg(&me)
+                .args(["pe-tasks", "--iters", &iters.to_string()])
+                .args(["--rounds", &rounds.to_string(), "--out"])
+                .arg(&out)
+                .args(["+machine", layer, "+quiet"])
+                .status()
+                .context("starting the job")?;
+            anyhow::ensure!(status.success(), "the {layer} job failed: {status}");
+        }
+        let text =
+            std::fs::read_to_string(&out).with_context(|| format!("reading {}", out.display()))?;
+        let _ = std::fs::remove_file(&out);
+        let mut per: Vec<Vec<f64>> = vec![Vec::new(); WHAT.len()];
+        for line in text.lines() {
+            let mut f = line.split(',');
+            let (Some(i), Some(ns)) = (f.next(), f.next()) else {
+                continue;
+            };
+            let (i, ns): (usize, f64) = (i.parse()?, ns.parse()?);
+            if let Some(v) = per.get_mut(i) {
+                v.push(ns);
+            }
+        }
+        let hand = spread(per[0].clone()).0;
+        for (i, v) in per.into_iter().enumerate() {
+            print_row(layer, WHAT[i], v, (i == 1).then_some(hand));
+        }
+    }
+    Ok(())
+}
+
+/// The raw baselines: tokio spawn + join, crossbeam round trip; ns per operation per round.
+fn raw(iters: u64, rounds: u16) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .context("a tokio runtime")?;
+    let (mut spawns, mut trips) = (Vec::new(), Vec::new());
+    let (to_echo, echo_in) = crossbeam_channel::bounded::<u64>(1);
+    let (to_main, main_in) = crossbeam_channel::bounded::<u64>(1);
+    let echo = std::thread::spawn(move || {
+        while let Ok(v) = echo_in.recv() {
+            if to_main.send(v).is_err() {
+                break;
+            }
+        }
+    });
+    for _ in 0..rounds {
+        let t = Instant::now();
+        rt.block_on(async {
+            for _ in 0..iters {
+                let _ = tokio::spawn(async {}).await;
+            }
+        });
+        spawns.push(t.elapsed().as_nanos() as f64 / iters as f64);
+        let t = Instant::now();
+        for i in 0..iters {
+            to_echo.send(i)?;
+            main_in.recv()?;
+        }
+        trips.push(t.elapsed().as_nanos() as f64 / iters as f64);
+    }
+    drop(to_echo);
+    let _ = echo.join();
+    Ok((spawns, trips))
+}
+
+/// `bench pe-tasks`: one PE of the job; PE 0 writes `index,ns` lines to `out`.
+pub(crate) fn pe_main(rt: Runtime, iters: u64, rounds: u16, out: &Path) -> anyhow::Result<()> {
+    let lines = std::sync::Mutex::new(String::new());
+    let l = &lines;
+    let code = rt.run(move |pe| {
+        let tasks = Tasks::attach(pe);
+        let echo = tasks.serve(pe, "echo", |pe, req, reply| reply.send_msg(pe, req));
+        let left = Rc::new(Cell::new(0u64));
+        let back = Rc::new(Cell::new(None));
+        let (lf, bk) = (left.clone(), back.clone());
+        let ping = pe.register("ping", move |pe, msg| {
+            if let Some(h) = bk.get() {
+                pe.send_msg(0, h, msg);
+            }
+        });
+        let pong = pe.register("pong", move |pe, msg| {
+            lf.set(lf.get() - 1);
+            if lf.get() > 0 {
+                pe.send_msg(1, ping, msg);
+            }
+        });
+        back.set(Some(pong));
+        pe.barrier();
+        if pe.my_pe() != 0 {
+            return;
+        }
+        for round in 0..rounds {
+            for k in 0..WHAT.len() {
+                // Blocks in an order rotated by round.
+                let which = (k + round as usize) % WHAT.len();
+                let ns = block(pe, &tasks, &echo, &left, ping, which, iters);
+                if let Ok(mut l) = l.lock() {
+                    *l += &format!("{which},{ns}\n");
+                }
+            }
+        }
+        pe.exit(0);
+    })?;
+    anyhow::ensure!(code == 0, "the job ended with {code}");
+    let lines = lines.into_inner().unwrap_or_default();
+    if !lines.is_empty() {
+        std::fs::write(out, lines.as_bytes())
+            .with_context(|| format!("writing {}", out.display()))?;
+    }
+    Ok(())
+}
+
+/// One timed block of `iters` operations of kind `which`: ns per operation.
+fn block(
+    pe: &mut Pe,
+    tasks: &Tasks,
+    echo: &converse_tasks::ServiceId,
+    left: &Rc<Cell<u64>>,
+    ping: converse::HandlerId,
+    which: usize,
+    iters: u64,
+) -> f64 {
+    let t = Instant::now();
+    match which {
+        0 => {
+            left.set(iters);
+            pe.send(1, ping, &[0u8; 8]);
+            pe.run_until(|_| left.get() == 0);
+        }
+        1 => {
+            let echo = echo.clone();
+            let _ = tasks.block_on(pe, async move {
+                for _ in 0..iters {
+                    let _ = call(1, &echo, &[0u8; 8]).await;
+                }
+            });
+        }
+        2 => {
+            let _ = tasks.block_on(pe, async move {
+                for _ in 0..iters {
+                    let _ = converse_tasks::spawn(async {}).await;
+                }
+            });
+        }
+        _ => {
+            let _ = tasks.block_on(pe, async move {
+                for _ in 0..iters {
+                    yield_now().await;
+                }
+            });
+        }
+    }
+    t.elapsed().as_nanos() as f64 / iters as f64
+}
