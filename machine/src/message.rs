@@ -22,8 +22,8 @@
 //! | 4      | src_pe    | u32  | PE that sent it (a broadcast's root, for broadcasts)  |
 //! | 8      | dst_pe    | u32  | PE the message is for (a node may host several PEs)   |
 //! | 12     | priority  | i32  | scheduling priority, smaller runs first, 0 default  |
-//! | 16     | arg0      | u32  | reserved for the runtime's system handlers           |
-//! | 20     | arg1      | u32  | reserved for the runtime's system handlers           |
+//! | 16     | arg0      | u32  | reserved for the runtime and its libraries           |
+//! | 20     | arg1      | u32  | reserved for the runtime and its libraries           |
 //!
 //! All fields are little-endian.
 
@@ -252,7 +252,8 @@ impl Message {
         self.set_priority(prio);
         self
     }
-    /// First argument word, reserved for the runtime's system handlers.
+    /// First argument word, reserved for the runtime's system handlers and its libraries
+    /// (a task's slot, a call's id).
     #[inline]
     pub fn arg0(&self) -> u32 {
         self.get_u32(OFF_ARG0)
@@ -262,7 +263,7 @@ impl Message {
     pub fn set_arg0(&mut self, v: u32) {
         self.put_u32(OFF_ARG0, v)
     }
-    /// Second argument word, reserved for the runtime's system handlers.
+    /// Second argument word, reserved as [`arg0`](Self::arg0) is.
     #[inline]
     pub fn arg1(&self) -> u32 {
         self.get_u32(OFF_ARG1)

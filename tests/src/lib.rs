@@ -89,9 +89,16 @@ impl std::fmt::Display for Outcome {
     }
 }
 
-/// charmrun, built next to the test programs (`cargo test --workspace` builds it).
+/// charmrun, built next to the test programs (`cargo test --workspace` builds it), or one
+/// directory up from an example.
 pub fn charmrun_path(program: &str) -> std::path::PathBuf {
-    let p = std::path::Path::new(program).with_file_name("charmrun");
+    let mut p = std::path::Path::new(program).with_file_name("charmrun");
+    // An example lives in `examples/` beside the binaries.
+    if !p.is_file() {
+        if let Some(up) = p.parent().and_then(|d| d.parent()) {
+            p = up.join("charmrun");
+        }
+    }
     assert!(
         p.is_file(),
         "{} is not built: run `cargo build --release -p charmrun` (or test the whole workspace)",

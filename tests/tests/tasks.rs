@@ -104,3 +104,30 @@ fn a_call_to_a_node_that_dies_fails_at_ppn_2() {
 fn tasks_at_ppn_2_on_shared_memory() {
     every_pe_ok(&charmrun("si", 2), "basics", 4);
 }
+
+/// The crate's example: Fibonacci by calls between tasks, ended by quiescence, checked
+/// against a serial computation (built by `cargo test --workspace`, or
+/// `cargo build --release -p converse-tasks --examples`).
+#[test]
+fn the_fibonacci_example_matches_the_serial_computation() {
+    let fib = std::path::Path::new(TASKS)
+        .with_file_name("examples")
+        .join("fib");
+    assert!(
+        fib.exists(),
+        "{} is not built: run `cargo build --release -p converse-tasks --examples`",
+        fib.display()
+    );
+    let fib = fib.to_string_lossy().into_owned();
+    for l in [
+        Launcher::Direct { machine: "local" },
+        charmrun("tcp", 1),
+        charmrun("si", 2),
+    ] {
+        let o = l.run(&fib, 4, &["20"], Duration::from_secs(120));
+        assert!(
+            o.code == Some(0) && o.lines_with("fib(20) = 6765, as computed serially: ok") == 1,
+            "fib via {l:?}:\n{o}"
+        );
+    }
+}
