@@ -88,7 +88,7 @@ pub(crate) fn run(layers: &[String], iters: u64, rounds: u16) -> anyhow::Result<
             print_row(layer, WHAT[i], v, (i == 1).then_some(hand));
         }
     }
-    Ok(())
+    pool(rounds)
 }
 
 /// The raw baselines: tokio spawn + join, crossbeam round trip; ns per operation per round.
@@ -214,4 +214,96 @@ fn block(
         }
     }
     t.elapsed().as_nanos() as f64 / iters as f64
+}
+
+/// Spin for `us` microseconds: a piece of work that takes its core.
+fn spin(us: u64) {
+    let t = Instant::now();
+    while t.elapsed().as_micros() < u128::from(us) {
+        std::hint::spin_loop();
+    }
+}
+
+/// The node's shared pool against static placement on an uneven load: 20 pieces of 2 ms and
+/// 20 of 0.1 ms on a node of two PEs (`+p2 +ppn 2`, in this process). Static: PE 0 gets every
+/// long piece, PE 1 every short one (as a fixed block split of unsorted work can). Shared:
+/// every piece in the node's pool ([`Tasks::spawn_shared`]). Prints each's time to finish
+/// all, median (range) over `rounds`, beside the ideal (total work / 2).
+pub(crate) fn pool(rounds: u16) -> anyhow::Result<()> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+    const LONG_US: u64 = 2000;
+    const SHORT_US: u64 = 100;
+    const EACH: u64 = 20;
+    let times = Mutex::new((Vec::new(), Vec::new()));
+    // One counter for both PEs (the start function runs once per PE).
+    let done = Arc::new(AtomicU64::new(0));
+    let rt = Runtime::from_args(["bench", "+p2", "+ppn", "2", "+quiet", "+machine", "local"])?;
+    let code = rt.run(|pe| {
+        let tasks = Tasks::attach(pe);
+        // The last piece wakes PE 0 (which may sleep while another PE finishes the work).
+        let nudge = pe.register("nudge", |_, _| {});
+        let finish = move |pe: &mut Pe, done: &AtomicU64| {
+            if done.fetch_add(1, Ordering::AcqRel) + 1 == 2 * EACH && pe.my_pe() != 0 {
+                pe.send(0, nudge, b"");
+            }
+        };
+        let d = done.clone();
+        let work = pe.register("work", move |pe, msg| {
+            spin(u64::from_le_bytes(
+                msg.payload().try_into().unwrap_or([0; 8]),
+            ));
+            finish(pe, &d);
+        });
+        pe.barrier();
+        if pe.my_pe() != 0 {
+            return;
+        }
+        for _ in 0..rounds {
+            done.store(0, Ordering::Release);
+            let t = Instant::now();
+            for _ in 0..EACH {
+                pe.send(0, work, &LONG_US.to_le_bytes());
+                pe.send(1, work, &SHORT_US.to_le_bytes());
+            }
+            pe.run_until(|_| done.load(Ordering::Acquire) == 2 * EACH);
+            let fixed = t.elapsed().as_secs_f64() * 1e3;
+            done.store(0, Ordering::Release);
+            let t = Instant::now();
+            for _ in 0..EACH {
+                for us in [LONG_US, SHORT_US] {
+                    let d = done.clone();
+                    tasks.spawn_shared(pe, move |pe| {
+                        spin(us);
+                        finish(pe, &d);
+                    });
+                }
+            }
+            pe.run_until(|_| done.load(Ordering::Acquire) == 2 * EACH);
+            let shared = t.elapsed().as_secs_f64() * 1e3;
+            if let Ok(mut v) = times.lock() {
+                v.0.push(fixed);
+                v.1.push(shared);
+            }
+        }
+        pe.exit(0);
+    })?;
+    anyhow::ensure!(code == 0, "the pool job ended with {code}");
+    let (fixed, shared) = times.into_inner().unwrap_or_default();
+    let ideal = (EACH * (LONG_US + SHORT_US)) as f64 / 2.0 / 1e3;
+    let (f, flo, fhi) = spread(fixed);
+    let (s, slo, shi) = spread(shared);
+    println!(
+        "shared pool, uneven load on a node of 2 PEs ({EACH} pieces of {} ms and {EACH} of {} ms), \
+         ms to finish all, median (range) of {rounds}:",
+        LONG_US as f64 / 1e3,
+        SHORT_US as f64 / 1e3
+    );
+    println!("   static placement  {f:>7.1} ({flo:.1}-{fhi:.1})");
+    println!(
+        "   shared pool       {s:>7.1} ({slo:.1}-{shi:.1})   {:.2}x static",
+        s / f
+    );
+    println!("   ideal (work / 2)  {ideal:>7.1}");
+    Ok(())
 }

@@ -311,6 +311,11 @@ impl Pe {
             None => {
                 tracing::debug!(target: "converse", held = self.life.held.len(), "start-up check passed: go");
                 self.life.phase = Phase::Running;
+                // From now on this PE takes its node's shared work (before, it would hold all
+                // it took until go, keeping it from the node's other PEs).
+                if let crate::link::Link::Worker { node, rank } = &self.link {
+                    node.takes_node_work(*rank);
+                }
                 if let Some(r) = self.rec.as_deref_mut() {
                     r.mark("start-up check passed: user handlers run");
                 }

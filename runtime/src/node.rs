@@ -77,6 +77,9 @@ pub(crate) struct Inbox {
     from_siblings: AtomicUsize,
     /// The PE left its scheduler for good: nobody waits for it to take anything again.
     closed: AtomicBool,
+    /// The PE is past start-up and takes node messages: only then does work in the node queue
+    /// wake it or keep it from sleeping.
+    node_work: AtomicBool,
 }
 
 impl Inbox {
@@ -292,11 +295,9 @@ impl NodeShared {
         self.node_queue.push(msg);
         fence(Ordering::SeqCst);
         // One sleeper is enough: a PE that is awake looks at the node queue between messages.
-        if let Some(i) = self
-            .inboxes
-            .iter()
-            .find(|i| i.sleeper.sleeping.load(Ordering::Relaxed))
-        {
+        if let Some(i) = self.inboxes.iter().find(|i| {
+            i.sleeper.sleeping.load(Ordering::Relaxed) && i.node_work.load(Ordering::Relaxed)
+        }) {
             i.sleeper.wake_if_sleeping();
         }
     }
@@ -305,9 +306,17 @@ impl NodeShared {
     /// queue has something.
     pub(crate) fn worker_sleep(&self, rank: usize, timeout: Duration) {
         if let Some(inbox) = self.inboxes.get(rank) {
-            inbox
-                .sleeper
-                .sleep(timeout, || !inbox.is_empty() || !self.node_queue.is_empty());
+            inbox.sleeper.sleep(timeout, || {
+                !inbox.is_empty()
+                    || (inbox.node_work.load(Ordering::Relaxed) && !self.node_queue.is_empty())
+            });
+        }
+    }
+
+    /// Worker `rank` is past start-up: it takes node messages from now on.
+    pub(crate) fn takes_node_work(&self, rank: usize) {
+        if let Some(i) = self.inboxes.get(rank) {
+            i.node_work.store(true, Ordering::SeqCst);
         }
     }
 
@@ -539,6 +548,25 @@ mod tests {
     }
 
     #[test]
+    fn node_work_wakes_only_a_pe_past_start_up() {
+        let n = node(1);
+        n.post_node(msg(NODE_BIT | 1, 0, 1));
+        // Before go, the node queue's work is not this PE's: it sleeps its time out.
+        let t = Instant::now();
+        n.worker_sleep(0, Duration::from_millis(50));
+        assert!(
+            t.elapsed() >= Duration::from_millis(40),
+            "{:?}",
+            t.elapsed()
+        );
+        // After go, work in the node queue keeps it from sleeping at all.
+        n.takes_node_work(0);
+        let t = Instant::now();
+        n.worker_sleep(0, Duration::from_secs(20));
+        assert!(t.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
     fn what_is_held_for_a_peer_counts_the_outbox_and_the_layer() {
         let n = node(2);
         let m = msg(4, 0, 0);
@@ -615,6 +643,7 @@ mod loom_tests {
     fn loom_a_node_message_wakes_a_sleeping_pe() {
         loom::model(|| {
             let n = Arc::new(node(1));
+            n.takes_node_work(0);
             {
                 let n = Arc::clone(&n);
                 loom::thread::spawn(move || n.deliver(msg(NODE_BIT | 1)));

@@ -479,7 +479,9 @@ impl Pe {
     #[inline]
     fn next_message(&mut self) -> Option<Message> {
         if let Link::Worker { node, .. } = &self.link {
-            if !node.node_queue.is_empty() {
+            // Not before go: what a PE takes then waits in its hold list, out of reach of the
+            // node's other PEs (one comparison, only while the node queue has something).
+            if !node.node_queue.is_empty() && self.life.phase == crate::lifecycle::Phase::Running {
                 if let Some(m) = node.node_queue.pop_before(self.queue.peek_priority()) {
                     if node.is_remote(&m) {
                         node.taken(m.wire_len());

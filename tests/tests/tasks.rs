@@ -101,6 +101,17 @@ fn a_call_to_a_node_that_dies_fails_at_ppn_2() {
 }
 
 #[test]
+fn a_nodes_shared_pool_is_run_by_its_pes_each_piece_once() {
+    every_pe_ok(&charmrun("tcp", 1), "shared", 2);
+    every_pe_ok(&charmrun("tcp", 2), "shared", 4);
+    every_pe_ok(
+        &Launcher::Direct { machine: "local" }.with_ppn(3),
+        "shared",
+        3,
+    );
+}
+
+#[test]
 fn tasks_at_ppn_2_on_shared_memory() {
     every_pe_ok(&charmrun("si", 2), "basics", 4);
 }

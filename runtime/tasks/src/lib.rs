@@ -52,6 +52,7 @@ mod call;
 mod executor;
 mod expect;
 mod quiescence;
+mod shared;
 mod time;
 
 pub use call::{call, Call, CallError, CallStats, Reply, ServiceId};
@@ -91,6 +92,7 @@ pub(crate) struct Inner {
     pub(crate) dropped_h: HandlerId,
     pub(crate) qd: RefCell<quiescence::Detector>,
     pub(crate) qd_h: quiescence::Handlers,
+    pub(crate) shared_h: HandlerId,
 }
 
 thread_local! {
@@ -161,6 +163,7 @@ impl Tasks {
                 quiescence::on_report(&inner, pe, &msg);
             }
         });
+        let shared_h = pe.register("converse-tasks.shared", |pe, msg| shared::run(pe, &msg));
         exec.run.set(Some(run));
         let inner = Rc::new(Inner {
             exec,
@@ -170,6 +173,7 @@ impl Tasks {
             dropped_h,
             qd: RefCell::default(),
             qd_h: quiescence::Handlers { probe, report },
+            shared_h,
         });
         *slot.borrow_mut() = Some(inner.clone());
         if pe.survives_node_failures() {
@@ -217,6 +221,25 @@ impl Tasks {
             id,
             gen,
         }
+    }
+
+    /// Work for any PE of this node (SMP mode: the node's PEs share one pool): `work` runs on
+    /// the first PE of the node free to take it (Charm++'s node queue), and may spawn tasks
+    /// there; a task, once started, stays on its PE. Its closure is `Send` since the PE that
+    /// runs it is not known yet. With one PE per node it runs on this PE, as a message would.
+    ///
+    /// ```no_run
+    /// # fn f(pe: &mut converse::Pe, tasks: &converse_tasks::Tasks) {
+    /// for chunk in 0..100u64 {
+    ///     tasks.spawn_shared(pe, move |pe| {
+    ///         // ... compute `chunk` on whichever PE of the node got here first ...
+    ///         let _ = (chunk, pe.my_pe());
+    ///     });
+    /// }
+    /// # }
+    /// ```
+    pub fn spawn_shared(&self, pe: &mut Pe, work: impl FnOnce(&mut Pe) + Send + 'static) {
+        shared::post(pe, self.inner.shared_h, 0, Box::new(work));
     }
 
     /// Run `fut` as a task and run the PE's scheduler until it finishes (other messages and

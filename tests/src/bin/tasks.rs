@@ -12,6 +12,9 @@
 //!   it asks every PE (by call) how many hops it ran, how many it started and when it ran its
 //!   last: every hop ran, and none after the detection. PE 0 prints `tasks qd: PE 0 ok` and
 //!   the delay from the last hop to the detection; the others `tasks qd: PE N ok`.
+//! - `shared`: the first PE of each node puts 100 pieces of work of 1 ms each in its node's
+//!   shared pool; every piece runs once, and at `++ppn 2` and up by more than one PE of the
+//!   node. Each PE prints `tasks shared: PE N ok`.
 //! - `die`: report mode; the last PE's process dies while PE 0 has calls pending to it: each
 //!   fails with `PeDied` naming the PE, and a call made afterwards fails at once; PE 0 prints
 //!   `tasks die: ok`.
@@ -336,6 +339,44 @@ fn qd(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
     Ok(())
 }
 
+fn shared(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    let me = pe.my_pe();
+    if pe.my_rank() != 0 {
+        println!("tasks shared: PE {me} ok");
+        return Ok(());
+    }
+    const PIECES: u64 = 100;
+    let ranks = pe.node_size();
+    let ran: Arc<Vec<AtomicU64>> = Arc::new((0..ranks).map(|_| AtomicU64::new(0)).collect());
+    for _ in 0..PIECES {
+        let ran = ran.clone();
+        tasks.spawn_shared(pe, move |pe| {
+            let t = Instant::now();
+            while t.elapsed() < Duration::from_millis(1) {
+                std::hint::spin_loop();
+            }
+            if let Some(c) = ran.get(pe.my_rank()) {
+                c.fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    }
+    let total = |ran: &[AtomicU64]| ran.iter().map(|c| c.load(Ordering::Relaxed)).sum::<u64>();
+    let r = ran.clone();
+    let t0 = Instant::now();
+    pe.run_until(|_| total(&r) == PIECES || t0.elapsed() > Duration::from_secs(60));
+    let per: Vec<u64> = ran.iter().map(|c| c.load(Ordering::Relaxed)).collect();
+    if total(&ran) != PIECES {
+        return Err(format!("{} of {PIECES} pieces ran: {per:?}", total(&ran)));
+    }
+    if ranks > 1 && per.iter().filter(|&&c| c > 0).count() < 2 {
+        return Err(format!("one PE ran all of the node's pool: {per:?}"));
+    }
+    println!("tasks shared: PE {me} ok (by rank: {per:?})");
+    Ok(())
+}
+
 fn die(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
     let n = pe.num_pes();
     let victim = n - 1;
@@ -389,9 +430,10 @@ fn main() -> ExitCode {
             "basics" => basics(pe, &tasks),
             "calls" => calls(pe, &tasks),
             "qd" => qd(pe, &tasks),
+            "shared" => shared(pe, &tasks),
             "die" => die(pe, &tasks),
             other => Err(format!(
-                "unknown scenario {other:?} (basics, calls, qd, die)"
+                "unknown scenario {other:?} (basics, calls, qd, shared, die)"
             )),
         };
         if let Err(e) = r {
