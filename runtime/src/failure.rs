@@ -219,6 +219,12 @@ impl Pe {
 
     /// The `NodeDead` message: record the death, run the callbacks.
     pub(crate) fn on_node_dead(&mut self, msg: Message) {
+        // A worker's notice was made by its communication thread, which counts nothing: counted
+        // sent here, so that quiescence detection's sums still balance (`message_counts`). A PE
+        // that owns its layer counted it as it queued it (`machine_error`).
+        if matches!(self.link, crate::link::Link::Worker { .. }) {
+            self.sent += 1;
+        }
         let node = msg.arg0() as usize;
         if node >= self.table.num_nodes() || self.fail.dead[node] {
             return;

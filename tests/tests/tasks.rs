@@ -48,6 +48,13 @@ fn quiescence_is_detected_after_a_storm_and_not_before_in_process() {
 }
 
 #[test]
+fn a_sleeping_task_keeps_the_job_from_quiescence_even_on_one_pe() {
+    every_pe_ok(&Launcher::Direct { machine: "local" }, "qdsleep", 1);
+    every_pe_ok(&Launcher::Direct { machine: "local" }, "qdsleep", 3);
+    every_pe_ok(&charmrun("tcp", 1), "qdsleep", 2);
+}
+
+#[test]
 fn calls_get_their_own_replies_in_process() {
     every_pe_ok(&Launcher::Direct { machine: "local" }, "calls", 4);
 }

@@ -8,7 +8,7 @@
 //!
 //! | message | handler | arg0 | arg1 | payload |
 //! |---|---|---|---|---|
-//! | request | the service's | call slot | call generation | the request |
+//! | request | the service's | call slot | call generation, top bit set | the request |
 //! | reply | `converse-tasks.reply` | call slot | call generation | the reply |
 //! | no answer | `converse-tasks.unanswered` | call slot | call generation | none |
 //! | (local) dropped token | `converse-tasks.dropped` | call slot | call generation | caller PE, u32 LE |
@@ -26,6 +26,9 @@ use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
+
+/// The top bit of a request's `arg1`: it is a call (a plain send to a service has it clear).
+const CALL: u32 = 1 << 31;
 
 /// Why a call has no reply.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -100,7 +103,8 @@ impl CallTable {
     /// Free slot `id` (the call completed and was taken, or was dropped).
     fn close(&self, p: &mut Pending, id: u32) {
         p.state = None;
-        p.gen = p.gen.wrapping_add(1);
+        // 31 bits: a request carries the generation with [`CALL`] set.
+        p.gen = p.gen.wrapping_add(1) & !CALL;
         self.free.borrow_mut().push(id);
     }
 
@@ -199,7 +203,7 @@ impl ServiceId {
         }
         let (id, gen) = calls.open(dest);
         msg.set_arg0(id);
-        msg.set_arg1(gen);
+        msg.set_arg1(gen | CALL);
         pe.send_msg(dest, self.h, msg);
         Call {
             inner: self.inner.clone(),
@@ -307,14 +311,15 @@ impl std::fmt::Debug for Reply {
 }
 
 impl Reply {
-    pub(crate) fn new(inner: Rc<Inner>, msg: &Message) -> Reply {
-        Reply {
+    /// The token for `msg`, if it is a call.
+    pub(crate) fn new(inner: Rc<Inner>, msg: &Message) -> Option<Reply> {
+        (msg.arg1() & CALL != 0).then(|| Reply {
             caller: msg.src_pe() as usize,
             id: msg.arg0(),
-            gen: msg.arg1(),
+            gen: msg.arg1() & !CALL,
             inner,
             answered: false,
-        }
+        })
     }
 
     /// The PE that made the call.

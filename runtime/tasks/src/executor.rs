@@ -212,7 +212,26 @@ impl Exec {
                 }
             }
             let restore = Restore(prev);
+            // If the poll unwinds (a panic the program catches), the task is gone: its slot is
+            // freed rather than left "being polled" for ever.
+            struct Unwind<'a>(&'a Exec, u32, bool);
+            impl Drop for Unwind<'_> {
+                fn drop(&mut self) {
+                    if self.2 {
+                        if let Ok(mut slots) = self.0.slots.try_borrow_mut() {
+                            if let Some(slot) = slots.get_mut(self.1 as usize) {
+                                slot.polling = false;
+                                slot.fut = None;
+                                self.0.release(slot, self.1);
+                            }
+                        }
+                    }
+                }
+            }
+            let mut unwind = Unwind(self, id, true);
             let done = fut.as_mut().poll(&mut cx).is_ready();
+            unwind.2 = false;
+            drop(unwind);
             drop(restore);
             let mut slots = self.slots.borrow_mut();
             let slot = &mut slots[id as usize];

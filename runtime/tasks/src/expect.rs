@@ -118,7 +118,11 @@ impl<P: Fn(&Message) -> bool> Future for Recv<P> {
                 return Poll::Ready(m);
             }
         }
-        st.waiting.push(cx.waker().clone());
+        // Once per task: a receive polled again (or one dropped and made anew) does not pile
+        // up wakers.
+        if !st.waiting.iter().any(|w| w.will_wake(cx.waker())) {
+            st.waiting.push(cx.waker().clone());
+        }
         Poll::Pending
     }
 }

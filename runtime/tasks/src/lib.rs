@@ -125,8 +125,15 @@ impl Tasks {
         let run = pe.register("converse-tasks.run", move |pe, msg| {
             if let Some(inner) = s.borrow().clone() {
                 let prev = CURRENT.with(|c| c.replace(Rc::as_ptr(&inner)));
+                // Put back even if the poll unwinds, so the pointer never outlives `inner`.
+                struct Restore(*const Inner);
+                impl Drop for Restore {
+                    fn drop(&mut self) {
+                        CURRENT.with(|c| c.set(self.0));
+                    }
+                }
+                let _restore = Restore(prev);
                 inner.exec.run(pe, &msg);
-                CURRENT.with(|c| c.set(prev));
             }
         });
         let s = slot.clone();
@@ -271,8 +278,11 @@ impl Tasks {
     {
         let inner = self.inner.clone();
         let h = pe.register(name, move |pe, msg| {
-            let reply = Reply::new(inner.clone(), &msg);
-            f(pe, msg, reply)
+            // A plain send to a service is not a call: no caller waits, and answering it
+            // could complete an unrelated call of the sender's.
+            if let Some(reply) = Reply::new(inner.clone(), &msg) {
+                f(pe, msg, reply)
+            }
         });
         ServiceId {
             h,
@@ -351,6 +361,21 @@ impl Future for Quiescence {
     }
 }
 
+/// The tasks of the PE whose task is being polled on this thread, if any.
+pub(crate) fn current_inner() -> Option<Rc<Inner>> {
+    let p = CURRENT.with(|c| c.get());
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: set by the run handler from `Rc::as_ptr` of an `Rc<Inner>` it holds for the
+    // whole poll, during which this runs (restored on unwind); one more strong count makes
+    // the returned `Rc`.
+    unsafe {
+        Rc::increment_strong_count(p);
+        Some(Rc::from_raw(p))
+    }
+}
+
 /// Spawn a task on the PE of the task being polled (from inside a task; outside one, use
 /// [`Tasks::spawn`]).
 ///
@@ -361,16 +386,9 @@ where
     F: Future + 'static,
     F::Output: 'static,
 {
-    let p = CURRENT.with(|c| c.get());
-    assert!(!p.is_null(), "converse_tasks::spawn called outside a task");
-    let tasks = Tasks {
-        // SAFETY: set by the run handler from `Rc::as_ptr` of an `Rc<Inner>` it holds for the
-        // whole poll, during which this runs; one more strong count makes the handle's own
-        // `Rc`.
-        inner: unsafe {
-            Rc::increment_strong_count(p);
-            Rc::from_raw(p)
-        },
+    let Some(inner) = current_inner() else {
+        panic!("converse_tasks::spawn called outside a task");
     };
+    let tasks = Tasks { inner };
     with_pe(|pe| tasks.spawn(pe, fut))
 }

@@ -25,6 +25,11 @@
 //! wave starts at once. Quiescence is thus seen within about two tree round trips of the last
 //! message.
 //!
+//! A task's timer ([`sleep`](crate::sleep), [`timeout`](crate::timeout)) counts as a message in
+//! flight from when it is set until it fires or is dropped: a job whose tasks sleep is not
+//! quiescent. Timers set with `Pe::after` and `every` directly are not counted (as in
+//! Charm++, whose detection sees messages only).
+//!
 //! Report mode: a PE that dies holds its wave for ever (its report never comes) and the
 //! messages it took with it never balance; detection is meant for jobs whose PEs are all alive.
 
@@ -66,6 +71,11 @@ pub(crate) struct Detector {
     /// The detection's own messages sent and taken by this PE, left out of the counts.
     own_sent: u64,
     own_taken: u64,
+    /// Task timers ([`sleep`](crate::sleep), [`timeout`](crate::timeout)) set and ended
+    /// (fired or dropped) on this PE: a task waiting for its timer is work to come, counted as
+    /// a message in flight.
+    pub(crate) timers_set: u64,
+    pub(crate) timers_ended: u64,
     /// Waves passing through this PE, by root.
     collecting: HashMap<usize, Collect>,
     root: Root,
@@ -83,8 +93,8 @@ impl Detector {
     fn counts(&self, pe: &Pe) -> (u64, u64) {
         let (sent, taken) = pe.message_counts();
         (
-            sent.saturating_sub(self.own_sent),
-            taken.saturating_sub(self.own_taken),
+            sent.saturating_sub(self.own_sent) + self.timers_set,
+            taken.saturating_sub(self.own_taken) + self.timers_ended,
         )
     }
 }
@@ -97,7 +107,11 @@ pub(crate) fn on_quiescence(inner: &Rc<Inner>, pe: &mut Pe, f: Box<dyn FnOnce(&m
         !std::mem::replace(&mut d.root.running, true)
     };
     if start {
-        start_wave(inner, pe);
+        // Not from inside the caller: on one PE a wave needs no message, and both waves would
+        // be read before the caller's next send. The first wave starts at the PE's next idle
+        // moment or timer check.
+        let inner = inner.clone();
+        pe.after(Duration::ZERO, move |pe| start_wave(&inner, pe));
     }
 }
 

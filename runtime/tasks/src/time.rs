@@ -61,10 +61,41 @@ pub struct Sleep {
     armed: Option<Rc<Armed>>,
 }
 
-#[derive(Debug)]
 struct Armed {
     fired: Cell<bool>,
     waker: RefCell<Option<Waker>>,
+    /// The PE's tasks, whose quiescence detection counts the timer until it ends (`None`
+    /// outside a task's poll).
+    inner: Option<Rc<crate::Inner>>,
+    /// The timer ended (fired, or its sleep was dropped): counted once.
+    ended: Cell<bool>,
+}
+
+impl std::fmt::Debug for Armed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Armed")
+            .field("fired", &self.fired.get())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Armed {
+    /// Count the timer's end for quiescence detection, once.
+    fn end(&self) {
+        if !self.ended.replace(true) {
+            if let Some(inner) = &self.inner {
+                inner.qd.borrow_mut().timers_ended += 1;
+            }
+        }
+    }
+}
+
+impl Drop for Sleep {
+    fn drop(&mut self) {
+        if let Some(a) = &self.armed {
+            a.end();
+        }
+    }
 }
 
 impl Sleep {
@@ -89,9 +120,15 @@ impl Future for Sleep {
         if now >= self.deadline {
             return Poll::Ready(());
         }
+        let inner = crate::current_inner();
+        if let Some(i) = &inner {
+            i.qd.borrow_mut().timers_set += 1;
+        }
         let armed = Rc::new(Armed {
             fired: Cell::new(false),
             waker: RefCell::new(Some(cx.waker().clone())),
+            inner,
+            ended: Cell::new(false),
         });
         let timer = armed.clone();
         // A dropped sleep's timer still fires (the PE's timers cannot be taken back): it wakes
@@ -99,7 +136,11 @@ impl Future for Sleep {
         with_pe(|pe| {
             pe.after(self.deadline - now, move |_| {
                 timer.fired.set(true);
-                if let Some(w) = timer.waker.borrow_mut().take() {
+                // Ended here only if its sleep still waits; the wake-up (a message) carries
+                // the work on.
+                timer.end();
+                let w = timer.waker.borrow_mut().take();
+                if let Some(w) = w {
                     w.wake();
                 }
             })
@@ -115,7 +156,7 @@ impl Future for Sleep {
 /// ```no_run
 /// # async fn f(service: converse_tasks::ServiceId) {
 /// use std::time::Duration;
-/// match converse_tasks::timeout(Duration::from_secs(1), converse_tasks::call(3, service, b"ping")).await {
+/// match converse_tasks::timeout(Duration::from_secs(1), converse_tasks::call(3, &service, b"ping")).await {
 ///     Ok(Ok(reply)) => println!("{:?}", reply.payload()),
 ///     Ok(Err(e)) => eprintln!("the call failed: {e}"),
 ///     Err(_) => eprintln!("no reply within a second"),

@@ -12,6 +12,9 @@
 //!   it asks every PE (by call) how many hops it ran, how many it started and when it ran its
 //!   last: every hop ran, and none after the detection. PE 0 prints `tasks qd: PE 0 ok` and
 //!   the delay from the last hop to the detection; the others `tasks qd: PE N ok`.
+//! - `qdsleep`: a task on PE 0 sleeps 200 ms, then sends a message to the last PE; PE 0 asks
+//!   for quiescence right after spawning it: the detection comes after that message ran (a
+//!   task's timer is work in flight), on one PE too. Each PE prints `tasks qdsleep: PE N ok`.
 //! - `shared`: the first PE of each node puts 100 pieces of work of 1 ms each in its node's
 //!   shared pool; every piece runs once, and at `++ppn 2` and up by more than one PE of the
 //!   node. Each PE prints `tasks shared: PE N ok`.
@@ -339,6 +342,45 @@ fn qd(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
     Ok(())
 }
 
+fn qdsleep(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
+    let (me, n) = (pe.my_pe(), pe.num_pes());
+    let ran = Rc::new(std::cell::Cell::new(0u64));
+    let r = ran.clone();
+    let late = pe.register("late", move |_, _| r.set(now_ns()));
+    let r = ran.clone();
+    let when = tasks.serve(pe, "when", move |pe, _req, reply| {
+        reply.send(pe, &r.get().to_le_bytes())
+    });
+    pe.barrier();
+    if me != 0 {
+        println!("tasks qdsleep: PE {me} ok");
+        return Ok(());
+    }
+    tasks.spawn(pe, async move {
+        sleep(Duration::from_millis(200)).await;
+        with_pe(|pe| pe.send(n - 1, late, b""));
+    });
+    let quiet = tasks.quiescence(pe);
+    let r = tasks
+        .block_on(pe, async move {
+            quiet.await;
+            let at = now_ns();
+            let m = call(n - 1, &when, b"").await.map_err(|e| e.to_string())?;
+            let last = word(&m);
+            if last == 0 {
+                return Err("quiescence before the sleeping task's message ran".into());
+            }
+            if last > at {
+                return Err("the sleeping task's message ran after quiescence".into());
+            }
+            Ok::<(), String>(())
+        })
+        .map_err(|e| e.to_string())?;
+    r?;
+    println!("tasks qdsleep: PE {me} ok");
+    Ok(())
+}
+
 fn shared(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
@@ -430,10 +472,11 @@ fn main() -> ExitCode {
             "basics" => basics(pe, &tasks),
             "calls" => calls(pe, &tasks),
             "qd" => qd(pe, &tasks),
+            "qdsleep" => qdsleep(pe, &tasks),
             "shared" => shared(pe, &tasks),
             "die" => die(pe, &tasks),
             other => Err(format!(
-                "unknown scenario {other:?} (basics, calls, qd, shared, die)"
+                "unknown scenario {other:?} (basics, calls, qd, qdsleep, shared, die)"
             )),
         };
         if let Err(e) = r {
