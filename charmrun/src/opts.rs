@@ -12,7 +12,7 @@ shell), connects them into one job, forwards their output, and exits with the jo
   +p N                 number of PEs (also accepted after PROGRAM, as Charm++'s charmrun does)
   ++ppn K              PEs per node process (default 1): with K above 1 each process runs
                        K worker threads and one communication thread (SMP mode); +p must
-                       be a multiple of K
+                       be a multiple of K (`+ppn K` after PROGRAM, Charm++'s form, is the same)
   ++local              start every node on this host, ignoring any nodelist
   ++nodelist FILE      hosts to start nodes on: Charm++ nodelist or one host per line
   ++remote-shell CMD   how to reach a host (default: ssh, run as `CMD HOST COMMAND`; CMD is
@@ -201,6 +201,7 @@ pub fn parse(args: &[String]) -> Result<Parsed, UsageError> {
     let mut o = Opts::with_pes(0);
     let mut it = args.iter().cloned().peekable();
     let mut pes_given = false;
+    let mut ppn_given: Option<usize> = None;
     // After the program's `--`, everything is the program's, even what looks like `+p`.
     let mut program_only = false;
     while let Some(a) = it.next() {
@@ -222,6 +223,27 @@ pub fn parse(args: &[String]) -> Result<Parsed, UsageError> {
             pes_given = true;
             continue;
         }
+        // `+ppn K` after the program, Charm++'s SMP form, is charmrun's too: the node table
+        // it builds must have K PEs per node (the program would otherwise find 1 and refuse).
+        if !o.program.is_empty() {
+            if let Some(v) = ppn_flag(&a) {
+                let v = if v.is_empty() {
+                    value("+ppn")?
+                } else {
+                    v.to_owned()
+                };
+                let k = count("+ppn", &v, 1 << 10)?;
+                if ppn_given.is_some_and(|p| p != k) {
+                    return Err(UsageError::Unsupported(format!(
+                        "++ppn {} and +ppn {k} disagree",
+                        o.ppn
+                    )));
+                }
+                o.ppn = k;
+                ppn_given = Some(k);
+                continue;
+            }
+        }
         if !o.program.is_empty() {
             // The runtime reads its arguments up to `--`; so the program gets it too.
             program_only = a == "--";
@@ -230,7 +252,10 @@ pub fn parse(args: &[String]) -> Result<Parsed, UsageError> {
         }
         match a.as_str() {
             "--help" | "-h" | "++help" => return Ok(Parsed::Help),
-            "++ppn" => o.ppn = count("++ppn", &value("++ppn")?, 1 << 10)?,
+            "++ppn" => {
+                o.ppn = count("++ppn", &value("++ppn")?, 1 << 10)?;
+                ppn_given = Some(o.ppn);
+            }
             "++local" => o.local = true,
             "++nodelist" => o.nodelist = Some(value("++nodelist")?),
             "++remote-shell" => {
@@ -320,6 +345,13 @@ pub fn runtime_machine(args: &[String]) -> Option<String> {
     machine
 }
 
+/// `+ppn K`, `+ppnK`, `+ppn=K` → the glued value ("" when separate), as the runtime reads it;
+/// `None` when not a +ppn flag.
+fn ppn_flag(a: &str) -> Option<&str> {
+    let v = a.strip_prefix("+ppn")?;
+    Some(v.strip_prefix('=').unwrap_or(v))
+}
+
 /// `+pN` / `+p` → the glued value ("" when separate); `None` when not a +p flag.
 fn pe_flag(a: &str) -> Option<&str> {
     let v = a.strip_prefix("+p")?;
@@ -388,6 +420,30 @@ mod tests {
             (o.pes, o.args.clone()),
             (2, vec!["+machine".to_string(), "tcp".to_string()])
         );
+    }
+
+    #[test]
+    fn ppn_after_the_program_is_charmruns_as_in_charm() {
+        for args in [
+            &["+p4", "pgm", "+ppn", "2"][..],
+            &["+p4", "pgm", "+ppn2"],
+            &["pgm", "+ppn=2", "+p4"],
+            &["+p4", "++ppn", "2", "pgm", "+ppn", "2"],
+        ] {
+            let o = run(args);
+            assert_eq!((o.pes, o.ppn), (4, 2), "{args:?}");
+            assert!(o.args.is_empty(), "{args:?}: {:?}", o.args);
+        }
+        // The program's own, after its `--`.
+        assert_eq!(run(&["+p4", "pgm", "--", "+ppn", "2"]).ppn, 1);
+        for bad in [
+            &["+p4", "++ppn", "4", "pgm", "+ppn", "2"][..],
+            &["+p4", "pgm", "+ppn"],
+            &["+p4", "pgm", "+ppn", "x"],
+            &["+p3", "pgm", "+ppn", "2"],
+        ] {
+            assert!(matches!(p(bad), Err(_)), "{bad:?}");
+        }
     }
 
     #[test]

@@ -145,6 +145,18 @@ mod particular {
         }
     }
 
+    /// Charm++'s SMP form, `charmrun +pN PROGRAM +ppn K`: charmrun takes the `+ppn` after the
+    /// program as its own `++ppn`, and the job runs N/K processes of K PEs (it failed on every
+    /// node with "the node table has 4 PEs on 4 nodes, but +ppn is 2").
+    #[test]
+    fn ppn_after_the_program_under_charmrun_makes_smp_nodes() {
+        let o = charmrun("tcp").run(PROGRAM, 4, &["node", "+ppn", "2"], Duration::from_secs(60));
+        assert!(
+            o.code == Some(0) && o.stdout.contains("4 PEs on 2 nodes (SMP: 2 PEs per node"),
+            "{o}"
+        );
+    }
+
     /// `(thread or PE, cores)` from the scenario's `pinning ... cores LIST` lines.
     fn pinned(stdout: &str, what: &str) -> Vec<(String, String)> {
         stdout
