@@ -585,12 +585,13 @@ impl<F: Fn(&mut Pe) + Sync> Job<'_, F> {
     /// The start-up line: variant, layer, nodes × PEs, the communication threads, pinning.
     fn banner(&self, pe: &Pe) -> String {
         let t = &pe.table;
+        let count = |n: usize, what: &str| format!("{n} {what}{}", if n == 1 { "" } else { "s" });
         let mut line = format!(
-            "Converse> variant {}, layer {}: {} PEs on {} nodes",
+            "Converse> variant {}, layer {}: {} on {}",
             variant::NAME,
             pe.layer(),
-            pe.num_pes(),
-            pe.num_nodes()
+            count(pe.num_pes(), "PE"),
+            count(pe.num_nodes(), "node")
         );
         if let Some(d) = layers::describe(pe.layer(), t, pe.my_node()) {
             line += &format!(" (node {}: {d})", pe.my_node());

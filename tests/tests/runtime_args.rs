@@ -25,6 +25,13 @@ fn banner_names_variant_and_layer() {
     );
     let quiet = run(&["hello", "+p2", "+quiet"]);
     assert_eq!(quiet.lines_with("Converse>"), 0, "{quiet}");
+    // Grammar: one of each is singular.
+    let one = run(&["hello", "+p1"]);
+    assert_eq!(
+        one.lines_with("Converse> variant multicore, layer local: 1 PE on 1 node,"),
+        1,
+        "{one}"
+    );
 }
 
 #[test]

@@ -129,9 +129,13 @@ pub(crate) fn peers(routes: &[Route]) -> (usize, usize) {
     (shm, net)
 }
 
-/// "1 peer" / "2 peers".
+/// "no peer" / "1 peer" / "2 peers".
 pub(crate) fn plural(n: usize) -> String {
-    format!("{n} peer{}", if n == 1 { "" } else { "s" })
+    match n {
+        0 => "no peer".to_string(),
+        1 => "1 peer".to_string(),
+        _ => format!("{n} peers"),
+    }
 }
 
 #[cfg(test)]
