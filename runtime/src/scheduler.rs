@@ -140,20 +140,53 @@ type Callback = Box<dyn FnMut(&mut Pe)>;
 
 struct Timer {
     due: Instant,
+    /// Order among timers due at the same instant: the one set first fires first.
+    seq: u64,
     period: Option<Duration>,
     f: Callback,
 }
 
-/// Timers and idle callbacks of one PE.
+// A min-heap by (due, seq): `BinaryHeap` keeps the greatest on top, so the order is reversed.
+impl Ord for Timer {
+    fn cmp(&self, other: &Timer) -> std::cmp::Ordering {
+        (other.due, other.seq).cmp(&(self.due, self.seq))
+    }
+}
+impl PartialOrd for Timer {
+    fn partial_cmp(&self, other: &Timer) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl PartialEq for Timer {
+    fn eq(&self, other: &Timer) -> bool {
+        (self.due, self.seq) == (other.due, other.seq)
+    }
+}
+impl Eq for Timer {}
+
+/// Timers and idle callbacks of one PE. The timers are a heap by deadline: the next one is
+/// read, and the due ones taken, in O(log n), so thousands of pending timers (a task's
+/// timeouts, say) cost the scheduler nothing while none is due.
 #[derive(Default)]
 pub(crate) struct Timers {
-    timers: Vec<Timer>,
+    timers: std::collections::BinaryHeap<Timer>,
+    seq: u64,
     on_idle: Vec<Callback>,
 }
 
 impl Timers {
     fn next_due(&self) -> Option<Instant> {
-        self.timers.iter().map(|t| t.due).min()
+        self.timers.peek().map(|t| t.due)
+    }
+
+    fn push(&mut self, due: Instant, period: Option<Duration>, f: Callback) {
+        self.seq += 1;
+        self.timers.push(Timer {
+            due,
+            seq: self.seq,
+            period,
+            f,
+        });
     }
 }
 
@@ -170,24 +203,21 @@ impl Pe {
     /// Run `f` once, `delay` from now (Converse's `CcdCallFnAfter`).
     pub fn after(&mut self, delay: Duration, f: impl FnOnce(&mut Pe) + 'static) {
         let mut f = Some(f);
-        self.timers.timers.push(Timer {
-            due: Instant::now() + delay,
-            period: None,
-            f: Box::new(move |pe| {
+        self.timers.push(
+            Instant::now() + delay,
+            None,
+            Box::new(move |pe| {
                 if let Some(f) = f.take() {
                     f(pe)
                 }
             }),
-        });
+        );
     }
 
     /// Run `f` every `period` until the job ends (Converse's periodic conditions).
     pub fn every(&mut self, period: Duration, f: impl FnMut(&mut Pe) + 'static) {
-        self.timers.timers.push(Timer {
-            due: Instant::now() + period,
-            period: Some(period),
-            f: Box::new(f),
-        });
+        self.timers
+            .push(Instant::now() + period, Some(period), Box::new(f));
     }
 
     /// Run `f` each time this PE becomes idle (nothing to dispatch, nothing arriving), before
@@ -509,25 +539,23 @@ impl Pe {
 
     /// Fire due timers; true if any ran.
     fn fire_timers(&mut self, now: Instant) -> bool {
-        if !self.timers.timers.iter().any(|t| t.due <= now) {
+        if self.timers.next_due().is_none_or(|d| d > now) {
             return false;
         }
-        // Take the list out so callbacks can add timers through `&mut Pe`.
-        let mut timers = std::mem::take(&mut self.timers.timers);
-        let mut kept = Vec::with_capacity(timers.len());
-        for mut t in timers.drain(..) {
-            if t.due > now {
-                kept.push(t);
-                continue;
-            }
-            (t.f)(self);
-            if let Some(p) = t.period {
-                t.due = now + p;
-                kept.push(t);
+        // Taken out first, so that callbacks can add timers through `&mut Pe` (one due now
+        // fires at the next look, not in this one).
+        let mut due = Vec::new();
+        while self.timers.next_due().is_some_and(|d| d <= now) {
+            if let Some(t) = self.timers.timers.pop() {
+                due.push(t);
             }
         }
-        kept.append(&mut self.timers.timers);
-        self.timers.timers = kept;
+        for mut t in due {
+            (t.f)(self);
+            if let Some(p) = t.period {
+                self.timers.push(now + p, Some(p), t.f);
+            }
+        }
         true
     }
 
