@@ -2,6 +2,7 @@
 //! the next from a given PE, or the next that matches a predicate (Mercury's expected
 //! messages, MPI's receive by source and tag).
 
+use crate::CallError;
 use converse::{HandlerId, Message, Pe};
 use std::cell::RefCell;
 use std::collections::VecDeque;
@@ -51,6 +52,19 @@ impl Inbox {
                 w.wake();
             }
         });
+        // Report mode: a death wakes every waiting receive, so one waiting on a PE of the
+        // dead node ends with an error (`recv_from`).
+        if pe.survives_node_failures() {
+            let s = std::rc::Rc::downgrade(&state);
+            pe.on_node_failure(move |_pe, _f| {
+                if let Some(s) = s.upgrade() {
+                    let waiting = std::mem::take(&mut s.borrow_mut().waiting);
+                    for w in waiting {
+                        w.wake();
+                    }
+                }
+            });
+        }
         Inbox { h, state }
     }
 
@@ -74,9 +88,15 @@ impl Inbox {
         self.recv_matching(|_| true)
     }
 
-    /// The next message from PE `src` (others stay held, in order, for other receives).
+    /// The next message from PE `src` (others stay held, in order, for other receives). In
+    /// report mode, once `src`'s node is out of the job and nothing from it is held, the
+    /// receive ends with [`CallError::PeDied`] instead of waiting for ever.
     pub fn recv_from(&self, src: usize) -> Recv<impl Fn(&Message) -> bool> {
-        self.recv_matching(move |m| m.src_pe() as usize == src)
+        Recv {
+            state: self.state.clone(),
+            pred: move |m: &Message| m.src_pe() as usize == src,
+            from: Some(src),
+        }
     }
 
     /// The oldest held message for which `pred` is true (others stay held, in order).
@@ -84,6 +104,7 @@ impl Inbox {
         Recv {
             state: self.state.clone(),
             pred,
+            from: None,
         }
     }
 
@@ -100,6 +121,8 @@ impl Inbox {
 pub struct Recv<P> {
     state: Rc<RefCell<State>>,
     pred: P,
+    /// The one PE it waits on (`recv_from`): its death ends the wait.
+    from: Option<usize>,
 }
 
 impl<P> std::fmt::Debug for Recv<P> {
@@ -109,13 +132,27 @@ impl<P> std::fmt::Debug for Recv<P> {
 }
 
 impl<P: Fn(&Message) -> bool> Future for Recv<P> {
-    type Output = Message;
+    /// The message; an error only for [`Inbox::recv_from`] a PE that died.
+    type Output = Result<Message, CallError>;
 
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Message> {
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let mut st = self.state.borrow_mut();
         if let Some(i) = st.arrived.iter().position(&self.pred) {
             if let Some(m) = st.arrived.remove(i) {
-                return Poll::Ready(m);
+                return Poll::Ready(Ok(m));
+            }
+        }
+        if let Some(src) = self.from {
+            let dead = if crate::in_task() {
+                crate::with_pe(|pe| (!pe.is_alive(src)).then(|| pe.node_of(src)))
+            } else {
+                None
+            };
+            if let Some(node) = dead {
+                return Poll::Ready(Err(CallError::PeDied {
+                    pe: src,
+                    reason: format!("node {node} is out of the job"),
+                }));
             }
         }
         // Once per task: a receive polled again (or one dropped and made anew) does not pile

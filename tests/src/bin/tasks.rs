@@ -170,7 +170,37 @@ fn calls(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
             reply.send_msg(pe, req)
         })
     });
+    let inbox = tasks.expect(pe, "expected");
     pe.barrier();
+    // Expected receives: every PE sends 3 numbered messages to every PE; each PE takes them
+    // source by source, from the last source to the first, each source's in order.
+    for dest in 0..n {
+        for k in 0..3u64 {
+            pe.send(
+                dest,
+                inbox.handler(),
+                &(((me as u64) << 8) | k).to_le_bytes(),
+            );
+        }
+    }
+    let ib = inbox.clone();
+    tasks
+        .block_on(pe, async move {
+            for src in (0..n).rev() {
+                for k in 0..3u64 {
+                    let want = ((src as u64) << 8) | k;
+                    let m = ib.recv_from(src).await.map_err(|e| e.to_string())?;
+                    if word(&m) != want || m.src_pe() as usize != src {
+                        return Err(format!("from PE {src}: {:#x}, want {want:#x}", word(&m)));
+                    }
+                }
+            }
+            Ok::<(), String>(())
+        })
+        .map_err(|e| e.to_string())??;
+    if !inbox.is_empty() {
+        return Err(format!("{} expected messages left", inbox.len()));
+    }
     let t = tasks.clone();
     let r = tasks
         .block_on(pe, async move {
@@ -428,6 +458,7 @@ fn die(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
     let hold = tasks.serve(pe, "hold", move |_pe, _req, reply| {
         k.borrow_mut().push(reply)
     });
+    let inbox = tasks.expect(pe, "never-sent");
     pe.barrier();
     if pe.my_pe() == victim {
         // Dies once the calls have had time to arrive.
@@ -441,8 +472,12 @@ fn die(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
         pe.run_until(|_| false);
         return Ok(());
     }
+    let t = tasks.clone();
     let r = tasks
         .block_on(pe, async move {
+            // An expected receive waiting on the dying PE, in a task of its own.
+            let waiting =
+                with_pe(|pe| t.spawn(pe, async move { inbox.recv_from(victim).await.map(|_| ()) }));
             let pending: Vec<_> = (0..5)
                 .map(|_| call(victim, &hold, b"are you there"))
                 .collect();
@@ -451,6 +486,10 @@ fn die(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
                     Err(CallError::PeDied { pe, .. }) if pe == victim => {}
                     other => return Err(format!("a call to the dying PE gave {other:?}")),
                 }
+            }
+            match waiting.await {
+                Ok(Err(CallError::PeDied { pe, .. })) if pe == victim => {}
+                other => return Err(format!("a receive from the dying PE gave {other:?}")),
             }
             match call(victim, &hold, b"").await {
                 Err(CallError::PeDied { pe, .. }) if pe == victim => Ok(()),
