@@ -78,11 +78,11 @@ fn main() -> std::process::ExitCode {
             let want = serial(n);
             with_pe(|pe| match v {
                 Ok(v) if v == want => {
-                    println!("fib({n}) = {v}, as computed serially: ok");
+                    converse::input::out_line(&format!("fib({n}) = {v}, as computed serially: ok"));
                     pe.exit(0);
                 }
                 other => {
-                    println!("fib({n}) = {other:?}, want {want}");
+                    converse::input::out_line(&format!("fib({n}) = {other:?}, want {want}"));
                     pe.exit(1);
                 }
             });

@@ -149,7 +149,7 @@ fn basics(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
     if tasks.live() != 0 {
         return Err(format!("{} tasks still alive", tasks.live()));
     }
-    println!("tasks basics: PE {me} ok");
+    converse::input::out_line(&format!("tasks basics: PE {me} ok"));
     Ok(())
 }
 
@@ -268,7 +268,7 @@ fn calls(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
     if s.cancelled != 1 || s.late_replies != 1 {
         return Err(format!("call stats {s:?}: want 1 cancelled, 1 late reply"));
     }
-    println!("tasks calls: PE {me} ok");
+    converse::input::out_line(&format!("tasks calls: PE {me} ok"));
     Ok(())
 }
 
@@ -332,7 +332,7 @@ fn qd(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
         pe.send(dest, h, &hops.to_le_bytes());
     }
     if me != 0 {
-        println!("tasks qd: PE {me} ok");
+        converse::input::out_line(&format!("tasks qd: PE {me} ok"));
         return Ok(());
     }
     let quiet = tasks.quiescence(pe);
@@ -368,7 +368,9 @@ fn qd(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
         })
         .map_err(|e| e.to_string())?;
     let (hops, delay_us) = r?;
-    println!("tasks qd: PE 0 ok ({hops} hops; detected {delay_us} us after the last)");
+    converse::input::out_line(&format!(
+        "tasks qd: PE 0 ok ({hops} hops; detected {delay_us} us after the last)"
+    ));
     Ok(())
 }
 
@@ -383,7 +385,7 @@ fn qdsleep(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
     });
     pe.barrier();
     if me != 0 {
-        println!("tasks qdsleep: PE {me} ok");
+        converse::input::out_line(&format!("tasks qdsleep: PE {me} ok"));
         return Ok(());
     }
     tasks.spawn(pe, async move {
@@ -407,7 +409,7 @@ fn qdsleep(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
         })
         .map_err(|e| e.to_string())?;
     r?;
-    println!("tasks qdsleep: PE {me} ok");
+    converse::input::out_line(&format!("tasks qdsleep: PE {me} ok"));
     Ok(())
 }
 
@@ -416,7 +418,7 @@ fn shared(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
     use std::sync::Arc;
     let me = pe.my_pe();
     if pe.my_rank() != 0 {
-        println!("tasks shared: PE {me} ok");
+        converse::input::out_line(&format!("tasks shared: PE {me} ok"));
         return Ok(());
     }
     const PIECES: u64 = 100;
@@ -445,7 +447,7 @@ fn shared(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
     if ranks > 1 && per.iter().filter(|&&c| c > 0).count() < 2 {
         return Err(format!("one PE ran all of the node's pool: {per:?}"));
     }
-    println!("tasks shared: PE {me} ok (by rank: {per:?})");
+    converse::input::out_line(&format!("tasks shared: PE {me} ok (by rank: {per:?})"));
     Ok(())
 }
 
@@ -498,7 +500,7 @@ fn die(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
         })
         .map_err(|e| e.to_string())?;
     r?;
-    println!("tasks die: ok");
+    converse::input::out_line("tasks die: ok");
     Ok(())
 }
 
