@@ -255,6 +255,41 @@ fn integer_addition_as_in_appendix_b() {
     }
 }
 
+/// An internal process dies before the plan went through it (report mode): the front-end's
+/// attach fails naming it, and every other process's wait ends too — those below it waited
+/// for ever for a plan that never came, those placed for a network that is never made.
+#[test]
+fn a_death_before_the_plan_passed_ends_every_attach() {
+    for machine in ["tcp", "si"] {
+        let l = Launcher::Charmrun {
+            machine,
+            opts: vec![],
+        };
+        // PE 1 holds the first internal process of g:2x3 (processes map to PEs in order).
+        let o = l.run(
+            TBON,
+            9,
+            &["plandeath", "g:2x3", "1", "+set", "faults=report"],
+            Duration::from_secs(60),
+        );
+        assert!(
+            o.code == Some(0) && o.lines_with("tbon plandeath: ok") == 1,
+            "{machine}:\n{o}"
+        );
+        // Three back-ends below the dead process never had a place; the others had.
+        assert_eq!(
+            o.stdout.matches("not attached: ").count(),
+            3,
+            "{machine}:\n{o}"
+        );
+        assert_eq!(
+            o.stdout.matches("placed, then Ok").count(),
+            4,
+            "{machine}:\n{o}"
+        );
+    }
+}
+
 #[test]
 fn the_front_end_says_clearly_why_it_cannot_make_its_network() {
     let (fe, be) = (

@@ -52,18 +52,83 @@ fn main() -> ExitCode {
                 opts = opts.filter(name, f);
             }
         }
+        // `plandeath VICTIM`: every other process tells the front-end how its attach ended.
+        let told = std::rc::Rc::new(std::cell::RefCell::new(Vec::<String>::new()));
+        let t = told.clone();
+        let tell = pe.register("tbon.told", move |_, msg| {
+            t.borrow_mut()
+                .push(String::from_utf8_lossy(msg.payload()).into_owned());
+        });
+        // The victim runs this before the plan, which comes after it from PE 0: once every PE
+        // is past start-up (a death during it ends any job), it dies with the plan unread.
+        let die = pe.register("tbon.die", |_, _| {
+            std::thread::sleep(Duration::from_millis(500));
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::SIGKILL);
+        });
+        if scenario == "plandeath" && pe.my_pe() == 0 {
+            if let Ok(victim) = extra.parse::<usize>() {
+                pe.send(victim, die, b"");
+            }
+        }
         let failed = match tbon::attach(pe, opts, |_| topology(&spec)) {
+            Ok(mut net) if scenario == "plandeath" => {
+                // Placed before the death: the front-end's abandoning ends its waits.
+                let r = net.wait_for_shutdown();
+                let me = net.pe().my_pe();
+                net.pe()
+                    .send(0, tell, format!("PE {me} placed, then {r:?}").as_bytes());
+                return;
+            }
             Ok(mut net) => {
                 run_role(&scenario, &extra, &mut net);
                 return;
             }
             Err(e) => e,
         };
+        if scenario == "plandeath" {
+            return plan_death(pe, tell, &told, &failed);
+        }
         if pe.my_pe() == 0 {
             converse::input::error_line(&format!("tbon {scenario}: cannot attach: {failed}"));
             pe.exit(3);
         }
     })
+}
+
+/// `plandeath`: a process died before the plan went through it. The front-end's attach fails
+/// naming it, and every other live process's wait ends too (those below the dead one waited
+/// for a plan that never came); each tells the front-end how, and it prints them.
+fn plan_death(
+    pe: &mut converse::Pe,
+    tell: converse::HandlerId,
+    told: &std::rc::Rc<std::cell::RefCell<Vec<String>>>,
+    failed: &TbonError,
+) {
+    let me = pe.my_pe();
+    if me != 0 {
+        pe.send(
+            0,
+            tell,
+            format!("PE {me} not attached: {failed}").as_bytes(),
+        );
+        return;
+    }
+    // Everybody but the front-end and the victim.
+    let want = pe.num_pes() - 2;
+    let until = Instant::now() + Duration::from_secs(30);
+    pe.run_until(|_| told.borrow().len() >= want || Instant::now() > until);
+    let got = told.borrow().clone();
+    let ok = got.len() == want
+        && failed
+            .to_string()
+            .contains("died while the network was being made");
+    converse::input::out_line(&format!(
+        "tbon plandeath: {}: front-end: {failed}; {} of {want} told: {}",
+        if ok { "ok" } else { "FAILED" },
+        got.len(),
+        got.join("; ")
+    ));
+    pe.exit(if ok { 0 } else { 1 });
 }
 
 /// Filters compiled into the program, with the guide's whole shape: per-stream state,

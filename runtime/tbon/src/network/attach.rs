@@ -174,6 +174,9 @@ pub fn attach<'p>(
     }
     let abandoned = net.node.borrow().abandoned.clone();
     if let Some(reason) = abandoned {
+        // Nothing to shut down (dropping the front-end's `Network` would otherwise ask the
+        // processes of a network that was never made, and wait for them).
+        net.node.borrow_mut().shut_down = true;
         return Err(TbonError::Create(reason));
     }
     net.topo = net.node.borrow().place.as_ref().map(|p| p.topo.clone());

@@ -39,6 +39,12 @@ impl Node {
             Ctl::Plan { tree, pes } => self.take_plan(pe, tree, pes, msg.payload()),
             Ctl::Abandon { reason } => {
                 tracing::debug!(target: "tbon", "the front-end abandoned the network: {reason}");
+                if self.place.is_some() && !self.shut_down {
+                    // Placed before the front-end gave up: the network this process joined
+                    // is never made, so its waits end as after a shutdown.
+                    self.shut_down = true;
+                    self.event(EventKind::ShutDown, None, None, reason.clone());
+                }
                 self.abandoned = Some(reason)
             }
             Ctl::Ready => {

@@ -100,6 +100,14 @@ impl Node {
             self.abandoned = Some("the front-end sent a plan for other PEs".into());
             return;
         }
+        if pe.my_pe() == 0 {
+            // A death the front-end heard of before its plan: nothing would ever report in
+            // through that process.
+            if let Some(&dead) = pes.iter().find(|&&p| !pe.is_alive(p)) {
+                let reason = format!("PE {dead} of the tree died while the network was being made");
+                return self.abandon(pe, reason);
+            }
+        }
         let topo = Rc::new(topo);
         let place = Place::build(topo.clone(), topo, pes.into(), pe.my_pe());
         let spare = place.role == Role::Spare;

@@ -167,7 +167,17 @@ impl Node {
         failure: &NodeFailure,
         weak: &Weak<RefCell<Node>>,
     ) {
-        let Some(place) = &self.place else { return };
+        let Some(place) = &self.place else {
+            // Waiting for the plan: only the front-end's death is sure to mean it never
+            // comes (a death on the way down is the front-end's to tell, see below).
+            if failure.pes.clone().any(|p| p == 0) && self.abandoned.is_none() {
+                self.abandoned = Some(format!(
+                    "the front-end (PE 0) died before the network was made ({})",
+                    failure.reason
+                ));
+            }
+            return;
+        };
         if place.role == Role::Spare {
             return;
         }
@@ -182,14 +192,24 @@ impl Node {
         }
         self.recovery.dead.extend(newly.iter().copied());
         let fe = place.role == Role::FrontEnd;
+        let old = place.topo.clone();
         if fe && !self.ready && self.abandoned.is_none() {
             // Its report would never come: the network cannot be made (attach says why).
-            self.abandoned = Some(format!(
-                "process {} died while the network was being made ({})",
+            let on_pe = self
+                .place
+                .as_ref()
+                .and_then(|p| {
+                    p.orig
+                        .find_rank(newly[0])
+                        .and_then(|i| p.pes.get(i).copied())
+                })
+                .unwrap_or(failure.pes.start);
+            let reason = format!(
+                "process {} (PE {on_pe}) died while the network was being made ({})",
                 newly[0], failure.reason
-            ));
+            );
+            self.abandon(pe, reason);
         }
-        let old = place.topo.clone();
         if fe {
             let what = if self.recovery.on {
                 "failure recovery re-connects its children"
@@ -255,6 +275,21 @@ impl Node {
         for id in ids {
             self.take_ready(pe, id);
         }
+    }
+
+    /// Front-end: the network cannot be made. Told to every live process, not down the tree:
+    /// those below a dead process wait for a plan that went through it, and those placed
+    /// would wait for a network that is never made.
+    pub(super) fn abandon(&mut self, pe: &mut Pe, reason: String) {
+        let msg = Ctl::Abandon {
+            reason: reason.clone(),
+        }
+        .encode();
+        let live: Vec<usize> = (1..pe.num_pes()).filter(|&p| pe.is_alive(p)).collect();
+        for p in live {
+            pe.send(p, self.h.ctl, &msg);
+        }
+        self.abandoned = Some(reason);
     }
 
     /// Front-end: the live children of the processes that died are orphans until their
