@@ -76,6 +76,12 @@ macro_rules! recovery_suite {
 
         #[test]
         $(#[$ignore])?
+        fn singlecast_packets_held_by_a_dying_parent_arrive_once_in_order() {
+            super::rounds("singlelost", $layer);
+        }
+
+        #[test]
+        $(#[$ignore])?
         fn recovery_off_tells_the_front_end_and_nothing_hangs() {
             super::rounds("off", $layer);
         }

@@ -14,7 +14,9 @@
 //! meanwhile: no packet down for its orphans to miss, only waves up), `backend`,
 //! `newstream` (an internal process killed as a new stream is being made: the waves run on
 //! the new stream), `singlecast` (the front-end waits on a back-end's singlecast stream while
-//! the back-end is killed: the receive ends with `DeadBackEnd`), `off` (recovery off, in a job that survives: the front-end is told, the
+//! the back-end is killed: the receive ends with `DeadBackEnd`), `singlelost` (singlecast
+//! requests to a back-end wait in its parent, stopped, which is then killed: each reaches the
+//! back-end once, in order, through its new parent), `off` (recovery off, in a job that survives: the front-end is told, the
 //! stream fails, nothing hangs), `noopt` (recovery off and no report mode: the job ends, as
 //! without the overlay's recovery).
 //!
@@ -148,6 +150,7 @@ const SCENARIOS: &[&str] = &[
     "backend",
     "newstream",
     "singlecast",
+    "singlelost",
     "off",
     "noopt",
 ];
@@ -229,15 +232,16 @@ fn wait_for_pids(net: &mut Network<'_>, dir: &Path, n: usize) -> Result<(), Stri
 }
 
 fn kill(dir: &Path, rank: Rank) -> Result<(), String> {
+    signal(dir, rank, nix::sys::signal::Signal::SIGKILL)
+}
+
+fn signal(dir: &Path, rank: Rank, sig: nix::sys::signal::Signal) -> Result<(), String> {
     let pid: i32 = std::fs::read_to_string(dir.join(rank.to_string()))
         .ok()
         .and_then(|s| s.trim().parse().ok())
         .ok_or_else(|| format!("no pid for rank {rank}"))?;
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .map_err(|e| format!("kill rank {rank}: {e}"))
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig)
+        .map_err(|e| format!("{sig} to rank {rank}: {e}"))
 }
 
 /// The waves of one stream, `IN_FLIGHT` at a time, and what came back.
@@ -315,6 +319,7 @@ fn victims(topo: &Topology, scenario: &str, round: usize) -> Vec<Rank> {
         ],
         "two" => vec![level1(round), level1(round + 1 + round / 4 % 3)],
         "backend" | "singlecast" => vec![(round * 7 % topo.num_backends()) as Rank],
+        "singlelost" => vec![level1(round)],
         _ => vec![level1(round)],
     }
 }
@@ -353,6 +358,9 @@ fn one_round(
     }
     if scenario == "singlecast" {
         return singlecast(net, dir, victims[0]);
+    }
+    if scenario == "singlelost" {
+        return single_lost(net, topo, dir, victims[0], round);
     }
     // A different moment in the stream each round.
     for _ in 0..5 + round % 7 {
@@ -503,6 +511,55 @@ fn singlecast(net: &mut Network<'_>, dir: &Path, v: Rank) -> Result<(), String> 
         Err(TbonError::DeadBackEnd(r)) if r == v => Ok(()),
         other => Err(format!("waiting on dead back-end {v}'s stream: {other:?}")),
     }
+}
+
+/// Requests that wait in a back-end's parent when it dies (stopped first, so they are surely
+/// there): every one reaches the back-end once, in order, through its new parent, and the
+/// answers come back in that order with nothing twice.
+fn single_lost(
+    net: &mut Network<'_>,
+    topo: &Topology,
+    dir: &Path,
+    parent: Rank,
+    round: usize,
+) -> Result<(), String> {
+    let i = topo.find_rank(parent).ok_or("no such parent")?;
+    let kids = topo.nodes()[i].backend_ranks();
+    let be = kids.start + (round as Rank % (kids.end - kids.start));
+    let s = tbon::Stream::from_id(be);
+    let ask = |net: &mut Network<'_>, w: i32| {
+        net.send_to_backend(be, ASK, "%d", w)
+            .map_err(|e| format!("send_to_backend {be}, request {w}: {e}"))
+    };
+    let answer = |net: &mut Network<'_>, w: i32| -> Result<(), String> {
+        let p = net
+            .recv_on(&s)
+            .map_err(|e| format!("back-end {be}'s answer {w}: {e}"))?;
+        match p.unpack::<(i32, i32)>("%d %d") {
+            Ok(got) if got == (be as i32 + 1, w) => Ok(()),
+            other => Err(format!("back-end {be}: want answer {w}, got {other:?}")),
+        }
+    };
+    ask(net, 1)?;
+    answer(net, 1)?;
+    signal(dir, parent, nix::sys::signal::Signal::SIGSTOP)?;
+    const HELD: i32 = 5;
+    for w in 2..2 + HELD {
+        ask(net, w)?;
+    }
+    // Out of the front-end, into the stopped parent's socket.
+    let until = Instant::now() + Duration::from_millis(100);
+    while Instant::now() < until {
+        net.progress();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    kill(dir, parent)?;
+    for w in 2..2 + HELD {
+        answer(net, w)?;
+    }
+    // Nothing given twice is waiting before the next answer.
+    ask(net, 2 + HELD)?;
+    answer(net, 2 + HELD)
 }
 
 fn recovery_off(

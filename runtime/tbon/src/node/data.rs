@@ -65,7 +65,13 @@ impl Node {
                 self.open_singlecast(sid);
             }
             if let Some(st) = self.streams.get_mut(&sid) {
-                if !st.first_sight(p.seq()) {
+                // Its own singlecast stream is numbered per packet by the front-end.
+                let new = if sid < FIRST_USER_STREAM {
+                    st.first_sight_once(p.seq())
+                } else {
+                    st.first_sight(p.seq())
+                };
+                if !new {
                     return;
                 }
                 st.perf.count(Context::Recv, 1, p.data_len() as u64);
@@ -415,11 +421,7 @@ impl Node {
     /// The front-end sends `p` down stream `sid` to `dests` (all its end-points: empty).
     pub(crate) fn fe_send(&mut self, pe: &mut Pe, sid: u32, mut p: Packet, dests: &[Rank]) {
         if sid < FIRST_USER_STREAM && !self.streams.contains_key(&sid) {
-            let Some(place) = &self.place else { return };
-            if let Some(c) = place.children.iter().find(|c| c.be.contains(&sid)) {
-                pe.send_msg(c.pe, self.h.down, p.into_message(&[]));
-            }
-            return;
+            return self.send_single(pe, sid, p);
         }
         if let Some(st) = self.streams.get_mut(&sid) {
             // Numbered, so that an orphan adopted after a failure is given what it missed.

@@ -26,6 +26,7 @@ mod control;
 mod data;
 mod plan;
 mod recover;
+mod singlecast;
 mod streams;
 
 pub(crate) use recover::{lost_wave, Recovery};
@@ -151,6 +152,20 @@ impl StreamState {
         self.down_seen = seq;
         true
     }
+
+    /// As [`first_sight`](Self::first_sight), where every packet has a number of its own (a
+    /// back-end's singlecast stream, numbered by the front-end, no filter on the way): one
+    /// given again after a re-connection is not new even if it was the last seen.
+    fn first_sight_once(&mut self, seq: u32) -> bool {
+        if seq == 0 {
+            return true;
+        }
+        if seq <= self.down_seen {
+            return false;
+        }
+        self.down_seen = seq;
+        true
+    }
 }
 
 impl Drop for StreamState {
@@ -256,6 +271,9 @@ pub(crate) struct Node {
     pub stream_fds: HashMap<u32, nix::sys::eventfd::EventFd>,
     /// Failure recovery: what died, what waits for re-connection.
     pub recovery: Recovery,
+    /// Front-end, failure recovery: singlecast packets kept for back-ends below an internal
+    /// process.
+    single: singlecast::Singlecasts,
     /// Scratch vectors reused for every wave, so a wave allocates no vector.
     wave: Vec<Packet>,
     out: Vec<Packet>,
@@ -287,6 +305,7 @@ impl Node {
             refused: 0,
             stream_fds: HashMap::new(),
             recovery: Recovery::default(),
+            single: singlecast::Singlecasts::default(),
             wave: Vec::new(),
             out: Vec::new(),
             rev: Vec::new(),

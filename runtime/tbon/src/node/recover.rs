@@ -259,8 +259,10 @@ impl Node {
         }
         let parent_changed = fresh.parent_pe != place.parent_pe;
         self.place = Some(fresh);
+        let mut reconnected = Vec::new();
         if fe {
-            self.note_orphans(&old, &newly);
+            self.single_hold(&newly);
+            reconnected = self.note_orphans(&old, &newly);
             self.drop_dead_endpoints(&newly);
         }
         let ids: Vec<u32> = self.streams.keys().copied().collect();
@@ -270,6 +272,9 @@ impl Node {
         self.forget_dead_in_requests(pe, &newly);
         if parent_changed {
             self.tell_new_parent(pe);
+        }
+        for r in reconnected {
+            self.single_release(pe, r);
         }
         self.replay_held(pe, weak);
         for id in ids {
@@ -294,7 +299,9 @@ impl Node {
 
     /// Front-end: the live children of the processes that died are orphans until their
     /// `Reparented` comes (which may have come first).
-    fn note_orphans(&mut self, old: &crate::Topology, newly: &[Rank]) {
+    /// Returns the orphans whose re-connection was heard of first.
+    fn note_orphans(&mut self, old: &crate::Topology, newly: &[Rank]) -> Vec<Rank> {
+        let mut early = Vec::new();
         for &r in newly {
             let Some(i) = old.find_rank(r) else { continue };
             for &c in old.nodes()[i].children() {
@@ -304,6 +311,7 @@ impl Node {
                 }
                 if let Some(at) = self.recovery.early.iter().position(|&e| e == cr) {
                     self.recovery.early.swap_remove(at);
+                    early.push(cr);
                 } else {
                     self.recovery.orphans.insert(cr);
                 }
@@ -311,6 +319,7 @@ impl Node {
         }
         let dead = &self.recovery.dead;
         self.recovery.orphans.retain(|r| !dead.contains(r));
+        early
     }
 
     /// Front-end: dead back-ends leave the streams they were end-points of, each with an
@@ -555,7 +564,7 @@ impl Node {
                 };
                 pe.send(parent, h.ctl, &ctl.encode());
             }
-            None => self.reparented(rank, my_rank),
+            None => self.reparented(pe, rank, my_rank),
         }
         for id in ids {
             self.take_ready(pe, id);
@@ -566,13 +575,15 @@ impl Node {
     pub(super) fn on_reparented(&mut self, pe: &mut Pe, rank: Rank, parent: Rank, msg: &Message) {
         match self.place.as_ref().and_then(|p| p.parent_pe) {
             Some(up) => pe.send(up, self.h.ctl, msg.payload()),
-            None => self.reparented(rank, parent),
+            None => self.reparented(pe, rank, parent),
         }
     }
 
     /// Front-end: orphan `rank` is connected to `parent`.
-    fn reparented(&mut self, rank: Rank, parent: Rank) {
-        if !self.recovery.orphans.remove(&rank) {
+    fn reparented(&mut self, pe: &mut Pe, rank: Rank, parent: Rank) {
+        if self.recovery.orphans.remove(&rank) {
+            self.single_release(pe, rank);
+        } else {
             self.recovery.early.push(rank);
         }
         self.event(
