@@ -13,6 +13,8 @@
 
 #[cfg(feature = "tcp")]
 mod conn;
+#[cfg(feature = "tcp")]
+mod door;
 // Addresses in the node table serve both layers; connection set-up only TCP.
 #[cfg_attr(not(feature = "tcp"), allow(dead_code))]
 mod mesh;

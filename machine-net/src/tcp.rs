@@ -6,7 +6,8 @@
 //! (`wake.rs`). Framing and buffers: `conn.rs`.
 
 use crate::conn::{Conn, ConnError};
-use crate::mesh::{self, Intro, Kind, Pending};
+use crate::door::{Arrival, Door, Judge};
+use crate::mesh::{self, Kind};
 use crate::wake::WakeFd;
 use converse_bootstrap::client::LaunchEnv;
 use converse_bootstrap::protocol::SECRET_LEN;
@@ -36,29 +37,11 @@ pub const LAYER: Layer = Layer {
 /// as one `epoll_wait`, and no second call when data is there); with more, it asks epoll.
 const READ_ALL_UP_TO: usize = 4;
 
-/// In read-every-socket mode, how often (in `advance` calls) to look for new connections; an
-/// idle node's `wait` watches the listener all the time.
-const ACCEPT_EVERY: u32 = 64;
-
 /// How long `exit` keeps trying to send what is still queued.
 const EXIT_FLUSH: Duration = Duration::from_secs(2);
 
-/// Accepted connections still introducing themselves beyond what the job's own peers can
-/// open (each at most two: the pair's connection and a request to open it). With that many
-/// pending, what came is judged (a peer's introduction read and its connection attached),
-/// strangers silent past [`STRANGER_AFTER`] are closed, and if none is, nothing more is
-/// accepted until one is: the rest waits in the kernel's backlog. A stranger never takes a
-/// peer's place, however many connect.
-const MAX_STRANGERS: usize = 64;
-
-/// A connection that has not introduced itself this long after it was accepted is a
-/// stranger's: a peer sends its introduction with the connection (`mesh::open`), so by the
-/// time it is accepted the introduction is in its socket, or microseconds away.
-const STRANGER_AFTER: Duration = Duration::from_millis(200);
-
-/// Epoll tokens: a connection is its peer's node number; these are the others.
-const LISTENER: u64 = u64::MAX;
-const PENDING: u64 = u64::MAX - 1;
+/// Epoll token of the wake eventfd; a connection's is its peer's node number. (The listener
+/// is the door's, `door.rs`.)
 const WAKE: u64 = u64::MAX - 2;
 
 /// What this node has with one peer (see `mesh.rs` for how the pair's connection comes about).
@@ -108,29 +91,21 @@ pub struct TcpMachine {
     me: usize,
     table: NodeTable,
     secret: [u8; SECRET_LEN],
-    listener: TcpListener,
+    /// Accepts connections and judges introductions on a thread of its own; hands over the
+    /// peers'.
+    door: Door,
     links: Vec<Link>,
     /// Peers with an open connection: what `advance` reads.
     readers: Vec<usize>,
-    /// Accepted connections still introducing themselves.
-    pending: Vec<Pending>,
     /// Peers whose outgoing frames wait for their socket.
     backlog: Vec<usize>,
     epoll: Epoll,
     events: Vec<EpollEvent>,
-    advances: u32,
     /// In the epoll set: other threads ring it to end `wait`.
     wake: WakeFd,
     /// Buffers of large messages sent, to receive large ones into (no page faulted in, no
     /// `memset`, per message).
     pool: Pool,
-    /// Connections closed because they did not introduce themselves as this job's.
-    strangers: u64,
-    /// Whether the listener is in the epoll set: taken out while the pending connections are
-    /// at their bound (its readiness would end every wait at once), and for good at `leave`.
-    listening: bool,
-    /// In `leave`: nothing is accepted any more.
-    left: bool,
 }
 
 // By hand: the fields are the layer's working state (sockets, queues, buffers); the node
@@ -189,37 +164,32 @@ impl Open for TcpOpen {
         table: NodeTable,
         _: &dyn Bootstrap,
     ) -> Result<TcpMachine, MachineError> {
-        let listener = self.listener;
-        listener
-            .set_nonblocking(true)
-            .map_err(|e| MachineError::io("configuring the listener", e))?;
         let epoll = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC)
             .map_err(|e| MachineError::io("epoll_create", e.into()))?;
-        epoll
-            .add(&listener, EpollEvent::new(EpollFlags::EPOLLIN, LISTENER))
-            .map_err(|e| MachineError::io("epoll_ctl", e.into()))?;
         let wake = WakeFd::new().map_err(|e| MachineError::io("creating the node's eventfd", e))?;
         epoll
             .add(wake.fd(), EpollEvent::new(EpollFlags::EPOLLIN, WAKE))
             .map_err(|e| MachineError::io("epoll_ctl", e.into()))?;
         let n = table.num_nodes();
+        let judge = Judge {
+            me: env.node,
+            nodes: n,
+            secret: env.secret,
+        };
+        let door = Door::open(self.listener, judge, wake.waker())
+            .map_err(|e| MachineError::io("opening the node's door (listener thread)", e))?;
         Ok(TcpMachine {
             me: env.node,
             table,
             secret: env.secret,
-            listener,
+            door,
             links: (0..n).map(|_| Link::default()).collect(),
             readers: Vec::new(),
-            pending: Vec::new(),
             backlog: Vec::new(),
             epoll,
             events: vec![EpollEvent::empty(); 64],
-            advances: 0,
             wake,
             pool: Pool::default(),
-            strangers: 0,
-            listening: true,
-            left: false,
         })
     }
 }
@@ -340,110 +310,31 @@ impl TcpMachine {
         r.map_err(|e| self.conn_error(peer, e))
     }
 
-    /// The most connections still introducing themselves (see [`MAX_STRANGERS`]).
-    fn max_pending(&self) -> usize {
-        2 * self.table.num_nodes() + MAX_STRANGERS
-    }
-
-    /// Take the connections waiting on the listener, as many as the bound on pending ones
-    /// allows (making room first by judging what came and closing silent strangers); whatever
-    /// does not fit stays in the kernel's backlog, the listener out of the poll set meanwhile.
-    fn accept_new(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
+    /// Take the peers' connections the door let in: attach pair connections from lower
+    /// nodes, answer requests from higher ones, and refuse what is not wanted now (a second
+    /// pair connection, a node out of the job).
+    fn take_arrivals(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
+        let mut arrived = Vec::new();
+        self.door.take(|a| arrived.push(a));
         let mut n = 0;
-        if self.left {
-            return Ok(0);
-        }
-        loop {
-            if self.pending.len() >= self.max_pending() {
-                n += self.check_pending(deliver)?;
-                let before = self.pending.len();
-                // Read to the end of what came: silent past STRANGER_AFTER is a stranger.
-                self.pending.retain(|p| p.silent_for() < STRANGER_AFTER);
-                self.strangers += (before - self.pending.len()) as u64;
-                if self.pending.len() >= self.max_pending() {
-                    self.listen(false)?;
-                    return Ok(n);
-                }
+        for Arrival { peer, kind, stream } in arrived {
+            let link = &self.links[peer];
+            let wanted = !matches!(link.pair, Pair::Gone)
+                && (kind == Kind::Request || link.conn().is_none());
+            if !wanted {
+                self.door.refused();
+                continue;
             }
-            match self.listener.accept() {
-                Ok((s, _)) => {
-                    // Accepted connections carry sends too (replies go back on them).
-                    if s.set_nonblocking(true)
-                        .and_then(|()| s.set_nodelay(true))
-                        .is_err()
-                    {
-                        continue;
-                    }
-                    self.epoll
-                        .add(&s, EpollEvent::new(EpollFlags::EPOLLIN, PENDING))
-                        .map_err(epoll_err)?;
-                    self.pending.push(Pending::new(s));
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                // Out of descriptors and the like: the connection stays queued; try later.
-                Err(_) => break,
-            }
-        }
-        self.listen(true)?;
-        Ok(n)
-    }
-
-    /// Put the listener in the poll set, or take it out.
-    fn listen(&mut self, on: bool) -> Result<(), MachineError> {
-        if on == self.listening || (on && self.left) {
-            return Ok(());
-        }
-        let mut ev = EpollEvent::new(
-            if on {
-                EpollFlags::EPOLLIN
-            } else {
-                EpollFlags::empty()
-            },
-            LISTENER,
-        );
-        self.epoll
-            .modify(&self.listener, &mut ev)
-            .map_err(epoll_err)?;
-        self.listening = on;
-        Ok(())
-    }
-
-    /// Judge the introductions that have come: attach pair connections from lower nodes,
-    /// answer requests from higher ones, close strangers.
-    fn check_pending(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
-        let mut n = 0;
-        let me = self.me;
-        for p in std::mem::take(&mut self.pending) {
-            let links = &self.links;
-            // Only a lower node opens the pair's connection, once; only a higher one asks; a
-            // node out of the job (report mode) is a stranger, should it still be running.
-            let allowed = |peer: usize, kind: Kind| {
-                !matches!(links[peer].pair, Pair::Gone)
-                    && match kind {
-                        Kind::Data => peer < me && links[peer].conn().is_none(),
-                        Kind::Request => peer > me,
-                    }
-            };
-            match p.advance(&self.secret, self.table.num_nodes(), allowed) {
-                Intro::Waiting(p) => self.pending.push(p),
-                Intro::Node(peer, Kind::Data, s) => {
-                    // Re-registered under the peer's token by attach.
-                    let _ = self.epoll.delete(&s);
-                    self.attach(peer, s)?;
+            match kind {
+                Kind::Data => {
+                    self.attach(peer, stream)?;
                     n += self.receive_from(peer, deliver)?;
                 }
-                Intro::Node(peer, Kind::Request, s) => {
-                    let _ = self.epoll.delete(&s);
-                    drop(s);
+                Kind::Request => {
+                    drop(stream);
                     if self.links[peer].conn().is_none() {
                         self.open_pair(peer)?;
                     }
-                }
-                // Dropping the stream closes it, which also takes it out of the epoll set.
-                Intro::Stranger => {
-                    self.strangers += 1;
-                    tracing::debug!(target: "tcp", "closed a connection that is not from the job");
                 }
             }
         }
@@ -493,16 +384,13 @@ impl Transport for TcpMachine {
         if !self.backlog.is_empty() {
             self.flush_backlog()?;
         }
-        self.advances = self.advances.wrapping_add(1);
+        // One relaxed load per advance: the door thread flags peers' new connections.
+        if self.door.ready() {
+            n += self.take_arrivals(deliver)?;
+        }
         if self.readers.len() <= READ_ALL_UP_TO {
             for i in 0..self.readers.len() {
                 n += self.receive_from(self.readers[i], deliver)?;
-            }
-            // New connections and introductions are looked at now and then (and at once after
-            // `wait` saw them); that also closes silent strangers when their time is up.
-            if self.advances.is_multiple_of(ACCEPT_EVERY) {
-                n += self.accept_new(deliver)?;
-                n += self.check_pending(deliver)?;
             }
             return Ok(n);
         }
@@ -510,23 +398,12 @@ impl Transport for TcpMachine {
             .epoll
             .wait(&mut self.events, EpollTimeout::ZERO)
             .map_err(|e| MachineError::io("epoll_wait", e.into()))?;
-        let mut accept = false;
         for i in 0..ready {
             match self.events[i].data() {
-                LISTENER | PENDING => accept = true,
                 // Left rung for `wait`, which returns at once: no read on the message path.
                 WAKE => {}
                 peer => n += self.receive_from(peer as usize, deliver)?,
             }
-        }
-        // Now and then also while the listener is out of the poll set (pending connections at
-        // their bound): the strangers among them are closed once silent long enough.
-        let now_and_then = self.advances.is_multiple_of(ACCEPT_EVERY);
-        if accept || (now_and_then && !self.listening) {
-            n += self.accept_new(deliver)?;
-        }
-        if accept || (now_and_then && !self.pending.is_empty()) {
-            n += self.check_pending(deliver)?;
         }
         Ok(n)
     }
@@ -538,7 +415,7 @@ impl Transport for TcpMachine {
     fn counters(&self) -> Vec<(&'static str, u64)> {
         vec![
             ("tcp.connections", self.readers.len() as u64),
-            ("tcp.strangers_dropped", self.strangers),
+            ("tcp.strangers_dropped", self.door.strangers()),
         ]
     }
 
@@ -553,17 +430,11 @@ impl Transport for TcpMachine {
             Err(nix::errno::Errno::EINTR) => 0,
             Err(e) => return Err(MachineError::io("epoll_wait", e.into())),
         };
-        for e in &self.events[..ready] {
-            match e.data() {
-                // New connections and introductions are taken at the next advance.
-                LISTENER | PENDING => self.advances = ACCEPT_EVERY - 1,
-                WAKE => {
-                    self.wake.reset();
-                    // Answered by this return.
-                    self.wake.take();
-                }
-                _ => {}
-            }
+        // Also the door's ring: its arrivals are taken at the next advance.
+        if self.events[..ready].iter().any(|e| e.data() == WAKE) {
+            self.wake.reset();
+            // Answered by this return.
+            self.wake.take();
         }
         Ok(())
     }
@@ -611,13 +482,8 @@ impl Part for TcpMachine {
         // forever.
         let deadline = std::time::Instant::now() + EXIT_FLUSH;
         tracing::debug!(target: "tcp", backlog = self.backlog.len(), "leaving: flushing what is queued");
-        // Nothing is accepted any more: a connection waiting on the listener would otherwise
-        // end every epoll nap at once and turn this loop into a spin.
-        self.left = true;
-        if self.listening {
-            let _ = self.epoll.delete(&self.listener);
-            self.listening = false;
-        }
+        // Nothing is accepted any more (and the door's rings would only end naps early).
+        self.door.close();
         while !self.backlog.is_empty() && std::time::Instant::now() < deadline {
             if self.flush_backlog().is_err() {
                 break;

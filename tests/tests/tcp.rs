@@ -66,4 +66,79 @@ mod strangers {
         assert_eq!(o.code, Some(0), "{o}");
         assert_eq!(o.lines_with("conformance alltoall: ok"), 1, "{o}");
     }
+
+    /// A sustained flood of silent connections at every node's listener, from before the
+    /// nodes connect to each other until the job ends, while every PE computes in a handler
+    /// (nothing polls its layer) and then opens its connections: the peers' connections still
+    /// get through, and the job ends well.
+    #[test]
+    fn a_sustained_connect_flood_while_nodes_compute_cannot_end_the_job() {
+        use std::collections::VecDeque;
+        use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+        use std::sync::Arc;
+        let launcher = Launcher::Charmrun {
+            machine: "tcp",
+            opts: vec![],
+        };
+        let job = Running::start(
+            &mut launcher.command(PROGRAM, 4, &["alltoall", "400000", "2"]),
+            Duration::from_secs(120),
+        )
+        .expect("start");
+        if let Ok((_, hard)) =
+            nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        {
+            let _ = nix::sys::resource::setrlimit(
+                nix::sys::resource::Resource::RLIMIT_NOFILE,
+                hard.min(8192),
+                hard,
+            );
+        }
+        let nodes = wait_for_children(job.pid(), 4, Duration::from_secs(20));
+        assert_eq!(nodes.len(), 4, "{}", job.stdout_so_far());
+        let stop = Arc::new(AtomicBool::new(false));
+        let made = Arc::new(AtomicU64::new(0));
+        // Every port first: with the flood on, the kernel's socket table is long to read.
+        let ports: Vec<u16> = nodes
+            .iter()
+            .map(|&pid| {
+                let deadline = Instant::now() + Duration::from_secs(20);
+                loop {
+                    let p = socket_ports(pid, "tcp");
+                    if !p.is_empty() || Instant::now() > deadline {
+                        break p.first().copied().expect("a node without a listener");
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            })
+            .collect();
+        let mut flooders = Vec::new();
+        for port in ports {
+            let (stop, made) = (stop.clone(), made.clone());
+            flooders.push(std::thread::spawn(move || {
+                // 400 silent connections held per node, the oldest closed for each new one.
+                let mut held = VecDeque::new();
+                let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+                while !stop.load(Ordering::Relaxed) {
+                    if let Ok(s) = TcpStream::connect_timeout(&addr, Duration::from_millis(200)) {
+                        made.fetch_add(1, Ordering::Relaxed);
+                        held.push_back(s);
+                        if held.len() > 400 {
+                            held.pop_front();
+                        }
+                    }
+                }
+            }));
+        }
+        let o = job.finish();
+        stop.store(true, Ordering::Relaxed);
+        for f in flooders {
+            let _ = f.join();
+        }
+        let made = made.load(Ordering::Relaxed);
+        eprintln!("{made} stranger connections made during the job");
+        assert_eq!(o.code, Some(0), "{made} strangers\n{o}");
+        assert_eq!(o.lines_with("conformance alltoall: ok"), 1, "{o}");
+        assert!(made > 4000, "the flood did not flow: {made} connections");
+    }
 }

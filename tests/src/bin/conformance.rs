@@ -13,7 +13,8 @@
 //! | priority   | dispatch order by priority, FIFO among equals                               |
 //! | exit-code  | `exit(N)` on the last PE makes the job exit N (ARGS: N, default 3)          |
 //! | mismatch   | a PE registering a different handler set fails the job with a clear error   |
-//! | alltoall   | N messages (ARGS: N, default 1,000,000) all-to-all: none lost, none twice   |
+//! | alltoall   | N messages (ARGS: N [BUSY s]) all-to-all: none lost, none twice; each PE    |
+//! |            | first computes BUSY s in a handler (its layer unpolled, peers unconnected)  |
 //! | sizes      | messages of 0 B to 64 MiB (ARGS: max bytes) arrive intact, both ways        |
 //! | idle       | an idle job blocks (CPU time), periodic and idle callbacks fire             |
 //! | panic      | a handler panicking on the last PE ends the whole job, non-zero             |
@@ -125,7 +126,8 @@ fn scenario(args: &[String], version_requested: bool) -> Result<StartFn, String>
         "reduce-mismatch" => Box::new(ending::reduce_mismatch),
         "alltoall" => {
             let n = value(args, 2, 1_000_000)?;
-            Box::new(move |pe: &mut Pe| delivery::alltoall(pe, n))
+            let busy = seconds_at(args, 3, 0.0)?;
+            Box::new(move |pe: &mut Pe| delivery::alltoall(pe, n, busy))
         }
         "sizes" => {
             let max = value(args, 2, 64 << 20)?;
