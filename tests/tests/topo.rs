@@ -234,6 +234,42 @@ fn a_death_in_report_mode_fails_every_waiting_call_naming_the_process() {
     }
 }
 
+/// The same, at many more moments: a death anywhere inside an iteration of each kind of
+/// call (an iteration is a few round trips, so moments 1 to 58 ms after the start fall at
+/// different points of it: holding the token or waiting for it, mid-route, mid-collective).
+#[test]
+fn a_death_at_any_moment_of_the_topologys_calls_is_reported() {
+    let l = Launcher::Charmrun {
+        machine: "tcp",
+        opts: vec![],
+    };
+    let mut runs = 0;
+    for what in ["mutex", "collectives", "route"] {
+        for delay in ["1", "4", "9", "13", "22", "31", "45", "58"] {
+            let o = l.run(
+                TOPO,
+                4,
+                &["survive", what, delay, "+set", "faults=report"],
+                Duration::from_secs(60),
+            );
+            let told = o
+                .stdout
+                .lines()
+                .filter(|l| {
+                    l.starts_with("topo survive: PE ")
+                        && l.contains("process 2 of the topology (PE 2, node ")
+                })
+                .count();
+            assert!(
+                o.code == Some(0) && o.lines_with("topo survive: ok") == 1 && told == 3,
+                "{what} at {delay} ms: {told} of 3 survivors told:\n{o}"
+            );
+            runs += 1;
+        }
+    }
+    assert_eq!(runs, 24);
+}
+
 /// The run: `mutex_counter` on 8 nodes in report mode, node 3 killed from outside at
 /// 0.5 s. It used to wait for ever; now the survivors' `lock` fails naming process 3 and the
 /// job ends with that error, well inside the limit.
