@@ -36,6 +36,13 @@ shell), connects them into one job, forwards their output, and exits with the jo
                        (a stopped or frozen process; a node busy in a long handler still
                        answers); default 60, at least 2, 0 turns it off; not with
                        ++mpiexec for the MPI layer (its ranks send no heartbeats)
+  ++server             open the running job to CCS clients (Converse Client-Server): the
+                       process of PE 0 listens and prints `ccs: Server IP = IP, Server port
+                       = PORT $`, and the key clients need (`ccs --key`); the program gets
+                       +server
+  ++server-port N      the CCS port (default: any free one); implies ++server
+  ++server-auth FILE   CCS keys, Charm++'s format (lines `LEVEL HEXKEY`), or `none` to take
+                       requests without a key; implies ++server
   ++prefix             prefix every output line with the PE that printed it
   ++verbose            say what charmrun does
   ++quiet              print nothing but errors and the program's own output: charmrun says
@@ -118,6 +125,8 @@ pub struct Opts {
     pub batch: Option<usize>,
     /// `++fanout`: at most this many agents started by one (charmrun or an agent).
     pub fanout: usize,
+    /// `++server`, `++server-port`, `++server-auth`: the runtime arguments they become.
+    pub server: Vec<String>,
     /// The program.
     pub program: String,
     /// Its arguments.
@@ -125,6 +134,8 @@ pub struct Opts {
 }
 
 /// What the command line asks for.
+// Made once per process: the size of the larger variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, PartialEq, Eq)]
 pub enum Parsed {
     /// Run a job.
@@ -165,16 +176,17 @@ impl Opts {
             agents: false,
             batch: None,
             fanout: DEFAULT_FANOUT,
+            server: Vec::new(),
             program: String::new(),
             args: Vec::new(),
         }
     }
 
     /// What each node process runs with: the program's arguments, with the runtime
-    /// arguments charmrun adds for its options (`+ppn`, `+quiet`) before any `--`, where the
+    /// arguments charmrun adds for its options (`+server`..., `+ppn`, `+quiet`) before any `--`, where the
     /// runtime still reads them.
     pub fn node_args(&self) -> Vec<String> {
-        let mut extra = Vec::new();
+        let mut extra = self.server.clone();
         if self.ppn > 1 {
             extra.extend(["+ppn".to_string(), self.ppn.to_string()]);
         }
@@ -244,7 +256,10 @@ pub fn parse(args: &[String]) -> Result<Parsed, UsageError> {
                 continue;
             }
         }
-        if !o.program.is_empty() {
+        // The CCS options are charmrun's after the program too (where Charm++ users often put
+        // them; a node's runtime would refuse them).
+        let server_opt = matches!(a.as_str(), "++server" | "++server-port" | "++server-auth");
+        if !o.program.is_empty() && !server_opt {
             // The runtime reads its arguments up to `--`; so the program gets it too.
             program_only = a == "--";
             o.args.push(a);
@@ -281,6 +296,24 @@ pub fn parse(args: &[String]) -> Result<Parsed, UsageError> {
                         crate::protocol::HEARTBEAT_INTERVAL.as_secs_f64()
                     )));
                 }
+            }
+            "++server" => {
+                if !o.server.iter().any(|a| a == "+server") {
+                    o.server.push("+server".into());
+                }
+            }
+            "++server-port" => {
+                let v = value("++server-port")?;
+                if v.parse::<u16>().is_err() {
+                    return Err(UsageError::Unsupported(format!(
+                        "++server-port wants a port from 0 to 65535, got '{v}'"
+                    )));
+                }
+                o.server.extend(["+server-port".to_owned(), v]);
+            }
+            "++server-auth" => {
+                let v = value("++server-auth")?;
+                o.server.extend(["+server-auth".to_owned(), v]);
             }
             "++prefix" => o.prefix = true,
             "++verbose" => o.verbose = true,
@@ -415,6 +448,13 @@ mod tests {
         );
         assert_eq!(o.program, "./pgm");
         assert_eq!(o.args, ["a", "++b", "c"]);
+        // The CCS options, before or after the program, become the runtime's.
+        let o = run(&["++server", "pgm", "x", "++server-port", "1234", "--", "y"]);
+        assert_eq!(o.args, ["x", "--", "y"]);
+        assert_eq!(
+            o.node_args(),
+            ["x", "+server", "+server-port", "1234", "--", "y"]
+        );
         let o = run(&["+p", "2", "pgm", "+machine", "tcp"]);
         assert_eq!(
             (o.pes, o.args.clone()),

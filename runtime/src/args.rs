@@ -36,6 +36,9 @@ pub struct RuntimeArgs {
     pub trace_dir: Option<std::path::PathBuf>,
     /// `+stats`: print per-PE and per-node counters at exit.
     pub stats: bool,
+    /// `+server` (and `+server-port N`, `+server-auth FILE|none`, either of which implies
+    /// it): PE 0 opens a Converse Client-Server port.
+    pub server: Option<crate::ccs::ServerArgs>,
     /// `+set KEY=VALUE` settings, in order.
     pub settings: Settings,
     /// The program's own arguments, `argv[0]` first.
@@ -56,6 +59,7 @@ impl Default for RuntimeArgs {
             list_settings: false,
             trace_dir: None,
             stats: false,
+            server: None,
             settings: Settings::default(),
             program: Vec::new(),
         }
@@ -65,7 +69,8 @@ impl Default for RuntimeArgs {
 /// One line listing every runtime argument, for error messages.
 pub(crate) const USAGE: &str =
     "runtime arguments: +p N, +ppn K, +pemap CORES, +commap CORES, +machine NAME, \
-     +set KEY=VALUE, +settings, +quiet, +version, +trace, +trace-dir DIR, +stats";
+     +set KEY=VALUE, +settings, +quiet, +version, +trace, +trace-dir DIR, +stats, +server, \
+     +server-port N, +server-auth FILE|none";
 
 /// Where `+trace` without `+trace-dir` writes: relative to each process's working directory.
 pub const DEFAULT_TRACE_DIR: &str = "converse-trace";
@@ -162,6 +167,27 @@ where
                 .get_or_insert_with(|| DEFAULT_TRACE_DIR.into());
         } else if flag == "stats" {
             out.stats = true;
+        } else if flag == "server" {
+            out.server.get_or_insert_with(Default::default);
+        } else if let Some(v) = flag
+            .strip_prefix("server-port")
+            .filter(|v| v.is_empty() || v.starts_with('='))
+        {
+            let v = value(v.strip_prefix('=').unwrap_or(v), "+server-port", &mut it)?;
+            once("+server-port", &v)?;
+            let port = v.parse::<u16>().map_err(|_| {
+                RuntimeError::Args(format!(
+                    "+server-port wants a port from 0 to 65535, got '{v}'"
+                ))
+            })?;
+            out.server.get_or_insert_with(Default::default).port = port;
+        } else if let Some(v) = flag
+            .strip_prefix("server-auth")
+            .filter(|v| v.is_empty() || v.starts_with('='))
+        {
+            let v = value(v.strip_prefix('=').unwrap_or(v), "+server-auth", &mut it)?;
+            once("+server-auth", &v)?;
+            out.server.get_or_insert_with(Default::default).auth = Some(v);
         } else if flag == "quiet" {
             out.quiet = true;
         } else if flag == "version" {
@@ -287,6 +313,25 @@ mod tests {
             vec!["p", "+tracex"],
             vec!["p", "+trace-dirx"],
             vec!["p", "+stats=1"],
+        ] {
+            assert!(parse_args(bad.clone()).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn the_ccs_server_arguments() {
+        let a = parse_args(["p", "+server"]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(a.server, Some(crate::ccs::ServerArgs::default()));
+        let a = parse_args(["p", "+server-port", "1234", "+server-auth=none"])
+            .unwrap_or_else(|e| panic!("{e}"));
+        let s = a.server.unwrap_or_default();
+        assert_eq!((s.port, s.auth.as_deref()), (1234, Some("none")));
+        for bad in [
+            vec!["p", "+server-port", "70000"],
+            vec!["p", "+server-port"],
+            vec!["p", "+server-auth"],
+            vec!["p", "+server-port", "1", "+server-port", "2"],
+            vec!["p", "+serverx"],
         ] {
             assert!(parse_args(bad.clone()).is_err(), "{bad:?}");
         }

@@ -244,6 +244,9 @@ impl Pe {
             pes: first..first + self.table.node(node).map_or(0, |n| n.num_pes),
             reason,
         };
+        if self.my_pe == 0 {
+            self.ccs_on_death(failure.pes.clone());
+        }
         // A copy of the list: a callback may register more, which run from the next death.
         for cb in self.fail.callbacks.clone() {
             match cb.try_borrow_mut() {

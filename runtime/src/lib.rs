@@ -40,6 +40,7 @@
 #![forbid(unsafe_code)]
 
 mod args;
+mod ccs;
 mod collectives;
 mod comm;
 mod error;
@@ -62,6 +63,7 @@ mod tree;
 mod variant;
 
 pub use args::{parse_args, RuntimeArgs, DEFAULT_TRACE_DIR, MAX_PES};
+pub use ccs::{CcsRequest, ServerArgs};
 pub use collectives::{Combine, ReduceTarget};
 /// Logs (`CONVERSE_LOG`): the subscriber and who a thread is, for programs and tools that
 /// start jobs themselves.
@@ -390,6 +392,7 @@ impl Runtime {
             pemap: self.args.pemap.clone(),
             commap: self.args.commap.clone(),
             record,
+            server: self.args.server.clone(),
             start: &start,
         };
         let results: Vec<Result<i32, RuntimeError>> = if nodes.len() == 1 {
@@ -438,6 +441,8 @@ struct Job<'a, F> {
     pemap: Option<CoreList>,
     commap: Option<CoreList>,
     record: trace::Options,
+    /// `+server`: PE 0 opens a CCS port.
+    server: Option<ServerArgs>,
     start: &'a F,
 }
 
@@ -563,6 +568,11 @@ impl<F: Fn(&mut Pe) + Sync> Job<'_, F> {
         }
         if pe.my_pe() == 0 && !self.quiet {
             converse_machine::input::out_line(&self.banner(&pe));
+        }
+        if let (0, Some(server)) = (pe.my_pe(), &self.server) {
+            if let Err(e) = ccs::start(&mut pe, server) {
+                pe.abort(&e);
+            }
         }
         // A panicking PE ends the whole job at once, through its layer, so that no peer waits
         // for it forever (in a barrier, or for a message it was to send).

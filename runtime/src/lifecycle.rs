@@ -42,6 +42,8 @@ pub(crate) enum SystemHandler {
     NodeBroadcast = 7,
     /// A node is out of the job (report mode; made on this node, never sent).
     NodeDead = 8,
+    /// Converse Client-Server: a request, its parts and their replies (`ccs.rs`).
+    Ccs = 9,
 }
 
 /// The first handler id a program's own handlers get.
@@ -73,6 +75,7 @@ impl Target {
             6 => Target::System(S::BarrierDone),
             7 => Target::System(S::NodeBroadcast),
             8 => Target::System(S::NodeDead),
+            9 => Target::System(S::Ccs),
             id if id >= USER_BASE => Target::User,
             _ => Target::Unknown,
         }
@@ -401,6 +404,7 @@ impl Pe {
             S::BarrierDone => self.on_barrier_done(),
             S::NodeBroadcast => self.on_node_broadcast(msg),
             S::NodeDead => self.on_node_dead(msg),
+            S::Ccs => self.on_ccs(msg),
         }
     }
 }

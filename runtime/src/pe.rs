@@ -69,6 +69,8 @@ pub struct Pe {
     pub(crate) sent: u64,
     /// Messages taken off this PE's queues to run.
     pub(crate) taken: u64,
+    /// Converse Client-Server: this PE's handlers; on PE 0 with `+server`, the listener.
+    pub(crate) ccs: crate::ccs::Ccs,
 }
 
 // By hand: handlers, queues and the layer have no useful text form; the PE's number says
@@ -172,6 +174,7 @@ impl Pe {
             mail_posted: Arc::default(),
             sent: 0,
             taken: 0,
+            ccs: crate::ccs::Ccs::default(),
         }
     }
 

@@ -3,8 +3,9 @@
 //! the reply the job gives back ([`Server::complete`]).
 //!
 //! A thread accepts; each connection gets a thread of its own for its one request, at most
-//! [`MAX_CONNECTIONS`] at once (the rest wait in the kernel's backlog). A request must arrive
-//! whole within [`READ_DEADLINE`] of its accept, however it trickles; a reply is waited for
+//! [`MAX_CONNECTIONS`] at once (the rest wait in the kernel's backlog). A request must start
+//! within [`FIRST_BYTES`] of its accept (so silent strangers give their places up soon) and
+//! arrive whole within [`READ_DEADLINE`], however it trickles; a reply is waited for
 //! [`REPLY_WAIT`] at most (handlers may compute for minutes) and written within
 //! [`READ_DEADLINE`]. Anything wrong — a bad or unauthenticated request, an unknown handler,
 //! a dead PE, a client gone — closes that connection with one line on stderr; the job never
@@ -26,6 +27,10 @@ pub const MAX_CONNECTIONS: usize = 256;
 
 /// How long a request may take to arrive, and its reply to be written.
 pub const READ_DEADLINE: Duration = Duration::from_secs(10);
+
+/// How long a connection may stay silent after its accept: a client sends its request at
+/// once, so a silent one is a stranger's, and it gives its place up soon.
+pub const FIRST_BYTES: Duration = Duration::from_secs(1);
 
 /// How long a request waits for its reply from the job.
 pub const REPLY_WAIT: Duration = Duration::from_secs(600);
@@ -189,10 +194,11 @@ fn serve(
     sh: &Shared,
     post: &(dyn Fn(Request) + Send + Sync),
 ) -> Result<(), String> {
-    let deadline = Instant::now() + READ_DEADLINE;
+    let accepted = Instant::now();
+    let deadline = accepted + READ_DEADLINE;
     let _ = s.set_nodelay(true);
     let mut first = [0u8; 4];
-    read_by(&mut s, &mut first, deadline)?;
+    read_by(&mut s, &mut first, accepted + FIRST_BYTES)?;
     let mut head = [0u8; HEADER_LEN];
     let mut signer: Option<(Key, u32)> = None;
     if first[0] < 0x20 {

@@ -32,6 +32,8 @@
 //! | silent     | the last PE stops polling for good, then PE 0 sends it a message: a layer   |
 //! |            | that waits for answers must give up on it                                  |
 //! | wait       | every PE idles for SECS (default 2) seconds, then the job exits 0           |
+//! | ccs        | CCS handlers on every PE (`echo`, `later`, `silent`, `hold`) for a client;  |
+//! |            | the job exits 0 after SECS (default 10) or when a client asks `done`        |
 //! | print      | every PE prints LINES lines (ARGS: LINES WIDTH, default 1000 100), each     |
 //! |            | `print PE p line k ` and WIDTH `x`s, then the job exits 0                   |
 //! | spawn      | every PE starts `sleep 300` sharing its stdout and prints its pid; then     |
@@ -75,7 +77,7 @@ mod smp;
 mod survive;
 
 use converse::{ops, HandlerId, Pe, ReduceTarget};
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::process::ExitCode;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -198,6 +200,10 @@ fn scenario(args: &[String], version_requested: bool) -> Result<StartFn, String>
         "wait" => {
             let secs = seconds(args, 2.0)?;
             Box::new(move |pe: &mut Pe| wait(pe, secs))
+        }
+        "ccs" => {
+            let secs = seconds(args, 10.0)?;
+            Box::new(move |pe: &mut Pe| ccs(pe, secs))
         }
         _ if version_requested => Box::new(|_: &mut Pe| {}),
         _ => {
@@ -447,6 +453,40 @@ fn wait(pe: &mut Pe, secs: f64) {
     if pe.my_pe() == 0 {
         pe.after(Duration::from_secs_f64(secs), |pe| {
             converse::input::out_line("conformance wait: ok");
+            pe.exit(0);
+        });
+    }
+}
+
+/// CCS handlers for a client (tests/tests/ccs.rs): `echo` answers `PE p: DATA`; `later`
+/// keeps the request and answers 100 ms later (a delayed reply); `silent` answers nothing
+/// (the client still gets an empty reply); `hold` keeps the request for ever (only a death
+/// ends it); `done` on PE 0 ends the job.
+fn ccs(pe: &mut Pe, secs: f64) {
+    pe.ccs_register("echo", |pe, req| {
+        let line = format!("PE {}: {}", pe.my_pe(), String::from_utf8_lossy(req.data()));
+        req.reply(pe, line.as_bytes());
+    });
+    pe.ccs_register("later", |pe, req| {
+        let mut req = Some(req);
+        pe.after(Duration::from_millis(100), move |pe| {
+            if let Some(r) = req.take() {
+                let line = format!("PE {} later", pe.my_pe());
+                r.reply(pe, line.as_bytes());
+            }
+        });
+    });
+    pe.ccs_register("silent", |_, _| {});
+    let held = Rc::new(RefCell::new(Vec::new()));
+    pe.ccs_register("hold", move |_, req| held.borrow_mut().push(req));
+    pe.ccs_register("done", |pe, req| {
+        req.reply(pe, b"bye");
+        // Once the reply is on its way to the client.
+        pe.after(Duration::from_millis(200), |pe| pe.exit(0));
+    });
+    if pe.my_pe() == 0 {
+        pe.after(Duration::from_secs_f64(secs), |pe| {
+            converse::input::out_line("conformance ccs: time is up");
             pe.exit(0);
         });
     }

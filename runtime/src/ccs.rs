@@ -1,0 +1,389 @@
+//! Converse Client-Server on the job's side: `+server` opens a CCS port on the process of PE 0
+//! (Charm++'s `++server`, also through `charmrun ++server`), and programs outside the job run
+//! handlers registered by name ([`Pe::ccs_register`]) on one PE, a list or all of them.
+//!
+//! **The path of a request.** The listener (`converse_ccs::server`, threads of its own) reads
+//! and authenticates it, then posts it to PE 0's mailbox. PE 0 sends it to each PE it names
+//! (system handler `Ccs`, `arg0` = [`REQ`]); each runs its handler, whose [`CcsRequest::reply`]
+//! goes back to PE 0 ([`REPLY`]); once every PE named has answered, PE 0 hands the replies,
+//! concatenated in the order the PEs were named, to the listener, which writes them to the
+//! client. A PE without the handler, or one that dies first (report mode), fails the request:
+//! its connection closes with a line on PE 0's stderr, and the job goes on.
+//!
+//! | message | `arg0` | payload |
+//! |---|---|---|
+//! | listener → PE 0 (mailbox) | [`IN`] | id u64, handler str, data, PEs (u32 count, u32 each; none: all) |
+//! | PE 0 → a PE | [`REQ`] | id u64, handler str, data |
+//! | a PE → PE 0 | [`REPLY`] | id u64, status u8 (0 ok, 1 no such handler), data |
+//!
+//! Built in on every PE: `ccs_getinfo` (Charm++'s: the nodes and their PEs, what its clients
+//! ask first) and `converse.status` (a line per PE: its node, the layer, messages sent and
+//! taken, bytes queued, and the layer's counters on PEs that own their layer).
+
+use crate::lifecycle::SystemHandler;
+use crate::pe::{HandlerId, Pe};
+use converse_ccs::server::{Request, Server};
+use converse_ccs::{Dest, Keys};
+use converse_machine::bytes::{ByteReader, ByteWriter};
+use converse_machine::Message;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+/// `arg0` of a request posted by the listener to PE 0.
+pub(crate) const IN: u32 = 0;
+/// `arg0` of a request sent by PE 0 to a PE.
+pub(crate) const REQ: u32 = 1;
+/// `arg0` of a PE's reply to PE 0.
+pub(crate) const REPLY: u32 = 2;
+
+const OK: u8 = 0;
+const NO_HANDLER: u8 = 1;
+
+/// `+server`, `+server-port N`, `+server-auth FILE|none`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ServerArgs {
+    /// The port (0: any free one).
+    pub port: u16,
+    /// The key file, `none` for no authentication, or `None`: a key made now and printed.
+    pub auth: Option<String>,
+}
+
+/// A CCS handler.
+type CcsFn = dyn Fn(&mut Pe, CcsRequest);
+
+/// A PE's CCS state: its handlers, and on PE 0 the listener and the requests under way.
+#[derive(Default)]
+pub(crate) struct Ccs {
+    handlers: HashMap<String, Rc<CcsFn>>,
+    server: Option<Server>,
+    pending: HashMap<u64, Pending>,
+}
+
+/// A request PE 0 waits on.
+struct Pending {
+    handler: String,
+    /// The PEs named, in order, and what each answered.
+    pes: Vec<usize>,
+    got: Vec<Option<Vec<u8>>>,
+    left: usize,
+}
+
+/// A request a CCS handler answers: its data, and the way back to its client. Reply with
+/// [`reply`](CcsRequest::reply), now or later (keep it: a delayed reply, Charm++'s
+/// `CcsDelayReply`); a request dropped without a reply gets an empty one.
+pub struct CcsRequest {
+    id: u64,
+    data: Vec<u8>,
+    replied: bool,
+    /// Set when the handler returns: from then on a drop cannot reach PE 0.
+    kept: Rc<std::cell::Cell<bool>>,
+}
+
+impl std::fmt::Debug for CcsRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CcsRequest")
+            .field("id", &self.id)
+            .field("bytes", &self.data.len())
+            .finish()
+    }
+}
+
+impl CcsRequest {
+    /// The data the client sent.
+    pub fn data(&self) -> &[u8] {
+        &self.data
+    }
+
+    /// Answer with `reply` (for a request to several PEs, this PE's part of it).
+    pub fn reply(mut self, pe: &mut Pe, reply: &[u8]) {
+        self.replied = true;
+        send_reply(pe, self.id, OK, reply);
+    }
+}
+
+impl Drop for CcsRequest {
+    fn drop(&mut self) {
+        if !self.replied {
+            // Dropped inside its handler: answered empty when the handler returns.
+            self.kept.set(false);
+        }
+    }
+}
+
+fn send_reply(pe: &mut Pe, id: u64, status: u8, data: &[u8]) {
+    let mut body = Vec::with_capacity(9 + data.len());
+    body.put_u64(id);
+    body.put_u8(status);
+    body.extend_from_slice(data);
+    let mut m = Message::from_payload(&body);
+    m.set_arg0(REPLY);
+    pe.send_msg(0, HandlerId(SystemHandler::Ccs.id()), m);
+}
+
+impl Pe {
+    /// Answer CCS requests for handler `name` on this PE (Charm++'s `CcsRegisterHandler`):
+    /// `f` gets each request and replies through it. Register it on every PE a client may
+    /// name; a request reaching a PE without it fails (the client's connection closes). A
+    /// name given again replaces the handler, the built-in ones too.
+    ///
+    /// ```no_run
+    /// converse::run(|pe| {
+    ///     // `ccs --pe all HOST:PORT hello` prints a line per PE.
+    ///     pe.ccs_register("hello", |pe, req| {
+    ///         let line = format!("hello from PE {}\n", pe.my_pe());
+    ///         req.reply(pe, line.as_bytes());
+    ///     });
+    /// });
+    /// ```
+    pub fn ccs_register(&mut self, name: &str, f: impl Fn(&mut Pe, CcsRequest) + 'static) {
+        self.ccs.handlers.insert(name.to_owned(), Rc::new(f));
+    }
+
+    /// Where this job's CCS server listens (on PE 0, with `+server`).
+    pub fn ccs_address(&self) -> Option<std::net::SocketAddr> {
+        self.ccs.server.as_ref().map(Server::addr)
+    }
+
+    /// The system handler: a request from the listener, one to run here, or a reply.
+    pub(crate) fn on_ccs(&mut self, msg: Message) {
+        let mut r = ByteReader::new(msg.payload());
+        match msg.arg0() {
+            IN if self.my_pe == 0 => self.ccs_in(&mut r),
+            REQ => self.ccs_run(&mut r),
+            REPLY if self.my_pe == 0 => self.ccs_reply(msg.src_pe() as usize, &mut r),
+            _ => self.drop_message(&msg, "a CCS message that is not for this PE"),
+        }
+    }
+
+    /// PE 0: a request from the listener goes to each PE it names.
+    fn ccs_in(&mut self, r: &mut ByteReader<'_>) {
+        let (Ok(id), Ok(handler), Ok(data), Ok(n)) = (r.u64(), r.str(), r.bytes(), r.u32()) else {
+            return;
+        };
+        let (handler, data) = (handler.to_owned(), data.to_vec());
+        let mut pes = Vec::new();
+        for _ in 0..n {
+            match r.u32() {
+                Ok(p) => pes.push(p as usize),
+                Err(_) => return,
+            }
+        }
+        if n == 0 {
+            pes = (0..self.num_pes).collect();
+        }
+        if let Some(&dead) = pes.iter().find(|&&p| !self.is_alive(p)) {
+            return self.ccs_fail(id, format!("PE {dead} is out of the job"));
+        }
+        let mut body = Vec::with_capacity(16 + handler.len() + data.len());
+        body.put_u64(id);
+        body.put_str(&handler);
+        body.extend_from_slice(&data);
+        self.ccs.pending.insert(
+            id,
+            Pending {
+                handler,
+                got: vec![None; pes.len()],
+                left: pes.len(),
+                pes: pes.clone(),
+            },
+        );
+        for p in pes {
+            let mut m = Message::from_payload(&body);
+            m.set_arg0(REQ);
+            self.send_msg(p, HandlerId(SystemHandler::Ccs.id()), m);
+        }
+    }
+
+    /// A request to run here.
+    fn ccs_run(&mut self, r: &mut ByteReader<'_>) {
+        let (Ok(id), Ok(handler)) = (r.u64(), r.str()) else {
+            return;
+        };
+        let data = r.rest().to_vec();
+        let f = match self.ccs.handlers.get(handler) {
+            Some(f) => f.clone(),
+            None => match builtin(handler) {
+                Some(f) => f,
+                None => return send_reply(self, id, NO_HANDLER, &[]),
+            },
+        };
+        let kept = Rc::new(std::cell::Cell::new(true));
+        let req = CcsRequest {
+            id,
+            data,
+            replied: false,
+            kept: kept.clone(),
+        };
+        f(self, req);
+        if !kept.get() {
+            // Dropped without a reply: the client still gets one, empty.
+            send_reply(self, id, OK, &[]);
+        }
+    }
+
+    /// PE 0: a PE's answer; the whole reply goes to the listener once every PE answered.
+    fn ccs_reply(&mut self, from: usize, r: &mut ByteReader<'_>) {
+        let (Ok(id), Ok(status)) = (r.u64(), r.u8()) else {
+            return;
+        };
+        let data = r.rest().to_vec();
+        let Some(p) = self.ccs.pending.get_mut(&id) else {
+            return;
+        };
+        if status == NO_HANDLER {
+            let why = format!("PE {from} has no CCS handler '{}'", p.handler);
+            return self.ccs_fail(id, why);
+        }
+        let Some(slot) = p.pes.iter().position(|&q| q == from) else {
+            return;
+        };
+        if p.got[slot].is_none() {
+            p.got[slot] = Some(data);
+            p.left -= 1;
+        }
+        if p.left > 0 {
+            return;
+        }
+        if let Some(p) = self.ccs.pending.remove(&id) {
+            let reply: Vec<u8> = p.got.into_iter().flatten().flatten().collect();
+            if let Some(s) = &self.ccs.server {
+                s.complete(id, Ok(reply));
+            }
+        }
+    }
+
+    fn ccs_fail(&mut self, id: u64, why: String) {
+        self.ccs.pending.remove(&id);
+        if let Some(s) = &self.ccs.server {
+            s.complete(id, Err(why));
+        }
+    }
+
+    /// PE 0, report mode: requests waiting on a PE of a dead node fail.
+    pub(crate) fn ccs_on_death(&mut self, pes: std::ops::Range<usize>) {
+        let failed: Vec<(u64, usize)> = self
+            .ccs
+            .pending
+            .iter()
+            .filter_map(|(&id, p)| {
+                p.pes
+                    .iter()
+                    .zip(&p.got)
+                    .find(|(q, got)| pes.contains(q) && got.is_none())
+                    .map(|(&q, _)| (id, q))
+            })
+            .collect();
+        for (id, q) in failed {
+            self.ccs_fail(id, format!("PE {q} died before it answered"));
+        }
+    }
+}
+
+/// The built-in handlers.
+fn builtin(name: &str) -> Option<Rc<CcsFn>> {
+    match name {
+        "ccs_getinfo" => Some(Rc::new(|pe: &mut Pe, req: CcsRequest| {
+            let per_node: Vec<usize> = pe.table.nodes().iter().map(|n| n.num_pes).collect();
+            req.reply(pe, &converse_ccs::wire::encode_info(&per_node));
+        })),
+        "converse.status" => Some(Rc::new(|pe: &mut Pe, req: CcsRequest| {
+            let line = status_line(pe);
+            req.reply(pe, line.as_bytes());
+        })),
+        _ => None,
+    }
+}
+
+/// `converse.status`: one line about this PE.
+fn status_line(pe: &Pe) -> String {
+    let (sent, taken) = pe.message_counts();
+    let mut line = format!(
+        "PE {} node {} layer {}: sent {sent}, taken {taken}, queued {} B, handlers run {}, dropped {}",
+        pe.my_pe,
+        pe.my_node,
+        pe.layer(),
+        pe.queue.bytes(),
+        pe.dispatched,
+        pe.dropped,
+    );
+    for (k, v) in pe.link.counters() {
+        line += &format!(", {k} {v}");
+    }
+    line.push('\n');
+    line
+}
+
+/// PE 0 with `+server`: open the port, print where it is (Charm++'s line, which its tools
+/// read) and the key a client needs, and pass requests to this PE.
+///
+/// # Errors
+/// A line for the job's abort: a key file that cannot be read or parsed, a port taken.
+pub(crate) fn start(pe: &mut Pe, args: &ServerArgs) -> Result<(), String> {
+    let keys = match args.auth.as_deref() {
+        Some("none") => Keys::none(),
+        Some(file) => {
+            let text =
+                std::fs::read_to_string(file).map_err(|e| format!("+server-auth {file}: {e}"))?;
+            Keys::parse(&text, file).map_err(|e| format!("+server-auth: {e}"))?
+        }
+        None => {
+            let mut k = Keys::level0(converse_ccs::Key::random().map_err(|e| e.to_string())?);
+            if let Some(key) = k.get(0).cloned() {
+                k.made.push((0, key));
+            }
+            k
+        }
+    };
+    let made = keys.made.clone();
+    let mailbox = pe.mailbox();
+    let h = HandlerId(SystemHandler::Ccs.id());
+    let server = Server::start(args.port, keys, pe.num_pes, move |req: Request| {
+        let mut body = Vec::with_capacity(32 + req.handler.len() + req.data.len());
+        body.put_u64(req.id);
+        body.put_str(&req.handler);
+        body.put_bytes(&req.data);
+        match &req.dest {
+            Dest::All => body.put_u32(0),
+            Dest::Pe(p) => {
+                body.put_u32(1);
+                body.put_u32(*p as u32);
+            }
+            Dest::List(l) => {
+                body.put_u32(l.len() as u32);
+                for &p in l {
+                    body.put_u32(p as u32);
+                }
+            }
+        }
+        let mut m = Message::from_payload(&body);
+        m.set_arg0(IN);
+        mailbox.post(h, m);
+    })
+    .map_err(|e| format!("+server: {e}"))?;
+    let ip = host_ip();
+    converse_machine::input::out_line(&format!(
+        "ccs: Server IP = {ip}, Server port = {} $",
+        server.addr().port()
+    ));
+    for (level, key) in made {
+        converse_machine::input::out_line(&format!(
+            "CCS_OTP_KEY> Level {level} key: {}",
+            key.to_hex()
+        ));
+    }
+    pe.ccs.server = Some(server);
+    Ok(())
+}
+
+/// An address of this host others can reach: its first IPv4 address that is not loopback
+/// (the listener takes every interface), else loopback.
+fn host_ip() -> std::net::IpAddr {
+    let found = nix::ifaddrs::getifaddrs().ok().and_then(|mut addrs| {
+        addrs.find_map(|a| {
+            let sin = a.address.as_ref()?.as_sockaddr_in()?;
+            let ip = sin.ip();
+            (!ip.is_loopback()).then_some(std::net::IpAddr::V4(ip))
+        })
+    });
+    found.unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST))
+}
