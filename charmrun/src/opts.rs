@@ -41,7 +41,7 @@ shell), connects them into one job, forwards their output, and exits with the jo
                        = PORT $`, and the key clients need (`ccs --key`); the program gets
                        +server
   ++server-port N      the CCS port (default: any free one); implies ++server
-  ++server-auth FILE   CCS keys, Charm++'s format (lines `LEVEL HEXKEY`), or `none` to take
+  ++server-auth FILE   CCS keys, Charm++'s format (lines `LEVEL KEY`, decimal digits), or `none` to take
                        requests without a key; implies ++server
   ++prefix             prefix every output line with the PE that printed it
   ++verbose            say what charmrun does

@@ -368,7 +368,7 @@ pub(crate) fn start(pe: &mut Pe, args: &ServerArgs) -> Result<(), String> {
     for (level, key) in made {
         converse_machine::input::out_line(&format!(
             "CCS_OTP_KEY> Level {level} key: {}",
-            key.to_hex()
+            key.to_text()
         ));
     }
     pe.ccs.server = Some(server);

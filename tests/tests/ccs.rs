@@ -53,7 +53,7 @@ fn start(machine: &'static str, pes: usize, extra: &[&str]) -> (Running, String,
     let key = out
         .lines()
         .find_map(|l| l.strip_prefix("CCS_OTP_KEY> Level 0 key: "))
-        .map(|k| Key::from_hex(k).expect("the key printed"));
+        .map(|k| Key::parse(k).expect("the key printed"));
     (job, format!("127.0.0.1:{port}"), key)
 }
 
@@ -117,7 +117,7 @@ fn bad_clients_are_refused_and_the_job_goes_on() {
         Err(CcsError::Refused(why)) => assert!(why.contains("wants a key"), "{why}"),
         other => panic!("without a key: {other:?}"),
     }
-    match Client::connect(&addr, Some(Key::from_hex("0011").expect("k")), T) {
+    match Client::connect(&addr, Some(Key::parse("0011").expect("k")), T) {
         Err(CcsError::Refused(_)) => {}
         other => panic!("a wrong key: {other:?}"),
     }
@@ -149,7 +149,7 @@ fn bad_clients_are_refused_and_the_job_goes_on() {
     drop(noise);
     // The command-line client: the reply on stdout; errors in one line, exit 1 or 2.
     let out = ccs_command()
-        .args(["--key", &key.to_hex(), "--pe", "all", &addr, "echo", "cli"])
+        .args(["--key", &key.to_text(), "--pe", "all", &addr, "echo", "cli"])
         .output()
         .expect("ccs");
     assert!(out.status.success(), "{out:?}");
@@ -233,7 +233,7 @@ fn keys_from_a_file_or_none_and_smp() {
     let file = dir.join("keys");
     std::fs::write(
         &file,
-        "# levels\n0 00112233445566778899aabbccddeeff\n2 0f0f\n",
+        "# levels\n0 00112233445566778899001122334455\n2 0909\n",
     )
     .expect("keys");
     let l = Launcher::Charmrun {
@@ -263,7 +263,7 @@ fn keys_from_a_file_or_none_and_smp() {
         .expect("port")
         .to_owned();
     let addr = format!("127.0.0.1:{port}");
-    let key = Key::from_hex("00112233445566778899aabbccddeeff").expect("key");
+    let key = Key::parse("00112233445566778899001122334455").expect("key");
     let mut c = Client::connect(&addr, Some(key), T).expect("connect");
     assert_eq!(c.pes_per_node(), [2, 2]);
     assert_eq!(

@@ -13,9 +13,12 @@
 //! | client → server | `80 00 00 LL`, client id (4), reply salt (4), `hash(key, salt, header)` (20), header, data | an authenticated request: `salt` is the client's next (one more per request) |
 //! | server → client | `hash(key, reply salt)` (20), then the reply | the reply is the server's |
 //!
-//! A key file (`+server-auth FILE`) holds lines `LEVEL KEY`, the key in hex (up to 32
-//! digits, zero-padded), or `OTP` for a key made now and printed. Without a key for level 0,
-//! requests without authentication are refused.
+//! A key is written as Charm++'s clients and servers read it: up to 32 decimal digits, each
+//! pair one byte (`00` to `99`; an odd last digit is padded with a zero). (Charm++ prints its
+//! one-time keys in hex, which its own parser then misreads; keys here are made from bytes
+//! below 100 and printed in decimal, so both read them alike.) A key file
+//! (`+server-auth FILE`) holds lines `LEVEL KEY`, or `LEVEL OTP` for a key made now and
+//! printed. Without a key for level 0, requests without authentication are refused.
 
 use crate::CcsError;
 use sha1::{Digest, Sha1};
@@ -39,45 +42,52 @@ impl std::fmt::Debug for Key {
 }
 
 impl Key {
-    /// A key from its hex form (Charm++'s: pairs of digits, a trailing odd digit padded with
-    /// a zero, at most 32 digits read).
+    /// A key from its text (module docs): 1 to 32 decimal digits, each pair a byte.
     ///
     /// # Errors
-    /// [`CcsError::Key`] when it does not start with two hex digits.
-    pub fn from_hex(s: &str) -> Result<Key, CcsError> {
+    /// [`CcsError::Key`] for anything else (a hex letter would end Charm++'s reading of it
+    /// silently there: refused rather than cut short).
+    pub fn parse(s: &str) -> Result<Key, CcsError> {
         let s = s.trim();
-        let digits: Vec<u8> = s.bytes().take_while(u8::is_ascii_hexdigit).collect();
-        if digits.len() < 2 || digits.len() != s.len() || digits.len() > 2 * KEY_LEN {
+        if s.is_empty() || s.len() > 2 * KEY_LEN || !s.bytes().all(|c| c.is_ascii_digit()) {
             return Err(CcsError::Key(format!(
-                "'{s}' is not a key: 2 to {} hex digits",
+                "'{s}' is not a CCS key: 1 to {} decimal digits, each pair a byte",
                 2 * KEY_LEN
             )));
         }
         let mut k = [0u8; KEY_LEN];
-        for (i, pair) in digits.chunks(2).enumerate() {
-            let hi = (pair[0] as char).to_digit(16).unwrap_or(0);
-            let lo = pair
-                .get(1)
-                .and_then(|&c| (c as char).to_digit(16))
-                .unwrap_or(0);
-            k[i] = (hi * 16 + lo) as u8;
+        for (i, pair) in s.as_bytes().chunks(2).enumerate() {
+            let hi = pair[0] - b'0';
+            let lo = pair.get(1).map_or(0, |c| c - b'0');
+            k[i] = hi * 10 + lo;
         }
         Ok(Key(k))
     }
 
-    /// A fresh random key.
+    /// A fresh random key, of bytes below 100 (so that its text is 32 decimal digits).
     ///
     /// # Errors
     /// [`CcsError::Io`] when the system's randomness cannot be read.
     pub fn random() -> Result<Key, CcsError> {
         let mut k = [0u8; KEY_LEN];
-        random_bytes(&mut k)?;
+        let mut filled = 0;
+        while filled < KEY_LEN {
+            let mut b = [0u8; 32];
+            random_bytes(&mut b)?;
+            // Below 200, then modulo 100: uniform.
+            for v in b.into_iter().filter(|&v| v < 200) {
+                if filled < KEY_LEN {
+                    k[filled] = v % 100;
+                    filled += 1;
+                }
+            }
+        }
         Ok(Key(k))
     }
 
-    /// Its hex form.
-    pub fn to_hex(&self) -> String {
-        self.0.iter().map(|b| format!("{b:02X}")).collect()
+    /// Its text: 32 decimal digits.
+    pub fn to_text(&self) -> String {
+        self.0.iter().map(|b| format!("{:02}", b % 100)).collect()
     }
 
     /// `hash(self, salt, header)` (module docs).
@@ -170,7 +180,7 @@ impl Keys {
                 keys.made.push((level, k.clone()));
                 k
             } else {
-                Key::from_hex(key).map_err(|e| bad(&e.to_string()))?
+                Key::parse(key).map_err(|e| bad(&e.to_string()))?
             };
             keys.levels.push((level, key));
         }
@@ -208,13 +218,18 @@ mod tests {
         assert_eq!(hex, "F9693B3AE7791C4ACE70CE31E4C2213F21CE900A");
     }
 
+    /// As Charm++ reads a key (`CCS_AUTH_makeSecretKey`: `sscanf("%d")` on each pair).
     #[test]
-    fn keys_parse_from_hex_and_files() {
-        let k = Key::from_hex("0123456789abcdef").expect("key");
-        assert_eq!(k.0[..8], [0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef]);
-        assert_eq!(Key::from_hex("abc").expect("odd").0[..2], [0xab, 0xc0]);
-        assert!(Key::from_hex("xyz").is_err());
-        assert!(Key::from_hex(&"a".repeat(33)).is_err());
+    fn keys_parse_as_charm_reads_them_and_print_back_alike() {
+        let k = Key::parse("00112233445566778899").expect("key");
+        assert_eq!(k.0[..10], [0, 11, 22, 33, 44, 55, 66, 77, 88, 99]);
+        assert_eq!(Key::parse("123").expect("odd").0[..2], [12, 30]);
+        for bad in ["xyz", "12ab", "", &"1".repeat(33)] {
+            assert!(Key::parse(bad).is_err(), "{bad:?}");
+        }
+        let r = Key::random().expect("random");
+        assert!(r.0.iter().all(|&b| b < 100));
+        assert_eq!(Key::parse(&r.to_text()).expect("its text"), r);
         let keys = Keys::parse("# keys\n0 00112233\n3 OTP\n", "f").expect("file");
         assert!(keys.get(0).is_some() && keys.get(3).is_some() && !keys.open());
         assert_eq!(keys.made.len(), 1);
@@ -226,14 +241,14 @@ mod tests {
 
     #[test]
     fn a_hash_verifies_only_with_its_key_salt_and_header() {
-        let k = Key::from_hex("00ff").expect("key");
+        let k = Key::parse("0099").expect("key");
         let h = k.hash(7, Some(b"0123456789abcdefXYZ"));
         assert!(
             k.verifies(7, Some(b"0123456789abcdef"), &h),
             "16 bytes of header count"
         );
         assert!(!k.verifies(8, Some(b"0123456789abcdef"), &h));
-        assert!(!Key::from_hex("01ff")
+        assert!(!Key::parse("0199")
             .expect("k")
             .verifies(7, Some(b"0123456789abcdef"), &h));
         assert!(!k.verifies(7, None, &h));

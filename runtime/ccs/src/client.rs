@@ -2,7 +2,7 @@
 //!
 //! ```no_run
 //! use converse_ccs::{Client, Dest, Key};
-//! let key = Key::from_hex("00112233445566778899AABBCCDDEEFF").unwrap();
+//! let key = Key::parse("00112233445566778899001122334455").unwrap();
 //! let mut c = Client::connect("node0:1234", Some(key), std::time::Duration::from_secs(10)).unwrap();
 //! println!("{} PEs", c.num_pes());
 //! let status = c.request("converse.status", &Dest::All, b"").unwrap();

@@ -1,7 +1,7 @@
 //! `ccs`: send one CCS request to a running job and print its reply.
 //!
 //! ```text
-//! ccs [--key HEX | --key-file FILE] [--pe N | --pe all | --pe 0,2,5] [--timeout SECS]
+//! ccs [--key KEY | --key-file FILE] [--pe N | --pe all | --pe 0,2,5] [--timeout SECS]
 //!     HOST:PORT HANDLER [DATA]
 //! ```
 //!
@@ -13,7 +13,7 @@ use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
 
-const USAGE: &str = "usage: ccs [--key HEX | --key-file FILE] [--pe N|all|N,N,...] \
+const USAGE: &str = "usage: ccs [--key KEY | --key-file FILE] [--pe N|all|N,N,...] \
                      [--timeout SECS] HOST:PORT HANDLER [DATA]";
 
 struct Args {
@@ -38,7 +38,7 @@ fn parse(argv: &[String]) -> Result<Args, String> {
                 .ok_or_else(|| format!("{name} needs a value"))
         };
         match a.as_str() {
-            "--key" => key = Some(Key::from_hex(&value("--key")?).map_err(|e| e.to_string())?),
+            "--key" => key = Some(Key::parse(&value("--key")?).map_err(|e| e.to_string())?),
             "--key-file" => {
                 let f = value("--key-file")?;
                 let text = std::fs::read_to_string(&f).map_err(|e| format!("{f}: {e}"))?;
