@@ -18,6 +18,7 @@
 //! ```
 
 mod args;
+mod ccs;
 mod direct;
 mod idle;
 #[cfg(feature = "mpi")]
@@ -85,6 +86,23 @@ enum Cmd {
         #[arg(long, default_value_t = 1, allow_negative_numbers = true,
               value_parser = clap::value_parser!(u16).range(1..))]
         rounds: u16,
+    },
+    /// Converse Client-Server: a request's round trip beside a raw TCP request/response of the
+    /// same pattern (a connection each), without and with a key.
+    Ccs {
+        /// Request sizes in bytes, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "8,65536", value_parser = args::size)]
+        sizes: Vec<usize>,
+        /// Requests per timed block.
+        #[arg(long, default_value_t = 2_000, value_parser = args::count64, allow_negative_numbers = true)]
+        iters: u64,
+        /// Rounds, the order of the three blocks rotated each round.
+        #[arg(long, default_value_t = 5, allow_negative_numbers = true,
+              value_parser = clap::value_parser!(u16).range(1..))]
+        rounds: u16,
+        /// The PE that answers: 0 (where the port is) or 1 (a message each way more).
+        #[arg(long, default_value_t = 1)]
+        pe: usize,
     },
     /// Tasks (converse-tasks): a call with reply beside the hand-written round trip of the same
     /// job, spawn + join, yield; next to tokio's spawn + join and a crossbeam round trip.
@@ -595,6 +613,12 @@ fn main() -> ExitCode {
             iters,
             rounds,
         } => tasks::run(&layers, iters, rounds),
+        Cmd::Ccs {
+            sizes,
+            iters,
+            rounds,
+            pe,
+        } => ccs::run(&sizes, iters, rounds, pe),
         Cmd::PeTasks { iters, rounds, out } => converse::Runtime::from_args(argv)
             .map_err(anyhow::Error::from)
             .and_then(|rt| tasks::pe_main(rt, iters, rounds, &out)),

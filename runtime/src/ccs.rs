@@ -12,9 +12,12 @@
 //!
 //! | message | `arg0` | payload |
 //! |---|---|---|
-//! | listener → PE 0 (mailbox) | [`IN`] | id u64, handler str, data, PEs (u32 count, u32 each; none: all) |
-//! | PE 0 → a PE | [`REQ`] | id u64, handler str, data |
-//! | a PE → PE 0 | [`REPLY`] | id u64, status u8 (0 ok, 1 no such handler), data |
+//! | listener → PE 0 (mailbox) | [`IN`] | id u64, PEs (u32 count, u32 each; none: all), handler str, data (the rest) |
+//! | PE 0 → a PE | [`REQ`] | id u64, handler str, data (the rest) |
+//! | a PE → PE 0 | [`REPLY`] | id u64, status u8 (0 ok, 1 no such handler), data (the rest) |
+//!
+//! The data is copied once into each message (never through a staging buffer), and a
+//! handler reads it in the message it came in.
 //!
 //! Built in on every PE: `ccs_getinfo` (Charm++'s: the nodes and their PEs, what its clients
 //! ask first) and `converse.status` (a line per PE: its node, the layer, messages sent and
@@ -73,7 +76,9 @@ struct Pending {
 /// `CcsDelayReply`); a request dropped without a reply gets an empty one.
 pub struct CcsRequest {
     id: u64,
-    data: Vec<u8>,
+    /// The message it came in, its data from `offset` on.
+    msg: Message,
+    offset: usize,
     replied: bool,
     /// Set when the handler returns: from then on a drop cannot reach PE 0.
     kept: Rc<std::cell::Cell<bool>>,
@@ -83,7 +88,7 @@ impl std::fmt::Debug for CcsRequest {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CcsRequest")
             .field("id", &self.id)
-            .field("bytes", &self.data.len())
+            .field("bytes", &self.data().len())
             .finish()
     }
 }
@@ -91,7 +96,7 @@ impl std::fmt::Debug for CcsRequest {
 impl CcsRequest {
     /// The data the client sent.
     pub fn data(&self) -> &[u8] {
-        &self.data
+        self.msg.payload().get(self.offset..).unwrap_or_default()
     }
 
     /// Answer with `reply` (for a request to several PEs, this PE's part of it).
@@ -111,11 +116,12 @@ impl Drop for CcsRequest {
 }
 
 fn send_reply(pe: &mut Pe, id: u64, status: u8, data: &[u8]) {
-    let mut body = Vec::with_capacity(9 + data.len());
-    body.put_u64(id);
-    body.put_u8(status);
-    body.extend_from_slice(data);
-    let mut m = Message::from_payload(&body);
+    let mut head = Vec::with_capacity(9);
+    head.put_u64(id);
+    head.put_u8(status);
+    let mut m = Message::with_capacity(head.len() + data.len());
+    m.extend_payload(&head);
+    m.extend_payload(data);
     m.set_arg0(REPLY);
     pe.send_msg(0, HandlerId(SystemHandler::Ccs.id()), m);
 }
@@ -146,71 +152,73 @@ impl Pe {
 
     /// The system handler: a request from the listener, one to run here, or a reply.
     pub(crate) fn on_ccs(&mut self, msg: Message) {
-        let mut r = ByteReader::new(msg.payload());
         match msg.arg0() {
-            IN if self.my_pe == 0 => self.ccs_in(&mut r),
-            REQ => self.ccs_run(&mut r),
-            REPLY if self.my_pe == 0 => self.ccs_reply(msg.src_pe() as usize, &mut r),
+            IN if self.my_pe == 0 => self.ccs_in(&msg),
+            REQ => self.ccs_run(msg),
+            REPLY if self.my_pe == 0 => self.ccs_reply(&msg),
             _ => self.drop_message(&msg, "a CCS message that is not for this PE"),
         }
     }
 
     /// PE 0: a request from the listener goes to each PE it names.
-    fn ccs_in(&mut self, r: &mut ByteReader<'_>) {
-        let (Ok(id), Ok(handler), Ok(data), Ok(n)) = (r.u64(), r.str(), r.bytes(), r.u32()) else {
+    fn ccs_in(&mut self, msg: &Message) {
+        let mut r = ByteReader::new(msg.payload());
+        let (Ok(id), Ok(n)) = (r.u64(), r.u32()) else {
             return;
         };
-        let (handler, data) = (handler.to_owned(), data.to_vec());
-        let mut pes = Vec::new();
+        let mut pes = Vec::with_capacity(n as usize);
         for _ in 0..n {
             match r.u32() {
                 Ok(p) => pes.push(p as usize),
                 Err(_) => return,
             }
         }
+        let Ok(handler) = r.str() else { return };
+        let data = r.rest();
         if n == 0 {
             pes = (0..self.num_pes).collect();
         }
         if let Some(&dead) = pes.iter().find(|&&p| !self.is_alive(p)) {
             return self.ccs_fail(id, format!("PE {dead} is out of the job"));
         }
-        let mut body = Vec::with_capacity(16 + handler.len() + data.len());
-        body.put_u64(id);
-        body.put_str(&handler);
-        body.extend_from_slice(&data);
+        let mut head = Vec::with_capacity(12 + handler.len());
+        head.put_u64(id);
+        head.put_str(handler);
         self.ccs.pending.insert(
             id,
             Pending {
-                handler,
+                handler: handler.to_owned(),
                 got: vec![None; pes.len()],
                 left: pes.len(),
                 pes: pes.clone(),
             },
         );
         for p in pes {
-            let mut m = Message::from_payload(&body);
+            let mut m = Message::with_capacity(head.len() + data.len());
+            m.extend_payload(&head);
+            m.extend_payload(data);
             m.set_arg0(REQ);
             self.send_msg(p, HandlerId(SystemHandler::Ccs.id()), m);
         }
     }
 
     /// A request to run here.
-    fn ccs_run(&mut self, r: &mut ByteReader<'_>) {
+    fn ccs_run(&mut self, msg: Message) {
+        let mut r = ByteReader::new(msg.payload());
         let (Ok(id), Ok(handler)) = (r.u64(), r.str()) else {
             return;
         };
-        let data = r.rest().to_vec();
-        let f = match self.ccs.handlers.get(handler) {
-            Some(f) => f.clone(),
-            None => match builtin(handler) {
-                Some(f) => f,
-                None => return send_reply(self, id, NO_HANDLER, &[]),
-            },
+        let offset = msg.payload_len() - r.remaining();
+        let found = self.ccs.handlers.get(handler).cloned();
+        let f = match found.or_else(|| builtin(handler)) {
+            Some(f) => f,
+            None => return send_reply(self, id, NO_HANDLER, &[]),
         };
         let kept = Rc::new(std::cell::Cell::new(true));
         let req = CcsRequest {
             id,
-            data,
+            msg,
+            offset,
             replied: false,
             kept: kept.clone(),
         };
@@ -222,11 +230,13 @@ impl Pe {
     }
 
     /// PE 0: a PE's answer; the whole reply goes to the listener once every PE answered.
-    fn ccs_reply(&mut self, from: usize, r: &mut ByteReader<'_>) {
+    fn ccs_reply(&mut self, msg: &Message) {
+        let from = msg.src_pe() as usize;
+        let mut r = ByteReader::new(msg.payload());
         let (Ok(id), Ok(status)) = (r.u64(), r.u8()) else {
             return;
         };
-        let data = r.rest().to_vec();
+        let data = r.rest();
         let Some(p) = self.ccs.pending.get_mut(&id) else {
             return;
         };
@@ -238,14 +248,21 @@ impl Pe {
             return;
         };
         if p.got[slot].is_none() {
-            p.got[slot] = Some(data);
+            p.got[slot] = Some(data.to_vec());
             p.left -= 1;
         }
         if p.left > 0 {
             return;
         }
-        if let Some(p) = self.ccs.pending.remove(&id) {
-            let reply: Vec<u8> = p.got.into_iter().flatten().flatten().collect();
+        if let Some(mut p) = self.ccs.pending.remove(&id) {
+            // One PE's reply goes as it is; several are joined in the order named.
+            let reply = match p.got.as_mut_slice() {
+                [one] => one.take().unwrap_or_default(),
+                all => all
+                    .iter_mut()
+                    .flat_map(|g| g.take().unwrap_or_default())
+                    .collect(),
+            };
             if let Some(s) = &self.ccs.server {
                 s.complete(id, Ok(reply));
             }
@@ -338,24 +355,25 @@ pub(crate) fn start(pe: &mut Pe, args: &ServerArgs) -> Result<(), String> {
     let mailbox = pe.mailbox();
     let h = HandlerId(SystemHandler::Ccs.id());
     let server = Server::start(args.port, keys, pe.num_pes, move |req: Request| {
-        let mut body = Vec::with_capacity(32 + req.handler.len() + req.data.len());
-        body.put_u64(req.id);
-        body.put_str(&req.handler);
-        body.put_bytes(&req.data);
+        let mut head = Vec::with_capacity(32 + req.handler.len());
+        head.put_u64(req.id);
         match &req.dest {
-            Dest::All => body.put_u32(0),
+            Dest::All => head.put_u32(0),
             Dest::Pe(p) => {
-                body.put_u32(1);
-                body.put_u32(*p as u32);
+                head.put_u32(1);
+                head.put_u32(*p as u32);
             }
             Dest::List(l) => {
-                body.put_u32(l.len() as u32);
+                head.put_u32(l.len() as u32);
                 for &p in l {
-                    body.put_u32(p as u32);
+                    head.put_u32(p as u32);
                 }
             }
         }
-        let mut m = Message::from_payload(&body);
+        head.put_str(&req.handler);
+        let mut m = Message::with_capacity(head.len() + req.data.len());
+        m.extend_payload(&head);
+        m.extend_payload(&req.data);
         m.set_arg0(IN);
         mailbox.post(h, m);
     })

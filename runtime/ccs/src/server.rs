@@ -2,8 +2,9 @@
 //! requests, hands each to the job ([`Request`], through the `post` it is given) and writes
 //! the reply the job gives back ([`Server::complete`]).
 //!
-//! A thread accepts; each connection gets a thread of its own for its one request, at most
-//! [`MAX_CONNECTIONS`] at once (the rest wait in the kernel's backlog). A request must start
+//! A thread accepts; each connection is served by a thread of a pool for its one request (a
+//! thread is made only when none is free, and kept), at most [`MAX_CONNECTIONS`] at once (the
+//! rest wait in the kernel's backlog). A request must start
 //! within [`FIRST_BYTES`] of its accept (so silent strangers give their places up soon) and
 //! arrive whole within [`READ_DEADLINE`], however it trickles; a reply is waited for
 //! [`REPLY_WAIT`] at most (handlers may compute for minutes) and written within
@@ -137,6 +138,10 @@ fn accept_loop(
     sh: &Arc<Shared>,
     post: &Arc<dyn Fn(Request) + Send + Sync>,
 ) {
+    // Connections for the pool; `free` counts the threads waiting on it.
+    let (tx, rx) = std::sync::mpsc::channel::<(TcpStream, SocketAddr)>();
+    let rx = Arc::new(Mutex::new(rx));
+    let free = Arc::new(AtomicUsize::new(0));
     loop {
         // At the bound, the rest waits in the kernel's backlog.
         while sh.open.load(Ordering::Acquire) >= MAX_CONNECTIONS {
@@ -151,20 +156,42 @@ fn accept_loop(
             }
         };
         sh.open.fetch_add(1, Ordering::AcqRel);
-        let (sh2, post) = (sh.clone(), post.clone());
-        let spawned = std::thread::Builder::new()
-            .name("ccs-request".into())
-            .stack_size(128 << 10)
-            .spawn(move || {
-                if let Err(why) = serve(s, from, &sh2, &*post) {
-                    converse_machine::input::error_line(&format!("ccs: {from}: {why}"));
-                }
-                sh2.open.fetch_sub(1, Ordering::AcqRel);
-            });
-        if spawned.is_err() {
-            // That connection only: closed with its stream, dropped with the closure.
-            sh.open.fetch_sub(1, Ordering::AcqRel);
+        // A thread of the pool takes it; a new one only when none is free (a failed spawn
+        // leaves it to the next free thread).
+        let spare = free
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok();
+        if !spare {
+            let (sh2, post, rx, free) = (sh.clone(), post.clone(), rx.clone(), free.clone());
+            let _ = std::thread::Builder::new()
+                .name("ccs-request".into())
+                .stack_size(128 << 10)
+                .spawn(move || worker(&rx, &free, &sh2, &*post));
         }
+        if tx.send((s, from)).is_err() {
+            return;
+        }
+    }
+}
+
+/// A thread of the pool: one connection after another.
+fn worker(
+    rx: &Mutex<std::sync::mpsc::Receiver<(TcpStream, SocketAddr)>>,
+    free: &AtomicUsize,
+    sh: &Shared,
+    post: &(dyn Fn(Request) + Send + Sync),
+) {
+    loop {
+        let next = match rx.lock() {
+            Ok(r) => r.recv(),
+            Err(_) => return,
+        };
+        let Ok((s, from)) = next else { return };
+        if let Err(why) = serve(s, from, sh, post) {
+            converse_machine::input::error_line(&format!("ccs: {from}: {why}"));
+        }
+        sh.open.fetch_sub(1, Ordering::AcqRel);
+        free.fetch_add(1, Ordering::AcqRel);
     }
 }
 
@@ -276,15 +303,28 @@ fn serve(
         }
     };
     let _ = s.set_write_timeout(Some(READ_DEADLINE));
-    let mut out = Vec::with_capacity(HASH_LEN + 4 + reply.len());
+    let mut head = Vec::with_capacity(HASH_LEN + 4);
     if let Some((key, salt)) = signer {
-        out.extend_from_slice(&key.hash(salt, None));
+        head.extend_from_slice(&key.hash(salt, None));
     }
-    out.extend_from_slice(&(reply.len() as u32).to_be_bytes());
-    out.extend_from_slice(&reply);
-    s.write_all(&out)
-        .and_then(|()| s.flush())
-        .map_err(|e| format!("'{handler}': writing the reply: {e}"))
+    head.extend_from_slice(&(reply.len() as u32).to_be_bytes());
+    // The header and the reply in one system call, the reply not copied.
+    write_both(&mut s, &head, &reply).map_err(|e| format!("'{handler}': writing the reply: {e}"))
+}
+
+/// Write `a` then `b`, gathered.
+fn write_both(s: &mut TcpStream, a: &[u8], b: &[u8]) -> std::io::Result<()> {
+    let (mut a, mut b) = (a, b);
+    while !a.is_empty() || !b.is_empty() {
+        let n = s.write_vectored(&[std::io::IoSlice::new(a), std::io::IoSlice::new(b)])?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        let from_a = n.min(a.len());
+        a = &a[from_a..];
+        b = &b[n - from_a..];
+    }
+    Ok(())
 }
 
 /// The salt exchange: the client proves it holds `key`, the server too, and the client gets an
