@@ -51,6 +51,60 @@ const PIECE: usize = 64 << 10;
 /// Held for every write of node output, to either stream.
 static WRITING: Mutex<()> = Mutex::new(());
 
+/// While a job starts, the error lines already printed (for [`collapse_repeats`]): `None`
+/// when lines are not being collapsed.
+static REPEATS: Mutex<Option<Vec<(Vec<u8>, u64)>>> = Mutex::new(None);
+
+/// The most distinct lines remembered for [`collapse_repeats`]; past it, lines pass as they
+/// come.
+const MAX_REMEMBERED: usize = 64;
+
+/// From now until [`repeats_over`], an error line that one node already printed is not
+/// printed again for another, only counted: a start-up error that every node of a large job
+/// hits (a bad runtime argument, a missing library) is one line, not one per node.
+pub fn collapse_repeats() {
+    if let Ok(mut r) = REPEATS.lock() {
+        *r = Some(Vec::new());
+    }
+}
+
+/// Stop collapsing; for each line that others repeated, what to say of them (`charmrun: 1023
+/// more nodes printed the same line: ...`).
+pub fn repeats_over() -> Vec<String> {
+    let seen = REPEATS.lock().ok().and_then(|mut r| r.take());
+    seen.unwrap_or_default()
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(line, n)| {
+            let text = String::from_utf8_lossy(&line);
+            let text = text.trim_end();
+            let short: String = text.chars().take(100).collect();
+            let more = if short.len() < text.len() { "…" } else { "" };
+            let who = if n == 1 { "node" } else { "nodes" };
+            format!("charmrun: {n} more {who} printed the same line: {short}{more}")
+        })
+        .collect()
+}
+
+/// `bytes` (whole lines) without the lines already printed while they are collapsed.
+fn without_repeats(bytes: &[u8]) -> Option<Vec<u8>> {
+    let mut guard = REPEATS.lock().ok()?;
+    let seen = guard.as_mut()?;
+    let mut out = Vec::with_capacity(bytes.len());
+    for line in bytes.split_inclusive(|&b| b == b'\n') {
+        match seen.iter_mut().find(|(l, _)| l == line) {
+            Some((_, n)) => *n += 1,
+            None => {
+                if seen.len() < MAX_REMEMBERED {
+                    seen.push((line.to_vec(), 0));
+                }
+                out.extend_from_slice(line);
+            }
+        }
+    }
+    Some(out)
+}
+
 /// Set once a stream's reader is gone (`EPIPE`): nothing more is written to it.
 static OUT_GONE: AtomicBool = AtomicBool::new(false);
 static ERR_GONE: AtomicBool = AtomicBool::new(false);
@@ -220,6 +274,14 @@ fn emit(stream: Stream, bytes: &[u8], held: &Held) {
         Stream::Err => &ERR_GONE,
     };
     if gone.load(Ordering::Relaxed) {
+        return;
+    }
+    let collapsed = match stream {
+        Stream::Err => without_repeats(bytes),
+        Stream::Out => None,
+    };
+    let bytes = collapsed.as_deref().unwrap_or(bytes);
+    if bytes.is_empty() {
         return;
     }
     // Counted before waiting for the lock: a thread waiting behind one blocked for good holds

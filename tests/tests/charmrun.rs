@@ -741,3 +741,30 @@ fn in_a_cascade_the_node_that_died_is_named_not_the_peers_that_noticed() {
         assert!(!o.stderr.contains("localhost"), "{o}");
     }
 }
+
+/// A start-up error every node hits (here a bad runtime argument, seen by each of 16 nodes) is
+/// printed once, with a line saying how many more nodes printed it, not 16 times.
+#[test]
+fn an_error_every_node_prints_at_start_up_is_printed_once() {
+    let o = converse_tests::run_bounded(
+        &mut converse_tests::Launcher::Charmrun {
+            machine: "tcp",
+            opts: vec![],
+        }
+        .command(env!("CARGO_BIN_EXE_conformance"), 16, &["hello", "+bogus"]),
+        std::time::Duration::from_secs(60),
+    );
+    assert!(o.code.is_some_and(|c| c != 0), "{o}");
+    let bad = "unknown runtime argument '+bogus'";
+    let printed = o
+        .stderr
+        .lines()
+        .filter(|l| l.contains(bad) && !l.starts_with("charmrun:"))
+        .count();
+    assert_eq!(printed, 1, "{o}");
+    let said = o
+        .stderr
+        .lines()
+        .find(|l| l.contains("more nodes printed the same line") && l.contains(bad));
+    assert!(said.is_some(), "{o}");
+}

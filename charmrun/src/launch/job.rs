@@ -108,10 +108,19 @@ pub(super) struct Job<'a> {
     pub(super) to_start: Vec<usize>,
 }
 
+/// Say how many more nodes printed each line collapsed during start-up, and stop collapsing.
+fn say_repeats() {
+    for line in crate::output::repeats_over() {
+        converse_machine::input::error_line(&line);
+    }
+}
+
 impl<'a> Job<'a> {
     /// A job of `in_process.len()` nodes, nothing started yet; `in_process[i]` says whether
     /// node `i` is the launcher's own process.
     pub(super) fn new(opts: &'a Opts, in_process: Vec<bool>) -> Job<'a> {
+        // Until the nodes have their table, a line every node prints is printed once.
+        crate::output::collapse_repeats();
         let (tx, events) = crossbeam_channel::unbounded();
         let started = Instant::now();
         let n = in_process.len();
@@ -186,6 +195,7 @@ impl<'a> Job<'a> {
         self.stop_accepting();
         self.remove_job_files();
         let lost = self.drain_output();
+        say_repeats();
         tracing::debug!(target: "charmrun", code, secs = self.started.elapsed().as_secs_f64(), strangers = self.strangers, lost, "job ended");
         if self.opts.verbose {
             let line = format!(
@@ -283,6 +293,7 @@ impl<'a> Job<'a> {
             if !table_sent && self.verdict.all_joined() {
                 self.send_table()?;
                 table_sent = true;
+                say_repeats();
             }
             let decision = self.verdict.decide(Instant::now());
             for (i, why) in self.verdict.take_reports() {
