@@ -53,7 +53,10 @@ static WRITING: Mutex<()> = Mutex::new(());
 
 /// While a job starts, the error lines already printed (for [`collapse_repeats`]): `None`
 /// when lines are not being collapsed.
-static REPEATS: Mutex<Option<Vec<(Vec<u8>, u64)>>> = Mutex::new(None);
+static REPEATS: Mutex<Option<Vec<Repeated>>> = Mutex::new(None);
+
+/// A line printed once, and how many more times other nodes printed it.
+type Repeated = (Vec<u8>, u64);
 
 /// The most distinct lines remembered for [`collapse_repeats`]; past it, lines pass as they
 /// come.
