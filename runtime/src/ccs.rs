@@ -20,8 +20,11 @@
 //! handler reads it in the message it came in.
 //!
 //! Built in on every PE: `ccs_getinfo` (Charm++'s: the nodes and their PEs, what its clients
-//! ask first) and `converse.status` (a line per PE: its node, the layer, messages sent and
-//! taken, bytes queued, and the layer's counters on PEs that own their layer).
+//! ask first), `converse.status` (a line per PE: its node, the layer, messages sent and
+//! taken, bytes queued, and the layer's counters on PEs that own their layer) and
+//! `converse.trace` (with `+trace`: the last seconds of the PE's trace, a trace file of its
+//! own behind its u64 length; `converse-trace live` writes them into a directory that
+//! `converse-trace report` reads).
 
 use crate::lifecycle::SystemHandler;
 use crate::pe::{HandlerId, Pe};
@@ -307,9 +310,32 @@ fn builtin(name: &str) -> Option<Rc<CcsFn>> {
             let line = status_line(pe);
             req.reply(pe, line.as_bytes());
         })),
+        "converse.trace" => Some(Rc::new(|pe: &mut Pe, req: CcsRequest| {
+            // The window in seconds, as text (default 10); the reply, this PE's trace file
+            // of it behind its u64 length (0: this PE does not trace), so that the replies of
+            // several PEs can be told apart.
+            let secs = std::str::from_utf8(req.data())
+                .ok()
+                .and_then(|s| s.trim().parse::<f64>().ok())
+                .filter(|s| s.is_finite() && *s > 0.0)
+                .map_or(LIVE_WINDOW, |s| s.min(86_400.0));
+            let names = pe.handler_names.clone();
+            let file = pe
+                .rec
+                .as_deref_mut()
+                .and_then(|r| r.live(&names, std::time::Duration::from_secs_f64(secs)))
+                .unwrap_or_default();
+            let mut out = Vec::with_capacity(8 + file.len());
+            out.extend_from_slice(&(file.len() as u64).to_le_bytes());
+            out.extend_from_slice(&file);
+            req.reply(pe, &out);
+        })),
         _ => None,
     }
 }
+
+/// `converse.trace`'s window when the request names none, seconds.
+const LIVE_WINDOW: f64 = 10.0;
 
 /// `converse.status`: one line about this PE.
 fn status_line(pe: &Pe) -> String {

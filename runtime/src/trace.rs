@@ -63,7 +63,22 @@ struct Out {
     /// The chunk being encoded (kept to reuse its allocation).
     bytes: Vec<u8>,
     header_written: bool,
+    /// The last chunks written, for a live look at the job (CCS's `converse.trace`).
+    live: Live,
 }
+
+/// The recent part of a PE's trace kept in memory: every string named so far, and the
+/// records of the last chunks written (each as its `u32 count, records` part, with its latest
+/// time), at most [`LIVE_BYTES`] of them.
+#[derive(Default)]
+struct Live {
+    strings: Vec<String>,
+    chunks: std::collections::VecDeque<(u64, Vec<u8>)>,
+    bytes: usize,
+}
+
+/// Bytes of records a PE keeps for a live look.
+const LIVE_BYTES: usize = 8 << 20;
 
 /// One PE's recorder.
 pub(crate) struct Recorder {
@@ -137,6 +152,7 @@ impl Recorder {
                     path,
                     bytes: Vec::new(),
                     header_written: false,
+                    live: Live::default(),
                 })
             }
         };
@@ -356,10 +372,23 @@ impl Recorder {
         b.put_u32(out.strings.len() as u32);
         for s in out.strings.drain(..) {
             b.put_str(&s);
+            out.live.strings.push(s);
         }
+        let records_at = b.len();
         b.put_u32(out.records.len() as u32);
+        let mut latest = 0;
         for r in out.records.drain(..) {
+            latest = latest.max(r.t);
             r.encode(b);
+        }
+        // A copy per chunk (16,384 records), not per record: the live window's.
+        let live = &mut out.live;
+        live.bytes += b.len() - records_at;
+        live.chunks.push_back((latest, b[records_at..].to_vec()));
+        while live.bytes > LIVE_BYTES && live.chunks.len() > 1 {
+            if let Some((_, old)) = live.chunks.pop_front() {
+                live.bytes -= old.len();
+            }
         }
         if let Err(e) = out.file.write_all(b) {
             self.fail(&e);
@@ -375,6 +404,33 @@ impl Recorder {
                 out.path.display()
             ));
         }
+    }
+
+    /// The last `window` of this PE's trace (at most the last [`LIVE_BYTES`] of records), as
+    /// a trace file of its own: the header, every string named so far, then the chunks
+    /// written within the window, what was buffered included. `None` when this PE does not
+    /// trace to a file.
+    pub(crate) fn live(&mut self, names: &[String], window: Duration) -> Option<Vec<u8>> {
+        self.out.as_ref()?;
+        self.flush(names);
+        let from = self.now().saturating_sub(window.as_nanos() as u64);
+        let out = self.out.as_ref()?;
+        let mut f = Vec::new();
+        self.header.encode(&mut f);
+        f.extend_from_slice(CHUNK_TAG);
+        f.put_u32(out.live.strings.len() as u32);
+        for s in &out.live.strings {
+            f.put_str(s);
+        }
+        f.put_u32(0);
+        for (latest, records) in &out.live.chunks {
+            if *latest >= from {
+                f.extend_from_slice(CHUNK_TAG);
+                f.put_u32(0);
+                f.extend_from_slice(records);
+            }
+        }
+        Some(f)
     }
 
     /// The job ends for this PE: close the idle period, write the rest, print `+stats`.

@@ -301,3 +301,79 @@ fn keys_from_a_file_or_none_and_smp() {
     assert!(o.code.is_some_and(|c| c != 0), "{o}");
     assert!(o.stderr.contains("+server-auth /nonexistent/keys"), "{o}");
 }
+
+/// A live look at a traced job: `converse-trace live` fetches the last seconds of every PE's
+/// trace over CCS (the built-in `converse.trace`) into a directory that `converse-trace check`
+/// and `report` read like a finished job's (the report's rendering is picture-tested in
+/// `runtime/trace/tests/picture.rs`). A job that does not trace says so.
+#[test]
+fn a_running_jobs_last_seconds_of_trace_over_ccs() {
+    let base = std::env::temp_dir().join(format!("ccs-live.{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&base);
+    let (job_dir, live_dir) = (base.join("job"), base.join("live"));
+    let job_dir_s = job_dir.to_string_lossy().into_owned();
+    let (job, addr, key) = start("tcp", 4, &["+trace-dir", &job_dir_s]);
+    let key = key.expect("a key");
+    let mut c = Client::connect(&addr, Some(key.clone()), T).expect("connect");
+    for _ in 0..5 {
+        c.request("echo", &Dest::All, b"x").expect("echo");
+    }
+    let tool = std::path::Path::new(PROGRAM).with_file_name("converse-trace");
+    assert!(tool.exists(), "{} is not built", tool.display());
+    let out = Command::new(&tool)
+        .args(["live", &addr])
+        .arg(&live_dir)
+        .args(["--key", &key.to_text(), "--secs", "60"])
+        .output()
+        .expect("converse-trace live");
+    assert!(out.status.success(), "{out:?}");
+    for pe in 0..4 {
+        assert!(live_dir.join(format!("trace.{pe}.bin")).exists());
+    }
+    let check = Command::new(&tool)
+        .arg("check")
+        .arg(&live_dir)
+        .output()
+        .expect("check");
+    let text = String::from_utf8_lossy(&check.stdout);
+    assert!(check.status.success(), "{check:?}");
+    assert!(text.starts_with("4 PEs, "), "{text}");
+    assert!(
+        text.contains("0 sends unmatched, 0 receives unmatched"),
+        "{text}"
+    );
+    assert!(text.contains("handler converse.ccs: "), "{text}");
+    let report = Command::new(&tool)
+        .arg("report")
+        .arg(&live_dir)
+        .output()
+        .expect("report");
+    assert!(report.status.success(), "{report:?}");
+    assert!(live_dir.join("report.html").exists());
+    assert_eq!(
+        text(c.request("done", &Dest::Pe(0), b"").expect("done")),
+        "bye"
+    );
+    assert_eq!(job.finish().code, Some(0));
+    // Without +trace: one line saying so.
+    let (job, addr, key) = start("tcp", 2, &[]);
+    let key = key.expect("a key");
+    let out = Command::new(&tool)
+        .args(["live", &addr])
+        .arg(base.join("none"))
+        .args(["--key", &key.to_text()])
+        .output()
+        .expect("converse-trace live");
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("does not trace"),
+        "{out:?}"
+    );
+    let mut c = Client::connect(&addr, Some(key), T).expect("connect");
+    assert_eq!(
+        text(c.request("done", &Dest::Pe(0), b"").expect("done")),
+        "bye"
+    );
+    assert_eq!(job.finish().code, Some(0));
+    let _ = std::fs::remove_dir_all(&base);
+}

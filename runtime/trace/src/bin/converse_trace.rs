@@ -4,6 +4,9 @@
 //! converse-trace json DIR [-o FILE]      Chrome / Perfetto trace-event JSON (stdout by default)
 //! converse-trace report DIR [-o FILE]    self-contained HTML report (default DIR/report.html)
 //! converse-trace check DIR               messages matched, handlers, warnings (one line each)
+//! converse-trace live HOST:PORT DIR [--key KEY | --key-file FILE] [--secs S]
+//!                                        the last S seconds (default 10) of a running job's
+//!                                        traces (+trace, CCS's ++server), one file per PE in DIR
 //! ```
 //!
 //! Errors are one line on stderr, exit code 1. Output its reader stopped taking (`| head`)
@@ -15,7 +18,8 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: converse-trace json DIR [-o FILE] | report DIR [-o FILE] | check DIR";
+const USAGE: &str = "usage: converse-trace json DIR [-o FILE] | report DIR [-o FILE] | check DIR \
+                     | live HOST:PORT DIR [--key KEY | --key-file FILE] [--secs S]";
 
 /// Exit code for a reader gone: 128 + SIGPIPE, as for `cat`.
 const BROKEN_PIPE: u8 = 141;
@@ -79,6 +83,7 @@ fn run(args: &[OsString]) -> Result<(), Stop> {
     let cmd = it.next().ok_or(USAGE)?.to_string_lossy();
     match &*cmd {
         "json" | "report" | "check" => {}
+        "live" => return live(&args[1..]),
         "-h" | "--help" => return Err(USAGE.into()),
         _ => return Err(format!("unknown command '{cmd}' ({USAGE})").into()),
     }
@@ -159,6 +164,87 @@ fn run(args: &[OsString]) -> Result<(), Stop> {
             w.flush().map_err(stdout_error)?;
         }
     }
+    Ok(())
+}
+
+/// `live`: fetch the last seconds of every PE's trace from a running job over CCS, into a
+/// directory the other commands read.
+fn live(args: &[OsString]) -> Result<(), Stop> {
+    use converse_ccs::{Client, Dest, Key, Keys};
+    let mut rest = Vec::new();
+    let mut key = None;
+    let mut secs = 10.0f64;
+    let mut it = args.iter().map(|a| a.to_string_lossy().into_owned());
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--key" => {
+                let k = it.next().ok_or("--key needs a key")?;
+                key = Some(Key::parse(&k).map_err(|e| e.to_string())?);
+            }
+            "--key-file" => {
+                let f = it.next().ok_or("--key-file needs a file")?;
+                let text = std::fs::read_to_string(&f).map_err(|e| format!("{f}: {e}"))?;
+                let keys = Keys::parse(&text, &f).map_err(|e| e.to_string())?;
+                key = Some(
+                    keys.get(0)
+                        .cloned()
+                        .ok_or(format!("{f} has no key for level 0"))?,
+                );
+            }
+            "--secs" => {
+                let v = it.next().ok_or("--secs needs a number")?;
+                secs = v
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|s| s.is_finite() && *s > 0.0 && *s <= 86_400.0)
+                    .ok_or(format!("--secs {v}: seconds, above 0 and at most a day"))?;
+            }
+            "-h" | "--help" => return Err(USAGE.into()),
+            _ if a.starts_with("--") => {
+                return Err(format!("unknown option '{a}' ({USAGE})").into())
+            }
+            _ => rest.push(a),
+        }
+    }
+    let [addr, dir] = rest.as_slice() else {
+        return Err(USAGE.into());
+    };
+    let t = std::time::Duration::from_secs(30);
+    let mut c = Client::connect(addr, key, t).map_err(|e| format!("{addr}: {e}"))?;
+    let all = c
+        .request("converse.trace", &Dest::All, secs.to_string().as_bytes())
+        .map_err(|e| format!("{addr}: {e}"))?;
+    let dir = PathBuf::from(dir);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let mut at = 0;
+    let mut pe = 0;
+    while at < all.len() {
+        let len = all
+            .get(at..at + 8)
+            .and_then(|b| b.try_into().ok())
+            .map(u64::from_le_bytes)
+            .ok_or("a reply that is not traces")? as usize;
+        let file = all
+            .get(at + 8..at + 8 + len)
+            .ok_or("a reply that is not traces")?;
+        if len == 0 {
+            return Err(format!(
+                "PE {pe} does not trace: start the job with +trace (and ++server)"
+            )
+            .into());
+        }
+        let p = dir.join(format!("trace.{pe}.bin"));
+        std::fs::write(&p, file).map_err(|e| format!("{}: {e}", p.display()))?;
+        at += 8 + len;
+        pe += 1;
+    }
+    if pe != c.num_pes() {
+        return Err(format!("{pe} traces for {} PEs", c.num_pes()).into());
+    }
+    say(&format!(
+        "wrote the last {secs} s of {pe} PEs' traces to {}",
+        dir.display()
+    ));
     Ok(())
 }
 
