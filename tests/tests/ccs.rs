@@ -335,14 +335,14 @@ fn a_running_jobs_last_seconds_of_trace_over_ccs() {
         .arg(&live_dir)
         .output()
         .expect("check");
-    let text = String::from_utf8_lossy(&check.stdout);
+    let said = String::from_utf8_lossy(&check.stdout);
     assert!(check.status.success(), "{check:?}");
-    assert!(text.starts_with("4 PEs, "), "{text}");
+    assert!(said.starts_with("4 PEs, "), "{said}");
     assert!(
-        text.contains("0 sends unmatched, 0 receives unmatched"),
-        "{text}"
+        said.contains("0 sends unmatched, 0 receives unmatched"),
+        "{said}"
     );
-    assert!(text.contains("handler converse.ccs: "), "{text}");
+    assert!(said.contains("handler converse.ccs: "), "{said}");
     let report = Command::new(&tool)
         .arg("report")
         .arg(&live_dir)
