@@ -54,6 +54,28 @@ Everything after PROGRAM goes to it, except +p; everything after `--` goes to it
 The local layer (+machine local) runs every PE in one process: run such a program directly
 with +p N, not through charmrun.";
 
+/// charmrun's own options, for "did you mean".
+const OPTIONS: &[&str] = &[
+    "++ppn",
+    "++local",
+    "++nodelist",
+    "++remote-shell",
+    "++mpiexec",
+    "++agents",
+    "++batch",
+    "++fanout",
+    "++timeout",
+    "++timelimit",
+    "++hang-timeout",
+    "++server",
+    "++server-port",
+    "++server-auth",
+    "++prefix",
+    "++verbose",
+    "++quiet",
+    "++help",
+];
+
 /// A command line charmrun cannot run, in one line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum UsageError {
@@ -78,9 +100,10 @@ pub enum UsageError {
         /// What was given.
         got: String,
     },
-    /// An option charmrun does not know.
-    #[error("unknown option '{0}' (charmrun --help lists them)")]
-    Unknown(String),
+    /// An option charmrun does not know, and what it may have meant (" (did you mean ...?)",
+    /// or nothing).
+    #[error("unknown option '{0}'{1} (charmrun --help lists them)")]
+    Unknown(String, String),
     /// No program was named.
     #[error("no program to run (usage: charmrun +p N PROGRAM [ARGS...])")]
     NoProgram,
@@ -322,7 +345,8 @@ pub fn parse(args: &[String]) -> Result<Parsed, UsageError> {
             "++batch" => o.batch = Some(count("++batch", &value("++batch")?, 1 << 16)?),
             "++fanout" => o.fanout = count("++fanout", &value("++fanout")?, 1 << 16)?,
             _ if a.starts_with("++") || (a.starts_with('-') && a.len() > 1) => {
-                return Err(UsageError::Unknown(a))
+                let hint = converse_machine::suggest::hint(&a, OPTIONS.iter().copied());
+                return Err(UsageError::Unknown(a, hint));
             }
             _ => o.program = a,
         }

@@ -26,6 +26,7 @@ mod message;
 mod node_table;
 mod pool;
 mod settings;
+pub mod suggest;
 pub mod writes;
 
 pub use compose::{Armed, Bell, Part};

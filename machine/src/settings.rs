@@ -494,7 +494,7 @@ impl Settings {
     /// let mut s = Settings::default();
     /// s.set("udp.mut", "1400");
     /// let e = s.check_known(&[MINE]).unwrap_err().to_string();
-    /// assert_eq!(e, "setting udp.mut: no such setting (known: udp.mtu)");
+    /// assert_eq!(e, "setting udp.mut: no such setting (did you mean udp.mtu? known: udp.mtu)");
     /// ```
     pub fn check_known(&self, known: &[&[SettingSpec]]) -> Result<(), MachineError> {
         for k in self.values.keys() {
@@ -508,9 +508,11 @@ impl Settings {
                     known.iter().flat_map(|l| l.iter().map(|s| s.key)).collect();
                 names.sort_unstable();
                 names.dedup();
+                let hint = crate::suggest::closest(k, names.iter().copied())
+                    .map_or_else(String::new, |c| format!("did you mean {c}? "));
                 Err(MachineError::Setting {
                     key: k.clone(),
-                    reason: format!("no such setting (known: {})", names.join(", ")),
+                    reason: format!("no such setting ({hint}known: {})", names.join(", ")),
                 })
             }
         }

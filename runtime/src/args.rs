@@ -31,6 +31,8 @@ pub struct RuntimeArgs {
     /// `+settings`: list every setting this program knows (key, meaning, bounds, default)
     /// and exit.
     pub list_settings: bool,
+    /// `+help`: the runtime arguments, then the settings, and exit.
+    pub help: bool,
     /// `+trace` / `+trace-dir DIR`: where each PE writes its trace (`trace.<pe>.bin`); `None`:
     /// no tracing. `+trace` alone means [`DEFAULT_TRACE_DIR`].
     pub trace_dir: Option<std::path::PathBuf>,
@@ -57,6 +59,7 @@ impl Default for RuntimeArgs {
             quiet: false,
             version: false,
             list_settings: false,
+            help: false,
             trace_dir: None,
             stats: false,
             server: None,
@@ -70,7 +73,42 @@ impl Default for RuntimeArgs {
 pub(crate) const USAGE: &str =
     "runtime arguments: +p N, +ppn K, +pemap CORES, +commap CORES, +machine NAME, \
      +set KEY=VALUE, +settings, +quiet, +version, +trace, +trace-dir DIR, +stats, +server, \
-     +server-port N, +server-auth FILE|none";
+     +server-port N, +server-auth FILE|none, +help";
+
+/// What `+help` prints before the settings.
+pub(crate) fn help_text() -> String {
+    "runtime arguments (before the program's own, or anywhere before a `--`):
+  +p N                 PEs in the job
+  +ppn K               PEs per process (SMP mode: K workers and a communication thread)
+  +pemap CORES         pin PEs to these cores (0-3,8 ...); +commap CORES: the communication threads
+  +machine NAME        the layer (local, tcp, udp, si, mpi, si+tcp, si+udp, si+mpi)
+  +set KEY=VALUE       a setting (below); +settings lists them alone
+  +trace, +trace-dir DIR   trace every PE (converse-trace reads it); +stats: counters at exit
+  +server, +server-port N, +server-auth FILE|none   open the job to CCS clients
+  +quiet               no start-up banner; +version: what this program is built with
+  +help                this text"
+        .to_owned()
+}
+
+/// Every runtime argument's name, for "did you mean".
+const FLAGS: &[&str] = &[
+    "+p",
+    "+ppn",
+    "+pemap",
+    "+commap",
+    "+machine",
+    "+set",
+    "+settings",
+    "+quiet",
+    "+version",
+    "+trace",
+    "+trace-dir",
+    "+stats",
+    "+server",
+    "+server-port",
+    "+server-auth",
+    "+help",
+];
 
 /// Where `+trace` without `+trace-dir` writes: relative to each process's working directory.
 pub const DEFAULT_TRACE_DIR: &str = "converse-trace";
@@ -147,6 +185,8 @@ where
             out.machine = Some(v);
         } else if flag == "settings" {
             out.list_settings = true;
+        } else if flag == "help" {
+            out.help = true;
         } else if let Some(v) = flag.strip_prefix("set") {
             let kv = value(v, "+set", &mut it)?;
             let Some((k, val)) = kv.split_once('=').filter(|(k, _)| !k.is_empty()) else {
@@ -193,8 +233,11 @@ where
         } else if flag == "version" {
             out.version = true;
         } else {
+            // The name alone (a glued value, `+pn4`, compared without it would not match).
+            let name = arg.split('=').next().unwrap_or(&arg);
             return Err(RuntimeError::Args(format!(
-                "unknown runtime argument '{arg}' ({USAGE})"
+                "unknown runtime argument '{arg}'{} ({USAGE})",
+                converse_machine::suggest::hint(name, FLAGS.iter().copied())
             )));
         }
     }

@@ -111,7 +111,8 @@ pub(crate) fn find(name: &str) -> Result<&'static Layer, RuntimeError> {
         )))
     } else {
         Err(RuntimeError::Layer(format!(
-            "unknown layer '{name}' (known layers: {}; compiled in: {compiled})",
+            "unknown layer '{name}'{} (known layers: {}; compiled in: {compiled})",
+            converse_machine::suggest::hint(name, KNOWN.iter().copied()),
             KNOWN.join(", ")
         )))
     }

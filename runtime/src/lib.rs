@@ -205,6 +205,7 @@ impl RuntimeBuilder {
             && parsed.machine.is_none()
             && !parsed.version
             && !parsed.list_settings
+            && !parsed.help
             && parsed.program.len() == 1;
         if !only_settings {
             return Err(RuntimeError::Args(format!(
@@ -330,7 +331,7 @@ impl Runtime {
     /// what this program is built with, or the settings it knows, and start no job. Lets a
     /// program skip checking its own arguments in that case.
     pub fn version_requested(&self) -> bool {
-        self.args.version || self.args.list_settings
+        self.args.version || self.args.list_settings || self.args.help
     }
 
     /// The layer the job will run on.
@@ -354,7 +355,10 @@ impl Runtime {
             converse_machine::input::out_line(&version_line());
             return Ok(0);
         }
-        if self.args.list_settings {
+        if self.args.help {
+            converse_machine::input::out_line(&args::help_text());
+        }
+        if self.args.list_settings || self.args.help {
             converse_machine::input::out_text(&layers::listing());
             return Ok(0);
         }

@@ -156,6 +156,46 @@ fn an_unknown_setting_is_refused_naming_the_known_ones() {
     assert_eq!(o.lines_with("hello from PE"), 0, "{o}");
 }
 
+/// A near miss is named: a layer, a setting, a runtime argument, a charmrun option.
+#[test]
+fn a_mistyped_name_says_what_was_meant() {
+    for (args, want) in [
+        (
+            &["hello", "+machine", "tpc"][..],
+            "unknown layer 'tpc' (did you mean tcp?)",
+        ),
+        (
+            &["hello", "+set", "sched.spinus=3"][..],
+            "no such setting (did you mean sched.spin_us? known: ",
+        ),
+        (
+            &["hello", "+pn", "2"][..],
+            "unknown runtime argument '+pn' (did you mean +p?)",
+        ),
+    ] {
+        let o = run(args);
+        assert_eq!(o.code, Some(2), "{args:?}: {o}");
+        assert!(o.stderr.contains(want), "{args:?}: want {want:?}\n{o}");
+        assert_eq!(o.stderr.lines().count(), 1, "one line: {o}");
+    }
+    let o = converse_tests::run_bounded(
+        Command::new(converse_tests::charmrun_path(PROGRAM)).args(["++pnn", "2", PROGRAM]),
+        Duration::from_secs(30),
+    );
+    assert!(
+        o.stderr
+            .contains("unknown option '++pnn' (did you mean ++ppn?)"),
+        "{o}"
+    );
+    // `+help`: the runtime arguments, then the settings; exit 0.
+    let o = run(&["+help"]);
+    assert_eq!(o.code, Some(0), "{o}");
+    assert!(
+        o.stdout.starts_with("runtime arguments") && o.stdout.contains("sched.idle_max_ms"),
+        "{o}"
+    );
+}
+
 #[test]
 fn the_local_layer_under_charmrun_is_refused_at_once() {
     let charmrun = converse_tests::charmrun_path(PROGRAM);
