@@ -16,6 +16,36 @@ mod strangers {
 
     const PROGRAM: &str = env!("CARGO_BIN_EXE_conformance");
 
+    /// The listening port of each of the job's `n` nodes, found before any flood (with one
+    /// on, the kernel's socket table is long to read), with descriptors enough for a crowd
+    /// of our own (the soft limit may be 1,024).
+    fn listeners(job: &Running, n: usize) -> Vec<u16> {
+        if let Ok((_, hard)) =
+            nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+        {
+            let _ = nix::sys::resource::setrlimit(
+                nix::sys::resource::Resource::RLIMIT_NOFILE,
+                hard.min(8192),
+                hard,
+            );
+        }
+        let nodes = wait_for_children(job.pid(), n, Duration::from_secs(20));
+        assert_eq!(nodes.len(), n, "{}", job.stdout_so_far());
+        nodes
+            .iter()
+            .map(|&pid| {
+                let deadline = Instant::now() + Duration::from_secs(20);
+                loop {
+                    let p = socket_ports(pid, "tcp");
+                    if !p.is_empty() || Instant::now() > deadline {
+                        break p.first().copied().expect("a node without a listener");
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            })
+            .collect()
+    }
+
     #[test]
     fn silent_strangers_at_every_listener_cannot_end_the_job() {
         let launcher = Launcher::Charmrun {
@@ -27,31 +57,10 @@ mod strangers {
             Duration::from_secs(180),
         )
         .expect("start");
-        // 1,200 descriptors of our own: the soft limit may be 1,024.
-        if let Ok((_, hard)) =
-            nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
-        {
-            let _ = nix::sys::resource::setrlimit(
-                nix::sys::resource::Resource::RLIMIT_NOFILE,
-                hard.min(8192),
-                hard,
-            );
-        }
-        let nodes = wait_for_children(job.pid(), 4, Duration::from_secs(20));
-        assert_eq!(nodes.len(), 4, "{}", job.stdout_so_far());
         let mut strangers = Vec::new();
-        for &pid in &nodes {
-            let deadline = Instant::now() + Duration::from_secs(20);
-            let ports = loop {
-                let p = socket_ports(pid, "tcp");
-                if !p.is_empty() || Instant::now() > deadline {
-                    break p;
-                }
-                std::thread::sleep(Duration::from_millis(20));
-            };
-            assert!(!ports.is_empty(), "node {pid} has no listener");
+        for port in listeners(&job, 4) {
             for _ in 0..300 {
-                if let Ok(s) = TcpStream::connect(("127.0.0.1", ports[0])) {
+                if let Ok(s) = TcpStream::connect(("127.0.0.1", port)) {
                     strangers.push(s);
                 }
             }
@@ -85,33 +94,9 @@ mod strangers {
             Duration::from_secs(120),
         )
         .expect("start");
-        if let Ok((_, hard)) =
-            nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
-        {
-            let _ = nix::sys::resource::setrlimit(
-                nix::sys::resource::Resource::RLIMIT_NOFILE,
-                hard.min(8192),
-                hard,
-            );
-        }
-        let nodes = wait_for_children(job.pid(), 4, Duration::from_secs(20));
-        assert_eq!(nodes.len(), 4, "{}", job.stdout_so_far());
         let stop = Arc::new(AtomicBool::new(false));
         let made = Arc::new(AtomicU64::new(0));
-        // Every port first: with the flood on, the kernel's socket table is long to read.
-        let ports: Vec<u16> = nodes
-            .iter()
-            .map(|&pid| {
-                let deadline = Instant::now() + Duration::from_secs(20);
-                loop {
-                    let p = socket_ports(pid, "tcp");
-                    if !p.is_empty() || Instant::now() > deadline {
-                        break p.first().copied().expect("a node without a listener");
-                    }
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-            })
-            .collect();
+        let ports = listeners(&job, 4);
         let mut flooders = Vec::new();
         for port in ports {
             let (stop, made) = (stop.clone(), made.clone());

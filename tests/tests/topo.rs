@@ -195,6 +195,19 @@ fn matrix_files_good_and_bad() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// How many survivors of `topo survive` said their call reported PE 2's process dead. (The
+/// reason is whoever saw the death first: charmrun, the signal; or the layer, the connection
+/// closed.)
+fn survivors_told(o: &Outcome) -> usize {
+    o.stdout
+        .lines()
+        .filter(|l| {
+            l.starts_with("topo survive: PE ")
+                && l.contains("process 2 of the topology (PE 2, node ")
+        })
+        .count()
+}
+
 /// Report mode: a process that dies in the middle of the topology's calls — the mutex (held
 /// or wanted, its token anywhere), routed sends through it, every collective — makes each
 /// survivor's call return `ProcessDead` naming it, never a hang. The victim kills itself at
@@ -214,16 +227,7 @@ fn a_death_in_report_mode_fails_every_waiting_call_naming_the_process() {
                 &["survive", what, delay, "+set", "faults=report"],
                 Duration::from_secs(60),
             );
-            let told = o
-                .stdout
-                .lines()
-                .filter(|l| {
-                    // The reason is whoever saw the death first: charmrun (the signal)
-                    // or the layer (the connection closed).
-                    l.starts_with("topo survive: PE ")
-                        && l.contains("process 2 of the topology (PE 2, node ")
-                })
-                .count();
+            let told = survivors_told(&o);
             // Survivors: PEs 0, 1, 3 at one PE per node; PEs 0, 1 at two.
             let want = if ppn == 1 { 3 } else { 2 };
             assert!(
@@ -252,14 +256,7 @@ fn a_death_at_any_moment_of_the_topologys_calls_is_reported() {
                 &["survive", what, delay, "+set", "faults=report"],
                 Duration::from_secs(60),
             );
-            let told = o
-                .stdout
-                .lines()
-                .filter(|l| {
-                    l.starts_with("topo survive: PE ")
-                        && l.contains("process 2 of the topology (PE 2, node ")
-                })
-                .count();
+            let told = survivors_told(&o);
             assert!(
                 o.code == Some(0) && o.lines_with("topo survive: ok") == 1 && told == 3,
                 "{what} at {delay} ms: {told} of 3 survivors told:\n{o}"
