@@ -10,6 +10,8 @@ Starts N node processes of PROGRAM (locally, or on the hosts of a nodelist throu
 shell), connects them into one job, forwards their output, and exits with the job's exit code.
 
   +p N                 number of PEs (also accepted after PROGRAM, as Charm++'s charmrun does)
+  ++n N                number of node processes (Charm++'s): N × ++ppn PEs; +p, if given too,
+                       must agree
   ++ppn K              PEs per node process (default 1): with K above 1 each process runs
                        K worker threads and one communication thread (SMP mode); +p must
                        be a multiple of K (`+ppn K` after PROGRAM, Charm++'s form, is the same)
@@ -56,6 +58,7 @@ with +p N, not through charmrun.";
 
 /// charmrun's own options, for "did you mean".
 const OPTIONS: &[&str] = &[
+    "++n",
     "++ppn",
     "++local",
     "++nodelist",
@@ -236,6 +239,8 @@ pub fn parse(args: &[String]) -> Result<Parsed, UsageError> {
     let mut o = Opts::with_pes(0);
     let mut it = args.iter().cloned().peekable();
     let mut pes_given = false;
+    // `++n N`: N processes (Charm++'s), so N × ++ppn PEs.
+    let mut processes: Option<usize> = None;
     let mut ppn_given: Option<usize> = None;
     // After the program's `--`, everything is the program's, even what looks like `+p`.
     let mut program_only = false;
@@ -294,6 +299,7 @@ pub fn parse(args: &[String]) -> Result<Parsed, UsageError> {
                 o.ppn = count("++ppn", &value("++ppn")?, 1 << 10)?;
                 ppn_given = Some(o.ppn);
             }
+            "++n" => processes = Some(count("++n", &value("++n")?, MAX_PES)?),
             "++local" => o.local = true,
             "++nodelist" => o.nodelist = Some(value("++nodelist")?),
             "++remote-shell" => {
@@ -353,6 +359,23 @@ pub fn parse(args: &[String]) -> Result<Parsed, UsageError> {
     }
     if o.program.is_empty() {
         return Err(UsageError::NoProgram);
+    }
+    if let Some(n) = processes {
+        let pes = n.saturating_mul(o.ppn);
+        if pes_given && o.pes != pes {
+            return Err(UsageError::Unsupported(format!(
+                "+p {} and ++n {n} with ++ppn {} ({pes} PEs) disagree",
+                o.pes, o.ppn
+            )));
+        }
+        if pes > MAX_PES {
+            return Err(UsageError::Unsupported(format!(
+                "++n {n} × ++ppn {} is more than {MAX_PES} PEs",
+                o.ppn
+            )));
+        }
+        o.pes = pes;
+        pes_given = true;
     }
     if !pes_given {
         o.pes = 1;
@@ -472,6 +495,13 @@ mod tests {
         );
         assert_eq!(o.program, "./pgm");
         assert_eq!(o.args, ["a", "++b", "c"]);
+        // `++n`: processes, each of ++ppn PEs; +p must agree.
+        assert_eq!(run(&["++n", "3", "pgm"]).pes, 3);
+        let o = run(&["++n", "2", "++ppn", "4", "pgm"]);
+        assert_eq!((o.pes, o.ppn), (8, 4));
+        assert_eq!(run(&["++n", "2", "pgm", "+ppn", "2", "+p4"]).pes, 4);
+        assert!(p(&["++n", "2", "+p3", "pgm"]).is_err());
+        assert!(p(&["++n", "0", "pgm"]).is_err());
         // The CCS options, before or after the program, become the runtime's.
         let o = run(&["++server", "pgm", "x", "++server-port", "1234", "--", "y"]);
         assert_eq!(o.args, ["x", "--", "y"]);
