@@ -113,14 +113,14 @@ pub(crate) fn run(sizes: &[usize], iters: u64, rounds: u16, pe: usize) -> anyhow
     let t = Duration::from_secs(10);
     let mut open = Client::connect(&open_addr.to_string(), None, t)?;
     let mut keyed = Client::connect(&key_addr.to_string(), Some(key), t)?;
-    println!(
+    converse::input::out_line(&format!(
         "ccs: round trip in µs (a connection per request, as CCS has it), median (lowest-highest) \
          over {rounds} rounds of {iters}; PE {pe} of a local +p2 job answers (PE 0 holds the port)"
-    );
-    println!(
+    ));
+    converse::input::out_line(&format!(
         "{:>8} | {:>22} | {:>22} | {:>22} | {:>7} | {:>7}",
         "bytes", "raw TCP", "CCS", "CCS, with a key", "CCS/raw", "key/raw"
-    );
+    ));
     for &size in sizes {
         let data = vec![7u8; size];
         let (mut r, mut c, mut k) = (Vec::new(), Vec::new(), Vec::new());
@@ -146,14 +146,14 @@ pub(crate) fn run(sizes: &[usize], iters: u64, rounds: u16, pe: usize) -> anyhow
         let (rm, rlo, rhi) = spread(r);
         let (cm, clo, chi) = spread(c);
         let (km, klo, khi) = spread(k);
-        println!(
+        converse::input::out_line(&format!(
             "{size:>8} | {:>22} | {:>22} | {:>22} | {:>6.2}x | {:>6.2}x",
             format!("{rm:.1} ({rlo:.1}-{rhi:.1})"),
             format!("{cm:.1} ({clo:.1}-{chi:.1})"),
             format!("{km:.1} ({klo:.1}-{khi:.1})"),
             cm / rm,
             km / rm
-        );
+        ));
     }
     open.request("done", &Dest::Pe(0), b"")?;
     keyed.request("done", &Dest::Pe(0), b"")?;

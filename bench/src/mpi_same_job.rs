@@ -58,14 +58,14 @@ pub(crate) fn run(sizes: &[usize], iters: u64, rounds: u16) -> anyhow::Result<()
         );
         rows.push((f[0].parse()?, f[1].parse()?, f[2].parse()?, f[3].parse()?));
     }
-    println!(
+    converse::input::out_line(&format!(
         "MPI layer alone / raw MPI (known size), one-way p50, both in the same 2-rank job, \
          blocks alternating; {rounds} rounds of {iters} round trips per size"
-    );
-    println!(
+    ));
+    converse::input::out_line(&format!(
         "{:>9} | {:>10} {:>10} | {:>20} | {:>9} | per round",
         "bytes", "raw us", "layer us", "ratio median (range)", "<= 1.1x"
-    );
+    ));
     for &size in sizes {
         let of: Vec<&(usize, usize, f64, f64)> = rows.iter().filter(|r| r.1 == size).collect();
         let mut ratios: Vec<f64> = of.iter().map(|r| r.3 / r.2).collect();
@@ -82,7 +82,7 @@ pub(crate) fn run(sizes: &[usize], iters: u64, rounds: u16) -> anyhow::Result<()
             v.get(v.len() / 2).copied().unwrap_or(f64::NAN)
         };
         let (raw_m, layer_m, ratio_m) = (med(&mut raw), med(&mut layer), med(&mut ratios));
-        println!(
+        converse::input::out_line(&format!(
             "{size:>9} | {:>10.3} {:>10.3} | {:>6.2} ({:.2}-{:.2}) | {within:>4}/{:<4} | {per_round}",
             raw_m / 1e3,
             layer_m / 1e3,
@@ -90,7 +90,7 @@ pub(crate) fn run(sizes: &[usize], iters: u64, rounds: u16) -> anyhow::Result<()
             ratios.first().copied().unwrap_or(f64::NAN),
             ratios.last().copied().unwrap_or(f64::NAN),
             ratios.len()
-        );
+        ));
     }
     Ok(())
 }

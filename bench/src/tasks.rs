@@ -40,16 +40,18 @@ fn spread(mut v: Vec<f64>) -> (f64, f64, f64) {
 fn print_row(layer: &str, what: &str, v: Vec<f64>, beside: Option<f64>) {
     let (m, lo, hi) = spread(v);
     let ratio = beside.map_or(String::new(), |b| format!("{:>6.2}x", m / b));
-    println!("{layer:>8} | {what:<24} | {m:>10.0} ({lo:.0}-{hi:.0}) | {ratio}");
+    converse::input::out_line(&format!(
+        "{layer:>8} | {what:<24} | {m:>10.0} ({lo:.0}-{hi:.0}) | {ratio}"
+    ));
 }
 
 pub(crate) fn run(layers: &[String], iters: u64, rounds: u16) -> anyhow::Result<()> {
     let (tokio_spawn, crossbeam_rt) = raw(iters, rounds)?;
-    println!(
+    converse::input::out_line(&format!(
         "tasks: ns per operation, median (lowest-highest) over {rounds} rounds of {iters}; \
          a call beside the hand-written round trip of the same layer and job"
-    );
-    println!("{:>8} | {:<24} | {:>22} |", "layer", "what", "ns");
+    ));
+    converse::input::out_line(&format!("{:>8} | {:<24} | {:>22} |", "layer", "what", "ns"));
     print_row("raw", "tokio spawn + join", tokio_spawn, None);
     print_row("raw", "crossbeam round trip", crossbeam_rt, None);
     for layer in layers {
@@ -293,17 +295,19 @@ pub(crate) fn pool(rounds: u16) -> anyhow::Result<()> {
     let ideal = (EACH * (LONG_US + SHORT_US)) as f64 / 2.0 / 1e3;
     let (f, flo, fhi) = spread(fixed);
     let (s, slo, shi) = spread(shared);
-    println!(
+    converse::input::out_line(&format!(
         "shared pool, uneven load on a node of 2 PEs ({EACH} pieces of {} ms and {EACH} of {} ms), \
          ms to finish all, median (range) of {rounds}:",
         LONG_US as f64 / 1e3,
         SHORT_US as f64 / 1e3
-    );
-    println!("   static placement  {f:>7.1} ({flo:.1}-{fhi:.1})");
-    println!(
+    ));
+    converse::input::out_line(&format!(
+        "   static placement  {f:>7.1} ({flo:.1}-{fhi:.1})"
+    ));
+    converse::input::out_line(&format!(
         "   shared pool       {s:>7.1} ({slo:.1}-{shi:.1})   {:.2}x static",
         s / f
-    );
-    println!("   ideal (work / 2)  {ideal:>7.1}");
+    ));
+    converse::input::out_line(&format!("   ideal (work / 2)  {ideal:>7.1}"));
     Ok(())
 }

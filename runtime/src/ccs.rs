@@ -15,6 +15,7 @@
 //! | listener → PE 0 (mailbox) | [`IN`] | id u64, PEs (u32 count, u32 each; none: all), handler str, data (the rest) |
 //! | PE 0 → a PE | [`REQ`] | id u64, handler str, data (the rest) |
 //! | a PE → PE 0 | [`REPLY`] | id u64, status u8 (0 ok, 1 no such handler), data (the rest) |
+//! | a PE → itself (mailbox) | [`DROPPED`] | id u64 LE: a request dropped without a reply, answered empty |
 //!
 //! The data is copied once into each message (never through a staging buffer), and a
 //! handler reads it in the message it came in.
@@ -41,6 +42,9 @@ pub(crate) const IN: u32 = 0;
 pub(crate) const REQ: u32 = 1;
 /// `arg0` of a PE's reply to PE 0.
 pub(crate) const REPLY: u32 = 2;
+/// `arg0` of a PE's note to itself: a request was dropped without a reply (payload: its id,
+/// u64 LE); the empty reply goes now.
+pub(crate) const DROPPED: u32 = 3;
 
 const OK: u8 = 0;
 const NO_HANDLER: u8 = 1;
@@ -83,8 +87,9 @@ pub struct CcsRequest {
     msg: Message,
     offset: usize,
     replied: bool,
-    /// Set when the handler returns: from then on a drop cannot reach PE 0.
-    kept: Rc<std::cell::Cell<bool>>,
+    /// Where a drop without a reply tells this PE to send the empty one (a drop has no `Pe`,
+    /// and may come long after the handler returned, from a kept request).
+    mailbox: crate::mailbox::Mailbox,
 }
 
 impl std::fmt::Debug for CcsRequest {
@@ -112,8 +117,9 @@ impl CcsRequest {
 impl Drop for CcsRequest {
     fn drop(&mut self) {
         if !self.replied {
-            // Dropped inside its handler: answered empty when the handler returns.
-            self.kept.set(false);
+            let mut m = Message::from_payload(&self.id.to_le_bytes());
+            m.set_arg0(DROPPED);
+            self.mailbox.post(HandlerId(SystemHandler::Ccs.id()), m);
         }
     }
 }
@@ -158,6 +164,13 @@ impl Pe {
         match msg.arg0() {
             IN if self.my_pe == 0 => self.ccs_in(&msg),
             REQ => self.ccs_run(msg),
+            DROPPED => {
+                let id = msg
+                    .payload()
+                    .try_into()
+                    .map_or(u64::MAX, u64::from_le_bytes);
+                send_reply(self, id, OK, &[]);
+            }
             REPLY if self.my_pe == 0 => self.ccs_reply(&msg),
             _ => self.drop_message(&msg, "a CCS message that is not for this PE"),
         }
@@ -217,19 +230,14 @@ impl Pe {
             Some(f) => f,
             None => return send_reply(self, id, NO_HANDLER, &[]),
         };
-        let kept = Rc::new(std::cell::Cell::new(true));
         let req = CcsRequest {
             id,
             msg,
             offset,
             replied: false,
-            kept: kept.clone(),
+            mailbox: self.mailbox(),
         };
         f(self, req);
-        if !kept.get() {
-            // Dropped without a reply: the client still gets one, empty.
-            send_reply(self, id, OK, &[]);
-        }
     }
 
     /// PE 0: a PE's answer; the whole reply goes to the listener once every PE answered.
@@ -247,13 +255,17 @@ impl Pe {
             let why = format!("PE {from} has no CCS handler '{}'", p.handler);
             return self.ccs_fail(id, why);
         }
-        let Some(slot) = p.pes.iter().position(|&q| q == from) else {
+        // A list may name a PE twice: each of its answers fills its next empty place.
+        let Some(slot) = p
+            .pes
+            .iter()
+            .zip(&p.got)
+            .position(|(&q, got)| q == from && got.is_none())
+        else {
             return;
         };
-        if p.got[slot].is_none() {
-            p.got[slot] = Some(data.to_vec());
-            p.left -= 1;
-        }
+        p.got[slot] = Some(data.to_vec());
+        p.left -= 1;
         if p.left > 0 {
             return;
         }

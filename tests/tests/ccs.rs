@@ -96,6 +96,16 @@ fn handlers_on_one_pe_a_list_and_all_with_delayed_and_empty_replies() {
         "PE 0 laterPE 1 laterPE 2 laterPE 3 later"
     );
     assert_eq!(c.request("silent", &Dest::Pe(1), b"").expect("silent"), b"");
+    // Kept by its handler and dropped later: still an empty reply, not a wait.
+    assert_eq!(c.request("forget", &Dest::Pe(2), b"").expect("forget"), b"");
+    // A list may name a PE twice: it answers twice.
+    assert_eq!(
+        text(
+            c.request("echo", &Dest::List(vec![1, 1]), b"x")
+                .expect("twice")
+        ),
+        "PE 1: xPE 1: x"
+    );
     // 1 MiB each way.
     let big = vec![b'z'; 1 << 20];
     let r = c.request("echo", &Dest::Pe(3), &big).expect("1 MiB");
@@ -195,7 +205,21 @@ fn a_death_fails_the_requests_waiting_on_it() {
         let mut c = Client::connect(&addr2, key, T).expect("connect");
         c.request("hold", &Dest::List(vec![1, 3]), b"")
     });
-    std::thread::sleep(Duration::from_millis(500));
+    // Until PE 3 holds the request (the death must find it waiting there).
+    let until = std::time::Instant::now() + T;
+    while c
+        .request("held", &Dest::Pe(3), b"")
+        .map(text)
+        .ok()
+        .as_deref()
+        != Some("1")
+    {
+        assert!(
+            std::time::Instant::now() < until,
+            "PE 3 never held the request"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
     // Node 3: the fourth child started.
     let _ = nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(nodes[3] as i32),

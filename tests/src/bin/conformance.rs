@@ -460,8 +460,9 @@ fn wait(pe: &mut Pe, secs: f64) {
 
 /// CCS handlers for a client (tests/tests/ccs.rs): `echo` answers `PE p: DATA`; `later`
 /// keeps the request and answers 100 ms later (a delayed reply); `silent` answers nothing
-/// (the client still gets an empty reply); `hold` keeps the request for ever (only a death
-/// ends it); `done` on PE 0 ends the job.
+/// and `forget` drops the request 100 ms later (the client still gets an empty reply); `hold`
+/// keeps the request for ever (only a death ends it) and `held` says how many it keeps;
+/// `done` on PE 0 ends the job.
 fn ccs(pe: &mut Pe, secs: f64) {
     pe.ccs_register("echo", |pe, req| {
         let line = format!("PE {}: {}", pe.my_pe(), String::from_utf8_lossy(req.data()));
@@ -478,7 +479,17 @@ fn ccs(pe: &mut Pe, secs: f64) {
     });
     pe.ccs_register("silent", |_, _| {});
     let held = Rc::new(RefCell::new(Vec::new()));
-    pe.ccs_register("hold", move |_, req| held.borrow_mut().push(req));
+    let h = held.clone();
+    pe.ccs_register("hold", move |_, req| h.borrow_mut().push(req));
+    // How many requests `hold` keeps here: a test waits on it rather than sleeping.
+    pe.ccs_register("held", move |pe, req| {
+        let n = held.borrow().len().to_string();
+        req.reply(pe, n.as_bytes());
+    });
+    // Kept, then dropped 100 ms later without a reply: the client gets an empty one.
+    pe.ccs_register("forget", |pe, req| {
+        pe.after(Duration::from_millis(100), move |_| drop(req));
+    });
     pe.ccs_register("done", |pe, req| {
         req.reply(pe, b"bye");
         // Once the reply is on its way to the client.
