@@ -6,7 +6,7 @@
 //! ```
 //!
 //! The reply goes to standard output as it came (bytes); errors are one line on standard
-//! error and exit 1; bad arguments exit 2.
+//! error and exit 1; bad arguments exit 2. `--help` and `--version` print to standard output.
 
 use converse_ccs::{Client, Dest, Key, Keys};
 use std::io::Write;
@@ -25,7 +25,13 @@ struct Args {
     data: Vec<u8>,
 }
 
-fn parse(argv: &[String]) -> Result<Args, String> {
+/// What the command line asks for: a request, or a text to print (`--help`, `--version`).
+enum Parsed {
+    Request(Args),
+    Print(String),
+}
+
+fn parse(argv: &[String]) -> Result<Parsed, String> {
     let mut key = None;
     let mut dest = Dest::Pe(0);
     let mut timeout = Duration::from_secs(30);
@@ -76,7 +82,10 @@ fn parse(argv: &[String]) -> Result<Args, String> {
                     .ok_or_else(|| format!("--timeout {v}: seconds, from 0.001 to a day"))?;
                 timeout = Duration::from_secs_f64(s);
             }
-            "-h" | "--help" => return Err(USAGE.into()),
+            "-h" | "--help" => return Ok(Parsed::Print(USAGE.into())),
+            "-V" | "--version" => {
+                return Ok(Parsed::Print(format!("ccs {}", env!("CARGO_PKG_VERSION"))))
+            }
             s if s.starts_with("--") => return Err(format!("unknown option {s} ({USAGE})")),
             _ => rest.push(a.clone()),
         }
@@ -86,20 +95,24 @@ fn parse(argv: &[String]) -> Result<Args, String> {
         [a, h, d] => (a.clone(), h.clone(), d.clone().into_bytes()),
         _ => return Err(USAGE.into()),
     };
-    Ok(Args {
+    Ok(Parsed::Request(Args {
         key,
         dest,
         timeout,
         addr,
         handler,
         data,
-    })
+    }))
 }
 
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
     let a = match parse(&argv) {
-        Ok(a) => a,
+        Ok(Parsed::Request(a)) => a,
+        Ok(Parsed::Print(text)) => {
+            println!("{text}");
+            return ExitCode::SUCCESS;
+        }
         Err(e) => {
             converse_machine::input::error_line(&format!("ccs: {e}"));
             return ExitCode::from(2);
