@@ -1,0 +1,387 @@
+//! A PE's I/O thread: it accepts connections on the PE's listeners (handing each to a
+//! handshake thread), reads every connection and posts what arrives to the PE's mailbox, and
+//! writes what the PE's sends left queued. The PE writes directly when nothing waits, so a
+//! message out costs no thread switch; a message in costs one (this thread to the PE), the
+//! price of a PE that never blocks on a socket.
+//!
+//! **Bounds.** Per connection, bytes posted to the PE and not yet handled stop at the
+//! inbound limit: past it, the thread stops reading that connection until the PE catches up,
+//! and TCP's window stops the peer. Bytes queued for a peer stop at the queue limit (the
+//! PE's send is refused, `SendError::Full`). Handshakes under way stop at
+//! [`MAX_HANDSHAKES`]: past it, new connections are closed at once, so strangers cost a
+//! bounded number of threads and never an established peer.
+//!
+//! | posted to the PE (`arg0`) | `arg1` | payload |
+//! |---|---|---|
+//! | [`EV_MSG`] | peer | name length u16 LE, name, data |
+//! | [`EV_CALL`] | peer | id u64 LE, name length u16 LE, name, data |
+//! | [`EV_REPLY`] | peer | id u64 LE, status u8, data |
+//! | [`EV_JOINED`] | peer | the listener's address string, NUL, the peer's socket address |
+//! | [`EV_LEFT`] | peer | why (UTF-8) |
+//! | [`EV_DRAINED`] | peer | nothing |
+
+use crate::conn::{accept_handshake, Conn};
+use crate::secret::Secret;
+use crate::wire::{Frame, FrameReader};
+use crate::Limits;
+use converse::{HandlerId, Mailbox, Message};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use std::collections::HashMap;
+use std::io::Read;
+use std::net::{TcpListener, TcpStream};
+use std::os::fd::{AsFd, AsRawFd};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub(crate) const EV_MSG: u32 = 0;
+pub(crate) const EV_CALL: u32 = 1;
+pub(crate) const EV_REPLY: u32 = 2;
+pub(crate) const EV_JOINED: u32 = 3;
+pub(crate) const EV_LEFT: u32 = 4;
+pub(crate) const EV_DRAINED: u32 = 5;
+
+/// Handshakes under way at once, per PE.
+pub const MAX_HANDSHAKES: usize = 32;
+
+/// What a PE and its I/O thread share.
+#[derive(Debug)]
+pub(crate) struct Shared {
+    pub(crate) conns: Mutex<HashMap<u32, Arc<Conn>>>,
+    /// Listeners not yet taken up by the I/O thread, with their secret and address string.
+    pub(crate) new_listeners: Mutex<Vec<(TcpListener, Arc<Secret>, String)>>,
+    pub(crate) bell: Bell,
+    pub(crate) mailbox: Mailbox,
+    pub(crate) in_h: HandlerId,
+    pub(crate) limits: Limits,
+    pub(crate) next_peer: AtomicU32,
+    pub(crate) handshakes: AtomicUsize,
+    pub(crate) refusals: Mutex<RefusalLines>,
+}
+
+/// The eventfd that ends the I/O thread's poll; a flag spares the system call of every ring
+/// but the first until the thread has seen it.
+#[derive(Debug)]
+pub(crate) struct Bell {
+    fd: EventFd,
+    rung: AtomicBool,
+}
+
+impl Bell {
+    pub(crate) fn new() -> std::io::Result<Bell> {
+        Ok(Bell {
+            fd: EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)?,
+            rung: AtomicBool::new(false),
+        })
+    }
+
+    pub(crate) fn ring(&self) {
+        if !self.rung.swap(true, Ordering::AcqRel) {
+            let _ = self.fd.write(1);
+        }
+    }
+
+    fn reset(&self) {
+        // Read, then clear: a ring in between writes nothing but came before this return.
+        let _ = self.fd.read();
+        self.rung.store(false, Ordering::Release);
+    }
+}
+
+/// Lines about refused connections, at most one a second (a flood of strangers must not
+/// flood the job's stderr), each saying how many it stands for.
+#[derive(Debug, Default)]
+pub(crate) struct RefusalLines {
+    last: Option<Instant>,
+    unsaid: u64,
+}
+
+impl Shared {
+    pub(crate) fn post(&self, kind: u32, peer: u32, msg: Message) {
+        let mut msg = msg;
+        msg.set_arg0(kind);
+        msg.set_arg1(peer);
+        self.mailbox.post(self.in_h, msg);
+    }
+
+    fn refused(&self, listener: &str, from: &str, why: &str) {
+        let mut r = self.refusals.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        if r.last
+            .is_some_and(|t| now.duration_since(t) < Duration::from_secs(1))
+        {
+            r.unsaid += 1;
+            return;
+        }
+        let more = std::mem::take(&mut r.unsaid);
+        r.last = Some(now);
+        let and = if more > 0 {
+            format!(" (and {more} more refused in the last second)")
+        } else {
+            String::new()
+        };
+        converse_machine::input::error_line(&format!(
+            "endpoint {listener}: refused a connection from {from}: {why}{and}"
+        ));
+    }
+
+    /// A connection is gone: out of the table, and the PE told why (once).
+    pub(crate) fn close(&self, conn: &Conn, why: &str) {
+        if conn.closed.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.conns
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&conn.peer);
+        let _ = conn.stream.shutdown(std::net::Shutdown::Both);
+        self.post(EV_LEFT, conn.peer, Message::from_payload(why.as_bytes()));
+    }
+
+    /// Add an established connection (after its handshake) and have the I/O thread watch it.
+    pub(crate) fn adopt(&self, conn: Arc<Conn>) {
+        self.conns
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(conn.peer, conn);
+        self.bell.ring();
+    }
+}
+
+/// Start the I/O thread.
+pub(crate) fn start(shared: Arc<Shared>) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name(format!("endpoint-io-{}", shared.mailbox.pe()))
+        .spawn(move || run(&shared))
+        .map(|_| ())
+}
+
+struct Listening {
+    listener: TcpListener,
+    secret: Arc<Secret>,
+    addr: String,
+}
+
+fn run(shared: &Arc<Shared>) {
+    let mut listeners: Vec<Listening> = Vec::new();
+    let mut readers: HashMap<u32, FrameReader> = HashMap::new();
+    // Kept across polls: the loop allocates only when the set of connections grows.
+    let mut conns: Vec<Arc<Conn>> = Vec::new();
+    let mut fds: Vec<libc::pollfd> = Vec::new();
+    loop {
+        listeners.extend(
+            shared
+                .new_listeners
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .drain(..)
+                .map(|(listener, secret, addr)| Listening {
+                    listener,
+                    secret,
+                    addr,
+                }),
+        );
+        // The connections now: a copy of the table's handles, so the PE's sends (which
+        // take the table's lock only to find a peer) never wait on this thread's poll.
+        conns.clear();
+        conns.extend(
+            shared
+                .conns
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .values()
+                .cloned(),
+        );
+        if readers.len() > conns.len() {
+            readers.retain(|p, _| conns.iter().any(|c| c.peer == *p));
+        }
+        fds.clear();
+        fds.push(pollfd(shared.bell.fd.as_fd().as_raw_fd(), libc::POLLIN));
+        for l in &listeners {
+            fds.push(pollfd(l.listener.as_raw_fd(), libc::POLLIN));
+        }
+        for c in &conns {
+            let mut ev = 0;
+            let waiting = c.waiting();
+            // Not read while the PE is behind on it, nor while its replies pile up unread
+            // (a peer that calls and never reads would otherwise grow the queue).
+            if !c.paused.load(Ordering::Acquire) && waiting < shared.limits.queue_bytes {
+                ev |= libc::POLLIN;
+            }
+            if waiting > 0 {
+                ev |= libc::POLLOUT;
+            }
+            fds.push(pollfd(c.stream.as_raw_fd(), ev));
+        }
+        // SAFETY: `fds` is a valid array of pollfd of the length given.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
+        if n < 0 {
+            continue; // EINTR
+        }
+        if fds[0].revents != 0 {
+            shared.bell.reset();
+        }
+        for (i, l) in listeners.iter().enumerate() {
+            if fds[1 + i].revents != 0 {
+                accept_all(shared, l);
+            }
+        }
+        let base = 1 + listeners.len();
+        for (i, c) in conns.iter().enumerate() {
+            let re = fds[base + i].revents;
+            if re == 0 || c.closed.load(Ordering::Acquire) {
+                continue;
+            }
+            if re & libc::POLLOUT != 0 {
+                match c.flush() {
+                    Ok(true) => shared.post(EV_DRAINED, c.peer, Message::with_capacity(0)),
+                    Ok(false) => {}
+                    Err(e) => {
+                        shared.close(c, &format!("writing to it failed: {e}"));
+                        continue;
+                    }
+                }
+            }
+            if re & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0
+                && c.waiting() < shared.limits.queue_bytes
+            {
+                let r = readers
+                    .entry(c.peer)
+                    .or_insert_with(|| FrameReader::new(shared.limits.max_message));
+                if let Err(why) = read_conn(shared, c, r) {
+                    shared.close(c, &why);
+                }
+            }
+        }
+    }
+}
+
+fn pollfd(fd: i32, events: libc::c_short) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    }
+}
+
+fn accept_all(shared: &Arc<Shared>, l: &Listening) {
+    loop {
+        let (stream, from) = match l.listener.accept() {
+            Ok(x) => x,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            // WouldBlock: all taken. Anything else (out of descriptors): try at the next poll.
+            Err(_) => return,
+        };
+        if shared.handshakes.fetch_add(1, Ordering::AcqRel) >= MAX_HANDSHAKES {
+            shared.handshakes.fetch_sub(1, Ordering::AcqRel);
+            shared.refused(&l.addr, &from.to_string(), "too many handshakes under way");
+            continue; // dropped: closed
+        }
+        let (shared2, secret, addr) = (shared.clone(), l.secret.clone(), l.addr.clone());
+        let spawned = std::thread::Builder::new()
+            .name("endpoint-handshake".into())
+            .spawn(move || {
+                handshake(&shared2, stream, from, &secret, &addr);
+                shared2.handshakes.fetch_sub(1, Ordering::AcqRel);
+            });
+        if spawned.is_err() {
+            shared.handshakes.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+fn handshake(
+    shared: &Arc<Shared>,
+    mut stream: TcpStream,
+    from: std::net::SocketAddr,
+    secret: &Secret,
+    addr: &str,
+) {
+    // The accepted socket may have inherited non-blocking mode from the listener.
+    if stream.set_nonblocking(false).is_err() {
+        return;
+    }
+    let deadline = Instant::now() + shared.limits.handshake;
+    if let Err(why) = accept_handshake(&mut stream, secret, deadline) {
+        shared.refused(addr, &from.to_string(), &why);
+        return;
+    }
+    let peer = shared.next_peer.fetch_add(1, Ordering::AcqRel);
+    let Ok(conn) = Conn::new(peer, stream, from) else {
+        return;
+    };
+    let mut m = Message::with_capacity(addr.len() + 1 + 48);
+    m.extend_payload(addr.as_bytes());
+    m.extend_payload(&[0]);
+    m.extend_payload(from.to_string().as_bytes());
+    // Joined before adoption: the PE hears of the peer before anything it sends.
+    shared.post(EV_JOINED, peer, m);
+    shared.adopt(Arc::new(conn));
+}
+
+/// Read what the connection has, posting each whole frame; stops when the socket has no
+/// more or the inbound limit is reached.
+fn read_conn(shared: &Shared, c: &Conn, r: &mut FrameReader) -> Result<(), String> {
+    loop {
+        // Frames already in the buffer first (the limit may have stopped them last time).
+        while let Some(f) = r
+            .next()
+            .map_err(|e| format!("it sent bad bytes: {}", e.0))?
+        {
+            let m = to_message(&f);
+            let bytes = m.payload().len();
+            let kind = match f {
+                Frame::Msg { .. } => EV_MSG,
+                Frame::Call { .. } => EV_CALL,
+                Frame::Reply { .. } => EV_REPLY,
+            };
+            let now = c.inbound.fetch_add(bytes, Ordering::AcqRel) + bytes;
+            shared.post(kind, c.peer, m);
+            if now >= shared.limits.inbound_bytes {
+                c.paused.store(true, Ordering::Release);
+                // The PE may have handled everything between the add and the store.
+                if c.inbound.load(Ordering::Acquire) >= shared.limits.inbound_bytes {
+                    return Ok(());
+                }
+                c.paused.store(false, Ordering::Release);
+            }
+        }
+        let space = r.space();
+        match (&c.stream).read(space) {
+            Ok(0) => return Err("it closed the connection".into()),
+            Ok(n) => r.filled(n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) => return Err(format!("reading from it failed: {e}")),
+        }
+    }
+}
+
+/// The frame as the PE's message (the one copy of its bytes on the way in: out of the
+/// connection's buffer, which the next read reuses).
+fn to_message(f: &Frame<'_>) -> Message {
+    match *f {
+        Frame::Msg { name, data } => {
+            let mut m = Message::with_capacity(2 + name.len() + data.len());
+            m.extend_payload(&(name.len() as u16).to_le_bytes());
+            m.extend_payload(name.as_bytes());
+            m.extend_payload(data);
+            m
+        }
+        Frame::Call { id, name, data } => {
+            let mut m = Message::with_capacity(10 + name.len() + data.len());
+            m.extend_payload(&id.to_le_bytes());
+            m.extend_payload(&(name.len() as u16).to_le_bytes());
+            m.extend_payload(name.as_bytes());
+            m.extend_payload(data);
+            m
+        }
+        Frame::Reply { id, status, data } => {
+            let mut m = Message::with_capacity(9 + data.len());
+            m.extend_payload(&id.to_le_bytes());
+            m.extend_payload(&[status]);
+            m.extend_payload(data);
+            m
+        }
+    }
+}
