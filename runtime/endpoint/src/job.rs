@@ -83,6 +83,8 @@ struct Inner {
     calls: RefCell<HashMap<u64, (Peer, String, ReplyFn)>>,
     next_call: Cell<u64>,
     io_started: Cell<bool>,
+    /// Names messages came for with no handler, said once each.
+    unknown: RefCell<std::collections::HashSet<String>>,
 }
 
 /// One PE's endpoints: a cheap handle (clone it into handlers).
@@ -156,6 +158,7 @@ impl Endpoints {
                 calls: RefCell::new(HashMap::new()),
                 next_call: Cell::new(0),
                 io_started: Cell::new(false),
+                unknown: RefCell::default(),
             }),
         };
         *slot.borrow_mut() = Some(ep.clone());
@@ -386,9 +389,9 @@ impl Endpoints {
                             let mut inc = incoming;
                             inc.answered = true;
                             let _ = inc.reply_status(id, wire::NO_HANDLER, &[]);
-                        } else {
+                        } else if self.inner.unknown.borrow_mut().insert(name.clone()) {
                             converse_machine::input::error_line(&format!(
-                                "endpoint: PE {}: peer {peer} sent to no handler '{name}' (dropped)",
+                                "endpoint: PE {}: peer {peer} sent to no handler '{name}' (dropped; said once per name)",
                                 pe.my_pe()
                             ));
                         }

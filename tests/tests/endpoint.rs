@@ -1,0 +1,462 @@
+//! Open jobs (converse-endpoint) on whole jobs: a plain process (this test) and another job
+//! connect to a job's address with its secret, call and send by handler name; strangers and
+//! wrong secrets are refused without harm; memory stays bounded toward a peer that does not
+//! read and from one the PE cannot keep up with; a producer job streams to a consumer job on
+//! other hosts, the consumer killed and restarted mid-stream, every item exactly once.
+
+use converse_endpoint::{Connection, EndpointError, Secret};
+use converse_tests::netns::Hosts;
+use converse_tests::{Launcher, Running};
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+const PROGRAM: &str = env!("CARGO_BIN_EXE_conformance");
+const T: Duration = Duration::from_secs(20);
+
+/// An example of converse-endpoint (built by `cargo test --workspace`, or
+/// `cargo build --release -p converse-endpoint --examples`).
+fn example(name: &str) -> String {
+    let p = Path::new(PROGRAM).with_file_name("examples").join(name);
+    assert!(
+        p.exists(),
+        "{} is not built: run `cargo build --release -p converse-endpoint --examples`",
+        p.display()
+    );
+    p.to_string_lossy().into_owned()
+}
+
+fn dir(tag: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("cvep-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
+
+/// Wait for a file the job writes (its address), and read it.
+fn wait_file(p: &Path, job: &Running) -> String {
+    let end = Instant::now() + T;
+    loop {
+        if let Ok(s) = std::fs::read_to_string(p) {
+            return s.trim().to_string();
+        }
+        assert!(
+            Instant::now() < end,
+            "{} never came:\n{}\n{}",
+            p.display(),
+            job.stdout_so_far(),
+            job.stderr_so_far()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// An echo job on `pes` PEs via `l`, with its address and secret.
+fn echo_job(l: &Launcher, pes: usize, d: &Path) -> (Running, String, Secret) {
+    let (s, a) = (d.join("secret"), d.join("addr"));
+    // A job before this one may have left them.
+    let _ = std::fs::remove_file(&s);
+    let _ = std::fs::remove_file(&a);
+    let (s, a) = (s.to_string_lossy(), a.to_string_lossy());
+    let mut job = Running::start(
+        &mut l.command(
+            &example("echo"),
+            pes,
+            &["--secret-file", &s, "--addr-file", &a],
+        ),
+        Duration::from_secs(120),
+    )
+    .expect("start");
+    let addr = wait_file(Path::new(a.as_ref()), &job);
+    let secret = Secret::read_file(Path::new(s.as_ref())).expect("the secret");
+    assert!(job.wait_for_stdout_lines("listening at ", 1, T));
+    (job, addr, secret)
+}
+
+fn charmrun(machine: &'static str) -> Launcher {
+    Launcher::Charmrun {
+        machine,
+        opts: vec![],
+    }
+}
+
+#[test]
+fn a_plain_process_calls_and_sends_by_name_and_leaving_is_an_event() {
+    let d = dir("plain");
+    for (l, pes) in [
+        (charmrun("tcp"), 3),
+        (charmrun("si").with_ppn(2), 4),
+        (Launcher::Direct { machine: "local" }, 2),
+    ] {
+        let (mut job, addr, secret) = echo_job(&l, pes, &d);
+        let mut c = Connection::connect(&addr, &secret).expect("connect");
+        assert_eq!(
+            c.call("info", b"", T).expect("info"),
+            format!(
+                "pes={pes} layer={}",
+                if pes == 2 {
+                    "local"
+                } else if pes == 3 {
+                    "tcp"
+                } else {
+                    "si"
+                }
+            )
+            .into_bytes(),
+            "{l:?}"
+        );
+        for size in [0usize, 1, 1000, 1 << 20, 5 << 20] {
+            let data: Vec<u8> = (0..size).map(|i| (i * 7 % 251) as u8).collect();
+            assert_eq!(
+                c.call("echo", &data, T).expect("echo"),
+                data,
+                "{size} via {l:?}"
+            );
+            assert_eq!(
+                c.call("around", &data, T).expect("around"),
+                data,
+                "around {size}"
+            );
+        }
+        match c.call("nothing-here", b"x", T) {
+            Err(EndpointError::NoHandler { name, .. }) => assert_eq!(name, "nothing-here"),
+            other => panic!("a call to no handler: {other:?}"),
+        }
+        // Leaving is an event for the job, which goes on; a second client is a new peer.
+        drop(c);
+        assert!(
+            job.wait_for_stdout_lines("left peer 0", 1, T),
+            "{}",
+            job.stdout_so_far()
+        );
+        let mut c = Connection::connect(&addr, &secret).expect("connect again");
+        assert_eq!(c.call("echo", b"again", T).expect("echo"), b"again");
+        assert!(job.wait_for_stdout_lines("joined peer 1 from", 1, T));
+        c.send("quit", b"").expect("quit");
+        let o = job.finish();
+        assert_eq!(o.code, Some(0), "{l:?}:\n{o}");
+    }
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn a_job_connects_to_a_job() {
+    let d = dir("jobs");
+    let (job, addr, _) = echo_job(&charmrun("tcp"), 2, &d);
+    let secret = d.join("secret");
+    let other = charmrun("si").run(
+        &example("echo"),
+        2,
+        &[
+            "--connect",
+            &addr,
+            "--secret-file",
+            &secret.to_string_lossy(),
+        ],
+        Duration::from_secs(60),
+    );
+    assert_eq!(other.code, Some(0), "{other}");
+    assert_eq!(
+        other.lines_with("the other job says pes=2 layer=tcp"),
+        1,
+        "{other}"
+    );
+    assert_eq!(
+        other.lines_with("echoed: hello from another job"),
+        1,
+        "{other}"
+    );
+    let mut c =
+        Connection::connect(&addr, &Secret::read_file(&secret).expect("secret")).expect("connect");
+    c.send("quit", b"").expect("quit");
+    let o = job.finish();
+    assert_eq!(o.code, Some(0), "{o}");
+    assert_eq!(o.lines_with("left peer 0"), 1, "{o}");
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn strangers_and_wrong_secrets_are_refused_and_the_job_goes_on() {
+    let d = dir("strangers");
+    let (job, addr, secret) = echo_job(&charmrun("tcp"), 2, &d);
+    let mut good = Connection::connect(&addr, &secret).expect("connect");
+    let hostport = addr.trim_start_matches("tcp://").to_string();
+    // A wrong secret: refused, saying so.
+    match Connection::connect(&addr, &Secret::generate().expect("random")) {
+        Err(EndpointError::Refused { why, .. }) => assert_eq!(why, "wrong secret"),
+        other => panic!("a wrong secret: {other:?}"),
+    }
+    // Garbage, an HTTP request, half a handshake, and 200 who say nothing at all — while the
+    // established client keeps calling.
+    let mut junk = Vec::new();
+    for payload in [
+        &b"GET / HTTP/1.0\r\n\r\n"[..],
+        &[0xff; 4096],
+        b"CVEP\x01short",
+    ] {
+        let mut s = TcpStream::connect(&hostport).expect("connect");
+        let _ = s.write_all(payload);
+        junk.push(s);
+    }
+    let silent: Vec<TcpStream> = (0..200)
+        .filter_map(|_| TcpStream::connect(&hostport).ok())
+        .collect();
+    for i in 0..200u32 {
+        let d = i.to_le_bytes();
+        assert_eq!(
+            good.call("echo", &d, T).expect("a call during the flood"),
+            d
+        );
+    }
+    // The junk got the hello and was closed (not left hanging).
+    for mut s in junk {
+        s.set_read_timeout(Some(T)).expect("timeout");
+        let mut all = Vec::new();
+        let _ = s.read_to_end(&mut all);
+        assert!(all.starts_with(b"CVEP"), "{all:?}");
+    }
+    drop(silent);
+    // After the strangers, a new client is accepted as ever.
+    let mut again = Connection::connect(&addr, &secret).expect("connect after the strangers");
+    assert_eq!(again.call("echo", b"ok", T).expect("echo"), b"ok");
+    good.send("quit", b"").expect("quit");
+    let o = job.finish();
+    assert_eq!(o.code, Some(0), "{o}");
+    assert!(o.stderr.contains("refused a connection from"), "{o}");
+    assert!(o.stderr.contains("wrong secret"), "{o}");
+    // At most one line a second about strangers.
+    assert!(
+        o.stderr.lines().filter(|l| l.contains("refused")).count() <= 30,
+        "{o}"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+fn rss_kib(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmRSS:"))
+                .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn memory_stays_bounded_toward_a_peer_that_does_not_read_and_from_one_too_fast() {
+    let d = dir("bounded");
+    // One process (the local layer), so its memory is the job's.
+    let (job, addr, secret) = echo_job(&Launcher::Direct { machine: "local" }, 2, &d);
+    let mut c = Connection::connect(&addr, &secret).expect("connect");
+    let base = rss_kib(job.pid());
+    // 2,000 blobs of 256 KiB (500 MiB) asked for, none read for a while.
+    let mut ask = 2000u64.to_le_bytes().to_vec();
+    ask.extend((256u32 << 10).to_le_bytes());
+    c.send("flood", &ask).expect("flood");
+    std::thread::sleep(Duration::from_secs(2));
+    let stalled = rss_kib(job.pid());
+    // Then read them all: every one arrives, and the job said it was refused on the way.
+    let mut blobs = 0;
+    let refused = loop {
+        let m = c.recv(Some(T)).expect("recv").expect("in time");
+        match m.handler.as_str() {
+            "blob" => {
+                assert_eq!(m.data.len(), 256 << 10);
+                blobs += 1;
+            }
+            "flooded" => break u64::from_le_bytes(m.data.try_into().expect("u64")),
+            h => panic!("unexpected {h}"),
+        }
+    };
+    assert_eq!(blobs, 2000);
+    assert!(refused > 0, "the flood was never refused");
+    // The other way: the PE busy for 3 s while this side sends 400 MiB at it.
+    c.send("hold", &3000u32.to_le_bytes()).expect("hold");
+    let (addr2, secret2) = (addr.clone(), secret.clone());
+    let sender = std::thread::spawn(move || {
+        let mut c = Connection::connect(&addr2, &secret2).expect("connect");
+        let blob = vec![1u8; 1 << 20];
+        for _ in 0..400 {
+            c.send("echo-not", &blob).expect("send");
+        }
+        c
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let busy = rss_kib(job.pid());
+    let mut c2 = sender.join().expect("sender");
+    let _ = c2.call("echo", b"", T);
+    c.send("quit", b"").expect("quit");
+    let o = job.finish();
+    assert_eq!(o.code, Some(0), "{o}");
+    eprintln!("RSS: {base} KiB at start, {stalled} KiB toward a stalled reader, {busy} KiB from a fast sender");
+    // 400 messages to no handler: said once.
+    assert_eq!(
+        o.stderr
+            .lines()
+            .filter(|l| l.contains("no handler 'echo-not'"))
+            .count(),
+        1,
+        "{o}"
+    );
+    // Without bounds the job would hold hundreds of MiB in each case.
+    assert!(
+        stalled < base + 96 * 1024 && busy < base + 96 * 1024,
+        "RSS from {base} KiB: {stalled} KiB toward a stalled reader, {busy} KiB from a fast sender"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+#[test]
+fn address_errors_are_one_line_naming_the_address_and_what_is_available() {
+    let secret = Secret::generate().expect("random");
+    // Nothing listens on a port just closed.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("port")
+        .port();
+    let closed = format!("tcp://127.0.0.1:{port}");
+    for (addr, needle) in [
+        (closed.as_str(), "unreachable"),
+        ("udp://127.0.0.1:9", "not built yet"),
+        ("si://ring", "not built yet"),
+        ("ofi+verbs://x", "ofi layer is not compiled"),
+        ("tcpp://h:1", "did you mean tcp"),
+        ("tcp://no-such-host.invalid:5", "does not resolve"),
+    ] {
+        let e = Connection::connect(addr, &secret)
+            .expect_err(addr)
+            .to_string();
+        assert!(e.contains(addr) && e.contains(needle), "{addr}: {e}");
+        assert!(!e.contains('\n'), "{e}");
+    }
+    // Something that is not an endpoint.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let at = format!("tcp://{}", l.local_addr().expect("addr"));
+    let t = std::thread::spawn(move || {
+        if let Ok((mut s, _)) = l.accept() {
+            let _ = s.write_all(b"SSH-2.0-OpenSSH_9.2\r\n");
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    });
+    let e = Connection::connect(&at, &secret)
+        .expect_err("not an endpoint")
+        .to_string();
+    assert!(e.contains("not a converse endpoint"), "{e}");
+    let _ = t.join();
+    // A job asked to listen on a scheme it does not have refuses its arguments.
+    let d = dir("badlisten");
+    let o = Launcher::Direct { machine: "local" }.run(
+        &example("echo"),
+        1,
+        &[
+            "--secret-file",
+            &d.join("s").to_string_lossy(),
+            "--listen",
+            "udp://:0",
+        ],
+        T,
+    );
+    assert_eq!(o.code, Some(2), "{o}");
+    assert_eq!(
+        o.stderr.lines().filter(|l| l.contains("udp://:0")).count(),
+        1,
+        "{o}"
+    );
+    let _ = std::fs::remove_dir_all(&d);
+}
+
+/// The lines of a consumer's output: item `i` is line `i`, made by PE `i % pes`.
+fn check_stream(out: &Path, items: u64, pes: u64) {
+    let text = std::fs::read_to_string(out).expect("the consumer's output");
+    let mut n = 0u64;
+    for (i, line) in text.lines().enumerate() {
+        let want = format!("{i} item {i} from PE {} ", i as u64 % pes);
+        assert!(
+            line.starts_with(&want),
+            "line {i}: {}",
+            &line[..line.len().min(60)]
+        );
+        assert_eq!(line.len(), format!("{i} ").len() + 300, "line {i}'s length");
+        n += 1;
+    }
+    assert_eq!(n, items, "items in the output");
+}
+
+/// Two jobs started apart on other hosts: a producer on hosts 0 and 1, a consumer on host 2;
+/// the consumer is killed mid-stream (SIGKILL, the whole job) and started again; every item
+/// is in its output once, in order.
+#[test]
+fn a_consumer_job_restarted_mid_stream_gets_every_item_once() {
+    let Some(hosts) = Hosts::new("ep", 3) else {
+        return;
+    };
+    let items = 300_000u64;
+    let d = &hosts.dir;
+    let (secret, addr, out) = (d.join("secret"), d.join("addr"), d.join("out"));
+    let machines = hosts.machines("machines", 0..2);
+    let mut prod = hosts.on_host0(&converse_tests::charmrun_path(PROGRAM));
+    prod.args(["+p2", "++nodelist"])
+        .arg(&machines)
+        .arg("++remote-shell")
+        .arg(hosts.shell())
+        .arg(example("producer"))
+        .args(["--items", &items.to_string(), "--size", "300", "--listen"])
+        .arg(format!("tcp://{}:0", Hosts::addr(0)))
+        .arg("--secret-file")
+        .arg(&secret)
+        .arg("--addr-file")
+        .arg(&addr)
+        .args(["+machine", "tcp"]);
+    let producer = Running::start(&mut prod, Duration::from_secs(150)).expect("producer");
+    let consumer = |hosts: &Hosts| {
+        let mut c = std::process::Command::new("ip");
+        c.args(["netns", "exec", &hosts.host_ns(2)])
+            .arg(converse_tests::charmrun_path(PROGRAM))
+            .args(["+p2", "++local"])
+            .arg(example("consumer"))
+            .arg("--out")
+            .arg(&out)
+            .arg("--secret-file")
+            .arg(&secret)
+            .arg("--addr-file")
+            .arg(&addr)
+            .args(["+machine", "tcp"]);
+        c
+    };
+    let first = Running::start(&mut consumer(&hosts), Duration::from_secs(60)).expect("consumer");
+    // Killed once it has written some, before the end.
+    let end = Instant::now() + Duration::from_secs(60);
+    loop {
+        let lines = std::fs::metadata(&out).map(|m| m.len()).unwrap_or(0) / 310;
+        if lines > items / 10 {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        assert!(
+            Instant::now() < end && !first.stdout_so_far().contains("all "),
+            "the consumer wrote too little:\n{}\n{}",
+            first.stdout_so_far(),
+            producer.stdout_so_far()
+        );
+    }
+    converse_tests::kill_tree(first.pid());
+    let killed = first.finish();
+    assert_ne!(
+        killed.code,
+        Some(0),
+        "the consumer ended before it was killed:\n{killed}"
+    );
+    let again = converse_tests::run_bounded(&mut consumer(&hosts), Duration::from_secs(120));
+    assert_eq!(again.code, Some(0), "{again}");
+    let p = producer.finish();
+    assert_eq!(p.code, Some(0), "{p}");
+    assert_eq!(p.lines_with("the consumer left"), 1, "{p}");
+    assert_eq!(
+        p.lines_with(&format!("all {items} items acknowledged")),
+        1,
+        "{p}"
+    );
+    check_stream(&out, items, 2);
+}
