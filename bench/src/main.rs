@@ -19,6 +19,7 @@
 
 mod args;
 mod ccs;
+mod endpoint;
 mod direct;
 mod idle;
 #[cfg(feature = "mpi")]
@@ -103,6 +104,34 @@ enum Cmd {
         /// The PE that answers: 0 (where the port is) or 1 (a message each way more).
         #[arg(long, default_value_t = 1)]
         pe: usize,
+    },
+    /// Open jobs (converse-endpoint): a call's round trip and 1 MiB's bandwidth between two
+    /// separately started jobs, beside the same pair of PEs in one job on tcp and raw TCP.
+    Endpoint {
+        /// Message sizes in bytes, comma-separated (from 64 KiB on, bandwidth is shown).
+        #[arg(long, value_delimiter = ',', default_value = "8,1048576", value_parser = args::size)]
+        sizes: Vec<usize>,
+        /// Round trips per size and part.
+        #[arg(long, default_value_t = 2_000, value_parser = args::count64, allow_negative_numbers = true)]
+        iters: u64,
+        /// Rounds, the order of the four parts rotated each round.
+        #[arg(long, default_value_t = 5, allow_negative_numbers = true,
+              value_parser = clap::value_parser!(u16).range(1..))]
+        rounds: u16,
+    },
+    /// The serving job of `bench endpoint`.
+    #[command(hide = true)]
+    PeEndpointServe {
+        #[arg(long)]
+        dir: PathBuf,
+    },
+    /// A client job of `bench endpoint`.
+    #[command(hide = true)]
+    PeEndpointClient {
+        #[arg(long)]
+        dir: PathBuf,
+        #[command(flatten)]
+        job: Job,
     },
     /// Tasks (converse-tasks): a call with reply beside the hand-written round trip of the same
     /// job, spawn + join, yield; next to tokio's spawn + join and a crossbeam round trip.
@@ -619,6 +648,17 @@ fn main() -> ExitCode {
             rounds,
             pe,
         } => ccs::run(&sizes, iters, rounds, pe),
+        Cmd::Endpoint {
+            sizes,
+            iters,
+            rounds,
+        } => endpoint::run(&sizes, iters, rounds),
+        Cmd::PeEndpointServe { dir } => converse::Runtime::from_args(argv)
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| endpoint::serve_main(rt, &dir)),
+        Cmd::PeEndpointClient { dir, job } => converse::Runtime::from_args(argv)
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| endpoint::client_main(rt, &dir, &job.sizes, job.iters, &job.csv)),
         Cmd::PeTasks { iters, rounds, out } => converse::Runtime::from_args(argv)
             .map_err(anyhow::Error::from)
             .and_then(|rt| tasks::pe_main(rt, iters, rounds, &out)),

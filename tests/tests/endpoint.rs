@@ -167,6 +167,7 @@ fn a_job_connects_to_a_job() {
         1,
         "{other}"
     );
+    assert_eq!(other.lines_with("20 echoes of 1 MiB"), 1, "{other}");
     let mut c =
         Connection::connect(&addr, &Secret::read_file(&secret).expect("secret")).expect("connect");
     c.send("quit", b"").expect("quit");
@@ -179,7 +180,7 @@ fn a_job_connects_to_a_job() {
 #[test]
 fn strangers_and_wrong_secrets_are_refused_and_the_job_goes_on() {
     let d = dir("strangers");
-    let (job, addr, secret) = echo_job(&charmrun("tcp"), 2, &d);
+    let (mut job, addr, secret) = echo_job(&charmrun("tcp"), 2, &d);
     let mut good = Connection::connect(&addr, &secret).expect("connect");
     let hostport = addr.trim_start_matches("tcp://").to_string();
     // A wrong secret: refused, saying so.
@@ -187,6 +188,8 @@ fn strangers_and_wrong_secrets_are_refused_and_the_job_goes_on() {
         Err(EndpointError::Refused { why, .. }) => assert_eq!(why, "wrong secret"),
         other => panic!("a wrong secret: {other:?}"),
     }
+    // Its line first (one a second at most: the strangers' would hide it).
+    assert!(job.wait_for_stderr("wrong secret", T), "{}", job.stderr_so_far());
     // Garbage, an HTTP request, half a handshake, and 200 who say nothing at all — while the
     // established client keeps calling.
     let mut junk = Vec::new();

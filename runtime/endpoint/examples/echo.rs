@@ -86,6 +86,28 @@ fn pump(ep: &Endpoints, f: &mut Flood) -> bool {
     true
 }
 
+/// `left` calls of 1 MiB, one after another (more than a connection's inbound limit in all:
+/// what a job reads is counted out again as it handles it), then the end of the job.
+fn big_echoes(ep: Endpoints, peer: u32, left: u32) {
+    let data = vec![left as u8; 1 << 20];
+    let ep2 = ep.clone();
+    let r = ep.call(peer, "echo", &data, move |pe, r| {
+        if r.as_deref() != Ok(&vec![left as u8; 1 << 20][..]) {
+            println!("a 1 MiB echo came back wrong");
+            return pe.exit(1);
+        }
+        if left > 1 {
+            big_echoes(ep2, peer, left - 1);
+        } else {
+            println!("20 echoes of 1 MiB");
+            pe.exit(0);
+        }
+    });
+    if let Err(e) = r {
+        println!("a 1 MiB echo failed: {e}");
+    }
+}
+
 fn main() -> std::process::ExitCode {
     converse::run(|pe| {
         let o = match opts(pe.args()) {
@@ -135,12 +157,13 @@ fn main() -> std::process::ExitCode {
                     Ok(info) => println!("the other job says {}", String::from_utf8_lossy(&info)),
                     Err(e) => println!("info failed: {e}"),
                 }
-                let _ = ep2.call(peer, "echo", b"hello from another job", move |pe, r| {
+                let ep3 = ep2.clone();
+                let _ = ep2.call(peer, "echo", b"hello from another job", move |_pe, r| {
                     match r {
                         Ok(b) => println!("echoed: {}", String::from_utf8_lossy(&b)),
                         Err(e) => println!("echo failed: {e}"),
                     }
-                    pe.exit(0);
+                    big_echoes(ep3, peer, 20);
                 });
                 let _ = pe;
             });

@@ -399,6 +399,8 @@ impl Endpoints {
                 }
             }
             EV_REPLY => {
+                // Counted in as every frame is: out again, or the peer's reading stops for good.
+                self.handled(peer, msg.payload().len());
                 let p = msg.payload();
                 let Some(id) = p
                     .get(..8)
