@@ -1,15 +1,15 @@
 //! `bench endpoint`: a call's round trip and 1 MiB's bandwidth between two separately
-//! started jobs (converse-endpoint over `tcp://`), beside, from the same run:
-//! - the same pair of PEs inside one job on the same layer (`tcp`, `charmrun +p2`, a
-//!   handler-driven ping-pong: `bench pingpong`'s);
+//! started jobs (converse-endpoint over `tcp://` and `si://`), beside, from the same run:
+//! - the same pair of PEs inside one job on the layer of the scheme's name (`tcp`, `si`;
+//!   `charmrun +p2`, a handler-driven ping-pong: `bench pingpong`'s);
 //! - raw TCP between two processes (`bench pingpong`'s raw baseline: blocking-free spinning
 //!   sockets, the floor);
 //! - a plain process (this one, [`Connection::call`]) calling the same job.
 //!
-//! Both jobs are `charmrun +p1 ... +machine tcp` jobs of one node. The serving job lives for
-//! the whole run; each round starts a client job, whose PE 0 calls `echo` on it back to back
+//! Both jobs are `charmrun +p1 ... +machine tcp` jobs of one node (the serving one listens on
+//! both schemes). The serving job lives for the whole run; each round starts a client job, whose PE 0 calls `echo` on it back to back
 //! and writes its figures as CSV. Rounds rotate the order of the four parts; each figure is
-//! the median of the rounds' medians, with the range of those.
+//! the median of the rounds' figures, with their range.
 
 use crate::pingpong;
 use crate::raw;
@@ -33,20 +33,30 @@ pub(crate) fn serve_main(rt: Runtime, dir: &Path) -> anyhow::Result<()> {
             return;
         }
         let secret = Secret::generate().unwrap_or_else(|e| pe.abort(&e.to_string()));
-        let addr = ep
-            .listen(pe, "tcp://127.0.0.1:0", &secret)
-            .unwrap_or_else(|e| pe.abort(&e.to_string()));
+        let mut addrs = Vec::new();
+        for (scheme, at) in [("tcp", "tcp://127.0.0.1:0"), ("si", "si://")] {
+            match ep.listen(pe, at, &secret) {
+                Ok(a) => addrs.push((scheme, a)),
+                Err(e) => pe.abort(&e.to_string()),
+            }
+        }
         ep.on("echo", |_pe, m| {
             let d = m.data().to_vec();
             let _ = m.reply(&d);
         });
         ep.on("quit", |pe, _m| pe.exit(0));
-        let written = secret.write_file(&dir.join("secret")).map_err(|e| e.to_string()).and_then(|()| {
-            let tmp = dir.join("addr.tmp");
-            std::fs::write(&tmp, &addr)
-                .and_then(|()| std::fs::rename(&tmp, dir.join("addr")))
-                .map_err(|e| e.to_string())
-        });
+        // The secret first: the address files say the job is ready.
+        let written = secret
+            .write_file(&dir.join("secret"))
+            .map_err(|e| e.to_string())
+            .and_then(|()| {
+                addrs.iter().try_for_each(|(scheme, addr)| {
+                    let tmp = dir.join("addr.tmp");
+                    std::fs::write(&tmp, addr)
+                        .and_then(|()| std::fs::rename(&tmp, dir.join(format!("addr-{scheme}"))))
+                        .map_err(|e| e.to_string())
+                })
+            });
         if let Err(e) = written {
             pe.abort(&e);
         }
@@ -68,7 +78,7 @@ struct Client {
 }
 
 /// One call after another: each reply times the round trip and makes the next call.
-fn next_call(ep: &Endpoints, peer: u32, st: &Rc<RefCell<Client>>) {
+fn next_call(ep: &Endpoints, peer: u32, st: &Rc<RefCell<Client>>, label: &'static str) {
     let size = {
         let mut s = st.borrow_mut();
         match s.sizes.get(s.idx) {
@@ -97,14 +107,14 @@ fn next_call(ep: &Endpoints, peer: u32, st: &Rc<RefCell<Client>>) {
             }
             s.done += 1;
             if s.done == s.iters + s.warmup {
-                let row = Row::from_hist("endpoint job-job", size, &s.hist);
+                let row = Row::from_hist(label, size, &s.hist);
                 s.rows.push(row);
                 s.hist.reset();
                 s.done = 0;
                 s.idx += 1;
             }
         }
-        next_call(&ep2, peer, &st2);
+        next_call(&ep2, peer, &st2, label);
     });
     if sent.is_err() {
         st.borrow_mut().finished = true;
@@ -116,6 +126,7 @@ fn next_call(ep: &Endpoints, peer: u32, st: &Rc<RefCell<Client>>) {
 pub(crate) fn client_main(
     rt: Runtime,
     dir: &Path,
+    scheme: &str,
     sizes: &[usize],
     iters: u64,
     csv: &Path,
@@ -126,7 +137,7 @@ pub(crate) fn client_main(
         if pe.my_pe() != 0 {
             return;
         }
-        let addr = std::fs::read_to_string(dir.join("addr")).unwrap_or_default();
+        let addr = std::fs::read_to_string(dir.join(format!("addr-{scheme}"))).unwrap_or_default();
         let peer = Secret::read_file(&dir.join("secret"))
             .and_then(|s| ep.connect(pe, addr.trim(), &s))
             .unwrap_or_else(|e| pe.abort(&e.to_string()));
@@ -141,7 +152,7 @@ pub(crate) fn client_main(
             rows: Vec::new(),
             finished: false,
         }));
-        next_call(&ep, peer, &st);
+        next_call(&ep, peer, &st, "endpoint job-job");
         let s2 = st.clone();
         pe.run_until(|_| s2.borrow().finished);
         if let Ok(mut r) = result.lock() {
@@ -177,7 +188,7 @@ fn plain(addr: &str, secret: &Secret, sizes: &[usize], iters: u64) -> anyhow::Re
     Ok(rows)
 }
 
-fn client_job(dir: &Path, sizes: &[usize], iters: u64) -> anyhow::Result<Vec<Row>> {
+fn client_job(dir: &Path, scheme: &str, sizes: &[usize], iters: u64) -> anyhow::Result<Vec<Row>> {
     let me = std::env::current_exe().context("finding the bench executable")?;
     let csv = dir.join("client.csv");
     let status = pingpong::launcher("tcp", &me, 1, 1)?
@@ -185,7 +196,14 @@ fn client_job(dir: &Path, sizes: &[usize], iters: u64) -> anyhow::Result<Vec<Row
         .arg("pe-endpoint-client")
         .arg("--dir")
         .arg(dir)
-        .args(["--sizes", &report::size_list(sizes), "--iters", &iters.to_string(), "--csv"])
+        .args(["--scheme", scheme])
+        .args([
+            "--sizes",
+            &report::size_list(sizes),
+            "--iters",
+            &iters.to_string(),
+            "--csv",
+        ])
         .arg(&csv)
         .args(["+machine", "tcp", "+quiet"])
         .status()
@@ -216,68 +234,84 @@ pub(crate) fn run(sizes: &[usize], iters: u64, rounds: u16) -> anyhow::Result<()
         .context("starting the serving job")?;
     let result = (|| {
         let until = Instant::now() + Duration::from_secs(20);
-        let addr = loop {
-            if let Ok(a) = std::fs::read_to_string(dir.join("addr")) {
-                break a;
-            }
+        let addr_of = |scheme: &str| std::fs::read_to_string(dir.join(format!("addr-{scheme}")));
+        while addr_of("tcp").is_err() || addr_of("si").is_err() {
             anyhow::ensure!(Instant::now() < until, "the serving job did not listen");
             std::thread::sleep(Duration::from_millis(20));
-        };
+        }
+        let addrs = [addr_of("tcp")?, addr_of("si")?];
         let secret = Secret::read_file(&dir.join("secret"))?;
-        // Per part and size, each round's p50 (one way, ns) and mean.
-        let parts = ["raw TCP", "in-job tcp", "endpoint job-job", "endpoint plain-job"];
-        let mut got: Vec<Vec<Vec<Row>>> = (0..4).map(|_| sizes.iter().map(|_| Vec::new()).collect()).collect();
+        // Raw TCP once; per scheme, the in-job layer of its name, job-job and plain-job.
+        let parts = [
+            "raw TCP",
+            "in-job tcp",
+            "endpoint tcp job-job",
+            "endpoint tcp plain-job",
+            "in-job si",
+            "endpoint si job-job",
+            "endpoint si plain-job",
+        ];
+        let mut got: Vec<Vec<Vec<Row>>> = parts
+            .iter()
+            .map(|_| sizes.iter().map(|_| Vec::new()).collect())
+            .collect();
         for round in 0..rounds as usize {
-            for k in 0..4 {
-                let part = (k + round) % 4;
+            for k in 0..parts.len() {
+                let part = (k + round) % parts.len();
+                let (scheme, layer) = if part >= 4 {
+                    ("si", "si")
+                } else {
+                    ("tcp", "tcp")
+                };
                 let rows = match part {
                     0 => raw::tcp_pingpong(sizes, iters, pingpong::warmup(iters))?,
-                    1 => pingpong::across_nodes("tcp", sizes, iters, 1)?,
-                    2 => client_job(&dir, sizes, iters)?,
-                    _ => plain(&addr, &secret, sizes, iters)?,
+                    1 | 4 => pingpong::across_nodes(layer, sizes, iters, 1)?,
+                    2 | 5 => client_job(&dir, scheme, sizes, iters)?,
+                    _ => plain(&addrs[usize::from(part >= 4)], &secret, sizes, iters)?,
                 };
                 for (i, &size) in sizes.iter().enumerate() {
                     let row = rows
                         .iter()
                         .find(|r| r.size == size)
                         .with_context(|| format!("{}: no figure for {size} bytes", parts[part]))?;
-                    got[part][i].push(Row { what: row.what.clone(), ..*row });
+                    got[part][i].push(Row {
+                        what: row.what.clone(),
+                        ..*row
+                    });
                 }
             }
         }
         converse::input::out_line(&format!(
-            "endpoint: round trip in µs (2 x one-way p50) and bandwidth in MB/s (size / mean one-way), \
-             median (lowest-highest) over {rounds} rounds of {iters}; one host, loopback"
-        ));
-        converse::input::out_line(&format!(
-            "{:>8} | {:>24} | {:>24} | {:>24} | {:>24} | {:>12} | {:>10}",
-            "bytes", parts[0], parts[1], parts[2], parts[3], "job-job/in-job", "plain/raw"
+            "endpoint: round trip in µs (2 x one-way p50), from 64 KiB bandwidth in MB/s (size / mean \
+             one-way); median (lowest-highest) over {rounds} rounds of {iters}; one host"
         ));
         for (i, &size) in sizes.iter().enumerate() {
-            let cell = |part: usize| -> (String, f64) {
+            let big = size >= 65536;
+            let cell = |part: usize| -> f64 {
                 let rs = &got[part][i];
-                let (m, lo, hi) = if size >= 65536 {
+                let (m, lo, hi) = if big {
                     spread(rs.iter().map(Row::mb_per_s).collect())
                 } else {
                     spread(rs.iter().map(|r| 2.0 * r.p50_ns as f64 / 1e3).collect())
                 };
-                let unit = if size >= 65536 { "MB/s" } else { "µs" };
-                (format!("{m:.1} ({lo:.1}-{hi:.1}) {unit}"), m)
+                let unit = if big { "MB/s" } else { "µs" };
+                converse::input::out_line(&format!(
+                    "{size:>8} B  {:<24} {m:>9.1} ({lo:.1}-{hi:.1}) {unit}",
+                    parts[part]
+                ));
+                m
             };
-            let c: Vec<(String, f64)> = (0..4).map(cell).collect();
-            // For bandwidth the ratio is inverted, so that above 1 means slower either way.
-            let ratio = |a: f64, b: f64| if size >= 65536 { b / a } else { a / b };
+            let m: Vec<f64> = (0..parts.len()).map(cell).collect();
+            // Above 1 means slower, for times and bandwidths alike.
+            let ratio = |a: usize, b: usize| if big { m[b] / m[a] } else { m[a] / m[b] };
             converse::input::out_line(&format!(
-                "{size:>8} | {:>24} | {:>24} | {:>24} | {:>24} | {:>13.2}x | {:>9.2}x",
-                c[0].0,
-                c[1].0,
-                c[2].0,
-                c[3].0,
-                ratio(c[2].1, c[1].1),
-                ratio(c[3].1, c[0].1)
+                "{size:>8} B  job-job / in-job: tcp {:.2}x, si {:.2}x; plain-job tcp / raw TCP {:.2}x",
+                ratio(2, 1),
+                ratio(5, 4),
+                ratio(3, 0)
             ));
         }
-        let mut c = Connection::connect(&addr, &secret)?;
+        let mut c = Connection::connect(&addrs[0], &secret)?;
         c.send("quit", b"")?;
         Ok(())
     })();

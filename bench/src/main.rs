@@ -19,8 +19,8 @@
 
 mod args;
 mod ccs;
-mod endpoint;
 mod direct;
+mod endpoint;
 mod idle;
 #[cfg(feature = "mpi")]
 mod mpi_same_job;
@@ -130,6 +130,8 @@ enum Cmd {
     PeEndpointClient {
         #[arg(long)]
         dir: PathBuf,
+        #[arg(long)]
+        scheme: String,
         #[command(flatten)]
         job: Job,
     },
@@ -656,9 +658,11 @@ fn main() -> ExitCode {
         Cmd::PeEndpointServe { dir } => converse::Runtime::from_args(argv)
             .map_err(anyhow::Error::from)
             .and_then(|rt| endpoint::serve_main(rt, &dir)),
-        Cmd::PeEndpointClient { dir, job } => converse::Runtime::from_args(argv)
+        Cmd::PeEndpointClient { dir, scheme, job } => converse::Runtime::from_args(argv)
             .map_err(anyhow::Error::from)
-            .and_then(|rt| endpoint::client_main(rt, &dir, &job.sizes, job.iters, &job.csv)),
+            .and_then(|rt| {
+                endpoint::client_main(rt, &dir, &scheme, &job.sizes, job.iters, &job.csv)
+            }),
         Cmd::PeTasks { iters, rounds, out } => converse::Runtime::from_args(argv)
             .map_err(anyhow::Error::from)
             .and_then(|rt| tasks::pe_main(rt, iters, rounds, &out)),

@@ -54,6 +54,11 @@ fn wait_file(p: &Path, job: &Running) -> String {
 
 /// An echo job on `pes` PEs via `l`, with its address and secret.
 fn echo_job(l: &Launcher, pes: usize, d: &Path) -> (Running, String, Secret) {
+    echo_job_at(l, pes, d, "tcp://:0")
+}
+
+/// An echo job listening on `listen`.
+fn echo_job_at(l: &Launcher, pes: usize, d: &Path, listen: &str) -> (Running, String, Secret) {
     let (s, a) = (d.join("secret"), d.join("addr"));
     // A job before this one may have left them.
     let _ = std::fs::remove_file(&s);
@@ -63,7 +68,7 @@ fn echo_job(l: &Launcher, pes: usize, d: &Path) -> (Running, String, Secret) {
         &mut l.command(
             &example("echo"),
             pes,
-            &["--secret-file", &s, "--addr-file", &a],
+            &["--secret-file", &s, "--addr-file", &a, "--listen", listen],
         ),
         Duration::from_secs(120),
     )
@@ -84,12 +89,16 @@ fn charmrun(machine: &'static str) -> Launcher {
 #[test]
 fn a_plain_process_calls_and_sends_by_name_and_leaving_is_an_event() {
     let d = dir("plain");
-    for (l, pes) in [
-        (charmrun("tcp"), 3),
-        (charmrun("si").with_ppn(2), 4),
-        (Launcher::Direct { machine: "local" }, 2),
+    let si_name = format!("si://plain-{}", std::process::id());
+    for (l, pes, listen) in [
+        (charmrun("tcp"), 3, "tcp://:0"),
+        (charmrun("si").with_ppn(2), 4, si_name.as_str()),
+        (Launcher::Direct { machine: "local" }, 2, "si://"),
     ] {
-        let (mut job, addr, secret) = echo_job(&l, pes, &d);
+        let (mut job, addr, secret) = echo_job_at(&l, pes, &d, listen);
+        if listen.starts_with("si://") {
+            assert!(addr.starts_with("si://") && addr.len() > 5, "{addr}");
+        }
         let mut c = Connection::connect(&addr, &secret).expect("connect");
         assert_eq!(
             c.call("info", b"", T).expect("info"),
@@ -142,8 +151,14 @@ fn a_plain_process_calls_and_sends_by_name_and_leaving_is_an_event() {
 
 #[test]
 fn a_job_connects_to_a_job() {
+    for listen in ["tcp://:0", "si://"] {
+        job_to_job(listen);
+    }
+}
+
+fn job_to_job(listen: &str) {
     let d = dir("jobs");
-    let (job, addr, _) = echo_job(&charmrun("tcp"), 2, &d);
+    let (job, addr, _) = echo_job_at(&charmrun("tcp"), 2, &d, listen);
     let secret = d.join("secret");
     let other = charmrun("si").run(
         &example("echo"),
@@ -189,7 +204,11 @@ fn strangers_and_wrong_secrets_are_refused_and_the_job_goes_on() {
         other => panic!("a wrong secret: {other:?}"),
     }
     // Its line first (one a second at most: the strangers' would hide it).
-    assert!(job.wait_for_stderr("wrong secret", T), "{}", job.stderr_so_far());
+    assert!(
+        job.wait_for_stderr("wrong secret", T),
+        "{}",
+        job.stderr_so_far()
+    );
     // Garbage, an HTTP request, half a handshake, and 200 who say nothing at all — while the
     // established client keeps calling.
     let mut junk = Vec::new();
@@ -323,7 +342,9 @@ fn address_errors_are_one_line_naming_the_address_and_what_is_available() {
     for (addr, needle) in [
         (closed.as_str(), "unreachable"),
         ("udp://127.0.0.1:9", "not built yet"),
-        ("si://ring", "not built yet"),
+        ("si://nobody-listens-here", "nothing listens on that name"),
+        ("si://", "names its listener"),
+        ("si://a b", "an si name is"),
         ("ofi+verbs://x", "ofi layer is not compiled"),
         ("tcpp://h:1", "did you mean tcp"),
         ("tcp://no-such-host.invalid:5", "does not resolve"),

@@ -3,22 +3,23 @@
 //! | scheme | where | in this build |
 //! |---|---|---|
 //! | `tcp` | `HOST:PORT` (a name, an IPv4 address or `[IPv6]`; port 0 to listen on any) | yes |
-//! | `si` | a name, for processes of the same host (shared memory) | not yet: refused, naming what is |
+//! | `si` | a name (1 to 100 of `A-Z a-z 0-9 . _ -`; empty to listen: one is made), for processes of the same host: a Unix socket in the abstract namespace `converse-endpoint/NAME` (of the network namespace) | yes |
 //! | `udp` | `HOST:PORT` | not yet: refused, naming what is |
 //! | `ofi+PROVIDER`, `ucx+TRANSPORT` | a fabric's address | only once those layers have landed: refused |
 //! | `mpi+dynamic` | an MPI port name | refused |
 //!
 //! Every refusal is one line naming the address and the schemes this build offers.
 
+use crate::stream::{Listener, Stream};
 use crate::EndpointError;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Instant;
 
 /// The schemes this build listens on and connects to.
-pub const AVAILABLE: &[&str] = &["tcp"];
+pub const AVAILABLE: &[&str] = &["tcp", "si"];
 
 /// Schemes that exist in the field (Mercury's, the fabric layers') but not in this build.
 const KNOWN_ELSEWHERE: &[(&str, &str)] = &[
-    ("si", "the same-host shared-memory scheme is not built yet"),
     ("udp", "the UDP scheme is not built yet"),
     ("mpi+dynamic", "MPI connect/accept is not offered"),
 ];
@@ -33,7 +34,15 @@ pub enum Address {
         /// 0 when listening: any free port.
         port: u16,
     },
+    /// `si://NAME`: a Unix socket of this host (empty: a name made when listening).
+    Si {
+        /// The name.
+        name: String,
+    },
 }
+
+/// Longest `si://` name.
+const MAX_SI_NAME: usize = 100;
 
 impl Address {
     /// Parse an address string.
@@ -50,6 +59,7 @@ impl Address {
     ///     Address::Tcp { host: "10.0.0.2".into(), port: 5000 }
     /// );
     /// assert!(Address::parse("tpc://h:1").unwrap_err().to_string().contains("did you mean tcp"));
+    /// assert_eq!(Address::parse("si://stream-1").unwrap(), Address::Si { name: "stream-1".into() });
     /// ```
     pub fn parse(s: &str) -> Result<Address, EndpointError> {
         let bad = |why: String| EndpointError::Address {
@@ -71,6 +81,20 @@ impl Address {
                     })?;
                 Ok(Address::Tcp { host, port })
             }
+            "si" => {
+                let ok = rest.len() <= MAX_SI_NAME
+                    && rest
+                        .bytes()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'));
+                if !ok {
+                    return Err(bad(format!(
+                        "an si name is up to {MAX_SI_NAME} of A-Z a-z 0-9 . _ -"
+                    )));
+                }
+                Ok(Address::Si {
+                    name: rest.to_string(),
+                })
+            }
             _ => {
                 if let Some((_, why)) = KNOWN_ELSEWHERE.iter().find(|(k, _)| *k == scheme) {
                     return Err(bad(format!("{why} (schemes in this build: {available})")));
@@ -91,12 +115,92 @@ impl Address {
         }
     }
 
-    /// The socket addresses a `tcp` address resolves to.
+    /// Bind a listener here; returns it and the address string others connect to.
+    pub(crate) fn listen(&self, text: &str) -> Result<(Listener, String), EndpointError> {
+        let fail = |e: std::io::Error| EndpointError::Listen {
+            addr: text.to_string(),
+            why: if e.kind() == std::io::ErrorKind::AddrInUse {
+                "the address is in use".to_string()
+            } else {
+                e.to_string()
+            },
+        };
+        match self {
+            Address::Tcp { .. } => {
+                let socks = self.resolve(text)?;
+                let l = std::net::TcpListener::bind(&socks[..]).map_err(fail)?;
+                l.set_nonblocking(true).map_err(fail)?;
+                let shown = display(l.local_addr().map_err(fail)?);
+                Ok((Listener::Tcp(l), shown))
+            }
+            Address::Si { name } => {
+                let name = if name.is_empty() {
+                    static MADE: std::sync::atomic::AtomicU32 =
+                        std::sync::atomic::AtomicU32::new(0);
+                    let k = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    format!("job-{}-{k}", std::process::id())
+                } else {
+                    name.clone()
+                };
+                let l = std::os::unix::net::UnixListener::bind_addr(
+                    &abstract_addr(&name).map_err(fail)?,
+                )
+                .map_err(fail)?;
+                l.set_nonblocking(true).map_err(fail)?;
+                Ok((Listener::Unix(l), format!("si://{name}")))
+            }
+        }
+    }
+
+    /// Connect to the listener here, within `deadline`.
+    pub(crate) fn dial(&self, text: &str, deadline: Instant) -> Result<Stream, EndpointError> {
+        let unreachable = |why: String| EndpointError::Unreachable {
+            addr: text.to_string(),
+            why,
+        };
+        match self {
+            Address::Tcp { .. } => {
+                let mut last = String::from("no address to try");
+                for sa in self.resolve(text)? {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    match std::net::TcpStream::connect_timeout(&sa, left) {
+                        Ok(s) => return Ok(Stream::Tcp(s)),
+                        Err(e) => last = e.to_string(),
+                    }
+                }
+                Err(unreachable(last))
+            }
+            Address::Si { name } => {
+                if name.is_empty() {
+                    return Err(EndpointError::Address {
+                        addr: text.to_string(),
+                        why: "an si address to connect to names its listener".into(),
+                    });
+                }
+                let a = abstract_addr(name).map_err(|e| unreachable(e.to_string()))?;
+                std::os::unix::net::UnixStream::connect_addr(&a)
+                    .map(Stream::Unix)
+                    .map_err(|e| {
+                        unreachable(if e.kind() == std::io::ErrorKind::ConnectionRefused {
+                            "nothing listens on that name on this host".into()
+                        } else {
+                            e.to_string()
+                        })
+                    })
+            }
+        }
+    }
+
+    /// The socket addresses a `tcp` address resolves to (none for other schemes).
     ///
     /// # Errors
     /// [`EndpointError::Address`] when the host does not resolve.
     pub fn resolve(&self, text: &str) -> Result<Vec<SocketAddr>, EndpointError> {
         match self {
+            Address::Si { .. } => Ok(Vec::new()),
             Address::Tcp { host, port } => {
                 let found: Vec<SocketAddr> = (host.as_str(), *port)
                     .to_socket_addrs()
@@ -115,6 +219,12 @@ impl Address {
             }
         }
     }
+}
+
+/// The abstract Unix socket address of an `si` name (Linux: no file, gone with its socket).
+fn abstract_addr(name: &str) -> std::io::Result<std::os::unix::net::SocketAddr> {
+    use std::os::linux::net::SocketAddrExt;
+    std::os::unix::net::SocketAddr::from_abstract_name(format!("converse-endpoint/{name}"))
 }
 
 /// `HOST:PORT` or `[V6]:PORT`; an empty host means every interface.
@@ -200,7 +310,7 @@ mod tests {
             ("tcp://h:-1", "tcp://HOST:PORT"),
             ("tcp://::1:5", "tcp://HOST:PORT"),
             ("tcpp://h:1", "did you mean tcp"),
-            ("si://ring", "not built yet"),
+            ("si://a/b", "an si name is"),
             ("udp://h:1", "not built yet"),
             ("ofi+tcp://h:1", "ofi layer is not compiled"),
             ("ucx+all://h", "ucx layer is not compiled"),
@@ -209,7 +319,12 @@ mod tests {
             let e = err(s);
             assert!(e.contains(needle), "{s}: {e}");
             assert!(e.contains(s), "{s}: {e}");
-            assert!(e.contains("schemes in this build: tcp"), "{s}: {e}");
+            // A scheme refused names those there are; a malformed address, its form.
+            let known = s.starts_with("tcp://") || s.starts_with("si://");
+            assert!(
+                known || e.contains("schemes in this build: tcp, si"),
+                "{s}: {e}"
+            );
             assert!(!e.contains('\n'), "{s}: {e}");
         }
     }

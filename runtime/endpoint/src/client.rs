@@ -13,11 +13,11 @@
 //! ```
 
 use crate::job::dial;
+use crate::stream::Stream;
 use crate::wire::{self, Frame, FrameReader, CALL, MAX_HEAD, MSG, REPLY};
 use crate::{EndpointError, Limits, Secret};
 use std::collections::VecDeque;
 use std::io::{IoSlice, Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 /// A message or call the other side sent.
@@ -34,7 +34,7 @@ pub struct Received {
 /// A blocking connection to a listener.
 #[derive(Debug)]
 pub struct Connection {
-    stream: TcpStream,
+    stream: Stream,
     addr: String,
     reader: FrameReader,
     next_call: u64,
@@ -60,9 +60,9 @@ impl Connection {
         secret: &Secret,
         limits: Limits,
     ) -> Result<Connection, EndpointError> {
-        let (stream, _) = dial(addr, secret, &limits)?;
+        let stream = dial(addr, secret, &limits)?;
         let io = |e: std::io::Error| EndpointError::Io(format!("{addr}: {e}"));
-        stream.set_nodelay(true).map_err(io)?;
+        stream.set_nodelay().map_err(io)?;
         stream.set_write_timeout(None).map_err(io)?;
         Ok(Connection {
             stream,
@@ -99,7 +99,7 @@ impl Connection {
         let mut parts = &mut parts[..];
         // Blocks while the other side does not read: the flow control of a plain process.
         while !parts.is_empty() {
-            match self.stream.write_vectored(parts) {
+            match (&self.stream).write_vectored(parts) {
                 Ok(0) => return Err(self.closed("it stopped taking bytes")),
                 Ok(n) => IoSlice::advance_slices(&mut parts, n),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -234,7 +234,7 @@ impl Connection {
                 .set_read_timeout(t)
                 .map_err(|e| self.closed(e))?;
             let space = self.reader.space();
-            match self.stream.read(space) {
+            match (&self.stream).read(space) {
                 Ok(0) => return Err(self.closed("the other side closed it")),
                 Ok(n) => self.reader.filled(n),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}

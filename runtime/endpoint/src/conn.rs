@@ -4,11 +4,11 @@
 //! so a stranger who sends nothing holds only that thread, until the deadline).
 
 use crate::secret::{random, same, Secret, NONCE_LEN, PROOF_LEN};
+use crate::stream::Stream;
 use crate::wire::{self, MAX_HEAD};
 use crate::EndpointError;
 use std::collections::VecDeque;
 use std::io::{IoSlice, Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 /// Why the connection was refused, for the listener's line: the other side is not a client
 /// of this protocol, holds another secret, or was too slow.
 pub(crate) fn accept_handshake(
-    s: &mut TcpStream,
+    s: &Stream,
     secret: &Secret,
     deadline: Instant,
 ) -> Result<(), String> {
@@ -58,7 +58,7 @@ pub(crate) fn accept_handshake(
     write_by(s, &ok, deadline)
 }
 
-fn refuse(s: &mut TcpStream, why: &str, deadline: Instant) -> Result<(), String> {
+fn refuse(s: &Stream, why: &str, deadline: Instant) -> Result<(), String> {
     let mut m = vec![1u8];
     m.extend_from_slice(&(why.len() as u16).to_le_bytes());
     m.extend_from_slice(why.as_bytes());
@@ -71,7 +71,7 @@ fn refuse(s: &mut TcpStream, why: &str, deadline: Instant) -> Result<(), String>
 /// [`EndpointError::Refused`] with the listener's reason, or [`EndpointError::Unreachable`]
 /// if what answered is not a listener of this protocol holding the same secret.
 pub(crate) fn connect_handshake(
-    s: &mut TcpStream,
+    s: &Stream,
     secret: &Secret,
     addr: &str,
     deadline: Instant,
@@ -132,12 +132,13 @@ fn left(deadline: Instant) -> Result<Duration, String> {
     }
 }
 
-fn read_by(s: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> Result<(), String> {
+fn read_by(s: &Stream, buf: &mut [u8], deadline: Instant) -> Result<(), String> {
     let mut got = 0;
     while got < buf.len() {
         s.set_read_timeout(Some(left(deadline)?))
             .map_err(|e| e.to_string())?;
-        match s.read(&mut buf[got..]) {
+        let mut r = s;
+        match r.read(&mut buf[got..]) {
             Ok(0) => return Err("it closed the connection during the handshake".into()),
             Ok(n) => got += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
@@ -155,10 +156,11 @@ fn read_by(s: &mut TcpStream, buf: &mut [u8], deadline: Instant) -> Result<(), S
     Ok(())
 }
 
-fn write_by(s: &mut TcpStream, buf: &[u8], deadline: Instant) -> Result<(), String> {
+fn write_by(s: &Stream, buf: &[u8], deadline: Instant) -> Result<(), String> {
     s.set_write_timeout(Some(left(deadline)?))
         .map_err(|e| e.to_string())?;
-    s.write_all(buf).map_err(|e| {
+    let mut w = s;
+    w.write_all(buf).map_err(|e| {
         if matches!(
             e.kind(),
             std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
@@ -210,8 +212,9 @@ pub(crate) struct Out {
 #[derive(Debug)]
 pub(crate) struct Conn {
     pub(crate) peer: u32,
-    pub(crate) stream: TcpStream,
-    pub(crate) remote: SocketAddr,
+    pub(crate) stream: Stream,
+    /// Who is at the other end (an address, or a process of this host).
+    pub(crate) remote: String,
     /// Why the lock: the PE and the I/O thread both write; frames must not interleave.
     pub(crate) out: Mutex<Out>,
     /// Bytes handed to the PE's mailbox and not yet handled.
@@ -232,10 +235,10 @@ pub(crate) enum Sent {
 }
 
 impl Conn {
-    pub(crate) fn new(peer: u32, stream: TcpStream, remote: SocketAddr) -> std::io::Result<Conn> {
+    pub(crate) fn new(peer: u32, stream: Stream) -> std::io::Result<Conn> {
         stream.set_nonblocking(true)?;
-        // Small messages go at once (a message-driven program waits on each).
-        stream.set_nodelay(true)?;
+        stream.set_nodelay()?;
+        let remote = stream.peer_name();
         Ok(Conn {
             peer,
             stream,

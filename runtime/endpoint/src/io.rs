@@ -22,13 +22,13 @@
 
 use crate::conn::{accept_handshake, Conn};
 use crate::secret::Secret;
+use crate::stream::{Listener, Stream};
 use crate::wire::{Frame, FrameReader};
 use crate::Limits;
 use converse::{HandlerId, Mailbox, Message};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 use std::collections::HashMap;
 use std::io::Read;
-use std::net::{TcpListener, TcpStream};
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -49,7 +49,7 @@ pub const MAX_HANDSHAKES: usize = 32;
 pub(crate) struct Shared {
     pub(crate) conns: Mutex<HashMap<u32, Arc<Conn>>>,
     /// Listeners not yet taken up by the I/O thread, with their secret and address string.
-    pub(crate) new_listeners: Mutex<Vec<(TcpListener, Arc<Secret>, String)>>,
+    pub(crate) new_listeners: Mutex<Vec<(Listener, Arc<Secret>, String)>>,
     pub(crate) bell: Bell,
     pub(crate) mailbox: Mailbox,
     pub(crate) in_h: HandlerId,
@@ -134,7 +134,7 @@ impl Shared {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(&conn.peer);
-        let _ = conn.stream.shutdown(std::net::Shutdown::Both);
+        conn.stream.shutdown();
         self.post(EV_LEFT, conn.peer, Message::from_payload(why.as_bytes()));
     }
 
@@ -157,7 +157,7 @@ pub(crate) fn start(shared: Arc<Shared>) -> std::io::Result<()> {
 }
 
 struct Listening {
-    listener: TcpListener,
+    listener: Listener,
     secret: Arc<Secret>,
     addr: String,
 }
@@ -266,7 +266,7 @@ fn pollfd(fd: i32, events: libc::c_short) -> libc::pollfd {
 
 fn accept_all(shared: &Arc<Shared>, l: &Listening) {
     loop {
-        let (stream, from) = match l.listener.accept() {
+        let stream = match l.listener.accept() {
             Ok(x) => x,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
             // WouldBlock: all taken. Anything else (out of descriptors): try at the next poll.
@@ -274,14 +274,18 @@ fn accept_all(shared: &Arc<Shared>, l: &Listening) {
         };
         if shared.handshakes.fetch_add(1, Ordering::AcqRel) >= MAX_HANDSHAKES {
             shared.handshakes.fetch_sub(1, Ordering::AcqRel);
-            shared.refused(&l.addr, &from.to_string(), "too many handshakes under way");
+            shared.refused(
+                &l.addr,
+                &stream.peer_name(),
+                "too many handshakes under way",
+            );
             continue; // dropped: closed
         }
         let (shared2, secret, addr) = (shared.clone(), l.secret.clone(), l.addr.clone());
         let spawned = std::thread::Builder::new()
             .name("endpoint-handshake".into())
             .spawn(move || {
-                handshake(&shared2, stream, from, &secret, &addr);
+                handshake(&shared2, stream, &secret, &addr);
                 shared2.handshakes.fetch_sub(1, Ordering::AcqRel);
             });
         if spawned.is_err() {
@@ -290,30 +294,25 @@ fn accept_all(shared: &Arc<Shared>, l: &Listening) {
     }
 }
 
-fn handshake(
-    shared: &Arc<Shared>,
-    mut stream: TcpStream,
-    from: std::net::SocketAddr,
-    secret: &Secret,
-    addr: &str,
-) {
+fn handshake(shared: &Arc<Shared>, stream: Stream, secret: &Secret, addr: &str) {
     // The accepted socket may have inherited non-blocking mode from the listener.
     if stream.set_nonblocking(false).is_err() {
         return;
     }
     let deadline = Instant::now() + shared.limits.handshake;
-    if let Err(why) = accept_handshake(&mut stream, secret, deadline) {
-        shared.refused(addr, &from.to_string(), &why);
+    if let Err(why) = accept_handshake(&stream, secret, deadline) {
+        shared.refused(addr, &stream.peer_name(), &why);
         return;
     }
     let peer = shared.next_peer.fetch_add(1, Ordering::AcqRel);
-    let Ok(conn) = Conn::new(peer, stream, from) else {
+    let Ok(conn) = Conn::new(peer, stream) else {
         return;
     };
+    let from = conn.remote.clone();
     let mut m = Message::with_capacity(addr.len() + 1 + 48);
     m.extend_payload(addr.as_bytes());
     m.extend_payload(&[0]);
-    m.extend_payload(from.to_string().as_bytes());
+    m.extend_payload(from.as_bytes());
     // Joined before adoption: the PE hears of the peer before anything it sends.
     shared.post(EV_JOINED, peer, m);
     shared.adopt(Arc::new(conn));

@@ -4,12 +4,12 @@
 use crate::conn::{connect_handshake, Conn, SendError, Sent};
 use crate::io::{self, Bell, Shared, EV_CALL, EV_DRAINED, EV_JOINED, EV_LEFT, EV_MSG, EV_REPLY};
 use crate::secret::Secret;
+use crate::stream::Stream;
 use crate::wire::{self, CALL, MSG, REPLY};
 use crate::{Address, EndpointError, Limits};
 use converse::{Message, Pe};
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
-use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -83,6 +83,8 @@ struct Inner {
     calls: RefCell<HashMap<u64, (Peer, String, ReplyFn)>>,
     next_call: Cell<u64>,
     io_started: Cell<bool>,
+    /// This PE's copy of the connections it has used (the shared table takes a lock).
+    local: RefCell<HashMap<Peer, Arc<Conn>>>,
     /// Names messages came for with no handler, said once each.
     unknown: RefCell<std::collections::HashSet<String>>,
 }
@@ -159,6 +161,7 @@ impl Endpoints {
                 next_call: Cell::new(0),
                 io_started: Cell::new(false),
                 unknown: RefCell::default(),
+                local: RefCell::default(),
             }),
         };
         *slot.borrow_mut() = Some(ep.clone());
@@ -207,20 +210,7 @@ impl Endpoints {
         addr: &str,
         secret: &Secret,
     ) -> Result<String, EndpointError> {
-        let parsed = Address::parse(addr)?;
-        let socks = parsed.resolve(addr)?;
-        let listener = TcpListener::bind(&socks[..]).map_err(|e| EndpointError::Listen {
-            addr: addr.to_string(),
-            why: e.to_string(),
-        })?;
-        let local = listener
-            .local_addr()
-            .and_then(|a| listener.set_nonblocking(true).map(|()| a))
-            .map_err(|e| EndpointError::Listen {
-                addr: addr.to_string(),
-                why: e.to_string(),
-            })?;
-        let shown = crate::address::display(local);
+        let (listener, shown) = Address::parse(addr)?.listen(addr)?;
         self.start_io()?;
         self.inner
             .shared
@@ -245,10 +235,10 @@ impl Endpoints {
         addr: &str,
         secret: &Secret,
     ) -> Result<Peer, EndpointError> {
-        let (stream, remote) = dial(addr, secret, &self.inner.shared.limits)?;
+        let stream = dial(addr, secret, &self.inner.shared.limits)?;
         self.start_io()?;
         let peer = self.inner.shared.next_peer.fetch_add(1, Ordering::AcqRel);
-        let conn = Conn::new(peer, stream, remote).map_err(|e| EndpointError::Unreachable {
+        let conn = Conn::new(peer, stream).map_err(|e| EndpointError::Unreachable {
             addr: addr.to_string(),
             why: e.to_string(),
         })?;
@@ -256,15 +246,26 @@ impl Endpoints {
         Ok(peer)
     }
 
+    /// The connection to `peer`, from this PE's own table (no lock on the message path); the
+    /// shared table, locked, only the first time a peer is used here.
     fn conn(&self, peer: Peer) -> Result<Arc<Conn>, SendError> {
-        self.inner
+        if let Some(c) = self.inner.local.borrow().get(&peer) {
+            if !c.closed.load(Ordering::Acquire) {
+                return Ok(c.clone());
+            }
+            return Err(SendError::Gone(peer));
+        }
+        let c = self
+            .inner
             .shared
             .conns
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&peer)
             .cloned()
-            .ok_or(SendError::Gone(peer))
+            .ok_or(SendError::Gone(peer))?;
+        self.inner.local.borrow_mut().insert(peer, c.clone());
+        Ok(c)
     }
 
     /// After a send: what it left queued, the I/O thread writes.
@@ -316,9 +317,10 @@ impl Endpoints {
         }
     }
 
-    /// Where `peer` is (its socket address), while it is connected.
-    pub fn peer_addr(&self, peer: Peer) -> Option<SocketAddr> {
-        self.conn(peer).ok().map(|c| c.remote)
+    /// Who `peer` is (its socket address, or its process on this host), while it is
+    /// connected.
+    pub fn peer_addr(&self, peer: Peer) -> Option<String> {
+        self.conn(peer).ok().map(|c| c.remote.clone())
     }
 
     /// The peers connected now.
@@ -434,6 +436,8 @@ impl Endpoints {
                 );
             }
             EV_LEFT => {
+                // Nothing more comes for it: out of this PE's table too.
+                self.inner.local.borrow_mut().remove(&peer);
                 let why = String::from_utf8_lossy(msg.payload()).into_owned();
                 // Its calls fail first, in the order they were made.
                 let mut ids: Vec<u64> = self
@@ -477,31 +481,11 @@ impl Endpoints {
 }
 
 /// Connect and run the handshake, blocking.
-pub(crate) fn dial(
-    addr: &str,
-    secret: &Secret,
-    limits: &Limits,
-) -> Result<(TcpStream, SocketAddr), EndpointError> {
-    let parsed = Address::parse(addr)?;
+pub(crate) fn dial(addr: &str, secret: &Secret, limits: &Limits) -> Result<Stream, EndpointError> {
     let deadline = Instant::now() + limits.handshake;
-    let mut last = String::from("no address to try");
-    for sa in parsed.resolve(addr)? {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            break;
-        }
-        match TcpStream::connect_timeout(&sa, left) {
-            Ok(mut s) => {
-                connect_handshake(&mut s, secret, addr, deadline)?;
-                return Ok((s, sa));
-            }
-            Err(e) => last = e.to_string(),
-        }
-    }
-    Err(EndpointError::Unreachable {
-        addr: addr.to_string(),
-        why: last,
-    })
+    let s = Address::parse(addr)?.dial(addr, deadline)?;
+    connect_handshake(&s, secret, addr, deadline)?;
+    Ok(s)
 }
 
 /// A message or call from a peer, as its handler gets it.

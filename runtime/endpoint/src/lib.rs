@@ -3,8 +3,9 @@
 //! messages and calls with replies, naming the handler by name (Mercury's addresses and RPCs,
 //! FastFlow's distributed groups, MRNet's attach mode all rest on this).
 //!
-//! - **Addresses** ([`Address`]): `tcp://HOST:PORT` in this build; other schemes are refused
-//!   with one line naming the address and what this build offers.
+//! - **Addresses** ([`Address`]): `tcp://HOST:PORT`, and `si://NAME` between processes of one
+//!   host; other schemes are refused with one line naming the address and what this build
+//!   offers.
 //! - **Secrets** ([`Secret`]): a listener accepts only programs that prove its secret (never
 //!   sent: a challenge each way), which it prints or writes to a file only its owner reads.
 //!   Strangers and wrong secrets are refused with a line on the job's stderr (at most one a
@@ -34,6 +35,7 @@ mod conn;
 mod io;
 mod job;
 mod secret;
+mod stream;
 mod wire;
 
 pub use address::{Address, AVAILABLE};

@@ -196,7 +196,7 @@ fn parse(body: &[u8]) -> Result<Frame<'_>, BadFrame> {
     let (&kind, rest) = body.split_first().ok_or_else(|| short("empty"))?;
     let u64_at =
         |b: &[u8]| -> Option<u64> { Some(u64::from_le_bytes(b.get(..8)?.try_into().ok()?)) };
-    fn named<'b>(b: &'b [u8], short: BadFrame) -> Result<(&'b str, &'b [u8]), BadFrame> {
+    fn named(b: &[u8], short: BadFrame) -> Result<(&str, &[u8]), BadFrame> {
         let len = match b.get(..2) {
             Some(l) => u16::from_le_bytes([l[0], l[1]]) as usize,
             None => return Err(short),
