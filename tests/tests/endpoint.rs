@@ -484,3 +484,40 @@ fn a_consumer_job_restarted_mid_stream_gets_every_item_once() {
     );
     check_stream(&out, items, 2);
 }
+
+/// A job run inside a larger program (here, this test) leaves no listener or connection open
+/// once it has ended: the PE's thread ending ends its I/O thread.
+#[test]
+fn a_job_that_ends_inside_a_program_closes_its_listeners_and_connections() {
+    let secret = Secret::generate().expect("random");
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let s2 = secret.clone();
+    let job = std::thread::spawn(move || {
+        let rt = converse::Runtime::from_args(["inner", "+p1", "+machine", "local", "+quiet"])
+            .expect("args");
+        rt.run(move |pe| {
+            let ep = converse_endpoint::Endpoints::attach(pe);
+            let at = ep.listen(pe, "tcp://127.0.0.1:0", &s2).expect("listen");
+            ep.on("quit", |pe, _m| pe.exit(0));
+            let _ = tx.send(at);
+        })
+        .expect("run")
+    });
+    let addr = rx.recv_timeout(T).expect("the job listens");
+    let mut c = Connection::connect(&addr, &secret).expect("connect");
+    c.send("quit", b"").expect("quit");
+    assert_eq!(job.join().expect("the job's thread"), 0);
+    // The connection ends, and nothing listens there any more.
+    match c.recv(Some(T)) {
+        Err(EndpointError::Closed { .. }) => {}
+        other => panic!("after the job: {other:?}"),
+    }
+    let end = Instant::now() + T;
+    while Connection::connect(&addr, &secret).is_ok() {
+        assert!(
+            Instant::now() < end,
+            "{addr} still listens after its job ended"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -57,6 +57,21 @@ pub(crate) struct Shared {
     pub(crate) next_peer: AtomicU32,
     pub(crate) handshakes: AtomicUsize,
     pub(crate) refusals: Mutex<RefusalLines>,
+    /// The PE's thread has ended: the I/O thread closes everything and ends too.
+    pub(crate) stop: AtomicBool,
+}
+
+/// Held by the PE's thread (a thread-local): when the thread ends, with its job, the I/O
+/// thread is told to close its listeners and connections and end (a job run inside a larger
+/// program leaves no socket open behind it).
+#[derive(Debug)]
+pub(crate) struct StopOnExit(pub(crate) Arc<Shared>);
+
+impl Drop for StopOnExit {
+    fn drop(&mut self) {
+        self.0.stop.store(true, Ordering::Release);
+        self.0.bell.ring();
+    }
 }
 
 /// The eventfd that ends the I/O thread's poll; a flag spares the system call of every ring
@@ -220,6 +235,20 @@ fn run(shared: &Arc<Shared>) {
         }
         if fds[0].revents != 0 {
             shared.bell.reset();
+            if shared.stop.load(Ordering::Acquire) {
+                let all: Vec<Arc<Conn>> = shared
+                    .conns
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .drain()
+                    .map(|(_, c)| c)
+                    .collect();
+                for c in all {
+                    c.closed.store(true, Ordering::Release);
+                    c.stream.shutdown();
+                }
+                return; // the listeners close as they drop
+            }
         }
         for (i, l) in listeners.iter().enumerate() {
             if fds[1 + i].revents != 0 {

@@ -15,6 +15,11 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+thread_local! {
+    /// The I/O threads of the Endpoints attached on this thread (a PE's), told to end with it.
+    static STOP_ON_EXIT: RefCell<Vec<io::StopOnExit>> = const { RefCell::new(Vec::new()) };
+}
+
 /// A peer: one connection, accepted or made by this PE. Ids are this PE's own, never reused.
 pub type Peer = u32;
 
@@ -151,7 +156,9 @@ impl Endpoints {
             next_peer: AtomicU32::new(0),
             handshakes: AtomicUsize::new(0),
             refusals: Mutex::new(Default::default()),
+            stop: std::sync::atomic::AtomicBool::new(false),
         });
+        STOP_ON_EXIT.with(|g| g.borrow_mut().push(io::StopOnExit(shared.clone())));
         let ep = Endpoints {
             inner: Rc::new(Inner {
                 shared,
