@@ -247,6 +247,7 @@ impl Pe {
         if self.my_pe == 0 {
             self.ccs_on_death(failure.pes.clone());
         }
+        self.onesided_on_death(failure.pes.clone(), &failure.reason);
         // A copy of the list: a callback may register more, which run from the next death.
         for cb in self.fail.callbacks.clone() {
             match cb.try_borrow_mut() {

@@ -44,6 +44,8 @@ pub(crate) enum SystemHandler {
     NodeDead = 8,
     /// Converse Client-Server: a request, its parts and their replies (`ccs.rs`).
     Ccs = 9,
+    /// One-sided transfers: requests, their bytes and answers (`onesided.rs`).
+    OneSided = 10,
 }
 
 /// The first handler id a program's own handlers get.
@@ -76,6 +78,7 @@ impl Target {
             7 => Target::System(S::NodeBroadcast),
             8 => Target::System(S::NodeDead),
             9 => Target::System(S::Ccs),
+            10 => Target::System(S::OneSided),
             id if id >= USER_BASE => Target::User,
             _ => Target::Unknown,
         }
@@ -405,6 +408,7 @@ impl Pe {
             S::NodeBroadcast => self.on_node_broadcast(msg),
             S::NodeDead => self.on_node_dead(msg),
             S::Ccs => self.on_ccs(msg),
+            S::OneSided => self.on_onesided(msg),
         }
     }
 }

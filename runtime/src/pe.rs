@@ -71,6 +71,8 @@ pub struct Pe {
     pub(crate) taken: u64,
     /// Converse Client-Server: this PE's handlers; on PE 0 with `+server`, the listener.
     pub(crate) ccs: crate::ccs::Ccs,
+    /// One-sided transfers: this PE's regions and the transfers it waits on.
+    pub(crate) onesided: crate::onesided::OneSided,
 }
 
 // By hand: handlers, queues and the layer have no useful text form; the PE's number says
@@ -175,6 +177,7 @@ impl Pe {
             sent: 0,
             taken: 0,
             ccs: crate::ccs::Ccs::default(),
+            onesided: crate::onesided::OneSided::default(),
         }
     }
 

@@ -1,0 +1,689 @@
+//! One-sided transfers (Charm++'s zero-copy `CkNcpyBuffer`, Mercury's bulk handles, GASNet's
+//! put/get): a PE registers memory as a [`Region`] and hands its small [`RegionHandle`] to
+//! others inside an ordinary message; a PE holding a handle *gets* a range of the region into
+//! its own memory or *puts* its bytes into it, and a callback on the initiating PE says when
+//! the transfer is complete; a put may also run a notification handler on the region's PE.
+//!
+//! **This build moves the bytes over messages on every layer** (the reference implementation
+//! GASNet keeps for conduits without RDMA, and Mercury's emulation on two-sided plugins): a
+//! get is a request to the region's PE answered with the bytes, a put carries its bytes to it.
+//! Native paths (SI's cross-process reads, MPI RMA, the fabric layers') are the layers' to add
+//! behind the same API and contract.
+//!
+//! **The contract** (what a native path must keep too):
+//! - *Ordering*: a get or put is ordered with the initiator's messages to the region's PE as a
+//!   message would be: everything the initiator sent that PE before the transfer was handled
+//!   before the transfer reads or writes the region, and the region's PE sees a put's bytes in
+//!   every handler that runs after its notification. A get reads the region at one moment,
+//!   between two of its owner's handlers; a put writes it likewise: an owner's handler never
+//!   sees half a transfer.
+//! - *Completion*: the initiator's callback runs once, on the initiating PE, from its
+//!   scheduler: for a get with the bytes, for a put once they are in the region (the put's own
+//!   buffer is handed back), or with an [`RmaError`].
+//! - *Ownership*: a put's buffer is moved into the transfer and handed back at completion, and
+//!   a get's bytes arrive in a buffer of their own, so safe code cannot touch either while the
+//!   transfer is in flight. A region's memory belongs to the PE's table from registration to
+//!   [`Pe::deregister_region`], which hands it back; the owner reads and writes it between its
+//!   handlers ([`Pe::region`], [`Pe::region_mut`]).
+//! - *Errors*: a range outside the region, a handle of a deregistered region (or one from
+//!   another job), a PE outside the job: the callback gets the error, and no byte outside a
+//!   region is ever read or written. In report mode, a transfer whose PE dies fails with
+//!   [`RmaError::PeDied`]; one started towards a dead PE fails at once.
+//! - *What may block*: nothing — `get` and `put` return at once; the callback comes later.
+//!
+//! | message (system handler `OneSided`) | `arg0` | payload |
+//! |---|---|---|
+//! | get request | [`GET`] | request id u64, region id u32, generation u32, offset u64, length u64 |
+//! | get answer | [`GOT`] | request id u64, status u8, the bytes |
+//! | put | [`PUT`] | request id u64, region id u32, generation u32, offset u64, notify handler u64 (`u64::MAX`: none), the bytes |
+//! | put answer | [`PUT_DONE`] | request id u64, status u8 |
+//!
+//! Status: 0 done, 1 no such region (stale), 2 out of range. A put's notification is a message
+//! to the handler named, run on the region's PE, its payload a [`PutNotice`].
+
+use crate::lifecycle::SystemHandler;
+use crate::pe::{HandlerId, Pe};
+use converse_machine::bytes::{ByteReader, ByteWriter};
+use converse_machine::Message;
+use std::collections::HashMap;
+use std::ops::Range;
+
+/// `arg0` of a get request.
+pub(crate) const GET: u32 = 0;
+/// `arg0` of a get's answer.
+pub(crate) const GOT: u32 = 1;
+/// `arg0` of a put.
+pub(crate) const PUT: u32 = 2;
+/// `arg0` of a put's answer.
+pub(crate) const PUT_DONE: u32 = 3;
+
+const DONE: u8 = 0;
+const STALE: u8 = 1;
+const OUT_OF_RANGE: u8 = 2;
+
+const NO_NOTIFY: u64 = u64::MAX;
+
+/// Why a transfer failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RmaError {
+    /// The region is not registered on its PE (deregistered since, or the handle is not one
+    /// of this job's).
+    #[error("region {region} of PE {pe} is not registered (deregistered, or never was)")]
+    Stale {
+        /// The region's PE.
+        pe: usize,
+        /// Its id there.
+        region: u32,
+    },
+    /// The range asked for is not inside the region.
+    #[error("bytes {start}..{end} are outside region {region} of PE {pe} ({len} bytes)")]
+    OutOfRange {
+        /// The region's PE.
+        pe: usize,
+        /// Its id there.
+        region: u32,
+        /// The range asked for.
+        start: u64,
+        /// Its end.
+        end: u64,
+        /// The region's length.
+        len: u64,
+    },
+    /// The region's PE died first (report mode).
+    #[error("PE {pe} died before the transfer completed: {reason}")]
+    PeDied {
+        /// The PE.
+        pe: usize,
+        /// What the runtime was told.
+        reason: String,
+    },
+    /// The handle names a PE outside the job.
+    #[error("PE {0} is not a PE of this job")]
+    NoSuchPe(usize),
+    /// A handle's bytes that are not one.
+    #[error("not a region handle ({0} bytes)")]
+    NotAHandle(usize),
+}
+
+/// A registered region, held by the PE that registered it: the only way to reach or
+/// deregister its memory. Not `Send`: it is the PE's.
+#[derive(Debug)]
+pub struct Region {
+    id: u32,
+    gen: u32,
+    _pe_local: std::marker::PhantomData<*const ()>,
+}
+
+/// What others need to get from or put into a region: small and `Copy`, it travels inside
+/// messages ([`to_bytes`](Self::to_bytes), [`from_bytes`](Self::from_bytes)).
+///
+/// ```
+/// # use converse::RegionHandle;
+/// # fn f(h: RegionHandle) {
+/// let bytes = h.to_bytes();
+/// assert_eq!(RegionHandle::from_bytes(&bytes).unwrap(), h);
+/// # }
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RegionHandle {
+    pe: u32,
+    id: u32,
+    gen: u32,
+    len: u64,
+}
+
+impl RegionHandle {
+    /// Bytes of a handle's wire form.
+    pub const LEN: usize = 20;
+
+    /// The wire form: PE u32, region id u32, generation u32, length u64 (little-endian).
+    pub fn to_bytes(&self) -> [u8; Self::LEN] {
+        let mut b = [0u8; Self::LEN];
+        b[..4].copy_from_slice(&self.pe.to_le_bytes());
+        b[4..8].copy_from_slice(&self.id.to_le_bytes());
+        b[8..12].copy_from_slice(&self.gen.to_le_bytes());
+        b[12..].copy_from_slice(&self.len.to_le_bytes());
+        b
+    }
+
+    /// A handle from its wire form (the first [`LEN`](Self::LEN) bytes of `b`).
+    ///
+    /// # Errors
+    /// [`RmaError::NotAHandle`] if `b` is shorter.
+    pub fn from_bytes(b: &[u8]) -> Result<RegionHandle, RmaError> {
+        let mut r = ByteReader::new(b);
+        let bad = |_| RmaError::NotAHandle(b.len());
+        Ok(RegionHandle {
+            pe: r.u32().map_err(bad)?,
+            id: r.u32().map_err(bad)?,
+            gen: r.u32().map_err(bad)?,
+            len: r.u64().map_err(bad)?,
+        })
+    }
+
+    /// The region's PE.
+    pub fn pe(&self) -> usize {
+        self.pe as usize
+    }
+
+    /// The region's length in bytes (all its parts).
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Whether the region has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// The payload of a put's notification, as its handler on the region's PE reads it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PutNotice {
+    /// The PE that put.
+    pub from: usize,
+    /// The region written.
+    pub region: RegionHandle,
+    /// Where the bytes went, in the region.
+    pub range: Range<u64>,
+}
+
+impl PutNotice {
+    const LEN: usize = 4 + RegionHandle::LEN + 16;
+
+    /// The notice a notification handler got.
+    ///
+    /// # Errors
+    /// [`RmaError::NotAHandle`] if `msg` is not a put's notification.
+    pub fn parse(msg: &Message) -> Result<PutNotice, RmaError> {
+        let p = msg.payload();
+        let bad = |_| RmaError::NotAHandle(p.len());
+        let mut r = ByteReader::new(p);
+        let from = r.u32().map_err(bad)? as usize;
+        let region = RegionHandle::from_bytes(r.take(RegionHandle::LEN).map_err(bad)?)?;
+        let start = r.u64().map_err(bad)?;
+        let end = r.u64().map_err(bad)?;
+        Ok(PutNotice {
+            from,
+            region,
+            range: start..end,
+        })
+    }
+}
+
+/// A registered region's memory: its parts, and where each starts in the region.
+struct Slot {
+    gen: u32,
+    parts: Vec<Vec<u8>>,
+    starts: Vec<u64>,
+    len: u64,
+}
+
+impl Slot {
+    /// The pieces of the parts that `range` (inside the region) covers: (part, offset in it,
+    /// length), in order.
+    fn pieces(&self, range: Range<u64>) -> impl Iterator<Item = (usize, usize, usize)> + '_ {
+        // The last part starting at or before the range (a binary search: regions of many
+        // parts cost no scan from the first).
+        let first = self
+            .starts
+            .partition_point(|&s| s <= range.start)
+            .saturating_sub(1);
+        (first..self.parts.len())
+            .take_while(move |&i| self.starts[i] < range.end)
+            .filter_map(move |i| {
+                let (s, l) = (self.starts[i], self.parts[i].len() as u64);
+                let (from, to) = (range.start.max(s), range.end.min(s + l));
+                (from < to).then(|| (i, (from - s) as usize, (to - from) as usize))
+            })
+    }
+}
+
+type GetDone = Box<dyn FnOnce(&mut Pe, Result<Vec<u8>, RmaError>)>;
+
+/// A transfer this PE started and waits on.
+enum Pending {
+    Get {
+        pe: usize,
+        region: u32,
+        range: Range<u64>,
+        done: GetDone,
+    },
+    Put {
+        pe: usize,
+        region: u32,
+        range: Range<u64>,
+        data: Vec<u8>,
+        done: GetDone,
+    },
+}
+
+/// A PE's regions and the transfers it has under way.
+#[derive(Default)]
+pub(crate) struct OneSided {
+    slots: Vec<Option<Slot>>,
+    free: Vec<u32>,
+    /// Generations only grow, so a handle of a deregistered region never names its successor.
+    next_gen: u32,
+    pending: HashMap<u64, Pending>,
+    next_req: u64,
+}
+
+fn system() -> HandlerId {
+    HandlerId(SystemHandler::OneSided.id())
+}
+
+impl Pe {
+    /// Register `parts` (one buffer, or several: a non-contiguous region, addressed as their
+    /// concatenation) for others to get from and put into. The memory is the PE's table's
+    /// until [`deregister_region`](Pe::deregister_region) hands it back.
+    ///
+    /// ```no_run
+    /// converse::run(|pe| {
+    ///     let r = pe.register_region(vec![vec![7u8; 1 << 20]]);
+    ///     let handle = pe.region_handle(&r); // send handle.to_bytes() to whoever gets from it
+    ///     # let _ = handle;
+    /// });
+    /// ```
+    pub fn register_region(&mut self, parts: Vec<Vec<u8>>) -> Region {
+        let os = &mut self.onesided;
+        os.next_gen = os.next_gen.wrapping_add(1);
+        let gen = os.next_gen;
+        let mut starts = Vec::with_capacity(parts.len());
+        let mut len = 0u64;
+        for p in &parts {
+            starts.push(len);
+            len += p.len() as u64;
+        }
+        let slot = Slot {
+            gen,
+            parts,
+            starts,
+            len,
+        };
+        let id = match os.free.pop() {
+            Some(id) => {
+                os.slots[id as usize] = Some(slot);
+                id
+            }
+            None => {
+                os.slots.push(Some(slot));
+                (os.slots.len() - 1) as u32
+            }
+        };
+        Region {
+            id,
+            gen,
+            _pe_local: std::marker::PhantomData,
+        }
+    }
+
+    /// The handle of `region`, to send to others.
+    pub fn region_handle(&self, region: &Region) -> RegionHandle {
+        let len = self.slot(region.id, region.gen).map_or(0, |s| s.len);
+        RegionHandle {
+            pe: self.my_pe as u32,
+            id: region.id,
+            gen: region.gen,
+            len,
+        }
+    }
+
+    /// The region's memory, its parts in order (read between handlers: no transfer is ever
+    /// half done then).
+    pub fn region(&self, region: &Region) -> &[Vec<u8>] {
+        self.slot(region.id, region.gen)
+            .map_or(&[][..], |s| &s.parts[..])
+    }
+
+    /// The region's memory, to change (the parts keep their lengths: the region's handles
+    /// say how long it is).
+    pub fn region_mut(&mut self, region: &Region) -> &mut [Vec<u8>] {
+        match self.onesided.slots.get_mut(region.id as usize) {
+            Some(Some(s)) if s.gen == region.gen => &mut s.parts[..],
+            _ => &mut [][..],
+        }
+    }
+
+    /// Deregister `region` and have its memory back. Transfers from other PEs that arrive
+    /// later fail with [`RmaError::Stale`].
+    pub fn deregister_region(&mut self, region: Region) -> Vec<Vec<u8>> {
+        let os = &mut self.onesided;
+        match os.slots.get_mut(region.id as usize) {
+            Some(slot @ Some(_)) if slot.as_ref().is_some_and(|s| s.gen == region.gen) => {
+                let s = slot.take().map(|s| s.parts).unwrap_or_default();
+                os.free.push(region.id);
+                s
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    fn slot(&self, id: u32, gen: u32) -> Option<&Slot> {
+        match self.onesided.slots.get(id as usize) {
+            Some(Some(s)) if s.gen == gen => Some(s),
+            _ => None,
+        }
+    }
+
+    /// Get bytes `range` of the region `from` names into a buffer of their own; `done` runs on
+    /// this PE with them, or why not (module docs: the contract). Returns at once.
+    pub fn get<F>(&mut self, from: &RegionHandle, range: Range<u64>, done: F)
+    where
+        F: FnOnce(&mut Pe, Result<Vec<u8>, RmaError>) + 'static,
+    {
+        let pe = from.pe();
+        if let Err(e) = self.check_target(from, &range) {
+            return done(self, Err(e));
+        }
+        let id = self.next_request();
+        let mut m = Message::with_capacity(HEAD);
+        m.extend_payload(&head(id, from, range.start, range.end - range.start));
+        m.set_arg0(GET);
+        self.onesided.pending.insert(
+            id,
+            Pending::Get {
+                pe,
+                region: from.id,
+                range,
+                done: Box::new(done),
+            },
+        );
+        self.send_msg(pe, system(), m);
+    }
+
+    /// Put `data` into the region `to` names, from byte `offset` on; `done` runs on this PE
+    /// with `data` handed back once the bytes are in the region, or why not. With `notify`, the
+    /// region's PE runs that handler after writing them (its payload a [`PutNotice`]).
+    /// Returns at once.
+    pub fn put<F>(
+        &mut self,
+        to: &RegionHandle,
+        offset: u64,
+        data: Vec<u8>,
+        notify: Option<HandlerId>,
+        done: F,
+    ) where
+        F: FnOnce(&mut Pe, Result<Vec<u8>, RmaError>) + 'static,
+    {
+        let pe = to.pe();
+        let range = offset..offset.saturating_add(data.len() as u64);
+        if let Err(e) = self.check_target(to, &range) {
+            return done(self, Err(e));
+        }
+        let id = self.next_request();
+        let mut m = Message::with_capacity(HEAD + data.len());
+        let notify = notify.map_or(NO_NOTIFY, |h| u64::from(h.raw()));
+        m.extend_payload(&head(id, to, offset, notify));
+        // The one copy of the bytes on this side: into the message the layer sends.
+        m.extend_payload(&data);
+        m.set_arg0(PUT);
+        self.onesided.pending.insert(
+            id,
+            Pending::Put {
+                pe,
+                region: to.id,
+                range,
+                data,
+                done: Box::new(done),
+            },
+        );
+        self.send_msg(pe, system(), m);
+    }
+
+    fn next_request(&mut self) -> u64 {
+        let id = self.onesided.next_req;
+        self.onesided.next_req += 1;
+        id
+    }
+
+    /// What can be refused before anything is sent.
+    fn check_target(&self, h: &RegionHandle, range: &Range<u64>) -> Result<(), RmaError> {
+        let pe = h.pe();
+        if pe >= self.num_pes() {
+            return Err(RmaError::NoSuchPe(pe));
+        }
+        if range.start > range.end || range.end > h.len {
+            return Err(RmaError::OutOfRange {
+                pe,
+                region: h.id,
+                start: range.start,
+                end: range.end,
+                len: h.len,
+            });
+        }
+        if !self.is_alive(pe) {
+            return Err(RmaError::PeDied {
+                pe,
+                reason: format!("node {} is out of the job", self.node_of(pe)),
+            });
+        }
+        Ok(())
+    }
+
+    /// The system handler `OneSided`.
+    pub(crate) fn on_onesided(&mut self, msg: Message) {
+        let from = msg.src_pe() as usize;
+        let mut r = ByteReader::new(msg.payload());
+        let Ok(id) = r.u64() else {
+            return self.drop_message(&msg, "a one-sided message without its request id");
+        };
+        match msg.arg0() {
+            GET => {
+                let (Ok(region), Ok(gen), Ok(off), Ok(len)) = (r.u32(), r.u32(), r.u64(), r.u64())
+                else {
+                    return self.drop_message(&msg, "a malformed get request");
+                };
+                let out = match self.slot(region, gen) {
+                    None => status_message(id, STALE),
+                    Some(s) if off.checked_add(len).is_none_or(|end| end > s.len) => {
+                        status_message(id, OUT_OF_RANGE)
+                    }
+                    Some(s) => {
+                        // Sized only now that the range is known to be the region's.
+                        let mut out = Message::with_capacity(9 + len as usize);
+                        out.extend_payload(&id.to_le_bytes());
+                        out.extend_payload(&[DONE]);
+                        // The one copy on this side: out of the region into the answer.
+                        for (i, at, n) in s.pieces(off..off + len) {
+                            out.extend_payload(&s.parts[i][at..at + n]);
+                        }
+                        out
+                    }
+                };
+                let mut out = out;
+                out.set_arg0(GOT);
+                self.send_msg(from, system(), out);
+            }
+            PUT => {
+                let (Ok(region), Ok(gen), Ok(off), Ok(notify)) =
+                    (r.u32(), r.u32(), r.u64(), r.u64())
+                else {
+                    return self.drop_message(&msg, "a malformed put");
+                };
+                let data = msg.payload().get(HEAD..).unwrap_or_default();
+                let status = match self.onesided.slots.get_mut(region as usize) {
+                    Some(Some(s)) if s.gen == gen => match off.checked_add(data.len() as u64) {
+                        Some(end) if end <= s.len => {
+                            let pieces: Vec<(usize, usize, usize)> = s.pieces(off..end).collect();
+                            let mut taken = 0;
+                            for (i, at, n) in pieces {
+                                s.parts[i][at..at + n].copy_from_slice(&data[taken..taken + n]);
+                                taken += n;
+                            }
+                            DONE
+                        }
+                        _ => OUT_OF_RANGE,
+                    },
+                    _ => STALE,
+                };
+                if status == DONE && notify != NO_NOTIFY {
+                    let handle = RegionHandle {
+                        pe: self.my_pe as u32,
+                        id: region,
+                        gen,
+                        len: self.slot(region, gen).map_or(0, |s| s.len),
+                    };
+                    let mut n = Message::with_capacity(PutNotice::LEN);
+                    let mut b = Vec::with_capacity(PutNotice::LEN);
+                    b.put_u32(from as u32);
+                    b.extend_from_slice(&handle.to_bytes());
+                    b.put_u64(off);
+                    b.put_u64(off + data.len() as u64);
+                    n.extend_payload(&b);
+                    self.send_msg(self.my_pe, HandlerId(notify as u32), n);
+                }
+                let mut out = status_message(id, status);
+                out.set_arg0(PUT_DONE);
+                self.send_msg(from, system(), out);
+            }
+            GOT | PUT_DONE => {
+                let status = r.u8().unwrap_or(STALE);
+                let Some(p) = self.onesided.pending.remove(&id) else {
+                    return; // failed already (its PE died), then answered after all
+                };
+                let rest = msg.payload().get(9..).unwrap_or_default();
+                match p {
+                    Pending::Get {
+                        pe,
+                        region,
+                        range,
+                        done,
+                    } => {
+                        let r = outcome(status, pe, region, &range).map(|()| rest.to_vec());
+                        done(self, r);
+                    }
+                    Pending::Put {
+                        pe,
+                        region,
+                        range,
+                        data,
+                        done,
+                    } => {
+                        let r = outcome(status, pe, region, &range).map(|()| data);
+                        done(self, r);
+                    }
+                }
+            }
+            _ => self.drop_message(&msg, "a one-sided message of an unknown kind"),
+        }
+    }
+
+    /// PEs died (report mode): the transfers waiting on them fail, in the order started.
+    pub(crate) fn onesided_on_death(&mut self, pes: Range<usize>, reason: &str) {
+        let mut ids: Vec<u64> = self
+            .onesided
+            .pending
+            .iter()
+            .filter(|(_, p)| match p {
+                Pending::Get { pe, .. } | Pending::Put { pe, .. } => pes.contains(pe),
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        ids.sort_unstable();
+        for id in ids {
+            let Some(p) = self.onesided.pending.remove(&id) else {
+                continue;
+            };
+            let (Pending::Get { pe, done, .. } | Pending::Put { pe, done, .. }) = p;
+            done(
+                self,
+                Err(RmaError::PeDied {
+                    pe,
+                    reason: reason.to_string(),
+                }),
+            );
+        }
+    }
+}
+
+/// An answer of a request id and a status only.
+fn status_message(id: u64, status: u8) -> Message {
+    let mut m = Message::with_capacity(9);
+    m.extend_payload(&id.to_le_bytes());
+    m.extend_payload(&[status]);
+    m
+}
+
+fn outcome(status: u8, pe: usize, region: u32, range: &Range<u64>) -> Result<(), RmaError> {
+    match status {
+        DONE => Ok(()),
+        OUT_OF_RANGE => Err(RmaError::OutOfRange {
+            pe,
+            region,
+            start: range.start,
+            end: range.end,
+            // The handle said more than the region has: the caller's handle is not this
+            // region's (checked against its length before sending).
+            len: 0,
+        }),
+        _ => Err(RmaError::Stale { pe, region }),
+    }
+}
+
+/// Bytes of a get or put request before a put's data.
+const HEAD: usize = 32;
+
+/// The fixed part of a get or put request, on the stack (no allocation): request id, region
+/// id, generation, offset, and the length (get) or the notify handler (put).
+fn head(id: u64, h: &RegionHandle, off: u64, last: u64) -> [u8; HEAD] {
+    let mut b = [0u8; HEAD];
+    b[..8].copy_from_slice(&id.to_le_bytes());
+    b[8..12].copy_from_slice(&h.id.to_le_bytes());
+    b[12..16].copy_from_slice(&h.gen.to_le_bytes());
+    b[16..24].copy_from_slice(&off.to_le_bytes());
+    b[24..32].copy_from_slice(&last.to_le_bytes());
+    b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot(lens: &[usize]) -> Slot {
+        let parts: Vec<Vec<u8>> = lens.iter().map(|&l| vec![0; l]).collect();
+        let mut starts = Vec::new();
+        let mut len = 0;
+        for p in &parts {
+            starts.push(len);
+            len += p.len() as u64;
+        }
+        Slot {
+            gen: 1,
+            parts,
+            starts,
+            len,
+        }
+    }
+
+    fn covered(s: &Slot, r: Range<u64>) -> Vec<(usize, usize, usize)> {
+        s.pieces(r).filter(|p| p.2 > 0).collect()
+    }
+
+    #[test]
+    fn pieces_cover_ranges_across_parts() {
+        let s = slot(&[10, 0, 5, 20]);
+        assert_eq!(covered(&s, 0..10), vec![(0, 0, 10)]);
+        assert_eq!(covered(&s, 8..12), vec![(0, 8, 2), (2, 0, 2)]);
+        assert_eq!(covered(&s, 12..35), vec![(2, 2, 3), (3, 0, 20)]);
+        assert_eq!(covered(&s, 15..16), vec![(3, 0, 1)]);
+        assert_eq!(covered(&s, 3..3), vec![]);
+        let total: usize = covered(&s, 0..35).iter().map(|p| p.2).sum();
+        assert_eq!(total, 35);
+    }
+
+    #[test]
+    fn handles_and_notices_round_trip() {
+        let h = RegionHandle {
+            pe: 3,
+            id: 9,
+            gen: 77,
+            len: 1 << 40,
+        };
+        assert_eq!(RegionHandle::from_bytes(&h.to_bytes()), Ok(h));
+        assert_eq!(
+            RegionHandle::from_bytes(&h.to_bytes()[..19]),
+            Err(RmaError::NotAHandle(19))
+        );
+    }
+}
