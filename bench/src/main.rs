@@ -25,6 +25,7 @@ mod idle;
 #[cfg(feature = "mpi")]
 mod mpi_same_job;
 mod multi;
+mod onesided;
 mod pingpong;
 mod plot;
 mod rate;
@@ -118,6 +119,29 @@ enum Cmd {
         #[arg(long, default_value_t = 5, allow_negative_numbers = true,
               value_parser = clap::value_parser!(u16).range(1..))]
         rounds: u16,
+    },
+    /// One-sided transfers: a get and a put of N bytes beside the same bytes as a message, on
+    /// each layer, in the same job.
+    Onesided {
+        /// Layers, comma-separated (`local`: in this process).
+        #[arg(long, value_delimiter = ',', default_value = "local,si,tcp")]
+        layers: Vec<String>,
+        /// Sizes in bytes, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "8,65536,1048576,16777216", value_parser = args::size)]
+        sizes: Vec<usize>,
+        /// Operations of each kind per size and round.
+        #[arg(long, default_value_t = 200, value_parser = args::count64, allow_negative_numbers = true)]
+        iters: u64,
+        /// Rounds (a job each).
+        #[arg(long, default_value_t = 3, allow_negative_numbers = true,
+              value_parser = clap::value_parser!(u16).range(1..))]
+        rounds: u16,
+    },
+    /// One PE of a `bench onesided` job.
+    #[command(hide = true)]
+    PeOnesided {
+        #[command(flatten)]
+        job: Job,
     },
     /// The serving job of `bench endpoint`.
     #[command(hide = true)]
@@ -655,6 +679,15 @@ fn main() -> ExitCode {
             iters,
             rounds,
         } => endpoint::run(&sizes, iters, rounds),
+        Cmd::Onesided {
+            layers,
+            sizes,
+            iters,
+            rounds,
+        } => onesided::run(&layers, &sizes, iters, rounds),
+        Cmd::PeOnesided { job } => converse::Runtime::from_args(argv)
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| onesided::pe_main(rt, &job.sizes, job.iters, &job.csv)),
         Cmd::PeEndpointServe { dir } => converse::Runtime::from_args(argv)
             .map_err(anyhow::Error::from)
             .and_then(|rt| endpoint::serve_main(rt, &dir)),

@@ -74,7 +74,7 @@ pub use converse_machine::{Message, NodeTable};
 pub use error::RuntimeError;
 pub use failure::{NodeFailure, SendError};
 pub use mailbox::Mailbox;
-pub use onesided::{PutNotice, Region, RegionHandle, RmaError};
+pub use onesided::{Got, PutNotice, Region, RegionHandle, RmaError};
 pub use pe::{HandlerId, Pe};
 pub use placement::CoreList;
 pub use tree::{tree_children, tree_parent};

@@ -18,7 +18,7 @@
 //!   between two of its owner's handlers; a put writes it likewise: an owner's handler never
 //!   sees half a transfer.
 //! - *Completion*: the initiator's callback runs once, on the initiating PE, from its
-//!   scheduler: for a get with the bytes, for a put once they are in the region (the put's own
+//!   scheduler: for a get with the bytes (a [`Got`], in the message they came in), for a put once they are in the region (the put's own
 //!   buffer is handed back), or with an [`RmaError`].
 //! - *Ownership*: a put's buffer is moved into the transfer and handed back at completion, and
 //!   a get's bytes arrive in a buffer of their own, so safe code cannot touch either while the
@@ -239,7 +239,34 @@ impl Slot {
     }
 }
 
-type GetDone = Box<dyn FnOnce(&mut Pe, Result<Vec<u8>, RmaError>)>;
+/// The bytes a get brought: they stay in the message they came in (no copy on this side);
+/// read them as a slice, or [`into_vec`](Got::into_vec).
+pub struct Got {
+    msg: Message,
+}
+
+impl Got {
+    /// The bytes, in a `Vec` of their own (one copy).
+    pub fn into_vec(self) -> Vec<u8> {
+        self.to_vec()
+    }
+}
+
+impl std::ops::Deref for Got {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.msg.payload().get(9..).unwrap_or_default()
+    }
+}
+
+impl std::fmt::Debug for Got {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Got").field("bytes", &self.len()).finish()
+    }
+}
+
+type GetDone = Box<dyn FnOnce(&mut Pe, Result<Got, RmaError>)>;
+type PutDone = Box<dyn FnOnce(&mut Pe, Result<Vec<u8>, RmaError>)>;
 
 /// A transfer this PE started and waits on.
 enum Pending {
@@ -254,7 +281,7 @@ enum Pending {
         region: u32,
         range: Range<u64>,
         data: Vec<u8>,
-        done: GetDone,
+        done: PutDone,
     },
 }
 
@@ -370,7 +397,7 @@ impl Pe {
     /// this PE with them, or why not (module docs: the contract). Returns at once.
     pub fn get<F>(&mut self, from: &RegionHandle, range: Range<u64>, done: F)
     where
-        F: FnOnce(&mut Pe, Result<Vec<u8>, RmaError>) + 'static,
+        F: FnOnce(&mut Pe, Result<Got, RmaError>) + 'static,
     {
         let pe = from.pe();
         if let Err(e) = self.check_target(from, &range) {
@@ -542,7 +569,6 @@ impl Pe {
                 let Some(p) = self.onesided.pending.remove(&id) else {
                     return; // failed already (its PE died), then answered after all
                 };
-                let rest = msg.payload().get(9..).unwrap_or_default();
                 match p {
                     Pending::Get {
                         pe,
@@ -550,7 +576,8 @@ impl Pe {
                         range,
                         done,
                     } => {
-                        let r = outcome(status, pe, region, &range).map(|()| rest.to_vec());
+                        // The bytes stay in the message they came in.
+                        let r = outcome(status, pe, region, &range).map(|()| Got { msg });
                         done(self, r);
                     }
                     Pending::Put {
@@ -585,14 +612,14 @@ impl Pe {
             let Some(p) = self.onesided.pending.remove(&id) else {
                 continue;
             };
-            let (Pending::Get { pe, done, .. } | Pending::Put { pe, done, .. }) = p;
-            done(
-                self,
-                Err(RmaError::PeDied {
-                    pe,
-                    reason: reason.to_string(),
-                }),
-            );
+            let died = |pe| RmaError::PeDied {
+                pe,
+                reason: reason.to_string(),
+            };
+            match p {
+                Pending::Get { pe, done, .. } => done(self, Err(died(pe))),
+                Pending::Put { pe, done, .. } => done(self, Err(died(pe))),
+            }
         }
     }
 }

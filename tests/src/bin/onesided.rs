@@ -185,7 +185,7 @@ fn basics(pe: &mut Pe) -> Result<(), String> {
         expect(&left);
         let (e, l) = (errors.clone(), left.clone());
         pe.get(&hq.marks, me as u64..me as u64 + 1, move |_pe, got| {
-            check(&e, got == Ok(vec![1]), || {
+            check(&e, got.as_deref() == Ok(&[1u8][..]), || {
                 format!("a get after a message to PE {q} missed its mark: {got:?}")
             });
             *l.borrow_mut() -= 1;
@@ -208,16 +208,6 @@ fn basics(pe: &mut Pe) -> Result<(), String> {
         );
         pe.send(q, after_put, b"");
         // Errors.
-        let fails =
-            |e: &Errors, what: String, want: fn(&RmaError) -> bool, l: &Rc<RefCell<usize>>| {
-                let (e, l) = (e.clone(), l.clone());
-                move |_pe: &mut Pe, r: Result<Vec<u8>, RmaError>| {
-                    check(&e, r.as_ref().err().is_some_and(want), || {
-                        format!("{what}: {r:?}")
-                    });
-                    *l.borrow_mut() -= 1;
-                }
-            };
         expect(&left);
         pe.get(
             &hq.data,
@@ -310,10 +300,26 @@ fn basics(pe: &mut Pe) -> Result<(), String> {
     }
 }
 
+/// A callback that expects the error `want` and counts itself done.
+fn fails<T: std::fmt::Debug>(
+    e: &Errors,
+    what: String,
+    want: fn(&RmaError) -> bool,
+    l: &Rc<RefCell<usize>>,
+) -> impl FnOnce(&mut Pe, Result<T, RmaError>) {
+    let (e, l) = (e.clone(), l.clone());
+    move |_pe: &mut Pe, r: Result<T, RmaError>| {
+        check(&e, r.as_ref().err().is_some_and(want), || {
+            format!("{what}: {r:?}")
+        });
+        *l.borrow_mut() -= 1;
+    }
+}
+
 fn fails_outside(
     e: Errors,
     l: Rc<RefCell<usize>>,
-) -> impl FnOnce(&mut Pe, Result<Vec<u8>, RmaError>) {
+) -> impl FnOnce(&mut Pe, Result<converse::Got, RmaError>) {
     move |pe: &mut Pe, r| {
         let n = pe.num_pes();
         check(
@@ -367,7 +373,7 @@ fn big(pe: &mut Pe, max: usize) -> Result<(), String> {
                         .enumerate()
                         .all(|(i, &x)| x == fill(off as usize + i))
                 }),
-                || format!("get of {size} B: {:?}", g.as_ref().map(Vec::len)),
+                || format!("get of {size} B: {:?}", g.as_ref().map(|b| b.len())),
             );
             let mine: Vec<u8> = (0..size).map(|i| (i % 241) as u8 ^ 0x33).collect();
             let res = Rc::new(RefCell::new(None));
@@ -385,7 +391,7 @@ fn big(pe: &mut Pe, max: usize) -> Result<(), String> {
             let r = res.clone();
             pe.run_until(|_| r.borrow().is_some());
             let g = res.borrow_mut().take().expect("done");
-            check(&errors, g.as_ref() == Ok(&mine), || {
+            check(&errors, g.as_deref() == Ok(&mine[..]), || {
                 format!("get back after a put of {size} B")
             });
             // Restore what the next, larger get checks.
@@ -446,7 +452,9 @@ fn die(pe: &mut Pe) -> Result<(), String> {
     let results: Rc<RefCell<Vec<Outcome>>> = Rc::default();
     for _ in 0..5 {
         let r = results.clone();
-        pe.get(&h, 0..4096, move |_pe, g| r.borrow_mut().push(g));
+        pe.get(&h, 0..4096, move |_pe, g| {
+            r.borrow_mut().push(g.map(|b| b.into_vec()))
+        });
     }
     let r = results.clone();
     pe.put(&h, 0, vec![1; 100], None, move |_pe, p| {

@@ -1,0 +1,218 @@
+//! `bench onesided`: a get and a put of N bytes beside the same N bytes sent as a message, on
+//! each layer, in the same job: each operation moves N bytes one way and an empty message the
+//! other (the message is answered by an empty one; a get's request is empty, a put's answer
+//! is), and is timed from its start to its completion on PE 0. The three alternate per size
+//! and round, so the machine's speed state is the same for all three.
+//!
+//! This build moves one-sided bytes over messages on every layer (runtime/src/onesided.rs), so
+//! the message column is the raw mechanism underneath: the table is what the emulation costs
+//! on top of it.
+
+use crate::pingpong;
+use crate::report::{self, histogram, Row};
+use anyhow::Context;
+use converse::{Message, Pe, RegionHandle, Runtime};
+use std::cell::{Cell, RefCell};
+use std::path::Path;
+use std::rc::Rc;
+use std::sync::Mutex;
+use std::time::Instant;
+
+const KINDS: [&str; 3] = ["message", "get", "put"];
+
+/// Time one operation of `kind` and `size` on PE 0, against PE 1's region `h`.
+fn once(
+    pe: &mut Pe,
+    kind: usize,
+    data: &[u8],
+    h: &RegionHandle,
+    ball: converse::HandlerId,
+    back: &Rc<Cell<bool>>,
+    spare: &Rc<RefCell<Option<Vec<u8>>>>,
+) -> u64 {
+    let size = data.len();
+    let done = Rc::new(Cell::new(false));
+    let t = Instant::now();
+    match kind {
+        0 => {
+            back.set(false);
+            // The program's bytes copied into the message, as a put copies them: a fresh
+            // zeroed message would be pages never touched, which cost nothing to read.
+            pe.send_msg(1, ball, Message::from_payload(data));
+            let b = back.clone();
+            pe.run_until(|_| b.get());
+        }
+        1 => {
+            let d = done.clone();
+            pe.get(h, 0..size as u64, move |_pe, r| {
+                assert!(r.is_ok_and(|b| b.len() == size), "a get failed");
+                d.set(true);
+            });
+            let d = done.clone();
+            pe.run_until(|_| d.get());
+        }
+        _ => {
+            let d = done.clone();
+            // The program's buffer goes into the put and comes back with its completion, to
+            // be used again: as a program that puts from one buffer repeatedly would.
+            let mut buf = spare.borrow_mut().take().unwrap_or_default();
+            buf.clear();
+            buf.extend_from_slice(data);
+            let s = spare.clone();
+            pe.put(h, 0, buf, None, move |_pe, r| {
+                match r {
+                    Ok(b) => *s.borrow_mut() = Some(b),
+                    Err(e) => panic!("a put failed: {e}"),
+                }
+                d.set(true);
+            });
+            let d = done.clone();
+            pe.run_until(|_| d.get());
+        }
+    }
+    t.elapsed().as_nanos() as u64
+}
+
+/// The job: PE 1 registers a region of the largest size and answers messages with an empty
+/// one; PE 0 times `iters` of each kind per size. PE 0's rows (what: the kind).
+pub(crate) fn job(rt: Runtime, sizes: &[usize], iters: u64) -> anyhow::Result<Vec<Row>> {
+    let result = Mutex::new(Vec::new());
+    let max = sizes.iter().copied().max().unwrap_or(0);
+    let code = rt.run(|pe| {
+        let handle: Rc<RefCell<Option<RegionHandle>>> = Rc::default();
+        let h2 = handle.clone();
+        let got = pe.register("onesided.handle", move |_pe, m| {
+            *h2.borrow_mut() = RegionHandle::from_bytes(m.payload()).ok();
+        });
+        let back = Rc::new(Cell::new(false));
+        let b2 = back.clone();
+        let answer = pe.register("onesided.answer", move |_pe, _m| b2.set(true));
+        let ball = pe.register("onesided.ball", move |pe, _m| pe.send(0, answer, b""));
+        if pe.my_pe() == 1 {
+            let r = pe.register_region(vec![(0..max).map(|i| (i % 253) as u8).collect()]);
+            let h = pe.region_handle(&r);
+            pe.send(0, got, &h.to_bytes());
+            // Registered for the whole job.
+            std::mem::drop(r);
+        }
+        if pe.my_pe() != 0 {
+            return;
+        }
+        let hh = handle.clone();
+        pe.run_until(|_| hh.borrow().is_some());
+        let Some(h) = *handle.borrow() else { return };
+        let mut rows = Vec::new();
+        let data: Vec<u8> = (0..max).map(|i| (i % 251) as u8).collect();
+        let spare: Rc<RefCell<Option<Vec<u8>>>> = Rc::default();
+        for &size in sizes {
+            let mut hists: Vec<_> = (0..3)
+                .map(|_| histogram().unwrap_or_else(|e| pe.abort(&e.to_string())))
+                .collect();
+            for i in 0..iters + pingpong::warmup(iters) {
+                for k in 0..3 {
+                    // Rotated, so no kind always runs right after another.
+                    let kind = (k + i as usize) % 3;
+                    let ns = once(pe, kind, &data[..size], &h, ball, &back, &spare);
+                    if i >= pingpong::warmup(iters) {
+                        hists[kind].saturating_record(ns.max(1));
+                    }
+                }
+            }
+            for (k, hist) in hists.iter().enumerate() {
+                rows.push(Row::from_hist(KINDS[k], size, hist));
+            }
+        }
+        if let Ok(mut r) = result.lock() {
+            *r = rows;
+        }
+        pe.exit(0);
+    })?;
+    anyhow::ensure!(code == 0, "the one-sided job exited with {code}");
+    Ok(result.into_inner().unwrap_or_default())
+}
+
+/// `bench pe-onesided`: one PE of a launched job; PE 0 writes the CSV.
+pub(crate) fn pe_main(rt: Runtime, sizes: &[usize], iters: u64, csv: &Path) -> anyhow::Result<()> {
+    let rows = job(rt, sizes, iters)?;
+    if !rows.is_empty() {
+        report::write_csv(csv, &rows.iter().collect::<Vec<_>>())?;
+    }
+    Ok(())
+}
+
+fn on_layer(layer: &str, sizes: &[usize], iters: u64) -> anyhow::Result<Vec<Row>> {
+    if layer == "local" {
+        let rt = Runtime::from_args(["bench", "+p2", "+machine", "local", "+quiet"])?;
+        return job(rt, sizes, iters);
+    }
+    let me = std::env::current_exe().context("finding the bench executable")?;
+    let csv = std::env::temp_dir().join(format!("bench-onesided-{}.csv", std::process::id()));
+    let status = pingpong::launcher(layer, &me, 2, 1)?
+        .arg(&me)
+        .args([
+            "pe-onesided",
+            "--sizes",
+            &report::size_list(sizes),
+            "--iters",
+            &iters.to_string(),
+            "--csv",
+        ])
+        .arg(&csv)
+        .args(["+machine", layer, "+quiet"])
+        .status()
+        .context("starting the job")?;
+    anyhow::ensure!(
+        status.success(),
+        "the {layer} one-sided job failed: {status}"
+    );
+    let rows = report::read_csv(&csv);
+    let _ = std::fs::remove_file(&csv);
+    rows
+}
+
+pub(crate) fn run(
+    layers: &[String],
+    sizes: &[usize],
+    iters: u64,
+    rounds: u16,
+) -> anyhow::Result<()> {
+    converse::input::out_line(&format!(
+        "onesided: N bytes one way and an empty message back, from start to completion on PE 0, \
+         µs p50 (median of {rounds} rounds of {iters}, range); get and put over messages (this build)"
+    ));
+    converse::input::out_line(&format!(
+        "{:>7} {:>9} | {:>22} | {:>22} | {:>22} | {:>7} {:>7}",
+        "layer", "bytes", "message", "get", "put", "get/msg", "put/msg"
+    ));
+    for layer in layers {
+        let mut got: Vec<Vec<Row>> = Vec::new();
+        for _ in 0..rounds {
+            got.push(on_layer(layer, sizes, iters)?);
+        }
+        for &size in sizes {
+            let cell = |kind: &str| -> (f64, f64, f64) {
+                let mut v: Vec<f64> = got
+                    .iter()
+                    .filter_map(|rows| rows.iter().find(|r| r.size == size && r.what == kind))
+                    .map(|r| r.p50_ns as f64 / 1e3)
+                    .collect();
+                v.sort_by(f64::total_cmp);
+                if v.is_empty() {
+                    return (f64::NAN, f64::NAN, f64::NAN);
+                }
+                (v[v.len() / 2], v[0], v[v.len() - 1])
+            };
+            let [m, g, p] = KINDS.map(cell);
+            let show = |(a, lo, hi): (f64, f64, f64)| format!("{a:.1} ({lo:.1}-{hi:.1})");
+            converse::input::out_line(&format!(
+                "{layer:>7} {size:>9} | {:>22} | {:>22} | {:>22} | {:>6.2}x {:>6.2}x",
+                show(m),
+                show(g),
+                show(p),
+                g.0 / m.0,
+                p.0 / m.0
+            ));
+        }
+    }
+    Ok(())
+}
