@@ -92,8 +92,9 @@ pub(crate) fn job(rt: Runtime, sizes: &[usize], iters: u64) -> anyhow::Result<Ve
             let r = pe.register_region(vec![(0..max).map(|i| (i % 253) as u8).collect()]);
             let h = pe.region_handle(&r);
             pe.send(0, got, &h.to_bytes());
-            // Registered for the whole job.
-            std::mem::drop(r);
+            // Dropped, it stays registered for the whole job (regions deregister only by
+            // `deregister_region`).
+            let _registered = r;
         }
         if pe.my_pe() != 0 {
             return;

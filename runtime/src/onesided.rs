@@ -106,7 +106,8 @@ pub enum RmaError {
 }
 
 /// A registered region, held by the PE that registered it: the only way to reach or
-/// deregister its memory. Not `Send`: it is the PE's.
+/// deregister its memory. Not `Send`: it is the PE's. Dropping it leaves the memory
+/// registered until the job ends (its handles keep working); deregister it to have it back.
 #[derive(Debug)]
 pub struct Region {
     id: u32,

@@ -63,3 +63,34 @@ fn transfers_on_a_dying_pes_region_fail_with_its_death() {
         );
     }
 }
+
+/// The runtime's example: a block matrix transpose by get and by put, checked by every PE
+/// against the serial transpose (built by `cargo test --workspace`, or `cargo build --release
+/// -p converse --examples`).
+#[test]
+fn the_transpose_example_matches_the_serial_transpose() {
+    let ex = std::path::Path::new(PROGRAM)
+        .with_file_name("examples")
+        .join("transpose");
+    assert!(
+        ex.exists(),
+        "{} is not built: run `cargo build --release -p converse --examples`",
+        ex.display()
+    );
+    let ex = ex.to_string_lossy().into_owned();
+    for (l, pes) in [
+        (Launcher::Direct { machine: "local" }, 4),
+        (charmrun("tcp", 1), 3),
+        (charmrun("si", 2), 4),
+    ] {
+        for mode in ["get", "put"] {
+            let o = l.run(&ex, pes, &["384", mode], Duration::from_secs(120));
+            assert!(
+                o.code == Some(0)
+                    && o.lines_with(&format!("by {mode}: matches the serial transpose")) == 1
+                    && (0..pes).all(|p| o.lines_with(&format!("transpose: PE {p} ok")) == 1),
+                "{mode} via {l:?}:\n{o}"
+            );
+        }
+    }
+}
