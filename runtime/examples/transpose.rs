@@ -22,6 +22,9 @@ use converse::{PutNotice, RegionHandle};
 use std::cell::RefCell;
 use std::rc::Rc;
 
+/// A PE's two regions: its tiles, and its receive slots.
+type Pair = (RegionHandle, RegionHandle);
+
 fn as_bytes(v: &[f64]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
@@ -78,8 +81,7 @@ fn main() -> std::process::ExitCode {
         let tile_bytes = (b * b * 8) as u64;
 
         // Everyone's handles, by message.
-        let handles: Rc<RefCell<Vec<Option<(RegionHandle, RegionHandle)>>>> =
-            Rc::new(RefCell::new(vec![None; np]));
+        let handles: Rc<RefCell<Vec<Option<Pair>>>> = Rc::new(RefCell::new(vec![None; np]));
         let h = handles.clone();
         let got = pe.register("transpose.handles", move |_pe, m| {
             let p = m.payload();
@@ -108,8 +110,7 @@ fn main() -> std::process::ExitCode {
         }
         let h = handles.clone();
         pe.run_until(|_| h.borrow().iter().all(Option::is_some));
-        let all: Vec<(RegionHandle, RegionHandle)> =
-            handles.borrow().iter().flatten().copied().collect();
+        let all: Vec<Pair> = handles.borrow().iter().flatten().copied().collect();
 
         for (q, (their_tiles, their_inbox)) in all.into_iter().enumerate() {
             if mode == "get" {

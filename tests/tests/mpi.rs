@@ -306,3 +306,39 @@ mod tasks {
         run("qd", 4, 2);
     }
 }
+
+/// One-sided transfers (`Pe::get`, `Pe::put`) under mpirun, at `+ppn 1` and `2`.
+mod onesided {
+    use converse_tests::Launcher;
+
+    const ONESIDED: &str = env!("CARGO_BIN_EXE_onesided");
+
+    fn mpirun(ppn: usize) -> Launcher {
+        Launcher::Mpirun {
+            machine: "mpi",
+            opts: vec![],
+            split: false,
+        }
+        .with_ppn(ppn)
+    }
+
+    #[test]
+    fn gets_puts_ranges_ordering_and_errors() {
+        mpirun(1).expect_every_pe_ok(ONESIDED, "onesided", "basics", 3);
+        mpirun(2).expect_every_pe_ok(ONESIDED, "onesided", "basics", 4);
+    }
+
+    #[test]
+    fn transfers_of_16_mib_arrive_whole() {
+        let o = mpirun(1).run(
+            ONESIDED,
+            2,
+            &["big", "16777216"],
+            std::time::Duration::from_secs(120),
+        );
+        assert!(
+            o.code == Some(0) && o.lines_with("onesided big: PE 0 ok") == 1,
+            "{o}"
+        );
+    }
+}
