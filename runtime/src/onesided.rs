@@ -26,10 +26,12 @@
 //!   [`Pe::deregister_region`], which hands it back; the owner reads and writes it between its
 //!   handlers ([`Pe::region`], [`Pe::region_mut`]).
 //! - *Errors*: a range outside the region, a handle of a deregistered region (or one from
-//!   another job), a PE outside the job: the callback gets the error, and no byte outside a
-//!   region is ever read or written. In report mode, a transfer whose PE dies fails with
-//!   [`RmaError::PeDied`]; one started towards a dead PE fails at once.
-//! - *What may block*: nothing — `get` and `put` return at once; the callback comes later.
+//!   another job: generations start at random), a PE outside the job: the callback gets the
+//!   error, and no byte outside a region is ever read or written. In report mode, a transfer
+//!   whose PE dies fails with [`RmaError::PeDied`]; one started towards a dead PE fails
+//!   without anything sent. An answer is taken only from the PE asked and of the kind asked.
+//! - *What may block*: nothing — `get` and `put` return at once; the callback comes later,
+//!   from the scheduler, even for a transfer refused at once.
 //!
 //! | message (system handler `OneSided`) | `arg0` | payload |
 //! |---|---|---|
@@ -37,6 +39,7 @@
 //! | get answer | [`GOT`] | request id u64, status u8, the bytes |
 //! | put | [`PUT`] | request id u64, region id u32, generation u32, offset u64, notify handler u64 (`u64::MAX`: none), the bytes |
 //! | put answer | [`PUT_DONE`] | request id u64, status u8 |
+//! | a PE to itself | [`REFUSED`] | request id u64: a transfer refused before it was sent, its callback due |
 //!
 //! Status: 0 done, 1 no such region (stale), 2 out of range. A put's notification is a message
 //! to the handler named, run on the region's PE, its payload a [`PutNotice`].
@@ -56,6 +59,8 @@ pub(crate) const GOT: u32 = 1;
 pub(crate) const PUT: u32 = 2;
 /// `arg0` of a put's answer.
 pub(crate) const PUT_DONE: u32 = 3;
+/// `arg0` of a PE's note to itself: a transfer refused before it was sent (payload: its id).
+pub(crate) const REFUSED: u32 = 4;
 
 const DONE: u8 = 0;
 const STALE: u8 = 1;
@@ -291,8 +296,11 @@ enum Pending {
 pub(crate) struct OneSided {
     slots: Vec<Option<Slot>>,
     free: Vec<u32>,
-    /// Generations only grow, so a handle of a deregistered region never names its successor.
+    /// Generations only grow (from a random start, wrapping after 2^32 registrations), so a
+    /// handle of a deregistered region never names its successor.
     next_gen: u32,
+    /// Transfers refused before anything was sent, their callbacks due from the scheduler.
+    refused: HashMap<u64, RmaError>,
     pending: HashMap<u64, Pending>,
     next_req: u64,
 }
@@ -315,7 +323,12 @@ impl Pe {
     /// ```
     pub fn register_region(&mut self, parts: Vec<Vec<u8>>) -> Region {
         let os = &mut self.onesided;
-        os.next_gen = os.next_gen.wrapping_add(1);
+        if os.next_gen == 0 {
+            // A random start: a handle from another job (or an earlier run, handed over an
+            // endpoint) names no region of this one, short of a 1 in 2^32 chance.
+            os.next_gen = random_u32() | 1;
+        }
+        os.next_gen = os.next_gen.wrapping_add(1).max(1);
         let gen = os.next_gen;
         let mut starts = Vec::with_capacity(parts.len());
         let mut len = 0u64;
@@ -364,12 +377,14 @@ impl Pe {
             .map_or(&[][..], |s| &s.parts[..])
     }
 
-    /// The region's memory, to change (the parts keep their lengths: the region's handles
-    /// say how long it is).
-    pub fn region_mut(&mut self, region: &Region) -> &mut [Vec<u8>] {
+    /// The region's memory, to change: its parts as slices, so their lengths (which its
+    /// handles and every range check count on) cannot change.
+    pub fn region_mut(&mut self, region: &Region) -> Vec<&mut [u8]> {
         match self.onesided.slots.get_mut(region.id as usize) {
-            Some(Some(s)) if s.gen == region.gen => &mut s.parts[..],
-            _ => &mut [][..],
+            Some(Some(s)) if s.gen == region.gen => {
+                s.parts.iter_mut().map(|p| &mut p[..]).collect()
+            }
+            _ => Vec::new(),
         }
     }
 
@@ -401,9 +416,7 @@ impl Pe {
         F: FnOnce(&mut Pe, Result<Got, RmaError>) + 'static,
     {
         let pe = from.pe();
-        if let Err(e) = self.check_target(from, &range) {
-            return done(self, Err(e));
-        }
+        let checked = self.check_target(from, &range);
         let id = self.next_request();
         let mut m = Message::with_capacity(HEAD);
         m.extend_payload(&head(id, from, range.start, range.end - range.start));
@@ -417,7 +430,10 @@ impl Pe {
                 done: Box::new(done),
             },
         );
-        self.send_msg(pe, system(), m);
+        match checked {
+            Ok(()) => self.send_msg(pe, system(), m),
+            Err(e) => self.refuse_transfer(id, e),
+        }
     }
 
     /// Put `data` into the region `to` names, from byte `offset` on; `done` runs on this PE
@@ -436,9 +452,7 @@ impl Pe {
     {
         let pe = to.pe();
         let range = offset..offset.saturating_add(data.len() as u64);
-        if let Err(e) = self.check_target(to, &range) {
-            return done(self, Err(e));
-        }
+        let checked = self.check_target(to, &range);
         let id = self.next_request();
         let mut m = Message::with_capacity(HEAD + data.len());
         let notify = notify.map_or(NO_NOTIFY, |h| u64::from(h.raw()));
@@ -456,7 +470,22 @@ impl Pe {
                 done: Box::new(done),
             },
         );
-        self.send_msg(pe, system(), m);
+        match checked {
+            Ok(()) => self.send_msg(pe, system(), m),
+            Err(e) => self.refuse_transfer(id, e),
+        }
+    }
+
+    /// A transfer refused before anything was sent: its callback runs from the scheduler, as
+    /// every completion does (never inside `get` or `put`, where its caller may hold state
+    /// the callback needs).
+    fn refuse_transfer(&mut self, id: u64, e: RmaError) {
+        self.onesided.refused.insert(id, e);
+        let mut m = Message::with_capacity(8);
+        m.extend_payload(&id.to_le_bytes());
+        m.set_arg0(REFUSED);
+        let me = self.my_pe;
+        self.send_msg(me, system(), m);
     }
 
     fn next_request(&mut self) -> u64 {
@@ -545,7 +574,12 @@ impl Pe {
                     },
                     _ => STALE,
                 };
-                if status == DONE && notify != NO_NOTIFY {
+                // Only a program's own handler may be named (a system one would act on a
+                // notice as on its own message).
+                let notify = u32::try_from(notify)
+                    .ok()
+                    .filter(|&h| h >= crate::lifecycle::USER_BASE);
+                if let (DONE, Some(notify)) = (status, notify) {
                     let handle = RegionHandle {
                         pe: self.my_pe as u32,
                         id: region,
@@ -559,16 +593,34 @@ impl Pe {
                     b.put_u64(off);
                     b.put_u64(off + data.len() as u64);
                     n.extend_payload(&b);
-                    self.send_msg(self.my_pe, HandlerId(notify as u32), n);
+                    self.send_msg(self.my_pe, HandlerId(notify), n);
                 }
                 let mut out = status_message(id, status);
                 out.set_arg0(PUT_DONE);
                 self.send_msg(from, system(), out);
             }
+            REFUSED => {
+                let e = self.onesided.refused.remove(&id);
+                let p = self.onesided.pending.remove(&id);
+                if let (Some(e), Some(p)) = (e, p) {
+                    match p {
+                        Pending::Get { done, .. } => done(self, Err(e)),
+                        Pending::Put { done, .. } => done(self, Err(e)),
+                    }
+                }
+            }
             GOT | PUT_DONE => {
                 let status = r.u8().unwrap_or(STALE);
+                // The answer must come from the PE asked, and be of the kind asked.
+                let matches = self.onesided.pending.get(&id).is_some_and(|p| match p {
+                    Pending::Get { pe, .. } => *pe == from && msg.arg0() == GOT,
+                    Pending::Put { pe, .. } => *pe == from && msg.arg0() == PUT_DONE,
+                });
+                if !matches || self.onesided.refused.contains_key(&id) {
+                    return; // failed already (its PE died), or not an answer to it
+                }
                 let Some(p) = self.onesided.pending.remove(&id) else {
-                    return; // failed already (its PE died), then answered after all
+                    return;
                 };
                 match p {
                     Pending::Get {
@@ -623,6 +675,14 @@ impl Pe {
             }
         }
     }
+}
+
+/// 32 random bits (the standard library's per-process random hash keys: no dependency).
+fn random_u32() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(std::process::id().into());
+    h.finish() as u32
 }
 
 /// An answer of a request id and a status only.

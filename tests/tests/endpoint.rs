@@ -100,6 +100,12 @@ fn a_plain_process_calls_and_sends_by_name_and_leaving_is_an_event() {
             assert!(addr.starts_with("si://") && addr.len() > 5, "{addr}");
         }
         let mut c = Connection::connect(&addr, &secret).expect("connect");
+        // Sent from the job's Joined event, so first.
+        let w = c.recv(Some(T)).expect("welcome").expect("in time");
+        assert_eq!(
+            (w.handler.as_str(), &w.data[..]),
+            ("welcome", &b"you are peer 0"[..])
+        );
         assert_eq!(
             c.call("info", b"", T).expect("info"),
             format!(
@@ -289,6 +295,7 @@ fn memory_stays_bounded_toward_a_peer_that_does_not_read_and_from_one_too_fast()
                 blobs += 1;
             }
             "flooded" => break u64::from_le_bytes(m.data.try_into().expect("u64")),
+            "welcome" => {}
             h => panic!("unexpected {h}"),
         }
     };
@@ -309,10 +316,31 @@ fn memory_stays_bounded_toward_a_peer_that_does_not_read_and_from_one_too_fast()
     let busy = rss_kib(job.pid());
     let mut c2 = sender.join().expect("sender");
     let _ = c2.call("echo", b"", T);
+    // A peer that calls and never reads its replies: the job drops it once 4 x 8 MiB of its
+    // replies wait, and its memory stays bounded.
+    let (addr3, secret3) = (addr.clone(), secret.clone());
+    let caller = std::thread::spawn(move || {
+        let mut c = Connection::connect(&addr3, &secret3).expect("connect");
+        let blob = vec![2u8; 256 << 10];
+        let mut sent = 0;
+        // 1,000 calls of 256 KiB (250 MiB of replies), none read: the job ends it first.
+        while sent < 1000 && c.start_call("echo", &blob).is_ok() {
+            sent += 1;
+        }
+        sent
+    });
+    let mut job = job;
+    assert!(
+        job.wait_for_stdout_lines("it does not read its replies", 1, T),
+        "{}",
+        job.stdout_so_far()
+    );
+    let replies = rss_kib(job.pid());
+    let _ = caller.join();
     c.send("quit", b"").expect("quit");
     let o = job.finish();
     assert_eq!(o.code, Some(0), "{o}");
-    eprintln!("RSS: {base} KiB at start, {stalled} KiB toward a stalled reader, {busy} KiB from a fast sender");
+    eprintln!("RSS: {base} KiB at start, {stalled} KiB toward a stalled reader, {busy} KiB from a fast sender, {replies} KiB toward a caller not reading");
     // 400 messages to no handler: said once.
     assert_eq!(
         o.stderr
@@ -324,8 +352,9 @@ fn memory_stays_bounded_toward_a_peer_that_does_not_read_and_from_one_too_fast()
     );
     // Without bounds the job would hold hundreds of MiB in each case.
     assert!(
-        stalled < base + 96 * 1024 && busy < base + 96 * 1024,
-        "RSS from {base} KiB: {stalled} KiB toward a stalled reader, {busy} KiB from a fast sender"
+        stalled < base + 96 * 1024 && busy < base + 96 * 1024 && replies < base + 96 * 1024,
+        "RSS from {base} KiB: {stalled} KiB toward a stalled reader, {busy} KiB from a fast \
+         sender, {replies} KiB toward a caller that does not read its replies"
     );
     let _ = std::fs::remove_dir_all(&d);
 }

@@ -135,7 +135,11 @@ fn main() -> std::process::ExitCode {
             let (st, ep2) = (st.clone(), ep.clone());
             ep.on("item", move |pe, m| {
                 let d = m.data();
-                let seq = u64::from_le_bytes(d[..8.min(d.len())].try_into().unwrap_or_default());
+                let Some((seq, body)) = d.split_first_chunk::<8>() else {
+                    converse::input::error_line("consumer: an item without its number");
+                    return pe.exit(1);
+                };
+                let seq = u64::from_le_bytes(*seq);
                 let mut s = st.borrow_mut();
                 if seq != s.next {
                     converse::input::error_line(&format!(
@@ -144,7 +148,7 @@ fn main() -> std::process::ExitCode {
                     ));
                     return pe.exit(1);
                 }
-                let line = [format!("{seq} ").as_bytes(), &d[8..], b"\n"].concat();
+                let line = [format!("{seq} ").as_bytes(), body, b"\n"].concat();
                 if let Err(e) = s.out.write_all(&line) {
                     converse::input::error_line(&format!("consumer: writing: {e}"));
                     return pe.exit(1);

@@ -10,7 +10,8 @@
 //! | `hold` | message, u32 ms | the PE is busy for that long (a slow handler) |
 //! | `quit` | message | ends the job (exit 0) |
 //!
-//! Peers joining and leaving are lines on stdout. With `--connect ADDR`, PE 0 instead connects
+//! Peers joining and leaving are lines on stdout; a peer that joins is sent `welcome` (its
+//! peer number) at once. With `--connect ADDR`, PE 0 instead connects
 //! to another echo job and calls its `echo` and `info`, printing what came back, then ends.
 //!
 //! ```text
@@ -217,10 +218,15 @@ fn main() -> std::process::ExitCode {
             let size = d
                 .get(8..12)
                 .map_or(0, |b| u32::from_le_bytes(b.try_into().unwrap_or_default()));
+            // One flood per peer at a time, of blobs of 4 MiB at most: a peer's requests
+            // cannot grow this job's memory.
+            if fl.borrow().iter().any(|f| f.peer == m.peer()) {
+                return;
+            }
             let mut f = Flood {
                 peer: m.peer(),
                 left: n,
-                blob: vec![0x5a; size.min(64 << 20) as usize],
+                blob: vec![0x5a; size.min(4 << 20) as usize],
                 refused: 0,
             };
             if !pump(&ep2, &mut f) {
@@ -237,7 +243,11 @@ fn main() -> std::process::ExitCode {
         ep.on("quit", |pe: &mut Pe, _m| pe.exit(0));
         let ep2 = ep.clone();
         ep.on_event(move |_pe, ev| match ev {
-            PeerEvent::Joined { peer, from, .. } => println!("joined peer {peer} from {from}"),
+            PeerEvent::Joined { peer, from, .. } => {
+                println!("joined peer {peer} from {from}");
+                // A peer can be sent to from its Joined event on.
+                let _ = ep2.send(peer, "welcome", format!("you are peer {peer}").as_bytes());
+            }
             PeerEvent::Left { peer, why } => {
                 floods.borrow_mut().retain(|f| f.peer != peer);
                 println!("left peer {peer}: {why}");

@@ -40,6 +40,10 @@ pub struct Connection {
     next_call: u64,
     /// What came while a call waited for its reply.
     kept: VecDeque<Received>,
+    /// Calls under way (started, not finished nor given up), by id: their handler's name.
+    calling: std::collections::HashMap<u64, String>,
+    /// Replies to calls under way that came while another was waited for.
+    replies: std::collections::HashMap<u64, (u8, Vec<u8>)>,
 }
 
 impl Connection {
@@ -70,6 +74,8 @@ impl Connection {
             reader: FrameReader::new(limits.max_message),
             next_call: 0,
             kept: VecDeque::new(),
+            calling: Default::default(),
+            replies: Default::default(),
         })
     }
 
@@ -88,6 +94,9 @@ impl Connection {
     fn write(&mut self, kind: u8, id: u64, name: &[u8], data: &[u8]) -> Result<(), EndpointError> {
         if name.len() > wire::MAX_NAME {
             return Err(crate::SendError::NameTooLong(name.len()).into());
+        }
+        if data.len() > wire::MAX_DATA {
+            return Err(crate::SendError::TooLarge(data.len()).into());
         }
         let mut head = [0u8; MAX_HEAD];
         let h = wire::head(&mut head, kind, id, name.len(), data.len());
@@ -137,42 +146,77 @@ impl Connection {
         data: &[u8],
         timeout: Duration,
     ) -> Result<Vec<u8>, EndpointError> {
+        let id = self.start_call(name, data)?;
+        self.finish_call(id, timeout)
+    }
+
+    /// Send a call and return its id without waiting: several can be under way, each
+    /// finished with [`finish_call`](Self::finish_call). A listener ends the connection of a
+    /// peer whose replies pile up unread (four times its queue limit).
+    ///
+    /// # Errors
+    /// [`EndpointError::Closed`].
+    pub fn start_call(&mut self, name: &str, data: &[u8]) -> Result<u64, EndpointError> {
         let id = self.next_call;
         self.next_call += 1;
         self.write(CALL, id, name.as_bytes(), data)?;
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
+        self.calling.insert(id, name.to_string());
+        Ok(id)
+    }
+
+    /// Wait up to `timeout` for the reply to call `id`. Replies to other calls under way,
+    /// messages and calls that come meanwhile are kept.
+    ///
+    /// # Errors
+    /// As [`call`](Self::call); a call id not under way is [`EndpointError::Unanswered`].
+    pub fn finish_call(&mut self, id: u64, timeout: Duration) -> Result<Vec<u8>, EndpointError> {
+        let name = self.calling.get(&id).cloned().unwrap_or_default();
+        // A timeout too long to add to now is no timeout.
+        let deadline = Instant::now().checked_add(timeout);
+        let (status, data) = loop {
+            if let Some(r) = self.replies.remove(&id) {
+                break r;
+            }
+            if !self.calling.contains_key(&id) {
+                break (wire::UNANSWERED, Vec::new());
+            }
+            let left = deadline.map_or(Duration::MAX, |d| {
+                d.saturating_duration_since(Instant::now())
+            });
             if left.is_zero() {
+                // Given up: its reply, if it comes, is dropped.
+                self.calling.remove(&id);
                 return Err(EndpointError::Timeout {
                     addr: self.addr.clone(),
-                    name: name.to_string(),
+                    name,
                     secs: timeout.as_secs_f64(),
                 });
             }
             match self.next_frame(Some(left))? {
                 None => {}
+                // Kept only for a call under way (a late reply to one given up is dropped).
                 Some(Got::Reply {
                     id: got,
                     status,
                     data,
-                }) if got == id => {
-                    return match status {
-                        wire::ANSWERED => Ok(data),
-                        wire::NO_HANDLER => Err(EndpointError::NoHandler {
-                            addr: self.addr.clone(),
-                            name: name.to_string(),
-                        }),
-                        _ => Err(EndpointError::Unanswered {
-                            addr: self.addr.clone(),
-                            name: name.to_string(),
-                        }),
-                    };
+                }) if self.calling.contains_key(&got) => {
+                    self.replies.insert(got, (status, data));
                 }
-                // A reply to an earlier call that timed out: late, dropped.
                 Some(Got::Reply { .. }) => {}
                 Some(Got::In(r)) => self.kept.push_back(r),
             }
+        };
+        self.calling.remove(&id);
+        match status {
+            wire::ANSWERED => Ok(data),
+            wire::NO_HANDLER => Err(EndpointError::NoHandler {
+                addr: self.addr.clone(),
+                name,
+            }),
+            _ => Err(EndpointError::Unanswered {
+                addr: self.addr.clone(),
+                name,
+            }),
         }
     }
 
@@ -185,7 +229,7 @@ impl Connection {
         if let Some(r) = self.kept.pop_front() {
             return Ok(Some(r));
         }
-        let deadline = timeout.map(|t| Instant::now() + t);
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         loop {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             if left.is_some_and(|l| l.is_zero()) {

@@ -191,6 +191,9 @@ pub enum SendError {
     /// A handler name longer than the wire's limit.
     #[error("a handler name of {0} bytes (the limit is 65535)")]
     NameTooLong(usize),
+    /// Data longer than a frame can carry (4 GiB less its head).
+    #[error("a message of {0} bytes (a frame carries less than 4 GiB)")]
+    TooLarge(usize),
 }
 
 /// What waits to be written to a peer.
@@ -223,6 +226,8 @@ pub(crate) struct Conn {
     pub(crate) paused: AtomicBool,
     /// Gone: nothing more is written or read.
     pub(crate) closed: AtomicBool,
+    /// The I/O thread may read it (false while an accepted peer's Joined is being posted).
+    pub(crate) ready: AtomicBool,
 }
 
 /// What a send asks of the I/O thread.
@@ -247,6 +252,7 @@ impl Conn {
             inbound: AtomicUsize::new(0),
             paused: AtomicBool::new(false),
             closed: AtomicBool::new(false),
+            ready: AtomicBool::new(true),
         })
     }
 
@@ -264,6 +270,9 @@ impl Conn {
     ) -> Result<Sent, SendError> {
         if name.len() > wire::MAX_NAME {
             return Err(SendError::NameTooLong(name.len()));
+        }
+        if data.len() > wire::MAX_DATA {
+            return Err(SendError::TooLarge(data.len()));
         }
         let mut head = [0u8; MAX_HEAD];
         let h = wire::head(&mut head, kind, id, name.len(), data.len());
@@ -347,6 +356,13 @@ impl Conn {
             }
         }
         Ok(std::mem::take(&mut out.refused))
+    }
+
+    /// Bytes that may wait for the peer before it is no longer read and a reply to it ends
+    /// the connection: four times what a send may queue, so only replies it does not read
+    /// (its own calls', which sends cannot refuse) get there.
+    pub(crate) fn reply_cap(&self, limits: &crate::Limits) -> usize {
+        limits.queue_bytes.saturating_mul(4)
     }
 
     /// Bytes waiting to be written.

@@ -44,6 +44,13 @@ pub(crate) const EV_DRAINED: u32 = 5;
 /// Handshakes under way at once, per PE.
 pub const MAX_HANDSHAKES: usize = 32;
 
+/// Handshakes under way at once from one host (one IP address; all of this host's `si://`).
+const MAX_HANDSHAKES_PER_SOURCE: usize = 8;
+
+/// How long a connecting program has to prove the secret once the listener spoke: a client
+/// answers at once, so a short wait bounds what a silent stranger holds.
+const PROOF_WITHIN: Duration = Duration::from_secs(3);
+
 /// What a PE and its I/O thread share.
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -56,6 +63,8 @@ pub(crate) struct Shared {
     pub(crate) limits: Limits,
     pub(crate) next_peer: AtomicU32,
     pub(crate) handshakes: AtomicUsize,
+    /// Handshakes under way per source (see [`MAX_HANDSHAKES_PER_SOURCE`]).
+    pub(crate) by_source: Mutex<HashMap<String, usize>>,
     pub(crate) refusals: Mutex<RefusalLines>,
     /// The PE's thread has ended: the I/O thread closes everything and ends too.
     pub(crate) stop: AtomicBool,
@@ -220,7 +229,10 @@ fn run(shared: &Arc<Shared>) {
             let waiting = c.waiting();
             // Not read while the PE is behind on it, nor while its replies pile up unread
             // (a peer that calls and never reads would otherwise grow the queue).
-            if !c.paused.load(Ordering::Acquire) && waiting < shared.limits.queue_bytes {
+            if c.ready.load(Ordering::Acquire)
+                && !c.paused.load(Ordering::SeqCst)
+                && waiting < c.reply_cap(&shared.limits)
+            {
                 ev |= libc::POLLIN;
             }
             if waiting > 0 {
@@ -272,7 +284,7 @@ fn run(shared: &Arc<Shared>) {
                 }
             }
             if re & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0
-                && c.waiting() < shared.limits.queue_bytes
+                && c.waiting() < c.reply_cap(&shared.limits)
             {
                 let r = readers
                     .entry(c.peer)
@@ -298,11 +310,30 @@ fn accept_all(shared: &Arc<Shared>, l: &Listening) {
         let stream = match l.listener.accept() {
             Ok(x) => x,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-            // WouldBlock: all taken. Anything else (out of descriptors): try at the next poll.
-            Err(_) => return,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return,
+            // Out of descriptors, say: the connection stays in the backlog, and the listener
+            // readable; a pause, so this thread does not spin on it.
+            Err(_) => {
+                std::thread::sleep(Duration::from_millis(10));
+                return;
+            }
         };
-        if shared.handshakes.fetch_add(1, Ordering::AcqRel) >= MAX_HANDSHAKES {
-            shared.handshakes.fetch_sub(1, Ordering::AcqRel);
+        // One host's handshakes stop at a share of the total, so strangers from one host
+        // cannot take every slot from the rest.
+        let source = stream.source();
+        let admitted = {
+            let mut by = shared.by_source.lock().unwrap_or_else(|p| p.into_inner());
+            let n = by.entry(source.clone()).or_insert(0);
+            let total = shared.handshakes.load(Ordering::Acquire);
+            if *n >= MAX_HANDSHAKES_PER_SOURCE || total >= MAX_HANDSHAKES {
+                false
+            } else {
+                *n += 1;
+                shared.handshakes.fetch_add(1, Ordering::AcqRel);
+                true
+            }
+        };
+        if !admitted {
             shared.refused(
                 &l.addr,
                 &stream.peer_name(),
@@ -310,15 +341,29 @@ fn accept_all(shared: &Arc<Shared>, l: &Listening) {
             );
             continue; // dropped: closed
         }
+        let release = {
+            let shared = shared.clone();
+            move || {
+                shared.handshakes.fetch_sub(1, Ordering::AcqRel);
+                let mut by = shared.by_source.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(n) = by.get_mut(&source) {
+                    *n -= 1;
+                    if *n == 0 {
+                        by.remove(&source);
+                    }
+                }
+            }
+        };
         let (shared2, secret, addr) = (shared.clone(), l.secret.clone(), l.addr.clone());
+        let release2 = release.clone();
         let spawned = std::thread::Builder::new()
             .name("endpoint-handshake".into())
             .spawn(move || {
                 handshake(&shared2, stream, &secret, &addr);
-                shared2.handshakes.fetch_sub(1, Ordering::AcqRel);
+                release2();
             });
         if spawned.is_err() {
-            shared.handshakes.fetch_sub(1, Ordering::AcqRel);
+            release();
         }
     }
 }
@@ -328,7 +373,7 @@ fn handshake(shared: &Arc<Shared>, stream: Stream, secret: &Secret, addr: &str) 
     if stream.set_nonblocking(false).is_err() {
         return;
     }
-    let deadline = Instant::now() + shared.limits.handshake;
+    let deadline = Instant::now() + shared.limits.handshake.min(PROOF_WITHIN);
     if let Err(why) = accept_handshake(&stream, secret, deadline) {
         shared.refused(addr, &stream.peer_name(), &why);
         return;
@@ -342,9 +387,15 @@ fn handshake(shared: &Arc<Shared>, stream: Stream, secret: &Secret, addr: &str) 
     m.extend_payload(addr.as_bytes());
     m.extend_payload(&[0]);
     m.extend_payload(from.as_bytes());
-    // Joined before adoption: the PE hears of the peer before anything it sends.
+    // In the table first (not read yet), so the PE can send to the peer from its Joined
+    // handler; Joined posted before the first frame is read, so the PE hears of the peer
+    // before anything it sends.
+    let conn = Arc::new(conn);
+    conn.ready.store(false, Ordering::Release);
+    shared.adopt(conn.clone());
     shared.post(EV_JOINED, peer, m);
-    shared.adopt(Arc::new(conn));
+    conn.ready.store(true, Ordering::Release);
+    shared.bell.ring();
 }
 
 /// Read what the connection has, posting each whole frame; stops when the socket has no
@@ -363,15 +414,18 @@ fn read_conn(shared: &Shared, c: &Conn, r: &mut FrameReader) -> Result<(), Strin
                 Frame::Call { .. } => EV_CALL,
                 Frame::Reply { .. } => EV_REPLY,
             };
-            let now = c.inbound.fetch_add(bytes, Ordering::AcqRel) + bytes;
+            let now = c.inbound.fetch_add(bytes, Ordering::SeqCst) + bytes;
             shared.post(kind, c.peer, m);
             if now >= shared.limits.inbound_bytes {
-                c.paused.store(true, Ordering::Release);
+                // SeqCst, with the PE's side (`handled`): a store then a load on each side,
+                // which weaker orderings let both sides miss (the PE would not ring, this
+                // thread would not read, and the connection would stay paused for good).
+                c.paused.store(true, Ordering::SeqCst);
                 // The PE may have handled everything between the add and the store.
-                if c.inbound.load(Ordering::Acquire) >= shared.limits.inbound_bytes {
+                if c.inbound.load(Ordering::SeqCst) >= shared.limits.inbound_bytes {
                     return Ok(());
                 }
-                c.paused.store(false, Ordering::Release);
+                c.paused.store(false, Ordering::SeqCst);
             }
         }
         let space = r.space();

@@ -15,6 +15,10 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+/// Names of handlers that messages came for and none exists, said at most this many (a peer
+/// naming ever-new ones must not grow the set, nor flood stderr).
+const MAX_UNKNOWN_NAMES: usize = 64;
+
 thread_local! {
     /// The I/O threads of the Endpoints attached on this thread (a PE's), told to end with it.
     static STOP_ON_EXIT: RefCell<Vec<io::StopOnExit>> = const { RefCell::new(Vec::new()) };
@@ -90,6 +94,8 @@ struct Inner {
     io_started: Cell<bool>,
     /// This PE's copy of the connections it has used (the shared table takes a lock).
     local: RefCell<HashMap<Peer, Arc<Conn>>>,
+    /// Peers whose Left has run (ids are never reused: a few bytes per peer ever).
+    gone: RefCell<std::collections::HashSet<Peer>>,
     /// Names messages came for with no handler, said once each.
     unknown: RefCell<std::collections::HashSet<String>>,
 }
@@ -155,6 +161,7 @@ impl Endpoints {
             limits,
             next_peer: AtomicU32::new(0),
             handshakes: AtomicUsize::new(0),
+            by_source: Mutex::new(HashMap::new()),
             refusals: Mutex::new(Default::default()),
             stop: std::sync::atomic::AtomicBool::new(false),
         });
@@ -168,6 +175,7 @@ impl Endpoints {
                 next_call: Cell::new(0),
                 io_started: Cell::new(false),
                 unknown: RefCell::default(),
+                gone: RefCell::default(),
                 local: RefCell::default(),
             }),
         };
@@ -355,6 +363,9 @@ impl Endpoints {
     fn dispatch(&self, pe: &mut Pe, msg: Message) {
         let peer = msg.arg1();
         match msg.arg0() {
+            // A frame read just as this side closed the connection comes after its Left:
+            // dropped, as the program was told the peer is gone.
+            EV_MSG | EV_CALL if self.inner.gone.borrow().contains(&peer) => {}
             EV_MSG | EV_CALL => {
                 let call = msg.arg0() == EV_CALL;
                 let bytes = msg.payload().len();
@@ -398,7 +409,9 @@ impl Endpoints {
                             let mut inc = incoming;
                             inc.answered = true;
                             let _ = inc.reply_status(id, wire::NO_HANDLER, &[]);
-                        } else if self.inner.unknown.borrow_mut().insert(name.clone()) {
+                        } else if self.inner.unknown.borrow().len() < MAX_UNKNOWN_NAMES
+                            && self.inner.unknown.borrow_mut().insert(name.clone())
+                        {
                             converse_machine::input::error_line(&format!(
                                 "endpoint: PE {}: peer {peer} sent to no handler '{name}' (dropped; said once per name)",
                                 pe.my_pe()
@@ -420,6 +433,16 @@ impl Endpoints {
                 };
                 let status = p.get(8).copied().unwrap_or(wire::UNANSWERED);
                 let data = p.get(9..).unwrap_or_default();
+                // Only the peer called may answer (another could guess the ids).
+                let ours = self
+                    .inner
+                    .calls
+                    .borrow()
+                    .get(&id)
+                    .is_some_and(|(p, _, _)| *p == peer);
+                if !ours {
+                    return;
+                }
                 let Some((from, name, done)) = self.inner.calls.borrow_mut().remove(&id) else {
                     return;
                 };
@@ -445,6 +468,7 @@ impl Endpoints {
             EV_LEFT => {
                 // Nothing more comes for it: out of this PE's table too.
                 self.inner.local.borrow_mut().remove(&peer);
+                self.inner.gone.borrow_mut().insert(peer);
                 let why = String::from_utf8_lossy(msg.payload()).into_owned();
                 // Its calls fail first, in the order they were made.
                 let mut ids: Vec<u64> = self
@@ -479,9 +503,10 @@ impl Endpoints {
     /// caught up to half the limit, have the I/O thread read it again.
     fn handled(&self, peer: Peer, bytes: usize) {
         let Ok(c) = self.conn(peer) else { return };
-        let before = c.inbound.fetch_sub(bytes, Ordering::AcqRel);
+        // SeqCst: the other half of the I/O thread's store-then-load (`read_conn`).
+        let before = c.inbound.fetch_sub(bytes, Ordering::SeqCst);
         let limit = self.inner.shared.limits.inbound_bytes;
-        if before - bytes < limit / 2 && c.paused.swap(false, Ordering::AcqRel) {
+        if before - bytes < limit / 2 && c.paused.swap(false, Ordering::SeqCst) {
             self.inner.shared.bell.ring();
         }
     }
@@ -535,7 +560,8 @@ impl Incoming {
     /// Answer the call with `data` (for a plain message, nothing is sent). A call dropped
     /// without a reply is answered "unanswered"; keep the `Incoming` to reply later.
     ///
-    /// A reply is queued even past [`Limits::queue_bytes`]: the peer's own calls bound it.
+    /// A reply is queued even past [`Limits::queue_bytes`] (up to four times it: a peer that
+    /// calls and does not read its replies then loses its connection).
     ///
     /// # Errors
     /// [`SendError::Gone`] if the peer has left.
@@ -549,8 +575,20 @@ impl Incoming {
 
     fn reply_status(&self, id: u64, status: u8, data: &[u8]) -> Result<(), SendError> {
         let c = self.conn.as_ref().ok_or(SendError::Gone(self.peer))?;
-        if c.send(REPLY, id, &[status], data, None)? == Sent::Queued {
-            self.shared.bell.ring();
+        let cap = c.reply_cap(&self.shared.limits);
+        match c.send(REPLY, id, &[status], data, Some(cap)) {
+            Ok(Sent::Queued) => self.shared.bell.ring(),
+            Ok(Sent::Written) => {}
+            // Its replies pile up unread: a peer that calls and never reads would otherwise
+            // grow this side's memory without bound. The connection ends.
+            Err(SendError::Full { queued, .. }) => {
+                self.shared.close(
+                    c,
+                    &format!("it does not read its replies ({queued} bytes waiting)"),
+                );
+                return Err(SendError::Gone(self.peer));
+            }
+            Err(e) => return Err(e),
         }
         Ok(())
     }

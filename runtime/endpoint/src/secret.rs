@@ -89,18 +89,29 @@ impl Secret {
     pub fn write_file(&self, path: &Path) -> Result<(), EndpointError> {
         let fail = |e: std::io::Error| EndpointError::Secret(format!("{}: {e}", path.display()));
         // Written beside the file then renamed over it: a reader never sees half a secret.
-        let tmp = path.with_extension("tmp-secret");
+        // The temporary name is random and made new here (never a file or link someone put
+        // there first: its mode would be theirs), so it is born readable by its owner only.
+        let mut salt = [0u8; 8];
+        random(&mut salt)?;
+        let tmp = path.with_extension(format!(
+            "tmp-{}",
+            salt.iter().map(|b| format!("{b:02x}")).collect::<String>()
+        ));
         let mut f = std::fs::OpenOptions::new()
             .write(true)
-            .create(true)
-            .truncate(true)
+            .create_new(true)
             .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(&tmp)
             .map_err(fail)?;
-        f.write_all(format!("{}\n", self.to_hex()).as_bytes())
+        let written = f
+            .write_all(format!("{}\n", self.to_hex()).as_bytes())
             .and_then(|()| f.sync_all())
-            .map_err(fail)?;
-        std::fs::rename(&tmp, path).map_err(fail)
+            .and_then(|()| std::fs::rename(&tmp, path));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        written.map_err(fail)
     }
 
     /// The 64 hex digits.

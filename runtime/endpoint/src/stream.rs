@@ -54,6 +54,17 @@ impl Stream {
         };
     }
 
+    /// The host a connection comes from, to count its handshakes: the IP address, or
+    /// `this host` for a Unix socket.
+    pub(crate) fn source(&self) -> String {
+        match self {
+            Stream::Tcp(s) => s
+                .peer_addr()
+                .map_or_else(|_| "unknown".into(), |a| a.ip().to_string()),
+            Stream::Unix(_) => "this host".into(),
+        }
+    }
+
     /// Who is at the other end, for lines and events: its address, or for a Unix socket the
     /// process (the kernel's word for it).
     pub(crate) fn peer_name(&self) -> String {

@@ -50,6 +50,10 @@ pub(crate) const UNANSWERED: u8 = 2;
 /// Longest handler name (its length is a u16).
 pub const MAX_NAME: usize = u16::MAX as usize;
 
+/// Longest data a frame carries: its body length is a u32, which the head and the longest
+/// name share.
+pub(crate) const MAX_DATA: usize = u32::MAX as usize - MAX_HEAD - MAX_NAME;
+
 /// Bytes before the name and data of a frame, the most any kind has: length, kind, id, name
 /// length.
 pub(crate) const MAX_HEAD: usize = 4 + 1 + 8 + 2;
@@ -137,6 +141,11 @@ impl FrameReader {
         if self.start == self.end {
             self.start = 0;
             self.end = 0;
+            // After a large frame, the buffer goes back to its usual size: a connection that
+            // once carried 256 MiB does not keep it.
+            if self.buf.len() > 4 * CHUNK {
+                self.buf = vec![0; CHUNK];
+            }
         }
         let want = match self.declared() {
             Some(body) => (4 + body).min(self.end - self.start + 4 * CHUNK).max(CHUNK),
