@@ -184,11 +184,14 @@ impl Open for SiOpen {
         let mut si = Si::init(me, n);
         let mut made = None;
         if me == first {
-            si.create_host(Path::new(&path), &locals, ring)
-                .map_err(seg_error)?;
             // Until every node has mapped it: removed on any error return (the guard's drop),
             // and by the control watchdog if charmrun goes away meanwhile (it ends the process).
+            // Registered before the file exists: the watchdog can end the process at any
+            // moment, and a file made and not yet registered would outlive it (seen when
+            // charmrun was killed the moment the segment appeared).
             made = Some(converse_bootstrap::cleanup::remove_on_exit(&path));
+            si.create_host(Path::new(&path), &locals, ring)
+                .map_err(seg_error)?;
             tracing::debug!(target: "si", segment = %path, nodes = locals.len(), ring, "host segment made");
         }
         launcher.barrier()?;
