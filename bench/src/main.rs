@@ -47,6 +47,7 @@ use std::process::ExitCode;
 
 #[derive(Parser)]
 #[command(
+    version,
     name = "bench",
     about = "Benchmarks of the runtime next to raw baselines from the same run"
 )]

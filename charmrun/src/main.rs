@@ -28,6 +28,17 @@ fn main() -> ExitCode {
     if agent {
         return ExitCode::from(charmrun::agent::run().clamp(0, 255) as u8);
     }
+    // `--version` (help is charmrun's own, below: it lists every option).
+    if let Some(code) = converse_machine::input::help_or_version(
+        args.first()
+            .filter(|a| matches!(a.as_str(), "--version" | "-V"))
+            .map(String::as_str),
+        "charmrun",
+        env!("CARGO_PKG_VERSION"),
+        "",
+    ) {
+        return code;
+    }
     let o = match opts::parse(&args) {
         Ok(Parsed::Run(o)) => o,
         Ok(Parsed::Help) => {

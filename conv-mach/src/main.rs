@@ -12,6 +12,19 @@ const USAGE: &str = "usage: conv-mach list | show NAME | build NAME [CARGO-ARGS.
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    // As every tool of the project (`converse_machine::input::help_or_version`, which this
+    // build tool does not depend on): a lone --help or --version to stdout, exit 0.
+    match args.first().map(String::as_str) {
+        Some("--help" | "-h") => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Some("--version" | "-V") => {
+            println!("conv-mach {}", env!("CARGO_PKG_VERSION"));
+            return ExitCode::SUCCESS;
+        }
+        _ => {}
+    }
     match run(&args) {
         Ok(code) => code,
         Err(e) => {

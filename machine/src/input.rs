@@ -62,6 +62,32 @@ pub fn error_line(line: &str) {
     let _ = std::io::stderr().lock().write_all(buf.as_bytes());
 }
 
+/// What a tool does with a lone `--help`/`-h` or `--version`/`-V` (its first argument, as
+/// Unix tools take them): `help` or `TOOL VERSION` on stdout, exit code 0. `None`: the first
+/// argument is something else, the tool goes on. A closed stdout is not an error (the reader
+/// had what it wanted).
+///
+/// ```
+/// let code = converse_machine::input::help_or_version(Some("--version"), "tool", "1.0", "usage: tool");
+/// assert!(code.is_some());
+/// assert!(converse_machine::input::help_or_version(Some("run"), "tool", "1.0", "usage").is_none());
+/// ```
+pub fn help_or_version(
+    first: Option<&str>,
+    tool: &str,
+    version: &str,
+    help: &str,
+) -> Option<std::process::ExitCode> {
+    use std::io::Write;
+    let text = match first? {
+        "--help" | "-h" => format!("{}\n", help.trim_end()),
+        "--version" | "-V" => format!("{tool} {version}\n"),
+        _ => return None,
+    };
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+    Some(std::process::ExitCode::SUCCESS)
+}
+
 /// `text` on stderr as it is (no newline added), in one `write`, never panicking.
 pub fn error_text(text: &str) {
     use std::io::Write;

@@ -37,6 +37,16 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(code) = converse::input::help_or_version(
+        args.first()
+            .filter(|a| matches!(a.as_str(), "--version" | "-V"))
+            .map(String::as_str),
+        "topgen",
+        env!("CARGO_PKG_VERSION"),
+        "",
+    ) {
+        return code;
+    }
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -83,6 +83,14 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    if let Some(code) = converse::input::help_or_version(
+        args.first().map(String::as_str),
+        "topo-draw",
+        env!("CARGO_PKG_VERSION"),
+        USAGE,
+    ) {
+        return code;
+    }
     let done = run(&args).and_then(|w| {
         let left_out = match w.calls.saturating_sub(w.drawn) {
             0 => String::new(),

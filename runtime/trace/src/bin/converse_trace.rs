@@ -250,6 +250,12 @@ fn live(args: &[OsString]) -> Result<(), Stop> {
 
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    let first = args.first().and_then(|a| a.to_str());
+    if let Some(code) =
+        converse::input::help_or_version(first, "converse-trace", env!("CARGO_PKG_VERSION"), USAGE)
+    {
+        return code;
+    }
     match run(&args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Stop::Pipe) => ExitCode::from(BROKEN_PIPE),
