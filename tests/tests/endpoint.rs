@@ -550,3 +550,37 @@ fn a_job_that_ends_inside_a_program_closes_its_listeners_and_connections() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// A burst of clients from one host, more than the listener's handshake slots (32, 8 per
+/// host): each waits its turn, none is refused.
+#[test]
+fn a_burst_of_clients_is_served_in_turn_not_refused() {
+    let d = dir("burst");
+    let (job, addr, secret) = echo_job(&charmrun("tcp"), 2, &d);
+    let clients: Vec<_> = (0..80u32)
+        .map(|i| {
+            let (addr, secret) = (addr.clone(), secret.clone());
+            std::thread::spawn(move || {
+                let mut c =
+                    Connection::connect(&addr, &secret).map_err(|e| format!("client {i}: {e}"))?;
+                let back = c
+                    .call("echo", &i.to_le_bytes(), T)
+                    .map_err(|e| format!("client {i}: {e}"))?;
+                if back != i.to_le_bytes() {
+                    return Err(format!("client {i}: a wrong echo"));
+                }
+                Ok(c)
+            })
+        })
+        .collect();
+    let mut kept = Vec::new();
+    for c in clients {
+        kept.push(c.join().expect("a client thread").expect("served"));
+    }
+    kept[0].send("quit", b"").expect("quit");
+    let o = job.finish();
+    assert_eq!(o.code, Some(0), "{o}");
+    assert_eq!(o.lines_with("joined peer"), 80, "{o}");
+    assert!(!o.stderr.contains("refused"), "{o}");
+    let _ = std::fs::remove_dir_all(&d);
+}

@@ -8,6 +8,13 @@
 //! consumer --out FILE --secret-file FILE --addr-file FILE [--ack-every N] [--wait SECS]
 //! ```
 
+/// A line on stdout that never panics when the reader is gone (`println!` does).
+macro_rules! say {
+    ($($t:tt)*) => {
+        converse::input::out_line(&format!($($t)*))
+    };
+}
+
 use converse_endpoint::{Endpoints, PeerEvent, Secret};
 use std::cell::RefCell;
 use std::io::{BufRead, Write};
@@ -113,7 +120,7 @@ fn main() -> std::process::ExitCode {
             Ok(f) => f,
             Err(e) => return pe.refuse_arguments(&format!("consumer: {out}: {e}")),
         };
-        println!("consumer: {next} items already in {out}; subscribing from there");
+        say!("consumer: {next} items already in {out}; subscribing from there");
         let st = Rc::new(RefCell::new(State {
             next,
             total: u64::MAX,
@@ -162,7 +169,7 @@ fn main() -> std::process::ExitCode {
                     }
                 }
                 if s.next == s.total {
-                    println!("consumer: all {} items in", s.total);
+                    say!("consumer: all {} items in", s.total);
                     pe.exit(0);
                 }
             });
@@ -184,7 +191,7 @@ fn main() -> std::process::ExitCode {
                     let mut s = st2.borrow_mut();
                     s.total = total;
                     if s.next >= total {
-                        println!("consumer: all {total} items in");
+                        say!("consumer: all {total} items in");
                         pe.exit(0);
                     }
                 }

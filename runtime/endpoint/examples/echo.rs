@@ -20,6 +20,13 @@
 //! target/release/charmrun +p2 target/release/examples/echo --connect $(cat /tmp/a) --secret-file /tmp/s
 //! ```
 
+/// A line on stdout that never panics when the reader is gone (`println!` does).
+macro_rules! say {
+    ($($t:tt)*) => {
+        converse::input::out_line(&format!($($t)*))
+    };
+}
+
 use converse::Pe;
 use converse_endpoint::{Endpoints, PeerEvent, Secret};
 use std::cell::RefCell;
@@ -94,18 +101,18 @@ fn big_echoes(ep: Endpoints, peer: u32, left: u32) {
     let ep2 = ep.clone();
     let r = ep.call(peer, "echo", &data, move |pe, r| {
         if r.as_deref() != Ok(&vec![left as u8; 1 << 20][..]) {
-            println!("a 1 MiB echo came back wrong");
+            say!("a 1 MiB echo came back wrong");
             return pe.exit(1);
         }
         if left > 1 {
             big_echoes(ep2, peer, left - 1);
         } else {
-            println!("20 echoes of 1 MiB");
+            say!("20 echoes of 1 MiB");
             pe.exit(0);
         }
     });
     if let Err(e) = r {
-        println!("a 1 MiB echo failed: {e}");
+        say!("a 1 MiB echo failed: {e}");
     }
 }
 
@@ -155,14 +162,14 @@ fn main() -> std::process::ExitCode {
             let ep2 = ep.clone();
             let r = ep.call(peer, "info", b"", move |pe, r| {
                 match r {
-                    Ok(info) => println!("the other job says {}", String::from_utf8_lossy(&info)),
-                    Err(e) => println!("info failed: {e}"),
+                    Ok(info) => say!("the other job says {}", String::from_utf8_lossy(&info)),
+                    Err(e) => say!("info failed: {e}"),
                 }
                 let ep3 = ep2.clone();
                 let _ = ep2.call(peer, "echo", b"hello from another job", move |_pe, r| {
                     match r {
-                        Ok(b) => println!("echoed: {}", String::from_utf8_lossy(&b)),
-                        Err(e) => println!("echo failed: {e}"),
+                        Ok(b) => say!("echoed: {}", String::from_utf8_lossy(&b)),
+                        Err(e) => say!("echo failed: {e}"),
                     }
                     big_echoes(ep3, peer, 20);
                 });
@@ -190,7 +197,7 @@ fn main() -> std::process::ExitCode {
                 return pe.refuse_arguments(&format!("echo: cannot write {f}"));
             }
         }
-        println!("listening at {addr}");
+        say!("listening at {addr}");
         ep.on("echo", |_pe, m| {
             let d = m.data().to_vec();
             let _ = m.reply(&d);
@@ -244,13 +251,13 @@ fn main() -> std::process::ExitCode {
         let ep2 = ep.clone();
         ep.on_event(move |_pe, ev| match ev {
             PeerEvent::Joined { peer, from, .. } => {
-                println!("joined peer {peer} from {from}");
+                say!("joined peer {peer} from {from}");
                 // A peer can be sent to from its Joined event on.
                 let _ = ep2.send(peer, "welcome", format!("you are peer {peer}").as_bytes());
             }
             PeerEvent::Left { peer, why } => {
                 floods.borrow_mut().retain(|f| f.peer != peer);
-                println!("left peer {peer}: {why}");
+                say!("left peer {peer}: {why}");
             }
             PeerEvent::Drained { peer } => {
                 floods

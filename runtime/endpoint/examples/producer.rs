@@ -18,6 +18,13 @@
 //! producer --items N [--size BYTES] [--window W] --secret-file FILE --addr-file FILE [--listen ADDR]
 //! ```
 
+/// A line on stdout that never panics when the reader is gone (`println!` does).
+macro_rules! say {
+    ($($t:tt)*) => {
+        converse::input::out_line(&format!($($t)*))
+    };
+}
+
 use converse::Pe;
 use converse_endpoint::{Endpoints, PeerEvent, Secret, SendError};
 use std::cell::RefCell;
@@ -121,7 +128,7 @@ fn main() -> std::process::ExitCode {
         {
             return pe.refuse_arguments(&format!("producer: cannot write {addr_file}"));
         }
-        println!(
+        say!(
             "producer: {items} items from {} PEs, listening at {addr}",
             pe.num_pes()
         );
@@ -181,9 +188,10 @@ fn main() -> std::process::ExitCode {
                 let from = u64::from_le_bytes(m.data().try_into().unwrap_or_default());
                 let mut s = st.borrow_mut();
                 if from < s.acked || from > s.next_make {
-                    println!(
+                    say!(
                         "producer: a consumer asked for item {from}, outside {}..={}; refused",
-                        s.acked, s.next_make
+                        s.acked,
+                        s.next_make
                     );
                     return; // dropped unanswered: its call fails
                 }
@@ -191,7 +199,7 @@ fn main() -> std::process::ExitCode {
                 s.acked = from;
                 s.next_send = from;
                 s.consumer = Some(m.peer());
-                println!(
+                say!(
                     "producer: consumer (peer {}) subscribes from item {from}",
                     m.peer()
                 );
@@ -215,7 +223,7 @@ fn main() -> std::process::ExitCode {
                     ask(pe, &mut s);
                 }
                 if s.acked == s.items {
-                    println!("producer: all {} items acknowledged", s.items);
+                    say!("producer: all {} items acknowledged", s.items);
                     pe.exit(0);
                 }
             });
@@ -225,7 +233,7 @@ fn main() -> std::process::ExitCode {
             match ev {
                 PeerEvent::Left { peer, why } if s.consumer == Some(peer) => {
                     s.consumer = None;
-                    println!(
+                    say!(
                         "producer: the consumer left ({why}) at item {}; waiting for it",
                         s.acked
                     );

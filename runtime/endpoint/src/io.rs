@@ -8,8 +8,9 @@
 //! inbound limit: past it, the thread stops reading that connection until the PE catches up,
 //! and TCP's window stops the peer. Bytes queued for a peer stop at the queue limit (the
 //! PE's send is refused, `SendError::Full`). Handshakes under way stop at
-//! [`MAX_HANDSHAKES`]: past it, new connections are closed at once, so strangers cost a
-//! bounded number of threads and never an established peer.
+//! [`MAX_HANDSHAKES`] (8 from one host): past the total, new connections wait in the kernel's
+//! backlog until a slot frees; past one host's share, its new ones are closed at once. So
+//! strangers cost a bounded number of threads and never an established peer.
 //!
 //! | posted to the PE (`arg0`) | `arg1` | payload |
 //! |---|---|---|
@@ -47,6 +48,9 @@ pub const MAX_HANDSHAKES: usize = 32;
 /// Handshakes under way at once from one host (one IP address; all of this host's `si://`).
 const MAX_HANDSHAKES_PER_SOURCE: usize = 8;
 
+/// Connections accepted and waiting for their host's handshake slot, at most (then refused).
+const MAX_WAITING: usize = 256;
+
 /// How long a connecting program has to prove the secret once the listener spoke: a client
 /// answers at once, so a short wait bounds what a silent stranger holds.
 const PROOF_WITHIN: Duration = Duration::from_secs(3);
@@ -63,8 +67,10 @@ pub(crate) struct Shared {
     pub(crate) limits: Limits,
     pub(crate) next_peer: AtomicU32,
     pub(crate) handshakes: AtomicUsize,
-    /// Handshakes under way per source (see [`MAX_HANDSHAKES_PER_SOURCE`]).
-    pub(crate) by_source: Mutex<HashMap<String, usize>>,
+    /// Handshakes under way and waiting, per source (see [`MAX_HANDSHAKES_PER_SOURCE`]).
+    pub(crate) by_source: Mutex<HashMap<String, Source>>,
+    /// Connections waiting for a handshake slot of their host, in all.
+    pub(crate) waiting: AtomicUsize,
     pub(crate) refusals: Mutex<RefusalLines>,
     /// The PE's thread has ended: the I/O thread closes everything and ends too.
     pub(crate) stop: AtomicBool,
@@ -221,8 +227,13 @@ fn run(shared: &Arc<Shared>) {
         }
         fds.clear();
         fds.push(pollfd(shared.bell.fd.as_fd().as_raw_fd(), libc::POLLIN));
+        // With every handshake slot taken, the listeners are not watched: new connections
+        // wait in the kernel's backlog (a burst of hundreds of peers is served in turn, not
+        // refused) until a handshake ends and rings the bell.
+        let full = shared.handshakes.load(Ordering::Acquire) >= MAX_HANDSHAKES;
         for l in &listeners {
-            fds.push(pollfd(l.listener.as_raw_fd(), libc::POLLIN));
+            let ev = if full { 0 } else { libc::POLLIN };
+            fds.push(pollfd(l.listener.as_raw_fd(), ev));
         }
         for c in &conns {
             let mut ev = 0;
@@ -306,7 +317,8 @@ fn pollfd(fd: i32, events: libc::c_short) -> libc::pollfd {
 }
 
 fn accept_all(shared: &Arc<Shared>, l: &Listening) {
-    loop {
+    // Up to the slots free; the rest wait in the backlog (see `run`).
+    while shared.handshakes.load(Ordering::Acquire) < MAX_HANDSHAKES {
         let stream = match l.listener.accept() {
             Ok(x) => x,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -318,54 +330,103 @@ fn accept_all(shared: &Arc<Shared>, l: &Listening) {
                 return;
             }
         };
-        // One host's handshakes stop at a share of the total, so strangers from one host
-        // cannot take every slot from the rest.
+        // One host's handshakes run at most a share of the slots at once, so strangers from
+        // one host cannot take them all from the rest; its further connections wait their
+        // turn in its queue (a burst from one host is served in turn), up to a bound.
         let source = stream.source();
-        let admitted = {
+        let job = Handshake {
+            stream,
+            secret: l.secret.clone(),
+            addr: l.addr.clone(),
+        };
+        let start = {
             let mut by = shared.by_source.lock().unwrap_or_else(|p| p.into_inner());
-            let n = by.entry(source.clone()).or_insert(0);
-            let total = shared.handshakes.load(Ordering::Acquire);
-            if *n >= MAX_HANDSHAKES_PER_SOURCE || total >= MAX_HANDSHAKES {
-                false
-            } else {
-                *n += 1;
+            let src = by.entry(source.clone()).or_default();
+            if src.running < MAX_HANDSHAKES_PER_SOURCE {
+                src.running += 1;
                 shared.handshakes.fetch_add(1, Ordering::AcqRel);
-                true
+                Some(job)
+            } else if shared.waiting.load(Ordering::Acquire) < MAX_WAITING {
+                shared.waiting.fetch_add(1, Ordering::AcqRel);
+                src.queued.push_back(job);
+                None
+            } else {
+                drop(by);
+                shared.refused(
+                    &l.addr,
+                    &job.stream.peer_name(),
+                    "too many connections waiting",
+                );
+                continue; // dropped: closed
             }
         };
-        if !admitted {
-            shared.refused(
-                &l.addr,
-                &stream.peer_name(),
-                "too many handshakes under way",
-            );
-            continue; // dropped: closed
-        }
-        let release = {
-            let shared = shared.clone();
-            move || {
-                shared.handshakes.fetch_sub(1, Ordering::AcqRel);
-                let mut by = shared.by_source.lock().unwrap_or_else(|p| p.into_inner());
-                if let Some(n) = by.get_mut(&source) {
-                    *n -= 1;
-                    if *n == 0 {
-                        by.remove(&source);
-                    }
-                }
+        if let Some(job) = start {
+            let (shared2, key) = (shared.clone(), source.clone());
+            let spawned = std::thread::Builder::new()
+                .name("endpoint-handshake".into())
+                .spawn(move || handshakes_of(&shared2, source, job));
+            if spawned.is_err() {
+                // No thread to be had: the slot goes back, and this connection and those
+                // waiting behind it are closed (dropped).
+                while release(shared, &key).is_some() {}
             }
-        };
-        let (shared2, secret, addr) = (shared.clone(), l.secret.clone(), l.addr.clone());
-        let release2 = release.clone();
-        let spawned = std::thread::Builder::new()
-            .name("endpoint-handshake".into())
-            .spawn(move || {
-                handshake(&shared2, stream, &secret, &addr);
-                release2();
-            });
-        if spawned.is_err() {
-            release();
         }
     }
+}
+
+/// A connection accepted and waiting for its handshake.
+pub(crate) struct Handshake {
+    stream: Stream,
+    secret: Arc<Secret>,
+    addr: String,
+}
+
+/// One host's share of the handshakes: running, and waiting their turn.
+#[derive(Default)]
+pub(crate) struct Source {
+    running: usize,
+    queued: std::collections::VecDeque<Handshake>,
+}
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Source")
+            .field("running", &self.running)
+            .field("queued", &self.queued.len())
+            .finish()
+    }
+}
+
+/// A handshake thread: this connection's handshake, then its host's next waiting one, until
+/// none waits.
+fn handshakes_of(shared: &Arc<Shared>, source: String, first: Handshake) {
+    let mut job = Some(first);
+    while let Some(h) = job.take() {
+        handshake(shared, h.stream, &h.secret, &h.addr);
+        job = release(shared, &source);
+    }
+}
+
+/// A handshake of `source` ended: its next waiting connection, to run on the same thread and
+/// slot; or, when none waits, the slot is given back (and the listeners watched again if all
+/// were taken).
+fn release(shared: &Arc<Shared>, source: &String) -> Option<Handshake> {
+    let mut by = shared.by_source.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(src) = by.get_mut(source) {
+        if let Some(next) = src.queued.pop_front() {
+            shared.waiting.fetch_sub(1, Ordering::AcqRel);
+            return Some(next);
+        }
+        src.running -= 1;
+        if src.running == 0 {
+            by.remove(source);
+        }
+    }
+    drop(by);
+    if shared.handshakes.fetch_sub(1, Ordering::AcqRel) == MAX_HANDSHAKES {
+        shared.bell.ring();
+    }
+    None
 }
 
 fn handshake(shared: &Arc<Shared>, stream: Stream, secret: &Secret, addr: &str) {

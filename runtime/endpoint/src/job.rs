@@ -162,6 +162,7 @@ impl Endpoints {
             next_peer: AtomicU32::new(0),
             handshakes: AtomicUsize::new(0),
             by_source: Mutex::new(HashMap::new()),
+            waiting: AtomicUsize::new(0),
             refusals: Mutex::new(Default::default()),
             stop: std::sync::atomic::AtomicBool::new(false),
         });
