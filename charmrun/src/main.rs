@@ -58,6 +58,25 @@ fn main() -> ExitCode {
         converse_machine::input::error_line(&format!("charmrun: {e}"));
         return ExitCode::from(2);
     }
+    // The runtime's `+help` and `+version` (before a `--`) describe the program, not a job:
+    // it runs once, here, and says it once (every node of a job would print the same, then
+    // leave before connecting).
+    if o.args
+        .iter()
+        .take_while(|a| *a != "--")
+        .any(|a| a == "+help" || a == "+version")
+    {
+        return match std::process::Command::new(&o.program)
+            .args(&o.args)
+            .status()
+        {
+            Ok(st) => ExitCode::from(st.code().unwrap_or(1).clamp(0, 255) as u8),
+            Err(e) => {
+                converse_machine::input::error_line(&format!("charmrun: {}: {e}", o.program));
+                ExitCode::from(2)
+            }
+        };
+    }
     if o.mpiexec && !charmrun::mpiexec::for_net_layer(&o) {
         return match charmrun::mpiexec::run(&o) {
             Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),

@@ -271,3 +271,22 @@ fn the_test_programs_arguments_are_bounded() {
         assert_eq!(o.stderr.lines().count(), 1, "{args:?}: {o}");
     }
 }
+
+/// `+help` and `+version` through charmrun describe the program once: charmrun runs it once
+/// and starts no job (each node would print the same, then leave before connecting).
+#[test]
+fn help_and_version_through_charmrun_print_once() {
+    let charmrun = converse_tests::charmrun_path(PROGRAM);
+    for (flag, needle) in [
+        ("+version", "layers compiled in"),
+        ("+help", "runtime arguments"),
+    ] {
+        let o = run_bounded(
+            Command::new(&charmrun).args(["+p3", PROGRAM, "hello", flag, "+machine", "tcp"]),
+            Duration::from_secs(30),
+        );
+        assert_eq!(o.code, Some(0), "{flag}: {o}");
+        assert_eq!(o.lines_with(needle), 1, "{flag}: {o}");
+        assert!(!o.stderr.contains("before connecting"), "{flag}: {o}");
+    }
+}
