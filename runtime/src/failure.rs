@@ -202,6 +202,18 @@ impl Pe {
         Ok(())
     }
 
+    /// Whether PE 0's go comes to this PE through a PE of `node` (the start-up tree's path).
+    fn go_passes(&self, node: usize) -> bool {
+        let mut pe = self.my_pe;
+        while let Some(parent) = self.tree().parent(0, pe) {
+            if self.node_of(parent) == node {
+                return true;
+            }
+            pe = parent;
+        }
+        false
+    }
+
     /// A layer error on this PE's own layer: a death to report, or the end of the job.
     #[cold]
     pub(crate) fn machine_error(&mut self, e: &MachineError) {
@@ -229,10 +241,20 @@ impl Pe {
         if node >= self.table.num_nodes() || self.fail.dead[node] {
             return;
         }
-        let reason = String::from_utf8_lossy(msg.payload()).into_owned();
         if self.life.phase != Phase::Running {
+            // In report mode, a death this PE hears of before PE 0's go has reached it may
+            // come after PE 0 said go (PE 0 reports it then; a node killed just after start
+            // must not end the job because a slower PE had not been told yet): held, and run
+            // once go comes. PE 0 decides go, so a death before that is fatal there; and a
+            // PE whose go would pass through the dead node never gets it: fatal too.
+            if self.fail.report && self.my_pe != 0 && !self.go_passes(node) {
+                self.life.held.push(msg);
+                return;
+            }
+            let reason = String::from_utf8_lossy(msg.payload());
             self.fatal(&format!("node {node} died during start-up: {reason}"));
         }
+        let reason = String::from_utf8_lossy(msg.payload()).into_owned();
         self.fail.dead[node] = true;
         self.fail.any = true;
         if let Some(r) = self.rec.as_deref_mut() {
