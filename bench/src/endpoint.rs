@@ -189,29 +189,9 @@ fn plain(addr: &str, secret: &Secret, sizes: &[usize], iters: u64) -> anyhow::Re
 }
 
 fn client_job(dir: &Path, scheme: &str, sizes: &[usize], iters: u64) -> anyhow::Result<Vec<Row>> {
-    let me = std::env::current_exe().context("finding the bench executable")?;
-    let csv = dir.join("client.csv");
-    let status = pingpong::launcher("tcp", &me, 1, 1)?
-        .arg(&me)
-        .arg("pe-endpoint-client")
-        .arg("--dir")
-        .arg(dir)
-        .args(["--scheme", scheme])
-        .args([
-            "--sizes",
-            &report::size_list(sizes),
-            "--iters",
-            &iters.to_string(),
-            "--csv",
-        ])
-        .arg(&csv)
-        .args(["+machine", "tcp", "+quiet"])
-        .status()
-        .context("starting the client job")?;
-    anyhow::ensure!(status.success(), "the client job failed: {status}");
-    let rows = report::read_csv(&csv);
-    let _ = std::fs::remove_file(&csv);
-    rows
+    let dir = dir.to_string_lossy();
+    let extra = ["--dir", dir.as_ref(), "--scheme", scheme];
+    pingpong::run_job("tcp", sizes, iters, "pe-endpoint-client", &[], &extra, 1, 1)
 }
 
 /// Median, lowest and highest of the rounds' values.

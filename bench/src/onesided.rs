@@ -10,7 +10,6 @@
 
 use crate::pingpong;
 use crate::report::{self, histogram, Row};
-use anyhow::Context;
 use converse::{Message, Pe, RegionHandle, Runtime};
 use std::cell::{Cell, RefCell};
 use std::path::Path;
@@ -146,29 +145,7 @@ fn on_layer(layer: &str, sizes: &[usize], iters: u64) -> anyhow::Result<Vec<Row>
         let rt = Runtime::from_args(["bench", "+p2", "+machine", "local", "+quiet"])?;
         return job(rt, sizes, iters);
     }
-    let me = std::env::current_exe().context("finding the bench executable")?;
-    let csv = std::env::temp_dir().join(format!("bench-onesided-{}.csv", std::process::id()));
-    let status = pingpong::launcher(layer, &me, 2, 1)?
-        .arg(&me)
-        .args([
-            "pe-onesided",
-            "--sizes",
-            &report::size_list(sizes),
-            "--iters",
-            &iters.to_string(),
-            "--csv",
-        ])
-        .arg(&csv)
-        .args(["+machine", layer, "+quiet"])
-        .status()
-        .context("starting the job")?;
-    anyhow::ensure!(
-        status.success(),
-        "the {layer} one-sided job failed: {status}"
-    );
-    let rows = report::read_csv(&csv);
-    let _ = std::fs::remove_file(&csv);
-    rows
+    pingpong::run_job(layer, sizes, iters, "pe-onesided", &[], &[], 2, 1)
 }
 
 pub(crate) fn run(

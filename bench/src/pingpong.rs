@@ -475,8 +475,10 @@ pub(crate) fn on_nodes(
     run_job(layer, sizes, iters, mode, &[], extra, nodes, 1)
 }
 
+/// Run `bench MODE --sizes .. --iters .. --csv FILE +machine LAYER +quiet EXTRA` as a job of
+/// `nodes` nodes of `ppn` PEs (through `prefix`, if any); PE 0's rows, read back from the CSV.
 #[allow(clippy::too_many_arguments)]
-fn run_job(
+pub(crate) fn run_job(
     layer: &str,
     sizes: &[usize],
     iters: u64,
