@@ -1,0 +1,719 @@
+//! Running a placed flow on each PE: the channels' credits, end of stream, the ordered farm's
+//! numbering and reordering, and the coordinator on PE 0 that sees the flow finish.
+//!
+//! **Bounded channels.** Each channel (one instance to another) holds at most its window of
+//! items: a producer spends a credit per item and the consumer gives credits back, in batches
+//! of half the window, once it has *taken* the items (run them through `svc`). What a stage
+//! emits beyond its credits waits in its own queue, and while anything waits there the stage
+//! takes no new input: its inputs' credits stop coming back, so its producers stop too, up to
+//! the source. A stage's memory is thus its input windows plus what one `svc` call emits; a
+//! slow stage holds the whole line back instead of letting it grow.
+//!
+//! **End of stream** travels as a control message on each channel after its last item (FIFO
+//! per PE pair, both at priority 0). A stage ends when every input has ended and everything it
+//! holds is taken: it runs `end`, flushes, sends end of stream on every output and tells PE 0.
+//! PE 0 runs the flow's `on_done` once every stage has told it.
+//!
+//! **Ordered farms.** The stage before the farm numbers each item it sends in; a worker's
+//! items carry the number of the input they come from, the last one flagged (or, when an
+//! input gives nothing, a *skip* marker flagged last); the collector takes numbers in order,
+//! holding early ones. Credits for held items come back only when they are taken, which bounds
+//! the hold and cannot deadlock: the worker owing the lowest missing number has nothing held.
+
+use crate::error::FlowError;
+use crate::node::{Ctx, Item, Node, Source};
+use crate::plan::{Factory, Plan, Router};
+use crate::wire::{self, Stamp};
+use converse::{HandlerId, Message, Pe};
+use std::cell::RefCell;
+use std::collections::{HashMap, VecDeque};
+use std::rc::Rc;
+
+/// Calls of a source's `next` per `produce` message before it yields to other messages.
+const BURST: usize = 16;
+/// The `arg0` destination of a message for PE 0's coordinator rather than a stage.
+const COORDINATOR: u16 = u16::MAX;
+
+/// A stage's outputs.
+pub(crate) struct Output {
+    me: u16,
+    h_item: HandlerId,
+    /// Per slot: destination instance and its PE.
+    dst: Vec<(u16, usize)>,
+    credit: Vec<u32>,
+    router: Option<Router>,
+    /// Items beyond the credits, with their slot once chosen.
+    queue: VecDeque<(Option<u32>, Message)>,
+    stamps: bool,
+    next_seq: u32,
+    /// The ordered input being taken, if any.
+    cur: Option<Stamp>,
+    /// The item last emitted for `cur`, held to flag it last when `svc` returns.
+    held: Option<Message>,
+    dropped: u64,
+}
+
+impl Output {
+    pub(crate) fn emit(&mut self, pe: &mut Pe, msg: Message) {
+        if let Some(st) = self.cur {
+            if let Some(prev) = self.held.replace(msg) {
+                let word = Stamp {
+                    last: false,
+                    skip: false,
+                    ..st
+                }
+                .word();
+                self.send_word(pe, prev, word);
+            }
+            return;
+        }
+        let word = if self.stamps {
+            let seq = self.next_seq;
+            self.next_seq = (seq + 1) & wire::SEQ_MASK;
+            Stamp {
+                seq,
+                last: true,
+                skip: false,
+            }
+            .word()
+        } else {
+            0
+        };
+        self.send_word(pe, msg, word);
+    }
+
+    /// After an ordered input's `svc`: its last item goes out flagged last, or a skip marker
+    /// when it gave nothing.
+    fn close_input(&mut self, pe: &mut Pe) {
+        let Some(st) = self.cur.take() else { return };
+        match (self.held.take(), st.last) {
+            (Some(m), last) => {
+                let word = Stamp {
+                    last,
+                    skip: false,
+                    ..st
+                }
+                .word();
+                self.send_word(pe, m, word)
+            }
+            (None, true) => {
+                let word = Stamp {
+                    last: true,
+                    skip: true,
+                    ..st
+                }
+                .word();
+                // An empty message: only when a worker filters an ordered item out.
+                self.send_word(pe, Message::new(0), word)
+            }
+            (None, false) => {}
+        }
+    }
+
+    fn send_word(&mut self, pe: &mut Pe, mut msg: Message, word: u32) {
+        msg.set_arg1(word);
+        let Some(router) = self.router.as_mut() else {
+            self.dropped += 1;
+            return;
+        };
+        if self.queue.is_empty() {
+            if let Some(s) = router.pick(msg.payload(), &self.credit) {
+                if self.credit[s as usize] > 0 {
+                    self.send_slot(pe, s, msg);
+                } else {
+                    self.queue.push_back((Some(s), msg));
+                }
+                return;
+            }
+        }
+        self.queue.push_back((None, msg));
+    }
+
+    #[inline]
+    fn send_slot(&mut self, pe: &mut Pe, s: u32, mut msg: Message) {
+        let (d, dpe) = self.dst[s as usize];
+        self.credit[s as usize] -= 1;
+        msg.set_arg0(wire::addr(d, self.me));
+        pe.send_msg(dpe, self.h_item, msg);
+    }
+
+    /// Send what waits while there is room; whether nothing waits any more.
+    fn flush(&mut self, pe: &mut Pe) -> bool {
+        while let Some(front) = self.queue.front_mut() {
+            let s = match front.0 {
+                Some(s) => s,
+                None => {
+                    let Some(r) = self.router.as_mut() else { break };
+                    match r.pick(front.1.payload(), &self.credit) {
+                        Some(s) => {
+                            front.0 = Some(s);
+                            s
+                        }
+                        None => break,
+                    }
+                }
+            };
+            if self.credit[s as usize] == 0 {
+                break;
+            }
+            let Some((_, m)) = self.queue.pop_front() else {
+                break;
+            };
+            self.send_slot(pe, s, m);
+        }
+        self.queue.is_empty()
+    }
+
+    #[inline]
+    fn blocked(&self) -> bool {
+        !self.queue.is_empty()
+    }
+}
+
+enum Arrival {
+    Item(u32, Message),
+    End,
+}
+
+/// A stage's inputs.
+struct Input {
+    /// Per slot: source instance, its PE, the channel's window; sorted by instance.
+    from: Vec<(u16, usize, u32)>,
+    taken: Vec<u32>,
+    ended: Vec<bool>,
+    open: usize,
+    /// What arrived and was not taken yet: at most the windows' worth.
+    pending: VecDeque<Arrival>,
+    reorder: Option<Reorder>,
+}
+
+impl Input {
+    fn slot(&self, src: u16) -> Option<u32> {
+        self.from
+            .binary_search_by_key(&src, |f| f.0)
+            .ok()
+            .map(|i| i as u32)
+    }
+
+    /// One item of `slot` taken: give credits back in batches of half the window.
+    fn took(&mut self, pe: &mut Pe, me: u16, h_ctl: HandlerId, slot: u32) {
+        let s = slot as usize;
+        self.taken[s] += 1;
+        let (src, spe, w) = self.from[s];
+        if self.taken[s] >= (w / 2).max(1) {
+            // One small message per half window: the price of a bounded channel.
+            let mut m = Message::new(0).with_priority(-1);
+            m.set_arg0(wire::addr(src, me));
+            m.set_arg1(wire::ctl(wire::CREDIT, self.taken[s]));
+            self.taken[s] = 0;
+            pe.send_msg(spe, h_ctl, m);
+        }
+    }
+}
+
+/// An ordered farm collector's hold of early items.
+struct Reorder {
+    next: u32,
+    early: HashMap<u32, VecDeque<(u32, Message)>>,
+}
+
+impl Reorder {
+    fn pop_ready(&mut self) -> Option<(u32, Message)> {
+        let q = self.early.get_mut(&self.next)?;
+        let (slot, msg) = q.pop_front()?;
+        if q.is_empty() {
+            self.early.remove(&self.next);
+        }
+        if wire::stamp_of(msg.arg1()).is_some_and(|s| s.last) {
+            self.next = (self.next + 1) & wire::SEQ_MASK;
+        }
+        Some((slot, msg))
+    }
+}
+
+enum Body {
+    Node(Box<dyn Node>),
+    Source(Box<dyn Source>),
+}
+
+/// A stage instance placed on this PE.
+pub(crate) struct Local {
+    id: u16,
+    name: String,
+    body: Body,
+    out: Output,
+    input: Input,
+    h_ctl: HandlerId,
+    ended: bool,
+    finished: bool,
+    produce_pending: bool,
+}
+
+impl Local {
+    fn ctl(&self, pe: &mut Pe, to_pe: usize, dst: u16, kind: u32, count: u32) {
+        let mut m = Message::new(0);
+        m.set_arg0(wire::addr(dst, self.id));
+        m.set_arg1(wire::ctl(kind, count));
+        pe.send_msg(to_pe, self.h_ctl, m);
+    }
+
+    fn svc(&mut self, pe: &mut Pe, item: Item) {
+        if let Body::Node(n) = &mut self.body {
+            let mut ctx = Ctx {
+                pe,
+                out: &mut self.out,
+                name: &self.name,
+            };
+            n.svc(item, &mut ctx);
+        }
+    }
+
+    fn deliver(&mut self, pe: &mut Pe, slot: u32, msg: Message) {
+        self.input.took(pe, self.id, self.h_ctl, slot);
+        let st = wire::stamp_of(msg.arg1());
+        let skip = st.is_some_and(|s| s.skip);
+        if self.input.reorder.is_some() {
+            if !skip {
+                self.svc(pe, Item { msg });
+            }
+            return;
+        }
+        self.out.cur = st;
+        if !skip {
+            self.svc(pe, Item { msg });
+        }
+        self.out.close_input(pe);
+    }
+
+    fn pump(&mut self, pe: &mut Pe) {
+        loop {
+            if self.out.blocked() {
+                break;
+            }
+            if let Some((slot, msg)) = self.input.reorder.as_mut().and_then(Reorder::pop_ready) {
+                self.deliver(pe, slot, msg);
+                continue;
+            }
+            match self.input.pending.pop_front() {
+                None => break,
+                Some(Arrival::End) => self.input.open = self.input.open.saturating_sub(1),
+                Some(Arrival::Item(slot, msg)) => {
+                    if let (Some(r), Some(st)) =
+                        (self.input.reorder.as_mut(), wire::stamp_of(msg.arg1()))
+                    {
+                        if st.seq != r.next {
+                            r.early.entry(st.seq).or_default().push_back((slot, msg));
+                            continue;
+                        }
+                        if st.last {
+                            r.next = (r.next + 1) & wire::SEQ_MASK;
+                        }
+                    }
+                    self.deliver(pe, slot, msg);
+                }
+            }
+        }
+        if !self.ended
+            && self.input.open == 0
+            && self.input.pending.is_empty()
+            && self
+                .input
+                .reorder
+                .as_ref()
+                .is_none_or(|r| r.early.is_empty())
+            && !self.out.blocked()
+        {
+            self.ended = true;
+            if let Body::Node(n) = &mut self.body {
+                let mut ctx = Ctx {
+                    pe,
+                    out: &mut self.out,
+                    name: &self.name,
+                };
+                n.end(&mut ctx);
+            }
+        }
+        self.try_finish(pe);
+    }
+
+    fn produce(&mut self, pe: &mut Pe) {
+        if let Body::Source(src) = &mut self.body {
+            let mut n = 0;
+            while !self.ended && !self.out.blocked() && n < BURST {
+                let mut ctx = Ctx {
+                    pe,
+                    out: &mut self.out,
+                    name: &self.name,
+                };
+                if !src.next(&mut ctx) {
+                    self.ended = true;
+                }
+                n += 1;
+            }
+        }
+        if self.ended {
+            self.try_finish(pe);
+        } else if !self.out.blocked() {
+            self.schedule_produce(pe);
+        }
+    }
+
+    fn schedule_produce(&mut self, pe: &mut Pe) {
+        if !self.produce_pending {
+            self.produce_pending = true;
+            let me = pe.my_pe();
+            self.ctl(pe, me, self.id, wire::PRODUCE, 0);
+        }
+    }
+
+    fn credit(&mut self, pe: &mut Pe, from: u16, n: u32) {
+        if let Some(s) = self.out.dst.iter().position(|d| d.0 == from) {
+            self.out.credit[s] = self.out.credit[s].saturating_add(n);
+        }
+        if self.out.flush(pe) {
+            match self.body {
+                Body::Source(_) if !self.ended => self.schedule_produce(pe),
+                Body::Source(_) => self.try_finish(pe),
+                Body::Node(_) => self.pump(pe),
+            }
+        }
+    }
+
+    fn try_finish(&mut self, pe: &mut Pe) {
+        if self.ended && !self.finished && !self.out.blocked() {
+            self.finished = true;
+            if self.out.dropped > 0 {
+                eprintln!(
+                    "converse-flow: stage {} is the last; the {} item(s) it emitted went nowhere",
+                    self.name, self.out.dropped
+                );
+            }
+            for i in 0..self.out.dst.len() {
+                let (d, dpe) = self.out.dst[i];
+                self.ctl(pe, dpe, d, wire::END, 0);
+            }
+            self.ctl(pe, 0, COORDINATOR, wire::FINISHED, 0);
+        }
+    }
+}
+
+/// A PE's part of the flow.
+pub(crate) struct Shared {
+    plan: Rc<Plan>,
+    local: Vec<Option<Local>>,
+    /// PE 0: which stages have finished, and how many have not.
+    finished: Vec<bool>,
+    left: usize,
+    failed: bool,
+    reasons: HashMap<usize, String>,
+    pe_nodes: Vec<usize>,
+    on_done: Option<Then>,
+    on_error: Option<OnError>,
+}
+
+/// What runs on PE 0 at the end: `on_done`.
+pub(crate) type Then = Box<dyn FnOnce(&mut Pe)>;
+/// What runs on PE 0 when the flow cannot complete.
+pub(crate) type OnError = Box<dyn FnOnce(&mut Pe, FlowError)>;
+pub(crate) type Callbacks = (Option<Then>, Option<OnError>);
+
+/// Register the flow's handlers, build this PE's stages and start them.
+pub(crate) fn start(
+    pe: &mut Pe,
+    plan: Rc<Plan>,
+    factories: Vec<Option<Factory>>,
+    h: (HandlerId, HandlerId),
+    (on_done, on_error): Callbacks,
+) -> Rc<RefCell<Shared>> {
+    let (h_item, h_ctl) = h;
+    let me = pe.my_pe();
+    let mut local: Vec<Option<Local>> = Vec::with_capacity(plan.insts.len());
+    for (id, (inst, f)) in plan.insts.iter().zip(factories).enumerate() {
+        if inst.pe != me {
+            local.push(None);
+            continue;
+        }
+        let body = match f {
+            Some(Factory::Node(make)) => Body::Node(make()),
+            Some(Factory::Source(make)) => Body::Source(make()),
+            None => {
+                local.push(None);
+                continue;
+            }
+        };
+        let from: Vec<(u16, usize, u32)> = inst
+            .ins
+            .iter()
+            .map(|&(s, w)| (s, plan.insts[s as usize].pe, w))
+            .collect();
+        let n_in = from.len();
+        local.push(Some(Local {
+            id: id as u16,
+            name: inst.name.clone(),
+            body,
+            out: Output {
+                me: id as u16,
+                h_item,
+                dst: inst
+                    .outs
+                    .iter()
+                    .map(|&(d, _)| (d, plan.insts[d as usize].pe))
+                    .collect(),
+                credit: inst.outs.iter().map(|&(_, w)| w).collect(),
+                router: inst.router(),
+                queue: VecDeque::new(),
+                stamps: inst.stamps,
+                next_seq: 0,
+                cur: None,
+                held: None,
+                dropped: 0,
+            },
+            input: Input {
+                from,
+                taken: vec![0; n_in],
+                ended: vec![false; n_in],
+                open: n_in,
+                pending: VecDeque::new(),
+                reorder: inst.reorders.then(|| Reorder {
+                    next: 0,
+                    early: HashMap::new(),
+                }),
+            },
+            h_ctl,
+            ended: false,
+            finished: false,
+            produce_pending: false,
+        }));
+    }
+    let n = plan.insts.len();
+    let shared = Rc::new(RefCell::new(Shared {
+        plan,
+        local,
+        finished: vec![false; if me == 0 { n } else { 0 }],
+        left: n,
+        failed: false,
+        reasons: HashMap::new(),
+        pe_nodes: (0..pe.num_pes()).map(|p| pe.node_of(p)).collect(),
+        on_done,
+        on_error,
+    }));
+    {
+        let mut s = shared.borrow_mut();
+        for l in s.local.iter_mut().flatten() {
+            let mut ctx = Ctx {
+                pe,
+                out: &mut l.out,
+                name: &l.name,
+            };
+            match &mut l.body {
+                Body::Node(n) => n.start(&mut ctx),
+                Body::Source(src) => src.start(&mut ctx),
+            }
+            if matches!(l.body, Body::Source(_)) {
+                l.schedule_produce(pe);
+            }
+        }
+    }
+    shared
+}
+
+/// Report mode: a node died. Every PE tells PE 0 of its stages whose input from that node
+/// had not ended; PE 0 also looks for unfinished stages the node held. Either is the end of
+/// the flow, reported once.
+pub(crate) fn on_failure(sh: &RefCell<Shared>, pe: &mut Pe, f: &converse::NodeFailure) {
+    let Ok(mut s) = sh.try_borrow_mut() else {
+        reentered(pe)
+    };
+    s.reasons.insert(f.node, f.reason.clone());
+    let mut reports = Vec::new();
+    for l in s.local.iter().flatten() {
+        if l.finished {
+            continue;
+        }
+        for (slot, &(_, spe, _)) in l.input.from.iter().enumerate() {
+            if f.pes.contains(&spe) && !l.input.ended[slot] {
+                reports.push((l.id, l.h_ctl));
+                break;
+            }
+        }
+    }
+    for (id, h_ctl) in reports {
+        let mut m = Message::new(0);
+        m.set_arg0(wire::addr(COORDINATOR, id));
+        m.set_arg1(wire::ctl(wire::FAILED, f.node as u32));
+        pe.send_msg(0, h_ctl, m);
+    }
+    if pe.my_pe() != 0 {
+        return;
+    }
+    let plan = s.plan.clone();
+    let lost: Vec<usize> = (0..plan.insts.len())
+        .filter(|&i| f.pes.contains(&plan.insts[i].pe) && !s.finished[i])
+        .collect();
+    if lost.is_empty() {
+        return;
+    }
+    let dependents: Vec<usize> = (0..plan.insts.len())
+        .filter(|&i| {
+            let inst = &plan.insts[i];
+            !f.pes.contains(&inst.pe)
+                && !s.finished[i]
+                && inst
+                    .ins
+                    .iter()
+                    .chain(inst.outs.iter())
+                    .any(|&(o, _)| lost.contains(&(o as usize)))
+        })
+        .collect();
+    let then = s.fail(pe, f.node, lost, dependents);
+    drop(s);
+    if let Some(then) = then {
+        then(pe);
+    }
+}
+
+fn reentered(pe: &mut Pe) -> ! {
+    pe.abort(
+        "converse-flow: a stage ran the scheduler from inside svc (a barrier?); \
+         stages must return to it",
+    )
+}
+
+pub(crate) fn on_item(sh: &RefCell<Shared>, pe: &mut Pe, msg: Message) {
+    let Ok(mut s) = sh.try_borrow_mut() else {
+        reentered(pe)
+    };
+    let a = msg.arg0();
+    let (dst, src) = (wire::dst_of(a), wire::src_of(a));
+    let Some(Some(l)) = s.local.get_mut(dst as usize) else {
+        let me = pe.my_pe();
+        pe.abort(&format!(
+            "converse-flow: an item for stage {dst}, which is not on PE {me}"
+        ))
+    };
+    let Some(slot) = l.input.slot(src) else {
+        let name = l.name.clone();
+        pe.abort(&format!(
+            "converse-flow: stage {name} got an item from stage {src}, which does not send to it"
+        ))
+    };
+    l.input.pending.push_back(Arrival::Item(slot, msg));
+    l.pump(pe);
+}
+
+pub(crate) fn on_ctl(sh: &RefCell<Shared>, pe: &mut Pe, msg: Message) {
+    let Ok(mut s) = sh.try_borrow_mut() else {
+        reentered(pe)
+    };
+    let (a, w) = (msg.arg0(), msg.arg1());
+    let (dst, src) = (wire::dst_of(a), wire::src_of(a));
+    let kind = wire::ctl_kind(w);
+    if dst == COORDINATOR {
+        let done = match kind {
+            wire::FINISHED => s.stage_finished(src as usize),
+            wire::FAILED => {
+                let node = wire::ctl_count(w) as usize;
+                s.fail(pe, node, Vec::new(), vec![src as usize])
+            }
+            _ => None,
+        };
+        drop(s);
+        if let Some(f) = done {
+            f(pe);
+        }
+        return;
+    }
+    let Some(Some(l)) = s.local.get_mut(dst as usize) else {
+        let me = pe.my_pe();
+        pe.abort(&format!(
+            "converse-flow: a control word for stage {dst}, which is not on PE {me}"
+        ))
+    };
+    match kind {
+        wire::CREDIT => l.credit(pe, src, wire::ctl_count(w)),
+        wire::END => {
+            if let Some(slot) = l.input.slot(src) {
+                l.input.ended[slot as usize] = true;
+            }
+            l.input.pending.push_back(Arrival::End);
+            l.pump(pe);
+        }
+        wire::PRODUCE => {
+            l.produce_pending = false;
+            l.produce(pe);
+        }
+        _ => {}
+    }
+}
+
+impl Shared {
+    /// PE 0: a stage has finished; the flow's `on_done` when it was the last.
+    fn stage_finished(&mut self, id: usize) -> Option<Then> {
+        if id >= self.finished.len() || self.finished[id] {
+            return None;
+        }
+        self.finished[id] = true;
+        self.left -= 1;
+        if self.left == 0 && !self.failed {
+            return Some(
+                self.on_done
+                    .take()
+                    .unwrap_or_else(|| Box::new(|pe: &mut Pe| pe.exit(0))),
+            );
+        }
+        None
+    }
+
+    /// PE 0: the flow cannot complete; what to run (once).
+    fn fail(
+        &mut self,
+        _pe: &mut Pe,
+        node: usize,
+        mut lost: Vec<usize>,
+        dependents: Vec<usize>,
+    ) -> Option<Then> {
+        if self.failed || self.left == 0 {
+            return None;
+        }
+        self.failed = true;
+        let names = |v: &[usize]| -> Vec<String> {
+            v.iter()
+                .filter_map(|&i| self.plan.insts.get(i).map(|x| x.name.clone()))
+                .collect()
+        };
+        if lost.is_empty() {
+            // A stage elsewhere lost its input from this node: name what was there.
+            lost = (0..self.plan.insts.len())
+                .filter(|&i| {
+                    let p = self.plan.insts[i].pe;
+                    dependents
+                        .iter()
+                        .any(|&d| self.plan.insts[d].ins.iter().any(|&(s, _)| s as usize == i))
+                        && self.node_of_pe(p) == Some(node)
+                })
+                .collect();
+        }
+        let err = FlowError::Lost {
+            node,
+            reason: self
+                .reasons
+                .get(&node)
+                .cloned()
+                .unwrap_or_else(|| "out of the job".to_owned()),
+            lost: names(&lost),
+            dependents: names(&dependents),
+        };
+        let cb = self.on_error.take();
+        Some(Box::new(move |pe: &mut Pe| match cb {
+            Some(cb) => cb(pe, err),
+            None => {
+                eprintln!("{err}");
+                pe.exit(1)
+            }
+        }))
+    }
+
+    fn node_of_pe(&self, pe: usize) -> Option<usize> {
+        self.pe_nodes.get(pe).copied()
+    }
+}

@@ -1,0 +1,219 @@
+//! FastFlow's building blocks on a converse job: stream-parallel programs — pipelines, farms,
+//! all-to-all — written once and run on one process or split into groups over many.
+//!
+//! A program composes [`Block`]s (a [`source`], [`stage`]s or [`map`]s, [`pipeline`]s,
+//! [`Farm`]s, [`AllToAll`]s; they nest), hands them to a [`Flow`], and starts it on every PE.
+//! The flow compiles the blocks into sequential *stage instances*, places them on PEs (in turn,
+//! or by a [`Groups`] file that splits the program into groups), and runs them from the PEs'
+//! schedulers: each item is one runtime message, moved between PEs of one process by pointer;
+//! each channel holds a bounded number of items, so a slow stage holds its producers back; end
+//! of stream travels through every stage, and the job ends when the last stage has seen it.
+//!
+//! ```no_run
+//! use converse_flow::{map, pipeline, source, Farm, Flow, Item};
+//!
+//! struct Count(u64, u64);
+//! impl converse_flow::Source for Count {
+//!     fn next(&mut self, ctx: &mut converse_flow::Ctx<'_>) -> bool {
+//!         self.0 += 1;
+//!         ctx.emit_u64(self.0);
+//!         self.0 < self.1
+//!     }
+//! }
+//!
+//! converse::run(|pe| {
+//!     let flow = pipeline([
+//!         source("numbers", || Count(0, 1000)),
+//!         Farm::new(4, |_| {
+//!             map("square", |item: Item, ctx| {
+//!                 let x = item.u64().unwrap_or(0);
+//!                 ctx.emit_u64(x * x);
+//!             })
+//!         })
+//!         .into(),
+//!         converse_flow::stage("sum", || Sum(0)),
+//!     ]);
+//!     Flow::new(flow).start(pe).expect("a well-formed flow");
+//! });
+//!
+//! struct Sum(u64);
+//! impl converse_flow::Node for Sum {
+//!     fn svc(&mut self, item: Item, _ctx: &mut converse_flow::Ctx<'_>) {
+//!         self.0 += item.u64().unwrap_or(0);
+//!     }
+//!     fn end(&mut self, _ctx: &mut converse_flow::Ctx<'_>) {
+//!         println!("sum of squares: {}", self.0);
+//!     }
+//! }
+//! ```
+//!
+//! **From FastFlow.**
+//!
+//! | FastFlow | here |
+//! |---|---|
+//! | `ff_node_t<In, Out>`, `svc`, `svc_init`, `svc_end` | [`Node`]: [`svc`](Node::svc), [`start`](Node::start), [`end`](Node::end); items are bytes ([`Item`]) |
+//! | first node, `svc(nullptr)` until `EOS` | [`Source::next`] until it returns `false` |
+//! | `return task` / `ff_send_out(task)` | [`Ctx::emit_item`] (moves the buffer), [`Ctx::emit`] (copies bytes) |
+//! | `return GO_ON` | emit nothing |
+//! | `EOS`, `eosnotify` | end of stream: [`Node::end`] runs once every input has ended |
+//! | `ff_Pipe` | [`pipeline`] |
+//! | `ff_Farm`, `add_emitter`, `add_collector`, `remove_collector` | [`Farm::new`], [`Farm::emitter`], [`Farm::collector`] (none: the workers feed the next block) |
+//! | `set_scheduling_ondemand` | [`Farm::on_demand`] |
+//! | `ff_OFarm` | [`Farm::ordered`] |
+//! | `ff_a2a`, `add_firstset`, `add_secondset`, `ff_send_out_to` | [`AllToAll::new`], [`AllToAll::route`] |
+//! | queue bounds (`bounded` queues) | [`Flow::window`] |
+//! | `createGroup("G1") << stage`, the JSON group file | a [`Groups`] file (`place G1 stage`) |
+//! | `ff_dsender`, `ff_dreceiver`, `ff_rpc`, `ff_rpc_shutdown` | none needed inside a job: a channel between groups is a channel like any other, over the job's layer; end of stream is its `end` message |
+//! | `run_and_wait_end` | [`Flow::start`], then [`Flow::on_done`] on PE 0 |
+//!
+//! **Groups.** Splitting a program into groups is a placement: the same blocks, each stage
+//! on its group's PEs. A channel between groups crosses whatever the job's layer puts between
+//! those PEs (SI inside a host, TCP or UDP between hosts with the composites, MPI): the
+//! transport follows the layer choice (`+machine`). Groups are PEs of one job; groups as
+//! separately started jobs connected by address (the endpoints of `converse-endpoint`) are
+//! not built yet. [`Plan::describe`] and [`Plan::group_links`] say which channels are
+//! *internal* and which *external* in the thesis's taxonomy.
+//!
+//! **Failures** (report mode): a node that dies holding unfinished stages, or holding the
+//! producer of an input that had not ended, ends the flow with [`FlowError::Lost`] on PE 0
+//! ([`Flow::on_error`]; by default printed and the job ends with code 1) instead of a hang.
+
+mod block;
+mod error;
+mod exec;
+mod groups;
+mod node;
+mod plan;
+mod wire;
+
+pub use block::{map, pipeline, source, stage, AllToAll, Block, Farm, Policy, Route};
+pub use error::FlowError;
+pub use groups::Groups;
+pub use node::{Ctx, Item, Node, Source};
+pub use plan::{Connection, GroupLink, Plan, StageInfo, DEFAULT_WINDOW, ON_DEMAND_WINDOW};
+
+use converse::Pe;
+use std::rc::Rc;
+
+/// Handler names, registered by [`Flow::start`] on every PE.
+const H_ITEM: &str = "converse-flow.item";
+const H_CTL: &str = "converse-flow.ctl";
+
+/// A flow to start: the blocks, where they run, and what happens at the end.
+pub struct Flow {
+    block: Block,
+    groups: Option<Groups>,
+    window: u32,
+    on_done: Option<exec::Then>,
+    on_error: Option<exec::OnError>,
+}
+
+impl std::fmt::Debug for Flow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Flow")
+            .field("block", &self.block)
+            .field("groups", &self.groups)
+            .field("window", &self.window)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Flow {
+    /// A flow of these blocks (a pipeline whose first stage is a [`source`]).
+    pub fn new(block: impl Into<Block>) -> Flow {
+        Flow {
+            block: block.into(),
+            groups: None,
+            window: DEFAULT_WINDOW,
+            on_done: None,
+            on_error: None,
+        }
+    }
+
+    /// Split into groups: each stage runs on its group's PEs.
+    pub fn groups(mut self, g: Groups) -> Flow {
+        self.groups = Some(g);
+        self
+    }
+
+    /// Items a channel holds at most (default [`DEFAULT_WINDOW`]; on-demand channels hold at
+    /// most [`ON_DEMAND_WINDOW`]).
+    pub fn window(mut self, items: u32) -> Flow {
+        self.window = items.max(1);
+        self
+    }
+
+    /// Run `f` on PE 0 once every stage has finished (default: end the job with code 0).
+    pub fn on_done(mut self, f: impl FnOnce(&mut Pe) + 'static) -> Flow {
+        self.on_done = Some(Box::new(f));
+        self
+    }
+
+    /// Run `f` on PE 0 if the flow cannot complete (report mode: a node with stages died).
+    /// Default: print the error and end the job with code 1.
+    pub fn on_error(mut self, f: impl FnOnce(&mut Pe, FlowError) + 'static) -> Flow {
+        self.on_error = Some(Box::new(f));
+        self
+    }
+
+    /// Compile, place and start the flow on this PE. Every PE calls it, with the same blocks
+    /// and groups, in its start function (it registers handlers). One flow per job.
+    ///
+    /// # Errors
+    /// [`FlowError::Shape`] for blocks that make no flow, [`FlowError::Placement`] for groups
+    /// that do not fit them or the job. Every PE gets the same error.
+    pub fn start(self, pe: &mut Pe) -> Result<Rc<Plan>, FlowError> {
+        if pe.handler(H_ITEM).is_some() {
+            return Err(FlowError::Shape("one flow per job".to_owned()));
+        }
+        // Registered before anything can fail, so every PE registers the same handlers.
+        let cell: Rc<std::cell::RefCell<Option<Rc<std::cell::RefCell<exec::Shared>>>>> =
+            Rc::default();
+        let c = cell.clone();
+        let h_item = pe.register(H_ITEM, move |pe, msg| {
+            if let Some(sh) = c.borrow().as_ref() {
+                exec::on_item(sh, pe, msg)
+            }
+        });
+        let c = cell.clone();
+        let h_ctl = pe.register(H_CTL, move |pe, msg| {
+            if let Some(sh) = c.borrow().as_ref() {
+                exec::on_ctl(sh, pe, msg)
+            }
+        });
+        let c = cell.clone();
+        pe.on_node_failure(move |pe, f| {
+            if let Some(sh) = c.borrow().as_ref() {
+                exec::on_failure(sh, pe, f)
+            }
+        });
+        let nodes = pe.num_nodes();
+        let firsts: Vec<(usize, usize)> = (0..nodes)
+            .map(|n| {
+                let end = if n + 1 < nodes {
+                    pe.node_first_pe(n + 1)
+                } else {
+                    pe.num_pes()
+                };
+                (pe.node_first_pe(n), end)
+            })
+            .collect();
+        let (plan, factories) = plan::compile(
+            self.block,
+            self.window,
+            pe.num_pes(),
+            self.groups.as_ref(),
+            &|n| firsts.get(n).map(|&(a, b)| a..b),
+        )?;
+        let plan = Rc::new(plan);
+        let shared = exec::start(
+            pe,
+            plan.clone(),
+            factories,
+            (h_item, h_ctl),
+            (self.on_done, self.on_error),
+        );
+        *cell.borrow_mut() = Some(shared);
+        Ok(plan)
+    }
+}
