@@ -406,6 +406,8 @@ pub(crate) struct Shared {
     left: usize,
     failed: bool,
     reasons: HashMap<usize, String>,
+    /// PE 0: stages whose input from a node had not ended, told before the node's death.
+    reports: HashMap<usize, Vec<usize>>,
     pe_nodes: Vec<usize>,
     on_done: Option<Then>,
     on_error: Option<OnError>,
@@ -493,6 +495,7 @@ pub(crate) fn start(
         left: n,
         failed: false,
         reasons: HashMap::new(),
+        reports: HashMap::new(),
         pe_nodes: (0..pe.num_pes()).map(|p| pe.node_of(p)).collect(),
         on_done,
         on_error,
@@ -550,10 +553,11 @@ pub(crate) fn on_failure(sh: &RefCell<Shared>, pe: &mut Pe, f: &converse::NodeFa
     let lost: Vec<usize> = (0..plan.insts.len())
         .filter(|&i| f.pes.contains(&plan.insts[i].pe) && !s.finished[i])
         .collect();
-    if lost.is_empty() {
+    let reported = s.reports.remove(&f.node).unwrap_or_default();
+    if lost.is_empty() && reported.is_empty() {
         return;
     }
-    let dependents: Vec<usize> = (0..plan.insts.len())
+    let mut dependents: Vec<usize> = (0..plan.insts.len())
         .filter(|&i| {
             let inst = &plan.insts[i];
             !f.pes.contains(&inst.pe)
@@ -565,6 +569,12 @@ pub(crate) fn on_failure(sh: &RefCell<Shared>, pe: &mut Pe, f: &converse::NodeFa
                     .any(|&(o, _)| lost.contains(&(o as usize)))
         })
         .collect();
+    for r in reported {
+        if !dependents.contains(&r) {
+            dependents.push(r);
+        }
+    }
+    dependents.sort_unstable();
     let then = s.fail(pe, f.node, lost, dependents);
     drop(s);
     if let Some(then) = then {
@@ -612,8 +622,15 @@ pub(crate) fn on_ctl(sh: &RefCell<Shared>, pe: &mut Pe, msg: Message) {
         let done = match kind {
             wire::FINISHED => s.stage_finished(src as usize),
             wire::FAILED => {
+                // Told before PE 0 heard of the death itself: kept for then, so the error
+                // names the node's stages and its reason.
                 let node = wire::ctl_count(w) as usize;
-                s.fail(pe, node, Vec::new(), vec![src as usize])
+                if s.reasons.contains_key(&node) {
+                    s.fail(pe, node, Vec::new(), vec![src as usize])
+                } else {
+                    s.reports.entry(node).or_default().push(src as usize);
+                    None
+                }
             }
             _ => None,
         };

@@ -1,0 +1,236 @@
+//! FastFlow's building blocks (converse-flow) in whole jobs: the thesis's sample application
+//! as one group and as three groups on each layer and on three namespace hosts (the transport
+//! switched by `+machine` only), an all-to-all split horizontally giving the same result as
+//! unsplit, a group's death in report mode ending the flow with an error instead of a hang,
+//! and a bad groups file refused with its line.
+
+use converse_tests::netns::Hosts;
+use converse_tests::{run_bounded, Launcher, Outcome};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+const PROGRAM: &str = env!("CARGO_BIN_EXE_conformance");
+const LIMIT: Duration = Duration::from_secs(90);
+
+/// An example of converse-flow (built by `cargo test --workspace`, or
+/// `cargo build --release -p converse-flow --examples`).
+fn example(name: &str) -> String {
+    let p = Path::new(PROGRAM).with_file_name("examples").join(name);
+    assert!(
+        p.exists(),
+        "{} is not built: run `cargo build --release -p converse-flow --examples`",
+        p.display()
+    );
+    p.to_string_lossy().into_owned()
+}
+
+fn file(tag: &str, text: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("cvflow-{}", std::process::id()));
+    std::fs::create_dir_all(&d).expect("temp dir");
+    let p = d.join(tag);
+    std::fs::write(&p, text).expect("write");
+    p
+}
+
+const THREE: &str = "# the sample application: one group per node\n\
+                     group G1 nodes 0\ngroup G2 nodes 1\ngroup G3 nodes 2\n\
+                     place G1 generate\nplace G2 square*\nplace G3 check\n";
+
+fn charmrun(machine: &'static str, ppn: usize) -> Launcher {
+    Launcher::Charmrun {
+        machine,
+        opts: vec![],
+    }
+    .with_ppn(ppn)
+}
+
+fn ok_line(o: &Outcome, items: u64) {
+    let n = u128::from(items);
+    let sum = n * (n + 1) * (2 * n + 1) / 6;
+    assert_eq!(o.code, Some(0), "{o}");
+    assert_eq!(
+        o.lines_with(&format!(
+            "flow groups: {items} items, sum of squares {sum}: ok"
+        )),
+        1,
+        "{o}"
+    );
+}
+
+#[test]
+fn the_sample_application_runs_as_one_group_and_as_three_on_every_layer() {
+    let three = file("three", THREE);
+    for (l, pes) in [
+        (Launcher::Direct { machine: "local" }, 3),
+        (charmrun("tcp", 1), 3),
+        (charmrun("udp", 1), 3),
+        (charmrun("si", 1), 3),
+        (charmrun("si+tcp", 2), 6),
+    ] {
+        let o = l.run(&example("groups"), pes, &["--items", "20000"], LIMIT);
+        ok_line(&o, 20000);
+        let three = three.to_string_lossy();
+        let o = l.run(
+            &example("groups"),
+            pes,
+            &["--items", "20000", "--groups", &three, "--plan"],
+            LIMIT,
+        );
+        ok_line(&o, 20000);
+        // Each group on its own node's PEs.
+        let ppn = l.ppn();
+        assert_eq!(
+            o.lines_with(&format!("stage generate on PE 0 (group G1)")),
+            1,
+            "{o}"
+        );
+        assert_eq!(
+            o.lines_with(&format!("stage check on PE {} (group G3)", 2 * ppn)),
+            1,
+            "{o}"
+        );
+        assert_eq!(o.lines_with("G1 -> G2: 4 external channels"), 1, "{o}");
+    }
+}
+
+#[test]
+fn the_sample_application_spans_three_hosts_and_its_transport_is_a_string() {
+    let Some(hosts) = Hosts::new("fl", 3) else {
+        return;
+    };
+    let machines = hosts.machines("machines", 0..3);
+    let groups = hosts.file("three", THREE);
+    for machine in ["tcp", "udp"] {
+        let mut a: Vec<String> = ["+p3", "++verbose", "++nodelist"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        a.push(machines.display().to_string());
+        a.push("++remote-shell".into());
+        a.push(hosts.shell().display().to_string());
+        a.push(example("groups"));
+        a.extend(["--items", "50000", "--groups"].map(String::from));
+        a.push(groups.display().to_string());
+        a.extend(["+machine", machine].map(String::from));
+        let o = hosts.charmrun(PROGRAM, &a, LIMIT);
+        ok_line(&o, 50000);
+        for (pe, host) in [(0, 0), (1, 1), (2, 2)] {
+            assert!(
+                o.stderr
+                    .contains(&format!("PE {pe} connected from {}", Hosts::addr(host))),
+                "{machine}: PE {pe} on host {host}\n{o}"
+            );
+        }
+    }
+}
+
+fn a2a_lines(o: &Outcome) -> Vec<String> {
+    o.stdout
+        .lines()
+        .filter(|l| l.starts_with("a2a: "))
+        .map(String::from)
+        .collect()
+}
+
+#[test]
+fn an_all_to_all_split_over_two_groups_gives_the_unsplit_result() {
+    let split = file(
+        "a2a",
+        "group G1 nodes 0\ngroup G2 nodes 1\nplace G1 numbers L[0] R[0]\nplace G2 L[1] R[1] report\n",
+    );
+    let split = split.to_string_lossy();
+    let l = charmrun("tcp", 2);
+    let whole = l.run(&example("a2a"), 4, &["--items", "30000"], LIMIT);
+    assert_eq!(whole.code, Some(0), "{whole}");
+    let cut = l.run(
+        &example("a2a"),
+        4,
+        &["--items", "30000", "--groups", &split, "--plan"],
+        LIMIT,
+    );
+    assert_eq!(cut.code, Some(0), "{cut}");
+    let lines = a2a_lines(&whole);
+    assert_eq!(lines.len(), 8, "{whole}");
+    assert_eq!(
+        lines.last().map(String::as_str),
+        Some("a2a: total 450015000")
+    );
+    assert_eq!(a2a_lines(&cut), lines, "split\n{cut}\nunsplit\n{whole}");
+    // The cut's connections as the thesis names them.
+    assert_eq!(cut.lines_with("G1 -> G2: 1 internal channel"), 1, "{cut}");
+    assert_eq!(cut.lines_with("G2 -> G1: 1 internal channel"), 1, "{cut}");
+    assert_eq!(cut.lines_with("G1 -> G2: 2 external channels"), 1, "{cut}");
+}
+
+#[test]
+fn a_group_that_dies_in_report_mode_ends_the_flow_with_an_error_not_a_hang() {
+    let three = file("three-die", THREE);
+    let three = three.to_string_lossy();
+    for machine in ["tcp", "si"] {
+        let o = charmrun(machine, 1).run(
+            &example("groups"),
+            3,
+            &[
+                "--items",
+                "100000",
+                "--work-us",
+                "20",
+                "--die-after",
+                "300",
+                "--groups",
+                &three,
+                "+set",
+                "faults=report",
+            ],
+            LIMIT,
+        );
+        assert!(!o.timed_out, "{machine}: {o}");
+        assert_eq!(o.code, Some(1), "{machine}: {o}");
+        let lost = o
+            .stderr
+            .lines()
+            .filter(|l| {
+                l.starts_with(
+                    "flow: stages square[0], square[1], square[2], square[3] lost with node 1",
+                )
+            })
+            .count();
+        assert_eq!(lost, 1, "{machine}: {o}");
+        assert!(o.stderr.contains("generate, check cannot complete"), "{o}");
+        assert_eq!(o.lines_with("sum of squares"), 0, "{o}");
+    }
+}
+
+#[test]
+fn a_bad_groups_file_is_one_line_and_exit_2() {
+    for (text, says) in [
+        (
+            "group G1 nodes 0\nplace G1 generate square* check nothing\n",
+            "line 2: 'nothing' matches no stage",
+        ),
+        (
+            "group G1 nodes 0\nplace G1 generate sqare* check\n",
+            "stage square[0] is in no group",
+        ),
+        (
+            "group G1 cores 0\n",
+            "line 1: 'cores' is not where a group runs",
+        ),
+        (
+            "group G1 nodes 0-7\nplace G1 generate square* check\n",
+            "names node 3, which the job does not have",
+        ),
+    ] {
+        let f = file("bad", text);
+        let o = run_bounded(
+            Launcher::Direct { machine: "local" }
+                .command(&example("groups"), 3, &["--groups", &f.to_string_lossy()])
+                .arg("+quiet"),
+            LIMIT,
+        );
+        assert_eq!(o.code, Some(2), "{o}");
+        let lines: Vec<&str> = o.stderr.lines().collect();
+        assert_eq!(lines.len(), 1, "{o}");
+        assert!(lines[0].contains(says), "{o}");
+    }
+}
