@@ -79,11 +79,7 @@ fn the_sample_application_runs_as_one_group_and_as_three_on_every_layer() {
         ok_line(&o, 20000);
         // Each group on its own node's PEs.
         let ppn = l.ppn();
-        assert_eq!(
-            o.lines_with(&format!("stage generate on PE 0 (group G1)")),
-            1,
-            "{o}"
-        );
+        assert_eq!(o.lines_with("stage generate on PE 0 (group G1)"), 1, "{o}");
         assert_eq!(
             o.lines_with(&format!("stage check on PE {} (group G3)", 2 * ppn)),
             1,
