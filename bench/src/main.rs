@@ -21,6 +21,7 @@ mod args;
 mod ccs;
 mod direct;
 mod endpoint;
+mod flow;
 mod idle;
 #[cfg(feature = "mpi")]
 mod mpi_same_job;
@@ -137,6 +138,32 @@ enum Cmd {
         #[arg(long, default_value_t = 3, allow_negative_numbers = true,
               value_parser = clap::value_parser!(u16).range(1..))]
         rounds: u16,
+    },
+    /// FastFlow's blocks (converse-flow): items/s through a 4-stage pipeline and a farm, beside
+    /// a raw crossbeam pipeline of the same shape (in one process) and the runtime's own
+    /// message rate under the same window (every layer).
+    Flow {
+        /// Layers, comma-separated (`local`: in this process).
+        #[arg(long, value_delimiter = ',', default_value = "local,si,tcp")]
+        layers: Vec<String>,
+        /// Item sizes in bytes, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "8,4096,1048576", value_parser = args::size)]
+        sizes: Vec<usize>,
+        /// Items per job.
+        #[arg(long, default_value_t = 100_000, value_parser = args::count64, allow_negative_numbers = true)]
+        items: u64,
+        /// Rounds (a job per kind each), the kinds' order rotated each round.
+        #[arg(long, default_value_t = 3, allow_negative_numbers = true,
+              value_parser = clap::value_parser!(u16).range(1..))]
+        rounds: u16,
+    },
+    /// One PE of a `bench flow` job.
+    #[command(hide = true)]
+    PeFlow {
+        #[command(flatten)]
+        job: Job,
+        #[arg(long)]
+        kind: String,
     },
     /// One PE of a `bench onesided` job.
     #[command(hide = true)]
@@ -686,6 +713,23 @@ fn main() -> ExitCode {
             iters,
             rounds,
         } => onesided::run(&layers, &sizes, iters, rounds),
+        Cmd::Flow {
+            layers,
+            sizes,
+            items,
+            rounds,
+        } => flow::run(&layers, &sizes, items, rounds),
+        Cmd::PeFlow { job, kind } => converse::Runtime::from_args(argv)
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| {
+                flow::pe_main(
+                    rt,
+                    &kind,
+                    job.sizes.first().copied().unwrap_or(8),
+                    job.iters,
+                    &job.csv,
+                )
+            }),
         Cmd::PeOnesided { job } => converse::Runtime::from_args(argv)
             .map_err(anyhow::Error::from)
             .and_then(|rt| onesided::pe_main(rt, &job.sizes, job.iters, &job.csv)),

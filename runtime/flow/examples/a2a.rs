@@ -7,7 +7,7 @@
 //! worker *external*).
 //!
 //! ```text
-//! a2a [--items N] [--groups FILE] [--plan]
+//! a2a [--items N] [--groups FILE] [--plan] [--svg FILE]
 //! ```
 //!
 //! ```text
@@ -21,7 +21,7 @@ use converse_flow::{pipeline, source, stage, AllToAll, Ctx, Flow, Groups, Item, 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-const USAGE: &str = "usage: a2a [--items N] [--groups FILE] [--plan]";
+const USAGE: &str = "usage: a2a [--items N] [--groups FILE] [--plan] [--svg FILE]";
 const KEYS: u64 = 7;
 
 struct Numbers {
@@ -123,6 +123,7 @@ fn main() -> std::process::ExitCode {
     converse::run(|pe| {
         let args: Vec<String> = pe.args().to_vec();
         let (mut items, mut groups, mut plan) = (Some(10_000u64), None, false);
+        let mut svg: Option<String> = None;
         let mut it = args.iter().skip(1);
         while let Some(a) = it.next() {
             match a.as_str() {
@@ -140,6 +141,12 @@ fn main() -> std::process::ExitCode {
                     }
                 },
                 "--plan" => plan = true,
+                "--svg" => match it.next() {
+                    Some(f) => svg = Some(f.clone()),
+                    None => {
+                        return pe.refuse_arguments(&format!("a2a: --svg needs a file ({USAGE})"))
+                    }
+                },
                 other => {
                     return pe.refuse_arguments(&format!("a2a: bad argument {other} ({USAGE})"))
                 }
@@ -162,9 +169,16 @@ fn main() -> std::process::ExitCode {
             }
         }
         match flow.start(pe) {
-            Ok(p) if plan && pe.my_pe() == 0 => {
-                for line in p.describe().lines() {
-                    converse::input::out_line(line);
+            Ok(p) if pe.my_pe() == 0 => {
+                if plan {
+                    for line in p.describe().lines() {
+                        converse::input::out_line(line);
+                    }
+                }
+                if let Some(f) = &svg {
+                    if let Err(e) = std::fs::write(f, p.to_svg()) {
+                        pe.abort(&format!("a2a: writing {f}: {e}"));
+                    }
                 }
             }
             Ok(_) => {}

@@ -4,7 +4,7 @@
 //! is the job's layer, chosen by `+machine` only.
 //!
 //! ```text
-//! groups [--items N] [--workers K] [--work-us U] [--groups FILE] [--plan] [--die-after M]
+//! groups [--items N] [--workers K] [--work-us U] [--groups FILE] [--plan] [--svg FILE] [--die-after M]
 //! ```
 //!
 //! `--work-us` makes each square take that long (a stream that lasts), `--plan` prints where
@@ -26,7 +26,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 const USAGE: &str =
-    "usage: groups [--items N] [--workers K] [--work-us U] [--groups FILE] [--plan] [--die-after M]";
+    "usage: groups [--items N] [--workers K] [--work-us U] [--groups FILE] [--plan] [--svg FILE] [--die-after M]";
 
 struct Generate {
     next: u64,
@@ -103,6 +103,7 @@ fn main() -> std::process::ExitCode {
         let args: Vec<String> = pe.args().to_vec();
         let (mut items, mut workers, mut work_us) = (Some(100_000u64), Some(4usize), Some(0u64));
         let (mut groups, mut plan, mut die_after) = (None, false, None);
+        let mut svg: Option<String> = None;
         let mut it = args.iter().skip(1);
         while let Some(a) = it.next() {
             let num = |v: Option<&String>| v.and_then(|v| v.parse::<u64>().ok());
@@ -128,6 +129,13 @@ fn main() -> std::process::ExitCode {
                     }
                 },
                 "--plan" => plan = true,
+                "--svg" => match it.next() {
+                    Some(f) => svg = Some(f.clone()),
+                    None => {
+                        return pe
+                            .refuse_arguments(&format!("groups: --svg needs a file ({USAGE})"))
+                    }
+                },
                 other => {
                     return pe.refuse_arguments(&format!("groups: bad argument {other} ({USAGE})"))
                 }
@@ -164,9 +172,16 @@ fn main() -> std::process::ExitCode {
             }
         }
         match flow.start(pe) {
-            Ok(p) if plan && pe.my_pe() == 0 => {
-                for line in p.describe().lines() {
-                    converse::input::out_line(line);
+            Ok(p) if pe.my_pe() == 0 => {
+                if plan {
+                    for line in p.describe().lines() {
+                        converse::input::out_line(line);
+                    }
+                }
+                if let Some(f) = &svg {
+                    if let Err(e) = std::fs::write(f, p.to_svg()) {
+                        pe.abort(&format!("groups: writing {f}: {e}"));
+                    }
                 }
             }
             Ok(_) => {}

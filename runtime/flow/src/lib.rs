@@ -79,6 +79,7 @@
 //! ([`Flow::on_error`]; by default printed and the job ends with code 1) instead of a hang.
 
 mod block;
+pub mod draw;
 mod error;
 mod exec;
 mod groups;
