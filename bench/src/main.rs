@@ -149,7 +149,7 @@ enum Cmd {
         /// Item sizes in bytes, comma-separated.
         #[arg(long, value_delimiter = ',', default_value = "8,4096,1048576", value_parser = args::size)]
         sizes: Vec<usize>,
-        /// Items per job.
+        /// Items per job (fewer for large items: at most 2 GiB per job).
         #[arg(long, default_value_t = 100_000, value_parser = args::count64, allow_negative_numbers = true)]
         items: u64,
         /// Rounds (a job per kind each), the kinds' order rotated each round.
