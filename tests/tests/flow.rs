@@ -230,3 +230,190 @@ fn a_bad_groups_file_is_one_line_and_exit_2() {
         assert!(lines[0].contains(says), "{o}");
     }
 }
+
+/// A groups file making each group a job of its own, at these three addresses.
+fn jobs_file(tag: &str, addrs: [&str; 3]) -> PathBuf {
+    file(
+        tag,
+        &format!(
+            "group G1 pes 0 at {}\ngroup G2 pes 0-1 at {}\ngroup G3 pes 0 at {}\n\
+             place G1 generate\nplace G2 square*\nplace G3 check\n",
+            addrs[0], addrs[1], addrs[2]
+        ),
+    )
+}
+
+fn secret_file(tag: &str) -> PathBuf {
+    let p = file(tag, "");
+    converse_endpoint::Secret::generate()
+        .and_then(|s| s.write_file(&p))
+        .expect("secret");
+    p
+}
+
+/// The command of group `g`'s job: `pes` PEs under charmrun on `machine`.
+fn group_job(
+    g: &str,
+    pes: usize,
+    groups: &Path,
+    secret: &Path,
+    extra: &[&str],
+) -> std::process::Command {
+    let mut c = std::process::Command::new(converse_tests::charmrun_path(PROGRAM));
+    c.arg(format!("+p{pes}"))
+        .arg(example("groups"))
+        .args(["--group", g, "--groups"])
+        .arg(groups)
+        .arg("--secret-file")
+        .arg(secret)
+        .args(extra)
+        .args(["+machine", "tcp"]);
+    c
+}
+
+#[test]
+fn three_groups_started_apart_stream_over_an_address_string() {
+    let secret = secret_file("secret-si");
+    let pid = std::process::id();
+    let groups = jobs_file(
+        "jobs-si",
+        [
+            &format!("si://flow-{pid}-1"),
+            &format!("si://flow-{pid}-2"),
+            &format!("si://flow-{pid}-3"),
+        ],
+    );
+    let args = ["--items", "40000"];
+    // Started last to first and first to last: the jobs wait for each other.
+    let g3 =
+        converse_tests::Running::start(&mut group_job("G3", 1, &groups, &secret, &args), LIMIT)
+            .expect("G3");
+    let g2 =
+        converse_tests::Running::start(&mut group_job("G2", 2, &groups, &secret, &args), LIMIT)
+            .expect("G2");
+    let g1 = run_bounded(&mut group_job("G1", 1, &groups, &secret, &args), LIMIT);
+    let (g2, g3) = (g2.finish(), g3.finish());
+    for o in [&g1, &g2, &g3] {
+        assert_eq!(o.code, Some(0), "{o}");
+    }
+    ok_line(&g3, 40000);
+}
+
+#[test]
+fn three_group_jobs_on_three_hosts_over_tcp_addresses() {
+    let Some(hosts) = Hosts::new("fj", 3) else {
+        return;
+    };
+    let secret = hosts.file("secret", "");
+    converse_endpoint::Secret::generate()
+        .and_then(|s| s.write_file(&secret))
+        .expect("secret");
+    let groups = hosts.file(
+        "jobs",
+        &format!(
+            "group G1 pes 0 at tcp://{}:7101\ngroup G2 pes 0-1 at tcp://{}:7102\n\
+             group G3 pes 0 at tcp://{}:7103\nplace G1 generate\nplace G2 square*\nplace G3 check\n",
+            Hosts::addr(0),
+            Hosts::addr(1),
+            Hosts::addr(2)
+        ),
+    );
+    // Each job on its own host, started there by hand (no launcher between them).
+    let on = |h: usize, g: &str, pes: usize| {
+        let mut c = std::process::Command::new("ip");
+        c.args(["netns", "exec", &hosts.host_ns(h)])
+            .arg(converse_tests::charmrun_path(PROGRAM))
+            .arg(format!("+p{pes}"))
+            .arg("++local")
+            .arg(example("groups"))
+            .args(["--items", "60000", "--group", g, "--groups"])
+            .arg(&groups)
+            .arg("--secret-file")
+            .arg(&secret)
+            .args(["+machine", "tcp"]);
+        c
+    };
+    let g3 = converse_tests::Running::start(&mut on(2, "G3", 1), LIMIT).expect("G3");
+    let g2 = converse_tests::Running::start(&mut on(1, "G2", 2), LIMIT).expect("G2");
+    let g1 = run_bounded(&mut on(0, "G1", 1), LIMIT);
+    let (g2, g3) = (g2.finish(), g3.finish());
+    for o in [&g1, &g2, &g3] {
+        assert_eq!(o.code, Some(0), "{o}");
+    }
+    ok_line(&g3, 60000);
+}
+
+#[test]
+fn a_group_job_that_dies_ends_the_others_with_an_error_not_a_hang() {
+    let secret = secret_file("secret-die");
+    let pid = std::process::id();
+    let groups = jobs_file(
+        "jobs-die",
+        [
+            &format!("si://flowd-{pid}-1"),
+            &format!("si://flowd-{pid}-2"),
+            &format!("si://flowd-{pid}-3"),
+        ],
+    );
+    let args = ["--items", "200000"];
+    let g3 =
+        converse_tests::Running::start(&mut group_job("G3", 1, &groups, &secret, &args), LIMIT)
+            .expect("G3");
+    let g2 = converse_tests::Running::start(
+        &mut group_job(
+            "G2",
+            2,
+            &groups,
+            &secret,
+            &["--items", "200000", "--work-us", "20", "--die-after", "300"],
+        ),
+        LIMIT,
+    )
+    .expect("G2");
+    let g1 = run_bounded(&mut group_job("G1", 1, &groups, &secret, &args), LIMIT);
+    let (g2, g3) = (g2.finish(), g3.finish());
+    assert_ne!(g2.code, Some(0), "{g2}");
+    for (o, stage) in [(&g1, "generate"), (&g3, "check")] {
+        assert!(!o.timed_out, "{o}");
+        assert_eq!(o.code, Some(1), "{o}");
+        let lines = o
+            .stderr
+            .lines()
+            .filter(|l| {
+                l.starts_with("flow: group G2 (si://flowd-")
+                    && l.ends_with(&format!("{stage} cannot complete"))
+            })
+            .count();
+        assert_eq!(lines, 1, "{o}");
+    }
+}
+
+#[test]
+fn a_group_job_whose_peers_never_start_says_so_and_exits() {
+    let secret = secret_file("secret-alone");
+    let pid = std::process::id();
+    let groups = jobs_file(
+        "jobs-alone",
+        [
+            &format!("si://flowa-{pid}-1"),
+            &format!("si://flowa-{pid}-2"),
+            &format!("si://flowa-{pid}-3"),
+        ],
+    );
+    // G3 waits to be connected to; G1 to connect.
+    for (g, says) in [
+        ("G3", "flow: group G2 at si://flowa-"),
+        ("G1", "flow: group G2 at si://flowa-"),
+    ] {
+        let o = run_bounded(
+            &mut group_job(g, 1, &groups, &secret, &["--wait-s", "1"]),
+            LIMIT,
+        );
+        assert_eq!(o.code, Some(1), "{g}: {o}");
+        assert_eq!(
+            o.stderr.lines().filter(|l| l.starts_with(says)).count(),
+            1,
+            "{g}: {o}"
+        );
+    }
+}

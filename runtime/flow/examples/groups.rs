@@ -5,6 +5,21 @@
 //!
 //! ```text
 //! groups [--items N] [--workers K] [--work-us U] [--groups FILE] [--plan] [--svg FILE] [--die-after M]
+//!        [--group NAME --secret-file FILE [--wait-s S]]
+//! ```
+//!
+//! With a groups file whose groups have addresses, each group is a job of its own: start one
+//! job per group, each with `--group NAME`, and the same secret file (written once, e.g. by
+//! `converse_flow::Secret::generate()?.write_file(path)`). The transport between the group
+//! jobs is the address's scheme, a string: `tcp://HOST:PORT` or `si://NAME` (same host).
+//!
+//! ```text
+//! group G1 pes 0 at tcp://10.0.0.1:7101
+//! group G2 pes 0-1 at tcp://10.0.0.2:7102
+//! group G3 pes 0 at tcp://10.0.0.3:7103
+//! place G1 generate
+//! place G2 square*
+//! place G3 check
 //! ```
 //!
 //! `--work-us` makes each square take that long (a stream that lasts), `--plan` prints where
@@ -26,7 +41,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 const USAGE: &str =
-    "usage: groups [--items N] [--workers K] [--work-us U] [--groups FILE] [--plan] [--svg FILE] [--die-after M]";
+    "usage: groups [--items N] [--workers K] [--work-us U] [--groups FILE] [--plan] \
+                     [--svg FILE] [--die-after M] [--group NAME --secret-file FILE [--wait-s S]]";
 
 struct Generate {
     next: u64,
@@ -104,6 +120,8 @@ fn main() -> std::process::ExitCode {
         let (mut items, mut workers, mut work_us) = (Some(100_000u64), Some(4usize), Some(0u64));
         let (mut groups, mut plan, mut die_after) = (None, false, None);
         let mut svg: Option<String> = None;
+        let (mut me, mut secret_file): (Option<String>, Option<String>) = (None, None);
+        let mut wait_s = Some(30u64);
         let mut it = args.iter().skip(1);
         while let Some(a) = it.next() {
             let num = |v: Option<&String>| v.and_then(|v| v.parse::<u64>().ok());
@@ -129,6 +147,22 @@ fn main() -> std::process::ExitCode {
                     }
                 },
                 "--plan" => plan = true,
+                "--wait-s" => wait_s = num(it.next()).filter(|s| (1..=3600).contains(s)),
+                "--group" => match it.next() {
+                    Some(g) => me = Some(g.clone()),
+                    None => {
+                        return pe
+                            .refuse_arguments(&format!("groups: --group needs a name ({USAGE})"))
+                    }
+                },
+                "--secret-file" => match it.next() {
+                    Some(f) => secret_file = Some(f.clone()),
+                    None => {
+                        return pe.refuse_arguments(&format!(
+                            "groups: --secret-file needs a file ({USAGE})"
+                        ))
+                    }
+                },
                 "--svg" => match it.next() {
                     Some(f) => svg = Some(f.clone()),
                     None => {
@@ -145,6 +179,9 @@ fn main() -> std::process::ExitCode {
             return pe.refuse_arguments(&format!(
                 "groups: --items at least 1, --workers 1 to 4096, --work-us at most 10000000 ({USAGE})"
             ));
+        };
+        let Some(wait_s) = wait_s else {
+            return pe.refuse_arguments(&format!("groups: --wait-s is 1 to 3600 ({USAGE})"));
         };
         if die_after == Some(0) {
             return pe.refuse_arguments(&format!("groups: --die-after at least 1 ({USAGE})"));
@@ -171,6 +208,17 @@ fn main() -> std::process::ExitCode {
                 Err(e) => return pe.refuse_arguments(&e.to_string()),
             }
         }
+        if let Some(g) = &me {
+            flow = flow
+                .as_group(g)
+                .connect_timeout(Duration::from_secs(wait_s));
+        }
+        if let Some(f) = &secret_file {
+            match converse_flow::Secret::read_file(Path::new(f)) {
+                Ok(s) => flow = flow.secret(s),
+                Err(e) => return pe.refuse_arguments(&format!("groups: {e}")),
+            }
+        }
         match flow.start(pe) {
             Ok(p) if pe.my_pe() == 0 => {
                 if plan {
@@ -185,6 +233,11 @@ fn main() -> std::process::ExitCode {
                 }
             }
             Ok(_) => {}
+            // Another group's job not there: a failure of the run, not of the arguments.
+            Err(e @ converse_flow::FlowError::Connect { .. }) => {
+                converse::input::error_line(&e.to_string());
+                pe.exit(1);
+            }
             Err(e) => pe.refuse_arguments(&e.to_string()),
         }
     })

@@ -35,6 +35,30 @@ pub enum FlowError {
         /// The system's reason.
         msg: String,
     },
+    /// Each group a job of its own: another group's job could not be reached (not started
+    /// within the time allowed, another secret) or this job could not listen at its address.
+    #[error("flow: group {group} at {addr}: {why}")]
+    Connect {
+        /// The group.
+        group: String,
+        /// Its address.
+        addr: String,
+        /// Why.
+        why: String,
+    },
+    /// Each group a job of its own: another group's connection ended before every channel
+    /// with it had (its job died, or was killed).
+    #[error("flow: group {group} ({addr}) left before the end of the stream ({why}){}", stages_of(.stages))]
+    GroupLost {
+        /// The group.
+        group: String,
+        /// Its address.
+        addr: String,
+        /// Why the connection ended.
+        why: String,
+        /// This job's stages connected to it.
+        stages: Vec<String>,
+    },
     /// A node that held stages died before the stream ended (report mode): the stages it
     /// held are lost, and the ones that took items from them or sent items to them cannot
     /// complete.
@@ -64,5 +88,13 @@ fn depends(v: &[String]) -> String {
         "the stream".to_owned()
     } else {
         format!("the stream through {}", v.join(", "))
+    }
+}
+
+fn stages_of(v: &[String]) -> String {
+    if v.is_empty() {
+        String::new()
+    } else {
+        format!("; {} cannot complete", v.join(", "))
     }
 }

@@ -34,12 +34,43 @@ const BURST: usize = 16;
 /// The `arg0` destination of a message for PE 0's coordinator rather than a stage.
 const COORDINATOR: u16 = u16::MAX;
 
+/// Where a message for a stage goes from this job: to the stage's PE, or (each group a job
+/// of its own) to this job's gateway on PE 0, which sends it on to the stage's group.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Dest {
+    Pe(usize),
+    Group(usize),
+}
+
+/// The flow's runtime handlers.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Handlers {
+    pub(crate) item: HandlerId,
+    pub(crate) ctl: HandlerId,
+    /// On PE 0: an item, and a control word, for a stage of another group's job.
+    pub(crate) gw_item: HandlerId,
+    pub(crate) gw_ctl: HandlerId,
+}
+
+impl Handlers {
+    /// Send an item (`ctl` false) or a control word to `to`.
+    #[inline]
+    pub(crate) fn send(&self, pe: &mut Pe, to: Dest, ctl: bool, msg: Message) {
+        match (to, ctl) {
+            (Dest::Pe(p), false) => pe.send_msg(p, self.item, msg),
+            (Dest::Pe(p), true) => pe.send_msg(p, self.ctl, msg),
+            (Dest::Group(_), false) => pe.send_msg(0, self.gw_item, msg),
+            (Dest::Group(_), true) => pe.send_msg(0, self.gw_ctl, msg),
+        }
+    }
+}
+
 /// A stage's outputs.
 pub(crate) struct Output {
     me: u16,
-    h_item: HandlerId,
-    /// Per slot: destination instance and its PE.
-    dst: Vec<(u16, usize)>,
+    h: Handlers,
+    /// Per slot: destination instance and where it is.
+    dst: Vec<(u16, Dest)>,
     credit: Vec<u32>,
     router: Option<Router>,
     /// Items beyond the credits, with their slot once chosen.
@@ -131,10 +162,10 @@ impl Output {
 
     #[inline]
     fn send_slot(&mut self, pe: &mut Pe, s: u32, mut msg: Message) {
-        let (d, dpe) = self.dst[s as usize];
+        let (d, to) = self.dst[s as usize];
         self.credit[s as usize] -= 1;
         msg.set_arg0(wire::addr(d, self.me));
-        pe.send_msg(dpe, self.h_item, msg);
+        self.h.send(pe, to, false, msg);
     }
 
     /// Send what waits while there is room; whether nothing waits any more.
@@ -177,8 +208,8 @@ enum Arrival {
 
 /// A stage's inputs.
 struct Input {
-    /// Per slot: source instance, its PE, the channel's window; sorted by instance.
-    from: Vec<(u16, usize, u32)>,
+    /// Per slot: source instance, where it is, the channel's window; sorted by instance.
+    from: Vec<(u16, Dest, u32)>,
     taken: Vec<u32>,
     ended: Vec<bool>,
     open: usize,
@@ -196,17 +227,17 @@ impl Input {
     }
 
     /// One item of `slot` taken: give credits back in batches of half the window.
-    fn took(&mut self, pe: &mut Pe, me: u16, h_ctl: HandlerId, slot: u32) {
+    fn took(&mut self, pe: &mut Pe, me: u16, h: Handlers, slot: u32) {
         let s = slot as usize;
         self.taken[s] += 1;
-        let (src, spe, w) = self.from[s];
+        let (src, to, w) = self.from[s];
         if self.taken[s] >= (w / 2).max(1) {
             // One small message per half window: the price of a bounded channel.
             let mut m = Message::new(0).with_priority(-1);
             m.set_arg0(wire::addr(src, me));
             m.set_arg1(wire::ctl(wire::CREDIT, self.taken[s]));
             self.taken[s] = 0;
-            pe.send_msg(spe, h_ctl, m);
+            h.send(pe, to, true, m);
         }
     }
 }
@@ -243,18 +274,18 @@ pub(crate) struct Local {
     body: Body,
     out: Output,
     input: Input,
-    h_ctl: HandlerId,
+    h: Handlers,
     ended: bool,
     finished: bool,
     produce_pending: bool,
 }
 
 impl Local {
-    fn ctl(&self, pe: &mut Pe, to_pe: usize, dst: u16, kind: u32, count: u32) {
+    fn ctl(&self, pe: &mut Pe, to: Dest, dst: u16, kind: u32, count: u32) {
         let mut m = Message::new(0);
         m.set_arg0(wire::addr(dst, self.id));
         m.set_arg1(wire::ctl(kind, count));
-        pe.send_msg(to_pe, self.h_ctl, m);
+        self.h.send(pe, to, true, m);
     }
 
     fn svc(&mut self, pe: &mut Pe, item: Item) {
@@ -269,7 +300,7 @@ impl Local {
     }
 
     fn deliver(&mut self, pe: &mut Pe, slot: u32, msg: Message) {
-        self.input.took(pe, self.id, self.h_ctl, slot);
+        self.input.took(pe, self.id, self.h, slot);
         let st = wire::stamp_of(msg.arg1());
         let skip = st.is_some_and(|s| s.skip);
         if self.input.reorder.is_some() {
@@ -362,7 +393,7 @@ impl Local {
         if !self.produce_pending {
             self.produce_pending = true;
             let me = pe.my_pe();
-            self.ctl(pe, me, self.id, wire::PRODUCE, 0);
+            self.ctl(pe, Dest::Pe(me), self.id, wire::PRODUCE, 0);
         }
     }
 
@@ -389,23 +420,26 @@ impl Local {
                 );
             }
             for i in 0..self.out.dst.len() {
-                let (d, dpe) = self.out.dst[i];
-                self.ctl(pe, dpe, d, wire::END, 0);
+                let (d, to) = self.out.dst[i];
+                self.ctl(pe, to, d, wire::END, 0);
             }
-            self.ctl(pe, 0, COORDINATOR, wire::FINISHED, 0);
+            self.ctl(pe, Dest::Pe(0), COORDINATOR, wire::FINISHED, 0);
         }
     }
 }
 
 /// A PE's part of the flow.
 pub(crate) struct Shared {
-    plan: Rc<Plan>,
+    pub(crate) plan: Rc<Plan>,
     local: Vec<Option<Local>>,
     /// PE 0: which stages have finished, and how many have not.
     finished: Vec<bool>,
     left: usize,
     failed: bool,
+    completed: bool,
     reasons: HashMap<usize, String>,
+    /// PE 0, each group a job of its own: the sender and receiver stages.
+    pub(crate) gw: Option<crate::gateway::Gateway>,
     /// PE 0: stages whose input from a node had not ended, told before the node's death.
     reports: HashMap<usize, Vec<usize>>,
     pe_nodes: Vec<usize>,
@@ -424,14 +458,21 @@ pub(crate) fn start(
     pe: &mut Pe,
     plan: Rc<Plan>,
     factories: Vec<Option<Factory>>,
-    h: (HandlerId, HandlerId),
+    h: Handlers,
     (on_done, on_error): Callbacks,
 ) -> Rc<RefCell<Shared>> {
-    let (h_item, h_ctl) = h;
     let me = pe.my_pe();
+    let mine = |g: Option<usize>| plan.my_group.is_none() || g == plan.my_group;
+    let dest = |i: u16| {
+        let inst = &plan.insts[i as usize];
+        match inst.group {
+            Some(g) if !mine(Some(g)) => Dest::Group(g),
+            _ => Dest::Pe(inst.pe),
+        }
+    };
     let mut local: Vec<Option<Local>> = Vec::with_capacity(plan.insts.len());
     for (id, (inst, f)) in plan.insts.iter().zip(factories).enumerate() {
-        if inst.pe != me {
+        if inst.pe != me || !mine(inst.group) {
             local.push(None);
             continue;
         }
@@ -443,11 +484,7 @@ pub(crate) fn start(
                 continue;
             }
         };
-        let from: Vec<(u16, usize, u32)> = inst
-            .ins
-            .iter()
-            .map(|&(s, w)| (s, plan.insts[s as usize].pe, w))
-            .collect();
+        let from: Vec<(u16, Dest, u32)> = inst.ins.iter().map(|&(s, w)| (s, dest(s), w)).collect();
         let n_in = from.len();
         local.push(Some(Local {
             id: id as u16,
@@ -455,12 +492,8 @@ pub(crate) fn start(
             body,
             out: Output {
                 me: id as u16,
-                h_item,
-                dst: inst
-                    .outs
-                    .iter()
-                    .map(|&(d, _)| (d, plan.insts[d as usize].pe))
-                    .collect(),
+                h,
+                dst: inst.outs.iter().map(|&(d, _)| (d, dest(d))).collect(),
                 credit: inst.outs.iter().map(|&(_, w)| w).collect(),
                 router: inst.router(),
                 queue: VecDeque::new(),
@@ -481,18 +514,21 @@ pub(crate) fn start(
                     early: HashMap::new(),
                 }),
             },
-            h_ctl,
+            h,
             ended: false,
             finished: false,
             produce_pending: false,
         }));
     }
     let n = plan.insts.len();
+    let left = plan.insts.iter().filter(|i| mine(i.group)).count();
     let shared = Rc::new(RefCell::new(Shared {
         plan,
         local,
         finished: vec![false; if me == 0 { n } else { 0 }],
-        left: n,
+        left,
+        completed: false,
+        gw: None,
         failed: false,
         reasons: HashMap::new(),
         reports: HashMap::new(),
@@ -533,9 +569,9 @@ pub(crate) fn on_failure(sh: &RefCell<Shared>, pe: &mut Pe, f: &converse::NodeFa
         if l.finished {
             continue;
         }
-        for (slot, &(_, spe, _)) in l.input.from.iter().enumerate() {
-            if f.pes.contains(&spe) && !l.input.ended[slot] {
-                reports.push((l.id, l.h_ctl));
+        for (slot, &(_, from, _)) in l.input.from.iter().enumerate() {
+            if matches!(from, Dest::Pe(p) if f.pes.contains(&p)) && !l.input.ended[slot] {
+                reports.push((l.id, l.h.ctl));
                 break;
             }
         }
@@ -550,8 +586,9 @@ pub(crate) fn on_failure(sh: &RefCell<Shared>, pe: &mut Pe, f: &converse::NodeFa
         return;
     }
     let plan = s.plan.clone();
+    let mine = |i: usize| plan.my_group.is_none() || plan.insts[i].group == plan.my_group;
     let lost: Vec<usize> = (0..plan.insts.len())
-        .filter(|&i| f.pes.contains(&plan.insts[i].pe) && !s.finished[i])
+        .filter(|&i| mine(i) && f.pes.contains(&plan.insts[i].pe) && !s.finished[i])
         .collect();
     let reported = s.reports.remove(&f.node).unwrap_or_default();
     if lost.is_empty() && reported.is_empty() {
@@ -560,7 +597,8 @@ pub(crate) fn on_failure(sh: &RefCell<Shared>, pe: &mut Pe, f: &converse::NodeFa
     let mut dependents: Vec<usize> = (0..plan.insts.len())
         .filter(|&i| {
             let inst = &plan.insts[i];
-            !f.pes.contains(&inst.pe)
+            mine(i)
+                && !f.pes.contains(&inst.pe)
                 && !s.finished[i]
                 && inst
                     .ins
@@ -670,8 +708,19 @@ impl Shared {
             return None;
         }
         self.finished[id] = true;
-        self.left -= 1;
-        if self.left == 0 && !self.failed {
+        self.left = self.left.saturating_sub(1);
+        self.done_if_complete()
+    }
+
+    /// PE 0: `on_done` once every stage of this job has finished and (each group a job of
+    /// its own) every end of stream sent to another group has been acknowledged.
+    pub(crate) fn done_if_complete(&mut self) -> Option<Then> {
+        if self.left == 0
+            && !self.failed
+            && !self.completed
+            && self.gw.as_ref().is_none_or(|g| g.all_acked())
+        {
+            self.completed = true;
             return Some(
                 self.on_done
                     .take()
@@ -682,17 +731,16 @@ impl Shared {
     }
 
     /// PE 0: the flow cannot complete; what to run (once).
-    fn fail(
+    pub(crate) fn fail(
         &mut self,
         _pe: &mut Pe,
         node: usize,
         mut lost: Vec<usize>,
         dependents: Vec<usize>,
     ) -> Option<Then> {
-        if self.failed || self.left == 0 {
+        if self.failed || self.completed {
             return None;
         }
-        self.failed = true;
         let names = |v: &[usize]| -> Vec<String> {
             v.iter()
                 .filter_map(|&i| self.plan.insts.get(i).map(|x| x.name.clone()))
@@ -703,7 +751,9 @@ impl Shared {
             lost = (0..self.plan.insts.len())
                 .filter(|&i| {
                     let p = self.plan.insts[i].pe;
-                    dependents
+                    let mine = self.plan.my_group.is_none()
+                        || self.plan.insts[i].group == self.plan.my_group;
+                    mine && dependents
                         .iter()
                         .any(|&d| self.plan.insts[d].ins.iter().any(|&(s, _)| s as usize == i))
                         && self.node_of_pe(p) == Some(node)
@@ -720,6 +770,15 @@ impl Shared {
             lost: names(&lost),
             dependents: names(&dependents),
         };
+        self.fail_with(err)
+    }
+
+    /// PE 0: the flow cannot complete, for `err`; what to run (once).
+    pub(crate) fn fail_with(&mut self, err: FlowError) -> Option<Then> {
+        if self.failed || self.completed {
+            return None;
+        }
+        self.failed = true;
         let cb = self.on_error.take();
         Some(Box::new(move |pe: &mut Pe| match cb {
             Some(cb) => cb(pe, err),

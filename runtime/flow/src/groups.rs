@@ -16,7 +16,14 @@
 //! |---|---|
 //! | `group NAME pes LIST` | group `NAME` runs on these PEs (`LIST`: `N` or `N-M`, comma separated) |
 //! | `group NAME nodes LIST` | group `NAME` runs on every PE of these nodes (processes) |
+//! | `group NAME pes LIST at ADDRESS` | group `NAME` is a job of its own (started apart, told its name with [`Flow::as_group`](crate::Flow::as_group)), on these PEs *of its job*, listening at `ADDRESS` (`tcp://HOST:PORT`, `si://NAME`: the transport between groups, by string) |
 //! | `place NAME PATTERN...` | the stages a pattern matches belong to group `NAME`; a pattern is a stage's name, or a prefix ending in `*` |
+//!
+//! Either every group has an address or none has. With addresses, a channel that crosses
+//! from one group to another goes through the sending job's PE 0 (FastFlow's sender stage),
+//! an endpoint connection (`converse-endpoint`, with the flow's secret) to the receiving
+//! job's PE 0 (the receiver stage) and on to its stage; its credits come back the same way,
+//! and its end of stream is acknowledged before the sending job ends.
 //!
 //! `#` starts a comment; blank lines are ignored. Names are letters, digits, `_`, `-`, `.`.
 //! Refused, with the line: an unknown word, a group named twice, a malformed list, a `place`
@@ -39,6 +46,8 @@ pub(crate) enum Where {
 pub(crate) struct Group {
     pub(crate) name: String,
     pub(crate) at: Where,
+    /// Where the group's job listens, when each group is a job of its own.
+    pub(crate) addr: Option<String>,
     pub(crate) line: usize,
 }
 
@@ -93,6 +102,11 @@ impl Groups {
         self.groups.iter().map(|g| g.name.as_str()).collect()
     }
 
+    /// Whether each group is a job of its own, reached at its address (`at`).
+    pub fn separate_jobs(&self) -> bool {
+        self.groups.iter().any(|g| g.addr.is_some())
+    }
+
     fn parse_named(text: &str, file: &str) -> Result<Groups, FlowError> {
         let mut g = Groups {
             file: file.to_owned(),
@@ -114,13 +128,23 @@ impl Groups {
                 .collect();
             match words.as_slice() {
                 [] => {}
-                ["group", name, kind, list] => {
+                ["group", name, kind, list, rest @ ..] if rest.is_empty() || rest.len() == 2 => {
+                    let at = match rest {
+                        ["at", addr] => Some((*addr).to_owned()),
+                        [] => None,
+                        [w, _] => {
+                            return Err(err(format!(
+                                "'{w}' after the list (expected 'at ADDRESS' or nothing)"
+                            )))
+                        }
+                        _ => None,
+                    };
                     check_name(name).map_err(err)?;
                     if g.groups.iter().any(|x| x.name == *name) {
                         return Err(err(format!("group '{name}' is defined twice")));
                     }
                     let ids = parse_list(list).map_err(err)?;
-                    let at = match *kind {
+                    let place = match *kind {
                         "pes" => Where::Pes(ids),
                         "nodes" => Where::Nodes(ids),
                         other => {
@@ -129,15 +153,24 @@ impl Groups {
                             )))
                         }
                     };
+                    if let Some(prev) = g.groups.first() {
+                        if prev.addr.is_some() != at.is_some() {
+                            return Err(err(
+                                "either every group has an address ('at', a job of its own) or none has (PEs of one job)"
+                                    .to_owned(),
+                            ));
+                        }
+                    }
                     g.groups.push(Group {
                         name: (*name).to_owned(),
-                        at,
+                        at: place,
+                        addr: at,
                         line,
                     });
                 }
                 ["group", ..] => {
                     return Err(err(
-                        "expected 'group NAME pes LIST' or 'group NAME nodes LIST'".to_owned(),
+                        "expected 'group NAME pes|nodes LIST [at ADDRESS]'".to_owned()
                     ))
                 }
                 ["place", name, patterns @ ..] if !patterns.is_empty() => {
@@ -234,6 +267,11 @@ mod tests {
         assert_eq!(g.rules.len(), 3);
         assert!(g.rules[1].matches("w[3]"));
         assert!(!g.rules[0].matches("gen2"));
+        assert!(!g.separate_jobs());
+        let j = Groups::parse("group A pes 0 at tcp://10.0.0.1:7000\ngroup B nodes 0 at si://b\n")
+            .expect("parses");
+        assert!(j.separate_jobs());
+        assert_eq!(j.groups[1].addr.as_deref(), Some("si://b"));
     }
 
     #[test]
@@ -249,6 +287,12 @@ mod tests {
             ("group A/B pes 0", 1, "not a group name"),
             ("grup A pes 0", 1, "unknown word 'grup'"),
             ("group A pes", 1, "expected 'group"),
+            ("group A pes 0 on tcp://x:1", 1, "'on' after the list"),
+            (
+                "group A pes 0 at tcp://h:1\ngroup B pes 0",
+                2,
+                "either every group",
+            ),
             ("# nothing\n", 1, "no group"),
         ] {
             match Groups::parse(text) {

@@ -82,6 +82,7 @@ mod block;
 pub mod draw;
 mod error;
 mod exec;
+mod gateway;
 mod groups;
 mod node;
 mod plan;
@@ -94,11 +95,15 @@ pub use node::{Ctx, Item, Node, Source};
 pub use plan::{Connection, GroupLink, Plan, StageInfo, DEFAULT_WINDOW, ON_DEMAND_WINDOW};
 
 use converse::Pe;
+pub use converse_endpoint::Secret;
 use std::rc::Rc;
+use std::time::Duration;
 
 /// Handler names, registered by [`Flow::start`] on every PE.
 const H_ITEM: &str = "converse-flow.item";
 const H_CTL: &str = "converse-flow.ctl";
+const H_GW_ITEM: &str = "converse-flow.gw-item";
+const H_GW_CTL: &str = "converse-flow.gw-ctl";
 
 /// A flow to start: the blocks, where they run, and what happens at the end.
 pub struct Flow {
@@ -107,6 +112,9 @@ pub struct Flow {
     window: u32,
     on_done: Option<exec::Then>,
     on_error: Option<exec::OnError>,
+    me: Option<String>,
+    secret: Option<Secret>,
+    connect_timeout: Duration,
 }
 
 impl std::fmt::Debug for Flow {
@@ -128,7 +136,33 @@ impl Flow {
             window: DEFAULT_WINDOW,
             on_done: None,
             on_error: None,
+            me: None,
+            secret: None,
+            connect_timeout: Duration::from_secs(30),
         }
+    }
+
+    /// This job is group `name` of a groups file whose groups are jobs of their own (every
+    /// group has an address, `at`): it runs that group's stages and reaches the others by
+    /// their addresses.
+    pub fn as_group(mut self, name: &str) -> Flow {
+        self.me = Some(name.to_owned());
+        self
+    }
+
+    /// The secret the group jobs prove to each other (the same for every group: a file
+    /// written once with [`Secret::write_file`] and read by each job). Needed when the groups
+    /// are jobs of their own.
+    pub fn secret(mut self, secret: Secret) -> Flow {
+        self.secret = Some(secret);
+        self
+    }
+
+    /// How long a group job waits for the groups it sends to to be listening (default 30 s:
+    /// the jobs start in any order).
+    pub fn connect_timeout(mut self, d: Duration) -> Flow {
+        self.connect_timeout = d;
+        self
     }
 
     /// Split into groups: each stage runs on its group's PEs.
@@ -171,23 +205,49 @@ impl Flow {
         let cell: Rc<std::cell::RefCell<Option<Rc<std::cell::RefCell<exec::Shared>>>>> =
             Rc::default();
         let c = cell.clone();
-        let h_item = pe.register(H_ITEM, move |pe, msg| {
+        let item = pe.register(H_ITEM, move |pe, msg| {
             if let Some(sh) = c.borrow().as_ref() {
                 exec::on_item(sh, pe, msg)
             }
         });
         let c = cell.clone();
-        let h_ctl = pe.register(H_CTL, move |pe, msg| {
+        let ctl = pe.register(H_CTL, move |pe, msg| {
             if let Some(sh) = c.borrow().as_ref() {
                 exec::on_ctl(sh, pe, msg)
             }
         });
+        let c = cell.clone();
+        let gw_item = pe.register(H_GW_ITEM, move |pe, msg| {
+            if let Some(sh) = c.borrow().as_ref() {
+                gateway::on_out(sh, pe, msg, false)
+            }
+        });
+        let c = cell.clone();
+        let gw_ctl = pe.register(H_GW_CTL, move |pe, msg| {
+            if let Some(sh) = c.borrow().as_ref() {
+                gateway::on_out(sh, pe, msg, true)
+            }
+        });
+        let h = exec::Handlers {
+            item,
+            ctl,
+            gw_item,
+            gw_ctl,
+        };
         let c = cell.clone();
         pe.on_node_failure(move |pe, f| {
             if let Some(sh) = c.borrow().as_ref() {
                 exec::on_failure(sh, pe, f)
             }
         });
+        let jobs = self.groups.as_ref().is_some_and(Groups::separate_jobs);
+        // Every PE of a group job attaches (a handler), though only PE 0 connects.
+        let ep = jobs.then(|| converse_endpoint::Endpoints::attach(pe));
+        if jobs && self.secret.is_none() {
+            return Err(FlowError::Shape(
+                "groups that are jobs of their own need a secret (Flow::secret)".to_owned(),
+            ));
+        }
         let nodes = pe.num_nodes();
         let firsts: Vec<(usize, usize)> = (0..nodes)
             .map(|n| {
@@ -204,6 +264,7 @@ impl Flow {
             self.window,
             pe.num_pes(),
             self.groups.as_ref(),
+            self.me.as_deref(),
             &|n| firsts.get(n).map(|&(a, b)| a..b),
         )?;
         let plan = Rc::new(plan);
@@ -211,9 +272,12 @@ impl Flow {
             pe,
             plan.clone(),
             factories,
-            (h_item, h_ctl),
+            h,
             (self.on_done, self.on_error),
         );
+        if let (Some(ep), Some(secret), 0) = (ep, &self.secret, pe.my_pe()) {
+            gateway::open(pe, ep, h, &shared, secret, self.connect_timeout)?;
+        }
         *cell.borrow_mut() = Some(shared);
         Ok(plan)
     }

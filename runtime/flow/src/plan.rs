@@ -190,6 +190,10 @@ pub struct Plan {
     pub(crate) insts: Vec<Inst>,
     pub(crate) group_names: Vec<String>,
     pub(crate) num_pes: usize,
+    /// Each group's address, when each group is a job of its own.
+    pub(crate) group_addrs: Vec<Option<String>>,
+    /// This job's group, when each group is a job of its own.
+    pub(crate) my_group: Option<usize>,
 }
 
 impl std::fmt::Debug for Plan {
@@ -346,6 +350,7 @@ pub(crate) fn compile(
     window: u32,
     num_pes: usize,
     groups: Option<&Groups>,
+    me: Option<&str>,
     node_pes: &dyn Fn(usize) -> Option<std::ops::Range<usize>>,
 ) -> Result<(Plan, Vec<Option<Factory>>), FlowError> {
     let mut c = Compiler {
@@ -388,8 +393,10 @@ pub(crate) fn compile(
         insts: c.insts,
         group_names: Vec::new(),
         num_pes,
+        group_addrs: Vec::new(),
+        my_group: None,
     };
-    place(&mut plan, groups, node_pes)?;
+    place(&mut plan, groups, me, node_pes)?;
     Ok((plan, c.factories))
 }
 
@@ -654,10 +661,16 @@ fn part_head(p: &Part) -> Part {
 fn place(
     plan: &mut Plan,
     groups: Option<&Groups>,
+    me: Option<&str>,
     node_pes: &dyn Fn(usize) -> Option<std::ops::Range<usize>>,
 ) -> Result<(), FlowError> {
     let n = plan.num_pes.max(1);
     let Some(g) = groups else {
+        if let Some(me) = me {
+            return Err(shape(&format!(
+                "this job is to be group {me}, but the flow has no groups file"
+            )));
+        }
         for (k, inst) in plan.insts.iter_mut().enumerate() {
             inst.pe = k % n;
         }
@@ -667,8 +680,31 @@ fn place(
         file: g.file.clone(),
         msg,
     };
+    let mine = match (g.separate_jobs(), me) {
+        (false, None) => None,
+        (false, Some(me)) => {
+            return Err(err(format!(
+                "this job is to be group {me}, but no group has an address ('at'): the groups are PEs of one job"
+            )))
+        }
+        (true, None) => {
+            return Err(err(
+                "every group has an address, so each is a job of its own: say which group this job is (Flow::as_group)"
+                    .to_owned(),
+            ))
+        }
+        (true, Some(me)) => match g.groups.iter().position(|x| x.name == me) {
+            Some(i) => Some(i),
+            None => return Err(err(format!("there is no group {me}"))),
+        },
+    };
     let mut pes_of = Vec::new();
-    for grp in &g.groups {
+    for (gi, grp) in g.groups.iter().enumerate() {
+        if mine.is_some_and(|m| m != gi) {
+            // Another job's group: its PEs are its own job's, and only its job places there.
+            pes_of.push(vec![0]);
+            continue;
+        }
         let pes: Vec<usize> = match &grp.at {
             Where::Pes(v) => {
                 if let Some(&bad) = v.iter().find(|&&p| p >= n) {
@@ -736,5 +772,7 @@ fn place(
         )));
     }
     plan.group_names = g.groups.iter().map(|x| x.name.clone()).collect();
+    plan.group_addrs = g.groups.iter().map(|x| x.addr.clone()).collect();
+    plan.my_group = mine;
     Ok(())
 }
