@@ -417,3 +417,41 @@ fn a_group_job_whose_peers_never_start_says_so_and_exits() {
         );
     }
 }
+
+#[test]
+fn an_all_to_all_split_over_two_group_jobs_gives_the_unsplit_result() {
+    let secret = secret_file("secret-a2a");
+    let pid = std::process::id();
+    let groups = file(
+        "a2a-jobs",
+        &format!(
+            "group G1 pes 0-1 at si://a2aj-{pid}-1\ngroup G2 pes 0 at si://a2aj-{pid}-2\n\
+             place G1 numbers L[0] R[0]\nplace G2 L[1] R[1] report\n"
+        ),
+    );
+    let job = |g: &str, pes: usize| {
+        let mut c = std::process::Command::new(converse_tests::charmrun_path(PROGRAM));
+        c.arg(format!("+p{pes}"))
+            .arg(example("a2a"))
+            .args(["--items", "30000", "--group", g, "--groups"])
+            .arg(&groups)
+            .arg("--secret-file")
+            .arg(&secret)
+            .args(["+machine", "tcp"]);
+        c
+    };
+    let g2 = converse_tests::Running::start(&mut job("G2", 1), LIMIT).expect("G2");
+    let g1 = run_bounded(&mut job("G1", 2), LIMIT);
+    let g2 = g2.finish();
+    assert_eq!(g1.code, Some(0), "{g1}");
+    assert_eq!(g2.code, Some(0), "{g2}");
+    let whole =
+        Launcher::Direct { machine: "local" }.run(&example("a2a"), 2, &["--items", "30000"], LIMIT);
+    assert_eq!(whole.code, Some(0), "{whole}");
+    assert_eq!(
+        a2a_lines(&g2),
+        a2a_lines(&whole),
+        "split\n{g2}\nunsplit\n{whole}"
+    );
+    assert_eq!(a2a_lines(&whole).len(), 8);
+}

@@ -7,8 +7,12 @@
 //! worker *external*).
 //!
 //! ```text
-//! a2a [--items N] [--groups FILE] [--plan] [--svg FILE]
+//! a2a [--items N] [--groups FILE] [--plan] [--svg FILE] [--group NAME --secret-file FILE]
 //! ```
+//!
+//! With addresses in the groups file (`group G1 pes 0 at si://a2a-1`), each group is a job of
+//! its own, started with `--group NAME`: the all-to-all's internal channels then cross
+//! between the jobs both ways.
 //!
 //! ```text
 //! group G1 pes 0
@@ -21,7 +25,8 @@ use converse_flow::{pipeline, source, stage, AllToAll, Ctx, Flow, Groups, Item, 
 use std::collections::BTreeMap;
 use std::path::Path;
 
-const USAGE: &str = "usage: a2a [--items N] [--groups FILE] [--plan] [--svg FILE]";
+const USAGE: &str =
+    "usage: a2a [--items N] [--groups FILE] [--plan] [--svg FILE] [--group NAME --secret-file FILE]";
 const KEYS: u64 = 7;
 
 struct Numbers {
@@ -124,6 +129,7 @@ fn main() -> std::process::ExitCode {
         let args: Vec<String> = pe.args().to_vec();
         let (mut items, mut groups, mut plan) = (Some(10_000u64), None, false);
         let mut svg: Option<String> = None;
+        let (mut me, mut secret_file): (Option<String>, Option<String>) = (None, None);
         let mut it = args.iter().skip(1);
         while let Some(a) = it.next() {
             match a.as_str() {
@@ -141,6 +147,20 @@ fn main() -> std::process::ExitCode {
                     }
                 },
                 "--plan" => plan = true,
+                "--group" => match it.next() {
+                    Some(g) => me = Some(g.clone()),
+                    None => {
+                        return pe.refuse_arguments(&format!("a2a: --group needs a name ({USAGE})"))
+                    }
+                },
+                "--secret-file" => match it.next() {
+                    Some(f) => secret_file = Some(f.clone()),
+                    None => {
+                        return pe.refuse_arguments(&format!(
+                            "a2a: --secret-file needs a file ({USAGE})"
+                        ))
+                    }
+                },
                 "--svg" => match it.next() {
                     Some(f) => svg = Some(f.clone()),
                     None => {
@@ -166,6 +186,15 @@ fn main() -> std::process::ExitCode {
             match Groups::from_file(Path::new(f)) {
                 Ok(g) => flow = flow.groups(g),
                 Err(e) => return pe.refuse_arguments(&e.to_string()),
+            }
+        }
+        if let Some(g) = &me {
+            flow = flow.as_group(g);
+        }
+        if let Some(f) = &secret_file {
+            match converse_flow::Secret::read_file(Path::new(f)) {
+                Ok(s) => flow = flow.secret(s),
+                Err(e) => return pe.refuse_arguments(&format!("a2a: {e}")),
             }
         }
         match flow.start(pe) {

@@ -63,16 +63,25 @@
 //! | `ff_a2a`, `add_firstset`, `add_secondset`, `ff_send_out_to` | [`AllToAll::new`], [`AllToAll::route`] |
 //! | queue bounds (`bounded` queues) | [`Flow::window`] |
 //! | `createGroup("G1") << stage`, the JSON group file | a [`Groups`] file (`place G1 stage`) |
-//! | `ff_dsender`, `ff_dreceiver`, `ff_rpc`, `ff_rpc_shutdown` | none needed inside a job: a channel between groups is a channel like any other, over the job's layer; end of stream is its `end` message |
+//! | `ff_dsender`, `ff_dreceiver`, `ff_rpc`, `ff_rpc_shutdown` | inserted where a split cuts a channel: inside one job, none (a channel between groups is a channel over the job's layer); between group jobs, each job's PE 0 sends and receives over an endpoint connection, and end of stream is an acknowledged call |
+//! | the transport string (`ofi+tcp`, `na+sm`) | the layer (`+machine`) inside a job; the group's address scheme (`tcp://`, `si://`) between group jobs |
 //! | `run_and_wait_end` | [`Flow::start`], then [`Flow::on_done`] on PE 0 |
 //!
 //! **Groups.** Splitting a program into groups is a placement: the same blocks, each stage
-//! on its group's PEs. A channel between groups crosses whatever the job's layer puts between
-//! those PEs (SI inside a host, TCP or UDP between hosts with the composites, MPI): the
-//! transport follows the layer choice (`+machine`). Groups are PEs of one job; groups as
-//! separately started jobs connected by address (the endpoints of `converse-endpoint`) are
-//! not built yet. [`Plan::describe`] and [`Plan::group_links`] say which channels are
-//! *internal* and which *external* in the thesis's taxonomy.
+//! on its group's PEs. Two forms, by the [`Groups`] file:
+//! - *PEs of one job*: a channel between groups crosses whatever the job's layer puts between
+//!   those PEs (SI inside a host, TCP or UDP between hosts, the composites, MPI): the
+//!   transport follows the layer choice (`+machine`).
+//! - *jobs of their own*, started apart (each `group ... at ADDRESS`, each job told its group
+//!   with [`Flow::as_group`] and given the flow's [`Secret`]): a channel between groups goes
+//!   through the sending job's PE 0, an endpoint connection to the receiving job's address
+//!   (`converse-endpoint`), and its PE 0; the address's scheme (`tcp://`, `si://`) is the
+//!   transport, switched by a string. The jobs may start in any order
+//!   ([`Flow::connect_timeout`]); one that dies or never comes ends the others with
+//!   [`FlowError::GroupLost`] or [`FlowError::Connect`].
+//!
+//! [`Plan::describe`] and [`Plan::group_links`] say which channels are *internal* and which
+//! *external* in the thesis's taxonomy; [`Plan::to_svg`] draws them.
 //!
 //! **Failures** (report mode): a node that dies holding unfinished stages, or holding the
 //! producer of an input that had not ended, ends the flow with [`FlowError::Lost`] on PE 0
@@ -196,7 +205,10 @@ impl Flow {
     ///
     /// # Errors
     /// [`FlowError::Shape`] for blocks that make no flow, [`FlowError::Placement`] for groups
-    /// that do not fit them or the job. Every PE gets the same error.
+    /// that do not fit them or the job: every PE gets the same error. Groups that are jobs of
+    /// their own: [`FlowError::Connect`] on PE 0 when it cannot listen at its group's address
+    /// or reach a group it sends to within [`connect_timeout`](Self::connect_timeout) (PE 0
+    /// waits for them here).
     pub fn start(self, pe: &mut Pe) -> Result<Rc<Plan>, FlowError> {
         if pe.handler(H_ITEM).is_some() {
             return Err(FlowError::Shape("one flow per job".to_owned()));
