@@ -228,7 +228,10 @@ fn with(
     let Some(rc) = cell.upgrade() else { return };
     let then = match rc.try_borrow_mut() {
         Ok(mut s) => f(&mut s, pe),
-        Err(_) => None,
+        Err(_) => pe.abort(
+            "converse-flow: a stage ran the scheduler from inside svc (a barrier?); \
+             stages must return to it",
+        ),
     };
     if let Some(then) = then {
         then(pe);
