@@ -21,8 +21,15 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 const KINDS: [&str; 4] = ["pipe", "farm", "stream", "crossbeam"];
-/// The channels' window, the flow's and the baselines'.
-const WINDOW: u32 = 64;
+/// The channels' window in items, the flow's default and the baselines'.
+const WINDOW: u32 = converse_flow::DEFAULT_WINDOW;
+
+/// The baselines' window for items of `size` bytes: the flow's default in items, or in
+/// bytes, whichever is less (at least one item), so all three hold as much in flight.
+fn window_for(size: usize) -> u32 {
+    let by_bytes = converse_flow::DEFAULT_WINDOW_BYTES / size.max(1) as u64;
+    (by_bytes.clamp(1, u64::from(WINDOW))) as u32
+}
 
 struct Src {
     left: u64,
@@ -32,7 +39,7 @@ struct Src {
 impl Source for Src {
     fn next(&mut self, ctx: &mut Ctx<'_>) -> bool {
         for _ in 0..16 {
-            if self.left == 0 {
+            if self.left == 0 || ctx.full() {
                 break;
             }
             ctx.emit(&self.buf);
@@ -133,7 +140,7 @@ fn job(rt: Runtime, kind: &'static str, size: usize, items: u64, out: &Out) -> a
             }
             _ => return stream(pe, size, items, sink),
         };
-        if let Err(e) = Flow::new(flow).window(WINDOW).start(pe) {
+        if let Err(e) = Flow::new(flow).start(pe) {
             pe.abort(&e.to_string());
         }
     })?;
@@ -147,6 +154,7 @@ fn job(rt: Runtime, kind: &'static str, size: usize, items: u64, out: &Out) -> a
 /// messages, with no per-channel accounting.
 fn stream(pe: &mut converse::Pe, size: usize, items: u64, sink: impl FnOnce() -> Sink) {
     let last = pe.num_pes() - 1;
+    let window = window_for(size);
     let credit = Rc::new(Cell::new(0u32));
     let sent = Rc::new(Cell::new(0u64));
     let payload = vec![7u8; size];
@@ -176,7 +184,7 @@ fn stream(pe: &mut converse::Pe, size: usize, items: u64, sink: impl FnOnce() ->
         sk.seen += 1;
         let first = *sk.first.get_or_insert_with(Instant::now);
         taken.set(taken.get() + 1);
-        if taken.get() >= WINDOW / 2 {
+        if taken.get() >= (window / 2).max(1) {
             let mut m = Message::new(0).with_priority(-1);
             m.set_arg0(taken.get());
             taken.set(0);
@@ -191,7 +199,7 @@ fn stream(pe: &mut converse::Pe, size: usize, items: u64, sink: impl FnOnce() ->
     if pe.my_pe() == 0 {
         // The first window, as a credit message of its own.
         let mut m = Message::new(0);
-        m.set_arg0(WINDOW);
+        m.set_arg0(window);
         pe.send_msg(0, more, m);
     }
 }
@@ -199,9 +207,10 @@ fn stream(pe: &mut converse::Pe, size: usize, items: u64, sink: impl FnOnce() ->
 /// The raw pipeline: four threads, bounded channels of the window, items as owned vectors.
 fn crossbeam_pipe(size: usize, items: u64) -> Row {
     use crossbeam_channel::bounded;
-    let (tx0, rx0) = bounded::<Vec<u8>>(WINDOW as usize);
-    let (tx1, rx1) = bounded::<Vec<u8>>(WINDOW as usize);
-    let (tx2, rx2) = bounded::<Vec<u8>>(WINDOW as usize);
+    let w = window_for(size) as usize;
+    let (tx0, rx0) = bounded::<Vec<u8>>(w);
+    let (tx1, rx1) = bounded::<Vec<u8>>(w);
+    let (tx2, rx2) = bounded::<Vec<u8>>(w);
     std::thread::scope(|sc| {
         sc.spawn(move || {
             let buf = vec![7u8; size];
@@ -288,9 +297,10 @@ pub(crate) fn run(
 ) -> anyhow::Result<()> {
     converse::input::out_line(&format!(
         "flow: thousands of items/s at the sink, first to last item (median of {rounds} rounds of {items} items or 2 GiB, range); \
-         pipe = 4 stages on 4 PEs, farm = source, {} workers, sink; stream = plain runtime messages along the pipe's path (PE 0 -> 1 -> 2 -> 3) under one window ({WINDOW}); \
-         crossbeam = the same pipeline as 4 threads and bounded channels",
-        4
+         pipe = 4 stages on 4 PEs, farm = source, {} workers, sink; stream = plain runtime messages along the pipe's path (PE 0 -> 1 -> 2 -> 3) under one window ({WINDOW} items or {} MiB); \
+         crossbeam = the same pipeline as 4 threads and bounded channels of that window",
+        4,
+        converse_flow::DEFAULT_WINDOW_BYTES >> 20
     ));
     converse::input::out_line(&format!(
         "{:>7} {:>8} | {:>20} | {:>20} | {:>20} | {:>20} | {:>9}",

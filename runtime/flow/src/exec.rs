@@ -2,8 +2,9 @@
 //! numbering and reordering, and the coordinator on PE 0 that sees the flow finish.
 //!
 //! **Bounded channels.** Each channel (one instance to another) holds at most its window of
-//! items: a producer spends a credit per item and the consumer gives credits back, in batches
-//! of half the window, once it has *taken* the items (run them through `svc`). What a stage
+//! items and its window of bytes (or one item larger than that): a producer spends a credit
+//! per item and the consumer gives credits and bytes back, in batches of half a window, once
+//! it has *taken* the items (run them through `svc`). What a stage
 //! emits beyond its credits waits in its own queue, and while anything waits there the stage
 //! takes no new input: its inputs' credits stop coming back, so its producers stop too, up to
 //! the source. A stage's memory is thus its input windows plus what one `svc` call emits; a
@@ -21,7 +22,7 @@
 //! the hold and cannot deadlock: the worker owing the lowest missing number has nothing held.
 
 use crate::error::FlowError;
-use crate::node::{Ctx, Item, Node, Source};
+use crate::node::{Ctx, Item, Node, Payload, Source};
 use crate::plan::{Factory, Plan, Router};
 use crate::wire::{self, Stamp};
 use converse::{HandlerId, Message, Pe};
@@ -42,10 +43,51 @@ pub(crate) enum Dest {
     Group(usize),
 }
 
+/// Items of at most this many bytes travel several to a message (a batch per channel, sent
+/// when the stage's handler returns, or at [`BATCH_BYTES`]): copying a small item costs less
+/// than a message of its own.
+pub const BATCH_ITEM: usize = 1024;
+/// A batch is sent once it holds this many bytes.
+const BATCH_BYTES: usize = 32 << 10;
+
+/// What a stage emits: a message to move, or bytes to copy.
+pub(crate) enum Emit<'a> {
+    Msg(Message),
+    Bytes(&'a [u8]),
+}
+
+impl Emit<'_> {
+    #[inline]
+    fn len(&self) -> usize {
+        match self {
+            Emit::Msg(m) => m.payload_len(),
+            Emit::Bytes(b) => b.len(),
+        }
+    }
+
+    #[inline]
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Emit::Msg(m) => m.payload(),
+            Emit::Bytes(b) => b,
+        }
+    }
+
+    fn into_message(self) -> Message {
+        match self {
+            Emit::Msg(m) => m,
+            // The item must wait (no credit) or is large: it becomes a message of its own.
+            Emit::Bytes(b) => Message::from_payload(b),
+        }
+    }
+}
+
 /// The flow's runtime handlers.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Handlers {
     pub(crate) item: HandlerId,
+    /// A batch of small items for one stage.
+    pub(crate) batch: HandlerId,
     pub(crate) ctl: HandlerId,
     /// On PE 0: an item, and a control word, for a stage of another group's job.
     pub(crate) gw_item: HandlerId,
@@ -72,6 +114,9 @@ pub(crate) struct Output {
     /// Per slot: destination instance and where it is.
     dst: Vec<(u16, Dest)>,
     credit: Vec<u32>,
+    /// Per slot: bytes sent and not yet taken; at most `byte_window` (or one item).
+    bytes_out: Vec<u64>,
+    byte_window: u64,
     router: Option<Router>,
     /// Items beyond the credits, with their slot once chosen.
     queue: VecDeque<(Option<u32>, Message)>,
@@ -82,19 +127,22 @@ pub(crate) struct Output {
     /// The item last emitted for `cur`, held to flag it last when `svc` returns.
     held: Option<Message>,
     dropped: u64,
+    /// Per slot: the batch being filled; and the slots that have one.
+    batch: Vec<Option<Message>>,
+    dirty: Vec<u32>,
 }
 
 impl Output {
-    pub(crate) fn emit(&mut self, pe: &mut Pe, msg: Message) {
+    pub(crate) fn emit(&mut self, pe: &mut Pe, e: Emit<'_>) {
         if let Some(st) = self.cur {
-            if let Some(prev) = self.held.replace(msg) {
+            if let Some(prev) = self.held.replace(e.into_message()) {
                 let word = Stamp {
                     last: false,
                     skip: false,
                     ..st
                 }
                 .word();
-                self.send_word(pe, prev, word);
+                self.send_word(pe, Emit::Msg(prev), word);
             }
             return;
         }
@@ -110,7 +158,7 @@ impl Output {
         } else {
             0
         };
-        self.send_word(pe, msg, word);
+        self.send_word(pe, e, word);
     }
 
     /// After an ordered input's `svc`: its last item goes out flagged last, or a skip marker
@@ -125,7 +173,7 @@ impl Output {
                     ..st
                 }
                 .word();
-                self.send_word(pe, m, word)
+                self.send_word(pe, Emit::Msg(m), word)
             }
             (None, true) => {
                 let word = Stamp {
@@ -134,38 +182,79 @@ impl Output {
                     ..st
                 }
                 .word();
-                // An empty message: only when a worker filters an ordered item out.
-                self.send_word(pe, Message::new(0), word)
+                // An empty item: only when a worker filters an ordered item out.
+                self.send_word(pe, Emit::Bytes(&[]), word)
             }
             (None, false) => {}
         }
     }
 
-    fn send_word(&mut self, pe: &mut Pe, mut msg: Message, word: u32) {
-        msg.set_arg1(word);
+    fn send_word(&mut self, pe: &mut Pe, e: Emit<'_>, word: u32) {
         let Some(router) = self.router.as_mut() else {
             self.dropped += 1;
             return;
         };
+        let mut chosen = None;
         if self.queue.is_empty() {
-            if let Some(s) = router.pick(msg.payload(), &self.credit) {
-                if self.credit[s as usize] > 0 {
-                    self.send_slot(pe, s, msg);
-                } else {
-                    self.queue.push_back((Some(s), msg));
+            chosen = router.pick(e.bytes(), &self.credit);
+            if let Some(s) = chosen {
+                if self.room(s, e.len()) {
+                    self.send_slot(pe, s, e, word);
+                    return;
                 }
-                return;
             }
         }
-        self.queue.push_back((None, msg));
+        let mut msg = e.into_message();
+        msg.set_arg1(word);
+        self.queue.push_back((chosen, msg));
     }
 
     #[inline]
-    fn send_slot(&mut self, pe: &mut Pe, s: u32, mut msg: Message) {
+    fn send_slot(&mut self, pe: &mut Pe, s: u32, e: Emit<'_>, word: u32) {
         let (d, to) = self.dst[s as usize];
         self.credit[s as usize] -= 1;
+        self.bytes_out[s as usize] += e.len() as u64;
+        if e.len() <= BATCH_ITEM && matches!(to, Dest::Pe(_)) {
+            let b = &mut self.batch[s as usize];
+            let full = {
+                let m = b.get_or_insert_with(|| {
+                    self.dirty.push(s);
+                    Message::with_capacity(BATCH_BYTES + BATCH_ITEM + 8)
+                });
+                m.extend_payload(&word.to_le_bytes());
+                m.extend_payload(&(e.len() as u32).to_le_bytes());
+                m.extend_payload(e.bytes());
+                m.payload_len() >= BATCH_BYTES
+            };
+            if full {
+                self.flush_slot(pe, s);
+            }
+            return;
+        }
+        // What the batch holds goes first: the channel stays in order.
+        self.flush_slot(pe, s);
+        let mut msg = e.into_message();
         msg.set_arg0(wire::addr(d, self.me));
+        msg.set_arg1(word);
         self.h.send(pe, to, false, msg);
+    }
+
+    /// Send slot `s`'s batch, if it has one.
+    fn flush_slot(&mut self, pe: &mut Pe, s: u32) {
+        if let Some(mut m) = self.batch[s as usize].take() {
+            let (d, to) = self.dst[s as usize];
+            m.set_arg0(wire::addr(d, self.me));
+            if let Dest::Pe(p) = to {
+                pe.send_msg(p, self.h.batch, m);
+            }
+        }
+    }
+
+    /// Send every batch: when the stage's handler is done, so a batch never waits for more.
+    pub(crate) fn flush_batches(&mut self, pe: &mut Pe) {
+        while let Some(s) = self.dirty.pop() {
+            self.flush_slot(pe, s);
+        }
     }
 
     /// Send what waits while there is room; whether nothing waits any more.
@@ -184,25 +273,40 @@ impl Output {
                     }
                 }
             };
-            if self.credit[s as usize] == 0 {
+            let len = front.1.payload_len();
+            if !self.room(s, len) {
                 break;
             }
             let Some((_, m)) = self.queue.pop_front() else {
                 break;
             };
-            self.send_slot(pe, s, m);
+            let word = m.arg1();
+            self.send_slot(pe, s, Emit::Msg(m), word);
         }
         self.queue.is_empty()
+    }
+
+    /// Whether slot `s` can take an item of `len` bytes now: a credit, and room in its bytes
+    /// (an item larger than the byte window goes alone).
+    #[inline]
+    fn room(&self, s: u32, len: usize) -> bool {
+        let (s, len) = (s as usize, len as u64);
+        self.credit[s] > 0
+            && (self.bytes_out[s] == 0 || self.bytes_out[s] + len <= self.byte_window)
     }
 
     #[inline]
     fn blocked(&self) -> bool {
         !self.queue.is_empty()
     }
+
+    pub(crate) fn is_blocked(&self) -> bool {
+        self.blocked()
+    }
 }
 
 enum Arrival {
-    Item(u32, Message),
+    Item(u32, Payload),
     End,
 }
 
@@ -211,6 +315,8 @@ struct Input {
     /// Per slot: source instance, where it is, the channel's window; sorted by instance.
     from: Vec<(u16, Dest, u32)>,
     taken: Vec<u32>,
+    taken_bytes: Vec<u64>,
+    byte_window: u64,
     ended: Vec<bool>,
     open: usize,
     /// What arrived and was not taken yet: at most the windows' worth.
@@ -227,16 +333,18 @@ impl Input {
     }
 
     /// One item of `slot` taken: give credits back in batches of half the window.
-    fn took(&mut self, pe: &mut Pe, me: u16, h: Handlers, slot: u32) {
+    fn took(&mut self, pe: &mut Pe, me: u16, h: Handlers, slot: u32, len: usize) {
         let s = slot as usize;
         self.taken[s] += 1;
+        self.taken_bytes[s] += len as u64;
         let (src, to, w) = self.from[s];
-        if self.taken[s] >= (w / 2).max(1) {
+        if self.taken[s] >= (w / 2).max(1) || self.taken_bytes[s] >= self.byte_window / 2 {
             // One small message per half window: the price of a bounded channel.
-            let mut m = Message::new(0).with_priority(-1);
+            let mut m = Message::from_payload(&self.taken_bytes[s].to_le_bytes()).with_priority(-1);
             m.set_arg0(wire::addr(src, me));
             m.set_arg1(wire::ctl(wire::CREDIT, self.taken[s]));
             self.taken[s] = 0;
+            self.taken_bytes[s] = 0;
             h.send(pe, to, true, m);
         }
     }
@@ -245,17 +353,17 @@ impl Input {
 /// An ordered farm collector's hold of early items.
 struct Reorder {
     next: u32,
-    early: HashMap<u32, VecDeque<(u32, Message)>>,
+    early: HashMap<u32, VecDeque<(u32, Payload)>>,
 }
 
 impl Reorder {
-    fn pop_ready(&mut self) -> Option<(u32, Message)> {
+    fn pop_ready(&mut self) -> Option<(u32, Payload)> {
         let q = self.early.get_mut(&self.next)?;
         let (slot, msg) = q.pop_front()?;
         if q.is_empty() {
             self.early.remove(&self.next);
         }
-        if wire::stamp_of(msg.arg1()).is_some_and(|s| s.last) {
+        if wire::stamp_of(msg.word()).is_some_and(|s| s.last) {
             self.next = (self.next + 1) & wire::SEQ_MASK;
         }
         Some((slot, msg))
@@ -299,19 +407,19 @@ impl Local {
         }
     }
 
-    fn deliver(&mut self, pe: &mut Pe, slot: u32, msg: Message) {
-        self.input.took(pe, self.id, self.h, slot);
-        let st = wire::stamp_of(msg.arg1());
+    fn deliver(&mut self, pe: &mut Pe, slot: u32, p: Payload) {
+        self.input.took(pe, self.id, self.h, slot, p.bytes().len());
+        let st = wire::stamp_of(p.word());
         let skip = st.is_some_and(|s| s.skip);
         if self.input.reorder.is_some() {
             if !skip {
-                self.svc(pe, Item { msg });
+                self.svc(pe, Item { p });
             }
             return;
         }
         self.out.cur = st;
         if !skip {
-            self.svc(pe, Item { msg });
+            self.svc(pe, Item { p });
         }
         self.out.close_input(pe);
     }
@@ -330,7 +438,7 @@ impl Local {
                 Some(Arrival::End) => self.input.open = self.input.open.saturating_sub(1),
                 Some(Arrival::Item(slot, msg)) => {
                     if let (Some(r), Some(st)) =
-                        (self.input.reorder.as_mut(), wire::stamp_of(msg.arg1()))
+                        (self.input.reorder.as_mut(), wire::stamp_of(msg.word()))
                     {
                         if st.seq != r.next {
                             r.early.entry(st.seq).or_default().push_back((slot, msg));
@@ -384,8 +492,11 @@ impl Local {
         }
         if self.ended {
             self.try_finish(pe);
-        } else if !self.out.blocked() {
-            self.schedule_produce(pe);
+        } else {
+            self.out.flush_batches(pe);
+            if !self.out.blocked() {
+                self.schedule_produce(pe);
+            }
         }
     }
 
@@ -397,9 +508,10 @@ impl Local {
         }
     }
 
-    fn credit(&mut self, pe: &mut Pe, from: u16, n: u32) {
+    fn credit(&mut self, pe: &mut Pe, from: u16, n: u32, bytes: u64) {
         if let Some(s) = self.out.dst.iter().position(|d| d.0 == from) {
             self.out.credit[s] = self.out.credit[s].saturating_add(n);
+            self.out.bytes_out[s] = self.out.bytes_out[s].saturating_sub(bytes);
         }
         if self.out.flush(pe) {
             match self.body {
@@ -408,9 +520,12 @@ impl Local {
                 Body::Node(_) => self.pump(pe),
             }
         }
+        self.out.flush_batches(pe);
     }
 
     fn try_finish(&mut self, pe: &mut Pe) {
+        // Every handler of a stage ends here or flushes itself: batches go when it returns.
+        self.out.flush_batches(pe);
         if self.ended && !self.finished && !self.out.blocked() {
             self.finished = true;
             if self.out.dropped > 0 {
@@ -459,6 +574,7 @@ pub(crate) fn start(
     plan: Rc<Plan>,
     factories: Vec<Option<Factory>>,
     h: Handlers,
+    byte_window: u64,
     (on_done, on_error): Callbacks,
 ) -> Rc<RefCell<Shared>> {
     let me = pe.my_pe();
@@ -495,6 +611,8 @@ pub(crate) fn start(
                 h,
                 dst: inst.outs.iter().map(|&(d, _)| (d, dest(d))).collect(),
                 credit: inst.outs.iter().map(|&(_, w)| w).collect(),
+                bytes_out: vec![0; inst.outs.len()],
+                byte_window,
                 router: inst.router(),
                 queue: VecDeque::new(),
                 stamps: inst.stamps,
@@ -502,10 +620,14 @@ pub(crate) fn start(
                 cur: None,
                 held: None,
                 dropped: 0,
+                batch: inst.outs.iter().map(|_| None).collect(),
+                dirty: Vec::new(),
             },
             input: Input {
                 from,
                 taken: vec![0; n_in],
+                taken_bytes: vec![0; n_in],
+                byte_window,
                 ended: vec![false; n_in],
                 open: n_in,
                 pending: VecDeque::new(),
@@ -548,6 +670,7 @@ pub(crate) fn start(
                 Body::Node(n) => n.start(&mut ctx),
                 Body::Source(src) => src.start(&mut ctx),
             }
+            l.out.flush_batches(pe);
             if matches!(l.body, Body::Source(_)) {
                 l.schedule_produce(pe);
             }
@@ -645,7 +768,57 @@ pub(crate) fn on_item(sh: &RefCell<Shared>, pe: &mut Pe, msg: Message) {
             "converse-flow: stage {name} got an item from stage {src}, which does not send to it"
         ))
     };
-    l.input.pending.push_back(Arrival::Item(slot, msg));
+    l.input
+        .pending
+        .push_back(Arrival::Item(slot, Payload::Whole(msg)));
+    l.pump(pe);
+}
+
+/// A batch of small items for one stage: `[arg1 u32][length u32][bytes]` each; every item
+/// keeps the batch alive until taken (no copy on the way in).
+pub(crate) fn on_batch(sh: &RefCell<Shared>, pe: &mut Pe, msg: Message) {
+    let Ok(mut s) = sh.try_borrow_mut() else {
+        reentered(pe)
+    };
+    let a = msg.arg0();
+    let (dst, src) = (wire::dst_of(a), wire::src_of(a));
+    let Some(Some(l)) = s.local.get_mut(dst as usize) else {
+        let me = pe.my_pe();
+        pe.abort(&format!(
+            "converse-flow: a batch for stage {dst}, which is not on PE {me}"
+        ))
+    };
+    let Some(slot) = l.input.slot(src) else {
+        let name = l.name.clone();
+        pe.abort(&format!(
+            "converse-flow: stage {name} got a batch from stage {src}, which does not send to it"
+        ))
+    };
+    let b = Rc::new(msg);
+    let bytes = b.payload();
+    let mut off = 0usize;
+    while off < bytes.len() {
+        let word = bytes
+            .get(off..off + 4)
+            .and_then(|w| w.try_into().ok())
+            .map(u32::from_le_bytes);
+        let len = bytes
+            .get(off + 4..off + 8)
+            .and_then(|w| w.try_into().ok())
+            .map(u32::from_le_bytes);
+        let (Some(word), Some(len)) = (word, len) else {
+            pe.abort("converse-flow: a batch cut short")
+        };
+        let start = off + 8;
+        if start + len as usize > bytes.len() {
+            pe.abort("converse-flow: a batch cut short");
+        }
+        l.input.pending.push_back(Arrival::Item(
+            slot,
+            Payload::Part(b.clone(), start as u32, len, word),
+        ));
+        off = start + len as usize;
+    }
     l.pump(pe);
 }
 
@@ -685,7 +858,14 @@ pub(crate) fn on_ctl(sh: &RefCell<Shared>, pe: &mut Pe, msg: Message) {
         ))
     };
     match kind {
-        wire::CREDIT => l.credit(pe, src, wire::ctl_count(w)),
+        wire::CREDIT => {
+            let bytes = msg
+                .payload()
+                .try_into()
+                .map(u64::from_le_bytes)
+                .unwrap_or(0);
+            l.credit(pe, src, wire::ctl_count(w), bytes)
+        }
         wire::END => {
             if let Some(slot) = l.input.slot(src) {
                 l.input.ended[slot as usize] = true;

@@ -17,7 +17,7 @@
 //! |---|---|---|---|
 //! | `converse-flow.hello` | message | connecting job → listening job, first | the connecting job's group index, u32 LE |
 //! | `converse-flow.item` | message | producer's job → consumer's job | `arg0`, `arg1` as in `wire.rs`, the item |
-//! | `converse-flow.ctl` | message | consumer's job → producer's job | a credit control word |
+//! | `converse-flow.ctl` | message | consumer's job → producer's job | a credit control word, the bytes taken (u64 LE) |
 //! | `converse-flow.end` | call, empty reply | producer's job → consumer's job | an end control word |
 //!
 //! A send the connection refuses (`Full`: the peer reads slower) waits in a queue per peer
@@ -293,7 +293,8 @@ fn install(ep: &Endpoints, cell: &Weak<RefCell<Shared>>) {
         with(&c, pe, |s, pe| {
             match inward(s, &inc) {
                 Some((a, b, dst_pe, h)) if wire::ctl_kind(b) == wire::CREDIT => {
-                    let mut m = Message::new(0).with_priority(-1);
+                    // The bytes taken ride in the payload.
+                    let mut m = Message::from_payload(&inc.data()[8..]).with_priority(-1);
                     m.set_arg0(a);
                     m.set_arg1(b);
                     h.send(pe, Dest::Pe(dst_pe), true, m);

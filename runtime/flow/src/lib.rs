@@ -99,9 +99,12 @@ mod wire;
 
 pub use block::{map, pipeline, source, stage, AllToAll, Block, Farm, Policy, Route};
 pub use error::FlowError;
+pub use exec::BATCH_ITEM;
 pub use groups::Groups;
 pub use node::{Ctx, Item, Node, Source};
-pub use plan::{Connection, GroupLink, Plan, StageInfo, DEFAULT_WINDOW, ON_DEMAND_WINDOW};
+pub use plan::{
+    Connection, GroupLink, Plan, StageInfo, DEFAULT_WINDOW, DEFAULT_WINDOW_BYTES, ON_DEMAND_WINDOW,
+};
 
 use converse::Pe;
 pub use converse_endpoint::Secret;
@@ -111,6 +114,7 @@ use std::time::Duration;
 /// Handler names, registered by [`Flow::start`] on every PE.
 const H_ITEM: &str = "converse-flow.item";
 const H_CTL: &str = "converse-flow.ctl";
+const H_BATCH: &str = "converse-flow.batch";
 const H_GW_ITEM: &str = "converse-flow.gw-item";
 const H_GW_CTL: &str = "converse-flow.gw-ctl";
 
@@ -119,6 +123,7 @@ pub struct Flow {
     block: Block,
     groups: Option<Groups>,
     window: u32,
+    window_bytes: u64,
     on_done: Option<exec::Then>,
     on_error: Option<exec::OnError>,
     me: Option<String>,
@@ -143,6 +148,7 @@ impl Flow {
             block: block.into(),
             groups: None,
             window: DEFAULT_WINDOW,
+            window_bytes: DEFAULT_WINDOW_BYTES,
             on_done: None,
             on_error: None,
             me: None,
@@ -184,6 +190,13 @@ impl Flow {
     /// most [`ON_DEMAND_WINDOW`]).
     pub fn window(mut self, items: u32) -> Flow {
         self.window = items.max(1);
+        self
+    }
+
+    /// Bytes a channel holds at most (default [`DEFAULT_WINDOW_BYTES`]; an item larger than
+    /// this goes alone). With [`window`](Self::window), what bounds a stage's memory.
+    pub fn window_bytes(mut self, bytes: u64) -> Flow {
+        self.window_bytes = bytes.max(1);
         self
     }
 
@@ -229,6 +242,12 @@ impl Flow {
             }
         });
         let c = cell.clone();
+        let batch = pe.register(H_BATCH, move |pe, msg| {
+            if let Some(sh) = c.borrow().as_ref() {
+                exec::on_batch(sh, pe, msg)
+            }
+        });
+        let c = cell.clone();
         let gw_item = pe.register(H_GW_ITEM, move |pe, msg| {
             if let Some(sh) = c.borrow().as_ref() {
                 gateway::on_out(sh, pe, msg, false)
@@ -242,6 +261,7 @@ impl Flow {
         });
         let h = exec::Handlers {
             item,
+            batch,
             ctl,
             gw_item,
             gw_ctl,
@@ -285,6 +305,7 @@ impl Flow {
             plan.clone(),
             factories,
             h,
+            self.window_bytes,
             (self.on_done, self.on_error),
         );
         if let (Some(ep), Some(secret), 0) = (ep, &self.secret, pe.my_pe()) {

@@ -1,8 +1,9 @@
 //! What a program writes: stages ([`Node`]), the source ([`Source`]), the items they pass
 //! ([`Item`]) and the handle they emit through ([`Ctx`]).
 
-use crate::exec::Output;
+use crate::exec::{Emit, Output};
 use converse::{Message, Pe};
+use std::rc::Rc;
 
 /// A stage (FastFlow's `ff_node_t`): takes one item at a time and emits zero or more.
 ///
@@ -28,22 +29,55 @@ pub trait Source {
     fn start(&mut self, _ctx: &mut Ctx<'_>) {}
     /// Emit the next few items and say whether more will come (`false`: end of stream). The
     /// flow calls again while the next stages have room, each call a message of its own, so
-    /// the PE stays responsive; emit a handful per call, not the whole stream.
+    /// the PE stays responsive; emit a handful per call, not the whole stream, and stop early
+    /// when [`Ctx::full`] says the next stages have no room.
     fn next(&mut self, ctx: &mut Ctx<'_>) -> bool;
 }
 
-/// An item of the stream: the bytes of one message, owned. Passing it on with
-/// [`Ctx::emit_item`] moves the buffer (between PEs of one process, by pointer).
+/// An item of the stream, owned. A large item is the bytes of one message, and passing it on
+/// with [`Ctx::emit_item`] moves the buffer (between PEs of one process, by pointer); small
+/// items travel several to a message ([`BATCH_ITEM`](crate::BATCH_ITEM)) and are copied
+/// into the next one, which costs less than a message each.
 #[derive(Debug)]
 pub struct Item {
-    pub(crate) msg: Message,
+    pub(crate) p: Payload,
+}
+
+/// Where an item's bytes are.
+#[derive(Debug)]
+pub(crate) enum Payload {
+    /// A message of its own.
+    Whole(Message),
+    /// Part of a batch: the batch, the bytes' offset and length in its payload, and the
+    /// item's `arg1` word.
+    Part(Rc<Message>, u32, u32, u32),
+}
+
+impl Payload {
+    #[inline]
+    pub(crate) fn word(&self) -> u32 {
+        match self {
+            Payload::Whole(m) => m.arg1(),
+            Payload::Part(_, _, _, w) => *w,
+        }
+    }
+
+    #[inline]
+    pub(crate) fn bytes(&self) -> &[u8] {
+        match self {
+            Payload::Whole(m) => m.payload(),
+            Payload::Part(b, off, len, _) => {
+                &b.payload()[*off as usize..(*off as usize + *len as usize)]
+            }
+        }
+    }
 }
 
 impl Item {
     /// An item holding a copy of `bytes`.
     pub fn new(bytes: &[u8]) -> Item {
         Item {
-            msg: Message::from_payload(bytes),
+            p: Payload::Whole(Message::from_payload(bytes)),
         }
     }
 
@@ -54,12 +88,18 @@ impl Item {
 
     /// Its bytes.
     pub fn bytes(&self) -> &[u8] {
-        self.msg.payload()
+        self.p.bytes()
     }
 
-    /// Its bytes, to change in place.
+    /// Its bytes, to change in place (an item that came in a batch is copied out first).
     pub fn bytes_mut(&mut self) -> &mut [u8] {
-        self.msg.payload_mut()
+        if let Payload::Part(..) = self.p {
+            self.p = Payload::Whole(Message::from_payload(self.p.bytes()));
+        }
+        match &mut self.p {
+            Payload::Whole(m) => m.payload_mut(),
+            Payload::Part(..) => &mut [],
+        }
     }
 
     /// The item as a little-endian `u64`, if it is 8 bytes long.
@@ -67,15 +107,20 @@ impl Item {
         self.bytes().try_into().ok().map(u64::from_le_bytes)
     }
 
-    /// The message that carries it.
+    /// The item as a message of its own.
     pub fn into_message(self) -> Message {
-        self.msg
+        match self.p {
+            Payload::Whole(m) => m,
+            Payload::Part(..) => Message::from_payload(self.p.bytes()),
+        }
     }
 }
 
 impl From<Message> for Item {
     fn from(msg: Message) -> Item {
-        Item { msg }
+        Item {
+            p: Payload::Whole(msg),
+        }
     }
 }
 
@@ -97,8 +142,8 @@ impl std::fmt::Debug for Ctx<'_> {
 impl Ctx<'_> {
     /// Emit a copy of `bytes` as a new item.
     pub fn emit(&mut self, bytes: &[u8]) {
-        // One allocation and copy: the bytes are the stage's, and the item must own them.
-        self.out.emit(self.pe, Message::from_payload(bytes));
+        // One copy: into the batch for the next stage, or (a large item) into a message.
+        self.out.emit(self.pe, Emit::Bytes(bytes));
     }
 
     /// Emit a `u64` (little-endian) as a new item.
@@ -108,7 +153,18 @@ impl Ctx<'_> {
 
     /// Emit an item, moving its buffer (no copy).
     pub fn emit_item(&mut self, item: Item) {
-        self.out.emit(self.pe, item.msg);
+        match item.p {
+            Payload::Whole(m) => self.out.emit(self.pe, Emit::Msg(m)),
+            p @ Payload::Part(..) => self.out.emit(self.pe, Emit::Bytes(p.bytes())),
+        }
+    }
+
+    /// Whether the next stages hold all they may take from this one: what is emitted now
+    /// waits in this stage's own queue (memory the windows do not bound). A source that
+    /// emits several items per call checks it and returns early; it is called again once
+    /// there is room.
+    pub fn full(&self) -> bool {
+        self.out.is_blocked()
     }
 
     /// This stage's name (a replicated worker's with its index).

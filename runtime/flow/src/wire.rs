@@ -15,8 +15,14 @@
 //! | ordered | `arg1` bit 31 | the item travels inside an ordered farm |
 //! | payload | | the item's bytes |
 //!
-//! **Control**, handler `converse-flow.ctl`, empty payload; `arg0` as for items; `arg1` bits
-//! 0–7 the kind, bits 8–31 a count:
+//! **Batches**, handler `converse-flow.batch`: items of at most
+//! [`BATCH_ITEM`](crate::BATCH_ITEM) bytes for one stage, sent together when the sending
+//! stage's handler returns (or the batch reaches 32 KiB). `arg0` as for items; the payload is
+//! each item in turn as `arg1` (u32 LE, as above), length (u32 LE), bytes. Each costs a
+//! credit, as an item does.
+//!
+//! **Control**, handler `converse-flow.ctl`, empty payload but for a credit's (the bytes
+//! taken, u64 LE); `arg0` as for items; `arg1` bits 0–7 the kind, bits 8–31 a count:
 //!
 //! | kind | from → to | count | meaning |
 //! |---|---|---|---|

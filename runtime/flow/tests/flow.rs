@@ -495,3 +495,121 @@ fn a_split_program_places_each_group_on_its_pes_and_names_its_connections() {
     assert!(text.contains("G2 -> G3: 2 external channels"), "{text}");
     assert_eq!(sink.items().len(), 100);
 }
+
+/// Item `i`: small (batched) or large (a message of its own) by turns, its bytes telling `i`.
+fn mixed(i: u64) -> Vec<u8> {
+    let len = if i % 3 == 0 {
+        3000
+    } else {
+        8 + (i % 5) as usize
+    };
+    let mut v = vec![(i % 251) as u8; len];
+    v[..8].copy_from_slice(&i.to_le_bytes());
+    v
+}
+
+struct Mixed {
+    next: u64,
+    n: u64,
+}
+
+impl Source for Mixed {
+    fn next(&mut self, ctx: &mut Ctx<'_>) -> bool {
+        while self.next < self.n && !ctx.full() {
+            ctx.emit(&mixed(self.next));
+            self.next += 1;
+            if self.next % 7 == 0 {
+                break;
+            }
+        }
+        self.next < self.n
+    }
+}
+
+#[test]
+fn small_and_large_items_keep_their_order_and_bytes_through_batches() {
+    let got: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+    let code = run(3, || {
+        let g = got.clone();
+        Flow::new(pipeline([
+            source("mixed", || Mixed { next: 0, n: 5000 }),
+            map("pass", |item, ctx| ctx.emit_item(item)),
+            map("sink", move |item, _ctx| {
+                if let Ok(mut v) = g.lock() {
+                    v.push(item.bytes().to_vec());
+                }
+            }),
+        ]))
+        .window(16)
+    });
+    assert_eq!(code, 0);
+    let got = got.lock().map(|v| v.clone()).unwrap_or_default();
+    assert_eq!(got.len(), 5000);
+    for (i, b) in got.iter().enumerate() {
+        assert_eq!(b, &mixed(i as u64), "item {i}");
+    }
+}
+
+/// A sink of large items that takes its time.
+struct SlowBig {
+    produced: Arc<AtomicU64>,
+    taken: u64,
+    worst: Arc<AtomicU64>,
+}
+
+impl Node for SlowBig {
+    fn svc(&mut self, _item: Item, _ctx: &mut Ctx<'_>) {
+        self.taken += 1;
+        let ahead = self
+            .produced
+            .load(Ordering::SeqCst)
+            .saturating_sub(self.taken);
+        self.worst.fetch_max(ahead, Ordering::SeqCst);
+        std::thread::sleep(std::time::Duration::from_micros(200));
+    }
+}
+
+struct Big {
+    left: u64,
+    produced: Arc<AtomicU64>,
+}
+
+impl Source for Big {
+    fn next(&mut self, ctx: &mut Ctx<'_>) -> bool {
+        while self.left > 0 && !ctx.full() {
+            ctx.emit(&[7u8; 64 << 10]);
+            self.produced.fetch_add(1, Ordering::SeqCst);
+            self.left -= 1;
+        }
+        self.left > 0
+    }
+}
+
+#[test]
+fn a_channel_of_large_items_holds_its_bytes_not_its_items() {
+    let produced = Arc::new(AtomicU64::new(0));
+    let worst = Arc::new(AtomicU64::new(0));
+    let code = run(2, || {
+        let (p, p2, w) = (produced.clone(), produced.clone(), worst.clone());
+        Flow::new(pipeline([
+            source("big", move || Big {
+                left: 300,
+                produced: p,
+            }),
+            stage("slow", move || SlowBig {
+                produced: p2,
+                taken: 0,
+                worst: w,
+            }),
+        ]))
+        .window_bytes(256 << 10)
+    });
+    assert_eq!(code, 0);
+    // 256 KiB of 64 KiB items in flight, and the one the source emitted when it found no
+    // room: the item window (512) never comes into it.
+    let worst = worst.load(Ordering::SeqCst);
+    assert!(
+        worst <= 4 + 2,
+        "the source got {worst} items of 64 KiB ahead"
+    );
+}
