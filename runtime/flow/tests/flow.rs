@@ -498,7 +498,7 @@ fn a_split_program_places_each_group_on_its_pes_and_names_its_connections() {
 
 /// Item `i`: small (batched) or large (a message of its own) by turns, its bytes telling `i`.
 fn mixed(i: u64) -> Vec<u8> {
-    let len = if i % 3 == 0 {
+    let len = if i.is_multiple_of(3) {
         3000
     } else {
         8 + (i % 5) as usize
@@ -518,7 +518,7 @@ impl Source for Mixed {
         while self.next < self.n && !ctx.full() {
             ctx.emit(&mixed(self.next));
             self.next += 1;
-            if self.next % 7 == 0 {
+            if self.next.is_multiple_of(7) {
                 break;
             }
         }
