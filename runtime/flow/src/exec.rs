@@ -48,7 +48,7 @@ pub(crate) enum Dest {
 /// than a message of its own.
 pub const BATCH_ITEM: usize = 1024;
 /// A batch is sent once it holds this many bytes.
-const BATCH_BYTES: usize = 32 << 10;
+const BATCH_BYTES: usize = 8 << 10;
 
 /// What a stage emits: a message to move, or bytes to copy.
 pub(crate) enum Emit<'a> {

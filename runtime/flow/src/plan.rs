@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 pub const DEFAULT_WINDOW: u32 = 512;
 /// Bytes a channel holds at most when the flow says nothing
 /// ([`Flow::window_bytes`](crate::Flow::window_bytes)); an item larger than this goes alone.
-pub const DEFAULT_WINDOW_BYTES: u64 = 4 << 20;
+pub const DEFAULT_WINDOW_BYTES: u64 = 1 << 20;
 /// Items an on-demand channel holds at most (so a slow worker is given little).
 pub const ON_DEMAND_WINDOW: u32 = 2;
 
