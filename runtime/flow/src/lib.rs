@@ -5,8 +5,9 @@
 //! [`Farm`]s, [`AllToAll`]s; they nest), hands them to a [`Flow`], and starts it on every PE.
 //! The flow compiles the blocks into sequential *stage instances*, places them on PEs (in turn,
 //! or by a [`Groups`] file that splits the program into groups), and runs them from the PEs'
-//! schedulers: each item is one runtime message, moved between PEs of one process by pointer;
-//! each channel holds a bounded number of items, so a slow stage holds its producers back; end
+//! schedulers: a large item is one runtime message, moved between PEs of one process by
+//! pointer, small ones travel batched per channel; each channel holds a bounded number of
+//! items and bytes, so a slow stage holds its producers back; end
 //! of stream travels through every stage, and the job ends when the last stage has seen it.
 //!
 //! ```no_run
