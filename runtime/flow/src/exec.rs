@@ -44,7 +44,7 @@ pub(crate) enum Dest {
 }
 
 /// Items of at most this many bytes travel several to a message (a batch per channel, sent
-/// when the stage's handler returns, or at [`BATCH_BYTES`]): copying a small item costs less
+/// when the stage's handler returns, or at 8 KiB): copying a small item costs less
 /// than a message of its own.
 pub const BATCH_ITEM: usize = 1024;
 /// A batch is sent once it holds this many bytes.
