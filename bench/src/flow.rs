@@ -259,13 +259,21 @@ pub(crate) fn pe_main(
     job(rt, kind, size, items, &Out::Csv(csv.to_path_buf()))
 }
 
-fn once(layer: &str, kind: &'static str, size: usize, items: u64) -> anyhow::Result<Row> {
+fn once(
+    layer: &str,
+    kind: &'static str,
+    size: usize,
+    items: u64,
+    set: &[String],
+) -> anyhow::Result<Row> {
     if kind == "crossbeam" {
         return Ok(crossbeam_pipe(size, items));
     }
     let rows = if layer == "local" {
         let shared = Arc::new(Mutex::new(Vec::new()));
-        let rt = Runtime::from_args(["bench", "+p4", "+ppn", "4", "+machine", "local", "+quiet"])?;
+        let mut args: Vec<&str> = vec!["bench", "+p4", "+ppn", "4", "+machine", "local", "+quiet"];
+        args.extend(set.iter().map(String::as_str));
+        let rt = Runtime::from_args(args)?;
         job(rt, kind, size, items, &Out::Shared(shared.clone()))?;
         let v = shared
             .lock()
@@ -273,16 +281,9 @@ fn once(layer: &str, kind: &'static str, size: usize, items: u64) -> anyhow::Res
             .unwrap_or_default();
         v
     } else {
-        pingpong::run_job(
-            layer,
-            &[size],
-            items,
-            "pe-flow",
-            &[],
-            &["--kind", kind],
-            4,
-            1,
-        )?
+        let mut extra = vec!["--kind", kind];
+        extra.extend(set.iter().map(String::as_str));
+        pingpong::run_job(layer, &[size], items, "pe-flow", &[], &extra, 4, 1)?
     };
     rows.into_iter()
         .next()
@@ -294,6 +295,7 @@ pub(crate) fn run(
     sizes: &[usize],
     items: u64,
     rounds: u16,
+    set: &[String],
 ) -> anyhow::Result<()> {
     converse::input::out_line(&format!(
         "flow: thousands of items/s at the sink, first to last item (median of {rounds} rounds of {items} items or 2 GiB, range); \
@@ -319,7 +321,7 @@ pub(crate) fn run(
             for r in 0..rounds as usize {
                 for i in 0..kinds.len() {
                     let kind = kinds[(i + r) % kinds.len()];
-                    let row = once(layer, kind, size, items)?;
+                    let row = once(layer, kind, size, items, set)?;
                     let k = KINDS.iter().position(|x| *x == kind).unwrap_or(0);
                     got[k].push(1e6 / row.mean_ns.max(1e-3));
                 }

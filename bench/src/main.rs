@@ -718,7 +718,14 @@ fn main() -> ExitCode {
             sizes,
             items,
             rounds,
-        } => flow::run(&layers, &sizes, items, rounds),
+        } => {
+            // `+set` settings of bench's command line go to every job.
+            let set: Vec<String> = settings
+                .iter()
+                .flat_map(|(k, v)| ["+set".to_owned(), format!("{k}={v}")])
+                .collect();
+            flow::run(&layers, &sizes, items, rounds, &set)
+        }
         Cmd::PeFlow { job, kind } => converse::Runtime::from_args(argv)
             .map_err(anyhow::Error::from)
             .and_then(|rt| {

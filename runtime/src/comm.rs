@@ -146,6 +146,9 @@ pub(crate) fn run(
         };
         let (idle_for, _) = idle.idle_for(look);
         if idle_for < tun.spin || (idle_for < TRANSFER_SPIN && machine.in_transfer()) {
+            if tun.spin_yields {
+                std::thread::yield_now();
+            }
             continue;
         }
         let mut waited = Ok(());

@@ -150,6 +150,7 @@ impl Pe {
     ) -> Pe {
         if !spin_policy(&table, my_node).0 {
             tun.spin = std::time::Duration::ZERO;
+            tun.spin_yields = true;
         }
         let fail = crate::failure::Failures::new(tun.report_deaths, table.num_nodes());
         Pe {
