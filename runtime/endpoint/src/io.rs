@@ -238,12 +238,11 @@ fn run(shared: &Arc<Shared>) {
         for c in &conns {
             let mut ev = 0;
             let waiting = c.waiting();
-            // Not read while the PE is behind on it, nor while its replies pile up unread
-            // (a peer that calls and never reads would otherwise grow the queue).
-            if c.ready.load(Ordering::Acquire)
-                && !c.paused.load(Ordering::SeqCst)
-                && waiting < c.reply_cap(&shared.limits)
-            {
+            // Not read while the PE is behind on it. Still read while its replies pile up
+            // unread: the next reply past the cap ends the connection (`reply_status`), and
+            // it only comes from a call read here (stopping reading there left a peer that
+            // calls and never reads, and this side, both waiting for good).
+            if c.ready.load(Ordering::Acquire) && !c.paused.load(Ordering::SeqCst) {
                 ev |= libc::POLLIN;
             }
             if waiting > 0 {
@@ -294,9 +293,7 @@ fn run(shared: &Arc<Shared>) {
                     }
                 }
             }
-            if re & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0
-                && c.waiting() < c.reply_cap(&shared.limits)
-            {
+            if re & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
                 let r = readers
                     .entry(c.peer)
                     .or_insert_with(|| FrameReader::new(shared.limits.max_message));
