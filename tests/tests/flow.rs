@@ -455,3 +455,53 @@ fn an_all_to_all_split_over_two_group_jobs_gives_the_unsplit_result() {
     );
     assert_eq!(a2a_lines(&whole).len(), 8);
 }
+
+#[test]
+fn group_jobs_running_different_flows_refuse_each_other() {
+    let secret = secret_file("secret-mismatch");
+    let pid = std::process::id();
+    let groups = jobs_file(
+        "jobs-mismatch",
+        [
+            &format!("si://flowm-{pid}-1"),
+            &format!("si://flowm-{pid}-2"),
+            &format!("si://flowm-{pid}-3"),
+        ],
+    );
+    // G1 has 3 workers where the others have 4: its stages are not theirs.
+    let g3 = converse_tests::Running::start(
+        &mut group_job("G3", 1, &groups, &secret, &["--wait-s", "5"]),
+        LIMIT,
+    )
+    .expect("G3");
+    let g2 = converse_tests::Running::start(
+        &mut group_job("G2", 2, &groups, &secret, &["--wait-s", "5"]),
+        LIMIT,
+    )
+    .expect("G2");
+    let g1 = run_bounded(
+        &mut group_job(
+            "G1",
+            1,
+            &groups,
+            &secret,
+            &["--workers", "3", "--wait-s", "5"],
+        ),
+        LIMIT,
+    );
+    let (g2, g3) = (g2.finish(), g3.finish());
+    for o in [&g1, &g2, &g3] {
+        assert!(!o.timed_out, "{o}");
+        assert_eq!(o.code, Some(1), "{o}");
+        assert_eq!(o.lines_with("sum of squares"), 0, "{o}");
+    }
+    assert_eq!(
+        g2.stderr
+            .lines()
+            .filter(|l| l.starts_with("flow: group G1 at si://flowm-")
+                && l.contains("runs another flow"))
+            .count(),
+        1,
+        "{g2}"
+    );
+}

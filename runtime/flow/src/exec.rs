@@ -2,9 +2,9 @@
 //! numbering and reordering, and the coordinator on PE 0 that sees the flow finish.
 //!
 //! **Bounded channels.** Each channel (one instance to another) holds at most its window of
-//! items and its window of bytes (or one item larger than that): a producer spends a credit
-//! per item and the consumer gives credits and bytes back, in batches of half a window, once
-//! it has *taken* the items (run them through `svc`). What a stage
+//! items and its window of bytes (or half of it and one larger item): a producer spends a
+//! credit per item and the consumer gives credits and bytes back, in batches of half a
+//! window, as it *takes* the items (hands them to `svc`). What a stage
 //! emits beyond its credits waits in its own queue, and while anything waits there the stage
 //! takes no new input: its inputs' credits stop coming back, so its producers stop too, up to
 //! the source. A stage's memory is thus its input windows plus what one `svc` call emits; a
@@ -236,6 +236,8 @@ impl Output {
         let mut msg = e.into_message();
         msg.set_arg0(wire::addr(d, self.me));
         msg.set_arg1(word);
+        // Items and ends of a channel keep their order only at one priority.
+        msg.set_priority(0);
         self.h.send(pe, to, false, msg);
     }
 
@@ -286,13 +288,16 @@ impl Output {
         self.queue.is_empty()
     }
 
-    /// Whether slot `s` can take an item of `len` bytes now: a credit, and room in its bytes
-    /// (an item larger than the byte window goes alone).
+    /// Whether slot `s` can take an item of `len` bytes now: a credit, and room in its bytes.
+    /// Below half the byte window any item goes (the consumer gives bytes back only once it
+    /// has taken half a window, so waiting there for room could wait for good: one small
+    /// item in flight, then one larger than the rest of the window); a channel so holds at
+    /// most the byte window, or half of it and one item.
     #[inline]
     fn room(&self, s: u32, len: usize) -> bool {
         let (s, len) = (s as usize, len as u64);
-        self.credit[s] > 0
-            && (self.bytes_out[s] == 0 || self.bytes_out[s] + len <= self.byte_window)
+        let out = self.bytes_out[s];
+        self.credit[s] > 0 && (out < self.byte_window / 2 || out + len <= self.byte_window)
     }
 
     #[inline]
@@ -568,7 +573,7 @@ pub(crate) type Then = Box<dyn FnOnce(&mut Pe)>;
 pub(crate) type OnError = Box<dyn FnOnce(&mut Pe, FlowError)>;
 pub(crate) type Callbacks = (Option<Then>, Option<OnError>);
 
-/// Register the flow's handlers, build this PE's stages and start them.
+/// Build this PE's stages (started by [`begin`]).
 pub(crate) fn start(
     pe: &mut Pe,
     plan: Rc<Plan>,
@@ -658,6 +663,12 @@ pub(crate) fn start(
         on_done,
         on_error,
     }));
+    shared
+}
+
+/// Start this PE's stages: their `start` hooks, and the sources' first call. After the
+/// gateway (if any) is open, so nothing they send finds PE 0 without one.
+pub(crate) fn begin(pe: &mut Pe, shared: &Rc<RefCell<Shared>>) {
     {
         let mut s = shared.borrow_mut();
         for l in s.local.iter_mut().flatten() {
@@ -676,7 +687,6 @@ pub(crate) fn start(
             }
         }
     }
-    shared
 }
 
 /// Report mode: a node died. Every PE tells PE 0 of its stages whose input from that node
@@ -867,11 +877,16 @@ pub(crate) fn on_ctl(sh: &RefCell<Shared>, pe: &mut Pe, msg: Message) {
             l.credit(pe, src, wire::ctl_count(w), bytes)
         }
         wire::END => {
-            if let Some(slot) = l.input.slot(src) {
-                l.input.ended[slot as usize] = true;
+            // An end from no input, or a second one, is no channel's end: ignored, so it
+            // cannot end the stage early.
+            match l.input.slot(src) {
+                Some(slot) if !l.input.ended[slot as usize] => {
+                    l.input.ended[slot as usize] = true;
+                    l.input.pending.push_back(Arrival::End);
+                    l.pump(pe);
+                }
+                _ => {}
             }
-            l.input.pending.push_back(Arrival::End);
-            l.pump(pe);
         }
         wire::PRODUCE => {
             l.produce_pending = false;

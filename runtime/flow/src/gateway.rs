@@ -15,7 +15,7 @@
 //!
 //! | name | kind | from → to | data |
 //! |---|---|---|---|
-//! | `converse-flow.hello` | message | connecting job → listening job, first | the connecting job's group index, u32 LE |
+//! | `converse-flow.hello` | message | connecting job → listening job, first | the connecting job's group index, u32 LE; its plan's fingerprint and byte window, u64 LE each (another flow's job is refused) |
 //! | `converse-flow.item` | message | producer's job → consumer's job | `arg0`, `arg1` as in `wire.rs`, the item |
 //! | `converse-flow.ctl` | message | consumer's job → producer's job | a credit control word, the bytes taken (u64 LE) |
 //! | `converse-flow.end` | call, empty reply | producer's job → consumer's job | an end control word |
@@ -48,6 +48,8 @@ enum Frame {
 pub(crate) struct Gateway {
     ep: Endpoints,
     h: Handlers,
+    /// What a peer's hello must say: this plan's fingerprint and byte window.
+    same: [u8; 16],
     /// Connections this job made, by the group at the other end (items and ends go out on them).
     out_peer: HashMap<usize, Peer>,
     /// Connections other groups made to this job (their credits go back on them).
@@ -134,6 +136,7 @@ pub(crate) fn open(
     shared: &Rc<RefCell<Shared>>,
     secret: &Secret,
     timeout: Duration,
+    byte_window: u64,
 ) -> Result<(), FlowError> {
     let plan = shared.borrow().plan.clone();
     let Some(me) = plan.my_group else {
@@ -152,6 +155,9 @@ pub(crate) fn open(
         }
     }
     let addr_of = |g: usize| plan.group_addrs[g].clone().unwrap_or_default();
+    let mut same = [0u8; 16];
+    same[..8].copy_from_slice(&plan.fingerprint().to_le_bytes());
+    same[8..].copy_from_slice(&byte_window.to_le_bytes());
     let weak = Rc::downgrade(shared);
     install(&ep, &weak);
     if open_in.iter().any(|&n| n > 0) {
@@ -182,7 +188,9 @@ pub(crate) fn open(
                 }
             }
         };
-        let _ = ep.send(peer, E_HELLO, &(me as u32).to_le_bytes());
+        let mut hello = (me as u32).to_le_bytes().to_vec();
+        hello.extend_from_slice(&same);
+        let _ = ep.send(peer, E_HELLO, &hello);
         out_peer.insert(g, peer);
         group_of.insert(peer, g);
     }
@@ -207,6 +215,7 @@ pub(crate) fn open(
     shared.borrow_mut().gw = Some(Gateway {
         ep,
         h,
+        same,
         out_peer,
         in_peer: HashMap::new(),
         group_of,
@@ -257,18 +266,36 @@ fn install(ep: &Endpoints, cell: &Weak<RefCell<Shared>>) {
         with(&c, pe, |s, _pe| {
             let groups = s.plan.group_names.len();
             let me = s.plan.my_group;
-            let g = inc
-                .data()
-                .try_into()
-                .ok()
+            let data = inc.data();
+            let g = data
+                .get(..4)
+                .and_then(|b| b.try_into().ok())
                 .map(|b| u32::from_le_bytes(b) as usize)
                 .filter(|&g| g < groups && Some(g) != me);
-            match (g, s.gw.as_mut()) {
-                (Some(g), Some(gw)) => {
-                    gw.in_peer.insert(g, inc.peer());
-                    gw.group_of.insert(inc.peer(), g);
+            let Some(g) = g else {
+                bad(s, inc.peer(), "a hello naming no other group");
+                return None;
+            };
+            if s.gw
+                .as_ref()
+                .is_some_and(|gw| data.get(4..) != Some(&gw.same[..]))
+            {
+                // Another flow, or the same with other windows: its items would reach the
+                // wrong stages. Both jobs end, this one saying why.
+                if let Some(gw) = s.gw.as_ref() {
+                    gw.ep.close(inc.peer());
                 }
-                _ => bad(s, inc.peer(), "a hello naming no other group"),
+                let plan = s.plan.clone();
+                return s.fail_with(FlowError::Connect {
+                    group: plan.group_names[g].clone(),
+                    addr: plan.group_addrs[g].clone().unwrap_or_default(),
+                    why: "its job runs another flow (its stages, channels or windows differ)"
+                        .to_owned(),
+                });
+            }
+            if let Some(gw) = s.gw.as_mut() {
+                gw.in_peer.insert(g, inc.peer());
+                gw.group_of.insert(inc.peer(), g);
             }
             None
         })
@@ -276,7 +303,7 @@ fn install(ep: &Endpoints, cell: &Weak<RefCell<Shared>>) {
     let c = cell.clone();
     ep.on(E_ITEM, move |pe, inc| {
         with(&c, pe, |s, pe| {
-            match inward(s, &inc) {
+            match inward(s, &inc, false) {
                 Some((a, b, dst_pe, h)) => {
                     let mut m = Message::from_payload(&inc.data()[8..]);
                     m.set_arg0(a);
@@ -291,7 +318,7 @@ fn install(ep: &Endpoints, cell: &Weak<RefCell<Shared>>) {
     let c = cell.clone();
     ep.on(E_CTL, move |pe, inc| {
         with(&c, pe, |s, pe| {
-            match inward(s, &inc) {
+            match inward(s, &inc, true) {
                 Some((a, b, dst_pe, h)) if wire::ctl_kind(b) == wire::CREDIT => {
                     // The bytes taken ride in the payload.
                     let mut m = Message::from_payload(&inc.data()[8..]).with_priority(-1);
@@ -307,7 +334,7 @@ fn install(ep: &Endpoints, cell: &Weak<RefCell<Shared>>) {
     let c = cell.clone();
     ep.on(E_END, move |pe, inc| {
         with(&c, pe, |s, pe| {
-            match inward(s, &inc) {
+            match inward(s, &inc, false) {
                 Some((a, b, dst_pe, h)) if wire::ctl_kind(b) == wire::END => {
                     let mut m = Message::new(0);
                     m.set_arg0(a);
@@ -341,15 +368,21 @@ fn install(ep: &Endpoints, cell: &Weak<RefCell<Shared>>) {
     });
 }
 
-/// An inbound frame's words and its stage's PE, if the stage is this group's and the sender
-/// is the group the connection belongs to.
-fn inward(s: &Shared, inc: &Incoming) -> Option<(u32, u32, usize, Handlers)> {
+/// An inbound frame's words and its stage's PE, if the stage is this group's, the sender is
+/// the group the connection belongs to, and the two stages have a channel (from the sender
+/// to the stage; for a credit, the other way).
+fn inward(s: &Shared, inc: &Incoming, credit: bool) -> Option<(u32, u32, usize, Handlers)> {
     let gw = s.gw.as_ref()?;
     let (a, b, _) = decode(inc.data())?;
     let (dst, src) = (wire::dst_of(a) as usize, wire::src_of(a) as usize);
     let (d, sr) = (s.plan.insts.get(dst)?, s.plan.insts.get(src)?);
     let from = *gw.group_of.get(&inc.peer())?;
-    (d.group == s.plan.my_group && sr.group == Some(from)).then_some((a, b, d.pe, gw.h))
+    let channel = if credit {
+        d.outs.iter().any(|&(x, _)| x as usize == src)
+    } else {
+        sr.outs.iter().any(|&(x, _)| x as usize == dst)
+    };
+    (channel && d.group == s.plan.my_group && sr.group == Some(from)).then_some((a, b, d.pe, gw.h))
 }
 
 /// A connection ended: the flow's end if anything was still open with that group.
@@ -357,7 +390,13 @@ fn left(s: &mut Shared, peer: Peer, why: &str) -> Option<Then> {
     let gw = s.gw.as_mut()?;
     let g = gw.group_of.remove(&peer)?;
     gw.waiting.remove(&peer);
-    if gw.open_in[g] == 0 && gw.open_out[g] == 0 {
+    // Each connection carries one direction's channels: what it leaves open is its own
+    // (the ends this job sent on the other are acknowledged on that one).
+    let (ins, outs) = (
+        gw.in_peer.get(&g) == Some(&peer),
+        gw.out_peer.get(&g) == Some(&peer),
+    );
+    if !(ins && gw.open_in[g] > 0 || outs && gw.open_out[g] > 0) {
         return None;
     }
     let plan = s.plan.clone();

@@ -77,9 +77,10 @@
 //!   with [`Flow::as_group`] and given the flow's [`Secret`]): a channel between groups goes
 //!   through the sending job's PE 0, an endpoint connection to the receiving job's address
 //!   (`converse-endpoint`), and its PE 0; the address's scheme (`tcp://`, `si://`) is the
-//!   transport, switched by a string. The jobs may start in any order
-//!   ([`Flow::connect_timeout`]); one that dies or never comes ends the others with
-//!   [`FlowError::GroupLost`] or [`FlowError::Connect`].
+//!   transport, switched by a string. The jobs may start in any order, each within
+//!   [`Flow::connect_timeout`] of the others; one that dies or never comes ends the others
+//!   with [`FlowError::GroupLost`] or [`FlowError::Connect`]. The jobs check at connection
+//!   that they run the same flow (its stages, channels and windows).
 //!
 //! [`Plan::describe`] and [`Plan::group_links`] say which channels are *internal* and which
 //! *external* in the thesis's taxonomy; [`Plan::to_svg`] draws them.
@@ -195,7 +196,8 @@ impl Flow {
     }
 
     /// Bytes a channel holds at most (default [`DEFAULT_WINDOW_BYTES`]; an item larger than
-    /// this goes alone). With [`window`](Self::window), what bounds a stage's memory.
+    /// half of it goes only while less than half is in flight). With
+    /// [`window`](Self::window), what bounds a stage's memory.
     pub fn window_bytes(mut self, bytes: u64) -> Flow {
         self.window_bytes = bytes.max(1);
         self
@@ -310,9 +312,18 @@ impl Flow {
             (self.on_done, self.on_error),
         );
         if let (Some(ep), Some(secret), 0) = (ep, &self.secret, pe.my_pe()) {
-            gateway::open(pe, ep, h, &shared, secret, self.connect_timeout)?;
+            gateway::open(
+                pe,
+                ep,
+                h,
+                &shared,
+                secret,
+                self.connect_timeout,
+                self.window_bytes,
+            )?;
         }
-        *cell.borrow_mut() = Some(shared);
+        *cell.borrow_mut() = Some(shared.clone());
+        exec::begin(pe, &shared);
         Ok(plan)
     }
 }

@@ -21,7 +21,8 @@ use std::collections::BTreeMap;
 /// Items a channel holds at most when the flow says nothing ([`Flow::window`](crate::Flow::window)).
 pub const DEFAULT_WINDOW: u32 = 512;
 /// Bytes a channel holds at most when the flow says nothing
-/// ([`Flow::window_bytes`](crate::Flow::window_bytes)); an item larger than this goes alone.
+/// ([`Flow::window_bytes`](crate::Flow::window_bytes)); an item larger than half of this
+/// goes only while less than half is in flight.
 pub const DEFAULT_WINDOW_BYTES: u64 = 1 << 20;
 /// Items an on-demand channel holds at most (so a slow worker is given little).
 pub const ON_DEMAND_WINDOW: u32 = 2;
@@ -294,6 +295,31 @@ impl Plan {
                 channels,
             })
             .collect()
+    }
+
+    /// A number that differs between plans of other stages, channels, windows or groups
+    /// (FNV-1a over them): group jobs compare theirs when they connect.
+    pub fn fingerprint(&self) -> u64 {
+        let mut h = 0xcbf2_9ce4_8422_2325u64;
+        let mut eat = |bytes: &[u8]| {
+            for &b in bytes {
+                h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+            }
+        };
+        for i in &self.insts {
+            eat(i.name.as_bytes());
+            eat(&[0xff, i.stamps as u8, i.reorders as u8]);
+            eat(&(i.group.map_or(u64::MAX, |g| g as u64)).to_le_bytes());
+            for &(d, w) in &i.outs {
+                eat(&d.to_le_bytes());
+                eat(&w.to_le_bytes());
+            }
+        }
+        for n in &self.group_names {
+            eat(n.as_bytes());
+            eat(&[0xfe]);
+        }
+        h
     }
 
     /// A few lines a person reads: every stage with its PE and group, then the group links.

@@ -17,7 +17,7 @@
 //!
 //! **Batches**, handler `converse-flow.batch`: items of at most
 //! [`BATCH_ITEM`](crate::BATCH_ITEM) bytes for one stage, sent together when the sending
-//! stage's handler returns (or the batch reaches 32 KiB). `arg0` as for items; the payload is
+//! stage's handler returns (or the batch reaches 8 KiB). `arg0` as for items; the payload is
 //! each item in turn as `arg1` (u32 LE, as above), length (u32 LE), bytes. Each costs a
 //! credit, as an item does.
 //!

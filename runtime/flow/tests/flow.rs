@@ -613,3 +613,45 @@ fn a_channel_of_large_items_holds_its_bytes_not_its_items() {
         "the source got {worst} items of 64 KiB ahead"
     );
 }
+
+struct SmallThenLarge {
+    next: u64,
+    n: u64,
+}
+
+impl Source for SmallThenLarge {
+    fn next(&mut self, ctx: &mut Ctx<'_>) -> bool {
+        // One small item, then one larger than the whole byte window, by turns.
+        let len = if self.next.is_multiple_of(2) {
+            8
+        } else {
+            100 << 10
+        };
+        let mut v = vec![0u8; len];
+        v[..8].copy_from_slice(&self.next.to_le_bytes());
+        ctx.emit(&v);
+        self.next += 1;
+        self.next < self.n
+    }
+}
+
+#[test]
+fn an_item_larger_than_the_byte_window_after_a_small_one_still_goes() {
+    let got = Arc::new(AtomicU64::new(0));
+    let code = run(2, || {
+        let g = got.clone();
+        Flow::new(pipeline([
+            source("mixed", || SmallThenLarge { next: 0, n: 200 }),
+            map("sink", move |item, _ctx| {
+                let i = u64::from_le_bytes(item.bytes()[..8].try_into().unwrap_or([0; 8]));
+                // In order: the count so far is the item's number.
+                if g.load(Ordering::SeqCst) == i {
+                    g.fetch_add(1, Ordering::SeqCst);
+                }
+            }),
+        ]))
+        .window_bytes(64 << 10)
+    });
+    assert_eq!(code, 0);
+    assert_eq!(got.load(Ordering::SeqCst), 200);
+}
