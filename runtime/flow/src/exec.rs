@@ -649,7 +649,7 @@ pub(crate) fn start(
     }
     let n = plan.insts.len();
     let left = plan.insts.iter().filter(|i| mine(i.group)).count();
-    let shared = Rc::new(RefCell::new(Shared {
+    Rc::new(RefCell::new(Shared {
         plan,
         local,
         finished: vec![false; if me == 0 { n } else { 0 }],
@@ -662,8 +662,7 @@ pub(crate) fn start(
         pe_nodes: (0..pe.num_pes()).map(|p| pe.node_of(p)).collect(),
         on_done,
         on_error,
-    }));
-    shared
+    }))
 }
 
 /// Start this PE's stages: their `start` hooks, and the sources' first call. After the
