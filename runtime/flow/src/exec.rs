@@ -534,10 +534,10 @@ impl Local {
         if self.ended && !self.finished && !self.out.blocked() {
             self.finished = true;
             if self.out.dropped > 0 {
-                eprintln!(
+                converse::input::error_line(&format!(
                     "converse-flow: stage {} is the last; the {} item(s) it emitted went nowhere",
                     self.name, self.out.dropped
-                );
+                ));
             }
             for i in 0..self.out.dst.len() {
                 let (d, to) = self.out.dst[i];
@@ -759,24 +759,30 @@ fn reentered(pe: &mut Pe) -> ! {
     )
 }
 
-pub(crate) fn on_item(sh: &RefCell<Shared>, pe: &mut Pe, msg: Message) {
-    let Ok(mut s) = sh.try_borrow_mut() else {
-        reentered(pe)
-    };
-    let a = msg.arg0();
+/// The stage an item or a batch is for, and its input slot for the sender. Within a job these
+/// come only from this flow's own stages: anything else is a defect, and ends the job.
+fn receiver<'s>(s: &'s mut Shared, pe: &mut Pe, a: u32, what: &str) -> (&'s mut Local, u32) {
     let (dst, src) = (wire::dst_of(a), wire::src_of(a));
     let Some(Some(l)) = s.local.get_mut(dst as usize) else {
         let me = pe.my_pe();
         pe.abort(&format!(
-            "converse-flow: an item for stage {dst}, which is not on PE {me}"
+            "converse-flow: {what} for stage {dst}, which is not on PE {me}"
         ))
     };
     let Some(slot) = l.input.slot(src) else {
         let name = l.name.clone();
         pe.abort(&format!(
-            "converse-flow: stage {name} got an item from stage {src}, which does not send to it"
+            "converse-flow: stage {name} got {what} from stage {src}, which does not send to it"
         ))
     };
+    (l, slot)
+}
+
+pub(crate) fn on_item(sh: &RefCell<Shared>, pe: &mut Pe, msg: Message) {
+    let Ok(mut s) = sh.try_borrow_mut() else {
+        reentered(pe)
+    };
+    let (l, slot) = receiver(&mut s, pe, msg.arg0(), "an item");
     l.input
         .pending
         .push_back(Arrival::Item(slot, Payload::Whole(msg)));
@@ -789,20 +795,7 @@ pub(crate) fn on_batch(sh: &RefCell<Shared>, pe: &mut Pe, msg: Message) {
     let Ok(mut s) = sh.try_borrow_mut() else {
         reentered(pe)
     };
-    let a = msg.arg0();
-    let (dst, src) = (wire::dst_of(a), wire::src_of(a));
-    let Some(Some(l)) = s.local.get_mut(dst as usize) else {
-        let me = pe.my_pe();
-        pe.abort(&format!(
-            "converse-flow: a batch for stage {dst}, which is not on PE {me}"
-        ))
-    };
-    let Some(slot) = l.input.slot(src) else {
-        let name = l.name.clone();
-        pe.abort(&format!(
-            "converse-flow: stage {name} got a batch from stage {src}, which does not send to it"
-        ))
-    };
+    let (l, slot) = receiver(&mut s, pe, msg.arg0(), "a batch");
     let b = Rc::new(msg);
     let bytes = b.payload();
     let mut off = 0usize;
@@ -977,7 +970,7 @@ impl Shared {
         Some(Box::new(move |pe: &mut Pe| match cb {
             Some(cb) => cb(pe, err),
             None => {
-                eprintln!("{err}");
+                converse::input::error_line(&err.to_string());
                 pe.exit(1)
             }
         }))

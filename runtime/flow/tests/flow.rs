@@ -277,11 +277,12 @@ fn nested_blocks_compose_farms_of_pipelines_and_a_farm_inside_a_farm() {
     assert_eq!(got, want);
 }
 
-/// A sink that takes its time: the source may not get far ahead of it.
+/// A sink that takes its time (`pause` per item): the source may not get far ahead of it.
 struct Slow {
     produced: Arc<AtomicU64>,
     taken: u64,
     worst: Arc<AtomicU64>,
+    pause: std::time::Duration,
 }
 
 impl Node for Slow {
@@ -292,7 +293,7 @@ impl Node for Slow {
             .load(Ordering::SeqCst)
             .saturating_sub(self.taken);
         self.worst.fetch_max(ahead, Ordering::SeqCst);
-        std::thread::sleep(std::time::Duration::from_micros(100));
+        std::thread::sleep(self.pause);
     }
 }
 
@@ -313,6 +314,7 @@ fn a_slow_stage_holds_the_source_back_to_the_channels_windows() {
                 produced: p2,
                 taken: 0,
                 worst: w,
+                pause: std::time::Duration::from_micros(100),
             }),
         ]))
         .window(8)
@@ -550,25 +552,6 @@ fn small_and_large_items_keep_their_order_and_bytes_through_batches() {
     }
 }
 
-/// A sink of large items that takes its time.
-struct SlowBig {
-    produced: Arc<AtomicU64>,
-    taken: u64,
-    worst: Arc<AtomicU64>,
-}
-
-impl Node for SlowBig {
-    fn svc(&mut self, _item: Item, _ctx: &mut Ctx<'_>) {
-        self.taken += 1;
-        let ahead = self
-            .produced
-            .load(Ordering::SeqCst)
-            .saturating_sub(self.taken);
-        self.worst.fetch_max(ahead, Ordering::SeqCst);
-        std::thread::sleep(std::time::Duration::from_micros(200));
-    }
-}
-
 struct Big {
     left: u64,
     produced: Arc<AtomicU64>,
@@ -596,10 +579,11 @@ fn a_channel_of_large_items_holds_its_bytes_not_its_items() {
                 left: 300,
                 produced: p,
             }),
-            stage("slow", move || SlowBig {
+            stage("slow", move || Slow {
                 produced: p2,
                 taken: 0,
                 worst: w,
+                pause: std::time::Duration::from_micros(200),
             }),
         ]))
         .window_bytes(256 << 10)
