@@ -149,3 +149,31 @@ fn the_fibonacci_example_matches_the_serial_computation() {
         );
     }
 }
+
+/// The crate's client/server example: calls, a reply kept until a key is put, a timeout that
+/// runs out, and the end by quiescence.
+#[test]
+fn the_key_value_example_answers_waiting_gets_and_times_out_a_missing_key() {
+    let kv = std::path::Path::new(TASKS)
+        .with_file_name("examples")
+        .join("kvstore");
+    assert!(
+        kv.exists(),
+        "{} is not built: run `cargo build --release -p converse-tasks --examples`",
+        kv.display()
+    );
+    let kv = kv.to_string_lossy().into_owned();
+    for l in [
+        Launcher::Direct { machine: "local" },
+        charmrun("tcp", 1),
+        charmrun("si", 2),
+    ] {
+        let o = l.run(&kv, 4, &[], Duration::from_secs(120));
+        assert!(
+            o.code == Some(0)
+                && o.lines_with("kvstore: 3 clients ok") == 1
+                && o.lines_with("missing key timed out: ok") == 3,
+            "kvstore via {l:?}:\n{o}"
+        );
+    }
+}
