@@ -38,10 +38,19 @@ const E_ITEM: &str = "converse-flow.item";
 const E_CTL: &str = "converse-flow.ctl";
 const E_END: &str = "converse-flow.end";
 
+/// What goes to another group's job: the stage's message itself, whose bytes from its `arg0`
+/// on are the frame's data (no copy before the endpoint's own).
 enum Frame {
-    Send(&'static str, Vec<u8>),
+    Send(&'static str, Message),
     /// An end of stream for a channel into group `.0`.
-    End(usize, Vec<u8>),
+    End(usize, Message),
+}
+
+/// A message's frame data: `arg0`, `arg1` (the envelope's last 8 bytes, little-endian, as
+/// the table above has them) and the payload, in place.
+fn frame_data(m: &Message) -> &[u8] {
+    let w = m.wire();
+    &w[w.len() - m.payload_len() - 8..]
 }
 
 /// The sender and receiver stages of this group's job (PE 0).
@@ -83,8 +92,9 @@ impl Gateway {
     /// its `Left` event ends the flow if anything was still open with it.
     fn try_send(&mut self, peer: Peer, f: Frame) -> Result<(), Frame> {
         let r = match &f {
-            Frame::Send(name, data) => self.ep.send(peer, name, data),
-            Frame::End(g, data) => {
+            Frame::Send(name, m) => self.ep.send(peer, name, frame_data(m)),
+            Frame::End(g, m) => {
+                let data = frame_data(m);
                 let (cell, g) = (self.cell.clone(), *g);
                 self.ep
                     .call(peer, E_END, data, move |pe, r| acked(&cell, pe, g, r))
@@ -110,15 +120,6 @@ impl Gateway {
             self.waiting.insert(peer, q);
         }
     }
-}
-
-fn encode(msg: &Message) -> Vec<u8> {
-    let p = msg.payload();
-    let mut v = Vec::with_capacity(8 + p.len());
-    v.extend_from_slice(&msg.arg0().to_le_bytes());
-    v.extend_from_slice(&msg.arg1().to_le_bytes());
-    v.extend_from_slice(p);
-    v
 }
 
 fn decode(data: &[u8]) -> Option<(u32, u32, &[u8])> {
@@ -303,14 +304,8 @@ fn install(ep: &Endpoints, cell: &Weak<RefCell<Shared>>) {
     let c = cell.clone();
     ep.on(E_ITEM, move |pe, inc| {
         with(&c, pe, |s, pe| {
-            match inward(s, &inc, false) {
-                Some((a, b, dst_pe, h)) => {
-                    let mut m = Message::from_payload(&inc.data()[8..]);
-                    m.set_arg0(a);
-                    m.set_arg1(b);
-                    h.send(pe, Dest::Pe(dst_pe), false, m);
-                }
-                None => bad(s, inc.peer(), "an item for no stage of this group"),
+            if !to_stage(s, pe, &inc, None) {
+                bad(s, inc.peer(), "an item for no stage of this group");
             }
             None
         })
@@ -318,15 +313,8 @@ fn install(ep: &Endpoints, cell: &Weak<RefCell<Shared>>) {
     let c = cell.clone();
     ep.on(E_CTL, move |pe, inc| {
         with(&c, pe, |s, pe| {
-            match inward(s, &inc, true) {
-                Some((a, b, dst_pe, h)) if wire::ctl_kind(b) == wire::CREDIT => {
-                    // The bytes taken ride in the payload.
-                    let mut m = Message::from_payload(&inc.data()[8..]).with_priority(-1);
-                    m.set_arg0(a);
-                    m.set_arg1(b);
-                    h.send(pe, Dest::Pe(dst_pe), true, m);
-                }
-                _ => bad(s, inc.peer(), "a control word for no stage of this group"),
+            if !to_stage(s, pe, &inc, Some(wire::CREDIT)) {
+                bad(s, inc.peer(), "a control word for no stage of this group");
             }
             None
         })
@@ -334,22 +322,17 @@ fn install(ep: &Endpoints, cell: &Weak<RefCell<Shared>>) {
     let c = cell.clone();
     ep.on(E_END, move |pe, inc| {
         with(&c, pe, |s, pe| {
-            match inward(s, &inc, false) {
-                Some((a, b, dst_pe, h)) if wire::ctl_kind(b) == wire::END => {
-                    let mut m = Message::new(0);
-                    m.set_arg0(a);
-                    m.set_arg1(b);
-                    h.send(pe, Dest::Pe(dst_pe), true, m);
-                    let peer = inc.peer();
-                    if let Some(gw) = s.gw.as_mut() {
-                        if let Some(&g) = gw.group_of.get(&peer) {
-                            gw.open_in[g] = gw.open_in[g].saturating_sub(1);
-                        }
-                    }
-                    let _ = inc.reply(b"");
-                }
-                _ => bad(s, inc.peer(), "an end for no stage of this group"),
+            if !to_stage(s, pe, &inc, Some(wire::END)) {
+                bad(s, inc.peer(), "an end for no stage of this group");
+                return None;
             }
+            let peer = inc.peer();
+            if let Some(gw) = s.gw.as_mut() {
+                if let Some(&g) = gw.group_of.get(&peer) {
+                    gw.open_in[g] = gw.open_in[g].saturating_sub(1);
+                }
+            }
+            let _ = inc.reply(b"");
             None
         })
     });
@@ -366,6 +349,28 @@ fn install(ep: &Endpoints, cell: &Weak<RefCell<Shared>>) {
             PeerEvent::Joined { .. } => None,
         })
     });
+}
+
+/// Pass an inbound frame on to its stage as a runtime message (an item, or the control word
+/// of `kind`); whether it was one for a stage of this group. One copy: the frame is the
+/// endpoint's buffer.
+fn to_stage(s: &Shared, pe: &mut Pe, inc: &Incoming, kind: Option<u32>) -> bool {
+    let credit = kind == Some(wire::CREDIT);
+    let Some((a, b, dst_pe, h)) = inward(s, inc, credit) else {
+        return false;
+    };
+    if kind.is_some_and(|k| wire::ctl_kind(b) != k) {
+        return false;
+    }
+    // A credit's payload is the bytes taken; an end's is empty; an item's is the item.
+    let mut m = Message::from_payload(&inc.data()[8..]);
+    if credit {
+        m.set_priority(-1);
+    }
+    m.set_arg0(a);
+    m.set_arg1(b);
+    h.send(pe, Dest::Pe(dst_pe), kind.is_some(), m);
+    true
 }
 
 /// An inbound frame's words and its stage's PE, if the stage is this group's, the sender is
@@ -463,13 +468,27 @@ pub(crate) fn on_out(sh: &RefCell<Shared>, pe: &mut Pe, msg: Message, ctl: bool)
     };
     let kind = wire::ctl_kind(msg.arg1());
     let (peer, frame) = match (ctl, kind) {
-        (false, _) => (gw.out_peer.get(&g), Frame::Send(E_ITEM, encode(&msg))),
-        (true, wire::CREDIT) => (gw.in_peer.get(&g), Frame::Send(E_CTL, encode(&msg))),
-        (true, wire::END) => (gw.out_peer.get(&g), Frame::End(g, encode(&msg))),
+        (false, _) => (gw.out_peer.get(&g), Frame::Send(E_ITEM, msg)),
+        (true, wire::CREDIT) => (gw.in_peer.get(&g), Frame::Send(E_CTL, msg)),
+        (true, wire::END) => (gw.out_peer.get(&g), Frame::End(g, msg)),
         _ => return,
     };
     // No connection (its group left): the flow is ending with that error already.
     if let Some(&peer) = peer {
         gw.push(peer, frame);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_messages_frame_data_is_its_argument_words_then_its_payload() {
+        let mut m = Message::from_payload(b"item");
+        m.set_arg0(0x0102_0304);
+        m.set_arg1(0xa0b0_c0d0);
+        let d = frame_data(&m);
+        assert_eq!(decode(d), Some((0x0102_0304, 0xa0b0_c0d0, &b"item"[..])));
     }
 }

@@ -96,14 +96,16 @@ mod exec;
 mod gateway;
 mod groups;
 mod node;
+mod output;
+mod placement;
 mod plan;
 mod wire;
 
 pub use block::{map, pipeline, source, stage, AllToAll, Block, Farm, Policy, Route};
 pub use error::FlowError;
-pub use exec::BATCH_ITEM;
 pub use groups::Groups;
 pub use node::{Ctx, Item, Node, Source};
+pub use output::BATCH_ITEM;
 pub use plan::{
     Connection, GroupLink, Plan, StageInfo, DEFAULT_WINDOW, DEFAULT_WINDOW_BYTES, ON_DEMAND_WINDOW,
 };

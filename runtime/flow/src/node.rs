@@ -1,7 +1,7 @@
 //! What a program writes: stages ([`Node`]), the source ([`Source`]), the items they pass
 //! ([`Item`]) and the handle they emit through ([`Ctx`]).
 
-use crate::exec::{Emit, Output};
+use crate::output::{Emit, Output};
 use converse::{Message, Pe};
 use std::rc::Rc;
 
