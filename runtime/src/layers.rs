@@ -24,6 +24,22 @@ pub(crate) const COMPILED: &[Layer] = &[
     converse_mpi::LAYER,
 ];
 
+/// The fabric layers compiled in, each a list of layers, one per transport string
+/// (`ofi+tcp`, `ofi+shm`, ...: the same layer with the provider its name selects); after the
+/// others in preference, so a fabric is used when named (`+machine`, or a variant's default).
+const FABRICS: &[&[Layer]] = &[
+    #[cfg(feature = "ofi")]
+    converse_ofi::LAYERS,
+];
+
+/// Every layer name the project knows: [`KNOWN`] and the fabric layers' transport strings.
+fn known() -> impl Iterator<Item = &'static str> {
+    KNOWN
+        .iter()
+        .copied()
+        .chain(converse_ofi::TRANSPORTS.iter().map(|t| t.0))
+}
+
 /// The composite layers compiled in (one job over several transports, each peer reached by
 /// one of them), in order of preference: preferred to [`COMPILED`] under a launcher, so a
 /// program with the SI and TCP layers runs on `si+tcp` under charmrun without `+machine`
@@ -65,7 +81,10 @@ pub(crate) fn listing() -> String {
 
 /// Every layer compiled in, composites first.
 fn all() -> impl Iterator<Item = &'static Layer> {
-    COMPOSED.iter().chain(COMPILED)
+    COMPOSED
+        .iter()
+        .chain(COMPILED)
+        .chain(FABRICS.iter().flat_map(|f| f.iter()))
 }
 
 /// The layer to run on when `+machine` is not given: if a launcher started this process, the
@@ -104,7 +123,7 @@ pub(crate) fn find(name: &str) -> Result<&'static Layer, RuntimeError> {
         return Ok(l);
     }
     let compiled = names();
-    if KNOWN.contains(&name) {
+    if known().any(|k| k == name) {
         Err(RuntimeError::Layer(format!(
             "layer '{name}' is not compiled into this program (compiled in: {compiled}); \
              build a variant that has it (see conv-mach/variants)"
@@ -112,8 +131,8 @@ pub(crate) fn find(name: &str) -> Result<&'static Layer, RuntimeError> {
     } else {
         Err(RuntimeError::Layer(format!(
             "unknown layer '{name}'{} (known layers: {}; compiled in: {compiled})",
-            converse_machine::suggest::hint(name, KNOWN.iter().copied()),
-            KNOWN.join(", ")
+            converse_machine::suggest::hint(name, known()),
+            known().collect::<Vec<_>>().join(", ")
         )))
     }
 }
@@ -134,7 +153,7 @@ pub(crate) fn describe(
 /// even where it is not compiled in (a variant file for it is still checked).
 pub(crate) fn settings() -> Vec<&'static [converse_machine::SettingSpec]> {
     let mut groups = vec![crate::scheduler::SETTINGS];
-    let extra = [converse_mpi::SETTINGS];
+    let extra = [converse_mpi::SETTINGS, converse_ofi::SETTINGS];
     for g in self::all().map(|l| l.settings).chain(extra) {
         let known = |x: &&[converse_machine::SettingSpec]| x.first().map(|s| s.key);
         if !g.is_empty() && !groups.iter().any(|x| known(x) == known(&g)) {
@@ -149,6 +168,7 @@ pub(crate) fn settings() -> Vec<&'static [converse_machine::SettingSpec]> {
 pub(crate) fn names() -> String {
     COMPILED
         .iter()
+        .chain(FABRICS.iter().flat_map(|f| f.iter()))
         .map(|l| l.name)
         .collect::<Vec<_>>()
         .join(", ")
