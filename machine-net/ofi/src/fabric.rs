@@ -10,8 +10,11 @@ use std::ptr;
 /// libfabric's description of an error code (`fi_strerror`), with the code.
 pub(crate) fn errstr(rc: isize) -> String {
     let code = rc.unsigned_abs() as c_int;
+    let Ok(lib) = sys::lib() else {
+        return format!("libfabric error -{code}");
+    };
     // SAFETY: fi_strerror returns a pointer to a static string for any code.
-    let s = unsafe { CStr::from_ptr(sys::fi_strerror(code)) };
+    let s = unsafe { CStr::from_ptr((lib.fi_strerror)(code)) };
     format!("{} (-{code})", s.to_string_lossy())
 }
 
@@ -34,13 +37,13 @@ fn auto_skips(name: &str) -> bool {
 }
 
 /// A `fi_info` list returned by `fi_getinfo`, freed on drop.
-struct InfoList(*mut sys::fi_info);
+struct InfoList(*mut sys::fi_info, &'static sys::Lib);
 
 impl Drop for InfoList {
     fn drop(&mut self) {
         if !self.0.is_null() {
             // SAFETY: a list fi_getinfo returned (or fi_dupinfo), freed once.
-            unsafe { sys::fi_freeinfo(self.0) }
+            unsafe { (self.1.fi_freeinfo)(self.0) }
         }
     }
 }
@@ -78,9 +81,13 @@ fn prov_name(info: *const sys::fi_info) -> String {
 
 /// `fi_getinfo` for reliable datagram endpoints with tagged messages, `FI_SOURCE` and
 /// send-after-send ordering.
-fn getinfo(provider: Option<&str>, node: Option<&str>) -> Result<InfoList, isize> {
+fn getinfo(
+    lib: &'static sys::Lib,
+    provider: Option<&str>,
+    node: Option<&str>,
+) -> Result<InfoList, isize> {
     // SAFETY: fi_dupinfo(NULL) is fi_allocinfo: a zeroed fi_info with its attribute structs.
-    let hints = InfoList(unsafe { sys::fi_dupinfo(ptr::null()) });
+    let hints = InfoList(unsafe { (lib.fi_dupinfo)(ptr::null()) }, lib);
     if hints.0.is_null() {
         return Err(-(sys::FI_ENOMEM as isize));
     }
@@ -112,8 +119,8 @@ fn getinfo(provider: Option<&str>, node: Option<&str>) -> Result<InfoList, isize
             Some(n) => (n.as_ptr(), sys::FI_SOURCE as u64),
             None => (ptr::null(), 0),
         };
-        let rc = sys::fi_getinfo(sys::API_VERSION, n, ptr::null(), flags, h, &mut out);
-        let list = InfoList(out);
+        let rc = (lib.fi_getinfo)(sys::API_VERSION, n, ptr::null(), flags, h, &mut out);
+        let list = InfoList(out, lib);
         if rc != 0 {
             return Err(rc as isize);
         }
@@ -124,7 +131,10 @@ fn getinfo(provider: Option<&str>, node: Option<&str>) -> Result<InfoList, isize
 /// The providers of this machine that serve this layer (reliable datagram endpoints with
 /// tagged messages), for error messages and the README.
 pub(crate) fn providers() -> Vec<String> {
-    let mut names: Vec<String> = match getinfo(None, None) {
+    let Ok(lib) = sys::lib() else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = match getinfo(lib, None, None) {
         Ok(list) => list.iter().map(|i| prov_name(i)).collect(),
         Err(_) => Vec::new(),
     };
@@ -135,6 +145,7 @@ pub(crate) fn providers() -> Vec<String> {
 
 /// A node's libfabric objects.
 pub(crate) struct Fabric {
+    lib: &'static sys::Lib,
     info: *mut sys::fi_info,
     fabric: *mut sys::fid_fabric,
     domain: *mut sys::fid_domain,
@@ -171,6 +182,8 @@ pub(crate) enum OpenError {
     },
     /// A call failed.
     Call { what: &'static str, rc: isize },
+    /// libfabric could not be loaded.
+    Load(String),
 }
 
 impl std::fmt::Display for OpenError {
@@ -196,6 +209,7 @@ impl std::fmt::Display for OpenError {
                 }
             }
             OpenError::Call { what, rc } => write!(f, "{what}: {}", errstr(*rc)),
+            OpenError::Load(why) => f.write_str(why),
         }
     }
 }
@@ -211,11 +225,12 @@ fn check(what: &'static str, rc: isize) -> Result<(), OpenError> {
 impl Fabric {
     /// Find the provider and open its objects; the endpoint is enabled and has its address.
     pub(crate) fn open(want: &Want) -> Result<Fabric, OpenError> {
+        let lib = sys::lib().map_err(OpenError::Load)?;
         let no_provider = || OpenError::NoProvider {
             asked: want.provider.clone(),
             available: providers(),
         };
-        let list = getinfo(want.provider.as_deref(), None).map_err(|rc| {
+        let list = getinfo(lib, want.provider.as_deref(), None).map_err(|rc| {
             if rc == -(sys::FI_ENODATA as isize) {
                 no_provider()
             } else {
@@ -239,20 +254,20 @@ impl Fabric {
         // host's other interfaces may not reach the peers); ask again with it as source.
         let list = match (&want.node, sockaddr) {
             (Some(node), true) => {
-                getinfo(Some(&provider), Some(node)).map_err(|rc| OpenError::Call {
+                getinfo(lib, Some(&provider), Some(node)).map_err(|rc| OpenError::Call {
                     what: "fi_getinfo on the launcher's interface",
                     rc,
                 })?
             }
             _ => {
                 // SAFETY: duplicates one entry (its `next` is not followed) to own it alone.
-                let one = unsafe { sys::fi_dupinfo(chosen) };
-                InfoList(one)
+                let one = unsafe { (lib.fi_dupinfo)(chosen) };
+                InfoList(one, lib)
             }
         };
         let info = list.iter().next().ok_or_else(no_provider)?;
         // SAFETY: duplicated to outlive `list`; freed in Drop.
-        let info = unsafe { sys::fi_dupinfo(info) };
+        let info = unsafe { (lib.fi_dupinfo)(info) };
         if info.is_null() {
             return Err(OpenError::Call {
                 what: "fi_dupinfo",
@@ -260,6 +275,7 @@ impl Fabric {
             });
         }
         let mut f = Fabric {
+            lib,
             info,
             fabric: ptr::null_mut(),
             domain: ptr::null_mut(),
@@ -277,7 +293,7 @@ impl Fabric {
         unsafe {
             check(
                 "fi_fabric",
-                sys::fi_fabric((*info).fabric_attr, &mut f.fabric, ptr::null_mut()) as isize,
+                (lib.fi_fabric)((*info).fabric_attr, &mut f.fabric, ptr::null_mut()) as isize,
             )?;
             check(
                 "fi_domain",
@@ -461,7 +477,7 @@ impl Drop for Fabric {
                 sys::close(&mut (*self.fabric).fid);
             }
             if !self.info.is_null() {
-                sys::fi_freeinfo(self.info);
+                (self.lib.fi_freeinfo)(self.info);
             }
         }
     }

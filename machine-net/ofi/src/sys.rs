@@ -36,6 +36,79 @@ macro_rules! call {
     };
 }
 
+/// The five functions libfabric exports that the layer calls, looked up in `libfabric.so.1`
+/// when the layer first boots.
+pub struct Lib {
+    pub fi_getinfo: unsafe extern "C" fn(
+        u32,
+        *const std::os::raw::c_char,
+        *const std::os::raw::c_char,
+        u64,
+        *const fi_info,
+        *mut *mut fi_info,
+    ) -> c_int,
+    pub fi_freeinfo: unsafe extern "C" fn(*mut fi_info),
+    pub fi_dupinfo: unsafe extern "C" fn(*const fi_info) -> *mut fi_info,
+    pub fi_fabric:
+        unsafe extern "C" fn(*mut fi_fabric_attr, *mut *mut fid_fabric, *mut c_void) -> c_int,
+    pub fi_strerror: unsafe extern "C" fn(c_int) -> *const std::os::raw::c_char,
+}
+
+/// The library's soname (Debian: package libfabric1).
+const SONAME: &str = "libfabric.so.1";
+
+static LIB: std::sync::OnceLock<Result<Lib, String>> = std::sync::OnceLock::new();
+
+/// libfabric, loaded on first use (and kept for the process's life).
+///
+/// # Errors
+/// Why it could not be loaded, in a sentence.
+pub fn lib() -> Result<&'static Lib, String> {
+    LIB.get_or_init(load).as_ref().map_err(Clone::clone)
+}
+
+fn load() -> Result<Lib, String> {
+    let name = std::ffi::CString::new(SONAME).map_err(|e| e.to_string())?;
+    // SAFETY: dlopen with a NUL-terminated name; the handle is never closed, so the symbols
+    // stay valid for the process's life.
+    let h = unsafe { libc::dlopen(name.as_ptr(), libc::RTLD_NOW | libc::RTLD_LOCAL) };
+    if h.is_null() {
+        // SAFETY: dlerror's message, read right after the failing call.
+        let why = unsafe {
+            let e = libc::dlerror();
+            if e.is_null() {
+                "unknown error".to_owned()
+            } else {
+                std::ffi::CStr::from_ptr(e).to_string_lossy().into_owned()
+            }
+        };
+        return Err(format!(
+            "cannot load {SONAME} ({why}): install libfabric (Debian: libfabric1)"
+        ));
+    }
+    let sym = |n: &str| -> Result<*mut c_void, String> {
+        let c = std::ffi::CString::new(n).map_err(|e| e.to_string())?;
+        // SAFETY: a live handle and a NUL-terminated name.
+        let p = unsafe { libc::dlsym(h, c.as_ptr()) };
+        if p.is_null() {
+            Err(format!("{SONAME} has no {n}: a libfabric older than 1.5?"))
+        } else {
+            Ok(p)
+        }
+    };
+    // SAFETY: each symbol is the function of that name, whose C prototype (rdma/fabric.h)
+    // the field's type transcribes.
+    unsafe {
+        Ok(Lib {
+            fi_getinfo: std::mem::transmute::<*mut c_void, _>(sym("fi_getinfo")?),
+            fi_freeinfo: std::mem::transmute::<*mut c_void, _>(sym("fi_freeinfo")?),
+            fi_dupinfo: std::mem::transmute::<*mut c_void, _>(sym("fi_dupinfo")?),
+            fi_fabric: std::mem::transmute::<*mut c_void, _>(sym("fi_fabric")?),
+            fi_strerror: std::mem::transmute::<*mut c_void, _>(sym("fi_strerror")?),
+        })
+    }
+}
+
 /// `FI_VERSION(major, minor)`, a function-like macro.
 pub const fn fi_version_of(major: u32, minor: u32) -> u32 {
     (major << 16) | minor
