@@ -12,7 +12,7 @@
 use crate::fabric::{Fabric, Want};
 use crate::info;
 use crate::sys;
-use crate::tag::{self, Eager};
+use crate::tag;
 use converse_bootstrap::client::LaunchEnv;
 use converse_bootstrap::session::Open;
 use converse_bootstrap::Bootstrap;
@@ -105,6 +105,11 @@ impl<C: Choice> Open for OfiOpen<C> {
         let want = Want {
             provider: provider::<C>(&cfg.settings)?,
             node: Some(launcher.local_ip().to_string()),
+            shm_name: Some(format!(
+                "{}ofi-{}",
+                converse_machine::launch::shm_prefix(&env.job),
+                env.node
+            )),
             nodes: env.num_nodes,
         };
         let fi = Fabric::open(&want).map_err(|e| boot_err(format!("{}: {e}", C::NAME)))?;
@@ -149,6 +154,8 @@ struct Op {
     fi: sys::fi_context2,
     kind: Kind,
     index: u32,
+    /// An announce's 8 bytes, sent from here when the provider cannot inject them.
+    word: [u8; 8],
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,6 +175,7 @@ impl Op {
             fi: sys::fi_context2::default(),
             kind,
             index: index as u32,
+            word: [0; 8],
         })
     }
 
@@ -229,7 +237,19 @@ struct Peer {
     /// Large messages sent to it / received from it: the numbers in data tags.
     large_out: u32,
     large_in: u32,
+    /// Sequence numbers of the eager messages and announces sent to it / due from it.
+    seq_out: u16,
+    seq_in: u16,
+    /// Eager messages and announces that arrived before the one due (`early[i]`: number
+    /// `seq_in + i`).
+    early: VecDeque<Option<Early>>,
     held: VecDeque<Held>,
+}
+
+/// An eager message or announce taken ahead of its turn.
+enum Early {
+    Message(Message),
+    Announce(usize),
 }
 
 /// One node of an OFI job.
@@ -372,6 +392,10 @@ impl OfiMachine {
             strangers: 0,
             truncated: 0,
         };
+        // Half the provider's receive queue at most: large messages' receives need room too
+        // (with every slot taken by eager receives, a large one could never be posted, and
+        // its sender would wait for ever).
+        let rx_posted = rx_posted.min((m.fi.rx_size() / 2).max(1));
         for i in 0..rx_posted {
             m.rx.push(EagerOp {
                 op: Op::boxed(Kind::Eager, i),
@@ -379,7 +403,6 @@ impl OfiMachine {
             });
             m.post_eager(i)?;
         }
-        let _ = &mut m.fi;
         Ok(m)
     }
 
@@ -509,45 +532,62 @@ impl OfiMachine {
         let buf = w.msg.wire().as_ptr();
         if len <= self.eager {
             if len <= self.fi.inject_size() {
+                let t = tag::eager_tag(false, self.me, self.peers[node].seq_out);
                 // SAFETY: the wire bytes live across the call; inject copies them.
-                let rc = unsafe { sys::tinject(self.fi.ep(), buf.cast(), len, addr, 0) };
+                let rc = unsafe { sys::tinject(self.fi.ep(), buf.cast(), len, addr, t) };
                 return match rc {
-                    0 => Ok(None),
+                    0 => {
+                        self.peers[node].seq_out = self.peers[node].seq_out.wrapping_add(1);
+                        Ok(None)
+                    }
                     EAGAIN => Ok(Some(w)),
                     rc => Err(self.send_error(node, rc)),
                 };
             }
-            return match self.post_send(node, addr, buf, len, 0)? {
+            let t = tag::eager_tag(false, self.me, self.peers[node].seq_out);
+            return match self.post_send(node, addr, buf, len, t)? {
                 Some(i) => {
                     let s = &mut self.sends[i];
                     s.msg = Some(w.msg);
                     s.bytes = len;
                     s.large = false;
-                    self.peers[node].queued += len;
+                    let p = &mut self.peers[node];
+                    p.queued += len;
+                    p.seq_out = p.seq_out.wrapping_add(1);
                     Ok(None)
                 }
                 None => Ok(Some(w)),
             };
         }
         if !w.announced {
-            let t = tag::announce(len as u64);
-            let rc = if self.fi.inject_size() > 0 {
-                // SAFETY: a zero-length inject; the pointer is not read.
-                unsafe { sys::tinject(self.fi.ep(), buf.cast(), 0, addr, t) }
+            let t = tag::eager_tag(true, self.me, self.peers[node].seq_out);
+            let word = (len as u64).to_le_bytes();
+            let rc = if self.fi.inject_size() >= word.len() {
+                // SAFETY: 8 bytes on the stack, which inject copies during the call.
+                unsafe { sys::tinject(self.fi.ep(), word.as_ptr().cast(), 8, addr, t) }
             } else {
-                match self.post_send(node, addr, buf, 0, t)? {
-                    Some(i) => {
-                        let s = &mut self.sends[i];
-                        s.msg = None;
-                        s.bytes = 0;
-                        s.large = false;
-                        0
+                let i = self.send_slot(node);
+                let s = &mut self.sends[i];
+                s.op.word = word;
+                s.msg = None;
+                s.bytes = 0;
+                s.large = false;
+                let ptr = s.op.word.as_ptr();
+                let ctx = s.op.ctx();
+                // SAFETY: the word lives in the slot's boxed context until the completion.
+                match unsafe { sys::tsend(self.fi.ep(), ptr.cast(), 8, addr, t, ctx) } {
+                    0 => 0,
+                    rc => {
+                        self.free_sends.push(i);
+                        rc
                     }
-                    None => EAGAIN,
                 }
             };
             match rc {
-                0 => w.announced = true,
+                0 => {
+                    w.announced = true;
+                    self.peers[node].seq_out = self.peers[node].seq_out.wrapping_add(1);
+                }
                 EAGAIN => return Ok(Some(w)),
                 rc => return Err(self.send_error(node, rc)),
             }
@@ -669,14 +709,22 @@ impl OfiMachine {
         deliver: &mut dyn FnMut(Message),
         delivered: &mut usize,
     ) -> Result<(), MachineError> {
-        let Some(node) = self.node_of(src).filter(|&n| !self.peers[n].gone) else {
-            // From outside the job (or from a peer out of it): dropped, counted.
+        let from = tag::eager(e.tag).filter(|t| {
+            self.peers
+                .get(t.src)
+                .is_some_and(|p| p.addr.is_some() && !p.gone)
+        });
+        let Some(t) = from.filter(|_| self.node_of(src).is_some()) else {
+            // From outside the job (an address not in the vector, or bits no node of the job
+            // sets), or from a peer out of it: dropped, counted.
             self.strangers += 1;
+            tracing::debug!(target: "ofi", src, tag = e.tag, len = e.len, "message from outside the job dropped");
             return self.post_eager(i);
         };
+        let (node, seq) = (t.src, t.seq);
         let len = e.len.min(self.eager);
-        let r = match tag::eager(e.tag) {
-            Eager::Message => {
+        let early = if !t.announce {
+            {
                 let m = if len > self.eager / 2 {
                     // Over half the buffer: hand the buffer itself over (no copy) and post a
                     // fresh one.
@@ -691,20 +739,23 @@ impl OfiMachine {
                     // may wait long in a queue, and an eager buffer is `ofi.eager_kib`.
                     Message::from_wire(&self.rx[i].buf[HEADROOM..HEADROOM + len])
                 };
-                let m = m.map_err(|source| MachineError::Corrupt { node, source });
                 self.post_eager(i)?;
-                let m = m?;
-                if self.peers[node].held.is_empty() {
-                    deliver(m);
-                    *delivered += 1;
-                } else {
-                    self.peers[node].held.push_back(Held::Ready(m));
-                }
-                Ok(())
+                let m = m.map_err(|source| MachineError::Corrupt { node, source })?;
+                Early::Message(m)
             }
-            Eager::Announce(size) => {
-                self.post_eager(i)?;
-                let size = usize::try_from(size).unwrap_or(usize::MAX);
+        } else {
+            let word = self.rx[i].buf[HEADROOM..HEADROOM + 8].try_into().ok();
+            self.post_eager(i)?;
+            let size = match word {
+                Some(w) if len == 8 => usize::try_from(u64::from_le_bytes(w)).unwrap_or(usize::MAX),
+                _ => {
+                    return Err(MachineError::corrupt(
+                        node,
+                        format!("an announce of {len} bytes (8 expected)"),
+                    ))
+                }
+            };
+            {
                 if size <= self.eager || size < ENVELOPE_LEN {
                     return Err(MachineError::corrupt(
                         node,
@@ -715,17 +766,78 @@ impl OfiMachine {
                         ),
                     ));
                 }
-                self.announced(node, size)
-            }
-            Eager::Invalid => {
-                self.post_eager(i)?;
-                Err(MachineError::corrupt(
-                    node,
-                    format!("tag {:#x} is none this layer sends", e.tag),
-                ))
+                Early::Announce(size)
             }
         };
-        r
+        self.arrive(node, seq, early, deliver, delivered)
+    }
+
+    /// Eager message or announce number `seq` from `node`: taken now if it is the one due
+    /// (with those after it that came early), else kept until it is.
+    fn arrive(
+        &mut self,
+        node: usize,
+        seq: u16,
+        a: Early,
+        deliver: &mut dyn FnMut(Message),
+        delivered: &mut usize,
+    ) -> Result<(), MachineError> {
+        let p = &mut self.peers[node];
+        let ahead = seq.wrapping_sub(p.seq_in);
+        if ahead == 0 && p.early.is_empty() {
+            // The common case: in order, nothing early.
+            p.seq_in = p.seq_in.wrapping_add(1);
+            return self.take(node, a, deliver, delivered);
+        }
+        if ahead >= tag::REORDER_WINDOW {
+            return Err(MachineError::corrupt(
+                node,
+                format!("message number {seq} where {} was due", p.seq_in),
+            ));
+        }
+        tracing::trace!(target: "ofi", node, seq, due = p.seq_in, "arrived early");
+        let ahead = usize::from(ahead);
+        if p.early.len() <= ahead {
+            p.early.resize_with(ahead + 1, || None);
+        }
+        if p.early[ahead].is_some() {
+            return Err(MachineError::corrupt(
+                node,
+                format!("message number {seq} twice"),
+            ));
+        }
+        p.early[ahead] = Some(a);
+        while matches!(self.peers[node].early.front(), Some(Some(_))) {
+            let p = &mut self.peers[node];
+            let Some(Some(a)) = p.early.pop_front() else {
+                break;
+            };
+            p.seq_in = p.seq_in.wrapping_add(1);
+            self.take(node, a, deliver, delivered)?;
+        }
+        Ok(())
+    }
+
+    /// An eager message or announce in its turn.
+    fn take(
+        &mut self,
+        node: usize,
+        a: Early,
+        deliver: &mut dyn FnMut(Message),
+        delivered: &mut usize,
+    ) -> Result<(), MachineError> {
+        match a {
+            Early::Message(m) => {
+                if self.peers[node].held.is_empty() {
+                    deliver(m);
+                    *delivered += 1;
+                } else {
+                    self.peers[node].held.push_back(Held::Ready(m));
+                }
+                Ok(())
+            }
+            Early::Announce(size) => self.announced(node, size),
+        }
     }
 
     /// A large message of `size` wire bytes from `node` is coming: post its receive.
@@ -1023,6 +1135,7 @@ impl Part for OfiMachine {
             p.gone = true;
             p.waiting.clear();
             p.held.clear();
+            p.early.clear();
             p.queued = 0;
         }
         self.backlog.retain(|&n| n != node);

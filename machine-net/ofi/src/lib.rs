@@ -38,7 +38,6 @@ pub use transports::LAYERS;
 pub const TRANSPORTS: &[(&str, Option<&str>)] = &[
     ("ofi", None),
     ("ofi+tcp", Some("tcp;ofi_rxm")),
-    ("ofi+udp", Some("udp;ofi_rxd")),
     ("ofi+shm", Some("shm")),
     ("ofi+verbs", Some("verbs;ofi_rxm")),
     ("ofi+psm2", Some("psm2")),

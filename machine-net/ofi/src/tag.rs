@@ -4,22 +4,27 @@
 //! | bits | eager | announce | data |
 //! |---|---|---|---|
 //! | 63 | 0 | 0 | 1 |
-//! | 62 | 0 | 1 | source node, high bit |
-//! | 32..=61 | 0 | 0 | source node (30 bits) |
-//! | 0..=47 | 0 | wire bytes to come | 0..=31: number of the sender's large message to this receiver, mod 2^32 |
+//! | 62 | 0 | 1 | 32..=62: source node (31 bits) |
+//! | 47..=61 | 0 | 0 | \ |
+//! | 16..=46 | source node (31 bits) | source node | \ |
+//! | 0..=15 | sequence number | sequence number | 0..=31: number of the sender's large message to this receiver, mod 2^32 |
 //!
 //! - **eager**: the message's wire bytes, at most `ofi.eager_kib` KiB, into one of the
 //!   receives kept posted (tag 0, all bits but 63 ignored);
-//! - **announce**: no bytes; the next large message from this sender is that long. The
+//! - **announce**: 8 bytes, the wire length (u64 LE) of the sender's next large message. The
 //!   receiver posts a receive of exactly that size for the data tag, in its own buffer,
 //!   which becomes the message: the provider's rendezvous moves the bytes once;
 //! - **data**: the large message's wire bytes, matched exactly (source and number), so a
 //!   large message of one sender never lands in another's receive.
 //!
-//! Sends are ordered per pair (`FI_ORDER_SAS`), so announces arrive in the order of their
-//! data and the receiver numbers them as the sender did. The sender of a message is the
-//! completion's source address (`FI_SOURCE`): a message from an address outside the job is
-//! dropped and counted, whatever its tag says.
+//! Sends are matched in order per pair (`FI_ORDER_SAS`), but a provider may write their
+//! completions out of order (shm completes an injected message before a larger one sent
+//! before it, whose bytes it is still copying): eager messages and announces carry the
+//! pair's sequence number (mod 2^16), and the receiver takes them in that order. They carry
+//! their source node too: shm's completions name a source address that is not always the
+//! one the receiver inserted for that node, so the address (`FI_SOURCE`) only tells a node of
+//! the job (any address in the vector) from a stranger (`FI_ADDR_NOTAVAIL`: dropped and
+//! counted).
 
 /// Bit 63: a large message's data.
 pub(crate) const DATA: u64 = 1 << 63;
@@ -27,25 +32,31 @@ pub(crate) const DATA: u64 = 1 << 63;
 pub(crate) const ANNOUNCE: u64 = 1 << 62;
 /// What the posted eager receives ignore: every bit but 63.
 pub(crate) const EAGER_IGNORE: u64 = !DATA;
-/// The largest size an announce carries.
-pub(crate) const MAX_ANNOUNCED: u64 = (1 << 48) - 1;
 /// The largest source node a data tag carries.
 pub(crate) const MAX_NODE: usize = (1 << 31) - 1;
+/// How far ahead of the one due an eager message or announce may arrive: far more than any
+/// provider has completions out of order, far less than the sequence numbers' wrap.
+pub(crate) const REORDER_WINDOW: u16 = 1 << 14;
 
-/// What a tag of an eager receive's completion says.
+/// What a tag of an eager receive's completion says: announce or message, source node,
+/// sequence number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Eager {
-    /// The message itself.
-    Message,
-    /// A large message of this many wire bytes follows.
-    Announce(u64),
-    /// Bits no sender of this layer sets.
-    Invalid,
+pub(crate) struct Eager {
+    pub(crate) announce: bool,
+    pub(crate) src: usize,
+    pub(crate) seq: u16,
 }
 
-/// The tag of an announce of `len` wire bytes (`len <= MAX_ANNOUNCED`).
-pub(crate) fn announce(len: u64) -> u64 {
-    ANNOUNCE | (len & MAX_ANNOUNCED)
+const SRC_SHIFT: u32 = 16;
+/// Bits 47..=61, which no sender sets.
+const RESERVED: u64 = ((1 << 62) - 1) & !((1 << 47) - 1);
+
+/// The tag of an eager message (`announce`: of an announce) from `src` (`src <= MAX_NODE`),
+/// number `seq`.
+pub(crate) fn eager_tag(announce: bool, src: usize, seq: u16) -> u64 {
+    (if announce { ANNOUNCE } else { 0 })
+        | ((src as u64 & MAX_NODE as u64) << SRC_SHIFT)
+        | u64::from(seq)
 }
 
 /// The tag of large message `seq` from node `src` (`src <= MAX_NODE`).
@@ -53,15 +64,17 @@ pub(crate) fn data(src: usize, seq: u32) -> u64 {
     DATA | ((src as u64 & MAX_NODE as u64) << 32) | u64::from(seq)
 }
 
-/// Read the tag of a completion in a posted eager receive (bit 63 is 0 there).
-pub(crate) fn eager(tag: u64) -> Eager {
-    if tag == 0 {
-        Eager::Message
-    } else if tag & !MAX_ANNOUNCED == ANNOUNCE {
-        Eager::Announce(tag & MAX_ANNOUNCED)
-    } else {
-        Eager::Invalid
+/// Read the tag of a completion in a posted eager receive (bit 63 is 0 there); `None`: bits
+/// no sender of this layer sets.
+pub(crate) fn eager(tag: u64) -> Option<Eager> {
+    if tag & (DATA | RESERVED) != 0 {
+        return None;
     }
+    Some(Eager {
+        announce: tag & ANNOUNCE != 0,
+        src: ((tag >> SRC_SHIFT) & MAX_NODE as u64) as usize,
+        seq: tag as u16,
+    })
 }
 
 #[cfg(test)]
@@ -70,14 +83,14 @@ mod tests {
 
     #[test]
     fn eager_tags_read_back_and_data_tags_never_match_eager_receives() {
-        assert_eq!(eager(0), Eager::Message);
-        assert_eq!(eager(announce(5 << 20)), Eager::Announce(5 << 20));
-        assert_eq!(
-            eager(announce(MAX_ANNOUNCED)),
-            Eager::Announce(MAX_ANNOUNCED)
-        );
-        assert_eq!(eager(1), Eager::Invalid);
-        assert_eq!(eager(ANNOUNCE | (1 << 50)), Eager::Invalid);
+        for (announce, src, seq) in [(false, 0, 0), (true, 5, 7), (false, MAX_NODE, u16::MAX)] {
+            assert_eq!(
+                eager(eager_tag(announce, src, seq)),
+                Some(Eager { announce, src, seq })
+            );
+        }
+        assert_eq!(eager(1 << 50), None);
+        assert_eq!(eager(DATA), None);
         // Eager receives match tag 0 with all bits but 63 ignored: a data tag has bit 63.
         for (src, seq) in [(0, 0), (7, 1), (MAX_NODE, u32::MAX)] {
             let t = data(src, seq);
