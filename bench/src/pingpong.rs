@@ -218,8 +218,19 @@ fn baselines(
         // si+mpi's raw baseline is MPI's: both ranks on one host, so it shows what the
         // shared-memory part wins over the MPI library's own.
         "mpi" | "si+mpi" => launched("mpi", sizes, iters, "raw-mpi")?,
+        // libfabric's own ping-pong over the provider the transport string names (plain
+        // `ofi`: tcp;ofi_rxm, the one it picks here).
+        ofi if ofi.starts_with("ofi") => {
+            let provider = converse_ofi::TRANSPORTS
+                .iter()
+                .find(|t| t.0 == ofi)
+                .and_then(|t| t.1)
+                .unwrap_or("tcp;ofi_rxm");
+            raw::fi_pingpong(provider, sizes, iters + w)?
+        }
         other => anyhow::bail!(
-            "no raw baseline for layer '{other}' yet (layers: local, tcp, udp, si, mpi, si+mpi)"
+            "no raw baseline for layer '{other}' yet (layers: local, tcp, udp, si, mpi, si+mpi, \
+             ofi, ofi+PROTOCOL)"
         ),
     };
     let RawMpi {
