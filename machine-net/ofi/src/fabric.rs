@@ -107,9 +107,9 @@ fn getinfo(
     // it are malloc'd (strdup), since fi_freeinfo frees them.
     unsafe {
         let h = hints.0;
-        (*h).caps = sys::FI_TAGGED as u64 | sys::FI_SOURCE as u64;
+        (*h).caps = sys::FI_TAGGED as u64 | sys::FI_SOURCE;
         // Contexts we pass are pointers to memory the provider may use (fi_context2).
-        (*h).mode = sys::FI_CONTEXT as u64 | sys::FI_CONTEXT2 as u64;
+        (*h).mode = sys::FI_CONTEXT | sys::FI_CONTEXT2;
         (*(*h).ep_attr).type_ = sys::FI_EP_RDM;
         (*(*h).tx_attr).msg_order = sys::FI_ORDER_SAS as u64;
         (*(*h).rx_attr).msg_order = sys::FI_ORDER_SAS as u64;
@@ -132,7 +132,7 @@ fn getinfo(
         }
         let mut out = ptr::null_mut();
         let (n, flags) = match &node {
-            Some(n) => (n.as_ptr(), sys::FI_SOURCE as u64),
+            Some(n) => (n.as_ptr(), sys::FI_SOURCE),
             None => (ptr::null(), 0),
         };
         let rc = (lib.fi_getinfo)(sys::API_VERSION, n, ptr::null(), flags, h, &mut out);
