@@ -11,6 +11,12 @@ pub(crate) const KNOWN: &[&str] = &[
     "local", "tcp", "udp", "si", "mpi", "si+tcp", "si+udp", "si+mpi",
 ];
 
+/// Every layer name: [`KNOWN`], then the names of crates that give one layer per transport
+/// string (`ucx`, `ucx+tcp`, ...), which keep their own list.
+pub(crate) fn known() -> impl Iterator<Item = &'static str> + Clone {
+    KNOWN.iter().chain(converse_ucx::NAMES).copied()
+}
+
 /// The layers compiled into this program, in order of preference.
 pub(crate) const COMPILED: &[Layer] = &[
     converse_machine::local::LAYER,
@@ -63,9 +69,18 @@ pub(crate) fn listing() -> String {
         .collect()
 }
 
+/// Layers of a crate that gives several (one per transport string), each behind its feature.
+const MORE: &[&[Layer]] = &[
+    #[cfg(feature = "ucx")]
+    converse_ucx::LAYERS,
+];
+
 /// Every layer compiled in, composites first.
 fn all() -> impl Iterator<Item = &'static Layer> {
-    COMPOSED.iter().chain(COMPILED)
+    COMPOSED
+        .iter()
+        .chain(COMPILED)
+        .chain(MORE.iter().flat_map(|g| g.iter()))
 }
 
 /// The layer to run on when `+machine` is not given: if a launcher started this process, the
@@ -104,7 +119,7 @@ pub(crate) fn find(name: &str) -> Result<&'static Layer, RuntimeError> {
         return Ok(l);
     }
     let compiled = names();
-    if KNOWN.contains(&name) {
+    if known().any(|k| k == name) {
         Err(RuntimeError::Layer(format!(
             "layer '{name}' is not compiled into this program (compiled in: {compiled}); \
              build a variant that has it (see conv-mach/variants)"
@@ -112,8 +127,8 @@ pub(crate) fn find(name: &str) -> Result<&'static Layer, RuntimeError> {
     } else {
         Err(RuntimeError::Layer(format!(
             "unknown layer '{name}'{} (known layers: {}; compiled in: {compiled})",
-            converse_machine::suggest::hint(name, KNOWN.iter().copied()),
-            KNOWN.join(", ")
+            converse_machine::suggest::hint(name, known()),
+            known().collect::<Vec<_>>().join(", ")
         )))
     }
 }
@@ -134,7 +149,7 @@ pub(crate) fn describe(
 /// even where it is not compiled in (a variant file for it is still checked).
 pub(crate) fn settings() -> Vec<&'static [converse_machine::SettingSpec]> {
     let mut groups = vec![crate::scheduler::SETTINGS];
-    let extra = [converse_mpi::SETTINGS];
+    let extra = [converse_mpi::SETTINGS, converse_ucx::SETTINGS];
     for g in self::all().map(|l| l.settings).chain(extra) {
         let known = |x: &&[converse_machine::SettingSpec]| x.first().map(|s| s.key);
         if !g.is_empty() && !groups.iter().any(|x| known(x) == known(&g)) {
@@ -149,6 +164,7 @@ pub(crate) fn settings() -> Vec<&'static [converse_machine::SettingSpec]> {
 pub(crate) fn names() -> String {
     COMPILED
         .iter()
+        .chain(MORE.iter().flat_map(|g| g.iter()))
         .map(|l| l.name)
         .collect::<Vec<_>>()
         .join(", ")
