@@ -218,8 +218,13 @@ fn baselines(
         // si+mpi's raw baseline is MPI's: both ranks on one host, so it shows what the
         // shared-memory part wins over the MPI library's own.
         "mpi" | "si+mpi" => launched("mpi", sizes, iters, "raw-mpi")?,
+        // UCX's own tag-matching ping-pong over the layer's transports.
+        l if converse_ucx::tls_of(l).is_some() => {
+            raw::ucx_perftest(converse_ucx::tls_of(l).flatten(), sizes, iters, w)?
+        }
         other => anyhow::bail!(
-            "no raw baseline for layer '{other}' yet (layers: local, tcp, udp, si, mpi, si+mpi)"
+            "no raw baseline for layer '{other}' yet (layers: local, tcp, udp, si, mpi, si+mpi, \
+             ucx*)"
         ),
     };
     let RawMpi {

@@ -26,7 +26,7 @@ use crate::{Kind, ERR_MODE, EXIT_FLUSH, KINDS, TLS};
 use converse_bootstrap::client::LaunchEnv;
 use converse_bootstrap::session::{self, Open};
 use converse_bootstrap::Bootstrap;
-use converse_machine::{zeroed, ENVELOPE_LEN, HEADROOM};
+use converse_machine::{zeroed, BufferPool, ENVELOPE_LEN, HEADROOM};
 use converse_machine::{
     BootConfig, Layer, Machine, MachineError, Message, NodeTable, Part, Transport, Wake,
 };
@@ -320,11 +320,28 @@ unsafe extern "C" fn on_ep_error(arg: *mut c_void, _ep: sys::ucp_ep_h, status: s
     }
 }
 
-/// A started receive: its buffer (headroom, then the wire bytes) and, while it runs, its
-/// request.
+/// A started receive: its buffer (the headroom, with room behind it for the wire bytes) and,
+/// while it runs, its request.
 struct Recv {
     req: Option<Req>,
     frame: Vec<u8>,
+    /// Wire bytes UCX writes behind the headroom.
+    len: usize,
+}
+
+impl Recv {
+    /// The message, once UCX completed the receive successfully.
+    fn into_message(self, node: usize) -> Result<Message, MachineError> {
+        let mut frame = self.frame;
+        debug_assert!(frame.len() == HEADROOM && frame.capacity() >= HEADROOM + self.len);
+        // SAFETY: the capacity holds HEADROOM + len bytes (reserved in `probe`); the first
+        // HEADROOM are initialized (resized with zeros), and UCX wrote the `len` after them: a
+        // receive completes successfully only when the whole message landed (a shorter buffer
+        // would have failed it as truncated).
+        unsafe { frame.set_len(HEADROOM + self.len) };
+        Message::from_frame(frame, HEADROOM)
+            .map_err(|source| MachineError::Corrupt { node, source })
+    }
 }
 
 /// A buffer UCX may still touch: kept with its request until that completes.
@@ -413,6 +430,9 @@ pub struct UcxMachine {
     efd: bool,
     wake: WakeFd,
     exit_flush: Duration,
+    /// Buffers of large messages sent, to receive large ones into: no page faulted in, per
+    /// message (UCX's rendezvous writes into warm memory, as `ucx_perftest`'s fixed buffers).
+    pool: BufferPool,
     /// Endpoints in UCP_ERR_HANDLING_MODE_PEER (else NONE: deaths come from charmrun).
     peer_errors: bool,
     stats: Stats,
@@ -575,6 +595,7 @@ impl<const K: usize> Open for UcxOpen<K> {
             efd: self.efd.is_some(),
             wake,
             exit_flush: self.exit_flush,
+            pool: BufferPool::default(),
             peer_errors: self.peer_errors,
             stats: Stats::default(),
         })
@@ -730,6 +751,7 @@ impl UcxMachine {
                 req.free();
                 p.queued -= msg.wire_len();
                 self.sends_out -= 1;
+                self.pool.put(msg);
                 if s != sys::UCS_OK && failure.is_none() {
                     failure = Some(s);
                 }
@@ -781,9 +803,7 @@ impl UcxMachine {
                     }
                 }
                 let Some(r) = p.recvs.pop_front() else { break };
-                let m = Message::from_frame(r.frame, HEADROOM)
-                    .map_err(|source| MachineError::Corrupt { node, source })?;
-                deliver(m);
+                deliver(r.into_message(node)?);
                 n += 1;
             }
             if p.recvs.is_empty() {
@@ -866,10 +886,26 @@ impl UcxMachine {
                 ));
             }
             bytes += len;
-            let mut frame = zeroed(HEADROOM + len);
-            // SAFETY: `frame` has HEADROOM + len bytes, so `len` from HEADROOM on; it is moved
-            // into the peer's queue (its heap buffer does not move) until the request
-            // completes, or kept in the graveyard; `h` is the probe's, received once.
+            // Not zeroed: UCX writes every byte. A large one into a kept buffer if one fits.
+            let whole = HEADROOM + len;
+            let mut frame = match self.pool.take(whole) {
+                Some(b) => b,
+                None => {
+                    let mut b = Vec::new();
+                    if b.try_reserve_exact(whole).is_err() {
+                        self.drain(h, len);
+                        return Err(MachineError::io(
+                            format!("receiving a message of {len} bytes from node {src}"),
+                            std::io::ErrorKind::OutOfMemory.into(),
+                        ));
+                    }
+                    b
+                }
+            };
+            frame.resize(HEADROOM, 0);
+            // SAFETY: `frame` has capacity for HEADROOM + len bytes, so `len` from HEADROOM on;
+            // it is moved into the peer's queue (its heap buffer does not move) until the
+            // request completes, or kept in the graveyard; `h` is the probe's, received once.
             let r = unsafe { self.msg_recv(frame.as_mut_ptr().add(HEADROOM), len, h) };
             if sys::ptr_is_err(r) {
                 let s = sys::ptr_status(r);
@@ -884,23 +920,25 @@ impl UcxMachine {
             }
             self.stats.receives += 1;
             let p = &mut self.peers[src];
-            if r.is_null() && p.recvs.is_empty() {
+            let recv = Recv {
+                req: (!r.is_null()).then_some(Req(r)),
+                frame,
+                len,
+            };
+            if recv.req.is_none() && p.recvs.is_empty() {
                 // Complete (eager) and first of its source: straight up.
-                let m = Message::from_frame(frame, HEADROOM)
-                    .map_err(|source| MachineError::Corrupt { node: src, source })?;
-                deliver(m);
+                deliver(recv.into_message(src)?);
                 n += 1;
                 continue;
             }
-            let req = (!r.is_null()).then_some(Req(r));
-            if req.is_some() {
+            if recv.req.is_some() {
                 self.recvs_out += 1;
                 self.stats.receives_held += 1;
             }
             if p.recvs.is_empty() {
                 self.receiving.push(src);
             }
-            p.recvs.push_back(Recv { req, frame });
+            p.recvs.push_back(recv);
         }
         Ok(n)
     }
@@ -1013,6 +1051,7 @@ impl Transport for UcxMachine {
         };
         self.stats.sends += 1;
         if r.is_null() {
+            self.pool.put(msg);
             return Ok(());
         }
         if sys::ptr_is_err(r) {

@@ -77,6 +77,13 @@ pub(crate) const KINDS: [Kind; 6] = [
     },
 ];
 
+/// The transports the layer called `name` gives UCX (`UCX_TLS` syntax): `Some(None)` for
+/// `ucx` (UCX's choice), `None` for a name that is not one of this crate's. For tools that run
+/// UCX's own programs the same way (`bench pingpong`'s `ucx_perftest` baseline).
+pub fn tls_of(name: &str) -> Option<Option<&'static str>> {
+    KINDS.iter().find(|k| k.name == name).map(|k| k.tls)
+}
+
 /// Every layer name this crate provides, compiled in or not (the runtime's `KNOWN`).
 pub const NAMES: &[&str] = &[
     KINDS[0].name,
