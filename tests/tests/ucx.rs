@@ -37,3 +37,67 @@ mod shm_ppn2 {
         ppn = 2
     );
 }
+
+mod choice {
+    // `ucx`: UCX's own choice of transports (shared memory within the host here).
+    converse_tests::conformance_suite!(converse_tests::Launcher::Charmrun {
+        machine: "ucx",
+        opts: vec![]
+    });
+}
+
+/// Jobs across hosts made of network namespaces (`converse_tests::hosts`, as
+/// `tests/multihost.rs`). Needs root; without it the tests say they were skipped.
+mod hosts {
+    use converse_tests::hosts::Hosts;
+
+    const PROGRAM: &str = env!("CARGO_BIN_EXE_conformance");
+
+    fn job(hosts: &Hosts, machine: &str, scenario: &[&str]) -> converse_tests::Outcome {
+        let shell = hosts.shell();
+        let machines = hosts.file("machines", "10.99.0.2\n10.99.0.3\n");
+        let mut a: Vec<String> = vec!["+p3".into(), "++verbose".into(), "++remote-shell".into()];
+        a.push(shell.display().to_string());
+        a.push("++nodelist".into());
+        a.push(machines.display().to_string());
+        a.push(PROGRAM.into());
+        a.extend(scenario.iter().map(|s| s.to_string()));
+        a.extend(["+machine".into(), machine.into()]);
+        hosts.charmrun(PROGRAM, &a)
+    }
+
+    #[test]
+    fn ucx_shm_refuses_a_job_that_spans_hosts() {
+        let Some(hosts) = Hosts::new("ux") else {
+            return;
+        };
+        let o = job(&hosts, "ucx+shm", &["hello"]);
+        assert_ne!(o.code, Some(0), "{o}");
+        assert!(!o.timed_out, "{o}");
+        assert!(
+            o.stderr
+                .contains("ucx+shm is shared memory within one host, and this job spans hosts"),
+            "{o}"
+        );
+    }
+
+    #[test]
+    fn ucx_and_ucx_tcp_run_across_hosts() {
+        let Some(hosts) = Hosts::new("uy") else {
+            return;
+        };
+        for machine in ["ucx+tcp", "ucx"] {
+            for scenario in [&["hello"][..], &["fifo"], &["sizes", "8388608"]] {
+                let o = job(&hosts, machine, scenario);
+                assert_eq!(o.code, Some(0), "{machine} {scenario:?}: {o}");
+                assert_eq!(
+                    o.lines_with(&format!("conformance {}: ok", scenario[0])),
+                    1,
+                    "{o}"
+                );
+                assert!(o.stderr.contains("connected from 10.99.0.2"), "{o}");
+                assert!(o.stderr.contains("connected from 10.99.0.3"), "{o}");
+            }
+        }
+    }
+}

@@ -22,7 +22,7 @@
 
 use crate::sys;
 use crate::wake::WakeFd;
-use crate::{Kind, ERR_MODE, EXIT_FLUSH, KINDS, TLS};
+use crate::{Kind, PeerErrors, ERR_MODE, EXIT_FLUSH, KINDS, TLS};
 use converse_bootstrap::client::LaunchEnv;
 use converse_bootstrap::session::{self, Open};
 use converse_bootstrap::Bootstrap;
@@ -433,8 +433,9 @@ pub struct UcxMachine {
     /// Buffers of large messages sent, to receive large ones into: no page faulted in, per
     /// message (UCX's rendezvous writes into warm memory, as `ucx_perftest`'s fixed buffers).
     pool: BufferPool,
-    /// Endpoints in UCP_ERR_HANDLING_MODE_PEER (else NONE: deaths come from charmrun).
-    peer_errors: bool,
+    /// Which endpoints are in UCP_ERR_HANDLING_MODE_PEER (the others in NONE: their peers'
+    /// deaths come from charmrun).
+    peer_errors: PeerErrors,
     stats: Stats,
 }
 
@@ -463,7 +464,7 @@ pub struct UcxOpen<const K: usize> {
     tls: String,
     efd: Option<i32>,
     exit_flush: Duration,
-    peer_errors: bool,
+    peer_errors: PeerErrors,
 }
 
 impl<const K: usize> std::fmt::Debug for UcxOpen<K> {
@@ -488,9 +489,11 @@ impl<const K: usize> Open for UcxOpen<K> {
         check_settings(&cfg.settings)?;
         let exit_flush = EXIT_FLUSH.read_seconds(&cfg.settings)?;
         let peer_errors = match ERR_MODE.read_choice(&cfg.settings)? {
-            "peer" => true,
-            "none" => false,
-            _ => !kind.one_host,
+            "peer" => PeerErrors::All,
+            "none" => PeerErrors::No,
+            // A transport list of the user's may hold shared memory: as `ucx`.
+            _ if TLS.read_text(&cfg.settings).is_some() => PeerErrors::OtherHosts,
+            _ => kind.peer_errors,
         };
         let tls = match TLS.read_text(&cfg.settings).or(kind.tls) {
             Some(t) => Some(tls_list(t)?),
@@ -700,7 +703,15 @@ impl UcxMachine {
             | sys::UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE
             | sys::UCP_EP_PARAM_FIELD_ERR_HANDLER) as u64;
         params.address = addr.as_ptr().cast();
-        params.err_mode = if self.peer_errors {
+        let peer_mode = match self.peer_errors {
+            PeerErrors::All => true,
+            PeerErrors::No => false,
+            PeerErrors::OtherHosts => {
+                let host = |n: usize| self.table.node(n).map(|i| i.host.as_str());
+                host(node) != host(self.me)
+            }
+        };
+        params.err_mode = if peer_mode {
             sys::UCP_ERR_HANDLING_MODE_PEER
         } else {
             sys::UCP_ERR_HANDLING_MODE_NONE
@@ -718,7 +729,7 @@ impl UcxMachine {
                 format!(
                     "UCX cannot make an endpoint to it: {}{}",
                     sys::status_text(s),
-                    if self.peer_errors && s == sys::UCS_ERR_UNREACHABLE {
+                    if peer_mode && s == sys::UCS_ERR_UNREACHABLE {
                         " (the transports may lack peer-failure handling: +set ucx.err_mode=none)"
                     } else {
                         ""
