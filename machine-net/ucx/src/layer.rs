@@ -623,6 +623,14 @@ fn one_host(name: &str, table: &NodeTable) -> Result<(), MachineError> {
     Ok(())
 }
 
+/// Whether the transports shown as `tls` may include shared memory (UCX's names for it, or
+/// UCX's own choice).
+fn may_be_shm(tls: &str) -> bool {
+    ["posix", "sysv", "cma", "shm", "sm", "mm", "all", "UCX"]
+        .iter()
+        .any(|t| tls.contains(t))
+}
+
 /// Whether a failed request's status is local trouble rather than the peer's.
 fn local_failure(s: sys::ucs_status_t) -> bool {
     s == sys::UCS_ERR_NO_MEMORY || s == sys::UCS_ERR_NO_RESOURCE || s == sys::UCS_ERR_INVALID_PARAM
@@ -723,18 +731,28 @@ impl UcxMachine {
         // a peer published, only read during the call); the callback's argument is boxed and
         // kept in `peers[node]` until the machine is dropped, after the worker.
         let s = unsafe { sys::ucp_ep_create(self.ucp.worker, &params, &mut ep) };
-        if s != sys::UCS_OK || ep.is_null() {
-            return Err(self.dead(
-                node,
-                format!(
-                    "UCX cannot make an endpoint to it: {}{}",
-                    sys::status_text(s),
-                    if peer_mode && s == sys::UCS_ERR_UNREACHABLE {
-                        " (the transports may lack peer-failure handling: +set ucx.err_mode=none)"
+        if s == sys::UCS_ERR_UNREACHABLE {
+            // No transport of ours reaches the peer: a configuration error (a transport this
+            // host lacks, shared memory only toward another host), not a death.
+            return Err(MachineError::io(
+                format!("making a UCX endpoint to node {node}"),
+                std::io::Error::other(format!(
+                    "no transport of {} reaches it (UCX's warnings above say which are missing; \
+                     ucx_info -d lists this host's){}",
+                    self.tls,
+                    if peer_mode && may_be_shm(&self.tls) {
+                        "; shared memory has no peer-failure handling in UCX 1.13: \
+                         +set ucx.err_mode=none to use it"
                     } else {
                         ""
                     }
-                ),
+                )),
+            ));
+        }
+        if s != sys::UCS_OK || ep.is_null() {
+            return Err(self.dead(
+                node,
+                format!("UCX cannot make an endpoint to it: {}", sys::status_text(s)),
             ));
         }
         debug_assert_eq!(arg.node, node);
