@@ -122,6 +122,9 @@ const BATCH: usize = 64;
 /// Bytes one `advance` takes in at most (started receives: a large one counts whole).
 const BATCH_BYTES: usize = 8 << 20;
 
+/// Bytes a dropped message (a stranger's) is received into.
+const DRAIN_BYTES: usize = 64;
+
 /// `ucp_worker_progress` calls per `advance` at most, while each finds something to do.
 const PROGRESS_ROUNDS: usize = 4;
 
@@ -854,11 +857,14 @@ impl UcxMachine {
     }
 
     /// Receive a message nobody of this job sent (or one from a forgotten peer), and drop it.
+    /// Into a few bytes whatever its claimed length (it comes from outside: no allocation of
+    /// its size): UCX ends a longer one as truncated and discards the rest.
     fn drain(&mut self, msg: sys::ucp_tag_message_h, len: usize) {
         self.stats.strangers += 1;
-        let mut junk = zeroed(len.max(1));
-        // SAFETY: as in `probe`: `junk` has `len` bytes; the handle came from the probe.
-        let r = unsafe { self.msg_recv(junk.as_mut_ptr(), len, msg) };
+        let mut junk = zeroed(DRAIN_BYTES);
+        // SAFETY: `junk` has DRAIN_BYTES bytes, at least the count passed; kept in the
+        // graveyard while its request runs; the handle came from the probe, received once.
+        let r = unsafe { self.msg_recv(junk.as_mut_ptr(), len.min(DRAIN_BYTES), msg) };
         if !r.is_null() && !sys::ptr_is_err(r) {
             self.graveyard.push((Req(r), Held::Frame(junk)));
         }

@@ -130,6 +130,46 @@ fn fifo_across_eager_and_rendezvous_over_shm() {
 }
 
 #[test]
+fn strangers_are_dropped_and_counted_whatever_their_size() {
+    let (mut a, mut b, job) = pair::<1>();
+    // Another job's node 0 (another secret, so another stamp in its tags), handed this job's
+    // table: its messages reach node 1's worker and must go nowhere.
+    let mut env = job.0.envs()[0].clone();
+    env.secret[0] ^= 0xff;
+    let cfg = BootConfig::new(2);
+    let open = UcxOpen::<1>::open(&cfg, &env, &job.1[0]).expect("open");
+    let mut stranger = open
+        .connect(&env, a.table().clone(), &job.1[0])
+        .expect("connect");
+    for size in [8, 100 << 10, 2 << 20] {
+        stranger
+            .send(1, Message::new(size))
+            .expect("stranger's send");
+    }
+    a.send(1, numbered(0)).expect("send");
+    a.send(1, numbered(1)).expect("send");
+    let strangers = |m: &UcxMachine| {
+        m.counters()
+            .into_iter()
+            .find(|(k, _)| *k == "ucx.strangers_dropped")
+            .map_or(0, |(_, v)| v)
+    };
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while (got.len() < 2 || strangers(&b) < 3) && Instant::now() < deadline {
+        let _ = stranger.advance(&mut |_| {});
+        a.advance(&mut |_| {}).expect("advance");
+        b.advance(&mut |m| got.push(m.payload()[0]))
+            .expect("advance");
+    }
+    assert_eq!(got, [0, 1], "only the job's messages, in order");
+    assert_eq!(strangers(&b), 3);
+    drop(stranger);
+    drop((a, b));
+    end(job);
+}
+
+#[test]
 fn a_peer_whose_worker_is_gone_is_peer_dead() {
     let (mut a, mut b, job) = pair::<1>();
     a.send(1, numbered(0)).expect("send");
