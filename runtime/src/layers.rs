@@ -150,7 +150,14 @@ pub(crate) fn describe(
 pub(crate) fn settings() -> Vec<&'static [converse_machine::SettingSpec]> {
     let mut groups = vec![crate::scheduler::SETTINGS];
     let extra = [converse_mpi::SETTINGS, converse_ucx::SETTINGS];
-    for g in self::all().map(|l| l.settings).chain(extra) {
+    // The layers of `MORE` declare theirs in `extra` whether compiled in or not: the same
+    // order in every build (README's table).
+    for g in COMPOSED
+        .iter()
+        .chain(COMPILED)
+        .map(|l| l.settings)
+        .chain(extra)
+    {
         let known = |x: &&[converse_machine::SettingSpec]| x.first().map(|s| s.key);
         if !g.is_empty() && !groups.iter().any(|x| known(x) == known(&g)) {
             groups.push(g);
