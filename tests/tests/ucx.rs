@@ -101,3 +101,32 @@ mod hosts {
         }
     }
 }
+
+/// What a node holds stays bounded: toward a stalled peer (`queued`, rendezvous sends held
+/// until pulled) and, at a receiver slower than its sender, what the runtime takes in.
+mod bounds {
+    use converse_tests::Launcher;
+
+    const PROGRAM: &str = env!("CARGO_BIN_EXE_conformance");
+
+    fn charmrun(machine: &'static str) -> Launcher {
+        Launcher::Charmrun {
+            machine,
+            opts: vec![],
+        }
+    }
+
+    #[test]
+    fn memory_toward_a_stalled_peer_is_bounded() {
+        for machine in ["ucx+tcp", "ucx+shm"] {
+            converse_tests::expect_bounded_flood(&charmrun(machine), PROGRAM);
+        }
+    }
+
+    #[test]
+    fn memory_of_a_receiver_slower_than_its_sender_is_bounded() {
+        for machine in ["ucx+tcp", "ucx+shm"] {
+            converse_tests::expect_bounded_backlog(&charmrun(machine), PROGRAM);
+        }
+    }
+}
