@@ -681,7 +681,7 @@ impl UcxMachine {
             return Ok(());
         };
         self.peers[node].reported = true;
-        self.unreported -= 1;
+        self.unreported = self.unreported.saturating_sub(1);
         let why = self.peers[node].dead.clone().unwrap_or_default();
         Err(self.dead(node, why))
     }
@@ -1063,7 +1063,7 @@ impl Transport for UcxMachine {
             let p = &mut self.peers[node];
             if !p.reported && !p.gone {
                 p.reported = true;
-                self.unreported -= 1;
+                self.unreported = self.unreported.saturating_sub(1);
             }
             let why = p
                 .dead
@@ -1191,7 +1191,7 @@ impl Part for UcxMachine {
         p.gone = true;
         if p.dead.is_some() && !p.reported {
             p.reported = true;
-            self.unreported -= 1;
+            self.unreported = self.unreported.saturating_sub(1);
         }
         // What UCX may still touch is kept until it lets go; queued drops to 0 at once.
         for (req, msg) in p.sends.drain(..) {
