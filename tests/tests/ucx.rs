@@ -130,3 +130,36 @@ mod bounds {
         }
     }
 }
+
+/// A transport string whose transports this host lacks (`ucx+rc`, `ucx+ud` without
+/// InfiniBand) is refused at start-up in one line, not at the first send.
+#[test]
+fn a_transport_this_host_lacks_is_refused_at_start_up() {
+    let info = std::process::Command::new("ucx_info")
+        .arg("-d")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    for (machine, tl) in [("ucx+rc", "rc_verbs"), ("ucx+ud", "ud_verbs")] {
+        if info.contains(&format!("Transport: {tl}")) {
+            eprintln!("skipped {machine}: this host has {tl}");
+            continue;
+        }
+        let o = converse_tests::Launcher::Charmrun {
+            machine,
+            opts: vec![],
+        }
+        .run(
+            env!("CARGO_BIN_EXE_conformance"),
+            2,
+            &["hello"],
+            std::time::Duration::from_secs(30),
+        );
+        assert_ne!(o.code, Some(0), "{o}");
+        assert!(!o.timed_out, "{o}");
+        assert!(
+            o.stderr.contains(&format!("{machine}: no transport of ")),
+            "{o}"
+        );
+    }
+}

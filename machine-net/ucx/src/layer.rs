@@ -256,6 +256,48 @@ impl Ucp {
         Ok(bytes)
     }
 
+    /// The transports the context opened, by name (`tcp`, `self`, ...), from
+    /// `ucp_context_print_info`'s "resource N : md M dev D flags -- TL/DEVICE" lines (UCX 1.13
+    /// has no query for them). Empty when the report cannot be had.
+    fn transports(&self) -> Vec<String> {
+        let mut buf: *mut libc::c_char = std::ptr::null_mut();
+        let mut len: libc::size_t = 0;
+        // SAFETY: out-pointers to locals; the stream is closed below, after which `buf` holds
+        // `len` bytes allocated by libc, freed below.
+        let f = unsafe { libc::open_memstream(&mut buf, &mut len) };
+        if f.is_null() {
+            return Vec::new();
+        }
+        // SAFETY: the context is live; `f` is an open stream (libc's FILE is the C FILE the
+        // bindings name).
+        unsafe { sys::ucp_context_print_info(self.ctx, f.cast()) };
+        // SAFETY: `f` is open and closed once; then `buf`/`len` are final.
+        unsafe { libc::fclose(f) };
+        if buf.is_null() {
+            return Vec::new();
+        }
+        // SAFETY: `buf` holds `len` initialized bytes (open_memstream's contract).
+        let text = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), len) };
+        let text = String::from_utf8_lossy(text).into_owned();
+        // SAFETY: allocated by open_memstream with malloc, freed once.
+        unsafe { libc::free(buf.cast()) };
+        let mut tls: Vec<String> = Vec::new();
+        for line in text.lines().filter(|l| l.contains("resource")) {
+            let Some(tl) = line
+                .rsplit(' ')
+                .next()
+                .and_then(|r| r.split('/').next())
+                .filter(|t| !t.is_empty())
+            else {
+                continue;
+            };
+            if !tls.iter().any(|t| t == tl) {
+                tls.push(tl.to_owned());
+            }
+        }
+        tls
+    }
+
     /// UCX's event descriptor for this worker, when its transports can wake a sleeper.
     fn efd(&self) -> Option<i32> {
         let mut fd: i32 = -1;
@@ -525,6 +567,21 @@ impl<const K: usize> Open for UcxOpen<K> {
             );
         }
         let addr = ucp.address()?;
+        let open = ucp.transports();
+        // Only `self` (a transport of the list missing here, as rc without InfiniBand): no
+        // other node is reachable, and UCX only warned. Said once, at start-up.
+        if env.num_nodes > 1 && !open.is_empty() && open.iter().all(|t| t == "self") {
+            return Err(MachineError::Boot(format!(
+                "{}: no transport of {shown} is available on this host, only self (UCX's \
+                 warnings above say which are missing; ucx_info -d lists this host's)",
+                kind.name
+            )));
+        }
+        let shown = if open.is_empty() {
+            shown
+        } else {
+            format!("{shown} (opened: {})", open.join(", "))
+        };
         let _ = IN_USE.set(shown.clone());
         tracing::debug!(target: "ucx", layer = kind.name, tls = %shown, addr_len = addr.len(), "UCX worker up");
         Ok(UcxOpen {
