@@ -561,10 +561,11 @@ impl<const K: usize> Open for UcxOpen<K> {
         };
         let efd = ucp.efd();
         if efd.is_none() && env.node == 0 {
-            eprintln!(
+            // Not eprintln!, which panics on a closed stderr.
+            converse_machine::input::error_line(&format!(
                 "note: ucx: the transports {shown} cannot wake a sleeping node; idle nodes poll \
                  every millisecond"
-            );
+            ));
         }
         let addr = ucp.address()?;
         let open = ucp.transports();
