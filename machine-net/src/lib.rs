@@ -10,6 +10,7 @@
 //! - `multi` (feature `si`; not linked, since the link would dangle without it): `si+tcp`
 //!   and `si+udp`, shared memory between the nodes of a host and one of the above between
 //!   hosts, chosen per peer at boot (`converse_bootstrap::compose` over SI and these layers).
+//! - [`wake`]: the eventfd a layer's `wait` polls and other threads ring.
 
 #[cfg(feature = "tcp")]
 mod conn;
@@ -24,4 +25,6 @@ pub mod multi;
 pub mod tcp;
 #[cfg(feature = "udp")]
 pub mod udp;
-mod wake;
+/// The eventfd every poll-based layer sleeps beside (TCP, UDP, and the fabric layers under
+/// `machine-net/`), which other threads ring to end its `wait`.
+pub mod wake;

@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 /// The node's side: the eventfd to poll, and a wake its poll saw outside `wait`.
-pub(crate) struct WakeFd {
+pub struct WakeFd {
     bell: Arc<Bell>,
     /// A poll outside `wait` (the barrier's, `exit`'s) found the bell rung and reset it: the
     /// next `wait` returns at once, so the wake is not lost.
@@ -38,12 +38,20 @@ impl Wake for Bell {
     }
 }
 
+impl std::fmt::Debug for WakeFd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WakeFd")
+            .field("seen", &self.seen)
+            .finish_non_exhaustive()
+    }
+}
+
 impl WakeFd {
     /// A fresh eventfd, not rung.
     ///
     /// # Errors
     /// The OS's (out of descriptors).
-    pub(crate) fn new() -> std::io::Result<WakeFd> {
+    pub fn new() -> std::io::Result<WakeFd> {
         let fd = EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)?;
         Ok(WakeFd {
             bell: Arc::new(Bell {
@@ -55,18 +63,18 @@ impl WakeFd {
     }
 
     /// A handle for other threads.
-    pub(crate) fn waker(&self) -> Arc<dyn Wake> {
+    pub fn waker(&self) -> Arc<dyn Wake> {
         self.bell.clone()
     }
 
     /// The descriptor to poll for reading.
-    pub(crate) fn fd(&self) -> BorrowedFd<'_> {
+    pub fn fd(&self) -> BorrowedFd<'_> {
         self.bell.fd.as_fd()
     }
 
     /// A poll reported the descriptor readable: reset the counter, so polls block again, and
     /// remember the wake for the next [`take`](Self::take).
-    pub(crate) fn reset(&mut self) {
+    pub fn reset(&mut self) {
         // Read first, then clear the flag: a wake in between finds the flag still set and
         // writes nothing, but it came before this poll's return, which answers it. The other
         // order could leave the flag set on an empty counter, and every later wake silent.
@@ -76,7 +84,7 @@ impl WakeFd {
     }
 
     /// Whether a wake was seen and not yet answered by a return of `wait`; clears it.
-    pub(crate) fn take(&mut self) -> bool {
+    pub fn take(&mut self) -> bool {
         std::mem::take(&mut self.seen)
     }
 }

@@ -11,12 +11,6 @@ pub(crate) const KNOWN: &[&str] = &[
     "local", "tcp", "udp", "si", "mpi", "si+tcp", "si+udp", "si+mpi",
 ];
 
-/// Every layer name: [`KNOWN`], then the names of crates that give one layer per transport
-/// string (`ucx`, `ucx+tcp`, ...), which keep their own list.
-pub(crate) fn known() -> impl Iterator<Item = &'static str> + Clone {
-    KNOWN.iter().chain(converse_ucx::NAMES).copied()
-}
-
 /// The layers compiled into this program, in order of preference.
 pub(crate) const COMPILED: &[Layer] = &[
     converse_machine::local::LAYER,
@@ -29,6 +23,26 @@ pub(crate) const COMPILED: &[Layer] = &[
     #[cfg(feature = "mpi")]
     converse_mpi::LAYER,
 ];
+
+/// The fabric layers compiled in, each a list of layers, one per transport string
+/// (`ofi+tcp`, `ofi+shm`, ...: the same layer with the provider its name selects; `ucx+tcp`,
+/// ... with UCX's transports); after the others in preference, so a fabric is used when named
+/// (`+machine`, or a variant's default).
+const FABRICS: &[&[Layer]] = &[
+    #[cfg(feature = "ofi")]
+    converse_ofi::LAYERS,
+    #[cfg(feature = "ucx")]
+    converse_ucx::LAYERS,
+];
+
+/// Every layer name the project knows: [`KNOWN`] and the fabric layers' transport strings.
+fn known() -> impl Iterator<Item = &'static str> {
+    KNOWN
+        .iter()
+        .copied()
+        .chain(converse_ofi::TRANSPORTS.iter().map(|t| t.0))
+        .chain(converse_ucx::NAMES.iter().copied())
+}
 
 /// The composite layers compiled in (one job over several transports, each peer reached by
 /// one of them), in order of preference: preferred to [`COMPILED`] under a launcher, so a
@@ -69,18 +83,12 @@ pub(crate) fn listing() -> String {
         .collect()
 }
 
-/// Layers of a crate that gives several (one per transport string), each behind its feature.
-const MORE: &[&[Layer]] = &[
-    #[cfg(feature = "ucx")]
-    converse_ucx::LAYERS,
-];
-
 /// Every layer compiled in, composites first.
 fn all() -> impl Iterator<Item = &'static Layer> {
     COMPOSED
         .iter()
         .chain(COMPILED)
-        .chain(MORE.iter().flat_map(|g| g.iter()))
+        .chain(FABRICS.iter().flat_map(|f| f.iter()))
 }
 
 /// The layer to run on when `+machine` is not given: if a launcher started this process, the
@@ -149,9 +157,13 @@ pub(crate) fn describe(
 /// even where it is not compiled in (a variant file for it is still checked).
 pub(crate) fn settings() -> Vec<&'static [converse_machine::SettingSpec]> {
     let mut groups = vec![crate::scheduler::SETTINGS];
-    let extra = [converse_mpi::SETTINGS, converse_ucx::SETTINGS];
-    // The layers of `MORE` declare theirs in `extra` whether compiled in or not: the same
-    // order in every build (README's table).
+    let extra = [
+        converse_mpi::SETTINGS,
+        converse_ofi::SETTINGS,
+        converse_ucx::SETTINGS,
+    ];
+    // The fabric layers declare theirs in `extra` whether compiled in or not: the same order
+    // in every build (README's table).
     for g in COMPOSED
         .iter()
         .chain(COMPILED)
@@ -171,7 +183,7 @@ pub(crate) fn settings() -> Vec<&'static [converse_machine::SettingSpec]> {
 pub(crate) fn names() -> String {
     COMPILED
         .iter()
-        .chain(MORE.iter().flat_map(|g| g.iter()))
+        .chain(FABRICS.iter().flat_map(|f| f.iter()))
         .map(|l| l.name)
         .collect::<Vec<_>>()
         .join(", ")

@@ -20,8 +20,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long an accepted connection has to introduce itself, from its accept. A node connects
-/// before it opens its layer and sends its introduction after, so this is generous.
-pub const INTRO_DEADLINE: Duration = Duration::from_secs(10);
+/// before it opens its layer and sends its introduction after, so this is generous: a fabric
+/// layer loads its library then (libfabric loads every provider's, and Debian's pulls in
+/// libinfinipath, whose constructor spends ~0.1 s of CPU calibrating a clock), and 128 such
+/// nodes started at once on 2 cores took 16 s to introduce themselves.
+pub const INTRO_DEADLINE: Duration = Duration::from_secs(30);
 
 /// Serve `listener` until `open` is cleared (checked at each accept): each connection goes to
 /// `introduce` on a thread of its own, at most `most` at once.
