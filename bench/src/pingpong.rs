@@ -222,9 +222,19 @@ fn baselines(
         l if converse_ucx::tls_of(l).is_some() => {
             raw::ucx_perftest(converse_ucx::tls_of(l).flatten(), sizes, iters, w)?
         }
+        // libfabric's own ping-pong over the provider the transport string names (plain
+        // `ofi`: tcp;ofi_rxm, the one it picks here).
+        ofi if ofi.starts_with("ofi") => {
+            let provider = converse_ofi::TRANSPORTS
+                .iter()
+                .find(|t| t.0 == ofi)
+                .and_then(|t| t.1)
+                .unwrap_or("tcp;ofi_rxm");
+            raw::fi_pingpong(provider, sizes, iters + w)?
+        }
         other => anyhow::bail!(
             "no raw baseline for layer '{other}' yet (layers: local, tcp, udp, si, mpi, si+mpi, \
-             ucx*)"
+             ofi, ofi+PROTOCOL, ucx, ucx+TRANSPORT)"
         ),
     };
     let RawMpi {

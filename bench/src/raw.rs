@@ -619,6 +619,63 @@ pub(crate) fn udp_echo(
     Ok(())
 }
 
+/// libfabric's own ping-pong (`fi_pingpong` from libfabric-bin) over `provider`, reliable
+/// datagram endpoints and tagged messages as the OFI layer uses them: a server and a client
+/// process per size on loopback. It reports only the mean one-way time (`usec/xfer`: the
+/// whole run over twice its iterations), so the row's percentiles are that mean.
+///
+/// # Errors
+/// `fi_pingpong` missing, failing, or printing no figure.
+pub(crate) fn fi_pingpong(provider: &str, sizes: &[usize], iters: u64) -> anyhow::Result<Vec<Row>> {
+    use anyhow::Context;
+    let mut rows = Vec::new();
+    for (k, &size) in sizes.iter().enumerate() {
+        // A control port of its own per size: the previous server may still hold its own.
+        let port = 47_600 + (std::process::id() % 1000) as u16 * 8 + k as u16 % 8;
+        let args = |extra: &[&str]| {
+            let mut c = std::process::Command::new("fi_pingpong");
+            c.args(["-p", provider, "-e", "rdm", "-m", "tagged"])
+                .args(["-I", &iters.to_string(), "-S", &size.max(1).to_string()])
+                .args(extra)
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            c
+        };
+        let mut server = args(&["-B", &port.to_string()])
+            .spawn()
+            .context("starting fi_pingpong (Debian: libfabric-bin)")?;
+        std::thread::sleep(Duration::from_millis(300));
+        let client = args(&["-P", &port.to_string(), "127.0.0.1"]).output();
+        let _ = server.kill();
+        let _ = server.wait();
+        let out = client.context("running fi_pingpong's client")?;
+        let text = String::from_utf8_lossy(&out.stdout);
+        let us: f64 = text
+            .lines()
+            .filter_map(|l| l.split_whitespace().nth(6))
+            .find_map(|v| v.parse().ok())
+            .with_context(|| {
+                format!(
+                    "fi_pingpong -p {provider} -S {size} printed no figure: {}{}",
+                    text,
+                    String::from_utf8_lossy(&out.stderr)
+                )
+            })?;
+        let ns = (us * 1000.0).round() as u64;
+        rows.push(Row {
+            what: format!("raw fi_pingpong ({provider}, mean)"),
+            size,
+            count: iters,
+            min_ns: ns,
+            p50_ns: ns,
+            p99_ns: ns,
+            max_ns: ns,
+            mean_ns: us * 1000.0,
+        });
+    }
+    Ok(rows)
+}
+
 /// UCX's own baseline: `ucx_perftest -t tag_lat` (UCP tagged ping-pong, busy polling) between
 /// two processes on this host, over `tls` (`UCX_TLS`; `None`: the environment's, or UCX's
 /// choice), one server and one client per size. It reports the one-way median and mean only,

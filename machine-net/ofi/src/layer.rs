@@ -38,6 +38,9 @@ const BATCH: usize = 32;
 /// Without a wait object, `wait` sleeps in slices this long (a message then waits up to it).
 const SLICE: Duration = Duration::from_millis(1);
 
+/// An announce: the header and the large message's wire length (u64 LE).
+const ANNOUNCE_LEN: usize = tag::HEADER + 8;
+
 /// Epoll tokens.
 const CQ: u64 = 1;
 const WAKE: u64 = 2;
@@ -154,8 +157,8 @@ struct Op {
     fi: sys::fi_context2,
     kind: Kind,
     index: u32,
-    /// An announce's 8 bytes, sent from here when the provider cannot inject them.
-    word: [u8; 8],
+    /// An announce, sent from here when the provider cannot inject it.
+    word: [u8; ANNOUNCE_LEN],
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,7 +178,7 @@ impl Op {
             fi: sys::fi_context2::default(),
             kind,
             index: index as u32,
-            word: [0; 8],
+            word: [0; ANNOUNCE_LEN],
         })
     }
 
@@ -238,8 +241,8 @@ struct Peer {
     large_out: u32,
     large_in: u32,
     /// Sequence numbers of the eager messages and announces sent to it / due from it.
-    seq_out: u16,
-    seq_in: u16,
+    seq_out: u32,
+    seq_in: u32,
     /// Eager messages and announces that arrived before the one due (`early[i]`: number
     /// `seq_in + i`).
     early: VecDeque<Option<Early>>,
@@ -409,16 +412,19 @@ impl OfiMachine {
     /// Post eager receive `i` (again).
     fn post_eager(&mut self, i: usize) -> Result<(), MachineError> {
         let r = &mut self.rx[i];
+        // The frame lands with its header in the last bytes of the headroom, its wire bytes
+        // where a message's are.
         // SAFETY: the buffer and context live in `self.rx[i]` until the receive completes
-        // or the endpoint is closed (Drop order); `eager` bytes from HEADROOM are in it.
+        // or the endpoint is closed (Drop order); `HEADER + eager` bytes from
+        // `HEADROOM - HEADER` are in it.
         let rc = unsafe {
             sys::trecv(
                 self.fi.ep(),
-                r.buf.as_mut_ptr().add(HEADROOM).cast(),
-                self.eager,
+                r.buf.as_mut_ptr().add(HEADROOM - tag::HEADER).cast(),
+                tag::HEADER + self.eager,
                 sys::ADDR_UNSPEC,
                 0,
-                tag::EAGER_IGNORE,
+                0,
                 r.op.ctx(),
             )
         };
@@ -529,42 +535,59 @@ impl OfiMachine {
             });
         };
         let len = w.msg.wire_len();
-        let buf = w.msg.wire().as_ptr();
+        let me = self.me;
         if len <= self.eager {
-            if len <= self.fi.inject_size() {
-                let t = tag::eager_tag(false, self.me, self.peers[node].seq_out);
-                // SAFETY: the wire bytes live across the call; inject copies them.
-                let rc = unsafe { sys::tinject(self.fi.ep(), buf.cast(), len, addr, t) };
-                return match rc {
-                    0 => {
-                        self.peers[node].seq_out = self.peers[node].seq_out.wrapping_add(1);
-                        Ok(None)
-                    }
-                    EAGAIN => Ok(Some(w)),
-                    rc => Err(self.send_error(node, rc)),
-                };
-            }
-            let t = tag::eager_tag(false, self.me, self.peers[node].seq_out);
-            return match self.post_send(node, addr, buf, len, t)? {
-                Some(i) => {
-                    let s = &mut self.sends[i];
-                    s.msg = Some(w.msg);
-                    s.bytes = len;
-                    s.large = false;
-                    let p = &mut self.peers[node];
-                    p.queued += len;
-                    p.seq_out = p.seq_out.wrapping_add(1);
-                    Ok(None)
-                }
-                None => Ok(Some(w)),
+            let seq = self.peers[node].seq_out;
+            let head = tag::Header {
+                announce: false,
+                src: me,
+                seq,
             };
+            // The header goes into the message's headroom: the frame is sent from its buffer.
+            let frame = w.msg.frame_with_header(tag::HEADER);
+            frame[..tag::HEADER].copy_from_slice(&head.encode());
+            let (buf, flen) = (frame.as_ptr(), frame.len());
+            let sent = if flen <= self.fi.inject_size() {
+                // SAFETY: the frame lives across the call; inject copies it.
+                match unsafe { sys::tinject(self.fi.ep(), buf.cast(), flen, addr, 0) } {
+                    0 => true,
+                    EAGAIN => false,
+                    rc => return Err(self.send_error(node, rc)),
+                }
+            } else {
+                match self.post_send(node, addr, buf, flen, 0)? {
+                    Some(i) => {
+                        let s = &mut self.sends[i];
+                        s.msg = Some(w.msg);
+                        s.bytes = len;
+                        s.large = false;
+                        self.peers[node].queued += len;
+                        self.peers[node].seq_out = seq.wrapping_add(1) & tag::SEQ_MASK;
+                        return Ok(None);
+                    }
+                    None => false,
+                }
+            };
+            if !sent {
+                return Ok(Some(w));
+            }
+            self.peers[node].seq_out = seq.wrapping_add(1) & tag::SEQ_MASK;
+            return Ok(None);
         }
+        let buf = w.msg.wire().as_ptr();
         if !w.announced {
-            let t = tag::eager_tag(true, self.me, self.peers[node].seq_out);
-            let word = (len as u64).to_le_bytes();
-            let rc = if self.fi.inject_size() >= word.len() {
-                // SAFETY: 8 bytes on the stack, which inject copies during the call.
-                unsafe { sys::tinject(self.fi.ep(), word.as_ptr().cast(), 8, addr, t) }
+            let seq = self.peers[node].seq_out;
+            let head = tag::Header {
+                announce: true,
+                src: me,
+                seq,
+            };
+            let mut word = [0u8; ANNOUNCE_LEN];
+            word[..tag::HEADER].copy_from_slice(&head.encode());
+            word[tag::HEADER..].copy_from_slice(&(len as u64).to_le_bytes());
+            let rc = if self.fi.inject_size() >= ANNOUNCE_LEN {
+                // SAFETY: the announce on the stack, which inject copies during the call.
+                unsafe { sys::tinject(self.fi.ep(), word.as_ptr().cast(), ANNOUNCE_LEN, addr, 0) }
             } else {
                 let i = self.send_slot(node);
                 let s = &mut self.sends[i];
@@ -574,8 +597,8 @@ impl OfiMachine {
                 s.large = false;
                 let ptr = s.op.word.as_ptr();
                 let ctx = s.op.ctx();
-                // SAFETY: the word lives in the slot's boxed context until the completion.
-                match unsafe { sys::tsend(self.fi.ep(), ptr.cast(), 8, addr, t, ctx) } {
+                // SAFETY: the announce lives in the slot's boxed context until the completion.
+                match unsafe { sys::tsend(self.fi.ep(), ptr.cast(), ANNOUNCE_LEN, addr, 0, ctx) } {
                     0 => 0,
                     rc => {
                         self.free_sends.push(i);
@@ -586,7 +609,7 @@ impl OfiMachine {
             match rc {
                 0 => {
                     w.announced = true;
-                    self.peers[node].seq_out = self.peers[node].seq_out.wrapping_add(1);
+                    self.peers[node].seq_out = seq.wrapping_add(1) & tag::SEQ_MASK;
                 }
                 EAGAIN => return Ok(Some(w)),
                 rc => return Err(self.send_error(node, rc)),
@@ -709,20 +732,28 @@ impl OfiMachine {
         deliver: &mut dyn FnMut(Message),
         delivered: &mut usize,
     ) -> Result<(), MachineError> {
-        let from = tag::eager(e.tag).filter(|t| {
-            self.peers
-                .get(t.src)
-                .is_some_and(|p| p.addr.is_some() && !p.gone)
-        });
-        let Some(t) = from.filter(|_| self.node_of(src).is_some()) else {
-            // From outside the job (an address not in the vector, or bits no node of the job
-            // sets), or from a peer out of it: dropped, counted.
+        let b = &self.rx[i].buf;
+        let head = (e.len >= tag::HEADER)
+            .then(|| {
+                let mut h = [0u8; tag::HEADER];
+                h.copy_from_slice(&b[HEADROOM - tag::HEADER..HEADROOM]);
+                tag::Header::decode(h)
+            })
+            .flatten()
+            .filter(|h| {
+                self.peers
+                    .get(h.src)
+                    .is_some_and(|p| p.addr.is_some() && !p.gone)
+            });
+        let Some(t) = head.filter(|_| self.node_of(src).is_some()) else {
+            // From outside the job (an address not in the vector, or a header no node of the
+            // job writes), or from a peer out of it: dropped, counted.
             self.strangers += 1;
-            tracing::debug!(target: "ofi", src, tag = e.tag, len = e.len, "message from outside the job dropped");
+            tracing::debug!(target: "ofi", src, len = e.len, "message from outside the job dropped");
             return self.post_eager(i);
         };
         let (node, seq) = (t.src, t.seq);
-        let len = e.len.min(self.eager);
+        let len = (e.len - tag::HEADER).min(self.eager);
         let early = if !t.announce {
             {
                 let m = if len > self.eager / 2 {
@@ -777,16 +808,16 @@ impl OfiMachine {
     fn arrive(
         &mut self,
         node: usize,
-        seq: u16,
+        seq: u32,
         a: Early,
         deliver: &mut dyn FnMut(Message),
         delivered: &mut usize,
     ) -> Result<(), MachineError> {
         let p = &mut self.peers[node];
-        let ahead = seq.wrapping_sub(p.seq_in);
+        let ahead = seq.wrapping_sub(p.seq_in) & tag::SEQ_MASK;
         if ahead == 0 && p.early.is_empty() {
             // The common case: in order, nothing early.
-            p.seq_in = p.seq_in.wrapping_add(1);
+            p.seq_in = p.seq_in.wrapping_add(1) & tag::SEQ_MASK;
             return self.take(node, a, deliver, delivered);
         }
         if ahead >= tag::REORDER_WINDOW {
@@ -796,7 +827,7 @@ impl OfiMachine {
             ));
         }
         tracing::trace!(target: "ofi", node, seq, due = p.seq_in, "arrived early");
-        let ahead = usize::from(ahead);
+        let ahead = ahead as usize;
         if p.early.len() <= ahead {
             p.early.resize_with(ahead + 1, || None);
         }
@@ -812,7 +843,7 @@ impl OfiMachine {
             let Some(Some(a)) = p.early.pop_front() else {
                 break;
             };
-            p.seq_in = p.seq_in.wrapping_add(1);
+            p.seq_in = p.seq_in.wrapping_add(1) & tag::SEQ_MASK;
             self.take(node, a, deliver, delivered)?;
         }
         Ok(())
