@@ -5,7 +5,7 @@
 use std::fmt::Write as _;
 
 /// Layer features this crate may have; each maps to CARGO_FEATURE_<NAME>.
-const LAYER_FEATURES: &[&str] = &["tcp", "udp", "si", "mpi"];
+const LAYER_FEATURES: &[&str] = &["tcp", "udp", "si", "mpi", "ofi", "ucx"];
 
 /// Layer features on by default: every variant has them, so they do not make a build "custom".
 const BASE_FEATURES: &[&str] = &["tcp", "udp", "si"];

@@ -218,6 +218,10 @@ fn baselines(
         // si+mpi's raw baseline is MPI's: both ranks on one host, so it shows what the
         // shared-memory part wins over the MPI library's own.
         "mpi" | "si+mpi" => launched("mpi", sizes, iters, "raw-mpi")?,
+        // UCX's own tag-matching ping-pong over the layer's transports.
+        l if converse_ucx::tls_of(l).is_some() => {
+            raw::ucx_perftest(converse_ucx::tls_of(l).flatten(), sizes, iters, w)?
+        }
         // libfabric's own ping-pong over the provider the transport string names (plain
         // `ofi`: tcp;ofi_rxm, the one it picks here).
         ofi if ofi.starts_with("ofi") => {
@@ -230,7 +234,7 @@ fn baselines(
         }
         other => anyhow::bail!(
             "no raw baseline for layer '{other}' yet (layers: local, tcp, udp, si, mpi, si+mpi, \
-             ofi, ofi+PROTOCOL)"
+             ofi, ofi+PROTOCOL, ucx, ucx+TRANSPORT)"
         ),
     };
     let RawMpi {

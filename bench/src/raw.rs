@@ -675,3 +675,79 @@ pub(crate) fn fi_pingpong(provider: &str, sizes: &[usize], iters: u64) -> anyhow
     }
     Ok(rows)
 }
+
+/// UCX's own baseline: `ucx_perftest -t tag_lat` (UCP tagged ping-pong, busy polling) between
+/// two processes on this host, over `tls` (`UCX_TLS`; `None`: the environment's, or UCX's
+/// choice), one server and one client per size. It reports the one-way median and mean only,
+/// so the row's other percentiles are its median. Needs `ucx_perftest` (Debian: ucx-utils).
+pub(crate) fn ucx_perftest(
+    tls: Option<&str>,
+    sizes: &[usize],
+    iters: u64,
+    warmup: u64,
+) -> anyhow::Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for &size in sizes {
+        // A free port: bound, read, released (the server binds it a moment later).
+        let port = TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port()
+            .to_string();
+        let cmd = |extra: &[&str]| {
+            let mut c = std::process::Command::new("ucx_perftest");
+            if let Some(t) = tls {
+                c.env("UCX_TLS", t);
+            }
+            c.args(extra).args(["-p", &port]);
+            c.stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::null());
+            c
+        };
+        let mut server = cmd(&[])
+            .spawn()
+            .map_err(|e| anyhow::anyhow!("ucx_perftest (ucx-utils) cannot be started: {e}"))?;
+        let (n, w, s) = (
+            iters.to_string(),
+            warmup.to_string(),
+            size.max(1).to_string(),
+        );
+        let mut out = None;
+        for _ in 0..20 {
+            std::thread::sleep(Duration::from_millis(100));
+            let o = cmd(&["127.0.0.1", "-t", "tag_lat", "-s", &s, "-n", &n, "-w", &w]).output()?;
+            if o.status.success() {
+                out = Some(String::from_utf8_lossy(&o.stdout).into_owned());
+                break;
+            }
+        }
+        let _ = server.kill();
+        let _ = server.wait();
+        let out = out.ok_or_else(|| anyhow::anyhow!("ucx_perftest -s {s} did not run"))?;
+        // "Final:  ITERS  P50  AVERAGE  OVERALL  MB/s ...", latencies in microseconds.
+        let f: Vec<f64> = out
+            .lines()
+            .find(|l| l.trim_start().starts_with("Final:"))
+            .map(|l| {
+                l.split_whitespace()
+                    .skip(1)
+                    .filter_map(|x| x.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let [count, p50, mean, ..] = f[..] else {
+            anyhow::bail!("ucx_perftest -s {s}: no Final line in {out}");
+        };
+        let p50_ns = (p50 * 1000.0) as u64;
+        rows.push(Row {
+            what: "ucx_perftest".into(),
+            size,
+            count: count as u64,
+            min_ns: p50_ns,
+            p50_ns,
+            p99_ns: p50_ns,
+            max_ns: p50_ns,
+            mean_ns: mean * 1000.0,
+        });
+    }
+    Ok(rows)
+}

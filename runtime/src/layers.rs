@@ -25,11 +25,14 @@ pub(crate) const COMPILED: &[Layer] = &[
 ];
 
 /// The fabric layers compiled in, each a list of layers, one per transport string
-/// (`ofi+tcp`, `ofi+shm`, ...: the same layer with the provider its name selects); after the
-/// others in preference, so a fabric is used when named (`+machine`, or a variant's default).
+/// (`ofi+tcp`, `ofi+shm`, ...: the same layer with the provider its name selects; `ucx+tcp`,
+/// ... with UCX's transports); after the others in preference, so a fabric is used when named
+/// (`+machine`, or a variant's default).
 const FABRICS: &[&[Layer]] = &[
     #[cfg(feature = "ofi")]
     converse_ofi::LAYERS,
+    #[cfg(feature = "ucx")]
+    converse_ucx::LAYERS,
 ];
 
 /// Every layer name the project knows: [`KNOWN`] and the fabric layers' transport strings.
@@ -38,6 +41,7 @@ fn known() -> impl Iterator<Item = &'static str> {
         .iter()
         .copied()
         .chain(converse_ofi::TRANSPORTS.iter().map(|t| t.0))
+        .chain(converse_ucx::NAMES.iter().copied())
 }
 
 /// The composite layers compiled in (one job over several transports, each peer reached by
@@ -153,8 +157,19 @@ pub(crate) fn describe(
 /// even where it is not compiled in (a variant file for it is still checked).
 pub(crate) fn settings() -> Vec<&'static [converse_machine::SettingSpec]> {
     let mut groups = vec![crate::scheduler::SETTINGS];
-    let extra = [converse_mpi::SETTINGS, converse_ofi::SETTINGS];
-    for g in self::all().map(|l| l.settings).chain(extra) {
+    let extra = [
+        converse_mpi::SETTINGS,
+        converse_ofi::SETTINGS,
+        converse_ucx::SETTINGS,
+    ];
+    // The fabric layers declare theirs in `extra` whether compiled in or not: the same order
+    // in every build (README's table).
+    for g in COMPOSED
+        .iter()
+        .chain(COMPILED)
+        .map(|l| l.settings)
+        .chain(extra)
+    {
         let known = |x: &&[converse_machine::SettingSpec]| x.first().map(|s| s.key);
         if !g.is_empty() && !groups.iter().any(|x| known(x) == known(&g)) {
             groups.push(g);

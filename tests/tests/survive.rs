@@ -170,3 +170,15 @@ mod si_tcp {
     use super::*;
     survive_suite!("si+tcp",);
 }
+
+#[cfg(feature = "ucx")]
+mod ucx_tcp {
+    use super::*;
+    survive_suite!("ucx+tcp",);
+}
+
+#[cfg(feature = "ucx")]
+mod ucx_shm {
+    use super::*;
+    survive_suite!("ucx+shm",);
+}
