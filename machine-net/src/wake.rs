@@ -1,4 +1,4 @@
-//! The net layers' [`Wake`]: an eventfd in the set a node's idle poll watches (TCP's epoll set,
+//! The net layers' [`Wake`](converse_machine::Wake): an eventfd in the set a node's idle poll watches (TCP's epoll set,
 //! UDP's `ppoll`), which other threads ring to end that poll.
 //!
 //! An eventfd's counter is what makes a wake sticky: written while the node is not polling,
