@@ -13,6 +13,7 @@ use crate::fabric::{Fabric, Want};
 use crate::info;
 use crate::sys;
 use crate::tag;
+use converse_bootstrap::cleanup::{remove_on_exit, RemoveOnExit};
 use converse_bootstrap::client::LaunchEnv;
 use converse_bootstrap::session::Open;
 use converse_bootstrap::Bootstrap;
@@ -88,6 +89,7 @@ pub(crate) struct OfiOpen<C> {
     eager: usize,
     rx_posted: usize,
     name: Vec<u8>,
+    segments: Vec<RemoveOnExit>,
     _choice: PhantomData<C>,
 }
 
@@ -105,13 +107,26 @@ impl<C: Choice> Open for OfiOpen<C> {
     ) -> Result<Self, MachineError> {
         let eager = crate::EAGER_KIB.read_whole(&cfg.settings)? as usize * 1024;
         let rx_posted = crate::RX_POSTED.read_whole(&cfg.settings)? as usize;
+        let provider = provider::<C>(&cfg.settings)?;
+        // shm's segment is /dev/shm/NAME:0:0 (domain and endpoint index after the name),
+        // registered before it exists: if the job ends while this node starts (charmrun has
+        // then already removed the job's files), the watchdog ends the process at any moment,
+        // and a segment made and not yet registered would outlive it (16 MiB each).
+        let shm_name = format!("ofi-{}", env.node);
+        let segments = if provider.as_deref() == Some("shm") {
+            vec![
+                remove_on_exit(env.shm_path(&format!("{shm_name}:0:0"))),
+                remove_on_exit(env.shm_path(&shm_name)),
+            ]
+        } else {
+            Vec::new()
+        };
         let want = Want {
-            provider: provider::<C>(&cfg.settings)?,
+            provider,
             node: Some(launcher.local_ip().to_string()),
             shm_name: Some(format!(
-                "{}ofi-{}",
-                converse_machine::launch::shm_prefix(&env.job),
-                env.node
+                "{}{shm_name}",
+                converse_machine::launch::shm_prefix(&env.job)
             )),
             nodes: env.num_nodes,
         };
@@ -125,6 +140,7 @@ impl<C: Choice> Open for OfiOpen<C> {
             eager,
             rx_posted,
             name,
+            segments,
             _choice: PhantomData,
         })
     }
@@ -139,14 +155,16 @@ impl<C: Choice> Open for OfiOpen<C> {
         table: NodeTable,
         _: &dyn Bootstrap,
     ) -> Result<OfiMachine, MachineError> {
-        OfiMachine::new(
+        let mut m = OfiMachine::new(
             self.fi,
             env.node,
             table,
             self.eager,
             self.rx_posted,
             C::NAME,
-        )
+        )?;
+        m.segments = self.segments;
+        Ok(m)
     }
 }
 
@@ -285,6 +303,8 @@ pub struct OfiMachine {
     wake: WakeFd,
     strangers: u64,
     truncated: u64,
+    /// shm's segment, removed when the node ends (after `fi` closed it), however it ends.
+    segments: Vec<RemoveOnExit>,
 }
 
 impl std::fmt::Debug for OfiMachine {
@@ -397,6 +417,7 @@ impl OfiMachine {
             wake,
             strangers: 0,
             truncated: 0,
+            segments: Vec::new(),
         };
         // Half the provider's receive queue at most: large messages' receives need room too
         // (with every slot taken by eager receives, a large one could never be posted, and
