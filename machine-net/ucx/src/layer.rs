@@ -21,7 +21,6 @@
 //!   peer, and the next call reports it as [`MachineError::PeerDead`], once.
 
 use crate::sys;
-use crate::wake::WakeFd;
 use crate::{Kind, PeerErrors, ERR_MODE, EXIT_FLUSH, KINDS, TLS};
 use converse_bootstrap::client::LaunchEnv;
 use converse_bootstrap::session::{self, Open};
@@ -30,6 +29,7 @@ use converse_machine::{zeroed, BufferPool, ENVELOPE_LEN, HEADROOM};
 use converse_machine::{
     BootConfig, Layer, Machine, MachineError, Message, NodeTable, Part, Transport, Wake,
 };
+use converse_net::wake::WakeFd;
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use std::cell::Cell;
 use std::collections::VecDeque;

@@ -13,9 +13,6 @@
 mod layer;
 #[cfg(feature = "ucx")]
 mod sys;
-// Needs no UCX: its tests run in every build.
-#[cfg(any(feature = "ucx", test))]
-mod wake;
 
 #[cfg(feature = "ucx")]
 pub use layer::{boot_with, UcxMachine, UcxOpen, LAYERS};

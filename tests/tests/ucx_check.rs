@@ -1,6 +1,6 @@
 //! The in-process check of the `Machine` contract (`converse_machine::check`) on the UCX
 //! layers this host can run (tcp, shared memory): each node a thread of this test process,
-//! started by charmrun's embedded launcher, as `tests/tests/layer_check.rs` does for the
+//! started by charmrun's embedded launcher, as `layer_check.rs` does for the
 //! other launched layers.
 
 #![cfg(feature = "ucx")]
