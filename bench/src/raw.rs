@@ -644,8 +644,19 @@ pub(crate) fn fi_pingpong(provider: &str, sizes: &[usize], iters: u64) -> anyhow
         let mut server = args(&["-B", &port.to_string()])
             .spawn()
             .context("starting fi_pingpong (Debian: libfabric-bin)")?;
-        std::thread::sleep(Duration::from_millis(300));
-        let client = args(&["-P", &port.to_string(), "127.0.0.1"]).output();
+        // The client fails at once while the server is not listening yet: tried again until
+        // it runs (or the server has ended), for at most 5 s.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let client = loop {
+            let out = args(&["-P", &port.to_string(), "127.0.0.1"]).output();
+            let listening = matches!(server.try_wait(), Ok(None));
+            match out {
+                Ok(o) if !o.status.success() && listening && Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                other => break other,
+            }
+        };
         let _ = server.kill();
         let _ = server.wait();
         let out = client.context("running fi_pingpong's client")?;

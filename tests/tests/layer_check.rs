@@ -6,18 +6,27 @@ use charmrun::launch::{start_embedded, NodeStart};
 use converse_machine::{BootConfig, LaunchEnv};
 use std::time::Duration;
 
-/// Run the check on `layer` with `n` nodes started by the embedded launcher, and return what
+/// Run the check on `layer` with `n` nodes started by the embedded launcher, and check what
 /// the launcher says the job's exit code was.
 fn check_launched(layer: &str, n: usize) {
+    check_launched_with(layer, n, &[]);
+}
+
+/// The same, with `settings` given to every node.
+fn check_launched_with(layer: &str, n: usize, settings: &[(&str, &str)]) {
     let layer = converse::find_layer(layer).expect("layer compiled in");
     let mut opts = charmrun::opts::Opts::with_pes(n);
     opts.timeout = Duration::from_secs(30);
     let plan = (0..n).map(|_| NodeStart::InProcess).collect();
     let job = start_embedded(opts, plan).expect("the embedded launcher starts");
     let envs: Vec<LaunchEnv> = job.envs().to_vec();
-    let report = converse_machine::check::run(layer, n, |i| BootConfig {
-        launch: envs.get(i).cloned(),
-        ..BootConfig::new(n)
+    let report = converse_machine::check::run(layer, n, |i| {
+        let mut cfg = BootConfig::new(n);
+        cfg.launch = envs.get(i).cloned();
+        for (k, v) in settings {
+            cfg.settings.set(*k, *v);
+        }
+        cfg
     });
     if report.is_err() {
         job.cancel("the check failed");
@@ -76,3 +85,41 @@ fn ofi_tcp_keeps_the_contract() {
 // Not `ofi+shm`: the check runs its nodes as threads of this one process, and with four shm
 // endpoints in one process the provider stopped completing messages after a few hundred
 // (machine-net/ofi/README.md); its whole-job suite (tests/ofi.rs) runs a process per node.
+
+/// The UCX layers this host can run: tcp, shared memory, and `ucx+all` narrowed by its
+/// setting.
+#[cfg(feature = "ucx")]
+mod ucx {
+    use super::check_launched_with;
+
+    #[test]
+    fn ucx_tcp_keeps_the_contract() {
+        check_launched_with("ucx+tcp", 4, &[]);
+    }
+
+    #[test]
+    fn ucx_shm_keeps_the_contract() {
+        check_launched_with("ucx+shm", 4, &[]);
+    }
+
+    #[test]
+    fn the_tls_setting_overrides_the_layer_names_set() {
+        check_launched_with("ucx+all", 3, &[("ucx.tls", "tcp,self")]);
+    }
+
+    #[test]
+    fn a_bad_transport_list_is_refused() {
+        let layer = converse::find_layer("ucx").expect("compiled in");
+        let mut s = converse_machine::Settings::default();
+        s.set("ucx.tls", "tcp;rm -rf");
+        assert!((layer.check)(&s).is_err());
+        s.set("ucx.tls", "tcp,self");
+        assert!((layer.check)(&s).is_ok());
+    }
+
+    #[test]
+    fn every_name_has_a_layer() {
+        let names: Vec<&str> = converse_ucx::LAYERS.iter().map(|l| l.name).collect();
+        assert_eq!(names, converse_ucx::NAMES);
+    }
+}
