@@ -384,6 +384,14 @@ impl Si {
         }
     }
 
+    /// Per node of the job, the process id of those on this host (published in their blocks
+    /// at start-up): whose memory [`converse_machine::ProcessMemory`] may reach.
+    pub fn pids(&self) -> Vec<Option<i32>> {
+        (0..self.local.len())
+            .map(|node| self.block(node).map(|b| b.owner_pid()).filter(|&p| p > 0))
+            .collect()
+    }
+
     /// Whether `node`'s process has left or is gone.
     fn peer_gone(&self, node: usize) -> bool {
         let pid = self.block(node).map_or(0, |b| b.owner_pid());

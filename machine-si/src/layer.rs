@@ -387,6 +387,14 @@ impl Transport for SiMachine {
         Some(self.waker.clone())
     }
 
+    fn rma(&self) -> Option<Arc<dyn converse_machine::Rma>> {
+        // The host's nodes, by the process ids they published in the segment: a one-sided
+        // transfer between them is one copy by the kernel (`converse_machine::rma`).
+        Some(Arc::new(converse_machine::ProcessMemory::new(
+            self.si.pids(),
+        )))
+    }
+
     fn counters(&self) -> Vec<(&'static str, u64)> {
         // Messages lent (large ones the receiver copies from our memory) is the count the
         // layer already keeps; the rest went through the rings.

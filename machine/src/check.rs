@@ -13,7 +13,12 @@
 //!    and the interconnect is quiet): a wake from another thread ends a long `wait`, a wake
 //!    before `wait` makes it return at once, a burst of wakes from several threads ends a
 //!    `wait` and leaves the waker working;
-//! 4. meets the others in a last barrier and calls [`Machine::exit`].
+//! 4. if the layer offers direct copies ([`rma`](crate::Transport::rma)): for every node it
+//!    says it reaches, a gather written and a scatter read are the bytes, a bad address is a
+//!    returned fault (no signal), and a node outside the job is not reached. The nodes are
+//!    threads of one process here, so this checks the calls, not the reach across processes
+//!    (the whole-job one-sided tests do);
+//! 5. meets the others in a last barrier and calls [`Machine::exit`].
 //!
 //! A layer booted in one call for all nodes (the in-process layer) is checked with a
 //! configuration without [`launch`](BootConfig::launch); a launched layer is booted once per
@@ -62,6 +67,9 @@ pub struct Report {
     pub during_barrier: u64,
     /// Whether every node had a [`waker`](crate::Transport::waker), and it kept its promises.
     pub woken: bool,
+    /// Whether every node offered direct copies ([`rma`](crate::Transport::rma)) and they
+    /// kept their promises.
+    pub rma: bool,
 }
 
 /// The contract was broken, or the layer failed; the text names the node and what it saw.
@@ -131,12 +139,14 @@ pub fn run(
         messages: 0,
         during_barrier: 0,
         woken: true,
+        rma: true,
     };
     for r in results {
         let o = r?;
         report.messages += o.messages;
         report.during_barrier += o.during_barrier;
         report.woken &= o.woken;
+        report.rma &= o.rma;
     }
     Ok(report)
 }
@@ -146,6 +156,7 @@ struct Outcome {
     messages: u64,
     during_barrier: u64,
     woken: bool,
+    rma: bool,
 }
 
 fn join_all(
@@ -384,7 +395,14 @@ fn exercise(
         failure = check_waker(&mut *m, &w).err();
     }
 
-    // 4. Nobody leaves while a peer still receives.
+    // 4. Direct copies, where the layer offers them.
+    let rma = m.rma();
+    let has_rma = rma.is_some();
+    if let (Some(r), None, None) = (rma, &failure, &node.broken) {
+        failure = check_rma(&*r, nodes).err();
+    }
+
+    // 5. Nobody leaves while a peer still receives.
     let mut stray = None;
     let last = m.barrier(&mut |msg| {
         stray.get_or_insert_with(|| {
@@ -406,8 +424,43 @@ fn exercise(
             messages: node.total,
             during_barrier: node.during,
             woken,
+            rma: has_rma,
         }),
     }
+}
+
+/// The [`Rma`](crate::Rma) promises that can be seen inside one process (see the module docs).
+fn check_rma(r: &dyn crate::Rma, nodes: usize) -> Result<(), String> {
+    if r.reaches(nodes) {
+        return Err(format!("rma: reaches node {nodes}, outside the job"));
+    }
+    let src: Vec<u8> = (0..70_000u32).map(|i| (i % 253) as u8).collect();
+    for node in (0..nodes).filter(|&n| r.reaches(n)) {
+        let mut dst = vec![0u8; src.len()];
+        let (a, b) = src.split_at(1000);
+        match r.write(node, &[a, &[], b], dst.as_mut_ptr() as u64) {
+            Ok(()) if dst == src => {}
+            Ok(()) => return Err(format!("rma: a write to node {node} left other bytes")),
+            // The host forbids it: the runtime falls back to messages, as the layer says.
+            Err(crate::RmaFault::Denied { .. }) if !r.reaches(node) => continue,
+            Err(e) => return Err(format!("rma: write to node {node}: {e}")),
+        }
+        let (mut x, mut y) = (vec![0u8; 3], vec![0u8; src.len() - 3]);
+        r.read(node, src.as_ptr() as u64, &mut [&mut x[..], &mut y[..]])
+            .map_err(|e| format!("rma: read from node {node}: {e}"))?;
+        if x[..] != src[..3] || y[..] != src[3..] {
+            return Err(format!("rma: a read from node {node} gave other bytes"));
+        }
+        match r.read(node, 8, &mut [&mut x[..]]) {
+            Err(crate::RmaFault::Fault { .. }) => {}
+            other => {
+                return Err(format!(
+                    "rma: reading address 8 of node {node} gave {other:?}, not a fault"
+                ))
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Check only the [`Wake`] contract on one node, for a layer whose nodes cannot all run in one

@@ -4,6 +4,7 @@ use crate::error::MachineError;
 use crate::launch::LaunchEnv;
 use crate::message::Message;
 use crate::node_table::NodeTable;
+use crate::rma::Rma;
 use crate::settings::{SettingSpec, Settings};
 use std::sync::Arc;
 use std::time::Duration;
@@ -217,6 +218,17 @@ pub trait Transport: Send {
     /// most that long when the node was idle, and an idle node wakes a thousand times a
     /// second. Every layer of this repository provides one.
     fn waker(&self) -> Option<Arc<dyn Wake>> {
+        None
+    }
+
+    /// Direct copies between this process's memory and its peers' ([`Rma`], the optional
+    /// one-sided half of the contract; [`crate::rma`] says how the runtime uses it). Asked
+    /// for once, at start-up, after boot.
+    ///
+    /// Optional: with the default, `None`, one-sided transfers travel as messages (a get's
+    /// bytes copied into its answer, a put's into its request), which is correct on every
+    /// layer. The SI layer and the in-process one offer [`ProcessMemory`](crate::ProcessMemory).
+    fn rma(&self) -> Option<Arc<dyn Rma>> {
         None
     }
 

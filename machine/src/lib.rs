@@ -8,6 +8,7 @@
 //! - [`Settings`]: named settings with the variant's defaults.
 //! - [`launch`]: what a launcher tells the nodes it starts ([`launch::LaunchEnv`]).
 //! - [`bytes`]: the checked byte reader and writer every format uses.
+//! - [`rma`]: direct copies between processes' memory, the optional one-sided half.
 //! - [`check`]: the contract checked against any layer inside one process.
 //! - [`local`]: the in-process layer, the embedded default and reference implementation.
 
@@ -25,6 +26,7 @@ pub mod log;
 mod message;
 mod node_table;
 mod pool;
+pub mod rma;
 mod settings;
 pub mod suggest;
 pub mod writes;
@@ -38,6 +40,7 @@ pub use launch::LaunchEnv;
 pub use message::{zeroed, Message, ENVELOPE_LEN, HEADROOM};
 pub use node_table::{NodeInfo, NodeTable};
 pub use pool::BufferPool;
+pub use rma::{ProcessMemory, Rma, RmaFault};
 pub use settings::{
     check_declared, markdown_table, SettingSpec, Settings, Value, FAULTS, FAULTS_SETTING,
 };

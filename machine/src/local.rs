@@ -162,6 +162,14 @@ impl Transport for LocalMachine {
         Some(self.waker.clone())
     }
 
+    fn rma(&self) -> Option<Arc<dyn crate::Rma>> {
+        // Every node is a thread of this process: cross-memory attach to ourselves, which
+        // the kernel always allows a process.
+        Some(Arc::new(crate::ProcessMemory::this_process(
+            self.table.num_nodes(),
+        )))
+    }
+
     fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
         let mut n = 0;
         if let Some(m) = self.caught.take() {
@@ -269,6 +277,7 @@ mod tests {
         let report = crate::check::run(&LAYER, 4, |_| cfg(4)).expect("check");
         assert_eq!(report.nodes, 4);
         assert!(report.woken, "every node has a waker, and it works");
+        assert!(report.rma, "every node offers direct copies, and they work");
     }
 
     #[test]

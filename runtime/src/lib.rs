@@ -463,12 +463,9 @@ impl<F: Fn(&mut Pe) + Sync> Job<'_, F> {
         if pes == 1 {
             return vec![self.run_pe(Link::Own(machine), table, node, first)];
         }
-        let shared = Arc::new(NodeShared::new(
-            node,
-            &table,
-            machine.layer(),
-            machine.waker(),
-        ));
+        let mut shared = NodeShared::new(node, &table, machine.layer(), machine.waker());
+        shared.rma = machine.rma();
+        let shared = Arc::new(shared);
         std::thread::scope(|s| {
             let workers: Vec<_> = (0..pes)
                 .map(|rank| {

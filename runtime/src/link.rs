@@ -37,6 +37,15 @@ impl Link {
         }
     }
 
+    /// The layer's direct copies to other nodes' memory, if it has them (asked once, when
+    /// the PE starts).
+    pub(crate) fn rma(&self) -> Option<Arc<dyn converse_machine::Rma>> {
+        match self {
+            Link::Own(m) => m.rma(),
+            Link::Worker { node, .. } => node.rma.clone(),
+        }
+    }
+
     /// Wire bytes held for `node` on their way out.
     #[inline]
     pub(crate) fn queued(&self, node: usize) -> usize {

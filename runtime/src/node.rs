@@ -215,6 +215,11 @@ pub(crate) struct NodeShared {
     comm: CachePadded<Sleeper>,
     /// Wakes the communication thread out of the layer's `wait`, when the layer has one.
     waker: Option<Arc<dyn Wake>>,
+    /// The layer's direct copies to other nodes' memory ([`Transport::rma`]), asked for once
+    /// so that worker PEs use it without the communication thread.
+    ///
+    /// [`Transport::rma`]: converse_machine::Transport::rma
+    pub rma: Option<Arc<dyn converse_machine::Rma>>,
     /// Workers still running; the communication thread leaves the layer once none is.
     live_workers: AtomicUsize,
     /// The node's exit code: the first non-zero one a worker reports.
@@ -259,6 +264,7 @@ impl NodeShared {
             held: (0..table.num_nodes()).map(|_| Held::default()).collect(),
             comm: CachePadded::new(Sleeper::default()),
             waker,
+            rma: None,
             live_workers: AtomicUsize::new(pes),
             exit_code: AtomicI32::new(0),
             aborting: AtomicBool::new(false),

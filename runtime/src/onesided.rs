@@ -4,11 +4,15 @@
 //! its own memory or *puts* its bytes into it, and a callback on the initiating PE says when
 //! the transfer is complete; a put may also run a notification handler on the region's PE.
 //!
-//! **This build moves the bytes over messages on every layer** (the reference implementation
+//! **Two paths, one contract.** Over messages, on every layer (the reference implementation
 //! GASNet keeps for conduits without RDMA, and Mercury's emulation on two-sided plugins): a
-//! get is a request to the region's PE answered with the bytes, a put carries its bytes to it.
-//! Native paths (SI's cross-process reads, MPI RMA, the fabric layers') are the layers' to add
-//! behind the same API and contract.
+//! get is a request to the region's PE answered with the bytes, a put carries its bytes to
+//! it. **Direct** (`direct.rs`), from `onesided.direct_kib` (32 KiB) on, where the layer
+//! reaches the other process's memory ([`converse_machine::Rma`]: si, local, and the PEs of
+//! one SMP node): the request carries the address of the initiator's buffer, and the region's
+//! PE copies between it and the region with one kernel copy (no copy into or out of a
+//! message). MPI RMA and the fabric layers' RDMA need an asynchronous form of the layer's
+//! contract that is not written yet; there, transfers go over messages.
 //!
 //! **The contract** (what a native path must keep too):
 //! - *Ordering*: a get or put is ordered with the initiator's messages to the region's PE as a
@@ -40,9 +44,13 @@
 //! | put | [`PUT`] | request id u64, region id u32, generation u32, offset u64, notify handler u64 (`u64::MAX`: none), the bytes |
 //! | put answer | [`PUT_DONE`] | request id u64, status u8 |
 //! | a PE to itself | [`REFUSED`] | request id u64: a transfer refused before it was sent, its callback due |
+//! | direct get, direct put | 5, 6 | see `direct.rs` |
 //!
-//! Status: 0 done, 1 no such region (stale), 2 out of range. A put's notification is a message
+//! Status: 0 done, 1 no such region (stale), 2 out of range; for direct transfers 3 copied,
+//! 4 copy refused (sent again over messages), 5 copy faulted. A put's notification is a message
 //! to the handler named, run on the region's PE, its payload a [`PutNotice`].
+
+mod direct;
 
 use crate::lifecycle::SystemHandler;
 use crate::pe::{HandlerId, Pe};
@@ -108,6 +116,13 @@ pub enum RmaError {
     /// A handle's bytes that are not one.
     #[error("not a region handle ({0} bytes)")]
     NotAHandle(usize),
+    /// The region's PE could not copy the bytes straight to or from this PE's memory (its
+    /// process faulted on the address: a defect, reported rather than raised).
+    #[error("PE {pe} could not copy the bytes to or from this PE's memory")]
+    Copy {
+        /// The region's PE.
+        pe: usize,
+    },
 }
 
 /// A registered region, held by the PE that registered it: the only way to reach or
@@ -280,13 +295,20 @@ enum Pending {
         pe: usize,
         region: u32,
         range: Range<u64>,
+        /// A direct get's buffer, which the region's PE copies into (payload: 9 bytes, as a
+        /// get's answer, then the bytes, so it becomes the `Got`).
+        into: Option<Message>,
         done: GetDone,
     },
     Put {
         pe: usize,
         region: u32,
+        gen: u32,
         range: Range<u64>,
         data: Vec<u8>,
+        /// Sent direct: the region's PE copies out of `data`.
+        direct: bool,
+        notify: u64,
         done: PutDone,
     },
 }
@@ -303,6 +325,24 @@ pub(crate) struct OneSided {
     refused: HashMap<u64, RmaError>,
     pending: HashMap<u64, Pending>,
     next_req: u64,
+    /// How this PE reaches other PEs' memory for direct transfers.
+    direct: direct::Direct,
+}
+
+impl OneSided {
+    /// With direct transfers from `min` bytes where `layer` (or this process, for this
+    /// node's PEs) reaches.
+    pub(crate) fn new(
+        layer: Option<std::sync::Arc<dyn converse_machine::Rma>>,
+        my_node: usize,
+        nodes: usize,
+        min: u64,
+    ) -> OneSided {
+        OneSided {
+            direct: direct::Direct::new(layer, my_node, nodes, min),
+            ..OneSided::default()
+        }
+    }
 }
 
 fn system() -> HandlerId {
@@ -418,15 +458,29 @@ impl Pe {
         let pe = from.pe();
         let checked = self.check_target(from, &range);
         let id = self.next_request();
-        let mut m = Message::with_capacity(HEAD);
-        m.extend_payload(&head(id, from, range.start, range.end - range.start));
-        m.set_arg0(GET);
+        let len = range.end.saturating_sub(range.start);
+        let (m, into) = if checked.is_ok() && self.goes_direct(pe, len) {
+            // The buffer the region's PE copies into, laid out as a get's answer; calloc'd,
+            // so its pages are not written twice (the kernel's zero pages until the copy).
+            let mut into = Message::new(9 + len as usize);
+            let addr = into.payload_mut()[9..].as_mut_ptr() as u64;
+            let mut m = Message::with_capacity(direct::GET_LEN);
+            m.extend_payload(&direct::get_request(id, from, range.start, len, addr));
+            m.set_arg0(direct::GET_DIRECT);
+            (m, Some(into))
+        } else {
+            let mut m = Message::with_capacity(HEAD);
+            m.extend_payload(&head(id, from, range.start, len));
+            m.set_arg0(GET);
+            (m, None)
+        };
         self.onesided.pending.insert(
             id,
             Pending::Get {
                 pe,
                 region: from.id,
                 range,
+                into,
                 done: Box::new(done),
             },
         );
@@ -454,19 +508,29 @@ impl Pe {
         let range = offset..offset.saturating_add(data.len() as u64);
         let checked = self.check_target(to, &range);
         let id = self.next_request();
-        let mut m = Message::with_capacity(HEAD + data.len());
         let notify = notify.map_or(NO_NOTIFY, |h| u64::from(h.raw()));
-        m.extend_payload(&head(id, to, offset, notify));
-        // The one copy of the bytes on this side: into the message the layer sends.
-        m.extend_payload(&data);
-        m.set_arg0(PUT);
+        let direct = checked.is_ok() && self.goes_direct(pe, data.len() as u64);
+        let m = if direct {
+            // No copy on this side: the region's PE copies out of `data`, which the pending
+            // transfer holds until it answers.
+            let (addr, len) = (data.as_ptr() as u64, data.len() as u64);
+            let mut m = Message::with_capacity(direct::PUT_LEN);
+            m.extend_payload(&direct::put_request(id, to, offset, notify, addr, len));
+            m.set_arg0(direct::PUT_DIRECT);
+            m
+        } else {
+            put_message(id, to, offset, notify, &data)
+        };
         self.onesided.pending.insert(
             id,
             Pending::Put {
                 pe,
                 region: to.id,
+                gen: to.gen,
                 range,
                 data,
+                direct,
+                notify,
                 done: Box::new(done),
             },
         );
@@ -486,6 +550,21 @@ impl Pe {
         m.set_arg0(REFUSED);
         let me = self.my_pe;
         self.send_msg(me, system(), m);
+    }
+
+    /// Whether a transfer of `len` bytes with `pe`'s region is copied directly.
+    fn goes_direct(&mut self, pe: usize, len: u64) -> bool {
+        let node = self.node_of(pe);
+        let yes = pe != self.my_pe && self.onesided.direct.takes(node, len);
+        self.onesided.direct.started += u64::from(yes);
+        yes
+    }
+
+    /// One-sided transfers this PE started that were copied straight between its memory and
+    /// the region's PE's (`onesided.direct_kib`) rather than carried in messages: for tests
+    /// and tools that check which path a layer takes.
+    pub fn direct_transfers(&self) -> u64 {
+        self.onesided.direct.started
     }
 
     fn next_request(&mut self) -> u64 {
@@ -526,74 +605,55 @@ impl Pe {
             return self.drop_message(&msg, "a one-sided message without its request id");
         };
         match msg.arg0() {
-            GET => {
+            kind @ (GET | direct::GET_DIRECT) => {
                 let (Ok(region), Ok(gen), Ok(off), Ok(len)) = (r.u32(), r.u32(), r.u64(), r.u64())
                 else {
                     return self.drop_message(&msg, "a malformed get request");
                 };
-                let out = match self.slot(region, gen) {
-                    None => status_message(id, STALE),
-                    Some(s) if off.checked_add(len).is_none_or(|end| end > s.len) => {
-                        status_message(id, OUT_OF_RANGE)
-                    }
-                    Some(s) => {
-                        // Sized only now that the range is known to be the region's.
-                        let mut out = Message::with_capacity(9 + len as usize);
-                        out.extend_payload(&id.to_le_bytes());
-                        out.extend_payload(&[DONE]);
-                        // The one copy on this side: out of the region into the answer.
-                        for (i, at, n) in s.pieces(off..off + len) {
-                            out.extend_payload(&s.parts[i][at..at + n]);
-                        }
-                        out
-                    }
+                let into = match (kind, r.u64()) {
+                    (GET, _) => None,
+                    (_, Ok(addr)) => Some(addr),
+                    (_, Err(_)) => return self.drop_message(&msg, "a malformed direct get"),
                 };
-                let mut out = out;
+                let mut out =
+                    self.answer_get(from, id, region, gen, off..off.saturating_add(len), into);
                 out.set_arg0(GOT);
                 self.send_msg(from, system(), out);
             }
-            PUT => {
+            kind @ (PUT | direct::PUT_DIRECT) => {
                 let (Ok(region), Ok(gen), Ok(off), Ok(notify)) =
                     (r.u32(), r.u32(), r.u64(), r.u64())
                 else {
                     return self.drop_message(&msg, "a malformed put");
                 };
                 let data = msg.payload().get(HEAD..).unwrap_or_default();
-                let status = match self.onesided.slots.get_mut(region as usize) {
-                    Some(Some(s)) if s.gen == gen => match off.checked_add(data.len() as u64) {
-                        Some(end) if end <= s.len => {
-                            let pieces: Vec<(usize, usize, usize)> = s.pieces(off..end).collect();
-                            let mut taken = 0;
-                            for (i, at, n) in pieces {
-                                s.parts[i][at..at + n].copy_from_slice(&data[taken..taken + n]);
-                                taken += n;
-                            }
-                            DONE
+                let mut len = data.len() as u64;
+                let status = if kind == PUT {
+                    self.write_region(region, gen, off, len, |parts| {
+                        let mut taken = 0;
+                        for p in parts {
+                            p.copy_from_slice(&data[taken..taken + p.len()]);
+                            taken += p.len();
                         }
-                        _ => OUT_OF_RANGE,
-                    },
-                    _ => STALE,
-                };
-                // Only a program's own handler may be named (a system one would act on a
-                // notice as on its own message).
-                let notify = u32::try_from(notify)
-                    .ok()
-                    .filter(|&h| h >= crate::lifecycle::USER_BASE);
-                if let (DONE, Some(notify)) = (status, notify) {
-                    let handle = RegionHandle {
-                        pe: self.my_pe as u32,
-                        id: region,
-                        gen,
-                        len: self.slot(region, gen).map_or(0, |s| s.len),
+                        DONE
+                    })
+                } else {
+                    let (Ok(addr), Ok(n)) = (r.u64(), r.u64()) else {
+                        return self.drop_message(&msg, "a malformed direct put");
                     };
-                    let mut n = Message::with_capacity(PutNotice::LEN);
-                    let mut b = Vec::with_capacity(PutNotice::LEN);
-                    b.put_u32(from as u32);
-                    b.extend_from_slice(&handle.to_bytes());
-                    b.put_u64(off);
-                    b.put_u64(off + data.len() as u64);
-                    n.extend_payload(&b);
-                    self.send_msg(self.my_pe, HandlerId(notify), n);
+                    len = n;
+                    let node = self.node_of(from);
+                    // The region's parts and the way to the initiator's memory are two
+                    // fields of the table: borrowed apart.
+                    let os = &mut self.onesided;
+                    let (slots, route) = (&mut os.slots, os.direct.route(node));
+                    write_slot(slots, region, gen, off, len, |parts| match route {
+                        Some(rma) => direct::status_of(rma.read(node, addr, parts), DONE),
+                        None => direct::REFUSED_COPY,
+                    })
+                };
+                if status == DONE {
+                    self.notify_put(from, region, gen, off..off + len, notify);
                 }
                 let mut out = status_message(id, status);
                 out.set_arg0(PUT_DONE);
@@ -622,30 +682,169 @@ impl Pe {
                 let Some(p) = self.onesided.pending.remove(&id) else {
                     return;
                 };
-                match p {
-                    Pending::Get {
-                        pe,
-                        region,
-                        range,
-                        done,
-                    } => {
-                        // The bytes stay in the message they came in.
-                        let r = outcome(status, pe, region, &range).map(|()| Got { msg });
-                        done(self, r);
-                    }
+                self.complete(id, p, status, msg);
+            }
+            _ => self.drop_message(&msg, "a one-sided message of an unknown kind"),
+        }
+    }
+
+    /// The answer to a get of `range` of region `region` from PE `from`: its bytes, or, for a
+    /// direct get (`into`: the address of the initiator's buffer), the bytes copied there.
+    fn answer_get(
+        &self,
+        from: usize,
+        id: u64,
+        region: u32,
+        gen: u32,
+        range: Range<u64>,
+        into: Option<u64>,
+    ) -> Message {
+        let s = match self.slot(region, gen) {
+            None => return status_message(id, STALE),
+            Some(s) if range.end > s.len || range.start > range.end => {
+                return status_message(id, OUT_OF_RANGE)
+            }
+            Some(s) => s,
+        };
+        if let Some(addr) = into {
+            let node = self.node_of(from);
+            if let Some(rma) = self.onesided.direct.route(node) {
+                let parts: Vec<&[u8]> = s
+                    .pieces(range.clone())
+                    .map(|(i, at, n)| &s.parts[i][at..at + n])
+                    .collect();
+                // The one copy: from the region into the initiator's buffer, by the kernel.
+                let status = direct::status_of(rma.write(node, &parts, addr), direct::COPIED);
+                if status != direct::REFUSED_COPY {
+                    return status_message(id, status);
+                }
+            }
+            // Not permitted after all: the bytes go in the answer, as over messages.
+        }
+        // Sized only now that the range is known to be the region's.
+        let len = (range.end - range.start) as usize;
+        let mut out = Message::with_capacity(9 + len);
+        out.extend_payload(&id.to_le_bytes());
+        out.extend_payload(&[DONE]);
+        // The one copy on this side: out of the region into the answer.
+        for (i, at, n) in s.pieces(range) {
+            out.extend_payload(&s.parts[i][at..at + n]);
+        }
+        out
+    }
+
+    /// Run `write` over the parts of `len` bytes from `off` of region `region`, if it is
+    /// registered and they are inside it; the status to answer with.
+    fn write_region(
+        &mut self,
+        region: u32,
+        gen: u32,
+        off: u64,
+        len: u64,
+        write: impl FnOnce(&mut [&mut [u8]]) -> u8,
+    ) -> u8 {
+        write_slot(&mut self.onesided.slots, region, gen, off, len, write)
+    }
+
+    /// A put's bytes are in the region: run its notification handler, if it named one.
+    fn notify_put(&mut self, from: usize, region: u32, gen: u32, range: Range<u64>, notify: u64) {
+        // Only a program's own handler may be named (a system one would act on a notice as
+        // on its own message).
+        let Some(notify) = u32::try_from(notify)
+            .ok()
+            .filter(|&h| h >= crate::lifecycle::USER_BASE)
+        else {
+            return;
+        };
+        let Some(len) = self.slot(region, gen).map(|s| s.len) else {
+            return;
+        };
+        let handle = RegionHandle {
+            pe: self.my_pe as u32,
+            id: region,
+            gen,
+            len,
+        };
+        let mut n = Message::with_capacity(PutNotice::LEN);
+        let mut b = Vec::with_capacity(PutNotice::LEN);
+        b.put_u32(from as u32);
+        b.extend_from_slice(&handle.to_bytes());
+        b.put_u64(range.start);
+        b.put_u64(range.end);
+        n.extend_payload(&b);
+        self.send_msg(self.my_pe, HandlerId(notify), n);
+    }
+
+    /// A transfer's answer came: run its callback (or, for a direct put the region's PE may
+    /// not copy, send it again as a message).
+    fn complete(&mut self, id: u64, p: Pending, status: u8, msg: Message) {
+        match p {
+            Pending::Get {
+                pe,
+                region,
+                range,
+                into,
+                done,
+            } => {
+                let r = match (status, into) {
+                    // Copied into our buffer, which becomes the `Got`.
+                    (direct::COPIED, Some(into)) => Ok(Got { msg: into }),
+                    (direct::FAULTED, _) => Err(RmaError::Copy { pe }),
+                    // The bytes stay in the message they came in.
+                    (_, _) => outcome(status, pe, region, &range).map(|()| Got { msg }),
+                };
+                done(self, r);
+            }
+            Pending::Put {
+                pe,
+                region,
+                gen,
+                range,
+                data,
+                direct: true,
+                notify,
+                done,
+            } if status == direct::REFUSED_COPY => {
+                // Again, over messages; and so every later transfer to that node.
+                let node = self.node_of(pe);
+                self.onesided.direct.refused_by(node);
+                let to = RegionHandle {
+                    pe: pe as u32,
+                    id: region,
+                    gen,
+                    len: range.end,
+                };
+                let m = put_message(id, &to, range.start, notify, &data);
+                self.onesided.pending.insert(
+                    id,
                     Pending::Put {
                         pe,
                         region,
+                        gen,
                         range,
                         data,
+                        direct: false,
+                        notify,
                         done,
-                    } => {
-                        let r = outcome(status, pe, region, &range).map(|()| data);
-                        done(self, r);
-                    }
-                }
+                    },
+                );
+                self.send_msg(pe, system(), m);
             }
-            _ => self.drop_message(&msg, "a one-sided message of an unknown kind"),
+            Pending::Put {
+                pe,
+                region,
+                range,
+                data,
+                done,
+                ..
+            } => {
+                let r = if status == direct::FAULTED {
+                    Err(RmaError::Copy { pe })
+                } else {
+                    outcome(status, pe, region, &range).map(|()| data)
+                };
+                done(self, r);
+            }
         }
     }
 
@@ -669,12 +868,73 @@ impl Pe {
                 pe,
                 reason: reason.to_string(),
             };
+            // A direct transfer's buffer is kept, not freed: the dying process may still be
+            // copying into or out of it.
             match p {
-                Pending::Get { pe, done, .. } => done(self, Err(died(pe))),
-                Pending::Put { pe, done, .. } => done(self, Err(died(pe))),
+                Pending::Get { pe, into, done, .. } => {
+                    if let Some(into) = into {
+                        self.onesided.direct.bury(Box::new(into));
+                    }
+                    done(self, Err(died(pe)));
+                }
+                Pending::Put {
+                    pe,
+                    data,
+                    direct,
+                    done,
+                    ..
+                } => {
+                    if direct {
+                        self.onesided.direct.bury(Box::new(data));
+                    }
+                    done(self, Err(died(pe)));
+                }
             }
         }
     }
+}
+
+/// [`Pe::write_region`] on the table's slots (borrowed apart from the rest of the table).
+fn write_slot(
+    slots: &mut [Option<Slot>],
+    region: u32,
+    gen: u32,
+    off: u64,
+    len: u64,
+    write: impl FnOnce(&mut [&mut [u8]]) -> u8,
+) -> u8 {
+    let Some(Some(s)) = slots
+        .get_mut(region as usize)
+        .filter(|s| s.as_ref().is_some_and(|s| s.gen == gen))
+    else {
+        return STALE;
+    };
+    let end = match off.checked_add(len) {
+        Some(end) if end <= s.len => end,
+        _ => return OUT_OF_RANGE,
+    };
+    let pieces: Vec<(usize, usize, usize)> = s.pieces(off..end).collect();
+    let mut want = pieces.iter().peekable();
+    let mut parts: Vec<&mut [u8]> = Vec::with_capacity(pieces.len());
+    for (i, p) in s.parts.iter_mut().enumerate() {
+        if let Some(&&(j, at, n)) = want.peek() {
+            if i == j {
+                parts.push(&mut p[at..at + n]);
+                want.next();
+            }
+        }
+    }
+    write(&mut parts)
+}
+
+/// A put's message: its head, then its bytes.
+fn put_message(id: u64, to: &RegionHandle, offset: u64, notify: u64, data: &[u8]) -> Message {
+    let mut m = Message::with_capacity(HEAD + data.len());
+    m.extend_payload(&head(id, to, offset, notify));
+    // The one copy of the bytes on this side: into the message the layer sends.
+    m.extend_payload(data);
+    m.set_arg0(PUT);
+    m
 }
 
 /// 32 random bits (the standard library's per-process random hash keys: no dependency).

@@ -153,6 +153,8 @@ impl Pe {
             tun.spin_yields = true;
         }
         let fail = crate::failure::Failures::new(tun.report_deaths, table.num_nodes());
+        let onesided =
+            crate::onesided::OneSided::new(link.rma(), my_node, table.num_nodes(), tun.direct_min);
         Pe {
             my_pe,
             num_pes: table.num_pes(),
@@ -178,7 +180,7 @@ impl Pe {
             sent: 0,
             taken: 0,
             ccs: crate::ccs::Ccs::default(),
-            onesided: crate::onesided::OneSided::default(),
+            onesided,
         }
     }
 

@@ -75,8 +75,21 @@ const BRANCHING: SettingSpec = SettingSpec::whole(
     "fan-out of the spanning trees of collectives",
 );
 
+/// `onesided.direct_kib`: below about 32 KiB the system call of a direct copy costs more
+/// than copying the bytes through a message (bench onesided, si).
+const DIRECT_KIB: SettingSpec = SettingSpec::whole(
+    "onesided.direct_kib",
+    32,
+    0,
+    1 << 32,
+    "one-sided transfers of at least this many KiB are copied straight between the two \
+     processes' memory where the layer can (si, local, SMP nodes); one above every \
+     transfer's size keeps them all on messages",
+);
+
 /// The settings the runtime itself reads (the layers declare theirs).
 pub(crate) const SETTINGS: &[SettingSpec] = &[
+    DIRECT_KIB,
     SPIN_US,
     IDLE_MAX_MS,
     BATCH,
@@ -112,6 +125,8 @@ pub(crate) struct Tunables {
     pub stats: bool,
     /// Report mode: a node's death is reported to the survivors (`faults=report`).
     pub report_deaths: bool,
+    /// Bytes from which a one-sided transfer is copied directly (`onesided.direct_kib`).
+    pub direct_min: u64,
 }
 
 impl Tunables {
@@ -138,6 +153,7 @@ impl Tunables {
             max_backlog: mib(&MAX_BACKLOG_MIB)?,
             stats: false,
             report_deaths: s.reports_deaths()?,
+            direct_min: DIRECT_KIB.read_whole(s)?.saturating_mul(1024),
         })
     }
 }

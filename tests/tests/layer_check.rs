@@ -39,6 +39,13 @@ fn check_launched_with(layer: &str, n: usize, settings: &[(&str, &str)]) {
         (n * (n - 1)) as u64 * converse_machine::check::PER_PAIR
     );
     assert!(report.woken, "every node has a waker, and it works");
+    // Direct copies: the shared-memory layer (alone or in a composite) offers them, and they
+    // work; the network layers do not.
+    assert_eq!(
+        report.rma,
+        layer.name.starts_with("si"),
+        "direct copies offered"
+    );
     assert_eq!(code, 0, "the launcher's verdict");
 }
 
@@ -49,6 +56,7 @@ fn local_keeps_the_contract() {
             .expect("check");
     assert_eq!(r.messages, 5 * 4 * converse_machine::check::PER_PAIR);
     assert!(r.woken, "every node has a waker, and it works");
+    assert!(r.rma, "every node offers direct copies, and they work");
 }
 
 #[test]

@@ -37,6 +37,52 @@ fn gets_puts_ranges_ordering_and_errors_over_shared_memory_and_smp() {
     every_pe_ok(&charmrun("si+tcp", 1), "basics", 3);
 }
 
+/// How many transfers each PE said it copied directly (`onesided SCENARIO: PE N ok, D direct`).
+fn direct_counts(o: &Outcome, scenario: &str, pes: usize) -> Vec<u64> {
+    (0..pes)
+        .map(|p| {
+            let key = format!("onesided {scenario}: PE {p} ok, ");
+            o.stdout
+                .lines()
+                .find_map(|l| l.split_once(&key))
+                .and_then(|(_, rest)| rest.trim_end_matches(" direct").parse().ok())
+                .unwrap_or_else(|| panic!("no count from PE {p}:\n{o}"))
+        })
+        .collect()
+}
+
+/// Every transfer of `basics` copied directly (`onesided.direct_kib=0`) where the layer or
+/// the node reaches the other process's memory: the same checks pass, and the PEs say which
+/// path their transfers took.
+#[test]
+fn direct_copies_keep_the_contract() {
+    let direct = ["basics", "+set", "onesided.direct_kib=0"];
+    // (launcher, PEs, whether every PE copies directly to some PE)
+    for (l, pes, expect) in [
+        (Launcher::Direct { machine: "local" }, 4, true),
+        (charmrun("si", 1), 4, true),
+        (charmrun("si", 2), 4, true),
+        (charmrun("si+tcp", 1), 3, true),
+        // Between the two PEs of one node only.
+        (charmrun("tcp", 2), 4, true),
+        (charmrun("tcp", 1), 3, false),
+    ] {
+        let o = l.run(PROGRAM, pes, &direct, Duration::from_secs(120));
+        let oks = (0..pes)
+            .filter(|p| o.lines_with(&format!("onesided basics: PE {p} ok")) == 1)
+            .count();
+        assert!(o.code == Some(0) && oks == pes, "{l:?}: {oks} PEs ok\n{o}");
+        let counts = direct_counts(&o, "basics", pes);
+        assert!(
+            counts.iter().all(|&c| (c > 0) == expect),
+            "{l:?}: direct transfers per PE {counts:?}\n{o}"
+        );
+    }
+    // Off by default below 32 KiB: basics' transfers are all smaller.
+    let o = every_pe_ok(&charmrun("si", 1), "basics", 3);
+    assert_eq!(direct_counts(&o, "basics", 3), vec![0; 3], "{o}");
+}
+
 #[test]
 fn transfers_of_64_mib_arrive_whole() {
     for l in [charmrun("si", 1), charmrun("tcp", 1)] {
@@ -45,21 +91,40 @@ fn transfers_of_64_mib_arrive_whole() {
             o.code == Some(0) && o.lines_with("onesided big: PE 0 ok") == 1,
             "{l:?}:\n{o}"
         );
+        // From 32 KiB on, SI copies directly: two gets and two puts of 1 MiB and of 64 MiB.
+        let direct = direct_counts(&o, "big", 2)[0];
+        let want = if matches!(l, Launcher::Charmrun { machine: "si", .. }) {
+            8
+        } else {
+            0
+        };
+        assert_eq!(direct, want, "{l:?}:\n{o}");
     }
 }
 
 #[test]
 fn transfers_on_a_dying_pes_region_fail_with_its_death() {
-    for l in [charmrun("tcp", 1), charmrun("si", 1)] {
+    for (l, direct) in [
+        (charmrun("tcp", 1), "32"),
+        (charmrun("si", 1), "32"),
+        // Direct gets and a direct put pending on the dying PE.
+        (charmrun("si", 1), "0"),
+    ] {
         let o = l.run(
             PROGRAM,
             3,
-            &["die", "+set", "faults=report"],
+            &[
+                "die",
+                "+set",
+                "faults=report",
+                "+set",
+                &format!("onesided.direct_kib={direct}"),
+            ],
             Duration::from_secs(60),
         );
         assert!(
             o.code == Some(0) && o.lines_with("onesided die: ok") == 1,
-            "{l:?}:\n{o}"
+            "{l:?}, direct from {direct} KiB:\n{o}"
         );
     }
 }

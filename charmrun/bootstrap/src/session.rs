@@ -234,6 +234,10 @@ impl<P: Part> Transport for Launched<P> {
         self.part.waker()
     }
 
+    fn rma(&self) -> Option<Arc<dyn converse_machine::Rma>> {
+        self.part.rma()
+    }
+
     fn counters(&self) -> Vec<(&'static str, u64)> {
         self.part.counters()
     }

@@ -10,9 +10,10 @@
 //!   notification, then sends a message that checks the slot is filled (a message is ordered
 //!   after the initiator's earlier puts); a range beyond the region, a handle claiming more
 //!   than the region has (refused by its PE), a deregistered region and a PE outside the job
-//!   each fail with their error. Each PE prints `onesided basics: PE N ok`.
+//!   each fail with their error. Each PE prints `onesided basics: PE N ok, D direct` (D:
+//!   the transfers it started that were copied directly, `onesided.direct_kib`).
 //! - `big MAX`: PE 0 gets and puts 1 B, 1 KiB, 1 MiB and MAX bytes from and into a region of
-//!   the last PE, every byte checked; each PE prints `onesided big: PE N ok`.
+//!   the last PE, every byte checked; each PE prints `onesided big: PE N ok, D direct`.
 //! - `die`: report mode; the last PE's process dies while PE 0 has gets and a put pending on
 //!   its region: each fails with `PeDied` naming it, one started later fails at once; PE 0
 //!   prints `onesided die: ok`.
@@ -293,7 +294,10 @@ fn basics(pe: &mut Pe) -> Result<(), String> {
     }
     let errs = errors.borrow();
     if errs.is_empty() {
-        converse::input::out_line(&format!("onesided basics: PE {me} ok"));
+        converse::input::out_line(&format!(
+            "onesided basics: PE {me} ok, {} direct",
+            pe.direct_transfers()
+        ));
         Ok(())
     } else {
         Err(format!("{} failures, first: {}", errs.len(), errs[0]))
@@ -414,7 +418,10 @@ fn big(pe: &mut Pe, max: usize) -> Result<(), String> {
     }
     let d = done.clone();
     pe.run_until(|_| *d.borrow());
-    converse::input::out_line(&format!("onesided big: PE {me} ok"));
+    converse::input::out_line(&format!(
+        "onesided big: PE {me} ok, {} direct",
+        pe.direct_transfers()
+    ));
     Ok(())
 }
 

@@ -189,6 +189,12 @@ impl<A: Part, B: Part> Transport for MultiMachine<A, B> {
         c
     }
 
+    fn rma(&self) -> Option<Arc<dyn converse_machine::Rma>> {
+        // The intra-host part's: it reaches exactly the nodes of this host, whatever route
+        // their messages take; transfers to other hosts stay on messages.
+        self.si.rma().filter(|_| self.shm_peers > 0)
+    }
+
     fn waker(&self) -> Option<Arc<dyn Wake>> {
         // The wait that `wait` blocks in.
         if self.net_peers == 0 {
