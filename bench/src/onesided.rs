@@ -4,9 +4,13 @@
 //! is), and is timed from its start to its completion on PE 0. The three alternate per size
 //! and round, so the machine's speed state is the same for all three.
 //!
-//! This build moves one-sided bytes over messages on every layer (runtime/src/onesided.rs), so
-//! the message column is the raw mechanism underneath: the table is what the emulation costs
-//! on top of it.
+//! Where the layer reaches the other process's memory (si), gets and puts from
+//! `onesided.direct_get_kib` and `onesided.direct_put_kib` on are copied directly
+//! (runtime/src/onesided/direct.rs); the same job is run again with both settings above
+//! every size, so the table shows both paths
+//! from the same round, and beside them the raw mechanism of the layer in the same round:
+//! the copy-once ping-pong's one-way time (`process_vm_readv`, si) or a raw TCP stream's
+//! (tcp), each N bytes one way, as a get's bytes go.
 
 use crate::pingpong;
 use crate::report::{self, histogram, Row};
@@ -140,12 +144,53 @@ pub(crate) fn pe_main(rt: Runtime, sizes: &[usize], iters: u64, csv: &Path) -> a
     Ok(())
 }
 
-fn on_layer(layer: &str, sizes: &[usize], iters: u64) -> anyhow::Result<Vec<Row>> {
-    if layer == "local" {
-        let rt = Runtime::from_args(["bench", "+p2", "+machine", "local", "+quiet"])?;
-        return job(rt, sizes, iters);
+/// Every threshold above every size: the message path only.
+const MESSAGES_ONLY: [&str; 6] = [
+    "+set",
+    "onesided.direct_get_kib=4294967296",
+    "+set",
+    "onesided.direct_put_kib=4294967296",
+    "+set",
+    "onesided.shared_put_kib=4294967296",
+];
+
+/// One job on `layer`; with `messages_only`, its transfers kept on messages. PE 0's rows, the
+/// message path's kinds renamed `get-msg` and `put-msg`.
+fn on_layer(
+    layer: &str,
+    sizes: &[usize],
+    iters: u64,
+    messages_only: bool,
+) -> anyhow::Result<Vec<Row>> {
+    let set: &[&str] = if messages_only { &MESSAGES_ONLY } else { &[] };
+    let mut rows = if layer == "local" {
+        let mut args = vec!["bench", "+p2", "+machine", "local", "+quiet"];
+        args.extend_from_slice(set);
+        job(Runtime::from_args(args)?, sizes, iters)?
+    } else {
+        pingpong::run_job(layer, sizes, iters, "pe-onesided", &[], set, 2, 1)?
+    };
+    if messages_only {
+        rows.retain(|r| r.what != "message");
+        for r in &mut rows {
+            r.what = format!("{}-msg", r.what);
+        }
     }
-    pingpong::run_job(layer, sizes, iters, "pe-onesided", &[], &[], 2, 1)
+    Ok(rows)
+}
+
+/// The layer's raw mechanism in this round, N bytes one way (`raw` rows), if it has one here.
+fn raw(layer: &str, sizes: &[usize], iters: u64) -> anyhow::Result<Vec<Row>> {
+    let warm = pingpong::warmup(iters);
+    let mut rows = match layer {
+        "si" => crate::raw::cma_pingpong(sizes, iters, warm)?,
+        "tcp" => crate::raw::tcp_pingpong(sizes, iters, warm)?,
+        _ => Vec::new(),
+    };
+    for r in &mut rows {
+        r.what = "raw".into();
+    }
+    Ok(rows)
 }
 
 pub(crate) fn run(
@@ -156,16 +201,33 @@ pub(crate) fn run(
 ) -> anyhow::Result<()> {
     converse::input::out_line(&format!(
         "onesided: N bytes one way and an empty message back, from start to completion on PE 0, \
-         µs p50 (median of {rounds} rounds of {iters}, range); get and put over messages (this build)"
+         µs p50 (median of {rounds} rounds of {iters}, range); get and put as the runtime \
+         chooses (direct from onesided.direct_get_kib/direct_put_kib where the layer can), get-msg and put-msg kept \
+         on messages; raw: the layer's mechanism, N bytes one way (si: process_vm_readv \
+         ping-pong; tcp: raw TCP stream)"
     ));
     converse::input::out_line(&format!(
-        "{:>7} {:>9} | {:>22} | {:>22} | {:>22} | {:>7} {:>7}",
-        "layer", "bytes", "message", "get", "put", "get/msg", "put/msg"
+        "{:>7} {:>9} | {:>20} | {:>20} | {:>20} | {:>20} | {:>20} | {:>20} | {:>7} {:>7} {:>7}",
+        "layer",
+        "bytes",
+        "message",
+        "get",
+        "put",
+        "get-msg",
+        "put-msg",
+        "raw",
+        "get/msg",
+        "put/msg",
+        "get/raw"
     ));
     for layer in layers {
         let mut got: Vec<Vec<Row>> = Vec::new();
         for _ in 0..rounds {
-            got.push(on_layer(layer, sizes, iters)?);
+            // The three measurements of a round back to back, so they share its speed state.
+            let mut round = on_layer(layer, sizes, iters, false)?;
+            round.extend(on_layer(layer, sizes, iters, true)?);
+            round.extend(raw(layer, sizes, iters)?);
+            got.push(round);
         }
         for &size in sizes {
             let cell = |kind: &str| -> (f64, f64, f64) {
@@ -180,15 +242,26 @@ pub(crate) fn run(
                 }
                 (v[v.len() / 2], v[0], v[v.len() - 1])
             };
-            let [m, g, p] = KINDS.map(cell);
-            let show = |(a, lo, hi): (f64, f64, f64)| format!("{a:.1} ({lo:.1}-{hi:.1})");
+            let [m, g, p, gm, pm, r] =
+                ["message", "get", "put", "get-msg", "put-msg", "raw"].map(cell);
+            let show = |(a, lo, hi): (f64, f64, f64)| {
+                if a.is_nan() {
+                    "-".to_string()
+                } else {
+                    format!("{a:.1} ({lo:.1}-{hi:.1})")
+                }
+            };
             converse::input::out_line(&format!(
-                "{layer:>7} {size:>9} | {:>22} | {:>22} | {:>22} | {:>6.2}x {:>6.2}x",
+                "{layer:>7} {size:>9} | {:>20} | {:>20} | {:>20} | {:>20} | {:>20} | {:>20} | {:>6.2}x {:>6.2}x {:>6.2}x",
                 show(m),
                 show(g),
                 show(p),
+                show(gm),
+                show(pm),
+                show(r),
                 g.0 / m.0,
-                p.0 / m.0
+                p.0 / m.0,
+                g.0 / r.0
             ));
         }
     }

@@ -20,9 +20,14 @@
 //! [`ProcessMemory`] implements it with Linux's cross-memory attach (`process_vm_readv` and
 //! `process_vm_writev`, CMA in Charm++'s and MPI's terms), for processes on one host: the SI
 //! layer offers it for its host's nodes, the in-process layer for all (its nodes are threads
-//! of one process), and the runtime uses it itself between the PEs of one SMP node. A layer
-//! with RDMA of its own (a fabric's `fi_read`, UCX's rkeys) needs an asynchronous form that
-//! completes from `advance`; this synchronous one is what CMA, a shared segment or XPMEM give.
+//! of one process, which [`Rma::in_this_process`] says, so that the runtime copies plainly
+//! there, as between the PEs of one SMP node). A layer with RDMA of its own (a fabric's
+//! `fi_read`, UCX's rkeys) needs an asynchronous form that completes from `advance`; this
+//! synchronous one is what CMA, a shared segment or XPMEM give.
+//!
+//! Measured on a 2-core virtual machine (docs/benchmarks.md), the kernel's page-by-page copy
+//! lost to SI's copies through its rings below about 1 MiB, so the runtime's defaults use it
+//! for large puts only (`onesided.direct_put_kib`, `onesided.direct_get_kib`).
 
 use crate::error::MachineError;
 use nix::errno::Errno;
@@ -89,6 +94,14 @@ pub trait Rma: Send + Sync {
     /// this process's own node only when the layer cannot do it at all (the runtime handles
     /// its own node itself).
     fn reaches(&self, node: usize) -> bool;
+
+    /// Whether `node`'s PEs are threads of this very process (the in-process layer): the
+    /// runtime then moves a transfer's bytes with a plain copy, cheaper than any call.
+    /// The default: `false`.
+    fn in_this_process(&self, node: usize) -> bool {
+        let _ = node;
+        false
+    }
 
     /// Copy `into.iter().map(len).sum()` bytes from address `remote` in `node`'s memory into
     /// `into`, filled in order (a scatter: a region's parts).
@@ -222,6 +235,10 @@ fn copy_all(
 impl Rma for ProcessMemory {
     fn reaches(&self, node: usize) -> bool {
         self.pid(node).is_ok()
+    }
+
+    fn in_this_process(&self, node: usize) -> bool {
+        matches!(self.pids.get(node), Some(Some(p)) if p.as_raw() as u32 == std::process::id())
     }
 
     fn read(&self, node: usize, remote: u64, into: &mut [&mut [u8]]) -> Result<(), RmaFault> {

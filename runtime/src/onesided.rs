@@ -7,12 +7,16 @@
 //! **Two paths, one contract.** Over messages, on every layer (the reference implementation
 //! GASNet keeps for conduits without RDMA, and Mercury's emulation on two-sided plugins): a
 //! get is a request to the region's PE answered with the bytes, a put carries its bytes to
-//! it. **Direct** (`direct.rs`), from `onesided.direct_kib` (32 KiB) on, where the layer
-//! reaches the other process's memory ([`converse_machine::Rma`]: si, local, and the PEs of
-//! one SMP node): the request carries the address of the initiator's buffer, and the region's
-//! PE copies between it and the region with one kernel copy (no copy into or out of a
-//! message). MPI RMA and the fabric layers' RDMA need an asynchronous form of the layer's
-//! contract that is not written yet; there, transfers go over messages.
+//! it. **Direct** (`direct.rs`), where the layer reaches the other process's memory
+//! ([`converse_machine::Rma`]: si and the composites with it), from `onesided.direct_put_kib`
+//! (1 MiB) for puts and `onesided.direct_get_kib` (never, by default) for gets: the request
+//! carries the address of the initiator's buffer, and the region's PE copies between it and
+//! the region with one kernel copy (no copy into or out of a message). **Shared**, for puts
+//! between the PEs of one process (an SMP node's, the in-process layer's) from
+//! `onesided.shared_put_kib` (4 KiB): the
+//! put's buffer is lent through a table of the process, and the region's PE copies it into
+//! the region, one plain copy. MPI RMA and the fabric layers' RDMA need an asynchronous form
+//! of the layer's contract that is not written yet; there, transfers go over messages.
 //!
 //! **The contract** (what a native path must keep too):
 //! - *Ordering*: a get or put is ordered with the initiator's messages to the region's PE as a
@@ -263,7 +267,27 @@ impl Slot {
 /// The bytes a get brought: they stay in the message they came in (no copy on this side);
 /// read them as a slice, or [`into_vec`](Got::into_vec).
 pub struct Got {
-    msg: Message,
+    /// Always `Some` but in `drop`.
+    msg: Option<Message>,
+    /// Where a direct get's buffer goes back when the program is done with it.
+    warm: Option<std::sync::Arc<direct::Warm>>,
+}
+
+impl Got {
+    fn new(msg: Message) -> Got {
+        Got {
+            msg: Some(msg),
+            warm: None,
+        }
+    }
+}
+
+impl Drop for Got {
+    fn drop(&mut self) {
+        if let (Some(w), Some(m)) = (&self.warm, self.msg.take()) {
+            w.put(m);
+        }
+    }
 }
 
 impl Got {
@@ -276,7 +300,10 @@ impl Got {
 impl std::ops::Deref for Got {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        self.msg.payload().get(9..).unwrap_or_default()
+        self.msg
+            .as_ref()
+            .and_then(|m| m.payload().get(9..))
+            .unwrap_or_default()
     }
 }
 
@@ -306,8 +333,8 @@ enum Pending {
         gen: u32,
         range: Range<u64>,
         data: Vec<u8>,
-        /// Sent direct: the region's PE copies out of `data`.
-        direct: bool,
+        /// How its bytes go: for a shared put, `data` is empty, the buffer lent.
+        path: direct::Path,
         notify: u64,
         done: PutDone,
     },
@@ -330,16 +357,15 @@ pub(crate) struct OneSided {
 }
 
 impl OneSided {
-    /// With direct transfers from `min` bytes where `layer` (or this process, for this
-    /// node's PEs) reaches.
+    /// With gets and puts direct from `min` bytes (`[get, put, shared put]`) where `layer`
+    /// reaches, and puts shared between the PEs of this process.
     pub(crate) fn new(
         layer: Option<std::sync::Arc<dyn converse_machine::Rma>>,
         my_node: usize,
-        nodes: usize,
-        min: u64,
+        min: [u64; 3],
     ) -> OneSided {
         OneSided {
-            direct: direct::Direct::new(layer, my_node, nodes, min),
+            direct: direct::Direct::new(layer, my_node, min),
             ..OneSided::default()
         }
     }
@@ -459,10 +485,12 @@ impl Pe {
         let checked = self.check_target(from, &range);
         let id = self.next_request();
         let len = range.end.saturating_sub(range.start);
-        let (m, into) = if checked.is_ok() && self.goes_direct(pe, len) {
-            // The buffer the region's PE copies into, laid out as a get's answer; calloc'd,
-            // so its pages are not written twice (the kernel's zero pages until the copy).
-            let mut into = Message::new(9 + len as usize);
+        let path = self.path_of(&checked, pe, len, false);
+        let (m, into) = if path == direct::Path::Direct {
+            // The buffer the region's PE copies into, laid out as a get's answer: a warm one
+            // an earlier get's program is done with, if there is one (fresh memory costs a
+            // page fault per 4 KiB in the copy, more than the copy itself).
+            let mut into = self.onesided.direct.warm().take(9 + len as usize);
             let addr = into.payload_mut()[9..].as_mut_ptr() as u64;
             let mut m = Message::with_capacity(direct::GET_LEN);
             m.extend_payload(&direct::get_request(id, from, range.start, len, addr));
@@ -509,17 +537,27 @@ impl Pe {
         let checked = self.check_target(to, &range);
         let id = self.next_request();
         let notify = notify.map_or(NO_NOTIFY, |h| u64::from(h.raw()));
-        let direct = checked.is_ok() && self.goes_direct(pe, data.len() as u64);
-        let m = if direct {
-            // No copy on this side: the region's PE copies out of `data`, which the pending
-            // transfer holds until it answers.
-            let (addr, len) = (data.as_ptr() as u64, data.len() as u64);
-            let mut m = Message::with_capacity(direct::PUT_LEN);
-            m.extend_payload(&direct::put_request(id, to, offset, notify, addr, len));
-            m.set_arg0(direct::PUT_DIRECT);
-            m
-        } else {
-            put_message(id, to, offset, notify, &data)
+        let len = data.len() as u64;
+        let mut data = data;
+        let mut path = self.path_of(&checked, pe, len, true);
+        let m = match path {
+            direct::Path::Message => put_message(id, to, offset, notify, &data),
+            _ => {
+                // No copy on this side: the region's PE copies out of `data`, which the
+                // pending transfer holds (or the process's table lends) until it answers.
+                let (kind, where_) = match path {
+                    direct::Path::Direct => (direct::PUT_DIRECT, data.as_ptr() as u64),
+                    _ => {
+                        let key = direct::lend(std::mem::take(&mut data));
+                        path = direct::Path::Shared(key);
+                        (direct::PUT_SHARED, key)
+                    }
+                };
+                let mut m = Message::with_capacity(direct::PUT_LEN);
+                m.extend_payload(&direct::put_request(id, to, offset, notify, where_, len));
+                m.set_arg0(kind);
+                m
+            }
         };
         self.onesided.pending.insert(
             id,
@@ -529,7 +567,7 @@ impl Pe {
                 gen: to.gen,
                 range,
                 data,
-                direct,
+                path,
                 notify,
                 done: Box::new(done),
             },
@@ -552,16 +590,31 @@ impl Pe {
         self.send_msg(me, system(), m);
     }
 
-    /// Whether a transfer of `len` bytes with `pe`'s region is copied directly.
-    fn goes_direct(&mut self, pe: usize, len: u64) -> bool {
+    /// How a get (or put) of `len` bytes with `pe`'s region goes, if it passed the checks.
+    fn path_of(
+        &mut self,
+        checked: &Result<(), RmaError>,
+        pe: usize,
+        len: u64,
+        put: bool,
+    ) -> direct::Path {
+        if checked.is_err() || pe == self.my_pe {
+            return direct::Path::Message;
+        }
         let node = self.node_of(pe);
-        let yes = pe != self.my_pe && self.onesided.direct.takes(node, len);
-        self.onesided.direct.started += u64::from(yes);
-        yes
+        let d = &mut self.onesided.direct;
+        let path = if put {
+            d.put_path(node, len)
+        } else {
+            d.get_path(node, len)
+        };
+        d.started += u64::from(path != direct::Path::Message);
+        path
     }
 
-    /// One-sided transfers this PE started that were copied straight between its memory and
-    /// the region's PE's (`onesided.direct_kib`) rather than carried in messages: for tests
+    /// One-sided transfers this PE started whose bytes were not carried in messages: copied
+    /// straight between its memory and the region's PE's (`onesided.direct_get_kib`,
+    /// `onesided.direct_put_kib`), or a put's buffer lent to a PE of this process. For tests
     /// and tools that check which path a layer takes.
     pub fn direct_transfers(&self) -> u64 {
         self.onesided.direct.started
@@ -620,7 +673,7 @@ impl Pe {
                 out.set_arg0(GOT);
                 self.send_msg(from, system(), out);
             }
-            kind @ (PUT | direct::PUT_DIRECT) => {
+            kind @ (PUT | direct::PUT_DIRECT | direct::PUT_SHARED) => {
                 let (Ok(region), Ok(gen), Ok(off), Ok(notify)) =
                     (r.u32(), r.u32(), r.u64(), r.u64())
                 else {
@@ -637,6 +690,35 @@ impl Pe {
                         }
                         DONE
                     })
+                } else if kind == direct::PUT_SHARED {
+                    let (Ok(key), Ok(n)) = (r.u64(), r.u64()) else {
+                        return self.drop_message(&msg, "a malformed shared put");
+                    };
+                    // Keys name buffers of this process: only its own PEs may use one.
+                    if !self.onesided.direct.in_process(self.node_of(from)) {
+                        return self.drop_message(&msg, "a shared put from another process");
+                    }
+                    len = n;
+                    match direct::borrow(key) {
+                        Some(data) if data.len() as u64 == n => {
+                            let status = self.write_region(region, gen, off, n, |parts| {
+                                // The one copy: from the putter's buffer into the region.
+                                let mut taken = 0;
+                                for p in parts {
+                                    p.copy_from_slice(&data[taken..taken + p.len()]);
+                                    taken += p.len();
+                                }
+                                DONE
+                            });
+                            direct::give_back(key, data);
+                            status
+                        }
+                        Some(data) => {
+                            direct::give_back(key, data);
+                            direct::FAULTED
+                        }
+                        None => direct::FAULTED,
+                    }
                 } else {
                     let (Ok(addr), Ok(n)) = (r.u64(), r.u64()) else {
                         return self.drop_message(&msg, "a malformed direct put");
@@ -788,10 +870,13 @@ impl Pe {
             } => {
                 let r = match (status, into) {
                     // Copied into our buffer, which becomes the `Got`.
-                    (direct::COPIED, Some(into)) => Ok(Got { msg: into }),
+                    (direct::COPIED, Some(into)) => Ok(Got {
+                        msg: Some(into),
+                        warm: Some(self.onesided.direct.warm()),
+                    }),
                     (direct::FAULTED, _) => Err(RmaError::Copy { pe }),
                     // The bytes stay in the message they came in.
-                    (_, _) => outcome(status, pe, region, &range).map(|()| Got { msg }),
+                    (_, _) => outcome(status, pe, region, &range).map(|()| Got::new(msg)),
                 };
                 done(self, r);
             }
@@ -801,7 +886,7 @@ impl Pe {
                 gen,
                 range,
                 data,
-                direct: true,
+                path: direct::Path::Direct,
                 notify,
                 done,
             } if status == direct::REFUSED_COPY => {
@@ -823,7 +908,7 @@ impl Pe {
                         gen,
                         range,
                         data,
-                        direct: false,
+                        path: direct::Path::Message,
                         notify,
                         done,
                     },
@@ -834,10 +919,14 @@ impl Pe {
                 pe,
                 region,
                 range,
-                data,
+                mut data,
+                path,
                 done,
                 ..
             } => {
+                if let direct::Path::Shared(key) = path {
+                    data = direct::borrow(key).unwrap_or_default();
+                }
                 let r = if status == direct::FAULTED {
                     Err(RmaError::Copy { pe })
                 } else {
@@ -880,12 +969,14 @@ impl Pe {
                 Pending::Put {
                     pe,
                     data,
-                    direct,
+                    path,
                     done,
                     ..
                 } => {
-                    if direct {
-                        self.onesided.direct.bury(Box::new(data));
+                    match path {
+                        direct::Path::Direct => self.onesided.direct.bury(Box::new(data)),
+                        direct::Path::Shared(key) => drop(direct::borrow(key)),
+                        direct::Path::Message => {}
                     }
                     done(self, Err(died(pe)));
                 }

@@ -153,8 +153,7 @@ impl Pe {
             tun.spin_yields = true;
         }
         let fail = crate::failure::Failures::new(tun.report_deaths, table.num_nodes());
-        let onesided =
-            crate::onesided::OneSided::new(link.rma(), my_node, table.num_nodes(), tun.direct_min);
+        let onesided = crate::onesided::OneSided::new(link.rma(), my_node, tun.direct_min);
         Pe {
             my_pe,
             num_pes: table.num_pes(),

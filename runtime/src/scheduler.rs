@@ -75,21 +75,49 @@ const BRANCHING: SettingSpec = SettingSpec::whole(
     "fan-out of the spanning trees of collectives",
 );
 
-/// `onesided.direct_kib`: below about 32 KiB the system call of a direct copy costs more
-/// than copying the bytes through a message (bench onesided, si).
-const DIRECT_KIB: SettingSpec = SettingSpec::whole(
-    "onesided.direct_kib",
-    32,
+/// `onesided.direct_get_kib`: never by default. On the hosts measured (docs/benchmarks.md,
+/// `bench onesided`), a get over messages was as fast or faster at every size: SI copies a
+/// large answer with both processes at once (`coop.rs`), and a small one through its rings,
+/// in cache, faster than the kernel's page-by-page copy.
+const DIRECT_GET_KIB: SettingSpec = SettingSpec::whole(
+    "onesided.direct_get_kib",
+    1 << 32,
     0,
     1 << 32,
-    "one-sided transfers of at least this many KiB are copied straight between the two \
-     processes' memory where the layer can (si, local, SMP nodes); one above every \
-     transfer's size keeps them all on messages",
+    "gets of at least this many KiB are copied straight from the region into the getter's \
+     memory where the layer can (si, si+tcp, si+udp); the default, 4294967296, keeps them on \
+     messages",
+);
+
+/// `onesided.direct_put_kib`: from 1 MiB a put copied once by the kernel beat the three
+/// copies of a put over messages (into the message, across, into the region); below, the
+/// kernel's page-by-page copy lost to them (bench onesided, si).
+const DIRECT_PUT_KIB: SettingSpec = SettingSpec::whole(
+    "onesided.direct_put_kib",
+    1024,
+    0,
+    1 << 32,
+    "puts of at least this many KiB are copied straight from the putter's memory into the \
+     region where the layer can (si, si+tcp, si+udp); 4294967296 keeps them on messages",
+);
+
+/// `onesided.shared_put_kib`: below 4 KiB, copying a put into a message costs less than the
+/// table's two locks.
+const SHARED_PUT_KIB: SettingSpec = SettingSpec::whole(
+    "onesided.shared_put_kib",
+    4,
+    0,
+    1 << 32,
+    "puts of at least this many KiB between PEs of one process (an SMP node's, the in-process \
+     layer's) lend their buffer to the region's PE instead of copying it into a message; \
+     4294967296 keeps them on messages",
 );
 
 /// The settings the runtime itself reads (the layers declare theirs).
 pub(crate) const SETTINGS: &[SettingSpec] = &[
-    DIRECT_KIB,
+    DIRECT_GET_KIB,
+    DIRECT_PUT_KIB,
+    SHARED_PUT_KIB,
     SPIN_US,
     IDLE_MAX_MS,
     BATCH,
@@ -125,8 +153,10 @@ pub(crate) struct Tunables {
     pub stats: bool,
     /// Report mode: a node's death is reported to the survivors (`faults=report`).
     pub report_deaths: bool,
-    /// Bytes from which a one-sided transfer is copied directly (`onesided.direct_kib`).
-    pub direct_min: u64,
+    /// Bytes from which a get and a put are copied directly across processes, and a put
+    /// between PEs of one process lends its buffer (`onesided.direct_get_kib`,
+    /// `onesided.direct_put_kib`, `onesided.shared_put_kib`).
+    pub direct_min: [u64; 3],
 }
 
 impl Tunables {
@@ -153,7 +183,11 @@ impl Tunables {
             max_backlog: mib(&MAX_BACKLOG_MIB)?,
             stats: false,
             report_deaths: s.reports_deaths()?,
-            direct_min: DIRECT_KIB.read_whole(s)?.saturating_mul(1024),
+            direct_min: [
+                DIRECT_GET_KIB.read_whole(s)?.saturating_mul(1024),
+                DIRECT_PUT_KIB.read_whole(s)?.saturating_mul(1024),
+                SHARED_PUT_KIB.read_whole(s)?.saturating_mul(1024),
+            ],
         })
     }
 }

@@ -51,19 +51,28 @@ fn direct_counts(o: &Outcome, scenario: &str, pes: usize) -> Vec<u64> {
         .collect()
 }
 
-/// Every transfer of `basics` copied directly (`onesided.direct_kib=0`) where the layer or
-/// the node reaches the other process's memory: the same checks pass, and the PEs say which
-/// path their transfers took.
+/// Every transfer of `basics` copied directly (`onesided.direct_get_kib=0`,
+/// `onesided.direct_put_kib=0`) where the layer reaches the other process's memory, and every
+/// put between PEs of one process lending its buffer (`onesided.shared_put_kib=0`): the same
+/// checks pass, and the PEs say which path their transfers took.
 #[test]
 fn direct_copies_keep_the_contract() {
-    let direct = ["basics", "+set", "onesided.direct_kib=0"];
+    let direct = [
+        "basics",
+        "+set",
+        "onesided.direct_get_kib=0",
+        "+set",
+        "onesided.direct_put_kib=0",
+        "+set",
+        "onesided.shared_put_kib=0",
+    ];
     // (launcher, PEs, whether every PE copies directly to some PE)
     for (l, pes, expect) in [
         (Launcher::Direct { machine: "local" }, 4, true),
         (charmrun("si", 1), 4, true),
         (charmrun("si", 2), 4, true),
         (charmrun("si+tcp", 1), 3, true),
-        // Between the two PEs of one node only.
+        // Puts between the two PEs of one node only.
         (charmrun("tcp", 2), 4, true),
         (charmrun("tcp", 1), 3, false),
     ] {
@@ -78,7 +87,8 @@ fn direct_copies_keep_the_contract() {
             "{l:?}: direct transfers per PE {counts:?}\n{o}"
         );
     }
-    // Off by default below 32 KiB: basics' transfers are all smaller.
+    // By default, gets stay on messages and puts across processes below 1 MiB too: basics'
+    // transfers are all smaller.
     let o = every_pe_ok(&charmrun("si", 1), "basics", 3);
     assert_eq!(direct_counts(&o, "basics", 3), vec![0; 3], "{o}");
 }
@@ -91,10 +101,10 @@ fn transfers_of_64_mib_arrive_whole() {
             o.code == Some(0) && o.lines_with("onesided big: PE 0 ok") == 1,
             "{l:?}:\n{o}"
         );
-        // From 32 KiB on, SI copies directly: two gets and two puts of 1 MiB and of 64 MiB.
+        // By default SI copies puts directly from 1 MiB: two of 1 MiB and two of 64 MiB.
         let direct = direct_counts(&o, "big", 2)[0];
         let want = if matches!(l, Launcher::Charmrun { machine: "si", .. }) {
-            8
+            4
         } else {
             0
         };
@@ -105,8 +115,8 @@ fn transfers_of_64_mib_arrive_whole() {
 #[test]
 fn transfers_on_a_dying_pes_region_fail_with_its_death() {
     for (l, direct) in [
-        (charmrun("tcp", 1), "32"),
-        (charmrun("si", 1), "32"),
+        (charmrun("tcp", 1), "1024"),
+        (charmrun("si", 1), "1024"),
         // Direct gets and a direct put pending on the dying PE.
         (charmrun("si", 1), "0"),
     ] {
@@ -118,7 +128,9 @@ fn transfers_on_a_dying_pes_region_fail_with_its_death() {
                 "+set",
                 "faults=report",
                 "+set",
-                &format!("onesided.direct_kib={direct}"),
+                &format!("onesided.direct_get_kib={direct}"),
+                "+set",
+                &format!("onesided.direct_put_kib={direct}"),
             ],
             Duration::from_secs(60),
         );

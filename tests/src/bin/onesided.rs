@@ -11,7 +11,7 @@
 //!   after the initiator's earlier puts); a range beyond the region, a handle claiming more
 //!   than the region has (refused by its PE), a deregistered region and a PE outside the job
 //!   each fail with their error. Each PE prints `onesided basics: PE N ok, D direct` (D:
-//!   the transfers it started that were copied directly, `onesided.direct_kib`).
+//!   the transfers it started whose bytes did not travel in messages, `Pe::direct_transfers`).
 //! - `big MAX`: PE 0 gets and puts 1 B, 1 KiB, 1 MiB and MAX bytes from and into a region of
 //!   the last PE, every byte checked; each PE prints `onesided big: PE N ok, D direct`.
 //! - `die`: report mode; the last PE's process dies while PE 0 has gets and a put pending on
