@@ -115,9 +115,6 @@ const SHARED_PUT_KIB: SettingSpec = SettingSpec::whole(
 
 /// The settings the runtime itself reads (the layers declare theirs).
 pub(crate) const SETTINGS: &[SettingSpec] = &[
-    DIRECT_GET_KIB,
-    DIRECT_PUT_KIB,
-    SHARED_PUT_KIB,
     SPIN_US,
     IDLE_MAX_MS,
     BATCH,
@@ -125,6 +122,9 @@ pub(crate) const SETTINGS: &[SettingSpec] = &[
     converse_machine::FAULTS_SETTING,
     MAX_QUEUED_MIB,
     BRANCHING,
+    DIRECT_GET_KIB,
+    DIRECT_PUT_KIB,
+    SHARED_PUT_KIB,
 ];
 
 /// Scheduler knobs, read from settings at start-up.
