@@ -40,6 +40,7 @@ mod tasks;
 mod tbon;
 mod tbon_kill;
 mod topo;
+mod typed;
 mod udp;
 
 use clap::{Parser, Subcommand};
@@ -168,6 +169,26 @@ enum Cmd {
     /// One PE of a `bench onesided` job.
     #[command(hide = true)]
     PeOnesided {
+        #[command(flatten)]
+        job: Job,
+    },
+    /// Typed messages: a 32-byte struct ping-pong through the typed API (Pod and Serde codecs)
+    /// beside the same struct encoded by hand through the byte API, in the same job.
+    Typed {
+        /// Layers, comma-separated (`local`: in this process).
+        #[arg(long, value_delimiter = ',', default_value = "local,si,tcp")]
+        layers: Vec<String>,
+        /// Round trips of each kind per job.
+        #[arg(long, default_value_t = 20_000, value_parser = args::count64, allow_negative_numbers = true)]
+        iters: u64,
+        /// Rounds (a job each).
+        #[arg(long, default_value_t = 5, allow_negative_numbers = true,
+              value_parser = clap::value_parser!(u16).range(1..))]
+        rounds: u16,
+    },
+    /// One PE of a `bench typed` job.
+    #[command(hide = true)]
+    PeTyped {
         #[command(flatten)]
         job: Job,
     },
@@ -713,6 +734,14 @@ fn main() -> ExitCode {
             iters,
             rounds,
         } => onesided::run(&layers, &sizes, iters, rounds),
+        Cmd::Typed {
+            layers,
+            iters,
+            rounds,
+        } => typed::run(&layers, iters, rounds),
+        Cmd::PeTyped { job } => converse::Runtime::from_args(argv)
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| typed::pe_main(rt, job.iters, &job.csv)),
         Cmd::Flow {
             layers,
             sizes,

@@ -230,18 +230,7 @@ pub(crate) fn run(
             got.push(round);
         }
         for &size in sizes {
-            let cell = |kind: &str| -> (f64, f64, f64) {
-                let mut v: Vec<f64> = got
-                    .iter()
-                    .filter_map(|rows| rows.iter().find(|r| r.size == size && r.what == kind))
-                    .map(|r| r.p50_ns as f64 / 1e3)
-                    .collect();
-                v.sort_by(f64::total_cmp);
-                if v.is_empty() {
-                    return (f64::NAN, f64::NAN, f64::NAN);
-                }
-                (v[v.len() / 2], v[0], v[v.len() - 1])
-            };
+            let cell = |kind: &str| report::p50_over_rounds(&got, kind, Some(size));
             let [m, g, p, gm, pm, r] =
                 ["message", "get", "put", "get-msg", "put-msg", "raw"].map(cell);
             let show = |(a, lo, hi): (f64, f64, f64)| {

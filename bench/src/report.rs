@@ -59,6 +59,28 @@ impl Row {
 
 /// The median of `values` (not empty): the lower of the middle two for an even count, so that
 /// it is always one of the values measured.
+/// The p50s (µs) of the rows named `what` (of `size`, if given) over rounds: their median,
+/// least and greatest; NaN for none.
+pub(crate) fn p50_over_rounds(
+    rounds: &[Vec<Row>],
+    what: &str,
+    size: Option<usize>,
+) -> (f64, f64, f64) {
+    let mut v: Vec<f64> = rounds
+        .iter()
+        .filter_map(|rows| {
+            rows.iter()
+                .find(|r| r.what == what && size.is_none_or(|s| r.size == s))
+        })
+        .map(|r| r.p50_ns as f64 / 1e3)
+        .collect();
+    v.sort_by(f64::total_cmp);
+    match (v.first(), v.last()) {
+        (Some(&lo), Some(&hi)) => (v[v.len() / 2], lo, hi),
+        _ => (f64::NAN, f64::NAN, f64::NAN),
+    }
+}
+
 pub(crate) fn median<T: Copy + PartialOrd>(mut values: Vec<T>) -> T {
     values.sort_by(|a, b| a.partial_cmp(b).unwrap_or(std::cmp::Ordering::Equal));
     values[(values.len() - 1) / 2]

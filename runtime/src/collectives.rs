@@ -299,7 +299,7 @@ impl Pe {
         if let Some((op, word, mine, theirs)) = crate::ops::take_mismatch() {
             let me = self.my_pe;
             self.abort(&format!(
-                "reduction with ops::{op}: PE {from}'s contribution is {theirs} bytes where PE \
+                "reduction with {op}: PE {from}'s contribution is {theirs} bytes where PE \
                  {me} holds {mine}; every PE must contribute the same number of {word}-byte \
                  values"
             ));

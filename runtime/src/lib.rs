@@ -61,6 +61,7 @@ mod sync;
 mod trace;
 pub mod trace_format;
 mod tree;
+pub mod typed;
 mod variant;
 
 pub use args::{parse_args, RuntimeArgs, DEFAULT_TRACE_DIR, MAX_PES};

@@ -14,6 +14,11 @@ thread_local! {
     static MISMATCH: Cell<Option<Mismatch>> = const { Cell::new(None) };
 }
 
+/// Note a contribution `op` could not fold, for the runtime to report after the fold.
+pub(crate) fn mismatch(op: &'static str, word: usize, acc: usize, x: usize) {
+    MISMATCH.with(|m| m.set(Some((op, word, acc, x))));
+}
+
 /// The mismatch the last fold on this thread met, if any (taken).
 pub(crate) fn take_mismatch() -> Option<Mismatch> {
     MISMATCH.with(Cell::take)
@@ -27,7 +32,7 @@ macro_rules! fold_words {
         pub fn $name(acc: &mut Vec<u8>, x: &[u8]) {
             const W: usize = std::mem::size_of::<$t>();
             if acc.len() != x.len() || acc.len() % W != 0 {
-                MISMATCH.with(|m| m.set(Some((stringify!($name), W, acc.len(), x.len()))));
+                mismatch(concat!("ops::", stringify!($name)), W, acc.len(), x.len());
                 return;
             }
             for (a, b) in acc.chunks_exact_mut(W).zip(x.chunks_exact(W)) {
