@@ -26,8 +26,9 @@
 //! synchronous one is what CMA, a shared segment or XPMEM give.
 //!
 //! Measured on a 2-core virtual machine (docs/benchmarks.md), the kernel's page-by-page copy
-//! lost to SI's copies through its rings below about 1 MiB, so the runtime's defaults use it
-//! for large puts only (`onesided.direct_put_kib`, `onesided.direct_get_kib`).
+//! did not reliably beat SI's own paths (rings in cache; large messages copied by both
+//! processes at once), so the runtime's defaults leave it off (`onesided.direct_put_kib`,
+//! `onesided.direct_get_kib`): a setting turns it on where a host's figures say so.
 
 use crate::error::MachineError;
 use nix::errno::Errno;

@@ -89,16 +89,19 @@ const DIRECT_GET_KIB: SettingSpec = SettingSpec::whole(
      messages",
 );
 
-/// `onesided.direct_put_kib`: from 1 MiB a put copied once by the kernel beat the three
-/// copies of a put over messages (into the message, across, into the region); below, the
-/// kernel's page-by-page copy lost to them (bench onesided, si).
+/// `onesided.direct_put_kib`: never by default. One kernel copy instead of three copies over
+/// messages (into the message, across, into the region) won at 16 MiB in every run on the
+/// host measured (0.84–0.91×) but lost at 2–8 MiB (1.25–1.4×) and was even at 1 MiB across
+/// runs (0.84–1.39×): SI's large-message path copies with both processes at once
+/// (docs/benchmarks.md). On a host with more cores or less cache, measure (`bench onesided`).
 const DIRECT_PUT_KIB: SettingSpec = SettingSpec::whole(
     "onesided.direct_put_kib",
-    1024,
+    1 << 32,
     0,
     1 << 32,
     "puts of at least this many KiB are copied straight from the putter's memory into the \
-     region where the layer can (si, si+tcp, si+udp); 4294967296 keeps them on messages",
+     region where the layer can (si, si+tcp, si+udp); the default, 4294967296, keeps them on \
+     messages",
 );
 
 /// `onesided.shared_put_kib`: below 4 KiB, copying a put into a message costs less than the

@@ -87,21 +87,21 @@ fn direct_copies_keep_the_contract() {
             "{l:?}: direct transfers per PE {counts:?}\n{o}"
         );
     }
-    // By default, gets stay on messages and puts across processes below 1 MiB too: basics'
-    // transfers are all smaller.
+    // By default, transfers across processes stay on messages.
     let o = every_pe_ok(&charmrun("si", 1), "basics", 3);
     assert_eq!(direct_counts(&o, "basics", 3), vec![0; 3], "{o}");
 }
 
 #[test]
 fn transfers_of_64_mib_arrive_whole() {
+    let args = ["big", "67108864", "+set", "onesided.direct_put_kib=1024"];
     for l in [charmrun("si", 1), charmrun("tcp", 1)] {
-        let o = l.run(PROGRAM, 2, &["big", "67108864"], Duration::from_secs(120));
+        let o = l.run(PROGRAM, 2, &args, Duration::from_secs(120));
         assert!(
             o.code == Some(0) && o.lines_with("onesided big: PE 0 ok") == 1,
             "{l:?}:\n{o}"
         );
-        // By default SI copies puts directly from 1 MiB: two of 1 MiB and two of 64 MiB.
+        // SI copies puts directly from 1 MiB here: two of 1 MiB and two of 64 MiB.
         let direct = direct_counts(&o, "big", 2)[0];
         let want = if matches!(l, Launcher::Charmrun { machine: "si", .. }) {
             4
