@@ -38,6 +38,9 @@ pub struct RuntimeArgs {
     pub trace_dir: Option<std::path::PathBuf>,
     /// `+stats`: print per-PE and per-node counters at exit.
     pub stats: bool,
+    /// `+idle-warn SECS`: PE 0 says so when the job has been idle (nothing run, nothing in
+    /// flight, no timer) for SECS seconds: a program that forgot `pe.exit`.
+    pub idle_warn: Option<std::time::Duration>,
     /// `+server` (and `+server-port N`, `+server-auth FILE|none`, either of which implies
     /// it): PE 0 opens a Converse Client-Server port.
     pub server: Option<crate::ccs::ServerArgs>,
@@ -62,6 +65,7 @@ impl Default for RuntimeArgs {
             help: false,
             trace_dir: None,
             stats: false,
+            idle_warn: None,
             server: None,
             settings: Settings::default(),
             program: Vec::new(),
@@ -72,7 +76,7 @@ impl Default for RuntimeArgs {
 /// One line listing every runtime argument, for error messages.
 pub(crate) const USAGE: &str =
     "runtime arguments: +p N, +ppn K, +pemap CORES, +commap CORES, +machine NAME, \
-     +set KEY=VALUE, +settings, +quiet, +version, +trace, +trace-dir DIR, +stats, +server, \
+     +set KEY=VALUE, +settings, +quiet, +version, +trace, +trace-dir DIR, +stats, +idle-warn SECS, +server, \
      +server-port N, +server-auth FILE|none, +help";
 
 /// What `+help` prints before the settings.
@@ -84,6 +88,7 @@ pub(crate) fn help_text() -> String {
   +machine NAME        the layer (local, tcp, udp, si, mpi, si+tcp, si+udp, si+mpi)
   +set KEY=VALUE       a setting (below); +settings lists them alone
   +trace, +trace-dir DIR   trace every PE (converse-trace reads it); +stats: counters at exit
+  +idle-warn SECS      say so when the job has done nothing for SECS (a forgotten pe.exit)
   +server, +server-port N, +server-auth FILE|none   open the job to CCS clients
   +quiet               no start-up banner; +version: what this program is built with
   +help                this text"
@@ -104,6 +109,7 @@ const FLAGS: &[&str] = &[
     "+trace",
     "+trace-dir",
     "+stats",
+    "+idle-warn",
     "+server",
     "+server-port",
     "+server-auth",
@@ -207,6 +213,22 @@ where
                 .get_or_insert_with(|| DEFAULT_TRACE_DIR.into());
         } else if flag == "stats" {
             out.stats = true;
+        } else if let Some(v) = flag
+            .strip_prefix("idle-warn")
+            .filter(|v| v.is_empty() || v.starts_with('='))
+        {
+            let v = value(v.strip_prefix('=').unwrap_or(v), "+idle-warn", &mut it)?;
+            once("+idle-warn", &v)?;
+            let secs = v
+                .parse::<f64>()
+                .ok()
+                .filter(|s| s.is_finite() && (0.01..=1e6).contains(s))
+                .ok_or_else(|| {
+                    RuntimeError::Args(format!(
+                        "+idle-warn wants seconds from 0.01 to 1000000, got '{v}'"
+                    ))
+                })?;
+            out.idle_warn = Some(std::time::Duration::from_secs_f64(secs));
         } else if flag == "server" {
             out.server.get_or_insert_with(Default::default);
         } else if let Some(v) = flag

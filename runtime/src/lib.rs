@@ -46,6 +46,7 @@ mod comm;
 mod error;
 mod failure;
 mod idle;
+mod idle_warn;
 mod layers;
 mod lifecycle;
 mod link;
@@ -189,7 +190,8 @@ impl RuntimeBuilder {
         self
     }
 
-    /// Settings, `+quiet`, `+trace`, `+trace-dir` and `+stats` from runtime arguments a user
+    /// Settings, `+quiet`, `+trace`, `+trace-dir`, `+stats` and `+idle-warn` from runtime
+    /// arguments a user
     /// gave as text (`"+set K=V"`, ...).
     ///
     /// # Errors
@@ -212,7 +214,7 @@ impl RuntimeBuilder {
             && parsed.program.len() == 1;
         if !only_settings {
             return Err(RuntimeError::Args(format!(
-                "'{}': only +set, +quiet, +trace, +trace-dir and +stats may be given here; the job's size and layer are set \
+                "'{}': only +set, +quiet, +trace, +trace-dir, +stats and +idle-warn may be given here; the job's size and layer are set \
                  by the program",
                 args.iter().map(AsRef::as_ref).collect::<Vec<_>>().join(" ")
             )));
@@ -222,6 +224,7 @@ impl RuntimeBuilder {
         }
         self.args.quiet |= parsed.quiet;
         self.args.stats |= parsed.stats;
+        self.args.idle_warn = parsed.idle_warn.or(self.args.idle_warn);
         if parsed.trace_dir.is_some() {
             self.args.trace_dir = parsed.trace_dir;
         }
@@ -278,6 +281,7 @@ impl RuntimeBuilder {
         let mut tun =
             Tunables::from_settings(&settings).map_err(|e| RuntimeError::Args(e.to_string()))?;
         tun.stats = args.stats;
+        tun.idle_warn = args.idle_warn;
         Ok(Runtime {
             args,
             layer,
@@ -582,6 +586,9 @@ impl<F: Fn(&mut Pe) + Sync> Job<'_, F> {
         // for it forever (in a barrier, or for a message it was to send).
         let outcome = std::panic::catch_unwind(AssertUnwindSafe(|| {
             (self.start)(&mut pe);
+            if let Some(every) = pe.tun.idle_warn {
+                pe.start_idle_watch(every);
+            }
             // The trace's header (with the handlers the start registered) goes out now, not
             // at the first idle moment, which a PE that never idles would not reach: from here
             // the recorder holds at most a chunk in memory.

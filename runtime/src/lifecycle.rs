@@ -46,6 +46,8 @@ pub(crate) enum SystemHandler {
     Ccs = 9,
     /// One-sided transfers: requests, their bytes and answers (`onesided.rs`).
     OneSided = 10,
+    /// `+idle-warn`'s waves: probes down, sums up (`idle_warn.rs`).
+    IdleProbe = 11,
 }
 
 /// The first handler id a program's own handlers get.
@@ -79,6 +81,7 @@ impl Target {
             8 => Target::System(S::NodeDead),
             9 => Target::System(S::Ccs),
             10 => Target::System(S::OneSided),
+            11 => Target::System(S::IdleProbe),
             id if id >= USER_BASE => Target::User,
             _ => Target::Unknown,
         }
@@ -409,6 +412,7 @@ impl Pe {
             S::NodeDead => self.on_node_dead(msg),
             S::Ccs => self.on_ccs(msg),
             S::OneSided => self.on_onesided(msg),
+            S::IdleProbe => self.on_idle_probe(msg),
         }
     }
 }

@@ -73,6 +73,8 @@ pub struct Pe {
     pub(crate) ccs: crate::ccs::Ccs,
     /// One-sided transfers: this PE's regions and the transfers it waits on.
     pub(crate) onesided: crate::onesided::OneSided,
+    /// `+idle-warn`'s part on this PE (`idle_warn.rs`).
+    pub(crate) idle_watch: crate::idle_warn::IdleWatch,
 }
 
 // By hand: handlers, queues and the layer have no useful text form; the PE's number says
@@ -180,6 +182,7 @@ impl Pe {
             taken: 0,
             ccs: crate::ccs::Ccs::default(),
             onesided,
+            idle_watch: crate::idle_warn::IdleWatch::default(),
         }
     }
 

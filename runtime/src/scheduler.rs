@@ -156,6 +156,8 @@ pub(crate) struct Tunables {
     pub stats: bool,
     /// Report mode: a node's death is reported to the survivors (`faults=report`).
     pub report_deaths: bool,
+    /// `+idle-warn SECS`: PE 0 says so when the job has been idle that long.
+    pub idle_warn: Option<Duration>,
     /// Bytes from which a get and a put are copied directly across processes, and a put
     /// between PEs of one process lends its buffer (`onesided.direct_get_kib`,
     /// `onesided.direct_put_kib`, `onesided.shared_put_kib`).
@@ -186,6 +188,7 @@ impl Tunables {
             max_backlog: mib(&MAX_BACKLOG_MIB)?,
             stats: false,
             report_deaths: s.reports_deaths()?,
+            idle_warn: None,
             direct_min: [
                 DIRECT_GET_KIB.read_whole(s)?.saturating_mul(1024),
                 DIRECT_PUT_KIB.read_whole(s)?.saturating_mul(1024),
@@ -234,6 +237,11 @@ pub(crate) struct Timers {
 }
 
 impl Timers {
+    /// Timers set and not yet fired (a periodic one counts while it runs).
+    pub(crate) fn pending(&self) -> usize {
+        self.timers.len()
+    }
+
     fn next_due(&self) -> Option<Instant> {
         self.timers.peek().map(|t| t.due)
     }

@@ -33,7 +33,7 @@ pub(crate) const CHUNK_TAG: &[u8; 4] = b"CHNK";
 pub const RECORD_LEN: usize = 24;
 
 /// The names of the runtime's own handlers (ids below 16), as traces show them.
-pub const SYSTEM_HANDLER_NAMES: [&str; 11] = [
+pub const SYSTEM_HANDLER_NAMES: [&str; 12] = [
     "converse.handshake",
     "converse.handshake_reply",
     "converse.exit_request",
@@ -45,6 +45,7 @@ pub const SYSTEM_HANDLER_NAMES: [&str; 11] = [
     "converse.node_dead",
     "converse.ccs",
     "converse.onesided",
+    "converse.idle_probe",
 ];
 
 /// The first id of a program's own handlers (ids below are the runtime's): the runtime's own

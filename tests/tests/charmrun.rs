@@ -768,3 +768,58 @@ fn an_error_every_node_prints_at_start_up_is_printed_once() {
         .find(|l| l.contains("more nodes printed the same line") && l.contains(bad));
     assert!(said.is_some(), "{o}");
 }
+
+/// `+idle-warn`: a job that forgot `pe.exit` is named idle once, within a few intervals; a job
+/// that computes in a handler for longer than the interval, or waits on a timer, is not.
+#[test]
+fn idle_warn_names_a_forgotten_exit_and_nothing_else() {
+    const WARNING: &str = "converse: the job has been idle for";
+    let o = tcp(&["++timelimit", "6"]).run(
+        PROGRAM,
+        3,
+        &["forgotten-exit", "+idle-warn", "0.5"],
+        limit(),
+    );
+    assert_eq!(o.code, Some(124), "the time limit ended it\n{o}");
+    assert_eq!(
+        o.lines_with("conformance forgotten-exit: done, no exit"),
+        1,
+        "{o}"
+    );
+    assert_eq!(o.stderr.matches(WARNING).count(), 1, "warned once\n{o}");
+    assert!(o.stderr.contains("must call pe.exit(code)"), "{o}");
+
+    // One PE computes 2 s in a handler while the others idle: four intervals with nothing
+    // sent, but not idle.
+    let o = tcp(&[]).run(
+        PROGRAM,
+        3,
+        &["busy-exit", "2", "+idle-warn", "0.5"],
+        limit(),
+    );
+    assert_eq!(o.code, Some(0), "{o}");
+    assert_eq!(o.lines_with("conformance busy-exit: ok"), 1, "{o}");
+    assert!(
+        !o.stderr.contains(WARNING),
+        "a computing job is not idle\n{o}"
+    );
+
+    // Idle for 2 s, but with a timer set: work to come.
+    let o = tcp(&[]).run(
+        PROGRAM,
+        3,
+        &["timer-exit", "2", "+idle-warn", "0.5"],
+        limit(),
+    );
+    assert_eq!(o.code, Some(0), "{o}");
+    assert_eq!(o.lines_with("conformance timer-exit: ok"), 1, "{o}");
+    assert!(
+        !o.stderr.contains(WARNING),
+        "a job with a timer set is not idle\n{o}"
+    );
+
+    // A bad interval is one line at start-up.
+    let o = tcp(&[]).run(PROGRAM, 2, &["hello", "+idle-warn", "soon"], limit());
+    assert_ne!(o.code, Some(0), "{o}");
+    assert!(o.stderr.contains("+idle-warn wants seconds"), "{o}");
+}

@@ -32,6 +32,9 @@
 //! | silent     | the last PE stops polling for good, then PE 0 sends it a message: a layer   |
 //! |            | that waits for answers must give up on it                                  |
 //! | wait       | every PE idles for SECS (default 2) seconds, then the job exits 0           |
+//! | forgotten-exit | a barrier and a reduction, then no `pe.exit`: idle for good             |
+//! | timer-exit | PE 0 exits from a timer SECS (default 3) after start-up, idle meanwhile     |
+//! | busy-exit  | the last PE computes SECS (default 3) in a handler, then PE 0 exits         |
 //! | ccs        | CCS handlers on every PE (`echo`, `later`, `silent`, `hold`) for a client;  |
 //! |            | the job exits 0 after SECS (default 10) or when a client asks `done`        |
 //! | print      | every PE prints LINES lines (ARGS: LINES WIDTH, default 1000 100), each     |
@@ -143,6 +146,15 @@ fn scenario(args: &[String], version_requested: bool) -> Result<StartFn, String>
         "proc-exit" => Box::new(ending::proc_exit),
         "hang" => Box::new(ending::hang),
         "silent" => Box::new(ending::silent),
+        "forgotten-exit" => Box::new(ending::forgotten_exit),
+        "busy-exit" => {
+            let secs = seconds(args, 3.0)?;
+            Box::new(move |pe: &mut Pe| ending::busy_exit(pe, secs))
+        }
+        "timer-exit" => {
+            let secs = seconds(args, 3.0)?;
+            Box::new(move |pe: &mut Pe| ending::timer_exit(pe, secs))
+        }
         "slow" => {
             let n = value(args, 2, 3000)?;
             Box::new(move |pe: &mut Pe| delivery::slow(pe, n))

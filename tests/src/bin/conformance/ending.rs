@@ -3,7 +3,7 @@
 //! leaving past the runtime, a PE that stops polling, and an exit right after a huge send.
 
 use super::{report, verdict};
-use converse::{Message, Pe};
+use converse::{Message, Pe, ReduceTarget};
 use std::time::Duration;
 
 pub(super) fn exit_code(pe: &mut Pe, code: i32) {
@@ -128,5 +128,54 @@ pub(super) fn exit_after_send(pe: &mut Pe) {
         pe.send_msg(last, sink, Message::new(64 << 20));
         converse::input::out_line("conformance exit-after-send: ok");
         pe.exit(0);
+    }
+}
+
+/// Every PE meets the others in a barrier and a reduction, then returns without `pe.exit`:
+/// the job is idle for good (what `+idle-warn` is for). PE 0 prints
+/// `conformance forgotten-exit: done, no exit`.
+pub(super) fn forgotten_exit(pe: &mut Pe) {
+    let done = pe.register("done", |_pe, _m| {
+        converse::input::out_line("conformance forgotten-exit: done, no exit");
+    });
+    pe.barrier();
+    pe.reduce(
+        &1u64.to_le_bytes(),
+        converse::ops::sum_u64,
+        ReduceTarget::Root(done),
+    );
+}
+
+/// PE 0 ends the job from a timer SECS after start-up; nothing else happens meanwhile: idle,
+/// but with work to come (`+idle-warn` must not call it idle).
+pub(super) fn timer_exit(pe: &mut Pe, secs: f64) {
+    pe.barrier();
+    if pe.my_pe() == 0 {
+        pe.after(Duration::from_secs_f64(secs), |pe| {
+            converse::input::out_line("conformance timer-exit: ok");
+            pe.exit(0);
+        });
+    }
+}
+
+/// The last PE computes SECS in a handler, then tells PE 0, which ends the job; every other PE
+/// idles meanwhile: idle but for one busy PE (`+idle-warn` must not call it idle).
+pub(super) fn busy_exit(pe: &mut Pe, secs: f64) {
+    let finished = pe.register("finished", |pe, _m| {
+        converse::input::out_line("conformance busy-exit: ok");
+        pe.exit(0);
+    });
+    let work = pe.register("work", move |pe, _m| {
+        let until = std::time::Instant::now() + Duration::from_secs_f64(secs);
+        let mut x = 0u64;
+        while std::time::Instant::now() < until {
+            x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+        }
+        pe.send(0, finished, b"");
+    });
+    pe.barrier();
+    let last = pe.num_pes() - 1;
+    if pe.my_pe() == last {
+        pe.send(last, work, b"");
     }
 }
