@@ -620,7 +620,7 @@ mod tests {
         assert_eq!(known, SYSTEM_HANDLER_NAMES.len());
         assert!(matches!(
             Target::of(SYSTEM_HANDLER_NAMES.len() as u32 - 1),
-            Target::System(crate::lifecycle::SystemHandler::OneSided)
+            Target::System(crate::lifecycle::SystemHandler::IdleProbe)
         ));
     }
 
