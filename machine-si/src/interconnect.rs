@@ -384,11 +384,19 @@ impl Si {
         }
     }
 
-    /// Per node of the job, the process id of those on this host (published in their blocks
-    /// at start-up): whose memory [`converse_machine::ProcessMemory`] may reach.
+    /// Per node of the job, the process id of those on this host whose memory
+    /// [`converse_machine::ProcessMemory`] may reach: published in their blocks at start-up,
+    /// and proved theirs by reading the probe word they published there (a pid alone could
+    /// name another process: another pid namespace sharing /dev/shm, a pid reused). One
+    /// system call per node of the host, at start-up.
     pub fn pids(&self) -> Vec<Option<i32>> {
         (0..self.local.len())
-            .map(|node| self.block(node).map(|b| b.owner_pid()).filter(|&p| p > 0))
+            .map(|node| {
+                let b = self.block(node)?;
+                let pid = b.owner_pid();
+                let (addr, nonce) = b.probe();
+                (pid > 0 && matches!(pull::probe(pid, addr, nonce), Ok(true))).then_some(pid)
+            })
             .collect()
     }
 

@@ -14,8 +14,9 @@
 //!
 //! So the initiator's buffer is the only memory reached from outside, and only while the
 //! runtime holds it for the transfer (safe code cannot touch it then). Its address travels in
-//! the request; the process it names is always the one the layer knows for the sending node,
-//! never one taken from the wire.
+//! the request; the process written to or read from is the one the layer knows (and, for
+//! SI, proved at start-up) for the node the request came from, never a process id from the
+//! wire.
 //!
 //! [`ProcessMemory`] implements it with Linux's cross-memory attach (`process_vm_readv` and
 //! `process_vm_writev`, CMA in Charm++'s and MPI's terms), for processes on one host: the SI

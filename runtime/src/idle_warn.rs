@@ -15,6 +15,9 @@
 //! | probe, down | 0 | wave | none |
 //! | report, up | 1 | wave | sent u64, taken u64, timers u64 (LE) |
 //!
+//! Callbacks set with `on_idle` are not counted: a job whose only work left is an idle
+//! callback that sends nothing is called idle.
+//!
 //! A wave costs 2(N−1) small messages every SECS, and only with the argument: off by default,
 //! since a job that waits for clients (`+server`, endpoints) is idle on purpose. In report
 //! mode a dead PE's report never comes; its wave, and the watch, stop there.
@@ -73,9 +76,8 @@ impl Pe {
         let me = self.my_pe;
         let kids: Vec<usize> = self.tree().children(0, me).as_slice().to_vec();
         let (sent, taken) = self.message_counts();
-        // PE 0 is here from its watch's timer, which is out of the heap while it fires: not
-        // counted.
-        let timers = self.timers.pending() as u64;
+        // PE 0 is here from its watch's timer, counted among those firing: not itself.
+        let timers = (self.timers.pending() as u64).saturating_sub(u64::from(me == 0));
         let w = &mut self.idle_watch;
         let mine = (
             sent.saturating_sub(w.own_sent),
@@ -108,9 +110,10 @@ impl Pe {
                 match &mut self.idle_watch.collecting {
                     Some((w, missing, sums)) if *w == wave && *missing > 0 => {
                         *missing -= 1;
-                        sums.0 += s;
-                        sums.1 += t;
-                        sums.2 += n;
+                        // Wrapping: what a report says is not trusted not to overflow.
+                        sums.0 = sums.0.wrapping_add(s);
+                        sums.1 = sums.1.wrapping_add(t);
+                        sums.2 = sums.2.wrapping_add(n);
                     }
                     _ => return self.drop_message(&msg, "an idle-watch report of no wave here"),
                 }

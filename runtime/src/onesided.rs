@@ -365,9 +365,32 @@ impl OneSided {
         my_node: usize,
         min: [u64; 3],
     ) -> OneSided {
-        OneSided {
-            direct: direct::Direct::new(layer, my_node, min),
-            ..OneSided::default()
+        let mut os = OneSided::default();
+        os.direct = direct::Direct::new(layer, my_node, min);
+        os
+    }
+}
+
+impl Drop for OneSided {
+    /// The PE leaves with transfers pending (an SMP worker leaves before its node's layer
+    /// barrier, while peers may still be handling its requests): a direct transfer's buffer
+    /// may still be copied into or out of by another process, so it is leaked, not freed; a
+    /// shared put's buffer is taken back out of the process's table.
+    fn drop(&mut self) {
+        for (_, p) in self.pending.drain() {
+            match p {
+                Pending::Get { into: Some(m), .. } => std::mem::forget(m),
+                Pending::Put {
+                    data,
+                    path: direct::Path::Direct,
+                    ..
+                } => std::mem::forget(data),
+                Pending::Put {
+                    path: direct::Path::Shared(key),
+                    ..
+                } => drop(direct::take_back(key)),
+                _ => {}
+            }
         }
     }
 }
@@ -487,11 +510,19 @@ impl Pe {
         let id = self.next_request();
         let len = range.end.saturating_sub(range.start);
         let path = self.path_of(&checked, pe, len, false);
-        let (m, into) = if path == direct::Path::Direct {
-            // The buffer the region's PE copies into, laid out as a get's answer: a warm one
-            // an earlier get's program is done with, if there is one (fresh memory costs a
-            // page fault per 4 KiB in the copy, more than the copy itself).
-            let mut into = self.onesided.direct.warm().take(9 + len as usize);
+        // The buffer the region's PE copies into, laid out as a get's answer: a warm one an
+        // earlier get's program is done with, if there is one (fresh memory costs a page
+        // fault per 4 KiB in the copy, more than the copy itself). Its size comes from the
+        // handle, which only the region's PE can check: one that cannot be had goes over
+        // messages, where the answer is sized by the region.
+        let into = match path {
+            direct::Path::Direct => usize::try_from(len)
+                .ok()
+                .and_then(|n| n.checked_add(9))
+                .and_then(|n| self.onesided.direct.warm().take(n)),
+            _ => None,
+        };
+        let (m, into) = if let Some(mut into) = into {
             let addr = into.payload_mut()[9..].as_mut_ptr() as u64;
             let mut m = Message::with_capacity(direct::GET_LEN);
             m.extend_payload(&direct::get_request(id, from, range.start, len, addr));
@@ -604,13 +635,11 @@ impl Pe {
         }
         let node = self.node_of(pe);
         let d = &mut self.onesided.direct;
-        let path = if put {
+        if put {
             d.put_path(node, len)
         } else {
             d.get_path(node, len)
-        };
-        d.started += u64::from(path != direct::Path::Message);
-        path
+        }
     }
 
     /// One-sided transfers this PE started whose bytes were not carried in messages: copied
@@ -618,7 +647,7 @@ impl Pe {
     /// `onesided.direct_put_kib`), or a put's buffer lent to a PE of this process. For tests
     /// and tools that check which path a layer takes.
     pub fn direct_transfers(&self) -> u64 {
-        self.onesided.direct.started
+        self.onesided.direct.done
     }
 
     fn next_request(&mut self) -> u64 {
@@ -871,10 +900,13 @@ impl Pe {
             } => {
                 let r = match (status, into) {
                     // Copied into our buffer, which becomes the `Got`.
-                    (direct::COPIED, Some(into)) => Ok(Got {
-                        msg: Some(into),
-                        warm: Some(self.onesided.direct.warm()),
-                    }),
+                    (direct::COPIED, Some(into)) => {
+                        self.onesided.direct.done += 1;
+                        Ok(Got {
+                            msg: Some(into),
+                            warm: Some(self.onesided.direct.warm()),
+                        })
+                    }
                     (direct::FAULTED, _) => Err(RmaError::Copy { pe }),
                     // The bytes stay in the message they came in.
                     (_, _) => outcome(status, pe, region, &range).map(|()| Got::new(msg)),
@@ -926,7 +958,10 @@ impl Pe {
                 ..
             } => {
                 if let direct::Path::Shared(key) = path {
-                    data = direct::borrow(key).unwrap_or_default();
+                    data = direct::take_back(key).unwrap_or_default();
+                }
+                if status == DONE && path != direct::Path::Message {
+                    self.onesided.direct.done += 1;
                 }
                 let r = if status == direct::FAULTED {
                     Err(RmaError::Copy { pe })
@@ -976,7 +1011,7 @@ impl Pe {
                 } => {
                     match path {
                         direct::Path::Direct => self.onesided.direct.bury(Box::new(data)),
-                        direct::Path::Shared(key) => drop(direct::borrow(key)),
+                        direct::Path::Shared(key) => drop(direct::take_back(key)),
                         direct::Path::Message => {}
                     }
                     done(self, Err(died(pe)));

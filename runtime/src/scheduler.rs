@@ -232,14 +232,18 @@ impl Eq for Timer {}
 #[derive(Default)]
 pub(crate) struct Timers {
     timers: std::collections::BinaryHeap<Timer>,
+    /// Timers taken out of the heap to fire now and not yet run (a periodic one until it is
+    /// set again).
+    firing: usize,
     seq: u64,
     on_idle: Vec<Callback>,
 }
 
 impl Timers {
-    /// Timers set and not yet fired (a periodic one counts while it runs).
+    /// Timers set and not yet fired: in the heap, or taken out to fire now and not yet run
+    /// (a periodic one counts while it runs, since it is set again after).
     pub(crate) fn pending(&self) -> usize {
-        self.timers.len()
+        self.timers.len() + self.firing
     }
 
     fn next_due(&self) -> Option<Instant> {
@@ -624,11 +628,14 @@ impl Pe {
                 due.push(t);
             }
         }
+        // Added to, not set: a callback may run a nested scheduler loop that fires timers too.
+        self.timers.firing += due.len();
         for mut t in due {
             (t.f)(self);
             if let Some(p) = t.period {
                 self.timers.push(now + p, Some(p), t.f);
             }
+            self.timers.firing = self.timers.firing.saturating_sub(1);
         }
         true
     }

@@ -254,7 +254,8 @@ impl<T: serde::Serialize + serde::de::DeserializeOwned + 'static> Codec for Serd
 /// A value with a fixed-size, little-endian wire form: the numbers, `bool`, tuples of them,
 /// and [`Located`]. What [`Elems`] carries and reductions fold.
 pub trait Elem: Copy + 'static {
-    /// Bytes of the wire form.
+    /// Bytes of the wire form: at least one (an [`Elems`] of a zero-sized type does not
+    /// compile).
     const SIZE: usize;
     /// Write the wire form into `out` (`SIZE` bytes).
     fn put(self, out: &mut [u8]);
@@ -349,6 +350,7 @@ impl<T: Elem> Codec for Elems<T> {
     type Ref = [T];
 
     fn message(v: &[T]) -> Message {
+        const { assert!(T::SIZE > 0, "an Elem's wire form has at least one byte") };
         let mut m = Message::new(v.len() * T::SIZE);
         for (x, out) in v.iter().zip(m.payload_mut().chunks_exact_mut(T::SIZE)) {
             x.put(out);
@@ -357,6 +359,7 @@ impl<T: Elem> Codec for Elems<T> {
     }
 
     fn decode(p: &[u8]) -> Result<Vec<T>, DecodeError> {
+        const { assert!(T::SIZE > 0, "an Elem's wire form has at least one byte") };
         if !p.len().is_multiple_of(T::SIZE) {
             return Err(DecodeError::Length {
                 what: std::any::type_name::<T>(),
@@ -489,10 +492,30 @@ pub struct MinLoc;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct MaxLoc;
 
+/// Whether `x` should replace `a` in a located minimum (`less`) or maximum: a value that
+/// compares with nothing (a NaN) loses to any that does, whatever the order of arrival, so
+/// the fold stays commutative.
+fn located_wins<T: PartialOrd>(x: &Located<T>, a: &Located<T>, less: bool) -> bool {
+    let ordered = |v: &T| v.partial_cmp(v).is_some();
+    match (ordered(&x.value), ordered(&a.value)) {
+        (true, false) => true,
+        (false, true) => false,
+        (false, false) => x.at < a.at,
+        (true, true) => {
+            let better = if less {
+                x.value < a.value
+            } else {
+                x.value > a.value
+            };
+            better || (x.value == a.value && x.at < a.at)
+        }
+    }
+}
+
 impl<T: Elem + PartialOrd> ReduceOp<Located<T>> for MinLoc {
     const NAME: &'static str = "typed::MinLoc";
     fn fold(a: &mut Located<T>, x: Located<T>) {
-        if x.value < a.value || (x.value == a.value && x.at < a.at) {
+        if located_wins(&x, a, true) {
             *a = x;
         }
     }
@@ -501,7 +524,7 @@ impl<T: Elem + PartialOrd> ReduceOp<Located<T>> for MinLoc {
 impl<T: Elem + PartialOrd> ReduceOp<Located<T>> for MaxLoc {
     const NAME: &'static str = "typed::MaxLoc";
     fn fold(a: &mut Located<T>, x: Located<T>) {
-        if x.value > a.value || (x.value == a.value && x.at < a.at) {
+        if located_wins(&x, a, false) {
             *a = x;
         }
     }
@@ -721,6 +744,16 @@ mod tests {
         assert_eq!(
             folded::<Located<f64>, MinLoc>(&[l(2.0, 3)], &[l(2.0, 1)]),
             [l(2.0, 1)]
+        );
+        // A NaN loses in either order.
+        let nan = l(f64::NAN, 0);
+        assert_eq!(
+            folded::<Located<f64>, MaxLoc>(&[nan], &[l(1.0, 5)]),
+            [l(1.0, 5)]
+        );
+        assert_eq!(
+            folded::<Located<f64>, MaxLoc>(&[l(1.0, 5)], &[nan]),
+            [l(1.0, 5)]
         );
         let li = |value: i32, at| Located { value, at };
         assert_eq!(

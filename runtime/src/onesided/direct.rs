@@ -47,8 +47,9 @@ pub(crate) struct Warm(Mutex<Vec<Message>>);
 
 impl Warm {
     /// A message whose payload is `len` bytes: a kept one if one fits (its bytes are stale,
-    /// to be overwritten), a zeroed one otherwise.
-    pub(crate) fn take(&self, len: usize) -> Message {
+    /// to be overwritten), a zeroed one otherwise; `None` when `len` bytes cannot be had (a
+    /// size from a handle that is not the region's).
+    pub(crate) fn take(&self, len: usize) -> Option<Message> {
         let kept = self.0.lock().ok().and_then(|mut v| {
             let i = v
                 .iter()
@@ -58,9 +59,16 @@ impl Warm {
         match kept {
             Some(mut m) => {
                 m.truncate_payload(len);
-                m
+                Some(m)
             }
-            None => Message::new(len),
+            None => {
+                // Asked of the allocator first, without touching a page: `Message::new`
+                // aborts the process when it cannot have them.
+                let total =
+                    len.checked_add(converse_machine::HEADROOM + converse_machine::ENVELOPE_LEN)?;
+                Vec::<u8>::new().try_reserve_exact(total).ok()?;
+                Some(Message::new(len))
+            }
         }
     }
 
@@ -100,28 +108,40 @@ pub(crate) const PUT_LEN: usize = HEAD + 16;
 
 /// Buffers of puts between PEs of this process, by key, while the region's PE copies out of
 /// them ([`PUT_SHARED`]): the buffer itself crosses, not a copy, and no address does. Keys
-/// are unique in the process (several in-process jobs may run at once).
-static SHARED: std::sync::LazyLock<Mutex<std::collections::HashMap<u64, Vec<u8>>>> =
-    std::sync::LazyLock::new(Mutex::default);
+/// are unique in the process (several in-process jobs may run at once). Only the putter
+/// removes its key ([`take_back`]: at the answer, at a death, or when it leaves), so nothing
+/// stays in the table after its put; `None` while the region's PE has the buffer.
+type Lent = std::collections::HashMap<u64, Option<Vec<u8>>>;
+static SHARED: std::sync::LazyLock<Mutex<Lent>> = std::sync::LazyLock::new(Mutex::default);
 static NEXT_KEY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Hand `data` to a PE of this process; its key.
 pub(crate) fn lend(data: Vec<u8>) -> u64 {
     let key = NEXT_KEY.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    give_back(key, data);
+    if let Ok(mut t) = SHARED.lock() {
+        t.insert(key, Some(data));
+    }
     key
 }
 
-/// The buffer lent under `key`, if it is there.
+/// The region's PE: the buffer lent under `key`, if it is there (its slot stays, empty).
 pub(crate) fn borrow(key: u64) -> Option<Vec<u8>> {
-    SHARED.lock().ok()?.remove(&key)
+    SHARED.lock().ok()?.get_mut(&key)?.take()
 }
 
-/// Put a borrowed buffer back under `key`.
+/// The region's PE: put a borrowed buffer back, if its putter still waits for it (else it is
+/// dropped here).
 pub(crate) fn give_back(key: u64, data: Vec<u8>) {
     if let Ok(mut t) = SHARED.lock() {
-        t.insert(key, data);
+        if let Some(slot) = t.get_mut(&key) {
+            *slot = Some(data);
+        }
     }
+}
+
+/// The putter: its buffer back, and its key out of the table.
+pub(crate) fn take_back(key: u64) -> Option<Vec<u8>> {
+    SHARED.lock().ok()?.remove(&key).flatten()
 }
 
 /// How a transfer's bytes go.
@@ -149,19 +169,19 @@ pub(crate) struct Direct {
     refused: HashSet<usize>,
     /// Buffers of direct transfers whose region's PE died: kept, not freed (module docs).
     graveyard: Vec<Box<dyn std::any::Any>>,
-    /// Transfers started direct or shared.
-    pub(crate) started: u64,
+    /// Transfers completed direct or shared (counted at their answer: one refused and sent
+    /// again over messages is not).
+    pub(crate) done: u64,
     warm: Arc<Warm>,
 }
 
 impl Direct {
     pub(crate) fn new(layer: Option<Arc<dyn Rma>>, my_node: usize, min: [u64; 3]) -> Direct {
-        Direct {
-            layer,
-            my_node,
-            min: min.map(|m| m.max(1)),
-            ..Direct::default()
-        }
+        let mut d = Direct::default();
+        d.layer = layer;
+        d.my_node = my_node;
+        d.min = min.map(|m| m.max(1));
+        d
     }
 
     /// Whether `node`'s PEs are threads of this process.
@@ -222,6 +242,14 @@ impl Direct {
     /// Keep a buffer a dead PE may still be copying into or out of.
     pub(crate) fn bury(&mut self, b: Box<dyn std::any::Any>) {
         self.graveyard.push(b);
+    }
+}
+
+impl Drop for Direct {
+    /// What was buried stays so when the PE leaves: leaked, since the dying process may
+    /// still be copying.
+    fn drop(&mut self) {
+        std::mem::forget(std::mem::take(&mut self.graveyard));
     }
 }
 
@@ -286,8 +314,11 @@ mod tests {
         assert_eq!(kept, WARM_BUFFERS);
         // A fitting one comes back cut to the length asked; a much smaller ask gets a fresh
         // one (a small get does not pin a large buffer).
-        assert_eq!(w.take(600 << 10).payload_len(), 600 << 10);
-        assert_eq!(w.take(100).payload_len(), 100);
+        assert_eq!(w.take(600 << 10).map(|m| m.payload_len()), Some(600 << 10));
+        assert_eq!(w.take(100).map(|m| m.payload_len()), Some(100));
+        // A size no allocator has is refused, not an abort.
+        assert!(w.take(usize::MAX - 4).is_none());
+        assert!(w.take(isize::MAX as usize).is_none());
         let kept = w.0.lock().map(|v| v.len()).unwrap_or(0);
         assert_eq!(kept, WARM_BUFFERS - 1);
     }
