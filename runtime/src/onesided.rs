@@ -60,7 +60,7 @@ mod serve;
 
 use crate::lifecycle::SystemHandler;
 use crate::pe::{HandlerId, Pe};
-use converse_machine::bytes::{ByteReader, ByteWriter};
+use converse_machine::bytes::ByteReader;
 use converse_machine::Message;
 use std::collections::HashMap;
 use std::ops::Range;

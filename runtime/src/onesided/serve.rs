@@ -3,8 +3,8 @@
 //! the putter's memory, or from a buffer lent in this process), between two of its handlers.
 
 use super::{
-    direct, status_message, system, Slot, DONE, GET, GOT, HEAD, OUT_OF_RANGE, PUT, PUT_DONE,
-    PutNotice, RegionHandle, STALE,
+    direct, status_message, system, PutNotice, RegionHandle, Slot, DONE, GET, GOT, HEAD,
+    OUT_OF_RANGE, PUT, PUT_DONE, STALE,
 };
 use crate::pe::{HandlerId, Pe};
 use converse_machine::bytes::{ByteReader, ByteWriter};
@@ -21,8 +21,7 @@ impl Pe {
         r: &mut ByteReader<'_>,
         msg: &Message,
     ) {
-        let (Ok(region), Ok(gen), Ok(off), Ok(len)) = (r.u32(), r.u32(), r.u64(), r.u64())
-        else {
+        let (Ok(region), Ok(gen), Ok(off), Ok(len)) = (r.u32(), r.u32(), r.u64(), r.u64()) else {
             return self.drop_message(msg, "a malformed get request");
         };
         let into = match (kind, r.u64()) {
@@ -30,8 +29,7 @@ impl Pe {
             (_, Ok(addr)) => Some(addr),
             (_, Err(_)) => return self.drop_message(msg, "a malformed direct get"),
         };
-        let mut out =
-            self.answer_get(from, id, region, gen, off..off.saturating_add(len), into);
+        let mut out = self.answer_get(from, id, region, gen, off..off.saturating_add(len), into);
         out.set_arg0(GOT);
         self.send_msg(from, system(), out);
     }
@@ -46,8 +44,7 @@ impl Pe {
         r: &mut ByteReader<'_>,
         msg: &Message,
     ) {
-        let (Ok(region), Ok(gen), Ok(off), Ok(notify)) =
-            (r.u32(), r.u32(), r.u64(), r.u64())
+        let (Ok(region), Ok(gen), Ok(off), Ok(notify)) = (r.u32(), r.u32(), r.u64(), r.u64())
         else {
             return self.drop_message(msg, "a malformed put");
         };
