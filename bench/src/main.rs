@@ -13,6 +13,7 @@
 //! bench multi [--sizes 8,65536,1048576] [--iters N] [--messages N] [--runs R]   (root)
 //! bench udp [--iters N] [--runs R] [--parts bandwidth,loss,contention,nodes] [+set K=V ...]
 //! bench tasks [--layers local,si,tcp,udp] [--iters N] [--rounds R]
+//! bench seeds [--layers local,si,tcp,udp] [--reps N] [--rounds R]
 //! bench mpi-same-job [--sizes 8,4096,...] [--iters N] [--rounds R]   (--features mpi)
 //! bench topo [--layer local] [--pes 8,16] [--sizes 8,65536] [--iters N] [--contenders 2,4,8]
 //! ```
@@ -34,6 +35,7 @@ mod raw;
 #[cfg(feature = "mpi")]
 mod raw_mpi;
 mod report;
+mod seeds;
 mod smp;
 mod startup;
 mod tasks;
@@ -221,6 +223,31 @@ enum Cmd {
         #[arg(long, default_value_t = 5, allow_negative_numbers = true,
               value_parser = clap::value_parser!(u16).range(1..))]
         rounds: u16,
+    },
+    /// Seed balancers (converse-tasks' seeds) on an uneven load, beside the same work placed
+    /// statically in the same run.
+    Seeds {
+        /// Layers, comma-separated (`local`: in this process).
+        #[arg(long, value_delimiter = ',', default_value = "local,si,tcp,udp")]
+        layers: Vec<String>,
+        /// Repetitions per job.
+        #[arg(long, default_value_t = 3, allow_negative_numbers = true,
+              value_parser = clap::value_parser!(u32).range(1..))]
+        reps: u32,
+        /// Rounds (each: one job per balancer, the order rotated).
+        #[arg(long, default_value_t = 5, allow_negative_numbers = true,
+              value_parser = clap::value_parser!(u16).range(1..))]
+        rounds: u16,
+    },
+    /// One PE of a `bench seeds` job.
+    #[command(hide = true)]
+    PeSeeds {
+        #[arg(long)]
+        balancer: converse_tasks::seeds::Balancer,
+        #[arg(long)]
+        reps: u32,
+        #[arg(long)]
+        out: PathBuf,
     },
     /// One PE of a `bench tasks` job.
     #[command(hide = true)]
@@ -717,6 +744,18 @@ fn main() -> ExitCode {
             iters,
             rounds,
         } => tasks::run(&layers, iters, rounds),
+        Cmd::Seeds {
+            layers,
+            reps,
+            rounds,
+        } => seeds::run(&layers, reps, rounds),
+        Cmd::PeSeeds {
+            balancer,
+            reps,
+            out,
+        } => converse::Runtime::from_args(argv)
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| seeds::pe_main(rt, balancer, reps, &out)),
         Cmd::Ccs {
             sizes,
             iters,

@@ -142,6 +142,8 @@ pub(crate) struct Lifecycle {
     pub failure: Option<RuntimeError>,
     /// `exit_scheduler` was called.
     pub leave: bool,
+    /// [`Pe::poll_soon`] was called: the running batch ends after this handler.
+    pub poll_soon: bool,
 }
 
 /// Whether the job is ending on this PE.

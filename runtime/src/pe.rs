@@ -359,6 +359,22 @@ impl Pe {
         self.route(dest, msg);
     }
 
+    /// Run the handler `msg` names on it now, on this PE, inside the running handler
+    /// (Converse's `CmiHandleMessage`): for a library that holds messages and runs them later,
+    /// such as a seed balancer's pool. The message keeps its envelope (source PE, priority);
+    /// it is not counted as sent or taken again, since it was counted when it came. Only a
+    /// program's handler ([`register`](Pe::register)) is run: a message naming anything else
+    /// is dropped with one line, as on arrival. Nesting is allowed (a handler may run one).
+    pub fn deliver(&mut self, msg: Message) {
+        if msg.handler() < USER_BASE {
+            return self.drop_message(
+                &msg,
+                "it was delivered by a library but names a system handler",
+            );
+        }
+        self.run_handler(msg);
+    }
+
     /// Send a copy of `payload` to handler `h` on each PE of `dests`.
     ///
     /// # Panics

@@ -297,6 +297,17 @@ impl Pe {
         self.timers.on_idle.push(Box::new(f));
     }
 
+    /// Let the scheduler take in arriving messages before it runs the next queued one.
+    /// Between two looks it otherwise runs up to a batch (`sched.batch`) of queued messages,
+    /// which keeps the look's cost (a system call on a socket layer) off each message. What
+    /// arrives is queued by priority, so it runs next if it comes first by priority, or if
+    /// little is queued: a handler that computed for long, or a library that keeps its work
+    /// outside the queue and releases it a piece at a time (seed pools), calls this so that
+    /// other PEs' requests do not wait behind a whole batch.
+    pub fn poll_soon(&mut self) {
+        self.life.poll_soon = true;
+    }
+
     /// Make the innermost running scheduler loop ([`scheduler`](Pe::scheduler),
     /// [`run_until`](Pe::run_until)) return after the current handler (Converse's
     /// `CsdExitScheduler`). The loop that runs after the start function returned ignores it:
@@ -552,7 +563,7 @@ impl Pe {
                 Some(m) => {
                     self.run_handler(m);
                     n += 1;
-                    if self.life.stopping() || self.life.leave {
+                    if self.life.stopping() || self.life.leave || self.life.poll_soon {
                         break;
                     }
                     continue;
@@ -576,10 +587,13 @@ impl Pe {
             let Some(msg) = next else { break };
             self.dispatch(msg);
             n += 1;
-            if self.life.stopping() || self.life.leave {
+            // One flag test per message: a batch is what keeps polls (a system call on a
+            // socket layer) off the per-message path, and `poll_soon` what ends it early.
+            if self.life.stopping() || self.life.leave || self.life.poll_soon {
                 break;
             }
         }
+        self.life.poll_soon = false;
         n
     }
 

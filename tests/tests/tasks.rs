@@ -90,6 +90,11 @@ macro_rules! layer_tests {
             }
 
             #[test]
+            fn seeds_run_once_each_and_move_under_every_balancer() {
+                seeds_under_every_balancer(&charmrun($machine, 1), 3);
+            }
+
+            #[test]
             fn a_call_to_a_pe_that_dies_fails_naming_it() {
                 calls_fail_on_death(&charmrun($machine, 1));
             }
@@ -116,6 +121,21 @@ fn a_nodes_shared_pool_is_run_by_its_pes_each_piece_once() {
         "shared",
         3,
     );
+}
+
+/// The `seeds-B` scenario for each balancer: every seed runs once; `keep` leaves them all on
+/// PE 0, the others move some; quiescence is detected, so stealing ends.
+fn seeds_under_every_balancer(l: &Launcher, pes: usize) {
+    for b in ["keep", "random", "neighbor", "steal"] {
+        every_pe_ok(l, &format!("seeds-{b}"), pes);
+    }
+}
+
+#[test]
+fn seeds_run_once_each_and_move_in_process_and_at_ppn_2() {
+    seeds_under_every_balancer(&Launcher::Direct { machine: "local" }, 4);
+    seeds_under_every_balancer(&charmrun("si", 2), 4);
+    seeds_under_every_balancer(&charmrun("tcp", 2), 4);
 }
 
 #[test]

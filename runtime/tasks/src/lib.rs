@@ -52,6 +52,7 @@ mod call;
 mod executor;
 mod expect;
 mod quiescence;
+pub mod seeds;
 mod shared;
 mod time;
 

@@ -18,6 +18,11 @@
 //! - `shared`: the first PE of each node puts 100 pieces of work of 1 ms each in its node's
 //!   shared pool; every piece runs once, and at `++ppn 2` and up by more than one PE of the
 //!   node. Each PE prints `tasks shared: PE N ok`.
+//! - `seeds-BALANCER` (`keep`, `random`, `neighbor`, `steal`): PE 0 enqueues 8 seeds, each of
+//!   which spins 200 µs, tells PE 0 it ran, and enqueues two more down to depth 6 (1,016 in
+//!   all) where it runs. Once quiescence is detected, PE 0 checks that every seed ran exactly
+//!   once, and where: all on PE 0 with `keep`, on more than one PE otherwise. Quiescence itself
+//!   shows that the balancers' own messages end. Each PE prints `tasks seeds-B: PE N ok`.
 //! - `die`: report mode; the last PE's process dies while PE 0 has calls pending to it: each
 //!   fails with `PeDied` naming the PE, and a call made afterwards fails at once; PE 0 prints
 //!   `tasks die: ok`.
@@ -451,6 +456,103 @@ fn shared(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
     Ok(())
 }
 
+fn seeds(pe: &mut Pe, tasks: &Tasks, scenario: &str) -> Result<(), String> {
+    use converse_tasks::seeds::{Balancer, Seeds};
+    const ROOTS: u32 = 8;
+    const DEPTH: u32 = 6;
+    // A root's seeds are numbered as a heap: 1, then 2i and 2i + 1 below i.
+    const PER_ROOT: u32 = (1 << (DEPTH + 1)) - 1;
+    let balancer: Balancer = scenario
+        .strip_prefix("seeds-")
+        .unwrap_or_default()
+        .parse()?;
+    let (me, n) = (pe.my_pe(), pe.num_pes());
+    let seeds = Seeds::attach(pe, balancer);
+    // PE 0's tally: how often each seed ran, and how many ran on each PE.
+    let ran = Rc::new(RefCell::new((
+        vec![0u8; (ROOTS * PER_ROOT) as usize],
+        vec![0u64; n],
+    )));
+    let r = ran.clone();
+    let told = pe.register("seed-ran", move |_pe, msg| {
+        let id = word(&msg) as usize;
+        let mut r = r.borrow_mut();
+        if let Some(c) = r.0.get_mut(id) {
+            *c = c.saturating_add(1);
+        }
+        if let Some(c) = r.1.get_mut(msg.src_pe() as usize) {
+            *c += 1;
+        }
+    });
+    let piece = Rc::new(std::cell::Cell::new(None));
+    let (s, p) = (seeds.clone(), piece.clone());
+    let h = pe.register("seed-piece", move |pe, msg| {
+        let i = word(&msg) as u32;
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_micros(200) {
+            std::hint::spin_loop();
+        }
+        pe.send(0, told, &u64::from(i).to_le_bytes());
+        let heap = i % PER_ROOT + 1;
+        if heap < (1 << DEPTH) {
+            if let Some(h) = p.get() {
+                let base = i - (heap - 1);
+                for child in [2 * heap, 2 * heap + 1] {
+                    s.enqueue(pe, h, &u64::from(base + child - 1).to_le_bytes());
+                }
+            }
+        }
+    });
+    piece.set(Some(h));
+    pe.barrier();
+    if me != 0 {
+        converse::input::out_line(&format!("tasks {scenario}: PE {me} ok"));
+        return Ok(());
+    }
+    for root in 0..ROOTS {
+        seeds.enqueue(pe, h, &u64::from(root * PER_ROOT).to_le_bytes());
+    }
+    let quiet = Rc::new(std::cell::Cell::new(false));
+    let q = quiet.clone();
+    tasks.on_quiescence(pe, move |_| q.set(true));
+    let t0 = Instant::now();
+    pe.run_until(|_| quiet.get() || t0.elapsed() > Duration::from_secs(60));
+    if !quiet.get() {
+        return Err("no quiescence within 60 s".into());
+    }
+    let r = ran.borrow();
+    let wrong: Vec<(usize, u8)> =
+        r.0.iter()
+            .enumerate()
+            .filter(|(_, &c)| c != 1)
+            .map(|(i, &c)| (i, c))
+            .collect();
+    if !wrong.is_empty() {
+        return Err(format!(
+            "{} seeds did not run exactly once (seed, times): {:?}",
+            wrong.len(),
+            &wrong[..wrong.len().min(8)]
+        ));
+    }
+    let busy = r.1.iter().filter(|&&c| c > 0).count();
+    match balancer {
+        Balancer::Keep if busy != 1 || r.1[0] == 0 => {
+            return Err(format!("keep ran seeds away from PE 0: {:?}", r.1))
+        }
+        Balancer::Keep => {}
+        _ if n > 1 && busy < 2 => {
+            return Err(format!("{} moved no seed: {:?}", balancer.name(), r.1))
+        }
+        _ => {}
+    }
+    converse::input::out_line(&format!(
+        "tasks {scenario}: PE 0 ok (by PE: {:?}; PE 0's {:?})",
+        r.1,
+        seeds.stats()
+    ));
+    Ok(())
+}
+
 fn die(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
     let n = pe.num_pes();
     let victim = n - 1;
@@ -516,8 +618,9 @@ fn main() -> ExitCode {
             "qdsleep" => qdsleep(pe, &tasks),
             "shared" => shared(pe, &tasks),
             "die" => die(pe, &tasks),
+            s if s.starts_with("seeds-") => seeds(pe, &tasks, s),
             other => Err(format!(
-                "unknown scenario {other:?} (basics, calls, qd, qdsleep, shared, die)"
+                "unknown scenario {other:?} (basics, calls, qd, qdsleep, shared, seeds-B, die)"
             )),
         };
         if let Err(e) = r {
