@@ -45,6 +45,9 @@
 //! });
 //! ```
 //!
+//! - **Seeds** ([`seeds`]): messages that may run on any PE, placed and moved by a balancer
+//!   (Converse's `CldEnqueue` and seed balancers: random, neighbour diffusion, work stealing).
+//!
 //! **Attach on every PE.** [`Tasks::attach`] and [`Tasks::serve`] register handlers, so every
 //! PE calls them in the same order, before it first schedules (as for any handler).
 

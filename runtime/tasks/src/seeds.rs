@@ -11,7 +11,7 @@
 //! | balancer | where a seed goes when enqueued | what moves seeds later |
 //! |---|---|---|
 //! | [`Keep`](Balancer::Keep) | this PE's pool | nothing: static placement |
-//! | [`Random`](Balancer::Random) | a PE drawn at random, this one included (`cldb.rand`) | nothing |
+//! | [`Random`](Balancer::Random) | a PE drawn at random, this one included (`cldb.rand`; the generator is seeded from the PE's number, so a job places the same way each run) | nothing |
 //! | [`Neighbor`](Balancer::Neighbor) | this PE's pool, or the least loaded hypercube neighbour's if that has at least 2 fewer (`cldb.neighbor`) | a PE told of a neighbour's load 3 or more below its own sends it half the difference |
 //! | [`Steal`](Balancer::Steal) | this PE's pool | an idle PE asks its node's other PEs, then PEs drawn at random, for work (`cldb.workstealing`) |
 //!
