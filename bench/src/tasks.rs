@@ -4,6 +4,8 @@
 //! - a hand-written round trip: PE 0 sends 8 bytes to a handler on PE 1 that sends them back
 //!   to a handler on PE 0, which sends the next (the same work a call does, written by hand);
 //! - a call with reply: a task on PE 0 awaits `call(1, echo, 8 bytes)`, one after another;
+//!   and again with each reply's message sent as the next request (`call_msg`), which is what
+//!   the hand-written round trip does with its one message;
 //! - spawn + join of an empty task, from inside a task; a `yield_now` switch.
 //!
 //! Beside them, measured in this process: a tokio current-thread runtime's spawn + join of an
@@ -18,11 +20,12 @@ use std::path::Path;
 use std::rc::Rc;
 use std::time::Instant;
 
-const WHAT: [&str; 4] = [
+const WHAT: [&str; 5] = [
     "hand-written round trip",
     "call with reply",
     "spawn + join",
     "yield",
+    "call, message reused",
 ];
 
 /// Median, lowest and highest of `v`.
@@ -87,7 +90,7 @@ pub(crate) fn run(layers: &[String], iters: u64, rounds: u16) -> anyhow::Result<
         }
         let hand = spread(per[0].clone()).0;
         for (i, v) in per.into_iter().enumerate() {
-            print_row(layer, WHAT[i], v, (i == 1).then_some(hand));
+            print_row(layer, WHAT[i], v, (i == 1 || i == 4).then_some(hand));
         }
     }
     pool(rounds)
@@ -204,6 +207,18 @@ fn block(
             let _ = tasks.block_on(pe, async move {
                 for _ in 0..iters {
                     let _ = converse_tasks::spawn(async {}).await;
+                }
+            });
+        }
+        4 => {
+            let echo = echo.clone();
+            let _ = tasks.block_on(pe, async move {
+                let mut m = converse::Message::from_payload(&[0u8; 8]);
+                for _ in 0..iters {
+                    match converse_tasks::with_pe(|pe| echo.call_msg(pe, 1, m)).await {
+                        Ok(r) => m = r,
+                        Err(_) => return,
+                    }
                 }
             });
         }

@@ -79,6 +79,7 @@ pub use mailbox::Mailbox;
 pub use onesided::{Got, PutNotice, Region, RegionHandle, RmaError};
 pub use pe::{HandlerId, Pe};
 pub use placement::CoreList;
+pub use scheduler::scheduler_depth;
 pub use tree::{tree_children, tree_parent};
 
 use converse_machine::{BootConfig, Layer, Machine, Settings};

@@ -261,6 +261,37 @@ impl Timers {
     }
 }
 
+thread_local! {
+    /// Scheduler loops running on this thread ([`scheduler_depth`]).
+    static DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// One more scheduler loop on this thread while it lives (also when the loop unwinds).
+struct LoopDepth;
+
+impl LoopDepth {
+    fn enter() -> LoopDepth {
+        DEPTH.with(|d| d.set(d.get() + 1));
+        LoopDepth
+    }
+}
+
+impl Drop for LoopDepth {
+    fn drop(&mut self) {
+        DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+    }
+}
+
+/// How many scheduler loops run on this thread now: 0 outside any (the start function), 1 in
+/// the PE's main loop and the handlers it runs, one more inside each
+/// [`run_until`](Pe::run_until), [`scheduler`](Pe::scheduler), barrier or blocking call made
+/// from a handler. A library that keeps work to do when the handler it runs in returns (an
+/// executor running woken tasks in a row) checks that the depth is still the one it began
+/// at: a nested loop may be waiting for that work, and must be given it as a message.
+pub fn scheduler_depth() -> u32 {
+    DEPTH.with(|d| d.get())
+}
+
 /// How often a busy scheduler looks at the clock for due timers, in loop turns.
 const TIMER_CHECK_EVERY: u32 = 256;
 
@@ -295,6 +326,15 @@ impl Pe {
     /// it blocks (Converse's `CcdPROCESSOR_BEGIN_IDLE`).
     pub fn on_idle(&mut self, f: impl FnMut(&mut Pe) + 'static) {
         self.timers.on_idle.push(Box::new(f));
+    }
+
+    /// Whether a message that runs before priority `prio` (a smaller number) waits in this
+    /// PE's queue. For a library that runs pieces of work of its own in a row inside one
+    /// handler (an executor polling woken tasks): it stops when this says yes, so that
+    /// priorities hold as if each piece were a message. Messages not yet taken in from the
+    /// layer are not seen, as during any batch.
+    pub fn has_queued_before(&self, prio: i32) -> bool {
+        self.queue.peek_priority().is_some_and(|p| p < prio)
     }
 
     /// Let the scheduler take in arriving messages before it runs the next queued one.
@@ -344,6 +384,11 @@ impl Pe {
         done: &mut dyn FnMut(&mut Pe) -> bool,
         leavable: bool,
     ) -> bool {
+        let _depth = LoopDepth::enter();
+        self.schedule_loop(done, leavable)
+    }
+
+    fn schedule_loop(&mut self, done: &mut dyn FnMut(&mut Pe) -> bool, leavable: bool) -> bool {
         self.ensure_started();
         let mut idle = IdleSpin::default();
         let mut told_idle = false;

@@ -60,7 +60,9 @@ fn a_held_message_is_delivered_later_with_its_envelope() {
     let code = rt
         .run(|pe| {
             let held: Rc<RefCell<Vec<Message>>> = Rc::default();
-            let seen: Rc<RefCell<Vec<(u32, Vec<u8>, i32)>>> = Rc::default();
+            // (source PE, payload, priority) of each message delivered.
+            type Seen = Vec<(u32, Vec<u8>, i32)>;
+            let seen: Rc<RefCell<Seen>> = Rc::default();
             let s = seen.clone();
             let work = pe.register("work", move |_, msg| {
                 s.borrow_mut()

@@ -8,12 +8,27 @@
 //! not scheduled twice (a flag per task), and a message for a slot that has since been reused
 //! (another generation) is dropped.
 //!
-//! Costs per wake-up: one message allocation (24 bytes of envelope, no payload) and a lock-free
-//! push and pop; per poll, one slab lookup. A task is one allocation for its future, one for
-//! its waker and one for its join state.
+//! Costs per wake-up from another thread or handler: one message allocation (24 bytes of
+//! envelope, no payload) and a lock-free push and pop; per poll, one slab lookup. A task is one
+//! allocation for its future, one for its waker and one for its join state.
+//!
+//! **Woken in a row.** While this crate's own handlers run (a task's poll, a reply), a task of
+//! the same PE spawned or woken there (a joiner whose task just finished, a caller whose reply
+//! just came) is not sent a message: it goes to the executor's *ready* list, which the handler
+//! polls before it returns — the message's allocation and trip through the queue saved, as
+//! Converse's `CthAwaken` puts a thread on the scheduler's queue without a message. Priorities
+//! hold: the handler stops at a task whose priority a queued message beats
+//! ([`Pe::has_queued_before`]), and after [`IN_A_ROW`] polls; what is left is sent run
+//! messages then. Only wakes made in the handler's own scheduler loop go there
+//! ([`converse::scheduler_depth`]): one made inside a nested loop (a `run_until` in a task) is
+//! a message, since that loop may wait for it. A task spawned or woken before a nested loop
+//! began, and waited for in it, is sent its message when that loop goes idle (the idle
+//! callback of [`Tasks::attach`](crate::Tasks::attach)). A task waking itself (`yield_now`)
+//! always gets a message, so that it lets others run.
 
 use converse::{HandlerId, Mailbox, Message, Pe};
 use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
@@ -23,8 +38,14 @@ use std::task::{Context, Poll, Waker};
 
 type BoxFuture = Pin<Box<dyn Future<Output = ()>>>;
 
+/// How many woken tasks one of this crate's handlers polls in a row before it leaves the rest
+/// to run messages: about what a scheduler batch runs between two polls of the layer.
+pub(crate) const IN_A_ROW: usize = 32;
+
 /// What a task's waker holds: where to post its run message, and whether one is on its way.
 struct TaskWake {
+    /// The executor's address: compared with [`LOCAL`]'s, never followed from here.
+    exec: usize,
     mailbox: Mailbox,
     run: HandlerId,
     id: u32,
@@ -41,15 +62,36 @@ impl std::task::Wake for TaskWake {
 
     fn wake_by_ref(self: &Arc<Self>) {
         if !self.scheduled.swap(true, Ordering::AcqRel) {
-            // The one allocation per wake-up: the message that makes the scheduler poll the
-            // task.
-            let mut m = Message::new(0);
-            m.set_arg0(self.id);
-            m.set_arg1(self.gen);
-            m.set_priority(self.prio);
-            self.mailbox.post(self.run, m);
+            let readied = with_local_exec(self.exec, |exec| exec.ready_unless_polling(self));
+            if readied != Some(true) {
+                // The one allocation per wake-up: the message that makes the scheduler poll
+                // the task.
+                post_run(&self.mailbox, self.run, self.id, self.gen, self.prio);
+            }
         }
     }
+}
+
+/// Post the message that makes the scheduler poll task `(id, gen)`.
+fn post_run(mailbox: &Mailbox, run: HandlerId, id: u32, gen: u32, prio: i32) {
+    let mut m = Message::new(0);
+    m.set_arg0(id);
+    m.set_arg1(gen);
+    m.set_priority(prio);
+    mailbox.post(run, m);
+}
+
+/// Run `f` with the executor at address `key` if one of its handlers runs on this thread, in
+/// the scheduler loop it began in.
+fn with_local_exec<R>(key: usize, f: impl FnOnce(&Exec) -> R) -> Option<R> {
+    let (p, depth) = LOCAL.with(|l| l.get());
+    if p.is_null() || p as usize != key || converse::scheduler_depth() != depth {
+        return None;
+    }
+    // SAFETY: `LOCAL` holds an executor only while `Exec::with_local` runs on this thread,
+    // borrowing it for that long (and puts back the previous value when it returns or
+    // unwinds), so `p` points at a live `Exec` here.
+    Some(f(unsafe { &*p }))
 }
 
 /// One slot of the slab.
@@ -71,6 +113,8 @@ struct Slot {
 
 /// The executor of one PE (shared by its handlers and the [`Tasks`](crate::Tasks) handle).
 pub(crate) struct Exec {
+    /// Tasks woken in a row: (slot, generation, priority), polled before the handler returns.
+    ready: RefCell<VecDeque<(u32, u32, i32)>>,
     slots: RefCell<Vec<Slot>>,
     free: RefCell<Vec<u32>>,
     pub(crate) run: Cell<Option<HandlerId>>,
@@ -83,6 +127,8 @@ thread_local! {
     /// The PE whose task is being polled on this thread (null outside a poll, and while
     /// [`with_pe`] lends it out).
     static CURRENT: Cell<*mut Pe> = const { Cell::new(std::ptr::null_mut()) };
+    /// The executor whose handler runs on this thread, and the scheduler depth it runs at.
+    static LOCAL: Cell<(*const Exec, u32)> = const { Cell::new((std::ptr::null(), 0)) };
 }
 
 /// Run `f` with the PE of the task being polled: how code inside a task sends, registers
@@ -125,6 +171,7 @@ pub fn in_task() -> bool {
 impl Exec {
     pub(crate) fn new(mailbox: Mailbox) -> Exec {
         Exec {
+            ready: RefCell::new(VecDeque::new()),
             slots: RefCell::new(Vec::new()),
             free: RefCell::new(Vec::new()),
             run: Cell::new(None),
@@ -155,6 +202,7 @@ impl Exec {
         let mut slots = self.slots.borrow_mut();
         let slot = &mut slots[id as usize];
         let wake = Arc::new(TaskWake {
+            exec: self as *const Exec as usize,
             mailbox: self.mailbox.clone(),
             run,
             id,
@@ -168,18 +216,85 @@ impl Exec {
         let gen = slot.gen;
         drop(slots);
         self.live.set(self.live.get() + 1);
-        let mut m = Message::new(0);
-        m.set_arg0(id);
-        m.set_arg1(gen);
-        m.set_priority(prio);
-        let me = pe.my_pe();
-        pe.send_msg(me, run, m);
+        let local = with_local_exec(self as *const Exec as usize, |_| ()).is_some();
+        if local {
+            self.ready.borrow_mut().push_back((id, gen, prio));
+        } else {
+            let mut m = Message::new(0);
+            m.set_arg0(id);
+            m.set_arg1(gen);
+            m.set_priority(prio);
+            let me = pe.my_pe();
+            pe.send_msg(me, run, m);
+        }
         (id, gen)
     }
 
-    /// The run handler: poll the task the message names, if it is still that task.
+    /// Ready `wake`'s task to be polled in a row, unless it is the task being polled (a task
+    /// that wakes itself yields, so it gets a message). Whether it was readied.
+    fn ready_unless_polling(&self, wake: &TaskWake) -> bool {
+        let polling = self
+            .slots
+            .try_borrow()
+            .map_or(true, |s| s.get(wake.id as usize).is_none_or(|s| s.polling));
+        if !polling {
+            self.ready
+                .borrow_mut()
+                .push_back((wake.id, wake.gen, wake.prio));
+        }
+        !polling
+    }
+
+    /// Run `f` (one of this crate's handlers) with wakes of this executor's tasks readied
+    /// instead of messaged, then poll the ready tasks in a row (see the module docs).
+    pub(crate) fn with_local<R>(&self, pe: &mut Pe, f: impl FnOnce(&mut Pe) -> R) -> R {
+        let prev = LOCAL.with(|l| l.replace((self as *const Exec, converse::scheduler_depth())));
+        // Put back when done or unwinding; whatever is still ready then is sent messages.
+        struct Restore<'a>(&'a Exec, (*const Exec, u32));
+        impl Drop for Restore<'_> {
+            fn drop(&mut self) {
+                LOCAL.with(|l| l.set(self.1));
+                self.0.message_ready();
+            }
+        }
+        let _restore = Restore(self, prev);
+        let r = f(pe);
+        for _ in 0..IN_A_ROW {
+            let next = {
+                let mut ready = self.ready.borrow_mut();
+                match ready.front() {
+                    Some(&(_, _, prio)) if !pe.has_queued_before(prio) => ready.pop_front(),
+                    _ => None,
+                }
+            };
+            let Some((id, gen, _)) = next else { break };
+            self.poll(pe, id, gen);
+        }
+        r
+    }
+
+    /// Send every ready task its run message (the in-a-row polling stopped, or a nested loop
+    /// went idle while they waited).
+    pub(crate) fn message_ready(&self) {
+        let Some(run) = self.run.get() else { return };
+        let ready: Vec<_> = match self.ready.try_borrow_mut() {
+            Ok(mut r) if !r.is_empty() => r.drain(..).collect(),
+            _ => return,
+        };
+        for (id, gen, prio) in ready {
+            post_run(&self.mailbox, run, id, gen, prio);
+        }
+    }
+
+    /// The run handler: poll the task the message names, if it is still that task, and the
+    /// tasks that readies.
     pub(crate) fn run(&self, pe: &mut Pe, msg: &Message) {
         let (id, gen) = (msg.arg0(), msg.arg1());
+        self.with_local(pe, |pe| self.poll(pe, id, gen));
+    }
+
+    /// Poll task `(id, gen)`, if it is still that task.
+    fn poll(&self, pe: &mut Pe, id: u32, gen: u32) {
         let (mut fut, waker, wake) = {
             let mut slots = self.slots.borrow_mut();
             let Some(slot) = slots.get_mut(id as usize) else {
@@ -192,8 +307,9 @@ impl Exec {
                 slot.repoll = true;
                 return;
             }
+            // Taken out, not cloned (two reference counts fewer per poll); put back after.
             let (Some(fut), Some(waker), Some(wake)) =
-                (slot.fut.take(), slot.waker.clone(), slot.wake.clone())
+                (slot.fut.take(), slot.waker.take(), slot.wake.take())
             else {
                 return;
             };
@@ -250,6 +366,8 @@ impl Exec {
             }
             slot.polling = false;
             slot.fut = Some(fut);
+            slot.waker = Some(waker);
+            slot.wake = Some(wake);
             return;
         }
     }

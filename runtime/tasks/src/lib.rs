@@ -141,19 +141,29 @@ impl Tasks {
             }
         });
         let s = slot.clone();
-        let reply_h = pe.register("converse-tasks.reply", move |_pe, msg| {
-            if let Some(inner) = s.borrow().as_ref() {
+        // The caller's task, woken by the reply, is polled in this handler (`with_local`): a
+        // call costs the two messages a hand-written request and reply cost.
+        let reply_h = pe.register("converse-tasks.reply", move |pe, msg| {
+            let inner = s.borrow().clone();
+            if let Some(inner) = inner {
                 let (id, gen) = (msg.arg0(), msg.arg1());
-                inner.calls.complete(id, gen, Ok(msg));
+                inner
+                    .exec
+                    .with_local(pe, |_| inner.calls.complete(id, gen, Ok(msg)));
             }
         });
         let s = slot.clone();
-        let unanswered_h = pe.register("converse-tasks.unanswered", move |_pe, msg| {
-            if let Some(inner) = s.borrow().as_ref() {
-                let pe = msg.src_pe() as usize;
-                inner
-                    .calls
-                    .complete(msg.arg0(), msg.arg1(), Err(CallError::Unanswered { pe }));
+        let unanswered_h = pe.register("converse-tasks.unanswered", move |pe, msg| {
+            let inner = s.borrow().clone();
+            if let Some(inner) = inner {
+                let from = msg.src_pe() as usize;
+                inner.exec.with_local(pe, |_| {
+                    inner.calls.complete(
+                        msg.arg0(),
+                        msg.arg1(),
+                        Err(CallError::Unanswered { pe: from }),
+                    )
+                });
             }
         });
         let s = slot.clone();
@@ -187,6 +197,14 @@ impl Tasks {
             shared_h,
         });
         *slot.borrow_mut() = Some(inner.clone());
+        // A task readied in a row and then waited for inside a nested scheduler loop (a
+        // `run_until` in a task) is sent its message once that loop has nothing else to do.
+        let weak = Rc::downgrade(&inner);
+        pe.on_idle(move |_| {
+            if let Some(inner) = weak.upgrade() {
+                inner.exec.message_ready();
+            }
+        });
         if pe.survives_node_failures() {
             let weak = Rc::downgrade(&inner);
             pe.on_node_failure(move |_pe, f| {

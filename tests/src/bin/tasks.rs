@@ -40,6 +40,21 @@ fn word(m: &Message) -> u64 {
 
 fn basics(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
     let me = pe.my_pe();
+    // A task spawns a child, then waits for it in a nested scheduler loop (not by awaiting):
+    // the child, readied to run in a row after this poll, must still run inside that loop.
+    let t = tasks.clone();
+    let nested = tasks
+        .block_on(pe, async move {
+            let child = with_pe(|pe| t.spawn(pe, async { 7u64 }));
+            let finished = with_pe(|pe| pe.run_until(|_| child.is_finished()));
+            (finished, child.take())
+        })
+        .map_err(|e| e.to_string())?;
+    if !matches!(nested, (true, Some(Ok(7)))) {
+        return Err(format!(
+            "a child waited for in a nested loop gave {nested:?}"
+        ));
+    }
     // Children that yield between steps, joined by a parent task.
     let t = tasks.clone();
     let sum = tasks
