@@ -54,9 +54,30 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    if let Err(e) = check_program(&o.program) {
+    if let Err(e) = check_program("program", &o.program) {
         converse_machine::input::error_line(&format!("charmrun: {e}"));
         return ExitCode::from(2);
+    }
+    if let Some(script) = &o.runscript {
+        if let Err(e) = check_program("++runscript", script) {
+            converse_machine::input::error_line(&format!("charmrun: {e}"));
+            return ExitCode::from(2);
+        }
+    }
+    // The debugger must be there where the nodes start; only this host's can be looked at.
+    let nodes_here = o.nodelist.is_none() || o.local;
+    if let (Some(d), true) = (o.debug, nodes_here) {
+        let (tool, flag) = match d {
+            opts::Debug::Pause => ("gdbserver", "++debug"),
+            opts::Debug::NoPause => ("gdb", "++debug-no-pause"),
+        };
+        if !on_path(tool) {
+            converse_machine::input::error_line(&format!(
+                "charmrun: {flag} starts each node under {tool}, which is not on this host's PATH \
+                 (Debian, Ubuntu: apt install {tool})"
+            ));
+            return ExitCode::from(2);
+        }
     }
     // The runtime's `+help` and `+version` (before a `--`) describe the program, not a job:
     // it runs once, here, and says it once (every node of a job would print the same, then
@@ -87,7 +108,10 @@ fn main() -> ExitCode {
         };
     }
     let hosts = match (&o.nodelist, o.local) {
-        (Some(path), false) => match charmrun::nodelist::load(std::path::Path::new(path)) {
+        (Some(path), false) => match charmrun::nodelist::load_group(
+            std::path::Path::new(path),
+            o.nodegroup.as_deref().unwrap_or(charmrun::nodelist::MAIN),
+        ) {
             Ok(h) => Some(h),
             Err(e) => {
                 converse_machine::input::error_line(&format!("charmrun: {e}"));
@@ -159,14 +183,23 @@ fn spread(
 }
 
 /// The program must exist and be executable here (nodes on other hosts see the same path).
-fn check_program(p: &str) -> Result<(), String> {
+fn check_program(what: &str, p: &str) -> Result<(), String> {
     let path = std::path::Path::new(p);
-    let meta = std::fs::metadata(path).map_err(|e| format!("program {p}: {e}"))?;
+    let meta = std::fs::metadata(path).map_err(|e| format!("{what} {p}: {e}"))?;
     if !meta.is_file() {
-        return Err(format!("program {p} is not a file"));
+        return Err(format!("{what} {p} is not a file"));
     }
     if meta.permissions().mode() & 0o111 == 0 {
-        return Err(format!("program {p} is not executable"));
+        return Err(format!("{what} {p} is not executable"));
     }
     Ok(())
+}
+
+/// Whether an executable `name` is in a directory of `PATH`.
+fn on_path(name: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|path| {
+        std::env::split_paths(&path).any(|d| {
+            std::fs::metadata(d.join(name)).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        })
+    })
 }

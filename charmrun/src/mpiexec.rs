@@ -71,9 +71,10 @@ pub fn command(opts: &Opts) -> Result<Command, UsageError> {
     }
     c
         // One rank per node process; each runs `+ppn` PEs (passed on by `node_args`).
-        .args(["-n", &(opts.pes / opts.ppn).to_string()])
-        .arg(&opts.program)
-        .args(opts.node_args());
+        .args(["-n", &(opts.pes / opts.ppn).to_string()]);
+    // `++runscript SCRIPT`: each rank runs `SCRIPT PROGRAM ARGS`.
+    let (program, args) = opts.node_command();
+    c.arg(program).args(args);
     Ok(c)
 }
 

@@ -3,7 +3,8 @@
 //! Two formats, told apart by their first keyword:
 //!
 //! - **Charm++'s**: `group NAME` starts a group, `host NAME [++cpus N] [++shell CMD]` adds a
-//!   host to it; hosts before any `group` line are in group `main`, which is the one used.
+//!   host to it; hosts before any `group` line are in group `main`, which is the one used
+//!   unless `++nodegroup NAME` names another.
 //! - **A plain machine file**: one host name per line.
 //!
 //! In both, `#` and `//` start comments and blank lines are ignored. Processes are placed on
@@ -48,11 +49,21 @@ pub enum NodelistError {
         reason: String,
     },
     /// No host in the group used.
-    #[error("{path}: no hosts in group '{group}'")]
+    #[error("{path}: no hosts in group '{group}'{known}")]
     Empty {
         /// The file.
         path: String,
         /// The group.
+        group: String,
+        /// The groups the file has, as a phrase (empty when it has none).
+        known: String,
+    },
+    /// A group asked of a plain machine file, which has none.
+    #[error("{path} is a machine file (one host per line), which has no groups: ++nodegroup {group} needs a Charm++ nodelist ('group NAME' lines)")]
+    NoGroups {
+        /// The file.
+        path: String,
+        /// The group asked for.
         group: String,
     },
 }
@@ -66,6 +77,17 @@ pub const MAX_FILE_BYTES: u64 = 16 << 20;
 /// # Errors
 /// [`NodelistError`] saying which line is wrong and why.
 pub fn load(path: &Path) -> Result<Vec<Host>, NodelistError> {
+    load_group(path, MAIN)
+}
+
+/// The group used when none is named (Charm++'s).
+pub const MAIN: &str = "main";
+
+/// Read and parse a nodelist file; the hosts of `group` (`++nodegroup`).
+///
+/// # Errors
+/// [`NodelistError`] saying which line is wrong and why, or that the group has no hosts.
+pub fn load_group(path: &Path, group: &str) -> Result<Vec<Host>, NodelistError> {
     let text =
         converse_machine::input::read_text_at_most(path, MAX_FILE_BYTES).map_err(|source| {
             NodelistError::Read {
@@ -73,7 +95,7 @@ pub fn load(path: &Path) -> Result<Vec<Host>, NodelistError> {
                 source,
             }
         })?;
-    parse(&path.display().to_string(), &text)
+    parse_group(&path.display().to_string(), &text, group)
 }
 
 fn strip_comment(line: &str) -> &str {
@@ -97,6 +119,27 @@ fn strip_comment(line: &str) -> &str {
 /// # Errors
 /// [`NodelistError`] saying which line is wrong and why.
 pub fn parse(path: &str, text: &str) -> Result<Vec<Host>, NodelistError> {
+    parse_group(path, text, MAIN)
+}
+
+/// Parse nodelist text, taking the hosts of group `wanted`.
+///
+/// ```
+/// let text = "group main
+ host a
+group gpu
+ host g1
+ host g2
+";
+/// let hosts = charmrun::nodelist::parse_group("n", text, "gpu").unwrap();
+/// assert_eq!(hosts.iter().map(|h| h.name.as_str()).collect::<Vec<_>>(), ["g1", "g2"]);
+/// let e = charmrun::nodelist::parse_group("n", text, "fpga").unwrap_err();
+/// assert_eq!(e.to_string(), "n: no hosts in group 'fpga' (its groups: main, gpu)");
+/// ```
+///
+/// # Errors
+/// [`NodelistError`] saying which line is wrong and why, or that the group has no hosts.
+pub fn parse_group(path: &str, text: &str, wanted: &str) -> Result<Vec<Host>, NodelistError> {
     let lines: Vec<(usize, &str)> = text
         .lines()
         .enumerate()
@@ -112,6 +155,14 @@ pub fn parse(path: &str, text: &str) -> Result<Vec<Host>, NodelistError> {
         reason,
     };
     let mut hosts = Vec::new();
+    // Groups with hosts, in file order, for the message when the one wanted has none.
+    let mut groups: Vec<String> = Vec::new();
+    if !charm && wanted != MAIN {
+        return Err(NodelistError::NoGroups {
+            path: path.into(),
+            group: wanted.into(),
+        });
+    }
     if !charm {
         for (n, l) in lines {
             let mut words = l.split_whitespace();
@@ -129,7 +180,7 @@ pub fn parse(path: &str, text: &str) -> Result<Vec<Host>, NodelistError> {
             });
         }
     } else {
-        let mut group = "main".to_owned();
+        let mut group = MAIN.to_owned();
         let mut group_shell: Option<String> = None;
         for (n, l) in lines {
             let mut words = l.split_whitespace();
@@ -179,7 +230,10 @@ pub fn parse(path: &str, text: &str) -> Result<Vec<Host>, NodelistError> {
                             other => return Err(err(n, format!("unknown host option '{other}'"))),
                         }
                     }
-                    if group == "main" {
+                    if !groups.contains(&group) {
+                        groups.push(group.clone());
+                    }
+                    if group == wanted {
                         hosts.push(h);
                     }
                 }
@@ -196,7 +250,12 @@ pub fn parse(path: &str, text: &str) -> Result<Vec<Host>, NodelistError> {
     if hosts.is_empty() {
         return Err(NodelistError::Empty {
             path: path.into(),
-            group: "main".into(),
+            group: wanted.into(),
+            known: if groups.is_empty() {
+                String::new()
+            } else {
+                format!(" (its groups: {})", groups.join(", "))
+            },
         });
     }
     Ok(hosts)

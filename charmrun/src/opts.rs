@@ -17,6 +17,10 @@ shell), connects them into one job, forwards their output, and exits with the jo
                        be a multiple of K (`+ppn K` after PROGRAM, Charm++'s form, is the same)
   ++local              start every node on this host, ignoring any nodelist
   ++nodelist FILE      hosts to start nodes on: Charm++ nodelist or one host per line
+  ++nodegroup NAME     the nodelist's group to use (default: main)
+  ++runscript SCRIPT   start each node as `SCRIPT PROGRAM ARGS` (a script that sets up the
+                       environment, then runs "$@")
+  ++usehostname        nodes reach charmrun by this host's name, not by its address
   ++remote-shell CMD   how to reach a host (default: ssh, run as `CMD HOST COMMAND`; CMD is
                        split into words as a shell does, quotes included);
                        with ++mpiexec, the MPI launcher to run (default: mpiexec)
@@ -28,6 +32,7 @@ shell), connects them into one job, forwards their output, and exits with the jo
                        (++remote-shell srun: through Slurm)
   ++agents             one remote shell per host, not per node: it starts charmrun as that
                        host's agent, which starts the host's nodes and relays for them
+  ++scalable-start     Charm++'s name for a start-up that scales: here, ++agents
   ++batch N            at most N remote shells starting at once
   ++fanout K           with ++agents, charmrun starts at most K agents itself; each of them
                        starts agents on its share of the other hosts, and so on (default 32)
@@ -46,6 +51,11 @@ shell), connects them into one job, forwards their output, and exits with the jo
   ++server-auth FILE   CCS keys, Charm++'s format (lines `LEVEL KEY`, decimal digits), or `none` to take
                        requests without a key; implies ++server
   ++prefix             prefix every output line with the PE that printed it
+  ++debug              start each node stopped under gdbserver and print where to attach
+                       (`gdb PROGRAM -ex 'target remote HOST:PORT'`, then `continue`); no
+                       start-up or hang timeout; implies ++prefix
+  ++debug-no-pause     run each node under gdb, which prints a backtrace where one stops on
+                       a signal (a crash), into the job's output; implies ++prefix
   ++verbose            say what charmrun does
   ++quiet              print nothing but errors and the program's own output: charmrun says
                        nothing, and the program gets +quiet (no start-up banner)
@@ -62,6 +72,12 @@ const OPTIONS: &[&str] = &[
     "++ppn",
     "++local",
     "++nodelist",
+    "++nodegroup",
+    "++runscript",
+    "++usehostname",
+    "++scalable-start",
+    "++debug",
+    "++debug-no-pause",
     "++remote-shell",
     "++mpiexec",
     "++agents",
@@ -153,10 +169,27 @@ pub struct Opts {
     pub fanout: usize,
     /// `++server`, `++server-port`, `++server-auth`: the runtime arguments they become.
     pub server: Vec<String>,
+    /// `++nodegroup`: the nodelist's group (`main` when `None`).
+    pub nodegroup: Option<String>,
+    /// `++runscript`: each node runs `SCRIPT PROGRAM ARGS`.
+    pub runscript: Option<String>,
+    /// `++usehostname`: nodes reach charmrun by this host's name.
+    pub usehostname: bool,
+    /// `++debug`, `++debug-no-pause`.
+    pub debug: Option<Debug>,
     /// The program.
     pub program: String,
     /// Its arguments.
     pub args: Vec<String>,
+}
+
+/// How `++debug` and `++debug-no-pause` start each node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Debug {
+    /// `++debug`: stopped under `gdbserver`, waiting for a debugger to attach.
+    Pause,
+    /// `++debug-no-pause`: running under `gdb`, which prints a backtrace if it stops.
+    NoPause,
 }
 
 /// What the command line asks for.
@@ -203,6 +236,10 @@ impl Opts {
             batch: None,
             fanout: DEFAULT_FANOUT,
             server: Vec::new(),
+            nodegroup: None,
+            runscript: None,
+            usehostname: false,
+            debug: None,
             program: String::new(),
             args: Vec::new(),
         }
@@ -225,8 +262,43 @@ impl Opts {
         args
     }
 
+    /// What each node process runs: `++runscript`'s script, then `++debug`'s debugger, then
+    /// the program, then [`node_args`](Self::node_args).
+    pub fn node_command(&self) -> (String, Vec<String>) {
+        let mut words: Vec<String> = Vec::new();
+        words.extend(self.runscript.iter().cloned());
+        match self.debug {
+            Some(Debug::Pause) => {
+                // Port 0: gdbserver takes a free one and says which ("Listening on port N").
+                words.extend(["gdbserver", "--once", ":0"].map(String::from));
+            }
+            Some(Debug::NoPause) => {
+                words.extend(
+                    [
+                        "gdb",
+                        "-q",
+                        "-batch",
+                        "-return-child-result",
+                        "-ex",
+                        "set pagination off",
+                        "-ex",
+                        "run",
+                        "-ex",
+                        "bt",
+                        "--args",
+                    ]
+                    .map(String::from),
+                );
+            }
+            None => {}
+        }
+        words.push(self.program.clone());
+        words.extend(self.node_args());
+        let program = words.remove(0);
+        (program, words)
+    }
+
     /// The remote shell for starting nodes on other hosts.
-    pub fn remote_shell(&self) -> &str {
         self.remote_shell.as_deref().unwrap_or("ssh")
     }
 }
@@ -302,6 +374,12 @@ pub fn parse(args: &[String]) -> Result<Parsed, UsageError> {
             "++n" => processes = Some(count("++n", &value("++n")?, MAX_PES)?),
             "++local" => o.local = true,
             "++nodelist" => o.nodelist = Some(value("++nodelist")?),
+            "++nodegroup" => o.nodegroup = Some(value("++nodegroup")?),
+            "++runscript" => o.runscript = Some(value("++runscript")?),
+            "++usehostname" => o.usehostname = true,
+            "++scalable-start" => o.agents = true,
+            "++debug" => o.debug = Some(Debug::Pause),
+            "++debug-no-pause" => o.debug = Some(Debug::NoPause),
             "++remote-shell" => {
                 let shell = value("++remote-shell")?;
                 if shell_words(&shell).is_none() {
@@ -385,6 +463,29 @@ pub fn parse(args: &[String]) -> Result<Parsed, UsageError> {
             "+p {} is not a multiple of ++ppn {}",
             o.pes, o.ppn
         )));
+    }
+    if o.nodegroup.is_some() && (o.nodelist.is_none() || o.local) {
+        return Err(UsageError::Unsupported(
+            "++nodegroup chooses a group of the ++nodelist file: give one (and not ++local)"
+                .into(),
+        ));
+    }
+    if o.debug.is_some() {
+        if o.mpiexec {
+            return Err(UsageError::Unsupported(
+                "++debug and ++debug-no-pause start nodes under gdb, which ++mpiexec's launcher \
+                 does its own way: use your MPI's debugging support"
+                    .into(),
+            ));
+        }
+        // The lines of several nodes' debuggers are told apart by their labels.
+        o.prefix = true;
+        if o.debug == Some(Debug::Pause) {
+            // A person attaches, sets breakpoints and steps at human speed: a node stopped in
+            // the debugger neither connects back nor answers heartbeats meanwhile.
+            o.timeout = Duration::from_secs(1 << 20);
+            o.hang_timeout = None;
+        }
     }
     if o.quiet && o.verbose {
         return Err(UsageError::Unsupported(

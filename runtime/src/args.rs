@@ -76,7 +76,7 @@ impl Default for RuntimeArgs {
 /// One line listing every runtime argument, for error messages.
 pub(crate) const USAGE: &str =
     "runtime arguments: +p N, +ppn K, +pemap CORES, +commap CORES, +machine NAME, \
-     +set KEY=VALUE, +settings, +quiet, +version, +trace, +trace-dir DIR, +stats, +idle-warn SECS, +server, \
+     +setcpuaffinity, +set KEY=VALUE, +settings, +quiet, +version, +trace, +trace-dir DIR, +stats, +idle-warn SECS, +server, \
      +server-port N, +server-auth FILE|none, +help";
 
 /// What `+help` prints before the settings.
@@ -85,6 +85,7 @@ pub(crate) fn help_text() -> String {
   +p N                 PEs in the job
   +ppn K               PEs per process (SMP mode: K workers and a communication thread)
   +pemap CORES         pin PEs to these cores (0-3,8 ...); +commap CORES: the communication threads
+  +setcpuaffinity      pin PEs to cores (a host's first PE to core 0, ...) when +pemap says nothing
   +machine NAME        the layer (local, tcp, udp, si, mpi, si+tcp, si+udp, si+mpi)
   +set KEY=VALUE       a setting (below); +settings lists them alone
   +trace, +trace-dir DIR   trace every PE (converse-trace reads it); +stats: counters at exit
@@ -101,6 +102,7 @@ const FLAGS: &[&str] = &[
     "+ppn",
     "+pemap",
     "+commap",
+    "+setcpuaffinity",
     "+machine",
     "+set",
     "+settings",
@@ -155,6 +157,8 @@ where
             }
         }
     };
+    // `+setcpuaffinity`: pin to the allowed cores unless `+pemap` says where.
+    let mut set_affinity = false;
     while let Some(arg) = it.next() {
         if arg == "--" {
             out.program.push(arg);
@@ -193,6 +197,9 @@ where
             out.list_settings = true;
         } else if flag == "help" {
             out.help = true;
+        } else if flag == "setcpuaffinity" {
+            // Charm++'s: pin. Before `set`, which it starts with: it is not `+set cpuaffinity`.
+            set_affinity = true;
         } else if let Some(v) = flag.strip_prefix("set") {
             let kv = value(v, "+set", &mut it)?;
             let Some((k, val)) = kv.split_once('=').filter(|(k, _)| !k.is_empty()) else {
@@ -263,6 +270,11 @@ where
             )));
         }
     }
+    if set_affinity && out.pemap.is_none() {
+        out.pemap = Some(CoreList::allowed().map_err(|e| {
+            RuntimeError::Args(format!("+setcpuaffinity: {e}"))
+        })?);
+    }
     Ok(out)
 }
 
@@ -303,6 +315,15 @@ mod tests {
         assert_eq!((a.num_pes, a.pes_per_node, a.quiet), (3, 1, true));
         assert_eq!(a.machine.as_deref(), Some("local"));
         assert_eq!(a.program, ["p"]);
+        // Charm++'s `+setcpuaffinity` pins to the allowed cores, and is not `+set cpuaffinity`.
+        let a = parse_args(["p", "+setcpuaffinity"]).expect("+setcpuaffinity");
+        assert_eq!(
+            a.pemap.map(|m| m.cores().to_vec()),
+            Some(CoreList::allowed().expect("mask").cores().to_vec())
+        );
+        assert!(a.settings.iter().next().is_none());
+        let a = parse_args(["p", "+setcpuaffinity", "+pemap", "1"]).expect("both");
+        assert_eq!(a.pemap.map(|m| m.cores().to_vec()), Some(vec![1]));
         let a = parse_args(["p", "+pemap", "0-3", "+commap4"]).unwrap();
         assert_eq!(a.pemap.map(|m| m.cores().to_vec()), Some(vec![0, 1, 2, 3]));
         assert_eq!(a.commap.map(|m| m.cores().to_vec()), Some(vec![4]));

@@ -72,6 +72,28 @@ impl CoreList {
         })
     }
 
+    /// The cores this process may run on (its affinity mask: what `taskset`, a cgroup or a
+    /// batch system's binding left it), in order: `+setcpuaffinity`'s list.
+    ///
+    /// # Errors
+    /// When the mask cannot be read.
+    pub fn allowed() -> Result<CoreList, String> {
+        let set = nix::sched::sched_getaffinity(Pid::from_raw(0))
+            .map_err(|e| format!("cannot read this process's cores: {e}"))?;
+        let cores: Vec<usize> = (0..CpuSet::count())
+            .filter(|&c| set.is_set(c).unwrap_or(false))
+            .collect();
+        if cores.is_empty() {
+            return Err("this process may run on no core".into());
+        }
+        let text = cores
+            .iter()
+            .map(|c| c.to_string())
+            .collect::<Vec<_>>()
+            .join(",");
+        Ok(CoreList { cores, text })
+    }
+
     /// The cores, in order.
     pub fn cores(&self) -> &[usize] {
         &self.cores

@@ -89,6 +89,22 @@ impl std::fmt::Display for Outcome {
     }
 }
 
+/// A fresh directory for one test's files (`charmrun-NAME-PID` in the temporary directory).
+pub fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("charmrun-{name}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("tmp dir");
+    dir
+}
+
+/// Write an executable shell script `name` in `dir`; its path.
+pub fn script(dir: &std::path::Path, name: &str, text: &str) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.join(name);
+    std::fs::write(&p, text).expect("write script");
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    p.display().to_string()
+}
+
 /// charmrun, built next to the test programs (`cargo test --workspace` builds it), or one
 /// directory up from an example.
 pub fn charmrun_path(program: &str) -> std::path::PathBuf {

@@ -2,7 +2,9 @@
 //! multi-process jobs over the TCP layer (its output: `charmrun_output.rs`). Every job is
 //! bounded in time and its process group killed at the end.
 
-use converse_tests::{alive, run_bounded, wait_for_children, Launcher, Outcome, Running};
+use converse_tests::{
+    alive, run_bounded, scratch, script, wait_for_children, Launcher, Outcome, Running,
+};
 use std::io::Write;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -451,21 +453,6 @@ fn what_a_node_started_ends_when_charmrun_is_killed() {
     }
 }
 
-/// A fresh directory for one test's files.
-fn scratch(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("charmrun-{name}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).expect("tmp dir");
-    dir
-}
-
-/// Write an executable shell script.
-fn script(dir: &std::path::Path, name: &str, text: &str) -> String {
-    use std::os::unix::fs::PermissionsExt;
-    let p = dir.join(name);
-    std::fs::write(&p, text).expect("write script");
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-    p.display().to_string()
-}
 
 #[test]
 fn a_remote_shell_argument_quoted_with_a_space_stays_one_word() {

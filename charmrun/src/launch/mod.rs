@@ -123,7 +123,7 @@ pub enum NodeStart {
 /// round-robin (or all here). A host with `++cpus N` takes N node processes in a row per
 /// round, as Charm++'s charmrun lists such a host N times in its node table.
 pub fn plan_of(opts: &Opts, hosts: Option<&[Host]>) -> Vec<NodeStart> {
-    let args = opts.node_args();
+    let (program, args) = opts.node_command();
     let slots: Vec<&Host> = hosts
         .unwrap_or_default()
         .iter()
@@ -131,7 +131,7 @@ pub fn plan_of(opts: &Opts, hosts: Option<&[Host]>) -> Vec<NodeStart> {
         .collect();
     (0..opts.pes / opts.ppn)
         .map(|i| NodeStart::Process {
-            program: opts.program.clone(),
+            program: program.clone(),
             args: args.clone(),
             host: (!slots.is_empty()).then(|| slots[i % slots.len()].clone()),
         })
@@ -148,6 +148,15 @@ pub fn run(opts: &Opts, hosts: Option<&[Host]>, spread: Spread) -> Result<i32, L
     SECOND_SIGNAL_EXITS.store(true, Ordering::SeqCst);
     install_signal_handlers();
     let plan = plan_of(opts, hosts);
+    if opts.debug == Some(crate::opts::Debug::Pause) {
+        // Said even with ++quiet: without it nobody knows the job waits for them.
+        converse_machine::input::error_line(&format!(
+            "charmrun: ++debug: each node waits under gdbserver; for each node's 'Listening on \
+             port N' line, attach from its host with: gdb {} -ex 'target remote :N' -ex continue \
+             (from elsewhere: 'target remote HOST:N')",
+            spawn::quote(&opts.program)
+        ));
+    }
     let mut job = Job::new(opts, vec![false; plan.len()]);
     match job.start(&plan, spread) {
         Ok(()) => Ok(job.run()),

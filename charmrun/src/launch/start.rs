@@ -148,6 +148,17 @@ impl Job<'_> {
         Ok(())
     }
 
+    /// Where a node or agent reaches charmrun: the address of this host on the route to it,
+    /// or with `++usehostname` this host's name (resolved there, as Charm++'s charmrun lets
+    /// nodes do where addresses differ by network).
+    fn reach_me(&self, route: std::net::IpAddr, port: u16) -> String {
+        if self.opts.usehostname {
+            format!("{}:{port}", client::hostname())
+        } else {
+            SocketAddr::new(route, port).to_string()
+        }
+    }
+
     /// Start node `i`'s process: here, or through its host's remote shell.
     fn start_node(&mut self, i: usize) -> Result<(), LaunchError> {
         let Some(NodeStart::Process {
@@ -162,7 +173,7 @@ impl Job<'_> {
             return Ok(());
         };
         let n = self.nodes.len();
-        let charmrun = SocketAddr::new(self.routes[i], ctx.port).to_string();
+        let charmrun = self.reach_me(self.routes[i], ctx.port);
         let mut env = vec![
             (client::ENV_CHARMRUN.to_string(), charmrun),
             (client::ENV_NODE.to_string(), i.to_string()),
@@ -226,7 +237,7 @@ impl Job<'_> {
             .to_string();
         for s in self.fleet.next_to_start() {
             let shell = &self.fleet.shells[s];
-            let charmrun = SocketAddr::new(shell.route, ctx.port).to_string();
+            let charmrun = self.reach_me(shell.route, ctx.port);
             let mut env = vec![
                 (client::ENV_CHARMRUN.to_string(), charmrun),
                 (client::ENV_JOB.to_string(), self.tag.clone()),

@@ -7,6 +7,7 @@
 //! | scenario   | what it checks                                                              |
 //! |------------|-----------------------------------------------------------------------------|
 //! | hello      | every PE runs and prints one line                                           |
+//! | segv       | the last PE crashes with SIGSEGV (for charmrun's `++debug-no-pause`)          |
 //! | fifo       | per sender/receiver FIFO with mixed sizes                                   |
 //! | broadcast  | broadcast / broadcast-all / multicast from every root reach each PE once    |
 //! | reduce     | sum, max, min, all-reduce, many back-to-back rounds, barriers               |
@@ -118,6 +119,7 @@ fn scenario(args: &[String], version_requested: bool) -> Result<StartFn, String>
     let arg = args.get(2).cloned();
     Ok(match scenario.as_str() {
         "hello" => Box::new(hello),
+        "segv" => Box::new(segv),
         "fifo" => Box::new(delivery::fifo),
         "broadcast" => Box::new(delivery::broadcast),
         "reduce" => Box::new(delivery::reduce),
@@ -313,6 +315,18 @@ fn report(pe: &mut Pe, errors: u64, verdict: HandlerId) {
 
 fn complain(pe: &Pe, what: String) {
     converse::input::error_line(&format!("conformance: PE {}: {what}", pe.my_pe()));
+}
+
+/// The last PE crashes (SIGSEGV) in a function of that name, for the debugger's backtrace;
+/// the others wait for the job to end.
+fn segv(pe: &mut Pe) {
+    #[inline(never)]
+    fn crash_here_for_the_debugger() {
+        let _ = nix::sys::signal::raise(nix::sys::signal::Signal::SIGSEGV);
+    }
+    if pe.my_pe() + 1 == pe.num_pes() {
+        crash_here_for_the_debugger();
+    }
 }
 
 fn hello(pe: &mut Pe) {
