@@ -734,5 +734,35 @@ mod tests {
         assert_eq!(run(&["pgm"]).batch, None);
         assert_eq!(run(&["++fanout", "4", "pgm"]).fanout, 4);
         assert_eq!(run(&["pgm"]).fanout, DEFAULT_FANOUT);
+        assert!(run(&["++scalable-start", "pgm"]).agents);
+    }
+
+    #[test]
+    fn a_node_runs_under_its_runscript_and_debugger() {
+        let (p, a) = run(&["++runscript", "/s.sh", "+p2", "pgm", "x"]).node_command();
+        assert_eq!((p.as_str(), a), ("/s.sh", vec!["pgm".to_owned(), "x".into()]));
+        let o = run(&["++debug", "++quiet", "pgm", "x"]);
+        assert!(o.prefix && o.hang_timeout.is_none() && o.timeout > Duration::from_secs(1e5 as u64));
+        let (p, a) = o.node_command();
+        assert_eq!(p, "gdbserver");
+        assert_eq!(a, ["--once", ":0", "pgm", "x", "+quiet"]);
+        let o = run(&["++runscript", "/s.sh", "++debug-no-pause", "pgm"]);
+        assert!(o.prefix && o.hang_timeout.is_some());
+        let (p, a) = o.node_command();
+        assert_eq!(p, "/s.sh");
+        assert_eq!(a.first().map(String::as_str), Some("gdb"));
+        assert_eq!(&a[a.len() - 2..], ["--args", "pgm"]);
+        // Refused: a group without a nodelist, a debugger under the MPI launcher.
+        assert!(p_err(&["++nodegroup", "g", "pgm"]).contains("++nodegroup"));
+        assert!(p_err(&["++nodegroup", "g", "++nodelist", "f", "++local", "pgm"]).contains("++nodegroup"));
+        assert!(p_err(&["++debug", "++mpiexec", "pgm"]).contains("++mpiexec"));
+        assert_eq!(run(&["++nodegroup", "g", "++nodelist", "f", "pgm"]).nodegroup.as_deref(), Some("g"));
+    }
+
+    fn p_err(v: &[&str]) -> String {
+        match p(v) {
+            Err(e) => e.to_string(),
+            other => panic!("{v:?} was taken: {other:?}"),
+        }
     }
 }
