@@ -160,6 +160,15 @@ impl NodeQueue {
         self.len.load(Ordering::Acquire) == 0
     }
 
+    /// The priority of the node message that would run next, if any (takes the lock only
+    /// when the queue holds something).
+    pub(crate) fn peek_priority(&self) -> Option<i32> {
+        if self.is_empty() {
+            return None;
+        }
+        self.q.lock().ok()?.peek_priority()
+    }
+
     /// The next node message, if it comes before a PE message of priority `before` (or there
     /// is none): node and PE messages run in one priority order.
     pub(crate) fn pop_before(&self, before: Option<i32>) -> Option<Message> {

@@ -328,13 +328,24 @@ impl Pe {
         self.timers.on_idle.push(Box::new(f));
     }
 
-    /// Whether a message that runs before priority `prio` (a smaller number) waits in this
-    /// PE's queue. For a library that runs pieces of work of its own in a row inside one
-    /// handler (an executor polling woken tasks): it stops when this says yes, so that
-    /// priorities hold as if each piece were a message. Messages not yet taken in from the
-    /// layer are not seen, as during any batch.
-    pub fn has_queued_before(&self, prio: i32) -> bool {
-        self.queue.peek_priority().is_some_and(|p| p < prio)
+    /// Whether a library running pieces of work of its own in a row inside one handler (an
+    /// executor polling woken tasks), each of priority `prio`, should stop and leave the rest
+    /// to messages: a message of better priority (a smaller number) waits in this PE's queue
+    /// or its node's, or the job or the running loop is ending ([`exit`](Pe::exit),
+    /// [`exit_scheduler`](Pe::exit_scheduler)). Messages not yet taken in from the layer are
+    /// not seen, as during any batch.
+    pub fn should_yield(&self, prio: i32) -> bool {
+        if self.life.stopping() || self.life.leave {
+            return true;
+        }
+        let before = |p: Option<i32>| p.is_some_and(|p| p < prio);
+        if before(self.queue.peek_priority()) {
+            return true;
+        }
+        match &self.link {
+            Link::Worker { node, .. } => before(node.node_queue.peek_priority()),
+            Link::Own(_) => false,
+        }
     }
 
     /// Let the scheduler take in arriving messages before it runs the next queued one.

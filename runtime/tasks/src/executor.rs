@@ -16,15 +16,19 @@
 //! the same PE spawned or woken there (a joiner whose task just finished, a caller whose reply
 //! just came) is not sent a message: it goes to the executor's *ready* list, which the handler
 //! polls before it returns — the message's allocation and trip through the queue saved, as
-//! Converse's `CthAwaken` puts a thread on the scheduler's queue without a message. Priorities
-//! hold: the handler stops at a task whose priority a queued message beats
-//! ([`Pe::has_queued_before`]), and after [`IN_A_ROW`] polls; what is left is sent run
-//! messages then. Only wakes made in the handler's own scheduler loop go there
-//! ([`converse::scheduler_depth`]): one made inside a nested loop (a `run_until` in a task) is
-//! a message, since that loop may wait for it. A task spawned or woken before a nested loop
-//! began, and waited for in it, is sent its message when that loop goes idle (the idle
-//! callback of [`Tasks::attach`](crate::Tasks::attach)). A task waking itself (`yield_now`)
-//! always gets a message, so that it lets others run.
+//! Converse's `CthAwaken` puts a thread on the scheduler's queue without a message. A queued
+//! message of better priority is never passed: the handler stops at a task such a message
+//! beats ([`Pe::should_yield`]; one of equal priority may be passed, as the order among equal
+//! priorities from different sources is not kept anyway), after [`IN_A_ROW`] polls, or when
+//! the job or the loop is ending; what is left is sent run messages then. Only wakes made in
+//! the handler's own scheduler loop go there ([`converse::scheduler_depth`]): one made inside
+//! a nested loop (a `run_until` in a task) is a message. And while a task's code runs (which
+//! may itself enter a nested loop, or `Pe::progress`, and wait there for a task still ready),
+//! one *drain* message is kept in flight whenever the ready list is not empty: whichever loop
+//! runs it polls what is ready. So a ready task always has a message in flight that will poll
+//! it, as quiescence detection needs, except inside a reply's handler between the wake and the
+//! poll, where no other handler can run. A task waking itself (`yield_now`) always gets a
+//! message, so that it lets others run.
 
 use converse::{HandlerId, Mailbox, Message, Pe};
 use std::cell::{Cell, RefCell};
@@ -41,6 +45,9 @@ type BoxFuture = Pin<Box<dyn Future<Output = ()>>>;
 /// How many woken tasks one of this crate's handlers polls in a row before it leaves the rest
 /// to run messages: about what a scheduler batch runs between two polls of the layer.
 pub(crate) const IN_A_ROW: usize = 32;
+
+/// The slot number of a drain message: it names no task, it polls the ready list.
+const DRAIN: u32 = u32::MAX;
 
 /// What a task's waker holds: where to post its run message, and whether one is on its way.
 struct TaskWake {
@@ -115,6 +122,10 @@ struct Slot {
 pub(crate) struct Exec {
     /// Tasks woken in a row: (slot, generation, priority), polled before the handler returns.
     ready: RefCell<VecDeque<(u32, u32, i32)>>,
+    /// Polls running (a task's code, which may enter a nested loop) on this PE.
+    polls: Cell<u32>,
+    /// A drain message is in flight.
+    drain_posted: Cell<bool>,
     slots: RefCell<Vec<Slot>>,
     free: RefCell<Vec<u32>>,
     pub(crate) run: Cell<Option<HandlerId>>,
@@ -172,6 +183,8 @@ impl Exec {
     pub(crate) fn new(mailbox: Mailbox) -> Exec {
         Exec {
             ready: RefCell::new(VecDeque::new()),
+            polls: Cell::new(0),
+            drain_posted: Cell::new(false),
             slots: RefCell::new(Vec::new()),
             free: RefCell::new(Vec::new()),
             run: Cell::new(None),
@@ -218,7 +231,7 @@ impl Exec {
         self.live.set(self.live.get() + 1);
         let local = with_local_exec(self as *const Exec as usize, |_| ()).is_some();
         if local {
-            self.ready.borrow_mut().push_back((id, gen, prio));
+            self.push_ready((id, gen, prio));
         } else {
             let mut m = Message::new(0);
             m.set_arg0(id);
@@ -238,11 +251,29 @@ impl Exec {
             .try_borrow()
             .map_or(true, |s| s.get(wake.id as usize).is_none_or(|s| s.polling));
         if !polling {
-            self.ready
-                .borrow_mut()
-                .push_back((wake.id, wake.gen, wake.prio));
+            self.push_ready((wake.id, wake.gen, wake.prio));
         }
         !polling
+    }
+
+    /// Put a task on the ready list; while a task's code runs, make sure a drain message is in
+    /// flight (that code may wait for this task in a nested loop).
+    fn push_ready(&self, entry: (u32, u32, i32)) {
+        self.ready.borrow_mut().push_back(entry);
+        if self.polls.get() > 0 {
+            self.ensure_drain(entry.2);
+        }
+    }
+
+    /// Post a drain message at `prio` unless one is in flight.
+    fn ensure_drain(&self, prio: i32) {
+        if self.drain_posted.get() {
+            return;
+        }
+        if let Some(run) = self.run.get() {
+            self.drain_posted.set(true);
+            post_run(&self.mailbox, run, DRAIN, 0, prio);
+        }
     }
 
     /// Run `f` (one of this crate's handlers) with wakes of this executor's tasks readied
@@ -260,22 +291,26 @@ impl Exec {
         let _restore = Restore(self, prev);
         let r = f(pe);
         for _ in 0..IN_A_ROW {
-            let next = {
+            let (next, waiting) = {
                 let mut ready = self.ready.borrow_mut();
-                match ready.front() {
-                    Some(&(_, _, prio)) if !pe.has_queued_before(prio) => ready.pop_front(),
+                let next = match ready.front() {
+                    Some(&(_, _, prio)) if !pe.should_yield(prio) => ready.pop_front(),
                     _ => None,
-                }
+                };
+                (next, ready.front().map(|e| e.2))
             };
             let Some((id, gen, _)) = next else { break };
+            // The task's code may wait, in a nested loop, for one still on the list.
+            if let Some(prio) = waiting {
+                self.ensure_drain(prio);
+            }
             self.poll(pe, id, gen);
         }
         r
     }
 
-    /// Send every ready task its run message (the in-a-row polling stopped, or a nested loop
-    /// went idle while they waited).
-    pub(crate) fn message_ready(&self) {
+    /// Send every ready task its run message (the in-a-row polling stopped).
+    fn message_ready(&self) {
         let Some(run) = self.run.get() else { return };
         let ready: Vec<_> = match self.ready.try_borrow_mut() {
             Ok(mut r) if !r.is_empty() => r.drain(..).collect(),
@@ -290,6 +325,10 @@ impl Exec {
     /// tasks that readies.
     pub(crate) fn run(&self, pe: &mut Pe, msg: &Message) {
         let (id, gen) = (msg.arg0(), msg.arg1());
+        if id == DRAIN {
+            self.drain_posted.set(false);
+            return self.with_local(pe, |_| ());
+        }
         self.with_local(pe, |pe| self.poll(pe, id, gen));
     }
 
@@ -333,6 +372,7 @@ impl Exec {
             struct Unwind<'a>(&'a Exec, u32, bool);
             impl Drop for Unwind<'_> {
                 fn drop(&mut self) {
+                    self.0.polls.set(self.0.polls.get().saturating_sub(1));
                     if self.2 {
                         if let Ok(mut slots) = self.0.slots.try_borrow_mut() {
                             if let Some(slot) = slots.get_mut(self.1 as usize) {
@@ -344,6 +384,7 @@ impl Exec {
                     }
                 }
             }
+            self.polls.set(self.polls.get() + 1);
             let mut unwind = Unwind(self, id, true);
             let done = fut.as_mut().poll(&mut cx).is_ready();
             unwind.2 = false;

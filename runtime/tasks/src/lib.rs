@@ -128,16 +128,7 @@ impl Tasks {
         let s = slot.clone();
         let run = pe.register("converse-tasks.run", move |pe, msg| {
             if let Some(inner) = s.borrow().clone() {
-                let prev = CURRENT.with(|c| c.replace(Rc::as_ptr(&inner)));
-                // Put back even if the poll unwinds, so the pointer never outlives `inner`.
-                struct Restore(*const Inner);
-                impl Drop for Restore {
-                    fn drop(&mut self) {
-                        CURRENT.with(|c| c.set(self.0));
-                    }
-                }
-                let _restore = Restore(prev);
-                inner.exec.run(pe, &msg);
+                as_current(&inner, || inner.exec.run(pe, &msg));
             }
         });
         let s = slot.clone();
@@ -147,9 +138,11 @@ impl Tasks {
             let inner = s.borrow().clone();
             if let Some(inner) = inner {
                 let (id, gen) = (msg.arg0(), msg.arg1());
-                inner
-                    .exec
-                    .with_local(pe, |_| inner.calls.complete(id, gen, Ok(msg)));
+                as_current(&inner, || {
+                    inner
+                        .exec
+                        .with_local(pe, |_| inner.calls.complete(id, gen, Ok(msg)))
+                });
             }
         });
         let s = slot.clone();
@@ -157,12 +150,14 @@ impl Tasks {
             let inner = s.borrow().clone();
             if let Some(inner) = inner {
                 let from = msg.src_pe() as usize;
-                inner.exec.with_local(pe, |_| {
-                    inner.calls.complete(
-                        msg.arg0(),
-                        msg.arg1(),
-                        Err(CallError::Unanswered { pe: from }),
-                    )
+                as_current(&inner, || {
+                    inner.exec.with_local(pe, |_| {
+                        inner.calls.complete(
+                            msg.arg0(),
+                            msg.arg1(),
+                            Err(CallError::Unanswered { pe: from }),
+                        )
+                    })
                 });
             }
         });
@@ -197,14 +192,6 @@ impl Tasks {
             shared_h,
         });
         *slot.borrow_mut() = Some(inner.clone());
-        // A task readied in a row and then waited for inside a nested scheduler loop (a
-        // `run_until` in a task) is sent its message once that loop has nothing else to do.
-        let weak = Rc::downgrade(&inner);
-        pe.on_idle(move |_| {
-            if let Some(inner) = weak.upgrade() {
-                inner.exec.message_ready();
-            }
-        });
         if pe.survives_node_failures() {
             let weak = Rc::downgrade(&inner);
             pe.on_node_failure(move |_pe, f| {
@@ -217,7 +204,9 @@ impl Tasks {
     }
 
     /// Run `fut` as a task on this PE, at priority 0. Its first poll comes as a message, after
-    /// what is already queued.
+    /// what is already queued — or, spawned from inside a task, before the spawning task's
+    /// handler returns, unless a queued message of better priority waits (see the executor's
+    /// "woken in a row").
     pub fn spawn<F>(&self, pe: &mut Pe, fut: F) -> JoinHandle<F::Output>
     where
         F: Future + 'static,
@@ -381,6 +370,21 @@ impl Future for Quiescence {
         st.1 = Some(cx.waker().clone());
         std::task::Poll::Pending
     }
+}
+
+/// Run `f` with `inner` as the tasks of this thread ([`current_inner`]): around every place
+/// tasks are polled (the run handler, and the reply handlers, which poll the caller woken).
+fn as_current<R>(inner: &Rc<Inner>, f: impl FnOnce() -> R) -> R {
+    let prev = CURRENT.with(|c| c.replace(Rc::as_ptr(inner)));
+    // Put back even if a poll unwinds, so the pointer never outlives `inner`.
+    struct Restore(*const Inner);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            CURRENT.with(|c| c.set(self.0));
+        }
+    }
+    let _restore = Restore(prev);
+    f()
 }
 
 /// The tasks of the PE whose task is being polled on this thread, if any.

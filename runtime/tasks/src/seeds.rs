@@ -11,7 +11,7 @@
 //! | balancer | where a seed goes when enqueued | what moves seeds later |
 //! |---|---|---|
 //! | [`Keep`](Balancer::Keep) | this PE's pool | nothing: static placement |
-//! | [`Random`](Balancer::Random) | a PE drawn at random, this one included (`cldb.rand`; the generator is seeded from the PE's number, so a job places the same way each run) | nothing |
+//! | [`Random`](Balancer::Random) | a PE drawn at random, this one included (`cldb.rand`; the generator is seeded from the PE's number, so a PE draws the same sequence each run) | nothing |
 //! | [`Neighbor`](Balancer::Neighbor) | this PE's pool, or the least loaded hypercube neighbour's if that has at least 2 fewer (`cldb.neighbor`) | a PE told of a neighbour's load 3 or more below its own sends it half the difference |
 //! | [`Steal`](Balancer::Steal) | this PE's pool | an idle PE asks its node's other PEs, then PEs drawn at random, for work (`cldb.workstealing`) |
 //!
@@ -20,9 +20,11 @@
 //! [`ASK_AT_MOST`] have said no; then it *parks* — it asks no more, so an idle job stays idle
 //! and quiescence can be detected. A PE that said no remembers who asked, and tells them
 //! (`offer`) once its pool has seeds again; an idle PE that is offered asks the one that
-//! offered, at once if parked, next if it waits for another's answer. A PE asked gives half its pool, rounded up, from the back (the seeds it would run
-//! last); the asker runs them first to last. At hundreds of PEs an idle PE thus sends at most
-//! [`ASK_AT_MOST`] requests per idle spell, and a victim's list of askers is one bit per PE.
+//! offered, at once if parked, next if it waits for another's answer. A PE asked gives half its
+//! pool, rounded down, from the back (the seeds it would run last), keeping the one it runs
+//! next, so a lone seed is never passed back and forth; the asker runs them first to last. At
+//! hundreds of PEs an idle PE thus sends at most [`ASK_AT_MOST`] requests before it parks, and
+//! one more per offer it gets; a victim's list of askers is one bit per PE.
 //!
 //! **Neighbours** are the hypercube's: PE `p`'s are `p ^ 2^k` that exist, so every PE is
 //! reached for any number of PEs. A PE tells its neighbours its pool's length when it changed
@@ -507,14 +509,13 @@ impl Seeds {
         let given = {
             let mut st = self.st.borrow_mut();
             let n = st.pool.len();
-            if n == 0 {
+            if n < 2 {
                 if let Some(w) = st.waiters.get_mut(from / 64) {
                     *w |= 1 << (from % 64);
                 }
                 None
             } else {
-                let keep = n - n.div_ceil(2);
-                Some(st.pool.split_off(keep))
+                Some(st.pool.split_off(n - n / 2))
             }
         };
         match given {
@@ -574,7 +575,7 @@ impl Seeds {
             };
             st.nbr_load[i] = load;
             let mine = st.pool.len() as u64;
-            if mine < load + 3 {
+            if mine < load.saturating_add(3) {
                 return;
             }
             let k = ((mine - load) / 2) as usize;

@@ -12,7 +12,7 @@
 //!   it asks every PE (by call) how many hops it ran, how many it started and when it ran its
 //!   last: every hop ran, and none after the detection. PE 0 prints `tasks qd: PE 0 ok` and
 //!   the delay from the last hop to the detection; the others `tasks qd: PE N ok`.
-//! - `qdsleep`: a task on PE 0 sleeps 200 ms, then sends a message to the last PE; PE 0 asks
+//! - `qdsleep`: a task on PE 0 calls the last PE, sleeps 200 ms, then sends a message to it; PE 0 asks
 //!   for quiescence right after spawning it: the detection comes after that message ran (a
 //!   task's timer is work in flight), on one PE too. Each PE prints `tasks qdsleep: PE N ok`.
 //! - `shared`: the first PE of each node puts 100 pieces of work of 1 ms each in its node's
@@ -252,6 +252,13 @@ fn calls(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
             if word(&v) != 42 {
                 return Err(format!("later answered {}", word(&v)));
             }
+            // A spawn right after a reply came (this task is polled from the reply's handler).
+            let five = converse_tasks::spawn(async { 5u64 })
+                .await
+                .map_err(|e| e.to_string())?;
+            if five != 5 {
+                return Err(format!("a task spawned after a call gave {five}"));
+            }
             match call(dest, &never, b"").await {
                 Err(CallError::Unanswered { pe }) if pe == dest => {}
                 other => return Err(format!("a dropped token gave {other:?}")),
@@ -408,7 +415,11 @@ fn qdsleep(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
         converse::input::out_line(&format!("tasks qdsleep: PE {me} ok"));
         return Ok(());
     }
+    let w = when.clone();
     tasks.spawn(pe, async move {
+        // The sleep follows a call: this task is polled from the reply's handler when it
+        // sets its timer, which must count as in flight all the same.
+        let _ = call(n - 1, &w, b"").await;
         sleep(Duration::from_millis(200)).await;
         with_pe(|pe| pe.send(n - 1, late, b""));
     });
