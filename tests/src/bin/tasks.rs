@@ -55,6 +55,22 @@ fn basics(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
             "a child waited for in a nested loop gave {nested:?}"
         ));
     }
+    // The same, waiting by `Pe::progress`, which fires no idle callback: the child's drain
+    // message is what it runs.
+    let t = tasks.clone();
+    let progressed = tasks
+        .block_on(pe, async move {
+            let child = with_pe(|pe| t.spawn(pe, async { 8u64 }));
+            let t0 = Instant::now();
+            while !child.is_finished() && t0.elapsed() < Duration::from_secs(10) {
+                with_pe(|pe| pe.progress());
+            }
+            child.take()
+        })
+        .map_err(|e| e.to_string())?;
+    if !matches!(progressed, Some(Ok(8))) {
+        return Err(format!("a child waited for by progress gave {progressed:?}"));
+    }
     // Children that yield between steps, joined by a parent task.
     let t = tasks.clone();
     let sum = tasks
