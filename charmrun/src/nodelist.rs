@@ -125,12 +125,7 @@ pub fn parse(path: &str, text: &str) -> Result<Vec<Host>, NodelistError> {
 /// Parse nodelist text, taking the hosts of group `wanted`.
 ///
 /// ```
-/// let text = "group main
- host a
-group gpu
- host g1
- host g2
-";
+/// let text = "group main\n host a\ngroup gpu\n host g1\n host g2\n";
 /// let hosts = charmrun::nodelist::parse_group("n", text, "gpu").unwrap();
 /// assert_eq!(hosts.iter().map(|h| h.name.as_str()).collect::<Vec<_>>(), ["g1", "g2"]);
 /// let e = charmrun::nodelist::parse_group("n", text, "fpga").unwrap_err();

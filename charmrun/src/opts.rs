@@ -19,7 +19,7 @@ shell), connects them into one job, forwards their output, and exits with the jo
   ++nodelist FILE      hosts to start nodes on: Charm++ nodelist or one host per line
   ++nodegroup NAME     the nodelist's group to use (default: main)
   ++runscript SCRIPT   start each node as `SCRIPT PROGRAM ARGS` (a script that sets up the
-                       environment, then runs "$@")
+                       environment, then runs \"$@\")
   ++usehostname        nodes reach charmrun by this host's name, not by its address
   ++remote-shell CMD   how to reach a host (default: ssh, run as `CMD HOST COMMAND`; CMD is
                        split into words as a shell does, quotes included);
@@ -282,9 +282,15 @@ impl Opts {
                         "-ex",
                         "set pagination off",
                         "-ex",
-                        "run",
+                        "set print thread-events off",
                         "-ex",
-                        "bt",
+                        "set print inferior-events off",
+                        "-ex",
+                        "run",
+                        // A backtrace only if the program stopped (it did not exit): a `bt`
+                        // of nothing would fail, and gdb's exit code with it.
+                        "-ex",
+                        "python gdb.selected_inferior().pid and gdb.execute('bt')",
                         "--args",
                     ]
                     .map(String::from),
@@ -299,6 +305,7 @@ impl Opts {
     }
 
     /// The remote shell for starting nodes on other hosts.
+    pub fn remote_shell(&self) -> &str {
         self.remote_shell.as_deref().unwrap_or("ssh")
     }
 }
@@ -466,8 +473,7 @@ pub fn parse(args: &[String]) -> Result<Parsed, UsageError> {
     }
     if o.nodegroup.is_some() && (o.nodelist.is_none() || o.local) {
         return Err(UsageError::Unsupported(
-            "++nodegroup chooses a group of the ++nodelist file: give one (and not ++local)"
-                .into(),
+            "++nodegroup chooses a group of the ++nodelist file: give one (and not ++local)".into(),
         ));
     }
     if o.debug.is_some() {
@@ -740,9 +746,14 @@ mod tests {
     #[test]
     fn a_node_runs_under_its_runscript_and_debugger() {
         let (p, a) = run(&["++runscript", "/s.sh", "+p2", "pgm", "x"]).node_command();
-        assert_eq!((p.as_str(), a), ("/s.sh", vec!["pgm".to_owned(), "x".into()]));
+        assert_eq!(
+            (p.as_str(), a),
+            ("/s.sh", vec!["pgm".to_owned(), "x".into()])
+        );
         let o = run(&["++debug", "++quiet", "pgm", "x"]);
-        assert!(o.prefix && o.hang_timeout.is_none() && o.timeout > Duration::from_secs(1e5 as u64));
+        assert!(
+            o.prefix && o.hang_timeout.is_none() && o.timeout > Duration::from_secs(1e5 as u64)
+        );
         let (p, a) = o.node_command();
         assert_eq!(p, "gdbserver");
         assert_eq!(a, ["--once", ":0", "pgm", "x", "+quiet"]);
@@ -754,9 +765,17 @@ mod tests {
         assert_eq!(&a[a.len() - 2..], ["--args", "pgm"]);
         // Refused: a group without a nodelist, a debugger under the MPI launcher.
         assert!(p_err(&["++nodegroup", "g", "pgm"]).contains("++nodegroup"));
-        assert!(p_err(&["++nodegroup", "g", "++nodelist", "f", "++local", "pgm"]).contains("++nodegroup"));
+        assert!(
+            p_err(&["++nodegroup", "g", "++nodelist", "f", "++local", "pgm"])
+                .contains("++nodegroup")
+        );
         assert!(p_err(&["++debug", "++mpiexec", "pgm"]).contains("++mpiexec"));
-        assert_eq!(run(&["++nodegroup", "g", "++nodelist", "f", "pgm"]).nodegroup.as_deref(), Some("g"));
+        assert_eq!(
+            run(&["++nodegroup", "g", "++nodelist", "f", "pgm"])
+                .nodegroup
+                .as_deref(),
+            Some("g")
+        );
     }
 
     fn p_err(v: &[&str]) -> String {

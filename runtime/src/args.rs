@@ -271,9 +271,9 @@ where
         }
     }
     if set_affinity && out.pemap.is_none() {
-        out.pemap = Some(CoreList::allowed().map_err(|e| {
-            RuntimeError::Args(format!("+setcpuaffinity: {e}"))
-        })?);
+        out.pemap = Some(
+            CoreList::allowed().map_err(|e| RuntimeError::Args(format!("+setcpuaffinity: {e}")))?,
+        );
     }
     Ok(out)
 }

@@ -225,7 +225,7 @@ fn debug_waits_for_gdb_on_every_node_then_runs() {
     if !have("gdb") || !have("gdbserver") {
         return;
     }
-    let mut job = Running::start(
+    let job = Running::start(
         charmrun().args(["+p2", "++debug", PROGRAM, "hello", "+machine", "tcp"]),
         Duration::from_secs(180),
     )
@@ -237,6 +237,7 @@ fn debug_waits_for_gdb_on_every_node_then_runs() {
         let ports: Vec<String> = text
             .lines()
             .filter_map(|l| l.split("Listening on port ").nth(1))
+            .filter(|p| p.trim().parse::<u16>().is_ok())
             .map(|p| p.trim().to_owned())
             .collect();
         if ports.len() == 2 || Instant::now() > deadline {
@@ -246,7 +247,8 @@ fn debug_waits_for_gdb_on_every_node_then_runs() {
     };
     assert_eq!(ports.len(), 2, "{}", job.stderr_so_far());
     assert!(
-        job.stderr_so_far().contains("attach from its host with: gdb"),
+        job.stderr_so_far()
+            .contains("attach from its host with: gdb"),
         "{}",
         job.stderr_so_far()
     );

@@ -453,7 +453,6 @@ fn what_a_node_started_ends_when_charmrun_is_killed() {
     }
 }
 
-
 #[test]
 fn a_remote_shell_argument_quoted_with_a_space_stays_one_word() {
     let dir = scratch("shell");

@@ -154,7 +154,7 @@ pub fn run(opts: &Opts, hosts: Option<&[Host]>, spread: Spread) -> Result<i32, L
             "charmrun: ++debug: each node waits under gdbserver; for each node's 'Listening on \
              port N' line, attach from its host with: gdb {} -ex 'target remote :N' -ex continue \
              (from elsewhere: 'target remote HOST:N')",
-            spawn::quote(&opts.program)
+            crate::spawn::quote(&opts.program)
         ));
     }
     let mut job = Job::new(opts, vec![false; plan.len()]);

@@ -69,7 +69,9 @@ fn basics(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
         })
         .map_err(|e| e.to_string())?;
     if !matches!(progressed, Some(Ok(8))) {
-        return Err(format!("a child waited for by progress gave {progressed:?}"));
+        return Err(format!(
+            "a child waited for by progress gave {progressed:?}"
+        ));
     }
     // Children that yield between steps, joined by a parent task.
     let t = tasks.clone();
