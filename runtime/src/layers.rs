@@ -118,6 +118,20 @@ pub(crate) fn choose(default: &str) -> Result<&'static Layer, RuntimeError> {
     Ok(default)
 }
 
+/// The `converse` features a known layer's name needs, as cargo takes them: `ofi+tcp` is the
+/// `ofi` layer on libfabric's tcp provider, `si+mpi` two layers.
+fn features_of(name: &str) -> String {
+    let parts: Vec<&str> = match name.split('+').next() {
+        Some(first @ ("ofi" | "ucx")) => vec![first],
+        _ => name.split('+').collect(),
+    };
+    parts
+        .iter()
+        .map(|p| format!("converse/{p}"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
 /// The layer called `name`.
 ///
 /// # Errors
@@ -130,7 +144,9 @@ pub(crate) fn find(name: &str) -> Result<&'static Layer, RuntimeError> {
     if known().any(|k| k == name) {
         Err(RuntimeError::Layer(format!(
             "layer '{name}' is not compiled into this program (compiled in: {compiled}); \
-             build a variant that has it (see conv-mach/variants)"
+             build it with `cargo build --release --features {}` (a crate of your own, or this \
+             workspace), or a variant that has it (`conv-mach list`)",
+            features_of(name)
         )))
     } else {
         Err(RuntimeError::Layer(format!(
@@ -221,6 +237,7 @@ mod tests {
         if !COMPILED.iter().any(|l| l.name == "mpi") {
             let e = find("mpi").err().map(|e| e.to_string()).unwrap_or_default();
             assert!(e.contains("not compiled into this program"), "{e}");
+            assert!(e.contains("--features converse/"), "{e}");
         }
     }
 
