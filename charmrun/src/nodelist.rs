@@ -28,6 +28,7 @@ pub struct Host {
 
 /// What is wrong with a nodelist, naming the line.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum NodelistError {
     /// The file cannot be read.
     #[error("cannot read nodelist {path}: {source}")]

@@ -97,6 +97,7 @@ const OPTIONS: &[&str] = &[
 
 /// A command line charmrun cannot run, in one line.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum UsageError {
     /// An option without its value.
     #[error("{0} needs a value")]

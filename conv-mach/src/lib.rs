@@ -43,6 +43,7 @@ pub struct Variant {
 
 /// What is wrong with a variant file.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum VariantError {
     /// No such variant.
     #[error("no variant '{name}' (variants: {known})")]

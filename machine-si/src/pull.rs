@@ -16,6 +16,7 @@ use std::mem::MaybeUninit;
 
 /// Why a read of a peer's memory failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum PullError {
     /// No such process any more (`ESRCH`): the peer died or left.
     #[error("its process is gone")]

@@ -66,6 +66,7 @@ fn size(nodes: usize, cap: usize) -> Option<u64> {
 
 /// Why the segment could not be made or used.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SegmentError {
     /// /dev/shm has no room for what must be reserved.
     #[error(

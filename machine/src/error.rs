@@ -119,6 +119,7 @@ impl MachineError {
 
 /// Bytes that do not decode as what they claim to be.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum WireError {
     /// Fewer bytes than the structure needs.
     #[error("truncated: {len} bytes where at least {need} are needed")]

@@ -125,6 +125,7 @@ pub fn current() -> Who {
 
 /// A filter that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum LogError {
     /// `CONVERSE_LOG` does not parse as an `EnvFilter`.
     #[error("{ENV_LOG}={value:?} is not a log filter ({why}); examples: debug, udp=trace, charmrun=debug,tcp=debug")]

@@ -40,6 +40,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Why a direct copy failed.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RmaFault {
     /// The layer cannot reach that node's memory (another host, or no such node).
     #[error("node {0}'s memory is not reachable from here")]

@@ -4,6 +4,7 @@ use converse_machine::MachineError;
 
 /// Why a job could not start or did not end well.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RuntimeError {
     /// A runtime argument (`+...`) is malformed or unknown.
     #[error("{0}")]

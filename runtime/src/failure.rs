@@ -53,6 +53,7 @@ impl std::fmt::Display for NodeFailure {
 
 /// Why a send could not be made.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SendError {
     /// The destination PE's node is out of the job (report mode).
     #[error("PE {pe} is on node {node}, which is out of the job")]

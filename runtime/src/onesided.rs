@@ -84,6 +84,7 @@ const NO_NOTIFY: u64 = u64::MAX;
 
 /// Why a transfer failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum RmaError {
     /// The region is not registered on its PE (deregistered since, or the handle is not one
     /// of this job's).

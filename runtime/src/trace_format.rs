@@ -250,6 +250,7 @@ pub struct Trace {
 
 /// Why a trace file cannot be read.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum TraceError {
     /// The file could not be read.
     #[error("{path}: {source}")]

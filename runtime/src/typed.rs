@@ -63,6 +63,7 @@ use std::marker::PhantomData;
 
 /// Why a payload is not a value of a codec's type.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum DecodeError {
     /// The payload's length does not fit the type.
     #[error("{got} bytes are not {what} ({size}-byte values)")]

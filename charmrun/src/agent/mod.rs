@@ -101,6 +101,7 @@ struct Child {
 
 /// Why an agent could not do its job.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum AgentError {
     /// Its environment lacks something charmrun puts there.
     #[error("{0}")]

@@ -5,6 +5,7 @@ use std::io;
 
 /// Why a job could not be started; whatever was started for it has been ended.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LaunchError {
     /// The system's random source failed (the job secret comes from it).
     #[error("cannot make the job secret: {0}")]

@@ -19,6 +19,7 @@ pub use wire::Dest;
 
 /// What goes wrong, on either end.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CcsError {
     /// A request that cannot be sent or was refused as malformed.
     #[error("bad request: {0}")]

@@ -174,6 +174,7 @@ fn write_by(s: &Stream, buf: &[u8], deadline: Instant) -> Result<(), String> {
 
 /// Why a send was not taken.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum SendError {
     /// The peer's queue holds its limit of bytes: it is not reading as fast as it is sent
     /// to. Try again after its [`PeerEvent::Drained`](crate::PeerEvent::Drained).

@@ -29,6 +29,7 @@ pub type Peer = u32;
 
 /// Something that happened to a peer, for the handler given to [`Endpoints::on_event`].
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PeerEvent {
     /// A program connected to one of this PE's listeners and proved the secret.
     Joined {
@@ -56,6 +57,7 @@ pub enum PeerEvent {
 
 /// Why a call got no reply.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum CallError {
     /// The peer has no handler of that name.
     #[error("peer {peer} has no handler '{name}'")]

@@ -50,6 +50,7 @@ use std::time::Duration;
 
 /// What can go wrong with an address, a secret or a connection: each one line.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum EndpointError {
     /// An address string this build cannot use.
     #[error("{addr}: {why}")]

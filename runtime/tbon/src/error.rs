@@ -11,6 +11,7 @@ pub const FIRST_APPLICATION_TAG: i32 = 100;
 
 /// What went wrong in a call on the overlay.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum TbonError {
     /// The topology is not a tree, or does not parse.
     #[error(transparent)]

@@ -23,6 +23,7 @@ pub const MAX_PENDING: usize = 4096;
 
 /// An event's class.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum EventClass {
     /// Data arrived.
     Data,
@@ -36,6 +37,7 @@ const CLASSES: usize = 3;
 
 /// What happened.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum EventKind {
     /// A packet arrived for the program (class Data).
     PacketArrived,

@@ -33,6 +33,7 @@ pub(crate) const TRAILER_MIN: usize = 8;
 
 /// What is wrong with a packet, or with what a program tried to pack or unpack.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum PacketError {
     /// The format string does not parse.
     #[error(transparent)]

@@ -2,6 +2,7 @@
 
 /// What went wrong.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum TopoError {
     /// A topology needs at least one process.
     #[error("a topology needs at least one process")]

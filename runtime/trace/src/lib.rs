@@ -26,6 +26,7 @@ use std::path::Path;
 
 /// Why a traced job cannot be loaded.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LoadError {
     /// The directory cannot be read.
     #[error("{dir}: {source}")]
