@@ -60,18 +60,28 @@ mod queue;
 mod scheduler;
 mod sync;
 mod trace;
+// The trace files' format, for the project's `converse-trace`: not an API of its own.
+#[doc(hidden)]
 pub mod trace_format;
 mod tree;
 pub mod typed;
 mod variant;
 
-pub use args::{parse_args, RuntimeArgs, DEFAULT_TRACE_DIR, MAX_PES};
+// How the runtime reads its arguments, for the launcher and tools that pass them on; a
+// program gets them through `Runtime`/`Pe::args`.
+#[doc(hidden)]
+pub use args::{parse_args, RuntimeArgs};
+pub use args::{DEFAULT_TRACE_DIR, MAX_PES};
 pub use ccs::{CcsRequest, ServerArgs};
 pub use collectives::{Combine, ReduceTarget};
 /// Logs (`CONVERSE_LOG`): the subscriber and who a thread is, for programs and tools that
 /// start jobs themselves.
 pub use converse_machine::log;
-pub use converse_machine::{bytes, input, LaunchEnv};
+// Helpers the project's own binaries share (byte codecs, bounded input, one-line output);
+// a program uses `typed` messages and its own output.
+#[doc(hidden)]
+pub use converse_machine::{bytes, input};
+pub use converse_machine::LaunchEnv;
 pub use converse_machine::{Message, NodeTable};
 pub use error::RuntimeError;
 pub use failure::{NodeFailure, SendError};
@@ -704,7 +714,9 @@ fn merge_results(results: Vec<Result<i32, RuntimeError>>) -> Result<i32, Runtime
 }
 
 /// The layer called `name`, if it is compiled into this program: for tools that drive a
-/// layer's [`Machine`] directly (such as `bench`'s layer-only ping-pong).
+/// layer's [`Machine`] directly (such as `bench`'s layer-only ping-pong). Hidden: the
+/// project's bench uses it; a program names its layer with `+machine`.
+#[doc(hidden)]
 ///
 /// # Errors
 /// [`RuntimeError::Layer`] saying whether the name is unknown or not compiled in.
@@ -712,7 +724,9 @@ pub fn find_layer(name: &str) -> Result<&'static Layer, RuntimeError> {
     layers::find(name)
 }
 
-/// What this program is built with: version, variant, layers.
+/// What this program is built with: version, variant, layers (what `+version` prints).
+/// Hidden: for the project's tools.
+#[doc(hidden)]
 pub fn version_line() -> String {
     format!(
         "converse {}: variant {}, layers compiled in: {} (default: {})",
@@ -756,6 +770,8 @@ fn program_name() -> String {
 }
 
 /// A job exit code as a process exit code: the low byte, but never 0 for a non-zero code.
+/// Hidden: [`run`] does it; for the project's tools that run a [`Runtime`] themselves.
+#[doc(hidden)]
 pub fn exit_code(code: i32) -> ExitCode {
     match (code & 0xff) as u8 {
         0 if code != 0 => ExitCode::from(1),
