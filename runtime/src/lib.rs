@@ -79,9 +79,9 @@ pub use collectives::{Combine, ReduceTarget};
 pub use converse_machine::log;
 // Helpers the project's own binaries share (byte codecs, bounded input, one-line output);
 // a program uses `typed` messages and its own output.
+pub use converse_machine::LaunchEnv;
 #[doc(hidden)]
 pub use converse_machine::{bytes, input};
-pub use converse_machine::LaunchEnv;
 pub use converse_machine::{Message, NodeTable};
 pub use error::RuntimeError;
 pub use failure::{NodeFailure, SendError};

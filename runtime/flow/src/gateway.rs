@@ -346,7 +346,8 @@ fn install(ep: &Endpoints, cell: &Weak<RefCell<Shared>>) {
                 None
             }
             PeerEvent::Left { peer, why } => left(s, peer, &why),
-            PeerEvent::Joined { .. } => None,
+            // Joined, and any event a later endpoint crate adds: nothing for the gateway.
+            _ => None,
         })
     });
 }

@@ -292,7 +292,8 @@ pub(crate) fn status_of(r: Result<(), RmaFault>, done: u8) -> u8 {
         Err(RmaFault::Unreachable(_) | RmaFault::Denied { .. }) => REFUSED_COPY,
         // The initiator is gone: nobody reads the answer.
         Err(RmaFault::Gone(_)) => FAULTED,
-        Err(e @ RmaFault::Fault { .. }) => {
+        // A fault, or one a later contract names: the initiator gets an error, not bytes.
+        Err(e) => {
             tracing::warn!(target: "converse", "one-sided: {e}");
             FAULTED
         }
