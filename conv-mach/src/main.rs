@@ -5,27 +5,81 @@
 //! conv-mach show NAME            a variant's features, default layer and settings
 //! conv-mach build NAME [ARGS]    build the workspace as NAME into target/NAME/
 //! ```
+//!
+//! The command line is clap's: `--help` (also of each command) and `--version` print to
+//! stdout, exit code 0; a usage error (an unknown command or option, or a NAME that is no
+//! variant, with the nearest one suggested) is one line on stderr, exit code 2, and so is a
+//! variant that cannot be read. A build that fails exits with code 1.
 
+use clap::builder::PossibleValuesParser;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
+use std::io::Write;
 use std::process::{Command, ExitCode};
 
-const USAGE: &str = "usage: conv-mach list | show NAME | build NAME [CARGO-ARGS...]";
+/// List, show and build the named build variants (conv-mach/variants/NAME.toml).
+#[derive(Parser)]
+#[command(name = "conv-mach", version, arg_required_else_help = false)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// The variants there are
+    List,
+    /// A variant's features, default layer and settings
+    Show {
+        /// The variant
+        name: String,
+    },
+    /// Build the workspace as variant NAME into target/NAME/release
+    Build {
+        /// The variant
+        // The index keeps NAME first when main gives it its possible values.
+        #[arg(index = 1)]
+        name: String,
+        /// More arguments for `cargo build` (`-j 2`, `--offline`, ...)
+        #[arg(
+            index = 2,
+            value_name = "CARGO-ARGS",
+            trailing_var_arg = true,
+            allow_hyphen_values = true
+        )]
+        cargo_args: Vec<String>,
+    },
+}
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    // As every tool of the project (`converse_machine::input::help_or_version`, which this
-    // build tool does not depend on): a lone --help or --version to stdout, exit 0.
-    match args.first().map(String::as_str) {
-        Some("--help" | "-h") => {
-            println!("{USAGE}");
-            return ExitCode::SUCCESS;
+    let dir = conv_mach::variants_dir();
+    let mut command = Cli::command();
+    // NAME is one of the variants there are: a wrong one is refused by clap, which lists them
+    // and suggests the nearest. (A directory that cannot be listed is said by `load`.)
+    if let Ok(names) = conv_mach::list(&dir) {
+        for sub in ["show", "build"] {
+            let names = names.clone();
+            command = command.mut_subcommand(sub, |s| {
+                s.mut_arg("name", |a| a.value_parser(PossibleValuesParser::new(names)))
+            });
         }
-        Some("--version" | "-V") => {
-            println!("conv-mach {}", env!("CARGO_PKG_VERSION"));
-            return ExitCode::SUCCESS;
-        }
-        _ => {}
     }
-    match run(&args) {
+    let cli = match command
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m))
+    {
+        Ok(cli) => cli,
+        Err(e) => {
+            let text = e.render().to_string();
+            if !e.use_stderr() {
+                // --help, --version: what was asked for, on stdout (a reader gone is no error).
+                let _ = std::io::stdout().lock().write_all(text.as_bytes());
+                return ExitCode::SUCCESS;
+            }
+            eprintln!("{}", usage_line(&text));
+            return ExitCode::from(2);
+        }
+    };
+    match run(cli.cmd) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("conv-mach: {e}");
@@ -34,18 +88,52 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(args: &[String]) -> Result<ExitCode, String> {
+/// clap's usage error, rendered on several lines, as one line (as
+/// `converse_machine::input::usage_line`, which this build tool does not depend on).
+fn usage_line(rendered: &str) -> String {
+    let parts: Vec<String> = rendered
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("For more information, try"))
+        .map(|l| {
+            let l = l.strip_prefix("error: ").unwrap_or(l);
+            let l = match l.strip_prefix("Usage: ") {
+                Some(usage) => format!("usage: {usage}"),
+                None => l.to_owned(),
+            };
+            l.chars()
+                .map(|c| {
+                    if c.is_control() {
+                        c.escape_default().to_string()
+                    } else {
+                        c.to_string()
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    let mut line = String::from("conv-mach:");
+    for (i, part) in parts.iter().enumerate() {
+        // A list follows its heading ("not provided:", "[possible values: ...]") on the line.
+        let list = i > 0 && (parts[i - 1].ends_with(':') || part.starts_with('['));
+        line.push_str(if i == 0 || list { " " } else { "; " });
+        line.push_str(part);
+    }
+    line
+}
+
+fn run(cmd: Cmd) -> Result<ExitCode, String> {
     let dir = conv_mach::variants_dir();
-    match args.first().map(String::as_str) {
-        Some("list") => {
+    match cmd {
+        Cmd::List => {
             for n in conv_mach::list(&dir).map_err(|e| e.to_string())? {
                 let v = conv_mach::load(&dir, &n).map_err(|e| e.to_string())?;
                 println!("{:<14} {}", v.name, v.description);
             }
             Ok(ExitCode::SUCCESS)
         }
-        Some("show") => {
-            let v = variant(args)?;
+        Cmd::Show { name } => {
+            let v = variant(&name)?;
             println!("variant  {}\n         {}", v.name, v.description);
             println!(
                 "features {}",
@@ -61,8 +149,8 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Some("build") => {
-            let v = variant(args)?;
+        Cmd::Build { name, cargo_args } => {
+            let v = variant(&name)?;
             let root = dir
                 .parent()
                 .and_then(|p| p.parent())
@@ -84,7 +172,7 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
                     v.features.iter().map(|f| format!("converse/{f}")).collect();
                 cmd.arg("--features").arg(feats.join(","));
             }
-            cmd.args(&args[2..]);
+            cmd.args(&cargo_args);
             eprintln!(
                 "conv-mach: building variant {} into target/{}/release",
                 v.name, v.name
@@ -96,11 +184,9 @@ fn run(args: &[String]) -> Result<ExitCode, String> {
                 ExitCode::from(1)
             })
         }
-        _ => Err(USAGE.into()),
     }
 }
 
-fn variant(args: &[String]) -> Result<conv_mach::Variant, String> {
-    let name = args.get(1).ok_or(USAGE)?;
+fn variant(name: &str) -> Result<conv_mach::Variant, String> {
     conv_mach::load(&conv_mach::variants_dir(), name).map_err(|e| e.to_string())
 }

@@ -88,6 +88,60 @@ pub fn help_or_version(
     Some(std::process::ExitCode::SUCCESS)
 }
 
+/// A usage error as a command-line parser renders it on several lines (clap: `error: ...`,
+/// then tips such as "a similar argument exists", the usage and a pointer to `--help`) as the
+/// one line a tool writes on stderr: `TOOL: ` and the lines joined by `; ` (a list by a space
+/// to its heading), the `error: ` prefix and the pointer to `--help` left out, control
+/// characters escaped (an argument quoted in the error must not break or colour the line).
+///
+/// ```
+/// let rendered = "error: unexpected argument '--sec' found\n\n  \
+///                 tip: a similar argument exists: '--secs'\n\n\
+///                 Usage: tool live <DIR>\n\nFor more information, try '--help'.\n";
+/// assert_eq!(
+///     converse_machine::input::usage_line("tool", rendered),
+///     "tool: unexpected argument '--sec' found; tip: a similar argument exists: '--secs'; \
+///      usage: tool live <DIR>"
+/// );
+/// let rendered = "error: the following required arguments were not provided:\n  <DIR>\n\n\
+///                 Usage: tool <DIR>\n\nFor more information, try '--help'.\n";
+/// assert_eq!(
+///     converse_machine::input::usage_line("tool", rendered),
+///     "tool: the following required arguments were not provided: <DIR>; usage: tool <DIR>"
+/// );
+/// ```
+pub fn usage_line(tool: &str, rendered: &str) -> String {
+    let parts: Vec<String> = rendered
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with("For more information, try"))
+        .map(|l| {
+            let l = l.strip_prefix("error: ").unwrap_or(l);
+            let l = match l.strip_prefix("Usage: ") {
+                Some(usage) => format!("usage: {usage}"),
+                None => l.to_owned(),
+            };
+            l.chars()
+                .map(|c| {
+                    if c.is_control() {
+                        c.escape_default().to_string()
+                    } else {
+                        c.to_string()
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    let mut line = format!("{tool}:");
+    for (i, part) in parts.iter().enumerate() {
+        // A list follows its heading ("not provided:", "[possible values: ...]") on the line.
+        let list = i > 0 && (parts[i - 1].ends_with(':') || part.starts_with('['));
+        line.push_str(if i == 0 || list { " " } else { "; " });
+        line.push_str(part);
+    }
+    line
+}
+
 /// `text` on stderr as it is (no newline added), in one `write`, never panicking.
 pub fn error_text(text: &str) {
     use std::io::Write;

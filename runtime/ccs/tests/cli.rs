@@ -22,13 +22,14 @@ fn help_and_version_print_to_stdout_and_exit_zero() {
         "--key-file",
         "--pe",
         "--timeout",
-        "HOST:PORT HANDLER",
+        "<HOST:PORT> <HANDLER> [DATA]",
     ] {
         assert!(text.contains(opt), "{opt} missing from:\n{text}");
     }
     let o = ccs(&["--version"]);
     assert!(o.status.success());
     assert!(String::from_utf8_lossy(&o.stdout).starts_with("ccs "));
+    assert!(o.stderr.is_empty());
 }
 
 #[test]
@@ -43,12 +44,15 @@ fn bad_arguments_get_one_line_and_exit_two() {
         &["--bogus", "h:1", "a"],
         &["only-an-address"],
         &["h:1", "a", "b", "c"],
+        &["--key", "1", "--key-file", "/nonexistent/keys", "h:1", "a"],
+        &["h:1", "a", "-x"],
     ] {
         let o = ccs(args);
         assert_eq!(o.status.code(), Some(2), "{args:?}");
         let err = String::from_utf8_lossy(&o.stderr);
         assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
         assert!(err.starts_with("ccs: "), "{args:?}: {err}");
+        assert!(o.stdout.is_empty(), "{args:?}");
     }
 }
 

@@ -86,7 +86,14 @@ fn bad_input_is_one_line_and_a_non_zero_exit() {
         (vec!["b:4x8"], "a balanced tree has the same fan-out"),
         (vec!["x:4"], "unknown kind 'x'"),
         (vec![], "no tree spec"),
-        (vec!["--bogus", "b:2"], "unknown option '--bogus'"),
+        (
+            vec!["--bogus", "b:2"],
+            "unexpected argument '--bogus' found",
+        ),
+        (
+            vec!["b:2", "out", "more"],
+            "unexpected argument 'more' found",
+        ),
         (
             vec!["--check", "/nonexistent.top"],
             "cannot read topology file",
@@ -95,7 +102,10 @@ fn bad_input_is_one_line_and_a_non_zero_exit() {
             vec!["--check", bad.as_str()],
             ":1: every process has a parent, so there is no root",
         ),
-        (vec!["--hosts"], "--hosts needs a value"),
+        (
+            vec!["--hosts"],
+            "a value is required for '--hosts <FILE>' but none was supplied",
+        ),
     ] {
         let o = topgen(&args);
         let err = text(&o.stderr);
@@ -216,17 +226,21 @@ fn options_a_mode_does_not_use_are_refused() {
         ),
         (
             vec!["--fe-host", "a", "--fe-host", "b", "g:2"],
-            "--fe-host given twice",
+            "the argument '--fe-host <HOST>' cannot be used multiple times",
         ),
         (
             vec!["--check", ok.as_str(), "--check", ok.as_str()],
-            "--check given twice",
+            "the argument '--check <FILE>' cannot be used multiple times",
         ),
         (
             vec!["--hosts", hosts.as_str(), "--hosts", hosts.as_str(), "g:2"],
-            "--hosts given twice",
+            "the argument '--hosts <FILE>' cannot be used multiple times",
         ),
         (vec!["--fe-host", "bad host", "g:2"], "bad host"),
+        (
+            vec!["--check", ok.as_str(), "a", "b"],
+            "--check takes one file and at most an OUTPUT",
+        ),
     ] {
         let o = topgen(&args);
         let err = text(&o.stderr);
@@ -293,5 +307,10 @@ fn a_stdout_that_cannot_be_written_is_an_error_not_a_panic() {
     }
     let o = topgen(&["--help"]);
     assert!(o.status.success());
-    assert!(text(&o.stdout).starts_with("usage: topgen"));
+    let help = text(&o.stdout);
+    assert!(
+        help.contains("Usage: topgen [OPTIONS] SPEC [OUTPUT]"),
+        "{help}"
+    );
+    assert!(help.contains("at most 1048576 processes"), "{help}");
 }

@@ -1,5 +1,6 @@
-//! The `topo-draw` command on bad input: one line on stderr and exit code 1, never a panic,
-//! nothing written for a trace it refuses, and output bounded whatever the trace.
+//! The `topo-draw` command on bad input: one line on stderr and exit code 1 (2 for a command
+//! line refused), never a panic, nothing written for a trace it refuses, and output bounded
+//! whatever the trace.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
@@ -27,9 +28,21 @@ fn draw(args: &[&Path]) -> Output {
 
 /// `topo-draw` refuses `args` with one line holding `want`, writing nothing to stdout.
 fn refused(args: &[&Path], want: &str) {
+    refused_with(args, want, 1);
+}
+
+/// `topo-draw` refuses the command line `args` (exit code 2) with one line holding `want`,
+/// writing nothing to stdout.
+fn usage_refused(args: &[&Path], want: &str) {
+    refused_with(args, want, 2);
+}
+
+/// `topo-draw` refuses `args` with exit code `code` and one line holding `want`, writing
+/// nothing to stdout.
+fn refused_with(args: &[&Path], want: &str, code: i32) {
     let o = draw(args);
     let err = text(&o.stderr);
-    assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+    assert_eq!(o.status.code(), Some(code), "{args:?}: {err}");
     assert!(err.starts_with("topo-draw: "), "{args:?}: {err}");
     assert!(err.contains(want), "{args:?}: want {want:?}, got {err}");
     assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
@@ -108,11 +121,17 @@ fn arguments_are_checked() {
     let good = dir.join("good.tt");
     std::fs::write(&good, GOOD).expect("trace");
     let (o, a, b) = (Path::new("-o"), dir.join("a"), dir.join("b"));
-    refused(&[&good, o, &a, o, &b], "-o given twice");
-    refused(&[&good, Path::new("--bogus")], "unknown option '--bogus'");
-    refused(&[&good, &a], "unexpected argument");
-    refused(&[&good, o], "-o needs a directory");
-    refused(&[], "usage: topo-draw TRACE");
+    usage_refused(
+        &[&good, o, &a, o, &b],
+        "the argument '-o <DIR>' cannot be used multiple times",
+    );
+    usage_refused(
+        &[&good, Path::new("--bogus")],
+        "unexpected argument '--bogus'",
+    );
+    usage_refused(&[&good, &a], "unexpected argument");
+    usage_refused(&[&good, o], "a value is required for '-o <DIR>'");
+    usage_refused(&[], "required arguments were not provided: <TRACE>");
     assert!(!a.exists() && !b.exists());
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -1,5 +1,6 @@
 //! The `converse-trace` command on input it must refuse or outputs that fail: each ends with
-//! one line on stderr and its exit code, never a panic.
+//! one line on stderr and its exit code (2 for a command line refused, 1 for the rest), never
+//! a panic.
 
 use converse::trace_format::Header;
 use converse_trace::{Kind, Record, Trace};
@@ -59,8 +60,22 @@ fn run(args: &[&str]) -> Output {
 
 /// The command failed with exit code 1 and one line on stderr, which it returns.
 fn one_line_error(o: &Output) -> String {
+    one_line_error_code(o, 1)
+}
+
+/// The command refused its command line: exit code 2, one line on stderr (returned), nothing
+/// on stdout.
+fn one_line_usage_error(o: &Output) -> String {
+    let err = one_line_error_code(o, 2);
+    assert!(err.starts_with("converse-trace: "), "{err}");
+    assert!(o.stdout.is_empty(), "{o:?}");
+    err
+}
+
+/// The command failed with exit code `code` and one line on stderr, which it returns.
+fn one_line_error_code(o: &Output, code: i32) -> String {
     let err = String::from_utf8_lossy(&o.stderr).into_owned();
-    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert_eq!(o.status.code(), Some(code), "{err}");
     assert_eq!(err.lines().count(), 1, "one line: {err}");
     assert!(!err.contains("panicked"), "{err}");
     err
@@ -72,7 +87,7 @@ fn an_option_the_command_does_not_use_is_refused() {
     write(&d, "trace.0.bin", &trace(0, 1, 1));
     let dir = d.display().to_string();
     let file = d.join("out.txt");
-    let err = one_line_error(&run(&["check", &dir, "-o", &file.display().to_string()]));
+    let err = one_line_usage_error(&run(&["check", &dir, "-o", &file.display().to_string()]));
     assert!(err.contains("takes no -o"), "{err}");
     assert!(!file.exists(), "nothing written");
     for args in [
@@ -80,9 +95,26 @@ fn an_option_the_command_does_not_use_is_refused() {
         &["check", &dir, "--bogus"],
         &["frobnicate", &dir],
         &["check", &dir, &dir],
+        &["check"],
+        &[],
+        &["live", "127.0.0.1:1", &dir, "--secs", "0"],
+        &["live", "127.0.0.1:1", &dir, "--key", "zz"],
+        &["live", "127.0.0.1:1"],
     ] {
-        one_line_error(&run(args));
+        one_line_usage_error(&run(args));
     }
+    // A directory whose name starts with '-' follows `--`, as clap's tip says.
+    let err = one_line_usage_error(&run(&["check", "-x"]));
+    assert!(err.contains("-- -x"), "{err}");
+    // A key file that cannot be read is an error of the run, not of the command line.
+    let err = one_line_error(&run(&[
+        "live",
+        "127.0.0.1:1",
+        &dir,
+        "--key-file",
+        "/nonexistent/keys",
+    ]));
+    assert!(err.contains("/nonexistent/keys"), "{err}");
     assert!(run(&["check", &dir]).status.success());
     std::fs::remove_dir_all(&d).ok();
 }

@@ -1,15 +1,57 @@
 //! `topgen`: generate, check and draw tree-overlay topologies (MRNet's `mrnet_topgen`).
 //! `topgen --help` says how.
+//!
+//! The command line is clap's: `--help` and `--version` print to stdout, exit code 0; an
+//! unknown option (with the nearest one suggested), an option given twice or without its
+//! value, or an extra argument is one line on stderr, exit code 2. So is every other error
+//! (a bad SPEC, a file that cannot be read or is not a tree, an output that cannot be
+//! written), as it always was for this command.
 
+use clap::{CommandFactory, FromArgMatches, Parser};
 use converse_tbon::topgen::{generate, HostList, Placement, TreeSpec, MAX_NODES};
 use converse_tbon::{topology_file, Topology};
 use std::io::Write;
 use std::process::ExitCode;
 
-const HELP: &str = "\
-usage: topgen [options] SPEC [OUTPUT]        generate a topology
-       topgen --check FILE [--dot] [OUTPUT]   validate a topology file (and convert it)
+/// Generate, check and draw tree-overlay topologies (MRNet's mrnet_topgen).
+#[derive(Parser)]
+#[command(
+    name = "topgen",
+    version,
+    override_usage = "topgen [OPTIONS] SPEC [OUTPUT]\n       \
+                      topgen --check FILE [--dot] [--stats] [OUTPUT]"
+)]
+struct Cli {
+    /// The front-end's host [default: localhost]
+    #[arg(long, value_name = "HOST")]
+    fe_host: Option<String>,
+    /// Hosts for internal processes (and back-ends without --be-hosts), one `host[:slots]` per
+    /// line [default: everything on localhost]
+    #[arg(long, value_name = "FILE")]
+    hosts: Option<String>,
+    /// Hosts for back-ends (--fe-host, --hosts and --be-hosts place a generated tree; --check
+    /// refuses them)
+    #[arg(long, value_name = "FILE")]
+    be_hosts: Option<String>,
+    /// Validate the topology file FILE (and convert it) instead of generating a tree
+    #[arg(long, value_name = "FILE")]
+    check: Option<String>,
+    /// Write a Graphviz DOT graph instead of a topology file
+    #[arg(long)]
+    dot: bool,
+    /// Print the tree's statistics to stderr
+    #[arg(long)]
+    stats: bool,
+    /// The tree's shape (see below); with --check, none
+    #[arg(value_name = "SPEC")]
+    spec: Option<String>,
+    /// Where the topology goes [default: stdout]
+    #[arg(value_name = "OUTPUT")]
+    output: Option<String>,
+}
 
+/// What `--help` says after the options.
+const SPEC_HELP: &str = "\
 SPEC is the tree's shape:
   b:4x4  or b:4^2     balanced: fan-out 4 at each of 2 levels (16 back-ends)
   k:2@16              k-nomial tree of 16 processes (k = 2: binomial)
@@ -17,37 +59,38 @@ SPEC is the tree's shape:
   g:32                flat: the front-end and 32 back-ends
 A tree has at least one back-end and at most MAX_NODES processes (--check holds files to this).
 
-options:
-  --fe-host HOST      the front-end's host (default: localhost)
-  --hosts FILE        hosts for internal processes (and back-ends without --be-hosts),
-                      one `host[:slots]` per line (default: everything on localhost)
-  --be-hosts FILE     hosts for back-ends
-                      (these three place a generated tree; --check refuses them)
-  --dot               write a Graphviz DOT graph instead of a topology file
-  --stats             print the tree's statistics to stderr
-  --help              this text
-
 The topology goes to OUTPUT, or to stdout.";
 
 fn main() -> ExitCode {
-    let args = match converse::input::args() {
-        Ok(mut a) => a.split_off(1.min(a.len())),
+    let command = Cli::command().after_help(SPEC_HELP.replace("MAX_NODES", &MAX_NODES.to_string()));
+    let cli = match command
+        .try_get_matches()
+        .and_then(|m| Cli::from_arg_matches(&m))
+    {
+        Ok(cli) => cli,
+        // --help, --version: what was asked for, on stdout.
+        Err(e) if !e.use_stderr() => {
+            let what = match e.kind() {
+                clap::error::ErrorKind::DisplayVersion => "the version",
+                _ => "the help",
+            };
+            return match to_stdout(&e.render().to_string(), what) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    converse::input::error_line(&format!("topgen: {e}"));
+                    ExitCode::from(2)
+                }
+            };
+        }
         Err(e) => {
-            converse::input::error_line(&format!("topgen: {e}"));
+            converse::input::error_line(&converse::input::usage_line(
+                "topgen",
+                &e.render().to_string(),
+            ));
             return ExitCode::from(2);
         }
     };
-    if let Some(code) = converse::input::help_or_version(
-        args.first()
-            .filter(|a| matches!(a.as_str(), "--version" | "-V"))
-            .map(String::as_str),
-        "topgen",
-        env!("CARGO_PKG_VERSION"),
-        "",
-    ) {
-        return code;
-    }
-    match run(&args) {
+    match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // Not eprintln!: it panics when stderr cannot be written.
@@ -77,7 +120,6 @@ fn read_hosts(path: &str) -> Result<HostList, String> {
 }
 
 /// The options that place a generated tree's processes, as given (each at most once).
-#[derive(Default)]
 struct PlacementArgs {
     fe_host: Option<String>,
     hosts: Option<String>,
@@ -108,49 +150,16 @@ impl PlacementArgs {
     }
 }
 
-fn run(args: &[String]) -> Result<(), String> {
-    let mut placing = PlacementArgs::default();
-    let (mut dot, mut stats, mut check) = (false, false, None);
-    let mut words = Vec::new();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        let mut value = |name: &str, slot: &mut Option<String>| {
-            // A second value would silently replace the first.
-            if slot.is_some() {
-                return Err(format!("{name} given twice"));
-            }
-            *slot = Some(
-                it.next()
-                    .cloned()
-                    .ok_or_else(|| format!("{name} needs a value"))?,
-            );
-            Ok::<(), String>(())
-        };
-        match a.as_str() {
-            "--help" | "-h" => {
-                return to_stdout(
-                    &format!("{}\n", HELP.replace("MAX_NODES", &MAX_NODES.to_string())),
-                    "the help",
-                );
-            }
-            "--fe-host" => value("--fe-host", &mut placing.fe_host)?,
-            "--hosts" => value("--hosts", &mut placing.hosts)?,
-            "--be-hosts" => value("--be-hosts", &mut placing.be_hosts)?,
-            "--dot" => dot = true,
-            "--stats" => stats = true,
-            "--check" => value("--check", &mut check)?,
-            _ if a.starts_with('-') && a.len() > 1 => {
-                return Err(format!(
-                    "unknown option '{}' (topgen --help lists them)",
-                    a.escape_debug()
-                ))
-            }
-            _ => words.push(a.clone()),
-        }
-    }
-    let (topo, output): (Topology, Option<&String>) = match check {
+fn run(cli: Cli) -> Result<(), String> {
+    let placing = PlacementArgs {
+        fe_host: cli.fe_host,
+        hosts: cli.hosts,
+        be_hosts: cli.be_hosts,
+    };
+    let (topo, output): (Topology, Option<String>) = match cli.check {
         Some(path) => {
-            if words.len() > 1 {
+            // With --check, the one word is OUTPUT (clap took it for SPEC).
+            if cli.output.is_some() {
                 return Err("--check takes one file and at most an OUTPUT".into());
             }
             if let Some(option) = placing.first_given() {
@@ -164,23 +173,21 @@ fn run(args: &[String]) -> Result<(), String> {
             let t = topology_file::load_at_most(std::path::Path::new(&path), MAX_NODES)
                 .map_err(|e| e.to_string())?;
             t.require_backends().map_err(|e| format!("{path}: {e}"))?;
-            (t, words.first())
+            (t, cli.spec)
         }
         None => {
-            let Some(spec) = words.first() else {
+            let Some(spec) = cli.spec else {
                 return Err("no tree spec (e.g. topgen b:4x4; topgen --help says more)".into());
             };
-            if words.len() > 2 {
-                return Err(format!("unexpected argument '{}'", words[2]));
-            }
-            let spec = TreeSpec::parse(spec).map_err(|e| e.to_string())?;
+            let spec = TreeSpec::parse(&spec).map_err(|e| e.to_string())?;
             let placement = placing.placement()?;
             (
                 generate(&spec, &placement).map_err(|e| e.to_string())?,
-                words.get(1),
+                cli.output,
             )
         }
     };
+    let (stats, dot) = (cli.stats, cli.dot);
     if stats {
         let s = topo.stats();
         // Not eprintln!, which panics when stderr cannot be written: the statistics are a
@@ -203,7 +210,7 @@ fn run(args: &[String]) -> Result<(), String> {
         topo.to_topology_file()
     };
     match output {
-        Some(path) => std::fs::write(path, text).map_err(|e| format!("cannot write {path}: {e}")),
+        Some(path) => std::fs::write(&path, text).map_err(|e| format!("cannot write {path}: {e}")),
         None => to_stdout(&text, "the topology"),
     }
 }

@@ -1,7 +1,13 @@
 //! `topo-draw TRACE [-o DIR]`: draw a topology trace (written by `Topo::save_trace`) as SVG
 //! and DOT. Writes into DIR (default: `TRACE.d`): `index.html` (the topology and one picture
 //! per call, to open in a browser), `topology.svg` and `topology.dot`, and for each call
-//! `NNN-OP-SEQ-ROOT.svg` and `.dot`. Errors are one line on stderr, exit code 1.
+//! `NNN-OP-SEQ-ROOT.svg` and `.dot`.
+//!
+//! The command line is clap's: `--help` and `--version` print to stdout, exit code 0; a usage
+//! error (an unknown option, with the nearest one suggested, `-o` twice or without a
+//! directory, no TRACE or a second one) is one line on stderr, exit code 2. Other errors (a
+//! trace that cannot be read or drawn, a file that cannot be written) are one line on stderr,
+//! exit code 1.
 //!
 //! What it reads and writes is bounded: a trace file of at most 128 MiB, of at most 4096
 //! processes and 16384 channels; at most 100 calls are drawn in at most 64 MiB of files, and
@@ -9,12 +15,24 @@
 //! its hops' vector times (at most four times the file: `0,` becomes a u64) and the output, well
 //! under a GiB.
 
+use clap::Parser;
 use converse_topo::{draw, Trace};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: topo-draw TRACE [-o DIR]";
+/// Draw a topology trace (written by `Topo::save_trace`) as SVG and DOT, with an index.html
+/// to open in a browser.
+#[derive(Parser)]
+#[command(name = "topo-draw", version)]
+struct Cli {
+    /// The topology trace
+    #[arg(value_name = "TRACE")]
+    trace: PathBuf,
+    /// The directory to write into [default: TRACE.d]
+    #[arg(short = 'o', value_name = "DIR")]
+    out: Option<PathBuf>,
+}
 
 /// What was written, for the closing line.
 struct Wrote {
@@ -23,34 +41,15 @@ struct Wrote {
     drawn: usize,
 }
 
-fn run(args: &[String]) -> Result<Wrote, String> {
-    let mut trace_path = None;
-    let mut out = None;
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "-o" if out.is_some() => return Err(format!("-o given twice ({USAGE})")),
-            "-o" => out = Some(PathBuf::from(it.next().ok_or("-o needs a directory")?)),
-            "-h" | "--help" => return Err(USAGE.into()),
-            // An option this command does not know is refused, not taken for a file name.
-            _ if a.starts_with('-') && a.len() > 1 => {
-                return Err(format!("unknown option '{}' ({USAGE})", a.escape_debug()))
-            }
-            _ if trace_path.is_none() => trace_path = Some(PathBuf::from(a)),
-            _ => {
-                return Err(format!(
-                    "unexpected argument '{}' ({USAGE})",
-                    a.escape_debug()
-                ))
-            }
-        }
-    }
-    let trace_path = trace_path.ok_or(USAGE)?;
+fn run(cli: Cli) -> Result<Wrote, String> {
+    let trace_path = cli.trace;
     let trace = Trace::load(&trace_path).map_err(|e| e.to_string())?;
     // Every file is made before the first is written: a trace that cannot be drawn leaves no
     // half-written directory.
     let drawing = draw::drawing(&trace).map_err(|e| format!("{}: {e}", trace_path.display()))?;
-    let out = out.unwrap_or_else(|| PathBuf::from(format!("{}.d", trace_path.display())));
+    let out = cli
+        .out
+        .unwrap_or_else(|| PathBuf::from(format!("{}.d", trace_path.display())));
     std::fs::create_dir_all(&out).map_err(|e| format!("{}: {e}", out.display()))?;
     for (file, body) in &drawing.files {
         let p: PathBuf = Path::new(&out).join(file);
@@ -76,22 +75,20 @@ fn say(line: &str) -> Result<(), String> {
 }
 
 fn main() -> ExitCode {
-    let args = match converse::input::args() {
-        Ok(mut a) => a.split_off(1.min(a.len())),
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
         Err(e) => {
-            converse::input::error_line(&format!("topo-draw: {e}"));
+            let text = e.render().to_string();
+            if !e.use_stderr() {
+                // --help, --version: what was asked for, on stdout.
+                converse::input::out_text(&text);
+                return ExitCode::SUCCESS;
+            }
+            converse::input::error_line(&converse::input::usage_line("topo-draw", &text));
             return ExitCode::from(2);
         }
     };
-    if let Some(code) = converse::input::help_or_version(
-        args.first().map(String::as_str),
-        "topo-draw",
-        env!("CARGO_PKG_VERSION"),
-        USAGE,
-    ) {
-        return code;
-    }
-    let done = run(&args).and_then(|w| {
+    let done = run(cli).and_then(|w| {
         let left_out = match w.calls.saturating_sub(w.drawn) {
             0 => String::new(),
             n => format!(

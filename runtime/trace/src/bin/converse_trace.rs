@@ -9,17 +9,89 @@
 //!                                        traces (+trace, CCS's ++server), one file per PE in DIR
 //! ```
 //!
-//! Errors are one line on stderr, exit code 1. Output its reader stopped taking (`| head`)
-//! ends the command quietly, with the code a shell reports for `cat` killed by SIGPIPE (141).
+//! The command line is clap's: `--help` (also of each command) and `--version` print to
+//! stdout, exit code 0; a usage error (an unknown command or option, with the nearest one
+//! suggested, a missing or extra argument, a bad `--key` or `--secs`) is one line on stderr,
+//! exit code 2. Other errors (a trace that cannot be read, a job that cannot be reached) are
+//! one line on stderr, exit code 1. Output its reader stopped taking (`| head`) ends the
+//! command quietly, with the code a shell reports for `cat` killed by SIGPIPE (141).
 
+use clap::{Parser, Subcommand};
+use converse_ccs::Key;
 use converse_trace::{chrome, report, summary, Job};
-use std::ffi::OsString;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: converse-trace json DIR [-o FILE] | report DIR [-o FILE] | check DIR \
-                     | live HOST:PORT DIR [--key KEY | --key-file FILE] [--secs S]";
+/// What a job run with `+trace` left, for a person to look at.
+#[derive(Parser)]
+#[command(name = "converse-trace", version, arg_required_else_help = false)]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Chrome / Perfetto trace-event JSON (to stdout unless -o is given)
+    Json {
+        /// The directory of the job's traces (trace.PE.bin)
+        dir: PathBuf,
+        /// Write the JSON to FILE
+        #[arg(short = 'o', value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+    /// A self-contained HTML report (DIR/report.html unless -o is given)
+    Report {
+        /// The directory of the job's traces (trace.PE.bin)
+        dir: PathBuf,
+        /// Write the report to FILE
+        #[arg(short = 'o', value_name = "FILE")]
+        out: Option<PathBuf>,
+    },
+    /// Messages matched, time per handler and warnings, one line each, on stdout
+    Check {
+        /// The directory of the job's traces (trace.PE.bin)
+        dir: PathBuf,
+        /// Refused: check prints to stdout (an option it would ignore is refused, as the user
+        /// expects it to act).
+        #[arg(short = 'o', value_name = "FILE", hide = true)]
+        out: Option<PathBuf>,
+    },
+    /// The last seconds of a running job's traces (+trace, CCS's ++server), one file per PE
+    Live {
+        /// Where the job's CCS server listens
+        #[arg(value_name = "HOST:PORT")]
+        addr: String,
+        /// The directory to write trace.PE.bin into
+        dir: PathBuf,
+        /// The CCS key (decimal digits, as ++server prints it)
+        #[arg(long, value_name = "KEY", value_parser = key, conflicts_with = "key_file")]
+        key: Option<Key>,
+        /// A file of keys (lines `LEVEL KEY`): its level-0 key
+        #[arg(long, value_name = "FILE")]
+        key_file: Option<PathBuf>,
+        /// How many seconds of the traces, above 0 and at most a day
+        #[arg(long, value_name = "S", default_value_t = 10.0, value_parser = secs)]
+        secs: f64,
+    },
+}
+
+/// A `--key` value.
+fn key(s: &str) -> Result<Key, String> {
+    Key::parse(s).map_err(|e| e.to_string())
+}
+
+/// A `--secs` value: seconds, above 0 and at most a day.
+fn secs(s: &str) -> Result<f64, String> {
+    s.parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s > 0.0 && *s <= 86_400.0)
+        .ok_or_else(|| "seconds, above 0 and at most a day".into())
+}
+
+/// Exit code for a command line refused, as clap's.
+const USAGE_ERROR: u8 = 2;
 
 /// Exit code for a reader gone: 128 + SIGPIPE, as for `cat`.
 const BROKEN_PIPE: u8 = 141;
@@ -77,46 +149,36 @@ fn say(line: &str) {
     );
 }
 
-/// `args` as the OS gives them: a directory's name need not be UTF-8.
-fn run(args: &[OsString]) -> Result<(), Stop> {
-    let mut it = args.iter();
-    let cmd = it.next().ok_or(USAGE)?.to_string_lossy();
-    match &*cmd {
-        "json" | "report" | "check" => {}
-        "live" => return live(&args[1..]),
-        "-h" | "--help" => return Err(USAGE.into()),
-        _ => return Err(format!("unknown command '{cmd}' ({USAGE})").into()),
-    }
-    let mut dir = None;
-    let mut out = None;
-    while let Some(a) = it.next() {
-        let text = a.to_string_lossy();
-        match &*text {
-            // An option the command would ignore is refused: the user expects it to act.
-            "-o" if cmd == "check" => {
-                return Err(format!("check prints to stdout and takes no -o ({USAGE})").into())
-            }
-            "-o" if out.is_some() => return Err(format!("-o given twice ({USAGE})").into()),
-            "-o" => out = Some(PathBuf::from(it.next().ok_or("-o needs a file")?)),
-            "-h" | "--help" => return Err(USAGE.into()),
-            _ if text.starts_with('-') => {
-                return Err(format!(
-                    "unknown option '{text}' (a directory named so: ./{text}) ({USAGE})"
-                )
-                .into())
-            }
-            _ if dir.is_none() => dir = Some(PathBuf::from(a)),
-            _ => return Err(format!("unexpected argument '{text}' ({USAGE})").into()),
-        }
-    }
-    let dir = dir.ok_or(USAGE)?;
+/// What `json`, `report` and `check` make of a job's traces.
+#[derive(Clone, Copy)]
+enum Made {
+    Json,
+    Report,
+    Check,
+}
+
+/// The command `cmd` (its command line checked).
+fn run(cmd: Cmd) -> Result<(), Stop> {
+    let (made, dir, out) = match cmd {
+        Cmd::Live {
+            addr,
+            dir,
+            key,
+            key_file,
+            secs,
+        } => return live(&addr, &dir, key, key_file.as_deref(), secs),
+        Cmd::Json { dir, out } => (Made::Json, dir, out),
+        Cmd::Report { dir, out } => (Made::Report, dir, out),
+        // `check -o` was refused as a usage error.
+        Cmd::Check { dir, .. } => (Made::Check, dir, None),
+    };
     let job = Job::load(&dir).map_err(|e| e.to_string())?;
     for w in &job.warnings {
         say(&format!("warning: {w}"));
     }
     let file_error = |path: &PathBuf, e: std::io::Error| format!("{}: {e}", path.display());
-    match &*cmd {
-        "json" => match out {
+    match made {
+        Made::Json => match out {
             // Streamed: the JSON of a big job is many times its traces.
             Some(p) => {
                 let f = std::fs::File::create(&p).map_err(|e| file_error(&p, e))?;
@@ -134,12 +196,12 @@ fn run(args: &[OsString]) -> Result<(), Stop> {
                     .map_err(stdout_error)?;
             }
         },
-        "report" => {
+        Made::Report => {
             let p = out.unwrap_or_else(|| dir.join("report.html"));
             std::fs::write(&p, report::html(&job)).map_err(|e| file_error(&p, e))?;
             say(&format!("wrote {}", p.display()));
         }
-        _ => {
+        Made::Check => {
             let mut w = std::io::BufWriter::new(std::io::stdout().lock());
             let f = &job.flows;
             writeln!(
@@ -167,55 +229,37 @@ fn run(args: &[OsString]) -> Result<(), Stop> {
     Ok(())
 }
 
-/// `live`: fetch the last seconds of every PE's trace from a running job over CCS, into a
-/// directory the other commands read.
-fn live(args: &[OsString]) -> Result<(), Stop> {
-    use converse_ccs::{Client, Dest, Key, Keys};
-    let mut rest = Vec::new();
-    let mut key = None;
-    let mut secs = 10.0f64;
-    let mut it = args.iter().map(|a| a.to_string_lossy().into_owned());
-    while let Some(a) = it.next() {
-        match a.as_str() {
-            "--key" => {
-                let k = it.next().ok_or("--key needs a key")?;
-                key = Some(Key::parse(&k).map_err(|e| e.to_string())?);
-            }
-            "--key-file" => {
-                let f = it.next().ok_or("--key-file needs a file")?;
-                let text = std::fs::read_to_string(&f).map_err(|e| format!("{f}: {e}"))?;
-                let keys = Keys::parse(&text, &f).map_err(|e| e.to_string())?;
-                key = Some(
-                    keys.get(0)
-                        .cloned()
-                        .ok_or(format!("{f} has no key for level 0"))?,
-                );
-            }
-            "--secs" => {
-                let v = it.next().ok_or("--secs needs a number")?;
-                secs = v
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|s| s.is_finite() && *s > 0.0 && *s <= 86_400.0)
-                    .ok_or(format!("--secs {v}: seconds, above 0 and at most a day"))?;
-            }
-            "-h" | "--help" => return Err(USAGE.into()),
-            _ if a.starts_with("--") => {
-                return Err(format!("unknown option '{a}' ({USAGE})").into())
-            }
-            _ => rest.push(a),
+/// `live`: fetch the last `secs` seconds of every PE's trace from the running job at `addr`
+/// over CCS, into `dir`, which the other commands read.
+fn live(
+    addr: &str,
+    dir: &Path,
+    key: Option<Key>,
+    key_file: Option<&Path>,
+    secs: f64,
+) -> Result<(), Stop> {
+    use converse_ccs::{Client, Dest, Keys};
+    let key = match key_file {
+        // A file that cannot be read is an error of the run (exit code 1), not of its
+        // command line.
+        Some(path) => {
+            let f = path.display().to_string();
+            let text = std::fs::read_to_string(path).map_err(|e| format!("{f}: {e}"))?;
+            let keys = Keys::parse(&text, &f).map_err(|e| e.to_string())?;
+            Some(
+                keys.get(0)
+                    .cloned()
+                    .ok_or(format!("{f} has no key for level 0"))?,
+            )
         }
-    }
-    let [addr, dir] = rest.as_slice() else {
-        return Err(USAGE.into());
+        None => key,
     };
     let t = std::time::Duration::from_secs(30);
     let mut c = Client::connect(addr, key, t).map_err(|e| format!("{addr}: {e}"))?;
     let all = c
         .request("converse.trace", &Dest::All, secs.to_string().as_bytes())
         .map_err(|e| format!("{addr}: {e}"))?;
-    let dir = PathBuf::from(dir);
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let mut at = 0;
     let mut pe = 0;
     while at < all.len() {
@@ -249,14 +293,28 @@ fn live(args: &[OsString]) -> Result<(), Stop> {
 }
 
 fn main() -> ExitCode {
-    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
-    let first = args.first().and_then(|a| a.to_str());
-    if let Some(code) =
-        converse::input::help_or_version(first, "converse-trace", env!("CARGO_PKG_VERSION"), USAGE)
-    {
-        return code;
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let text = e.render().to_string();
+            if !e.use_stderr() {
+                // --help, --version: what was asked for, on stdout.
+                converse::input::out_text(&text);
+                return ExitCode::SUCCESS;
+            }
+            converse::input::error_line(&converse::input::usage_line("converse-trace", &text));
+            return ExitCode::from(USAGE_ERROR);
+        }
+    };
+    if let Cmd::Check { out: Some(_), .. } = cli.cmd {
+        // An option the command would ignore is refused: the user expects it to act.
+        converse::input::error_line(
+            "converse-trace: check prints to stdout and takes no -o \
+             (usage: converse-trace check <DIR>)",
+        );
+        return ExitCode::from(USAGE_ERROR);
     }
-    match run(&args) {
+    match run(cli.cmd) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Stop::Pipe) => ExitCode::from(BROKEN_PIPE),
         Err(Stop::Error(e)) => {
