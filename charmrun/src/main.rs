@@ -39,7 +39,7 @@ fn main() -> ExitCode {
     ) {
         return code;
     }
-    let o = match opts::parse(&args) {
+    let mut o = match opts::parse(&args) {
         Ok(Parsed::Run(o)) => o,
         Ok(Parsed::Help) => {
             use std::io::Write;
@@ -54,6 +54,13 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    // A name without a slash is a file of this directory, as it was checked (and as Charm++'s
+    // charmrun takes it), not a command to look up on each host's PATH.
+    for p in std::iter::once(&mut o.program).chain(o.runscript.as_mut()) {
+        if !p.contains('/') {
+            *p = format!("./{p}");
+        }
+    }
     if let Err(e) = check_program("program", &o.program) {
         converse_machine::input::error_line(&format!("charmrun: {e}"));
         return ExitCode::from(2);
@@ -65,7 +72,8 @@ fn main() -> ExitCode {
         }
     }
     // The debugger must be there where the nodes start; only this host's can be looked at.
-    let nodes_here = o.nodelist.is_none() || o.local;
+    // (A runscript may put it there, `module load gdb`: then the nodes say so themselves.)
+    let nodes_here = (o.nodelist.is_none() || o.local) && o.runscript.is_none();
     if let (Some(d), true) = (o.debug, nodes_here) {
         let (tool, flag) = match d {
             opts::Debug::Pause => ("gdbserver", "++debug"),

@@ -52,8 +52,10 @@ shell), connects them into one job, forwards their output, and exits with the jo
                        requests without a key; implies ++server
   ++prefix             prefix every output line with the PE that printed it
   ++debug              start each node stopped under gdbserver and print where to attach
-                       (`gdb PROGRAM -ex 'target remote HOST:PORT'`, then `continue`); no
-                       start-up or hang timeout; implies ++prefix
+                       (`gdb PROGRAM -ex 'target remote HOST:PORT'`, then `continue`); turns
+                       off the start-up and hang timeouts (whatever ++timeout and
+                       ++hang-timeout say); implies ++prefix; with ++batch N, the next nodes
+                       start once N have been attached to
   ++debug-no-pause     run each node under gdb, which prints a backtrace where one stops on
                        a signal (a crash), into the job's output; implies ++prefix
   ++verbose            say what charmrun does
@@ -288,10 +290,15 @@ impl Opts {
                         "set print inferior-events off",
                         "-ex",
                         "run",
-                        // A backtrace only if the program stopped (it did not exit): a `bt`
-                        // of nothing would fail, and gdb's exit code with it.
+                        // If the program stopped on a signal (it did not exit): its
+                        // backtrace, then gdb ends it and exits as a shell reports a death by
+                        // that signal (128 + N), since batch mode would exit -1. A `bt` of an
+                        // exited program would fail, and gdb's exit code with it.
                         "-ex",
-                        "python gdb.selected_inferior().pid and gdb.execute('bt')",
+                        "python s = gdb.selected_inferior().pid and \
+                         int(gdb.parse_and_eval('$_siginfo.si_signo'))",
+                        "-ex",
+                        "python s and [gdb.execute(c) for c in ('bt', 'kill', 'quit %d' % (128 + s))]",
                         "--args",
                     ]
                     .map(String::from),

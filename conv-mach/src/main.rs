@@ -3,7 +3,9 @@
 //! ```text
 //! conv-mach list                 the variants there are
 //! conv-mach show NAME            a variant's features, default layer and settings
-//! conv-mach build NAME [ARGS]    build the workspace as NAME into target/NAME/
+//! conv-mach build NAME [ARGS]    build the cargo workspace of the current directory (a
+//!                                crate of one's own that depends on `converse`, or this
+//!                                project) as NAME into its target/NAME/
 //! ```
 //!
 //! The command line is clap's: `--help` (also of each command) and `--version` print to
@@ -33,7 +35,8 @@ enum Cmd {
         /// The variant
         name: String,
     },
-    /// Build the workspace as variant NAME into target/NAME/release
+    /// Build the cargo workspace of the current directory (your crate, or this project) as
+    /// variant NAME into its target/NAME/release
     Build {
         /// The variant
         // The index keeps NAME first when main gives it its possible values.
@@ -151,10 +154,15 @@ fn run(cmd: Cmd) -> Result<ExitCode, String> {
         }
         Cmd::Build { name, cargo_args } => {
             let v = variant(&name)?;
-            let root = dir
-                .parent()
-                .and_then(|p| p.parent())
-                .ok_or("cannot find the workspace root")?;
+            let root = match workspace_here() {
+                Some(r) => r,
+                None => dir
+                    .parent()
+                    .and_then(|p| p.parent())
+                    .map(std::path::Path::to_path_buf)
+                    .ok_or("cannot find the workspace root")?,
+            };
+            let root = root.as_path();
             let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
             cmd.current_dir(root)
                 .env("CONV_MACH_VARIANT", &v.name)
@@ -185,6 +193,23 @@ fn run(cmd: Cmd) -> Result<ExitCode, String> {
             })
         }
     }
+}
+
+/// The root of the cargo workspace the current directory is in, if any: `conv-mach build`
+/// builds that one (a crate of one's own that depends on `converse`, or this project), and
+/// this project's only when run from outside any (an installed `conv-mach`'s own sources are
+/// no place to build).
+fn workspace_here() -> Option<std::path::PathBuf> {
+    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["locate-project", "--workspace", "--message-format", "plain"])
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())?;
+    let manifest = String::from_utf8(out.stdout).ok()?;
+    std::path::Path::new(manifest.trim())
+        .parent()
+        .map(std::path::Path::to_path_buf)
 }
 
 fn variant(name: &str) -> Result<conv_mach::Variant, String> {

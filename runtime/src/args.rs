@@ -85,7 +85,7 @@ pub(crate) fn help_text() -> String {
   +p N                 PEs in the job
   +ppn K               PEs per process (SMP mode: K workers and a communication thread)
   +pemap CORES         pin PEs to these cores (0-3,8 ...); +commap CORES: the communication threads
-  +setcpuaffinity      pin PEs to cores (a host's first PE to core 0, ...) when +pemap says nothing
+  +setcpuaffinity      pin PEs to the cores this process may use, in order, when +pemap says nothing
   +machine NAME        the layer (local, tcp, udp, si, mpi, si+tcp, si+udp, si+mpi)
   +set KEY=VALUE       a setting (below); +settings lists them alone
   +trace, +trace-dir DIR   trace every PE (converse-trace reads it); +stats: counters at exit

@@ -77,11 +77,10 @@ pub use collectives::{Combine, ReduceTarget};
 /// Logs (`CONVERSE_LOG`): the subscriber and who a thread is, for programs and tools that
 /// start jobs themselves.
 pub use converse_machine::log;
-// Helpers the project's own binaries share (byte codecs, bounded input, one-line output);
-// a program uses `typed` messages and its own output.
-pub use converse_machine::LaunchEnv;
+// The byte codecs the project's own crates share; a program uses `typed` messages.
 #[doc(hidden)]
-pub use converse_machine::{bytes, input};
+pub use converse_machine::bytes;
+pub use converse_machine::{input, LaunchEnv};
 pub use converse_machine::{Message, NodeTable};
 pub use error::RuntimeError;
 pub use failure::{NodeFailure, SendError};

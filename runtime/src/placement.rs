@@ -86,12 +86,25 @@ impl CoreList {
         if cores.is_empty() {
             return Err("this process may run on no core".into());
         }
-        let text = cores
-            .iter()
-            .map(|c| c.to_string())
-            .collect::<Vec<_>>()
-            .join(",");
-        Ok(CoreList { cores, text })
+        // As `+pemap` would say it: runs of cores as ranges ("0-63", not 64 numbers).
+        let mut parts: Vec<String> = Vec::new();
+        let mut i = 0;
+        while i < cores.len() {
+            let mut j = i;
+            while j + 1 < cores.len() && cores[j + 1] == cores[j] + 1 {
+                j += 1;
+            }
+            parts.push(if j > i {
+                format!("{}-{}", cores[i], cores[j])
+            } else {
+                cores[i].to_string()
+            });
+            i = j + 1;
+        }
+        Ok(CoreList {
+            cores,
+            text: parts.join(","),
+        })
     }
 
     /// The cores, in order.

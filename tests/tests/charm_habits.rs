@@ -167,21 +167,69 @@ fn a_runscript_starts_every_node_and_a_missing_one_is_refused() {
 }
 
 #[test]
-fn usehostname_and_setcpuaffinity_start_the_job_as_asked() {
+fn usehostname_gives_nodes_this_hosts_name_and_setcpuaffinity_pins() {
+    let dir = scratch("usehostname");
+    // A remote shell that keeps the command it is given, then runs it here.
+    let lines = dir.join("lines");
+    let shell = script(
+        &dir,
+        "keeping-ssh",
+        &format!(
+            "#!/bin/sh\necho \"$2\" >> '{}'\nexec sh -c \"$2\"\n",
+            lines.display()
+        ),
+    );
+    let nodelist = dir.join("nodelist");
+    std::fs::write(&nodelist, "localhost\n").expect("write nodelist");
+    let nodelist = nodelist.display().to_string();
     let o = run(&[
         "+p2",
+        "++nodelist",
+        &nodelist,
+        "++remote-shell",
+        &shell,
         "++usehostname",
-        "++verbose",
         PROGRAM,
         "hello",
         "+machine",
         "tcp",
         "+setcpuaffinity",
     ]);
+    let kept = std::fs::read_to_string(&lines).unwrap_or_default();
+    let _ = std::fs::remove_dir_all(&dir);
     assert_eq!(o.code, Some(0), "{o}");
     assert_eq!(o.lines_with("conformance hello: ok"), 1, "{o}");
+    let host = nix::unistd::gethostname()
+        .ok()
+        .and_then(|h| h.into_string().ok())
+        .unwrap_or_default();
+    // Both nodes were told to reach charmrun by this host's name, not by an address.
+    assert_eq!(
+        kept.matches(&format!("CONVERSE_CHARMRUN={host}:")).count(),
+        2,
+        "{kept}"
+    );
     // The banner says where the PEs went: pinned, not "+set cpuaffinity".
     assert!(o.stdout.contains("PEs pinned to cores"), "{o}");
+}
+
+#[test]
+fn a_wrapper_that_exits_0_does_not_hide_a_failing_node() {
+    let dir = scratch("wrapper-code");
+    // Runs the program without `exec` and says all is well.
+    let wrapper = script(&dir, "hide.sh", "#!/bin/sh\n\"$@\"\nexit 0\n");
+    let o = run(&[
+        "+p2",
+        "++runscript",
+        &wrapper,
+        PROGRAM,
+        "exit-code",
+        "3",
+        "+machine",
+        "tcp",
+    ]);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_eq!(o.code, Some(3), "{o}");
 }
 
 #[test]
@@ -201,7 +249,8 @@ fn debug_no_pause_prints_where_a_node_crashed() {
         Duration::from_secs(120),
     );
     let all = format!("{}{}", o.stdout, o.stderr);
-    assert_ne!(o.code, Some(0), "{o}");
+    // As a shell reports a death by SIGSEGV, after the backtrace.
+    assert_eq!(o.code, Some(139), "{o}");
     assert!(all.contains("SIGSEGV"), "{o}");
     assert!(all.contains("crash_here_for_the_debugger"), "{o}");
     // A job that does not crash runs to its end under gdb as without it.

@@ -492,7 +492,7 @@ impl Verdict {
             NodeState::Running | NodeState::Ending { .. } => NodeState::Ending { code },
             NodeState::Exited { status, at } => {
                 let at = *at;
-                let next = left_or_died(*status);
+                let next = left_or_died(*status, code);
                 self.set_at(i, next, at);
                 return;
             }
@@ -548,7 +548,9 @@ impl Verdict {
                 status,
                 when: Death::Running,
             },
-            NodeState::Ending { .. } | NodeState::Lingering { .. } => left_or_died(status),
+            NodeState::Ending { code } | NodeState::Lingering { code, .. } => {
+                left_or_died(status, *code)
+            }
             _ => return,
         };
         self.set_at(i, next, at);
@@ -752,17 +754,20 @@ impl Verdict {
     }
 }
 
-/// A node that said it leaves and whose process exited: gone normally with its process's
-/// code, unless a signal killed it.
-fn left_or_died(status: ExitStatus) -> NodeState {
+/// A node that said it leaves with `said` and whose process exited: gone normally with its
+/// process's code, unless a signal killed it — or with the code it said, when its process
+/// exited 0 all the same: a wrapper that does not pass its child's code on (`gdbserver` under
+/// `++debug`, a runscript that does not `exec`) must not turn a failing job into a success.
+fn left_or_died(status: ExitStatus, said: i32) -> NodeState {
     if status.signal().is_some() {
         NodeState::Died {
             status,
             when: Death::Leaving,
         }
     } else {
+        let code = exit_code(status);
         NodeState::Left {
-            code: exit_code(status),
+            code: if code == 0 { said } else { code },
         }
     }
 }
