@@ -88,6 +88,24 @@ pub fn help_or_version(
     Some(std::process::ExitCode::SUCCESS)
 }
 
+/// `s` with its control characters escaped (`\n`, `\u{1b}`): text from outside (a path, a
+/// handler's name, a tool's message) must not break a line in two.
+///
+/// ```
+/// assert_eq!(converse_machine::input::one_line("a\nb"), "a\\nb");
+/// ```
+pub fn one_line(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 /// A usage error as a command-line parser renders it on several lines (clap: `error: ...`,
 /// then tips such as "a similar argument exists", the usage and a pointer to `--help`) as the
 /// one line a tool writes on stderr: `TOOL: ` and the lines joined by `; ` (a list by a space
@@ -121,15 +139,7 @@ pub fn usage_line(tool: &str, rendered: &str) -> String {
                 Some(usage) => format!("usage: {usage}"),
                 None => l.to_owned(),
             };
-            l.chars()
-                .map(|c| {
-                    if c.is_control() {
-                        c.escape_default().to_string()
-                    } else {
-                        c.to_string()
-                    }
-                })
-                .collect()
+            one_line(&l)
         })
         .collect();
     let mut line = format!("{tool}:");

@@ -313,8 +313,12 @@ impl Seeds {
                     let mine = st.pool.len() as u64 + 1;
                     let least = (0..st.nbrs.len()).min_by_key(|&i| st.nbr_load[i]);
                     match least {
-                        Some(i) if st.nbr_load[i] + 2 <= mine && pe.is_alive(st.nbrs[i]) => {
-                            st.nbr_load[i] += 1;
+                        // Saturating: a load is a neighbour's word from the wire.
+                        Some(i)
+                            if st.nbr_load[i].saturating_add(2) <= mine
+                                && pe.is_alive(st.nbrs[i]) =>
+                        {
+                            st.nbr_load[i] = st.nbr_load[i].saturating_add(1);
                             Some(st.nbrs[i])
                         }
                         _ => None,
@@ -579,7 +583,7 @@ impl Seeds {
                 return;
             }
             let k = ((mine - load) / 2) as usize;
-            st.nbr_load[i] += k as u64;
+            st.nbr_load[i] = st.nbr_load[i].saturating_add(k as u64);
             let keep = st.pool.len() - k;
             st.pool.split_off(keep)
         };

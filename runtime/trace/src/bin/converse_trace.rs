@@ -18,6 +18,7 @@
 
 use clap::{Parser, Subcommand};
 use converse_ccs::Key;
+use converse::input::one_line;
 use converse_trace::{chrome, report, summary, Job};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -125,19 +126,6 @@ fn stdout_error(e: std::io::Error) -> Stop {
     }
 }
 
-/// `s` with its control characters escaped (`\n`, `\u{1b}`): text from outside (a path, a
-/// handler's name) must not break a line in two.
-fn one_line(s: &str) -> String {
-    s.chars()
-        .map(|c| {
-            if c.is_control() {
-                c.escape_default().to_string()
-            } else {
-                c.to_string()
-            }
-        })
-        .collect()
-}
 
 /// A line on stderr. `eprintln!` would panic when stderr fails (`2>/dev/full`); there is
 /// nowhere left to say so, so the line is dropped.
