@@ -90,15 +90,7 @@ fn raw_round_trip(addr: SocketAddr, data: &[u8]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Median, lowest, highest.
-fn spread(mut v: Vec<f64>) -> (f64, f64, f64) {
-    v.sort_by(f64::total_cmp);
-    (
-        v.get(v.len() / 2).copied().unwrap_or(f64::NAN),
-        v.first().copied().unwrap_or(f64::NAN),
-        v.last().copied().unwrap_or(f64::NAN),
-    )
-}
+use crate::report::spread;
 
 pub(crate) fn run(sizes: &[usize], iters: u64, rounds: u16, pe: usize) -> anyhow::Result<()> {
     anyhow::ensure!(pe < 2, "--pe {pe}: the job has PEs 0 and 1");

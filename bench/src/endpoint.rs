@@ -194,11 +194,7 @@ fn client_job(dir: &Path, scheme: &str, sizes: &[usize], iters: u64) -> anyhow::
     pingpong::run_job("tcp", sizes, iters, "pe-endpoint-client", &[], &extra, 1, 1)
 }
 
-/// Median, lowest and highest of the rounds' values.
-fn spread(mut v: Vec<f64>) -> (f64, f64, f64) {
-    v.sort_by(f64::total_cmp);
-    (v[v.len() / 2], v[0], v[v.len() - 1])
-}
+use crate::report::spread;
 
 pub(crate) fn run(sizes: &[usize], iters: u64, rounds: u16) -> anyhow::Result<()> {
     let me = std::env::current_exe().context("finding the bench executable")?;

@@ -5,6 +5,17 @@ use hdrhistogram::Histogram;
 use std::io::Write;
 use std::path::Path;
 
+/// Median, lowest and highest of a run's values (NaN for none): how every figure of rounds is
+/// printed.
+pub(crate) fn spread(mut v: Vec<f64>) -> (f64, f64, f64) {
+    v.sort_by(f64::total_cmp);
+    (
+        v.get(v.len() / 2).copied().unwrap_or(f64::NAN),
+        v.first().copied().unwrap_or(f64::NAN),
+        v.last().copied().unwrap_or(f64::NAN),
+    )
+}
+
 /// Latency and bandwidth of one size on one path.
 pub(crate) struct Row {
     pub what: String,

@@ -18,16 +18,8 @@ const LONG_US: u64 = 2000;
 const SHORT_US: u64 = 100;
 const EACH: u32 = 20;
 
-/// Median, lowest and highest of `v`.
-fn spread(mut v: Vec<f64>) -> (f64, f64, f64) {
-    v.sort_by(f64::total_cmp);
-    let med = v.get(v.len() / 2).copied().unwrap_or(f64::NAN);
-    (
-        med,
-        v.first().copied().unwrap_or(f64::NAN),
-        v.last().copied().unwrap_or(f64::NAN),
-    )
-}
+use crate::report::spread;
+use crate::tasks::spin;
 
 pub(crate) fn run(layers: &[String], reps: u32, rounds: u16) -> anyhow::Result<()> {
     let ideal = f64::from(EACH) * (LONG_US + SHORT_US) as f64 / 2.0 / 1e3;
@@ -100,13 +92,6 @@ fn job(layer: &str, b: Balancer, reps: u32) -> anyhow::Result<Vec<f64>> {
         .collect()
 }
 
-/// Spin for `us` microseconds: a piece of work that takes its core.
-fn spin(us: u64) {
-    let t = Instant::now();
-    while t.elapsed().as_micros() < u128::from(us) {
-        std::hint::spin_loop();
-    }
-}
 
 /// `bench pe-seeds`: one PE of the job; PE 0 writes one time (ms) per line to `out`.
 pub(crate) fn pe_main(rt: Runtime, b: Balancer, reps: u32, out: &Path) -> anyhow::Result<()> {

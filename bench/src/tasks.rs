@@ -28,16 +28,7 @@ const WHAT: [&str; 5] = [
     "call, message reused",
 ];
 
-/// Median, lowest and highest of `v`.
-fn spread(mut v: Vec<f64>) -> (f64, f64, f64) {
-    v.sort_by(f64::total_cmp);
-    let med = v.get(v.len() / 2).copied().unwrap_or(f64::NAN);
-    (
-        med,
-        v.first().copied().unwrap_or(f64::NAN),
-        v.last().copied().unwrap_or(f64::NAN),
-    )
-}
+use crate::report::spread;
 
 /// Print a row: median (range) ns per operation.
 fn print_row(layer: &str, what: &str, v: Vec<f64>, beside: Option<f64>) {
@@ -234,7 +225,7 @@ fn block(
 }
 
 /// Spin for `us` microseconds: a piece of work that takes its core.
-fn spin(us: u64) {
+pub(crate) fn spin(us: u64) {
     let t = Instant::now();
     while t.elapsed().as_micros() < u128::from(us) {
         std::hint::spin_loop();
