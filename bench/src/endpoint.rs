@@ -22,6 +22,7 @@ use std::path::Path;
 use std::rc::Rc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use crate::report::spread;
 
 /// `bench pe-endpoint-serve`: the serving job: PE 0 listens on loopback, writes its address
 /// and secret into `dir`, answers `echo`; a `quit` message ends it.
@@ -194,7 +195,6 @@ fn client_job(dir: &Path, scheme: &str, sizes: &[usize], iters: u64) -> anyhow::
     pingpong::run_job("tcp", sizes, iters, "pe-endpoint-client", &[], &extra, 1, 1)
 }
 
-use crate::report::spread;
 
 pub(crate) fn run(sizes: &[usize], iters: u64, rounds: u16) -> anyhow::Result<()> {
     let me = std::env::current_exe().context("finding the bench executable")?;

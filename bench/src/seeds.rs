@@ -13,13 +13,13 @@ use std::cell::Cell;
 use std::path::Path;
 use std::rc::Rc;
 use std::time::Instant;
+use crate::report::spread;
+use crate::tasks::spin;
 
 const LONG_US: u64 = 2000;
 const SHORT_US: u64 = 100;
 const EACH: u32 = 20;
 
-use crate::report::spread;
-use crate::tasks::spin;
 
 pub(crate) fn run(layers: &[String], reps: u32, rounds: u16) -> anyhow::Result<()> {
     let ideal = f64::from(EACH) * (LONG_US + SHORT_US) as f64 / 2.0 / 1e3;

@@ -19,6 +19,7 @@ use std::cell::Cell;
 use std::path::Path;
 use std::rc::Rc;
 use std::time::Instant;
+use crate::report::spread;
 
 const WHAT: [&str; 5] = [
     "hand-written round trip",
@@ -28,7 +29,6 @@ const WHAT: [&str; 5] = [
     "call, message reused",
 ];
 
-use crate::report::spread;
 
 /// Print a row: median (range) ns per operation.
 fn print_row(layer: &str, what: &str, v: Vec<f64>, beside: Option<f64>) {
