@@ -18,6 +18,21 @@ use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use std::io::Write;
 use std::process::{Command, ExitCode};
 
+/// A line on stdout, as `println!` but never a panic: a reader gone (`conv-mach list | head
+/// -1`) is its choice.
+macro_rules! say_out {
+    ($($t:tt)*) => {{
+        let _ = writeln!(std::io::stdout().lock(), $($t)*);
+    }};
+}
+
+/// A line on stderr, as `eprintln!` but never a panic (`2>/dev/full`).
+macro_rules! say_err {
+    ($($t:tt)*) => {{
+        let _ = writeln!(std::io::stderr().lock(), $($t)*);
+    }};
+}
+
 /// List, show and build the named build variants (conv-mach/variants/NAME.toml).
 #[derive(Parser)]
 #[command(name = "conv-mach", version, arg_required_else_help = false)]
@@ -78,14 +93,14 @@ fn main() -> ExitCode {
                 let _ = std::io::stdout().lock().write_all(text.as_bytes());
                 return ExitCode::SUCCESS;
             }
-            eprintln!("{}", usage_line(&text));
+            esay_out!("{}", usage_line(&text));
             return ExitCode::from(2);
         }
     };
     match run(cli.cmd) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("conv-mach: {e}");
+            esay_out!("conv-mach: {e}");
             ExitCode::from(2)
         }
     }
@@ -131,14 +146,14 @@ fn run(cmd: Cmd) -> Result<ExitCode, String> {
         Cmd::List => {
             for n in conv_mach::list(&dir).map_err(|e| e.to_string())? {
                 let v = conv_mach::load(&dir, &n).map_err(|e| e.to_string())?;
-                println!("{:<14} {}", v.name, v.description);
+                say_out!("{:<14} {}", v.name, v.description);
             }
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Show { name } => {
             let v = variant(&name)?;
-            println!("variant  {}\n         {}", v.name, v.description);
-            println!(
+            say_out!("variant  {}\n         {}", v.name, v.description);
+            say_out!(
                 "features {}",
                 if v.features.is_empty() {
                     "(none)".into()
@@ -146,9 +161,9 @@ fn run(cmd: Cmd) -> Result<ExitCode, String> {
                     v.features.join(", ")
                 }
             );
-            println!("machine  {}", v.machine);
+            say_out!("machine  {}", v.machine);
             for (k, val) in &v.settings {
-                println!("setting  {k} = {val}");
+                say_out!("setting  {k} = {val}");
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -181,7 +196,7 @@ fn run(cmd: Cmd) -> Result<ExitCode, String> {
                 cmd.arg("--features").arg(feats.join(","));
             }
             cmd.args(&cargo_args);
-            eprintln!(
+            esay_out!(
                 "conv-mach: building variant {} into target/{}/release",
                 v.name, v.name
             );
