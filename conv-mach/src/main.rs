@@ -93,14 +93,14 @@ fn main() -> ExitCode {
                 let _ = std::io::stdout().lock().write_all(text.as_bytes());
                 return ExitCode::SUCCESS;
             }
-            esay_out!("{}", usage_line(&text));
+            say_err!("{}", usage_line(&text));
             return ExitCode::from(2);
         }
     };
     match run(cli.cmd) {
         Ok(code) => code,
         Err(e) => {
-            esay_out!("conv-mach: {e}");
+            say_err!("conv-mach: {e}");
             ExitCode::from(2)
         }
     }
@@ -196,7 +196,7 @@ fn run(cmd: Cmd) -> Result<ExitCode, String> {
                 cmd.arg("--features").arg(feats.join(","));
             }
             cmd.args(&cargo_args);
-            esay_out!(
+            say_err!(
                 "conv-mach: building variant {} into target/{}/release",
                 v.name, v.name
             );
