@@ -7,13 +7,13 @@
 //! and, for the third column, with one (two SHA-1s per request). Rounds alternate the three;
 //! every figure is the median round trip over rounds, with its range.
 
+use crate::report::spread;
 use converse::Runtime;
 use converse_ccs::{Client, Dest, Key};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use crate::report::spread;
 
 /// A job of two PEs answering `echo` (data back as it came), on PE `dest` of the request;
 /// `done` ends it. Returns where it listens once it does.
@@ -90,7 +90,6 @@ fn raw_round_trip(addr: SocketAddr, data: &[u8]) -> anyhow::Result<()> {
     anyhow::ensure!(back.len() == data.len(), "a short reply");
     Ok(())
 }
-
 
 pub(crate) fn run(sizes: &[usize], iters: u64, rounds: u16, pe: usize) -> anyhow::Result<()> {
     anyhow::ensure!(pe < 2, "--pe {pe}: the job has PEs 0 and 1");

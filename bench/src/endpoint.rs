@@ -13,6 +13,7 @@
 
 use crate::pingpong;
 use crate::raw;
+use crate::report::spread;
 use crate::report::{self, histogram, Row};
 use anyhow::Context;
 use converse::Runtime;
@@ -22,7 +23,6 @@ use std::path::Path;
 use std::rc::Rc;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use crate::report::spread;
 
 /// `bench pe-endpoint-serve`: the serving job: PE 0 listens on loopback, writes its address
 /// and secret into `dir`, answers `echo`; a `quit` message ends it.
@@ -194,7 +194,6 @@ fn client_job(dir: &Path, scheme: &str, sizes: &[usize], iters: u64) -> anyhow::
     let extra = ["--dir", dir.as_ref(), "--scheme", scheme];
     pingpong::run_job("tcp", sizes, iters, "pe-endpoint-client", &[], &extra, 1, 1)
 }
-
 
 pub(crate) fn run(sizes: &[usize], iters: u64, rounds: u16) -> anyhow::Result<()> {
     let me = std::env::current_exe().context("finding the bench executable")?;

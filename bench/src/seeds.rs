@@ -6,6 +6,8 @@
 //! them. A figure is the time from PE 0's start to the last piece done, per repetition; one
 //! job per balancer per round, the balancers' order rotated by round.
 
+use crate::report::spread;
+use crate::tasks::spin;
 use anyhow::Context;
 use converse::Runtime;
 use converse_tasks::seeds::{Balancer, Seeds};
@@ -13,13 +15,10 @@ use std::cell::Cell;
 use std::path::Path;
 use std::rc::Rc;
 use std::time::Instant;
-use crate::report::spread;
-use crate::tasks::spin;
 
 const LONG_US: u64 = 2000;
 const SHORT_US: u64 = 100;
 const EACH: u32 = 20;
-
 
 pub(crate) fn run(layers: &[String], reps: u32, rounds: u16) -> anyhow::Result<()> {
     let ideal = f64::from(EACH) * (LONG_US + SHORT_US) as f64 / 2.0 / 1e3;
@@ -91,7 +90,6 @@ fn job(layer: &str, b: Balancer, reps: u32) -> anyhow::Result<Vec<f64>> {
         .map(|l| l.parse::<f64>().with_context(|| format!("a time {l:?}")))
         .collect()
 }
-
 
 /// `bench pe-seeds`: one PE of the job; PE 0 writes one time (ms) per line to `out`.
 pub(crate) fn pe_main(rt: Runtime, b: Balancer, reps: u32, out: &Path) -> anyhow::Result<()> {

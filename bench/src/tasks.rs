@@ -12,6 +12,7 @@
 //! empty task, and a round trip between two threads over crossbeam channels. Every figure is
 //! per operation, the median over rounds with its range.
 
+use crate::report::spread;
 use anyhow::Context;
 use converse::{Pe, Runtime};
 use converse_tasks::{call, yield_now, Tasks};
@@ -19,7 +20,6 @@ use std::cell::Cell;
 use std::path::Path;
 use std::rc::Rc;
 use std::time::Instant;
-use crate::report::spread;
 
 const WHAT: [&str; 5] = [
     "hand-written round trip",
@@ -28,7 +28,6 @@ const WHAT: [&str; 5] = [
     "yield",
     "call, message reused",
 ];
-
 
 /// Print a row: median (range) ns per operation.
 fn print_row(layer: &str, what: &str, v: Vec<f64>, beside: Option<f64>) {

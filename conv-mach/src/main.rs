@@ -198,7 +198,8 @@ fn run(cmd: Cmd) -> Result<ExitCode, String> {
             cmd.args(&cargo_args);
             say_err!(
                 "conv-mach: building variant {} into target/{}/release",
-                v.name, v.name
+                v.name,
+                v.name
             );
             let status = cmd.status().map_err(|e| format!("cannot run cargo: {e}"))?;
             Ok(if status.success() {

@@ -17,8 +17,8 @@
 //! command quietly, with the code a shell reports for `cat` killed by SIGPIPE (141).
 
 use clap::{Parser, Subcommand};
-use converse_ccs::Key;
 use converse::input::one_line;
+use converse_ccs::Key;
 use converse_trace::{chrome, report, summary, Job};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -125,7 +125,6 @@ fn stdout_error(e: std::io::Error) -> Stop {
         Stop::Error(format!("cannot write to stdout: {e}"))
     }
 }
-
 
 /// A line on stderr. `eprintln!` would panic when stderr fails (`2>/dev/full`); there is
 /// nowhere left to say so, so the line is dropped.
