@@ -44,6 +44,15 @@ fn start(machine: &'static str, pes: usize, extra: &[&str]) -> (Running, String,
         "no server line:\n{}",
         job.stdout_so_far()
     );
+    // Without `+server-auth` the job makes a key and prints it on the next line, which may
+    // come in a later read than the server line.
+    if !extra.contains(&"+server-auth") {
+        assert!(
+            job.wait_for_stdout_lines("CCS_OTP_KEY> Level 0 key: ", 1, T),
+            "no key line:\n{}",
+            job.stdout_so_far()
+        );
+    }
     let out = job.stdout_so_far();
     let port = out
         .lines()
