@@ -37,6 +37,7 @@ pub(crate) fn run(
     machine: &mut dyn Machine,
     node: &NodeShared,
     tun: &Tunables,
+    mut rec: Option<Box<crate::trace::Recorder>>,
 ) -> Result<i32, RuntimeError> {
     let me = node.node;
     let fatal = |m: &mut dyn Machine, e: &dyn std::fmt::Display| -> ! {
@@ -70,6 +71,8 @@ pub(crate) fn run(
         if let Some(reason) = node.abort_requested() {
             machine.abort(&reason);
         }
+        // Traced: a clock read per turn, to draw the turns that moved messages as a track.
+        let turn = rec.as_ref().map(|_| std::time::Instant::now());
         let mut moved = 0;
         while moved < SEND_BATCH {
             let Some((dest, msg)) = node.next_outgoing() else {
@@ -127,6 +130,9 @@ pub(crate) fn run(
             });
         }
         if moved > 0 {
+            if let (Some(r), Some(from)) = (rec.as_deref_mut(), turn) {
+                r.comm_turn(from);
+            }
             idle.busy();
             continue;
         }
@@ -152,7 +158,15 @@ pub(crate) fn run(
             continue;
         }
         let mut waited = Ok(());
+        // Written before blocking, as a PE's trace is: a node killed while it waits keeps it.
+        if let Some(r) = rec.as_deref_mut() {
+            r.flush(&[]);
+        }
+        let slept = std::time::Instant::now();
         node.comm_sleep(|| waited = machine.wait(wait_cap));
+        if let Some(r) = rec.as_deref_mut() {
+            r.comm_waited(slept);
+        }
         if let Err(e) = waited {
             report(machine, e, &mut reported);
         }
@@ -160,6 +174,9 @@ pub(crate) fn run(
     }
     // The job is over: what still arrives (sent before the exit reached its sender) is not
     // run, as what was still queued was not.
+    if let Some(r) = rec.as_deref_mut() {
+        r.finish(&[], &machine.counters());
+    }
     tracing::debug!(target: "converse", "every worker is done: exit barrier, then the layer's exit");
     machine.barrier(&mut drop)?;
     if tun.stats {

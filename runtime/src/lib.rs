@@ -534,7 +534,10 @@ impl<F: Fn(&mut Pe) + Sync> Job<'_, F> {
                 if let Err(e) = &pinned {
                     machine.abort(&format!("node {node}: {e}"));
                 }
-                comm::run(&mut *machine, &shared, &tun)
+                let layer = machine.layer();
+                let rec = trace::Recorder::for_comm(&self.record, node, &table, layer)
+                    .unwrap_or_else(|e| machine.abort(&format!("node {node}: {e}")));
+                comm::run(&mut *machine, &shared, &tun, rec)
             }));
             let comm = match comm {
                 Ok(r) => r,

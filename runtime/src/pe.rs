@@ -262,6 +262,38 @@ impl Pe {
         self.dispatched
     }
 
+    /// Record a user event named `name` at this moment in the PE's trace (Projections'
+    /// `traceUserEvent`): `converse-trace report` marks it on the timeline and counts it. Does
+    /// nothing without `+trace`; a name is stored once per trace, however often it is used.
+    ///
+    /// ```no_run
+    /// # fn f(pe: &mut converse::Pe) {
+    /// pe.trace_event("converged");
+    /// # }
+    /// ```
+    pub fn trace_event(&mut self, name: &str) {
+        if let Some(r) = self.rec.as_deref_mut() {
+            r.user_event(name);
+        }
+    }
+
+    /// Record a user bracket named `name`, from `since` until now, in the PE's trace
+    /// (Projections' `traceUserBracketEvent`): the report draws it on the timeline under the
+    /// handlers and sums its time. Does nothing without `+trace`.
+    ///
+    /// ```no_run
+    /// # fn f(pe: &mut converse::Pe) {
+    /// let t = std::time::Instant::now();
+    /// // ... a solver step ...
+    /// pe.trace_bracket("solve", t);
+    /// # }
+    /// ```
+    pub fn trace_bracket(&mut self, name: &str, since: std::time::Instant) {
+        if let Some(r) = self.rec.as_deref_mut() {
+            r.bracket(name, since);
+        }
+    }
+
     /// `(sent, taken)`: messages this PE has sent (to any PE or node, itself included; each
     /// copy of a multicast or each hop of a broadcast or reduction counts, as does each post to
     /// its [`Mailbox`](crate::Mailbox)) and messages it has taken off its queues to run (run,

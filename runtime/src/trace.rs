@@ -93,6 +93,9 @@ pub(crate) struct Recorder {
     idle_from: Option<u64>,
     /// Layer counters seen: (name, string number, last value).
     counters: Vec<(&'static str, u32, u64)>,
+    /// The names of user events and brackets, numbered once each: a program names a few and
+    /// records them often.
+    names: std::collections::HashMap<String, u32>,
     out: Option<Out>,
 }
 
@@ -108,6 +111,11 @@ impl std::fmt::Debug for Recorder {
 /// The file PE `pe` traces into.
 pub(crate) fn file_of(dir: &Path, pe: usize) -> PathBuf {
     dir.join(format!("trace.{pe}.bin"))
+}
+
+/// The file the communication thread of SMP node `node` traces into.
+pub(crate) fn comm_file_of(dir: &Path, node: usize) -> PathBuf {
+    dir.join(format!("comm.{node}.bin"))
 }
 
 /// Make the trace directory (each process does, before its PEs start), so that a bad
@@ -131,6 +139,48 @@ impl Recorder {
         if !opts.any() {
             return Ok(None);
         }
+        let file = opts.dir.as_deref().map(|d| file_of(d, pe));
+        Self::create(opts, file, pe, node, table, layer)
+    }
+
+    /// A recorder for the communication thread of SMP node `node` (`comm.<node>.bin`, its
+    /// header's `pe` the node), or `None` without `+trace`: its turns that moved messages as
+    /// spans, its waits as idle periods.
+    ///
+    /// # Errors
+    /// The trace file cannot be created.
+    pub(crate) fn for_comm(
+        opts: &Options,
+        node: usize,
+        table: &converse_machine::NodeTable,
+        layer: &'static str,
+    ) -> Result<Option<Box<Recorder>>, String> {
+        let Some(dir) = &opts.dir else {
+            return Ok(None);
+        };
+        let opts = Options {
+            dir: Some(dir.clone()),
+            stats: false,
+            boot: None,
+        };
+        Self::create(
+            &opts,
+            Some(comm_file_of(dir, node)),
+            node,
+            node,
+            table,
+            layer,
+        )
+    }
+
+    fn create(
+        opts: &Options,
+        file: Option<PathBuf>,
+        pe: usize,
+        node: usize,
+        table: &converse_machine::NodeTable,
+        layer: &'static str,
+    ) -> Result<Option<Box<Recorder>>, String> {
         let base = Instant::now();
         let mono_base = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC)
             .map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64)
@@ -138,10 +188,9 @@ impl Recorder {
         let unix_base = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
-        let out = match &opts.dir {
+        let out = match file {
             None => None,
-            Some(dir) => {
-                let path = file_of(dir, pe);
+            Some(path) => {
                 let file = std::fs::File::create(&path)
                     .map_err(|e| format!("cannot create the trace file {}: {e}", path.display()))?;
                 Some(Out {
@@ -179,6 +228,7 @@ impl Recorder {
             nested_idle: 0,
             idle_from: None,
             counters: Vec::new(),
+            names: std::collections::HashMap::new(),
             out,
         });
         if let Some((from, to, what)) = opts.boot {
@@ -308,6 +358,68 @@ impl Recorder {
             kind: Kind::Mark,
             a: id,
             b: 0,
+        });
+    }
+
+    /// The number of a user event's or bracket's name, named once.
+    fn named(&mut self, name: &str) -> u32 {
+        if let Some(&id) = self.names.get(name) {
+            return id;
+        }
+        let id = self.string(name.to_owned());
+        self.names.insert(name.to_owned(), id);
+        id
+    }
+
+    /// A user event named `name` happened now.
+    pub(crate) fn user_event(&mut self, name: &str) {
+        if self.out.is_none() {
+            return;
+        }
+        let id = self.named(name);
+        let t = self.now();
+        self.push(t, Kind::Event, id, 0);
+    }
+
+    /// A user bracket named `name` ran from `since` until now.
+    pub(crate) fn bracket(&mut self, name: &str, since: Instant) {
+        self.span(Kind::Bracket, name, since);
+    }
+
+    /// The communication thread moved messages from `since` until now.
+    pub(crate) fn comm_turn(&mut self, since: Instant) {
+        self.span(Kind::Span, "moving messages", since);
+    }
+
+    /// The communication thread waited in the layer from `since` until now.
+    pub(crate) fn comm_waited(&mut self, since: Instant) {
+        if self.out.is_none() {
+            return;
+        }
+        let from = since.saturating_duration_since(self.base).as_nanos() as u64;
+        let t = self.now();
+        self.push_raw(Record {
+            t: from,
+            kind: Kind::Idle,
+            a: 0,
+            b: t.saturating_sub(from),
+        });
+    }
+
+    fn span(&mut self, kind: Kind, name: &str, since: Instant) {
+        if self.out.is_none() {
+            return;
+        }
+        let id = self.named(name);
+        let t = self.now();
+        let from = since.saturating_duration_since(self.base).as_nanos() as u64;
+        // An idle period the span ends is closed at its end, not its start.
+        self.close_idle(t);
+        self.push_raw(Record {
+            t: from,
+            kind,
+            a: id,
+            b: t.saturating_sub(from),
         });
     }
 

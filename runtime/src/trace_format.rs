@@ -88,9 +88,16 @@ pub enum Kind {
     /// Something notable happened: `a` a string saying what (a start-up phase, a peer's death,
     /// the reason of an abort).
     Mark = 7,
-    /// A span that began before this PE's clock started (the layer's boot): from `t` for `b`
-    /// ns, `a` a string naming it.
+    /// A span of time from `t` for `b` ns, `a` a string naming it: in a PE's trace the layer's
+    /// boot (which began before the PE's clock started); in a communication thread's trace
+    /// (`comm.<node>.bin`) a turn in which it moved messages.
     Span = 8,
+    /// A user event (`Pe::trace_event`, Projections' `traceUserEvent`): `a` its name (a
+    /// string).
+    Event = 9,
+    /// A user bracket (`Pe::trace_bracket`, Projections' `traceUserBracketEvent`): from `t`
+    /// for `b` ns, `a` its name (a string). Recorded when it ends, stamped with its start.
+    Bracket = 10,
 }
 
 impl Kind {
@@ -104,6 +111,8 @@ impl Kind {
             6 => Kind::Counter,
             7 => Kind::Mark,
             8 => Kind::Span,
+            9 => Kind::Event,
+            10 => Kind::Bracket,
             _ => return None,
         })
     }

@@ -104,6 +104,16 @@ fn events(job: &Job, mut emit: impl FnMut(Value) -> std::io::Result<()>) -> std:
                     "pid": pid, "tid": tid, "ts": ts, "dur": us(r.b as i64)}))?,
                 Kind::Mark => emit(json!({"ph": "i", "s": "t", "name": t.string(r.a),
                     "cat": "mark", "pid": pid, "tid": tid, "ts": ts}))?,
+                Kind::Event => emit(json!({"ph": "i", "s": "t", "name": t.string(r.a),
+                    "cat": "user", "pid": pid, "tid": tid, "ts": ts}))?,
+                // An async slice, a track of its own: a bracket need not nest with handlers.
+                Kind::Bracket => {
+                    let id = format!("{}.{j}", h.pe);
+                    emit(json!({"ph": "b", "name": t.string(r.a), "cat": "user",
+                        "id": id, "pid": pid, "tid": tid, "ts": ts}))?;
+                    emit(json!({"ph": "e", "name": t.string(r.a), "cat": "user",
+                        "id": id, "pid": pid, "tid": tid, "ts": us(job.time(i, r) + r.b as i64)}))?;
+                }
                 Kind::Counter => emit(json!({"ph": "C", "name": t.string(r.a), "pid": pid,
                     "ts": ts, "args": {"value": r.b}}))?,
                 Kind::Send => {
@@ -133,6 +143,33 @@ fn events(job: &Job, mut emit: impl FnMut(Value) -> std::io::Result<()>) -> std:
                             "cat": "message", "id": k, "pid": pid, "tid": tid, "ts": ts}))?;
                     }
                 }
+            }
+        }
+    }
+    // Communication threads: a thread of their node after its PEs.
+    for (i, t) in job.comm.iter().enumerate() {
+        let (pid, tid) = (
+            t.header.pe,
+            u64::from(t.header.num_pes) + u64::from(t.header.pe),
+        );
+        emit(
+            json!({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid,
+            "args": {"name": format!("node {pid} comm thread")}}),
+        )?;
+        emit(
+            json!({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid,
+            "args": {"sort_index": tid}}),
+        )?;
+        for r in &t.records {
+            let ts = us(job.comm_time(i, r));
+            match r.kind {
+                Kind::Span => emit(json!({"ph": "X", "name": t.string(r.a), "cat": "comm",
+                    "pid": pid, "tid": tid, "ts": ts, "dur": us(r.b as i64)}))?,
+                Kind::Idle => emit(json!({"ph": "X", "name": "idle", "cat": "idle",
+                    "pid": pid, "tid": tid, "ts": ts, "dur": us(r.b as i64)}))?,
+                Kind::Counter => emit(json!({"ph": "C", "name": t.string(r.a), "pid": pid,
+                    "ts": ts, "args": {"value": r.b}}))?,
+                _ => {}
             }
         }
     }

@@ -90,6 +90,11 @@ fn pe_of_file_name(name: &str) -> Option<u32> {
     canonical.then(|| n.parse().ok()).flatten()
 }
 
+/// The node of a communication thread's trace file's name: `comm.<node>.bin`, as for PEs.
+fn node_of_comm_file_name(name: &str) -> Option<u32> {
+    pe_of_file_name(&format!("trace.{}", name.strip_prefix("comm.")?))
+}
+
 /// Refuse traces that cannot be one job's: sizes that disagree, a PE outside its job, two
 /// traces of one PE. Each trace comes with its file's name, to say which.
 fn check_one_job(traces: &[(String, Trace)]) -> Result<(), LoadError> {
@@ -134,6 +139,12 @@ fn check_one_job(traces: &[(String, Trace)]) -> Result<(), LoadError> {
 pub struct Job {
     /// One trace per PE, by PE number.
     pub traces: Vec<Trace>,
+    /// The traces of SMP nodes' communication threads (`comm.<node>.bin`, their header's
+    /// `pe` the node), by node: their turns that moved messages as [`Kind::Span`] records,
+    /// their waits as [`Kind::Idle`].
+    pub comm: Vec<Trace>,
+    /// Per communication thread's trace (same order), as [`Job::offsets`].
+    pub comm_offsets: Vec<i64>,
     /// Per trace (same order): what to add to its record times to put them on the job's
     /// time line, ns (the job's time 0 is its first event).
     pub offsets: Vec<i64>,
@@ -158,10 +169,15 @@ impl Job {
             source,
         };
         let mut files = Vec::new();
+        let mut comm_files = Vec::new();
         for e in std::fs::read_dir(dir).map_err(dir_error)? {
             let e = e.map_err(dir_error)?;
-            if let Some(pe) = e.file_name().to_str().and_then(pe_of_file_name) {
+            let name = e.file_name();
+            let name = name.to_str();
+            if let Some(pe) = name.and_then(pe_of_file_name) {
                 files.push((pe, e.path()));
+            } else if let Some(node) = name.and_then(node_of_comm_file_name) {
+                comm_files.push((node, e.path()));
             }
         }
         if files.is_empty() {
@@ -175,13 +191,27 @@ impl Job {
             traces.push((path.display().to_string(), t));
         }
         check_one_job(&traces)?;
-        Ok(Job::new(traces.into_iter().map(|(_, t)| t).collect()))
+        comm_files.sort_unstable();
+        let mut comm = Vec::with_capacity(comm_files.len());
+        for (_, path) in comm_files {
+            comm.push(Trace::read(&path)?);
+        }
+        Ok(Job::with_comm(
+            traces.into_iter().map(|(_, t)| t).collect(),
+            comm,
+        ))
     }
 
     /// A job from its PEs' traces (any order), one per PE as [`Job::load`] checks: traces
     /// that are not one job's (two of a PE) give figures that mix them up, but no panic.
-    pub fn new(mut traces: Vec<Trace>) -> Job {
+    pub fn new(traces: Vec<Trace>) -> Job {
+        Job::with_comm(traces, Vec::new())
+    }
+
+    /// A job from its PEs' traces and its communication threads' (any order).
+    pub fn with_comm(mut traces: Vec<Trace>, mut comm: Vec<Trace>) -> Job {
         traces.sort_by_key(|t| t.header.pe);
+        comm.sort_by_key(|t| t.header.pe);
         let mut warnings = Vec::new();
         for t in &traces {
             if t.torn_bytes > 0 {
@@ -220,6 +250,7 @@ impl Job {
         // Time 0 is the earliest event (a boot span starts before its PE's base).
         let start = traces
             .iter()
+            .chain(&comm)
             .filter_map(|t| {
                 t.records
                     .first()
@@ -227,13 +258,14 @@ impl Job {
             })
             .min()
             .unwrap_or(0);
-        let offsets = traces
-            .iter()
-            .map(|t| (base(t) as i128 - start) as i64)
-            .collect();
+        let offset = |t: &Trace| (base(t) as i128 - start) as i64;
+        let offsets = traces.iter().map(offset).collect();
+        let comm_offsets = comm.iter().map(offset).collect();
         let flows = Trace::flows(&traces);
         Job {
             traces,
+            comm,
+            comm_offsets,
             offsets,
             flows,
             wall_clock,
@@ -246,24 +278,29 @@ impl Job {
         self.offsets.get(i).copied().unwrap_or(0) + r.t as i64
     }
 
+    /// Record `r` of communication thread trace `i` on the job's time line, ns.
+    pub fn comm_time(&self, i: usize, r: &Record) -> i64 {
+        self.comm_offsets.get(i).copied().unwrap_or(0) + r.t as i64
+    }
+
     /// The job's time line ends here, ns.
     pub fn end(&self) -> i64 {
-        self.traces
-            .iter()
-            .enumerate()
-            .flat_map(|(i, t)| {
-                t.records.iter().map(move |r| {
-                    let d = if matches!(r.kind, Kind::Idle | Kind::Span) {
+        let last = |t: &Trace, offset: i64| {
+            t.records
+                .iter()
+                .map(|r| {
+                    let d = if matches!(r.kind, Kind::Idle | Kind::Span | Kind::Bracket) {
                         r.b as i64
                     } else {
                         0
                     };
-                    self.time(i, r) + d
+                    offset + r.t as i64 + d
                 })
-            })
-            .max()
-            .unwrap_or(0)
-            .max(1)
+                .max()
+        };
+        let pes = (self.traces.iter().zip(&self.offsets)).filter_map(|(t, &o)| last(t, o));
+        let comm = (self.comm.iter().zip(&self.comm_offsets)).filter_map(|(t, &o)| last(t, o));
+        pes.chain(comm).max().unwrap_or(0).max(1)
     }
 }
 

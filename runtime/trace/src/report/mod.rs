@@ -1,0 +1,311 @@
+//! The HTML report: one self-contained page (no script, no external file) holding one SVG
+//! picture — the per-PE timeline with the messages between PEs, the time per handler, the
+//! PE×PE communication matrix as a heat map — and tables of the same figures below it.
+//!
+//! The timeline is drawn per pixel column: a column of a PE's row takes the colour of the
+//! handler that ran longest in it when handlers ran at least a quarter of the column's time,
+//! else light grey when the PE was mostly idle there. So the picture stays the same size
+//! whatever the trace's length, and a busy PE looks busy at any zoom.
+
+mod overview;
+
+use crate::summary::{self, HandlerTime};
+use crate::{Job, Kind};
+use converse::trace_format::human_bytes;
+use std::fmt::Write;
+
+/// Colours of the handlers, in the order of [`summary::handler_times`] (the busiest first);
+/// handlers past the palette share its last colour.
+pub const PALETTE: [(u8, u8, u8); 10] = [
+    (31, 119, 180),
+    (255, 127, 14),
+    (44, 160, 44),
+    (214, 39, 40),
+    (148, 103, 189),
+    (140, 86, 75),
+    (227, 119, 194),
+    (188, 189, 34),
+    (23, 190, 207),
+    (90, 90, 90),
+];
+
+/// The colour of idle time on the timeline.
+pub const IDLE: (u8, u8, u8) = (215, 215, 215);
+
+/// The colour of the layer's boot on the timeline.
+pub const BOOT: (u8, u8, u8) = (180, 205, 230);
+
+/// The matrix's colour for the busiest pair (others fade toward white).
+pub const HOT: (u8, u8, u8) = (178, 24, 43);
+
+/// Where the picture puts things, in pixels of the SVG (which starts at the page's top left).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Layout {
+    /// Width of the picture.
+    pub width: f64,
+    /// Height of the picture.
+    pub height: f64,
+    /// Left edge of the timeline's drawing area.
+    pub timeline_x: f64,
+    /// Top of the first PE's row.
+    pub timeline_y: f64,
+    /// Width of the timeline's drawing area (time 0 to the job's end).
+    pub timeline_w: f64,
+    /// Height of a PE's row.
+    pub row_h: f64,
+    /// Rows (PEs).
+    pub rows: usize,
+    /// Top of the handler bars.
+    pub handlers_y: f64,
+    /// Left edge of the matrix.
+    pub matrix_x: f64,
+    /// Top of the matrix.
+    pub matrix_y: f64,
+    /// Side of one matrix cell.
+    pub cell: f64,
+}
+
+/// Handler bars drawn (the busiest ones).
+const BARS: usize = 10;
+
+/// Cells a side of the matrix at most: a job of more PEs shares cells between consecutive
+/// PEs, so that the picture (and the page) stays the same size whatever the job's.
+pub const MATRIX_CELLS: usize = 128;
+
+impl Layout {
+    /// The layout of `job`'s picture.
+    pub fn of(job: &Job) -> Layout {
+        let rows = job.traces.len();
+        let row_h = (600.0 / rows.max(1) as f64).clamp(4.0, 22.0);
+        let timeline_y = 70.0;
+        let handlers_y = timeline_y + rows as f64 * row_h + 60.0;
+        let bars = summary::handler_times(job).len().min(BARS);
+        let n = summary::matrix(job).grid(MATRIX_CELLS).1.max(1);
+        let cell = (360.0 / n as f64).clamp(2.0, 36.0);
+        let matrix_y = handlers_y + bars as f64 * 18.0 + 70.0;
+        Layout {
+            width: 1100.0,
+            height: matrix_y + cell * n as f64 + 40.0,
+            timeline_x: 110.0,
+            timeline_y,
+            timeline_w: 960.0,
+            row_h,
+            rows,
+            handlers_y,
+            matrix_x: 110.0,
+            matrix_y,
+            cell,
+        }
+    }
+}
+
+fn rgb(c: (u8, u8, u8)) -> String {
+    format!("rgb({},{},{})", c.0, c.1, c.2)
+}
+
+/// Text for the page (and its inline SVG, which is XML): markup escaped, and the control
+/// characters XML 1.0 forbids even as references (all of C0 but tab, newline and carriage
+/// return; U+FFFE and U+FFFF) replaced by U+FFFD, as are DEL and C1, which HTML calls errors.
+fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out += "&amp;",
+            '<' => out += "&lt;",
+            '>' => out += "&gt;",
+            '"' => out += "&quot;",
+            '\t' | '\n' | '\r' => out.push(c),
+            c if c.is_control() || c == '\u{fffe}' || c == '\u{ffff}' => out.push('\u{fffd}'),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn ms(ns: f64) -> String {
+    if ns >= 1e9 {
+        format!("{:.2} s", ns / 1e9)
+    } else if ns >= 1e6 {
+        format!("{:.2} ms", ns / 1e6)
+    } else {
+        format!("{:.1} µs", ns / 1e3)
+    }
+}
+
+/// The colour index of each handler name (busiest first).
+fn colours(times: &[HandlerTime]) -> std::collections::HashMap<String, usize> {
+    times
+        .iter()
+        .enumerate()
+        .map(|(i, h)| (h.name.clone(), i.min(PALETTE.len() - 1)))
+        .collect()
+}
+
+/// The report page for `job`.
+pub fn html(job: &Job) -> String {
+    let times = summary::handler_times(job);
+    let mut page = String::from(
+        "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>converse trace</title>\
+         <style>body{margin:0;font-family:sans-serif}table{border-collapse:collapse;margin:16px}\
+         td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}</style></head><body>\n",
+    );
+    page += &overview::svg(job, &times);
+    page += "\n<h3 style=\"margin-left:16px\">PEs</h3><table><tr><th>PE</th><th>node</th>\
+             <th>host</th><th>sent</th><th>bytes sent</th><th>received</th><th>idle</th></tr>";
+    let idle = summary::idle(job);
+    let end = job.end() as f64;
+    for (i, t) in job.traces.iter().enumerate() {
+        let (mut sent, mut bytes, mut recv) = (0u64, 0u64, 0u64);
+        for r in &t.records {
+            match r.kind {
+                Kind::Send => {
+                    sent += 1;
+                    bytes += r.b
+                }
+                Kind::Recv => recv += 1,
+                _ => {}
+            }
+        }
+        let _ = write!(
+            page,
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{sent}</td><td>{}</td><td>{recv}</td>\
+             <td>{:.1}%</td></tr>",
+            t.header.pe,
+            t.header.node,
+            esc(&t.header.host),
+            human_bytes(bytes),
+            100.0 * idle[i] as f64 / end
+        );
+    }
+    page += "</table>\n<h3 style=\"margin-left:16px\">Handlers</h3><table><tr><th>handler</th>\
+             <th>runs</th><th>time (self)</th><th>mean</th></tr>";
+    for h in &times {
+        let _ = write!(
+            page,
+            "<tr><td style=\"text-align:left\">{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            esc(&h.name),
+            h.runs,
+            ms(h.self_ns as f64),
+            ms(h.self_ns as f64 / h.runs.max(1) as f64)
+        );
+    }
+    page += "</table>\n";
+    let f = &job.flows;
+    let _ = writeln!(
+        page,
+        "<p style=\"margin:16px\">{} messages matched send to receive; {} sends and {} receives \
+         without their other end.</p>",
+        f.matched.len(),
+        f.unmatched_sends.len(),
+        f.unmatched_recvs.len()
+    );
+    for w in &job.warnings {
+        let _ = writeln!(page, "<p style=\"margin:16px;color:#a00\">{}</p>", esc(w));
+    }
+    page += "</body></html>\n";
+    page
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Record, Trace};
+    use converse::trace_format::Header;
+
+    fn trace(pe: u32, num_pes: u32, records: Vec<Record>) -> Trace {
+        Trace {
+            header: Header::sample(pe, num_pes, &["work"]),
+            strings: vec![],
+            records,
+            torn_bytes: 0,
+        }
+    }
+
+    fn rec(t: u64, kind: Kind, a: u32, b: u64) -> Record {
+        Record { t, kind, a, b }
+    }
+
+    /// Whether `c` may appear in an XML 1.0 document (its `Char` production).
+    fn xml_char(c: char) -> bool {
+        matches!(c, '\t' | '\n' | '\r' | '\u{20}'..='\u{d7ff}' | '\u{e000}'..='\u{fffd}')
+            || c >= '\u{10000}'
+    }
+
+    #[test]
+    fn control_characters_in_names_leave_the_svg_well_formed() {
+        assert_eq!(
+            esc("a\u{1}<b>\u{1b}[31m&\"\t\u{7f}\u{9b}\u{ffff}"),
+            "a\u{fffd}&lt;b&gt;\u{fffd}[31m&amp;&quot;\t\u{fffd}\u{fffd}\u{fffd}"
+        );
+        let mut t = trace(
+            0,
+            1,
+            vec![
+                rec(0, Kind::Span, 0, 5),
+                rec(10, Kind::Begin, 16, 0),
+                rec(20, Kind::End, 0, 0),
+                rec(30, Kind::Begin, 99, 0),
+                rec(40, Kind::End, 0, 0),
+            ],
+        );
+        t.header.host = "host\u{0}\u{8}".into();
+        t.header.layer = "layer\u{1b}".into();
+        t.header.handlers = vec!["work\u{c}\u{1f}".into()];
+        t.strings = vec!["boot\u{7}".into()];
+        let page = html(&Job::new(vec![t]));
+        let bad: Vec<char> = page.chars().filter(|&c| !xml_char(c)).collect();
+        assert!(bad.is_empty(), "characters XML forbids: {bad:?}");
+        assert!(
+            page.contains("work\u{fffd}\u{fffd}"),
+            "the name, its controls replaced"
+        );
+    }
+
+    #[test]
+    fn two_traces_of_one_pe_do_not_panic_the_report() {
+        // What a copy of PE 0's file under another name gave: the flows index records of
+        // the longer trace, the rows knew only the shorter.
+        let long = trace(
+            0,
+            2,
+            (0..5)
+                .map(|t| rec(t, Kind::Mark, 0, 0))
+                .chain([rec(6, Kind::Send, 1, 8)])
+                .collect(),
+        );
+        let short = trace(0, 2, vec![rec(1, Kind::Send, 1, 8)]);
+        let one = trace(
+            1,
+            2,
+            vec![rec(2, Kind::Recv, 0, 8), rec(7, Kind::Recv, 0, 8)],
+        );
+        let job = Job::new(vec![long, short, one]);
+        assert_eq!(job.flows.matched.len(), 2);
+        assert!(html(&job).contains("<svg"));
+    }
+
+    #[test]
+    fn the_page_of_a_huge_job_stays_bounded() {
+        // A header claiming 4 billion PEs: the page is the size of what the trace holds.
+        let page = html(&Job::new(vec![trace(
+            0,
+            u32::MAX,
+            vec![rec(1, Kind::Send, 1 << 30, 10)],
+        )]));
+        assert!(page.len() < 64 << 10, "{} bytes", page.len());
+        // 1000 traced PEs, each sending to every tenth: at most 128 × 128 matrix cells.
+        let traces: Vec<Trace> = (0..1000)
+            .map(|pe| {
+                let sends = (0..1000).step_by(10).map(|d| rec(1, Kind::Send, d, 64));
+                trace(pe, 1000, sends.collect())
+            })
+            .collect();
+        let job = Job::new(traces);
+        let page = html(&job);
+        let cells = page.matches(" messages, ").count();
+        assert_eq!(cells, 125 * 125, "8 PEs a cell");
+        assert!(page.contains("8 PEs a cell, of the 1000 the traces name"));
+        let l = Layout::of(&job);
+        assert!(l.matrix_y + l.cell * 125.0 <= l.height);
+    }
+}
