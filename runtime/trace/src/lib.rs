@@ -18,6 +18,7 @@
 #![forbid(unsafe_code)]
 
 pub mod chrome;
+pub mod profile;
 pub mod report;
 pub mod summary;
 

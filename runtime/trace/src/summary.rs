@@ -4,6 +4,19 @@
 use crate::{Job, Kind};
 use std::collections::BTreeMap;
 
+/// A time as a person reads it: `812 ns`, `43.2 µs`, `4.01 ms`, `1.30 s`.
+pub fn human_time(ns: f64) -> String {
+    if ns >= 1e9 {
+        format!("{:.2} s", ns / 1e9)
+    } else if ns >= 1e6 {
+        format!("{:.2} ms", ns / 1e6)
+    } else if ns >= 1e3 {
+        format!("{:.1} µs", ns / 1e3)
+    } else {
+        format!("{ns:.0} ns")
+    }
+}
+
 /// One run of a handler on a PE.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Slice {

@@ -3,7 +3,8 @@
 //! ```text
 //! converse-trace json DIR [-o FILE]      Chrome / Perfetto trace-event JSON (stdout by default)
 //! converse-trace report DIR [-o FILE]    self-contained HTML report (default DIR/report.html)
-//! converse-trace check DIR               messages matched, handlers, warnings (one line each)
+//! converse-trace check DIR               messages matched, handlers, user events and brackets,
+//!                                         communication threads, warnings (one line each)
 //! converse-trace live HOST:PORT DIR [--key KEY | --key-file FILE] [--secs S]
 //!                                        the last S seconds (default 10) of a running job's
 //!                                        traces (+trace, CCS's ++server), one file per PE in DIR
@@ -200,13 +201,47 @@ fn run(cmd: Cmd) -> Result<(), Stop> {
                 f.unmatched_recvs.len()
             )
             .map_err(stdout_error)?;
+            let time = |ns: u64| summary::human_time(ns as f64);
             for h in summary::handler_times(&job) {
                 writeln!(
                     w,
-                    "handler {}: {} runs, {} ns",
+                    "handler {}: {} runs, {} self time, {} a run",
                     one_line(&h.name),
                     h.runs,
-                    h.self_ns
+                    time(h.self_ns),
+                    time(h.self_ns / h.runs.max(1))
+                )
+                .map_err(stdout_error)?;
+            }
+            for u in converse_trace::profile::user_stats(&job) {
+                let what = if u.bracket { "bracket" } else { "event" };
+                let total = if u.bracket {
+                    format!(", {} in all", time(u.total_ns))
+                } else {
+                    String::new()
+                };
+                writeln!(
+                    w,
+                    "{what} {}: {} times on {} PEs{total}",
+                    one_line(&u.name),
+                    u.count,
+                    u.pes
+                )
+                .map_err(stdout_error)?;
+            }
+            let end = job.end() as f64;
+            let bins = converse_trace::profile::Bins::of(&job, 1);
+            for (t, u) in job
+                .comm
+                .iter()
+                .zip(converse_trace::profile::comm_utilization(&job, bins))
+            {
+                writeln!(
+                    w,
+                    "{}: moving messages {:.1}% of {}",
+                    converse_trace::profile::comm_label(t),
+                    100.0 * u.first().copied().unwrap_or(0.0),
+                    summary::human_time(end)
                 )
                 .map_err(stdout_error)?;
             }

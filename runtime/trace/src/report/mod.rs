@@ -8,6 +8,10 @@
 //! whatever the trace's length, and a busy PE looks busy at any zoom.
 
 mod overview;
+mod views;
+
+pub use overview::MIN_BAR;
+pub use views::{shade, BUSY, PLOT_W, PLOT_X, PROFILE_H, TIME_BINS, UTIL_ROWS, UTIL_ROW_H};
 
 use crate::summary::{self, HandlerTime};
 use crate::{Job, Kind};
@@ -34,6 +38,15 @@ pub const IDLE: (u8, u8, u8) = (215, 215, 215);
 
 /// The colour of the layer's boot on the timeline.
 pub const BOOT: (u8, u8, u8) = (180, 205, 230);
+
+/// The colour of a communication thread's turns that moved messages.
+pub const COMM: (u8, u8, u8) = (0, 109, 119);
+
+/// The colour of the program's brackets, a band at the foot of their PE's row.
+pub const BRACKET: (u8, u8, u8) = (84, 39, 143);
+
+/// The colour of the program's events, a tick at the top of their PE's row.
+pub const EVENT: (u8, u8, u8) = (230, 0, 126);
 
 /// The matrix's colour for the busiest pair (others fade toward white).
 pub const HOT: (u8, u8, u8) = (178, 24, 43);
@@ -75,7 +88,8 @@ pub const MATRIX_CELLS: usize = 128;
 impl Layout {
     /// The layout of `job`'s picture.
     pub fn of(job: &Job) -> Layout {
-        let rows = job.traces.len();
+        // The PEs, then the communication threads.
+        let rows = job.traces.len() + job.comm.len();
         let row_h = (600.0 / rows.max(1) as f64).clamp(4.0, 22.0);
         let timeline_y = 70.0;
         let handlers_y = timeline_y + rows as f64 * row_h + 60.0;
@@ -123,13 +137,7 @@ fn esc(s: &str) -> String {
 }
 
 fn ms(ns: f64) -> String {
-    if ns >= 1e9 {
-        format!("{:.2} s", ns / 1e9)
-    } else if ns >= 1e6 {
-        format!("{:.2} ms", ns / 1e6)
-    } else {
-        format!("{:.1} µs", ns / 1e3)
-    }
+    summary::human_time(ns)
 }
 
 /// The colour index of each handler name (busiest first).
@@ -150,6 +158,13 @@ pub fn html(job: &Job) -> String {
          td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}</style></head><body>\n",
     );
     page += &overview::svg(job, &times);
+    let col = colours(&times);
+    page += "\n<h3 style=\"margin-left:16px\">Utilization</h3>";
+    page += &views::utilization(job);
+    page += "\n<h3 style=\"margin-left:16px\">Time profile</h3>";
+    page += &views::handler_profile(job, &col);
+    page += "\n<h3 style=\"margin-left:16px\">Histograms</h3>";
+    page += &views::histograms(job);
     page += "\n<h3 style=\"margin-left:16px\">PEs</h3><table><tr><th>PE</th><th>node</th>\
              <th>host</th><th>sent</th><th>bytes sent</th><th>received</th><th>idle</th></tr>";
     let idle = summary::idle(job);
@@ -190,6 +205,8 @@ pub fn html(job: &Job) -> String {
         );
     }
     page += "</table>\n";
+    pe_handler_table(&mut page, job);
+    user_table(&mut page, job);
     let f = &job.flows;
     let _ = writeln!(
         page,
@@ -204,6 +221,91 @@ pub fn html(job: &Job) -> String {
     }
     page += "</body></html>\n";
     page
+}
+
+/// Handlers shown as columns of the per-PE table (the busiest; the rest summed).
+const TABLE_HANDLERS: usize = 12;
+
+/// Each PE's self time (and runs) per handler: Projections' usage profile as a table.
+fn pe_handler_table(page: &mut String, job: &Job) {
+    let t = crate::profile::pe_handlers(job);
+    if t.names.is_empty() {
+        return;
+    }
+    let shown = t.names.len().min(TABLE_HANDLERS);
+    let rest = t.names.len() - shown;
+    *page += "<h3 style=\"margin-left:16px\">Time per PE and handler (self time, runs)</h3>\
+              <table class=\"pe-handlers\"><tr><th>PE</th>";
+    for n in &t.names[..shown] {
+        let _ = write!(page, "<th>{}</th>", esc(n));
+    }
+    if rest > 0 {
+        let _ = write!(page, "<th>{rest} others</th>");
+    }
+    *page += "</tr>";
+    for (i, row) in t.cells.iter().enumerate() {
+        let pe = job.traces.get(i).map_or(0, |t| t.header.pe);
+        let _ = write!(page, "<tr><td>{pe}</td>");
+        let mut cell = |runs: u64, ns: u64, name: &str| {
+            let text = if runs == 0 {
+                "–".to_owned()
+            } else {
+                format!("{} ({runs})", ms(ns as f64))
+            };
+            let _ = write!(
+                page,
+                "<td data-pe=\"{pe}\" data-handler=\"{}\" data-ns=\"{ns}\" \
+                 data-runs=\"{runs}\">{text}</td>",
+                esc(name)
+            );
+        };
+        for (k, &(runs, ns)) in row.iter().enumerate().take(shown) {
+            cell(runs, ns, &t.names[k]);
+        }
+        if rest > 0 {
+            let (runs, ns) = row[shown..]
+                .iter()
+                .fold((0, 0), |a, &(r, n)| (a.0 + r, a.1 + n));
+            cell(runs, ns, "others");
+        }
+        *page += "</tr>";
+    }
+    *page += "</table>\n";
+}
+
+/// The program's user events and brackets (`Pe::trace_event`, `Pe::trace_bracket`).
+fn user_table(page: &mut String, job: &Job) {
+    let stats = crate::profile::user_stats(job);
+    if stats.is_empty() {
+        return;
+    }
+    *page += "<h3 style=\"margin-left:16px\">User events and brackets</h3>\
+              <table class=\"user\"><tr><th>name</th><th>kind</th><th>times</th>\
+              <th>PEs</th><th>total time</th><th>mean</th></tr>";
+    for u in &stats {
+        let (kind, total, mean) = if u.bracket {
+            (
+                "bracket",
+                ms(u.total_ns as f64),
+                ms(u.total_ns as f64 / u.count.max(1) as f64),
+            )
+        } else {
+            ("event", "–".into(), "–".into())
+        };
+        let _ = write!(
+            page,
+            "<tr data-name=\"{}\" data-kind=\"{kind}\" data-count=\"{}\" data-ns=\"{}\">\
+             <td style=\"text-align:left\">{}</td><td>{kind}</td><td>{}</td><td>{}</td>\
+             <td>{total}</td><td>{mean}</td></tr>",
+            esc(&u.name),
+            u.count,
+            u.total_ns,
+            esc(&u.name),
+            u.count,
+            u.pes
+        );
+    }
+    *page += "</table>\n";
 }
 
 #[cfg(test)]

@@ -2,7 +2,10 @@
 //! brackets and events, and the messages between PEs), the time per handler, and the PE×PE
 //! communication matrix as a heat map.
 
-use super::{colours, esc, ms, rgb, Layout, BARS, BOOT, HOT, IDLE, MATRIX_CELLS, PALETTE};
+use super::{
+    colours, esc, ms, rgb, Layout, BARS, BOOT, BRACKET, COMM, EVENT, HOT, IDLE, MATRIX_CELLS,
+    PALETTE,
+};
 use crate::summary::{self, HandlerTime};
 use crate::{Job, Kind};
 use converse::trace_format::human_bytes;
@@ -26,8 +29,11 @@ pub(super) fn svg(job: &Job, times: &[HandlerTime]) -> String {
     let _ = write!(
         s,
         "<text x=\"16\" y=\"28\" font-size=\"18\">converse trace: {} PEs on {} nodes, layer {}, \
-         {}</text><text x=\"16\" y=\"50\">timeline (colour: the handler that ran most in each \
-         pixel; grey: idle; blue-grey: the layer's boot; lines: messages)</text>",
+         {}</text><text x=\"16\" y=\"50\" font-size=\"11\">timeline: per pixel, the handler \
+         that ran most, as tall as its share of the pixel's time (a third at least: short \
+         handlers never vanish); grey: idle; blue-grey: the layer's boot; purple foot: \
+         brackets; pink ticks: events; teal rows: communication threads; lines: messages\
+         </text>",
         job.traces.len(),
         first.map_or(0, |h| h.num_nodes),
         esc(first.map_or("?", |h| h.layer.as_str())),
@@ -75,6 +81,21 @@ fn timeline(
     let cols = l.timeline_w as usize;
     let per_col = end / cols as f64;
     let x_of = |t: i64| l.timeline_x + (t as f64 / end * l.timeline_w).clamp(0.0, l.timeline_w);
+    // Add the interval `from..to` to the columns it covers, column by column.
+    let spread = |from: i64, to: i64, add: &mut dyn FnMut(usize, f64)| {
+        let (a, b) = (from.max(0) as f64, to.max(0) as f64);
+        let (c0, c1) = (
+            ((a / per_col) as usize).min(cols - 1),
+            ((b / per_col) as usize).min(cols - 1),
+        );
+        for c in c0..=c1 {
+            let lo = a.max(c as f64 * per_col);
+            let hi = b.min((c + 1) as f64 * per_col);
+            if hi > lo {
+                add(c, hi - lo);
+            }
+        }
+    };
     for (i, t) in job.traces.iter().enumerate() {
         let y = l.timeline_y + i as f64 * l.row_h;
         let _ = write!(
@@ -103,20 +124,6 @@ fn timeline(
         // Per column: time per colour, and idle time.
         let mut busy = vec![[0f64; PALETTE.len()]; cols];
         let mut idle = vec![0f64; cols];
-        let spread = |from: i64, to: i64, mut add: Box<dyn FnMut(usize, f64) + '_>| {
-            let (a, b) = (from.max(0) as f64, to.max(0) as f64);
-            let (c0, c1) = (
-                ((a / per_col) as usize).min(cols - 1),
-                ((b / per_col) as usize).min(cols - 1),
-            );
-            for c in c0..=c1 {
-                let lo = a.max(c as f64 * per_col);
-                let hi = b.min((c + 1) as f64 * per_col);
-                if hi > lo {
-                    add(c, hi - lo);
-                }
-            }
-        };
         let mut open: Vec<(usize, i64)> = Vec::new();
         for r in &t.records {
             let at = job.time(i, r);
@@ -124,63 +131,78 @@ fn timeline(
                 Kind::Begin => {
                     // A nested handler takes over the time from its parent.
                     if let Some(&(c, from)) = open.last() {
-                        spread(from, at, Box::new(|k, d| busy[k][c] += d));
+                        spread(from, at, &mut |k, d| busy[k][c] += d);
                     }
                     let c = col.get(&t.header.handler_name(r.a)).copied().unwrap_or(0);
                     open.push((c, at));
                 }
                 Kind::End => {
                     if let Some((c, from)) = open.pop() {
-                        spread(from, at, Box::new(|k, d| busy[k][c] += d));
+                        spread(from, at, &mut |k, d| busy[k][c] += d);
                     }
                     if let Some(last) = open.last_mut() {
                         last.1 = at;
                     }
                 }
-                Kind::Idle => spread(at, at + r.b as i64, Box::new(|k, d| idle[k] += d)),
+                Kind::Idle => spread(at, at + r.b as i64, &mut |k, d| idle[k] += d),
                 _ => {}
             }
         }
-        // Runs of equal columns become one rectangle each.
-        let colour_of = |k: usize| -> Option<(u8, u8, u8)> {
-            let (best, t) =
-                busy[k]
-                    .iter()
-                    .enumerate()
-                    .fold((0, 0.0), |m, (c, &t)| if t > m.1 { (c, t) } else { m });
-            let total: f64 = busy[k].iter().sum();
-            if total >= 0.25 * per_col && t > 0.0 {
-                Some(PALETTE[best])
-            } else if idle[k] >= 0.5 * per_col {
-                Some(IDLE)
-            } else {
-                None
+        columns(s, l, y, &busy, &idle, per_col, &|c| PALETTE[c]);
+        // The program's brackets as a band at the row's foot, its events as ticks on top.
+        for r in &t.records {
+            let at = job.time(i, r);
+            let title = esc(t.string(r.a));
+            match r.kind {
+                Kind::Bracket => {
+                    let _ = write!(
+                        s,
+                        "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" \
+                         fill=\"{}\"><title>{title}: {}</title></rect>",
+                        x_of(at),
+                        y + l.row_h * 0.86,
+                        (x_of(at + r.b as i64) - x_of(at)).max(1.0),
+                        (l.row_h * 0.14).max(1.0),
+                        rgb(BRACKET),
+                        ms(r.b as f64)
+                    );
+                }
+                Kind::Event => {
+                    let _ = write!(
+                        s,
+                        "<rect x=\"{:.1}\" y=\"{y:.1}\" width=\"2\" height=\"{:.1}\" \
+                         fill=\"{}\"><title>{title}</title></rect>",
+                        x_of(at) - 1.0,
+                        (l.row_h * 0.3).max(1.0),
+                        rgb(EVENT)
+                    );
+                }
+                _ => {}
             }
-        };
-        let mut k = 0;
-        while k < cols {
-            let c = colour_of(k);
-            let mut j = k + 1;
-            while j < cols && colour_of(j) == c {
-                j += 1;
-            }
-            if let Some(c) = c {
-                let (h, dy) = if c == IDLE {
-                    (l.row_h * 0.3, l.row_h * 0.35)
-                } else {
-                    (l.row_h * 0.8, l.row_h * 0.1)
-                };
-                let _ = write!(
-                    s,
-                    "<rect x=\"{}\" y=\"{:.1}\" width=\"{}\" height=\"{h:.1}\" fill=\"{}\"/>",
-                    l.timeline_x + k as f64,
-                    y + dy,
-                    j - k,
-                    rgb(c)
-                );
-            }
-            k = j;
         }
+    }
+    // The communication threads, a row each under the PEs: their turns that moved messages.
+    for (i, t) in job.comm.iter().enumerate() {
+        let y = l.timeline_y + (job.traces.len() + i) as f64 * l.row_h;
+        let _ = write!(
+            s,
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"end\" font-size=\"{}\">{}</text>",
+            l.timeline_x - 8.0,
+            y + l.row_h * 0.75,
+            l.row_h.min(12.0),
+            esc(&crate::profile::comm_label(t))
+        );
+        let mut busy = vec![[0f64; PALETTE.len()]; cols];
+        let mut idle = vec![0f64; cols];
+        for r in &t.records {
+            let at = job.comm_time(i, r);
+            match r.kind {
+                Kind::Span => spread(at, at + r.b as i64, &mut |k, d| busy[k][0] += d),
+                Kind::Idle => spread(at, at + r.b as i64, &mut |k, d| idle[k] += d),
+                _ => {}
+            }
+        }
+        columns(s, l, y, &busy, &idle, per_col, &|_| COMM);
     }
     // Messages: a line from the send to the receive (at most a few thousand).
     let row_of: std::collections::HashMap<u32, usize> = job
@@ -233,6 +255,60 @@ fn timeline(
             ms(end * q as f64 / 4.0)
         );
     }
+}
+
+/// Share of its row a column with any handler time gets at least, so that a handler far
+/// shorter than a column still shows (Projections' timeline hides such work when zoomed out).
+pub const MIN_BAR: f64 = 0.35;
+
+/// Draw one row's columns: grey where the row was mostly idle; where anything ran, a bar of
+/// the colour that ran most (`colour` of its index), as tall as the share of the column's time
+/// spent running, but never under [`MIN_BAR`] of the row. Runs of equal columns become one
+/// rectangle each.
+fn columns(
+    s: &mut String,
+    l: &Layout,
+    y: f64,
+    busy: &[[f64; PALETTE.len()]],
+    idle: &[f64],
+    per_col: f64,
+    colour: &dyn Fn(usize) -> (u8, u8, u8),
+) {
+    let cols = busy.len();
+    let runs = |s: &mut String, of: &dyn Fn(usize) -> Option<((u8, u8, u8), u8)>| {
+        let mut k = 0;
+        while k < cols {
+            let c = of(k);
+            let mut j = k + 1;
+            while j < cols && of(j) == c {
+                j += 1;
+            }
+            if let Some((c, eighths)) = c {
+                let h = l.row_h * 0.8 * f64::from(eighths) / 8.0;
+                let _ = write!(
+                    s,
+                    "<rect x=\"{}\" y=\"{:.1}\" width=\"{}\" height=\"{h:.1}\" fill=\"{}\"/>",
+                    l.timeline_x + k as f64,
+                    y + (l.row_h - h) / 2.0,
+                    j - k,
+                    rgb(c)
+                );
+            }
+            k = j;
+        }
+    };
+    // Idle first, under the bars: a column both busy and idle shows both.
+    runs(s, &|k| (idle[k] >= 0.5 * per_col).then_some((IDLE, 3)));
+    runs(s, &|k| {
+        let (best, t) = busy[k]
+            .iter()
+            .enumerate()
+            .fold((0, 0.0), |m, (c, &t)| if t > m.1 { (c, t) } else { m });
+        let total: f64 = busy[k].iter().sum();
+        // In eighths of the bar, so that near-equal columns still make one rectangle.
+        let share = (total / per_col).clamp(MIN_BAR, 1.0);
+        (t > 0.0).then(|| (colour(best), (share * 8.0).round() as u8))
+    });
 }
 
 fn matrix(s: &mut String, job: &Job, l: &Layout) {
