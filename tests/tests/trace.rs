@@ -189,6 +189,14 @@ fn check_job(o: &Outcome, dir: &Path, pes: usize, layer: &str) -> Job {
     assert!(h
         .iter()
         .any(|h| h.name == "trace.ping" && h.runs as usize == PINGS * pes * (pes - 1)));
+    // The program's bracket and event, once on every PE.
+    let user = converse_trace::profile::user_stats(&job);
+    let find = |name: &str| user.iter().find(|u| u.name == name);
+    let exchange = find("trace.exchange").expect("the bracket");
+    assert!(exchange.bracket && exchange.count as usize == pes && exchange.pes as usize == pes);
+    assert!(exchange.total_ns > 0);
+    let answered = find("trace.all-answered").expect("the event");
+    assert!(!answered.bracket && answered.count as usize == pes);
     job
 }
 
@@ -254,6 +262,32 @@ fn a_traced_smp_job_records_its_workers() {
     let o = traced(&smp, 4, &dir, &[]);
     let job = check_job(&o, &dir, 4, "tcp");
     assert_eq!(job.traces[3].header.node, 1);
+    // Each node's communication thread left its own trace: turns that moved messages (each
+    // node sent the other 2 × 2 × PINGS pings and as many pongs), its waits, the layer's
+    // counters, and its exit.
+    assert_eq!(job.comm.len(), 2, "comm.0.bin and comm.1.bin");
+    for (node, t) in job.comm.iter().enumerate() {
+        assert_eq!(t.header.pe as usize, node);
+        assert_eq!(t.torn_bytes, 0);
+        let turns = t.records.iter().filter(|r| r.kind == Kind::Span).count();
+        assert!(turns > 0, "node {node}: turns that moved messages");
+        assert!(
+            t.records
+                .iter()
+                .any(|r| r.kind == Kind::Counter && t.string(r.a) == "tcp.connections"),
+            "node {node}: the layer's counters"
+        );
+        let last_mark = t.records.iter().rev().find(|r| r.kind == Kind::Mark);
+        assert_eq!(last_mark.map(|r| t.string(r.a)), Some("exit"));
+    }
+    let util =
+        converse_trace::profile::comm_utilization(&job, converse_trace::profile::Bins::of(&job, 1));
+    assert!(util.iter().all(|u| u[0] > 0.0 && u[0] <= 1.0), "{util:?}");
+    let page = converse_trace::report::html(&job);
+    assert!(
+        page.contains("node 1 comm"),
+        "a track and a utilization row"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 

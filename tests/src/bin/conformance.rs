@@ -562,7 +562,12 @@ fn traced(pe: &mut Pe, secs: f64) {
         }
     }
     let want = PINGS * (n - 1);
+    // The exchange as a user bracket, and its end as a user event (Projections' user
+    // events), which the tests find in the trace and the report.
+    let exchange = std::time::Instant::now();
     pe.run_until(move |_| pongs.get() == want);
+    pe.trace_bracket("trace.exchange", exchange);
+    pe.trace_event("trace.all-answered");
     pe.barrier();
     converse::input::out_line(&format!("conformance traced: PE {} done", pe.my_pe()));
     if pe.survives_node_failures() {
