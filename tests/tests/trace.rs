@@ -90,14 +90,15 @@ fn check_pe(t: &Trace, pes: usize, layer: &str) {
         "PE {pe}: the layer's boot"
     );
     // Begins and ends pair up, and time never goes back (an idle period is recorded when it
-    // ends, stamped with its start; a boot span began before the PE's clock).
+    // ends, stamped with its start, as is a user bracket; a boot span began before the PE's
+    // clock).
     let begins = t.records.iter().filter(|r| r.kind == Kind::Begin).count();
     let ends = t.records.iter().filter(|r| r.kind == Kind::End).count();
     assert_eq!(begins, ends, "PE {pe}");
     let timed: Vec<u64> = t
         .records
         .iter()
-        .filter(|r| !matches!(r.kind, Kind::Span | Kind::Idle))
+        .filter(|r| !matches!(r.kind, Kind::Span | Kind::Idle | Kind::Bracket))
         .map(|r| r.t)
         .collect();
     assert!(timed.windows(2).all(|w| w[0] <= w[1]), "PE {pe}: in order");
@@ -132,7 +133,9 @@ fn check_json(job: &Job) {
         .filter(|e| e["name"] == "thread_name")
         .filter_map(|e| e["tid"].as_u64())
         .collect();
-    assert_eq!(tracks, (0..job.traces.len() as u64).collect());
+    // A track per PE, and one per communication thread after them (`num_pes + node`).
+    let (pes, threads) = (job.traces.len() as u64, job.comm.len() as u64);
+    assert_eq!(tracks, (0..pes + threads).collect());
     let matched = job.flows.matched.len();
     assert_eq!((count("s"), count("f")), (matched, matched));
     assert_eq!(count("B"), count("E"));

@@ -17,6 +17,14 @@ pub fn human_time(ns: f64) -> String {
     }
 }
 
+/// `n` and a noun, singular for 1: `1 run`, `3 runs`, `1 PE`.
+pub fn plural(n: impl Into<u64>, one: &str) -> String {
+    match n.into() {
+        1 => format!("1 {one}"),
+        n => format!("{n} {one}s"),
+    }
+}
+
 /// One run of a handler on a PE.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Slice {

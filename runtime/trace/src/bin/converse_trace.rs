@@ -194,8 +194,8 @@ fn run(cmd: Cmd) -> Result<(), Stop> {
             let f = &job.flows;
             writeln!(
                 w,
-                "{} PEs, {} messages matched, {} sends unmatched, {} receives unmatched",
-                job.traces.len(),
+                "{}, {} messages matched, {} sends unmatched, {} receives unmatched",
+                summary::plural(job.traces.len() as u64, "PE"),
                 f.matched.len(),
                 f.unmatched_sends.len(),
                 f.unmatched_recvs.len()
@@ -205,9 +205,9 @@ fn run(cmd: Cmd) -> Result<(), Stop> {
             for h in summary::handler_times(&job) {
                 writeln!(
                     w,
-                    "handler {}: {} runs, {} self time, {} a run",
+                    "handler {}: {}, {} self time, {} a run",
                     one_line(&h.name),
-                    h.runs,
+                    summary::plural(h.runs, "run"),
                     time(h.self_ns),
                     time(h.self_ns / h.runs.max(1))
                 )
@@ -222,10 +222,10 @@ fn run(cmd: Cmd) -> Result<(), Stop> {
                 };
                 writeln!(
                     w,
-                    "{what} {}: {} times on {} PEs{total}",
+                    "{what} {}: {} on {}{total}",
                     one_line(&u.name),
-                    u.count,
-                    u.pes
+                    summary::plural(u.count, "time"),
+                    summary::plural(u.pes, "PE")
                 )
                 .map_err(stdout_error)?;
             }

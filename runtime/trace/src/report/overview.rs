@@ -28,14 +28,14 @@ pub(super) fn svg(job: &Job, times: &[HandlerTime]) -> String {
     let first = job.traces.first().map(|t| &t.header);
     let _ = write!(
         s,
-        "<text x=\"16\" y=\"28\" font-size=\"18\">converse trace: {} PEs on {} nodes, layer {}, \
-         {}</text><text x=\"16\" y=\"50\" font-size=\"11\">timeline: per pixel, the handler \
+        "<text x=\"16\" y=\"28\" font-size=\"18\">converse trace: {} on {}, layer {}, \
+         {}</text><text x=\"16\" y=\"46\" font-size=\"11\">timeline: per pixel, the handler \
          that ran most, as tall as its share of the pixel's time (a third at least: short \
-         handlers never vanish); grey: idle; blue-grey: the layer's boot; purple foot: \
-         brackets; pink ticks: events; teal rows: communication threads; lines: messages\
-         </text>",
-        job.traces.len(),
-        first.map_or(0, |h| h.num_nodes),
+         handlers never vanish); grey: idle; blue-grey: the layer's boot;</text>\
+         <text x=\"16\" y=\"60\" font-size=\"11\">purple foot: user brackets; pink ticks: \
+         user events; teal rows: communication threads; lines: messages</text>",
+        summary::plural(job.traces.len() as u64, "PE"),
+        summary::plural(first.map_or(0, |h| h.num_nodes), "node"),
         esc(first.map_or("?", |h| h.layer.as_str())),
         ms(end)
     );
@@ -54,7 +54,7 @@ pub(super) fn svg(job: &Job, times: &[HandlerTime]) -> String {
             s,
             "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>\
              <rect x=\"{}\" y=\"{y}\" width=\"{w:.1}\" height=\"14\" fill=\"{}\"/>\
-             <text x=\"{}\" y=\"{}\">{} ({} runs)</text>",
+             <text x=\"{}\" y=\"{}\">{} ({})</text>",
             l.timeline_x + 140.0,
             y + 11.0,
             esc(&h.name),
@@ -63,7 +63,7 @@ pub(super) fn svg(job: &Job, times: &[HandlerTime]) -> String {
             l.timeline_x + 155.0 + w,
             y + 11.0,
             ms(h.self_ns as f64),
-            h.runs
+            summary::plural(h.runs, "run")
         );
     }
     matrix(&mut s, job, &l);
