@@ -569,7 +569,7 @@ impl Recorder {
         let total = elapsed.as_nanos().max(1) as f64;
         format!(
             "converse stats: PE {} (node {}): sent {} messages ({}), received {} ({}); \
-             handlers {:.3} ms ({} run); idle {:.1}% of {:.3} ms",
+             handlers {:.3} ms ({} run{}); idle {:.1}% of {:.3} ms",
             self.header.pe,
             self.header.node,
             s.sent,
@@ -578,6 +578,7 @@ impl Recorder {
             human_bytes(s.received_bytes),
             s.handler_ns as f64 / 1e6,
             s.handlers,
+            if s.handlers == 1 { "" } else { "s" },
             100.0 * s.idle_ns as f64 / total,
             total / 1e6
         )
