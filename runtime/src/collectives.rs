@@ -81,14 +81,24 @@ impl Pe {
     /// free to take it (Converse's `CmiSyncNodeBroadcast`). It travels a spanning tree over the
     /// nodes rooted here: one message per node. Handlers see this PE as the source.
     pub fn broadcast_node(&mut self, h: HandlerId, payload: &[u8]) {
-        let msg = self.node_tree_message(h, Message::from_payload(payload));
+        self.broadcast_node_msg(h, Message::from_payload(payload));
+    }
+
+    /// [`broadcast_node`](Pe::broadcast_node) of a message already built (its payload).
+    pub(crate) fn broadcast_node_msg(&mut self, h: HandlerId, msg: Message) {
+        let msg = self.node_tree_message(h, msg);
         self.forward_down_nodes(msg, false);
     }
 
     /// Like [`broadcast_node`](Pe::broadcast_node), and to this PE's node too (Converse's
     /// `CmiSyncNodeBroadcastAll`).
     pub fn broadcast_node_all(&mut self, h: HandlerId, payload: &[u8]) {
-        let msg = self.node_tree_message(h, Message::from_payload(payload));
+        self.broadcast_node_all_msg(h, Message::from_payload(payload));
+    }
+
+    /// [`broadcast_node_all`](Pe::broadcast_node_all) of a message already built.
+    pub(crate) fn broadcast_node_all_msg(&mut self, h: HandlerId, msg: Message) {
+        let msg = self.node_tree_message(h, msg);
         if let Some(mut local) = self.forward_down_nodes(msg, true) {
             local.set_handler(h.raw());
             let me = self.my_node;

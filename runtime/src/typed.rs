@@ -613,6 +613,44 @@ impl Pe {
         self.send_msg(dest, h.id, C::message(value));
     }
 
+    /// Send `value` to typed handler `h` on each PE of `dests`: encoded once, a copy of the
+    /// message per PE. As [`multicast`](Pe::multicast) otherwise.
+    ///
+    /// # Panics
+    /// When a PE of `dests` is not a PE of the job.
+    pub fn multicast_typed<C: Codec>(&mut self, dests: &[usize], h: Typed<C>, value: &C::Ref) {
+        let Some((&last, rest)) = dests.split_last() else {
+            return;
+        };
+        let msg = C::message(value);
+        for &d in rest {
+            // A copy per destination: each message is handed over, and the layer owns it.
+            self.send_msg(d, h.id, msg.clone());
+        }
+        self.send_msg(last, h.id, msg);
+    }
+
+    /// Send `value` to typed handler `h` on node `node`, run there by the first of its PEs
+    /// free to take it. As [`send_node`](Pe::send_node) otherwise.
+    ///
+    /// # Panics
+    /// When `node` is not a node of the job.
+    pub fn send_node_typed<C: Codec>(&mut self, node: usize, h: Typed<C>, value: &C::Ref) {
+        self.send_node_msg(node, h.id, C::message(value));
+    }
+
+    /// Broadcast `value` to typed handler `h` on every other node, once per node. As
+    /// [`broadcast_node`](Pe::broadcast_node) otherwise.
+    pub fn broadcast_node_typed<C: Codec>(&mut self, h: Typed<C>, value: &C::Ref) {
+        self.broadcast_node_msg(h.id, C::message(value));
+    }
+
+    /// Broadcast `value` to typed handler `h` on every node, this PE's included. As
+    /// [`broadcast_node_all`](Pe::broadcast_node_all) otherwise.
+    pub fn broadcast_node_all_typed<C: Codec>(&mut self, h: Typed<C>, value: &C::Ref) {
+        self.broadcast_node_all_msg(h.id, C::message(value));
+    }
+
     /// Broadcast `value` to typed handler `h` on every other PE.
     pub fn broadcast_typed<C: Codec>(&mut self, h: Typed<C>, value: &C::Ref) {
         self.broadcast_msg(h.id, C::message(value));

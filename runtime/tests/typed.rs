@@ -162,3 +162,108 @@ fn right_types_compile(pe: &mut converse::Pe) {
     let h = pe.register_typed::<Elems<u64>, _>("sum", |_pe, _v: Vec<u64>| {});
     pe.reduce_typed(&[1u64], Sum, ReduceTo::Root(h));
 }
+
+/// What PE 0 hears back from each typed arrival of `node_forms_and_multicast_deliver_once`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(C)]
+struct Heard {
+    /// 0 multicast, 1 node send, 2 node broadcast, 3 node broadcast to all.
+    kind: u32,
+    /// The value that arrived.
+    value: u32,
+    /// The node of the PE that ran the handler.
+    node: u32,
+    /// The node the sender meant (node forms), or the sender (multicast).
+    meant: u32,
+}
+
+#[test]
+fn node_forms_and_multicast_deliver_once_with_their_values() {
+    let rt = converse::Runtime::from_args(["typed", "+p4", "+machine", "local", "+quiet"])
+        .expect("runtime");
+    let result: std::sync::Arc<Mutex<Option<Vec<Heard>>>> = Default::default();
+    let code = rt
+        .run(|pe| {
+            let me = pe.my_pe();
+            let nodes = pe.num_nodes();
+            let heard: Rc<RefCell<Vec<Heard>>> = Rc::default();
+            let h = heard.clone();
+            let want = 3 * PES + PES + (nodes - 1) + nodes;
+            let result = result.clone();
+            let tell = pe.register_typed::<Pod<Heard>, _>("heard", move |pe, x| {
+                h.borrow_mut().push(x);
+                if h.borrow().len() == want {
+                    if let Ok(mut r) = result.lock() {
+                        *r = Some(h.borrow().clone());
+                    }
+                    pe.exit(0);
+                }
+            });
+            let answer = move |pe: &mut converse::Pe, kind: u32, value: u32, meant: u32| {
+                let node = pe.my_node() as u32;
+                pe.send_typed(
+                    0,
+                    tell,
+                    &Heard {
+                        kind,
+                        value,
+                        node,
+                        meant,
+                    },
+                );
+            };
+            let multi = pe.register_typed::<Pod<u32>, _>("multi", move |pe, v| {
+                answer(pe, 0, v, v);
+            });
+            // The node a string names is its last word.
+            let meant = |s: &str| {
+                s.rsplit(' ')
+                    .next()
+                    .and_then(|w| w.parse().ok())
+                    .unwrap_or(u32::MAX)
+            };
+            let to_node = pe.register_typed::<Serde<String>, _>("to-node", move |pe, s| {
+                answer(pe, 1, s.len() as u32, meant(&s));
+            });
+            let bcast = pe.register_typed::<Pods<u16>, _>("bcast", move |pe, v| {
+                answer(pe, 2, v.iter().map(|&x| u32::from(x)).sum(), 0);
+            });
+            let bcast_all = pe.register_typed::<Pods<u16>, _>("bcast-all", move |pe, v| {
+                answer(pe, 3, v.iter().map(|&x| u32::from(x)).sum(), 0);
+            });
+            pe.barrier();
+            let others: Vec<usize> = (0..PES).filter(|&d| d != me).collect();
+            pe.multicast_typed(&others, multi, &(me as u32));
+            let target = (pe.my_node() + 1) % nodes;
+            pe.send_node_typed(target, to_node, &format!("for node {target}"));
+            if me == 0 {
+                pe.broadcast_node_typed(bcast, &[1, 2, 3][..]);
+                pe.broadcast_node_all_typed(bcast_all, &[10, 20][..]);
+            }
+        })
+        .expect("run");
+    assert_eq!(code, 0);
+    let mut heard = result
+        .lock()
+        .ok()
+        .and_then(|mut r| r.take())
+        .expect("PE 0 heard all");
+    heard.sort_by_key(|h| (h.kind, h.node, h.value));
+    let of = |k: u32| heard.iter().filter(move |h| h.kind == k);
+    // Multicast: each PE's value from every other PE, once.
+    let mut multi: Vec<u32> = of(0).map(|h| h.value).collect();
+    multi.sort_unstable();
+    let want: Vec<u32> = (0..PES as u32).flat_map(|v| [v; PES - 1]).collect();
+    assert_eq!(multi, want);
+    // Node sends: run on the node they were meant for.
+    assert_eq!(of(1).count(), PES);
+    assert!(of(1).all(|h| h.node == h.meant), "{heard:?}");
+    // Node broadcasts: once per other node, and once per node with this one.
+    let nodes = of(3).count();
+    assert!(of(2).all(|h| h.value == 6 && h.node != 0));
+    assert_eq!(of(2).count(), nodes - 1);
+    assert!(of(3).all(|h| h.value == 30));
+    let mut reached: Vec<u32> = of(3).map(|h| h.node).collect();
+    reached.dedup();
+    assert_eq!(reached.len(), nodes, "each node once");
+}
