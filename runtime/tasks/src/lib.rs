@@ -18,6 +18,9 @@
 //!   waits. (`bench tasks` gives the figures.)
 //! - **Calls with replies** ([`Tasks::serve`], [`call`]): see [`Call`]'s module for the wire
 //!   format, cancellation and what a death does.
+//! - **Awaiting a library's callback** ([`callback`]): any message-driven call (the topology
+//!   library's `…_then` collectives, a PE timer) becomes a future, so libraries need no `async`
+//!   twin of each call.
 //! - **Waiting together**: `sync` is tokio's `sync` module (mutex, notify, channels, oneshot),
 //!   which needs no tokio runtime — its primitives wake the task that waits, through this
 //!   executor, and cost what they cost under tokio (tens of nanoseconds uncontended).
@@ -52,6 +55,7 @@
 //! PE calls them in the same order, before it first schedules (as for any handler).
 
 mod call;
+mod callback;
 mod executor;
 mod expect;
 mod quiescence;
@@ -60,6 +64,7 @@ mod shared;
 mod time;
 
 pub use call::{call, Call, CallError, CallStats, Reply, ServiceId};
+pub use callback::{callback, Completion, Done, Dropped};
 pub use executor::{in_task, with_pe, JoinHandle};
 pub use expect::{Inbox, Recv};
 pub use time::{sleep, timeout, yield_now, Elapsed, Sleep, Timeout, YieldNow};

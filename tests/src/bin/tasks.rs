@@ -28,7 +28,9 @@
 //!   `tasks die: ok`.
 
 use converse::{Message, Pe};
-use converse_tasks::{call, sleep, timeout, with_pe, yield_now, CallError, TaskError, Tasks};
+use converse_tasks::{
+    call, callback, sleep, timeout, with_pe, yield_now, CallError, Dropped, TaskError, Tasks,
+};
 use std::cell::RefCell;
 use std::process::ExitCode;
 use std::rc::Rc;
@@ -40,6 +42,43 @@ fn word(m: &Message) -> u64 {
 
 fn basics(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
     let me = pe.my_pe();
+    // Attached before the first scheduling, as every library is.
+    let ring = converse_topo::attach(
+        pe,
+        converse_topo::Topology::ring(pe.num_pes()).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| e.to_string())?
+    .ok_or("every PE is a process of the ring")?;
+    // Message-driven calls awaited through `callback`: a PE timer's value, a callback
+    // dropped uncalled, and the topology library's all-reduce and barrier (every PE's task
+    // waits there for the others, its PE running messages meanwhile).
+    let n = pe.num_pes() as u64;
+    let awaited = tasks
+        .block_on(pe, async move {
+            let timer =
+                callback(|pe, done| pe.after(Duration::from_millis(5), move |pe| done(pe, 42u64)))
+                    .await;
+            let dropped = callback(|_, done: converse_tasks::Done<u64>| drop(done)).await;
+            let sum = callback(|pe, done| {
+                let add = |acc: &mut Vec<u8>, x: &[u8]| {
+                    let word = |b: &[u8]| u64::from_le_bytes(b.try_into().unwrap_or([0; 8]));
+                    let total = word(acc) + word(x);
+                    *acc = total.to_le_bytes().to_vec();
+                };
+                ring.all_reduce_then(pe, &(me as u64 + 1).to_le_bytes(), add, done)
+            })
+            .await;
+            let sum = match sum {
+                Ok(Ok(p)) => u64::from_le_bytes(p.as_slice().try_into().unwrap_or([0xff; 8])),
+                other => return Err(format!("the all-reduce gave {other:?}")),
+            };
+            let barrier = callback(|pe, done| ring.barrier_then(pe, done)).await;
+            Ok((timer, dropped, sum, barrier.map(|b| b.is_ok())))
+        })
+        .map_err(|e| e.to_string())??;
+    if awaited != (Ok(42), Err(Dropped), n * (n + 1) / 2, Ok(true)) {
+        return Err(format!("awaited callbacks gave {awaited:?}"));
+    }
     // A task spawns a child, then waits for it in a nested scheduler loop (not by awaiting):
     // the child, readied to run in a row after this poll, must still run inside that loop.
     let t = tasks.clone();
