@@ -1,6 +1,7 @@
-//! The HTML report: one self-contained page (no script, no external file) holding one SVG
+//! The HTML report: one self-contained page (no external file, no server) holding one SVG
 //! picture — the per-PE timeline with the messages between PEs, the time per handler, the
-//! PE×PE communication matrix as a heat map — and tables of the same figures below it.
+//! PE×PE communication matrix as a heat map —, a timeline that zooms (a canvas drawn by the
+//! page's own small script), and tables of the same figures below them.
 //!
 //! The timeline is drawn per pixel column: a column of a PE's row takes the colour of the
 //! handler that ran longest in it when handlers ran at least a quarter of the column's time,
@@ -8,6 +9,7 @@
 //! whatever the trace's length, and a busy PE looks busy at any zoom.
 
 mod overview;
+mod zoom;
 
 use crate::summary::{self, HandlerTime};
 use crate::{Job, Kind};
@@ -150,6 +152,7 @@ pub fn html(job: &Job) -> String {
          td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}</style></head><body>\n",
     );
     page += &overview::svg(job, &times);
+    page += &zoom::section(job, &colours(&times));
     page += "\n<h3 style=\"margin-left:16px\">PEs</h3><table><tr><th>PE</th><th>node</th>\
              <th>host</th><th>sent</th><th>bytes sent</th><th>received</th><th>idle</th></tr>";
     let idle = summary::idle(job);
