@@ -7,7 +7,7 @@
 #![allow(dead_code)]
 
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Output};
 
 /// Pixels, row by row, 3 bytes each; width; height.
 pub(crate) type Image = (Vec<u8>, u32, u32);
@@ -18,21 +18,29 @@ pub(crate) type Image = (Vec<u8>, u32, u32);
 /// # Panics
 /// When Chromium runs but leaves no readable screenshot (the test fails, naming why).
 pub(crate) fn render(page: &Path, w: u32, h: u32, dir: &Path) -> Option<Image> {
-    let Some(chromium) = ["chromium", "chromium-browser"]
-        .into_iter()
-        .find(|c| Command::new(c).arg("--version").output().is_ok())
-    else {
-        converse::input::error_line(
-            "SKIPPED the render: chromium is not installed (apt-get install chromium)",
-        );
-        return None;
-    };
     let stem = page
         .file_stem()
         .map_or("page".into(), |s| s.to_string_lossy());
-    let png = dir.join(format!("{stem}.png"));
+    render_url(&format!("file://{}", page.display()), w, h, dir, &stem)
+}
+
+/// Chromium's command, or `None`, saying so, when it is not installed.
+fn chromium() -> Option<&'static str> {
+    let found = ["chromium", "chromium-browser"]
+        .into_iter()
+        .find(|c| Command::new(c).arg("--version").output().is_ok());
+    if found.is_none() {
+        converse::input::error_line(
+            "SKIPPED the render: chromium is not installed (apt-get install chromium)",
+        );
+    }
+    found
+}
+
+/// Headless Chromium in a `w`×`h` window on `url` (its scripts run), with `more` arguments.
+fn headless(chromium: &str, url: &str, w: u32, h: u32, dir: &Path, more: &[String]) -> Output {
     // Bounded in time (`timeout` kills it); a profile of its own so parallel runs do not meet.
-    let out = Command::new("timeout")
+    Command::new("timeout")
         .args(["-k", "5", "60", chromium])
         .args([
             "--headless",
@@ -47,10 +55,28 @@ pub(crate) fn render(page: &Path, w: u32, h: u32, dir: &Path) -> Option<Image> {
         ])
         .arg(format!("--user-data-dir={}", dir.join("profile").display()))
         .arg(format!("--window-size={w},{h}"))
-        .arg(format!("--screenshot={}", png.display()))
-        .arg(format!("file://{}", page.display()))
+        .args(more)
+        .arg(url)
         .output()
-        .expect("chromium runs");
+        .expect("chromium runs")
+}
+
+/// Render `url` (a `file://` address, perhaps with a `#` fragment the page's script reads)
+/// as [`render`] does, the screenshot going to `dir/<name>.png`.
+///
+/// # Panics
+/// When Chromium runs but leaves no readable screenshot.
+pub(crate) fn render_url(url: &str, w: u32, h: u32, dir: &Path, name: &str) -> Option<Image> {
+    let chromium = chromium()?;
+    let png = dir.join(format!("{name}.png"));
+    let out = headless(
+        chromium,
+        url,
+        w,
+        h,
+        dir,
+        &[format!("--screenshot={}", png.display())],
+    );
     assert!(
         png.exists(),
         "no screenshot: {}",
@@ -68,6 +94,19 @@ pub(crate) fn render(page: &Path, w: u32, h: u32, dir: &Path) -> Option<Image> {
         .flat_map(|p| [p[0], p[1], p[2]])
         .collect();
     Some((rgb, info.width, info.height))
+}
+
+/// The document of `url` after its scripts ran, as HTML (what they wrote into attributes
+/// included), in a `w`×`h` window; `None` when Chromium is not installed.
+pub(crate) fn dump_dom(url: &str, w: u32, h: u32, dir: &Path) -> Option<String> {
+    let chromium = chromium()?;
+    let out = headless(chromium, url, w, h, dir, &["--dump-dom".to_owned()]);
+    assert!(
+        out.status.success(),
+        "chromium --dump-dom: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Some(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// The colour at (`x`, `y`), rounded to the nearest pixel.

@@ -1,14 +1,17 @@
-//! The HTML report: one self-contained page (no script, no external file) holding one SVG
-//! picture — the per-PE timeline with the messages between PEs, the time per handler, the
-//! PE×PE communication matrix as a heat map — and tables of the same figures below it.
+//! The HTML report, Projections' views on one self-contained page (no external file, no
+//! server): the overview picture (per-PE and communication-thread timeline with brackets,
+//! events and messages; time per handler; the PE×PE matrix), a timeline that zooms (a canvas
+//! drawn by the page's own small script, `zoom.rs`), utilization over time, the time profile,
+//! histograms (`views.rs`), and tables.
 //!
-//! The timeline is drawn per pixel column: a column of a PE's row takes the colour of the
-//! handler that ran longest in it when handlers ran at least a quarter of the column's time,
-//! else light grey when the PE was mostly idle there. So the picture stays the same size
-//! whatever the trace's length, and a busy PE looks busy at any zoom.
+//! Both timelines are drawn per pixel column: a column takes the colour of the handler that
+//! ran most in it, and a column where any handler ran shows it, however short (see
+//! [`MIN_BAR`]). So a picture stays the same size whatever the trace's length, and a busy PE
+//! looks busy at any zoom.
 
 mod overview;
 mod views;
+mod zoom;
 
 pub use overview::MIN_BAR;
 pub use views::{shade, BUSY, PLOT_W, PLOT_X, PROFILE_H, TIME_BINS, UTIL_ROWS, UTIL_ROW_H};
@@ -159,6 +162,7 @@ pub fn html(job: &Job) -> String {
     );
     page += &overview::svg(job, &times);
     let col = colours(&times);
+    page += &zoom::section(job, &col);
     page += "\n<h3 style=\"margin-left:16px\">Utilization</h3>";
     page += &views::utilization(job);
     page += "\n<h3 style=\"margin-left:16px\">Time profile</h3>";
