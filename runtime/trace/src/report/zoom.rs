@@ -8,7 +8,8 @@
 //! [`MIN_BAR`] pixels (its height otherwise the busy share of the column): a 40 µs handler in a
 //! view of a second still shows, which a "busy a quarter of the column" rule would hide.
 
-use super::{esc, ms, rgb, BOOT, IDLE, PALETTE};
+// The overview's colours, so that a thing looks the same in both timelines.
+use super::{esc, ms, rgb, BOOT, BRACKET, COMM, EVENT, IDLE, PALETTE};
 use crate::{Job, Kind};
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -39,12 +40,6 @@ const MAX_ROWS: usize = 400;
 /// keeps its first ones, and the page says so.
 const MAX_ITEMS: usize = 2_000_000;
 
-/// A communication thread's turn.
-const COMM: (u8, u8, u8) = (70, 70, 160);
-/// A user bracket.
-const BRACKET: (u8, u8, u8) = (0, 110, 110);
-/// A user event.
-const EVENT: (u8, u8, u8) = (200, 0, 120);
 
 /// Colour indices past the palette's (in the page's `pal`).
 const COMM_C: usize = PALETTE.len();
