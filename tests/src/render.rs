@@ -108,7 +108,7 @@ pub(crate) fn text_boxes(svg: &Path, selector: &str, dir: &Path) -> Option<Vec<T
         "<script>const out = [];\n\
          for (const t of document.querySelectorAll({selector:?})) {{\n\
            const b = t.getBBox();\n\
-           out.push(['BOX', b.x, b.y, b.width, b.height, t.textContent].join('\\t'));\n\
+           out.push(['BOX', b.x, b.y, b.width, b.height, t.textContent.trim().replace(/\\s+/g, ' ')].join('\\t'));\n\
          }}\n\
          document.getElementById('boxes').textContent = out.join('\\n');</script>"
     );
