@@ -34,6 +34,10 @@ mod rate;
 mod raw;
 #[cfg(feature = "mpi")]
 mod raw_mpi;
+/// Pictures rendered as a person sees them, for the figures' tests (the workspace's helper).
+#[cfg(test)]
+#[path = "../../tests/src/render.rs"]
+mod render;
 mod report;
 mod seeds;
 mod smp;

@@ -338,7 +338,6 @@ fn figure(layer: &str, rows: &[&Row]) -> [plot::Panel; 2] {
                 log_y: true,
             },
             series: series(&|r| r.p50_ns as f64 / 1e3),
-            legend: plotters::prelude::SeriesLabelPosition::LowerRight,
         },
         plot::Panel {
             title: "bandwidth".into(),
@@ -349,7 +348,6 @@ fn figure(layer: &str, rows: &[&Row]) -> [plot::Panel; 2] {
                 log_y: true,
             },
             series: series(&|r| r.mb_per_s()),
-            legend: plotters::prelude::SeriesLabelPosition::UpperLeft,
         },
     ]
 }

@@ -122,7 +122,6 @@ pub(crate) fn run(n: u64, csv: Option<&Path>, plot: Option<&Path>) -> anyhow::Re
             y_label: "messages/s".into(),
             kind: crate::plot::Kind::Bars,
             series,
-            legend: plotters::prelude::SeriesLabelPosition::UpperRight,
         };
         crate::plot::write_svg(p, "message rate on one PE", &[panel])?;
     }

@@ -78,7 +78,6 @@ pub(crate) fn run(
                 series(&format!("charmrun job ({layer})"), |q| q.1),
                 series("fork/exec + connect back", |q| q.2),
             ],
-            legend: plotters::prelude::SeriesLabelPosition::UpperLeft,
         };
         crate::plot::write_svg(path, "start-up time against PEs", &[panel])?;
     }

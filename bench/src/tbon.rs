@@ -231,7 +231,6 @@ fn figure(rows: &[(String, String, usize, bool, Figures, Figures)]) -> [crate::p
                 log_y: true,
             },
             series,
-            legend: plotters::prelude::SeriesLabelPosition::UpperLeft,
         }
     };
     [
@@ -455,6 +454,110 @@ mod tests {
             );
             // One point per back-end count on every line, the raw one too (once per count).
             assert!(p.series.iter().all(|s| s.points.len() == 2), "{}", p.title);
+        }
+    }
+
+    use crate::render;
+
+    #[test]
+    fn the_figure_of_thirteen_lines_fits_a_window_1400_wide_its_text_legible() {
+        // Two layers, three trees, recovery on and off, and the raw line: 13 lines a panel.
+        let f = |b: usize, k: f64| Figures {
+            create_ms: k * b as f64,
+            round_trip_us: 10.0 * k * b as f64,
+            waves_per_s: 1e5 / (k * b as f64),
+        };
+        let mut rows = Vec::new();
+        for b in [16, 32] {
+            for (k, (l, t, rec)) in ["tcp", "si"]
+                .into_iter()
+                .flat_map(|l| {
+                    ["flat", "2-level/4", "2-level/8"]
+                        .into_iter()
+                        .flat_map(move |t| [true, false].map(move |r| (l, t, r)))
+                })
+                .enumerate()
+            {
+                let k = 1.0 + k as f64 / 4.0;
+                rows.push((l.to_string(), t.to_string(), b, rec, f(b, k), f(b, 0.5)));
+            }
+        }
+        let panels = figure(&rows);
+        assert!(panels.iter().all(|p| p.series.len() == 13));
+        let dir = std::env::temp_dir().join(format!("bench-tbon-figure-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("tbon.svg");
+        crate::plot::write_svg(&path, "tree overlay against back-ends", &panels).unwrap();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let doc = roxmltree::Document::parse(&text).unwrap();
+        let svg = doc.root_element();
+        let attr = |a: &str| svg.attribute(a).unwrap_or("");
+        let (w, h): (u32, u32) = (
+            attr("width").parse().unwrap(),
+            attr("height").parse().unwrap(),
+        );
+        // Three panels of 640 pixels made a figure 1920 wide: cut off in a 1400 window.
+        assert!(w <= 1400, "{w} pixels wide");
+        // Drawn at its own size, not scaled down, and no text smaller than 10 pixels.
+        assert_eq!(attr("viewBox"), format!("0 0 {w} {h}"));
+        for t in doc.descendants().filter(|n| n.has_tag_name("text")) {
+            let size: f64 = t.attribute("font-size").unwrap_or("0").parse().unwrap();
+            assert!(size >= 10.0, "{:?} at {size} px", t.text());
+        }
+        // As a person sees it in a wide window: nothing past 1400 pixels.
+        let Some(wide) = render::render(&path, 2000, h, &dir) else {
+            return;
+        };
+        let ink = |p: &[u8]| p.iter().any(|&c| c < 235);
+        let rightmost = wide
+            .0
+            .chunks(3)
+            .enumerate()
+            .filter(|(_, p)| ink(p))
+            .map(|(i, _)| i % 2000)
+            .max()
+            .unwrap_or(0);
+        assert!(rightmost < 1400, "drawn up to x = {rightmost}");
+        // In a window 1400 wide: the last panel's lines, in every colour, inside it.
+        let img = render::render(&path, 1400, h, &dir).unwrap();
+        let (_, _, legend_h) = crate::plot::size(&panels);
+        let last_panel =
+            |x: usize, y: usize| 3 * x >= 2 * w as usize && y < (h - legend_h) as usize;
+        for i in 0..10 {
+            let c = crate::plot::colour(i);
+            let seen = img
+                .0
+                .chunks(3)
+                .enumerate()
+                .filter(|(k, p)| {
+                    last_panel(k % 1400, k / 1400)
+                        && u32::from(p[0].abs_diff(c.0))
+                            + u32::from(p[1].abs_diff(c.1))
+                            + u32::from(p[2].abs_diff(c.2))
+                            < 40
+                })
+                .count();
+            assert!(seen > 20, "colour {i}: {seen} pixels in the last panel");
+        }
+        // The legend's names, as laid out, apart from each other and inside the window.
+        let names: Vec<_> = render::text_boxes(&path, "text", &dir)
+            .unwrap()
+            .into_iter()
+            .filter(|t| panels[0].series.iter().any(|s| s.name == t.0))
+            .collect();
+        assert_eq!(names.len(), 13, "{names:?}");
+        for (i, a) in names.iter().enumerate() {
+            assert!(a.1 >= 0.0 && a.1 + a.3 <= 1400.0, "{a:?}");
+            for b in &names[i + 1..] {
+                let apart =
+                    a.1 + a.3 <= b.1 || b.1 + b.3 <= a.1 || a.2 + a.4 <= b.2 || b.2 + b.4 <= a.2;
+                assert!(apart, "{a:?} and {b:?} overlap");
+            }
+        }
+        if std::env::var_os("BENCH_KEEP_PLOTS").is_none() {
+            std::fs::remove_dir_all(&dir).ok();
+        } else {
+            eprintln!("plots kept in {}", dir.display());
         }
     }
 }

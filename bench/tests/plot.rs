@@ -29,6 +29,64 @@ fn svg_parts(path: &Path) -> (Vec<String>, Vec<String>) {
     (texts, strokes)
 }
 
+/// The legend's box of an SVG plot (its one unfilled black-bordered rect, as x, y, width,
+/// height), the lowest of its points (filled markers in the palette's colours, its legend's
+/// samples aside) and the plot's width and height.
+fn legend_and_points(path: &Path) -> ((f64, f64, f64, f64), f64, (f64, f64)) {
+    let text = std::fs::read_to_string(path).expect("the plot was written");
+    let doc = roxmltree::Document::parse(&text).expect("the plot is valid XML");
+    let num = |n: &roxmltree::Node<'_, '_>, a: &str| {
+        n.attribute(a)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let boxes: Vec<_> = doc
+        .descendants()
+        .filter(|n| {
+            n.has_tag_name("rect")
+                && n.attribute("fill") == Some("none")
+                && n.attribute("stroke") == Some("#000000")
+        })
+        .map(|n| {
+            (
+                num(&n, "x"),
+                num(&n, "y"),
+                num(&n, "width"),
+                num(&n, "height"),
+            )
+        })
+        .collect();
+    assert_eq!(boxes.len(), 1, "one legend: {boxes:?}");
+    let legend = boxes[0];
+    let ys: Vec<f64> = doc
+        .descendants()
+        .filter(|n| {
+            (n.has_tag_name("polygon") || n.has_tag_name("circle"))
+                && n.attribute("fill")
+                    .is_some_and(|f| PALETTE.iter().any(|c| c.eq_ignore_ascii_case(f)))
+        })
+        .filter_map(|n| {
+            if n.has_tag_name("circle") {
+                return Some(num(&n, "cy"));
+            }
+            let v: Vec<f64> = n
+                .attribute("points")?
+                .split(|c: char| c == ',' || c.is_whitespace())
+                .filter_map(|x| x.parse().ok())
+                .collect();
+            Some(v.iter().skip(1).step_by(2).sum::<f64>() / (v.len() / 2).max(1) as f64)
+        })
+        .filter(|&y| y < legend.1 || y > legend.1 + legend.3)
+        .collect();
+    assert!(!ys.is_empty(), "no points");
+    let root = doc.root_element();
+    (
+        legend,
+        ys.iter().copied().fold(0.0, f64::max),
+        (num(&root, "width"), num(&root, "height")),
+    )
+}
+
 /// The first colours of the plots' palette, as the SVG writes them.
 const PALETTE: [&str; 3] = ["#1F77B4", "#FF7F0E", "#2CA02C"];
 
@@ -61,13 +119,20 @@ fn pingpong_plot_has_a_latency_and_a_bandwidth_line_per_path() {
     ] {
         assert!(texts.iter().any(|x| x == t), "no '{t}' in {texts:?}");
     }
-    // Two series on two panels: per series and panel, its data line and its legend line.
+    // Two series on two panels: per series its data line on each panel and its line in the
+    // legend the panels share.
     for c in &PALETTE[..2] {
         let n = strokes.iter().filter(|s| *s == c).count();
-        assert_eq!(n, 4, "polylines in {c}: {n}");
+        assert_eq!(n, 3, "polylines in {c}: {n}");
     }
     assert!(!strokes.iter().any(|s| s == PALETTE[2]), "a third series");
-    if let Some(img) = render(&svg, 1280, 520, &d) {
+    // The legend is below the panels, under every point: it covers none.
+    let (legend, lowest_point, (w, h)) = legend_and_points(&svg);
+    assert!(
+        legend.1 > lowest_point && legend.1 + legend.3 <= h,
+        "legend {legend:?}, lowest point at {lowest_point}, {w}x{h}"
+    );
+    if let Some(img) = render(&svg, w as u32, h as u32, &d) {
         let blue = count_near(&img, (31, 119, 180));
         let orange = count_near(&img, (255, 127, 14));
         let white = count_near(&img, (255, 255, 255));

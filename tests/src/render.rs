@@ -12,19 +12,7 @@ use std::process::{Command, Output};
 /// Pixels, row by row, 3 bytes each; width; height.
 pub(crate) type Image = (Vec<u8>, u32, u32);
 
-/// Render `page` (SVG or HTML) with headless Chromium in a `w`×`h` window, the screenshot
-/// going to `dir`; `None`, saying so, when Chromium is not installed.
-///
-/// # Panics
-/// When Chromium runs but leaves no readable screenshot (the test fails, naming why).
-pub(crate) fn render(page: &Path, w: u32, h: u32, dir: &Path) -> Option<Image> {
-    let stem = page
-        .file_stem()
-        .map_or("page".into(), |s| s.to_string_lossy());
-    render_url(&format!("file://{}", page.display()), w, h, dir, &stem)
-}
-
-/// Chromium's command, or `None`, saying so, when it is not installed.
+/// The Chromium command; `None`, saying so, when it is not installed.
 fn chromium() -> Option<&'static str> {
     let found = ["chromium", "chromium-browser"]
         .into_iter()
@@ -35,6 +23,18 @@ fn chromium() -> Option<&'static str> {
         );
     }
     found
+}
+
+/// Render `page` (SVG or HTML) with headless Chromium in a `w`×`h` window, the screenshot
+/// going to `dir`; `None`, saying so, when Chromium is not installed.
+///
+/// # Panics
+/// When Chromium runs but leaves no readable screenshot (the test fails, naming why).
+pub(crate) fn render(page: &Path, w: u32, h: u32, dir: &Path) -> Option<Image> {
+    let stem = page
+        .file_stem()
+        .map_or("page".into(), |s| s.to_string_lossy());
+    render_url(&format!("file://{}", page.display()), w, h, dir, &stem)
 }
 
 /// Headless Chromium in a `w`×`h` window on `url` (its scripts run), with `more` arguments.
@@ -114,4 +114,82 @@ pub(crate) fn pixel(img: &Image, x: f64, y: f64) -> (u8, u8, u8) {
     let (buf, w, _) = img;
     let i = 3 * (y.round() as usize * *w as usize + x.round() as usize);
     (buf[i], buf[i + 1], buf[i + 2])
+}
+
+/// A text of a picture and the box the browser laid it out in: text, x, y, width, height, in
+/// the picture's pixels.
+pub(crate) type TextBox = (String, f64, f64, f64, f64);
+
+/// The boxes headless Chromium lays out the texts of the SVG file `svg` in, those that the CSS
+/// `selector` picks (`text[fill="#d62728"]`), in document order: what a person sees where.
+/// `None`, saying so, when Chromium is not installed.
+///
+/// # Panics
+/// When Chromium runs but its page says nothing (the test fails, naming why).
+pub(crate) fn text_boxes(svg: &Path, selector: &str, dir: &Path) -> Option<Vec<TextBox>> {
+    let chromium = chromium()?;
+    let picture = std::fs::read_to_string(svg).expect("the SVG reads");
+    // Inline in a page whose script measures it and writes the boxes into the page, which
+    // --dump-dom prints once the script has run.
+    let body = picture
+        .find("<svg")
+        .map_or(picture.as_str(), |i| &picture[i..]);
+    let stem = svg
+        .file_stem()
+        .map_or("page".into(), |s| s.to_string_lossy());
+    let page = dir.join(format!("{stem}-boxes.html"));
+    let script = format!(
+        "<script>const out = [];\n\
+         for (const t of document.querySelectorAll({selector:?})) {{\n\
+           const b = t.getBBox();\n\
+           out.push(['BOX', b.x, b.y, b.width, b.height, t.textContent.trim().replace(/\\s+/g, ' ')].join('\\t'));\n\
+         }}\n\
+         document.getElementById('boxes').textContent = out.join('\\n');</script>"
+    );
+    std::fs::write(
+        &page,
+        format!(
+            "<!DOCTYPE html><html><head><meta charset=\"utf-8\"></head><body style=\"margin:0\">\n{body}\n<pre id=\"boxes\"></pre>\n{script}</body></html>\n"
+        ),
+    )
+    .expect("the page is written");
+    let out = Command::new("timeout")
+        .args(["-k", "5", "60", chromium])
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--force-device-scale-factor=1",
+            "--virtual-time-budget=2000",
+            "--dump-dom",
+        ])
+        .arg(format!("--user-data-dir={}", dir.join("profile").display()))
+        .arg(format!("file://{}", page.display()))
+        .output()
+        .expect("chromium runs");
+    let dom = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        dom.contains("<pre id=\"boxes\">"),
+        "no page from chromium: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let unescape = |t: &str| {
+        t.replace("&lt;", "<")
+            .replace("&gt;", ">")
+            .replace("&nbsp;", "\u{a0}")
+            .replace("&amp;", "&")
+    };
+    let boxes = dom
+        .lines()
+        .filter_map(|l| l.split_once("BOX\t").map(|(_, rest)| rest))
+        .map(|l| {
+            let f: Vec<&str> = l.splitn(5, '\t').collect();
+            let n = |i: usize| f.get(i).and_then(|v| v.parse().ok()).unwrap_or(f64::NAN);
+            let text = f.get(4).map_or(String::new(), |t| {
+                unescape(t.split("</pre>").next().unwrap_or(t))
+            });
+            (text, n(0), n(1), n(2), n(3))
+        })
+        .collect();
+    Some(boxes)
 }

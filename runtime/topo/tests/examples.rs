@@ -74,8 +74,12 @@ fn token_ring_goes_round_and_its_trace_draws() {
         .expect("topo-draw");
     assert!(o.status.success());
     let svg = std::fs::read_to_string(dir.join("pics/001-send-0-0.svg")).expect("svg");
-    // 4 rounds of 7 hops.
-    assert_eq!(svg.matches("marker-end").count(), 28);
+    // 4 rounds of 7 hops: an arrow per channel, labelled with the 4 hops over it.
+    assert_eq!(svg.matches("marker-end").count(), 7);
+    for k in 1..=7 {
+        let label = format!(">{}, {}, {}, {}</text>", k, k + 7, k + 14, k + 21);
+        assert!(svg.contains(&label), "no {label} in {svg}");
+    }
     std::fs::remove_dir_all(&dir).ok();
 }
 
