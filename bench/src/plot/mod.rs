@@ -3,7 +3,7 @@
 //! line and its markers per series) on linear or logarithmic axes, or bars (one per series).
 //! The legend names the series below the panels, where it covers nothing: one for the figure
 //! when its panels show the same series, else one under each panel. Every series looks
-//! different from the others ([`style`]). SVG only: plotters' SVG backend writes text as
+//! different from the others ([`style()`]). SVG only: plotters' SVG backend writes text as
 //! `<text>` elements, so no font library is needed to draw.
 
 use anyhow::Context;

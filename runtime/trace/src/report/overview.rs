@@ -257,6 +257,9 @@ fn timeline(
     }
 }
 
+/// A column's bar: its colour and its height in eighths of the bar's full height.
+type Bar = ((u8, u8, u8), u8);
+
 /// Share of its row a column with any handler time gets at least, so that a handler far
 /// shorter than a column still shows (Projections' timeline hides such work when zoomed out).
 pub const MIN_BAR: f64 = 0.35;
@@ -275,7 +278,7 @@ fn columns(
     colour: &dyn Fn(usize) -> (u8, u8, u8),
 ) {
     let cols = busy.len();
-    let runs = |s: &mut String, of: &dyn Fn(usize) -> Option<((u8, u8, u8), u8)>| {
+    let runs = |s: &mut String, of: &dyn Fn(usize) -> Option<Bar>| {
         let mut k = 0;
         while k < cols {
             let c = of(k);

@@ -40,7 +40,6 @@ const MAX_ROWS: usize = 400;
 /// keeps its first ones, and the page says so.
 const MAX_ITEMS: usize = 2_000_000;
 
-
 /// Colour indices past the palette's (in the page's `pal`).
 const COMM_C: usize = PALETTE.len();
 const BRACKET_C: usize = PALETTE.len() + 1;
