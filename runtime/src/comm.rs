@@ -69,6 +69,10 @@ pub(crate) fn run(
     let mut held_back = HeldBack::default();
     loop {
         if let Some(reason) = node.abort_requested() {
+            if let Some(r) = rec.as_deref_mut() {
+                r.mark(&format!("abort: {reason}"));
+                r.flush(&[]);
+            }
             machine.abort(&reason);
         }
         // Traced: a clock read per turn, to draw the turns that moved messages as a track.
@@ -97,6 +101,9 @@ pub(crate) fn run(
         // allow (`Transport::max_unpolled`).
         let behind = node.arrived_bytes() >= tun.max_backlog && watched.is_empty();
         if behind && !held_back.take_turn(machine.max_unpolled()) {
+            if let (Some(r), Some(from)) = (rec.as_deref_mut(), turn.filter(|_| moved > 0)) {
+                r.comm_turn(from);
+            }
             if moved == 0 {
                 // Not idle, not able to take anything in: a short nap, not a spin, until the
                 // workers catch up.
@@ -158,8 +165,10 @@ pub(crate) fn run(
             continue;
         }
         let mut waited = Ok(());
-        // Written before blocking, as a PE's trace is: a node killed while it waits keeps it.
+        // Written before blocking, as a PE's trace is: a node killed while it waits keeps it,
+        // and the layer's counters with it.
         if let Some(r) = rec.as_deref_mut() {
+            r.sample(&machine.counters());
             r.flush(&[]);
         }
         let slept = std::time::Instant::now();

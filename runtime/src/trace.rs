@@ -65,6 +65,8 @@ struct Out {
     header_written: bool,
     /// The last chunks written, for a live look at the job (CCS's `converse.trace`).
     live: Live,
+    /// Whether to keep `live` (a communication thread's trace is not served live).
+    keep_live: bool,
 }
 
 /// The recent part of a PE's trace kept in memory: every string named so far, and the
@@ -96,6 +98,8 @@ pub(crate) struct Recorder {
     /// The names of user events and brackets, numbered once each: a program names a few and
     /// records them often.
     names: std::collections::HashMap<String, u32>,
+    /// The number of a communication thread's turn's name, once named.
+    turn_name: Option<u32>,
     out: Option<Out>,
 }
 
@@ -140,7 +144,7 @@ impl Recorder {
             return Ok(None);
         }
         let file = opts.dir.as_deref().map(|d| file_of(d, pe));
-        Self::create(opts, file, pe, node, table, layer)
+        Self::create(opts, file, false, pe, node, table, layer)
     }
 
     /// A recorder for the communication thread of SMP node `node` (`comm.<node>.bin`, its
@@ -163,19 +167,28 @@ impl Recorder {
             stats: false,
             boot: None,
         };
-        Self::create(
+        let mut rec = Self::create(
             &opts,
             Some(comm_file_of(dir, node)),
+            true,
             node,
             node,
             table,
             layer,
-        )
+        )?;
+        // The header now, as a PE writes it after its start function: a node that dies
+        // before its thread first waits still leaves a readable file.
+        if let Some(r) = rec.as_deref_mut() {
+            r.flush(&[]);
+        }
+        Ok(rec)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn create(
         opts: &Options,
         file: Option<PathBuf>,
+        comm: bool,
         pe: usize,
         node: usize,
         table: &converse_machine::NodeTable,
@@ -202,6 +215,7 @@ impl Recorder {
                     bytes: Vec::new(),
                     header_written: false,
                     live: Live::default(),
+                    keep_live: !comm,
                 })
             }
         };
@@ -229,6 +243,7 @@ impl Recorder {
             idle_from: None,
             counters: Vec::new(),
             names: std::collections::HashMap::new(),
+            turn_name: None,
             out,
         });
         if let Some((from, to, what)) = opts.boot {
@@ -388,7 +403,19 @@ impl Recorder {
 
     /// The communication thread moved messages from `since` until now.
     pub(crate) fn comm_turn(&mut self, since: Instant) {
-        self.span(Kind::Span, "moving messages", since);
+        if self.out.is_none() {
+            return;
+        }
+        // Named once: a turn is recorded for every burst of messages.
+        let id = match self.turn_name {
+            Some(id) => id,
+            None => {
+                let id = self.named("moving messages");
+                self.turn_name = Some(id);
+                id
+            }
+        };
+        self.span_id(Kind::Span, id, since);
     }
 
     /// The communication thread waited in the layer from `since` until now.
@@ -411,6 +438,10 @@ impl Recorder {
             return;
         }
         let id = self.named(name);
+        self.span_id(kind, id, since);
+    }
+
+    fn span_id(&mut self, kind: Kind, id: u32, since: Instant) {
         let t = self.now();
         let from = since.saturating_duration_since(self.base).as_nanos() as u64;
         // An idle period the span ends is closed at its end, not its start.
@@ -484,7 +515,9 @@ impl Recorder {
         b.put_u32(out.strings.len() as u32);
         for s in out.strings.drain(..) {
             b.put_str(&s);
-            out.live.strings.push(s);
+            if out.keep_live {
+                out.live.strings.push(s);
+            }
         }
         let records_at = b.len();
         b.put_u32(out.records.len() as u32);
@@ -492,6 +525,12 @@ impl Recorder {
         for r in out.records.drain(..) {
             latest = latest.max(r.t);
             r.encode(b);
+        }
+        if !out.keep_live {
+            if let Err(e) = out.file.write_all(b) {
+                self.fail(&e);
+            }
+            return;
         }
         // A copy per chunk (16,384 records), not per record: the live window's.
         let live = &mut out.live;

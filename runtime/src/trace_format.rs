@@ -1,4 +1,5 @@
-//! The per-PE trace file `+trace` writes (`trace.<pe>.bin`), and its reader.
+//! The trace files `+trace` writes (a PE's `trace.<pe>.bin`, an SMP node's communication
+//! thread's `comm.<node>.bin`), and their reader.
 //!
 //! ```text
 //! file   = MAGIC header { chunk }
@@ -23,8 +24,13 @@
 use converse_machine::bytes::{ByteReader, ByteWriter};
 use converse_machine::WireError;
 
-/// The first bytes of a trace file (the last is the format's version).
-pub const MAGIC: &[u8; 8] = b"CVTRACE\x01";
+/// The first bytes of a trace file (the last is the format's version): 2 since user events
+/// and brackets (record kinds 9 and 10), so that an older reader refuses such a file as of
+/// another version rather than as corrupt.
+pub const MAGIC: &[u8; 8] = b"CVTRACE\x02";
+
+/// The first bytes of a version 1 file (no user events or brackets), which this reader reads.
+pub const MAGIC_V1: &[u8; 8] = b"CVTRACE\x01";
 
 /// What starts every chunk.
 pub(crate) const CHUNK_TAG: &[u8; 4] = b"CHNK";
@@ -248,8 +254,9 @@ pub struct Trace {
     pub header: Header,
     /// The strings records name (counter names, marks), by number.
     pub strings: Vec<String>,
-    /// Every event, in the order the PE recorded them: time order, but for an idle period,
-    /// recorded when it ends and stamped with its start, and the boot span.
+    /// Every event, in the order the PE (or communication thread) recorded them: time order,
+    /// but for the records stamped with their start and recorded at their end (an idle period,
+    /// a user bracket, a communication thread's turn) and the boot span.
     pub records: Vec<Record>,
     /// Bytes at the end that did not make a whole chunk (the process was killed while
     /// writing it): dropped. Only a valid chunk's prefix counts as torn; other bytes are a
@@ -351,7 +358,8 @@ impl Trace {
     /// As [`read`](Trace::read).
     pub fn parse(bytes: &[u8], path: &str) -> Result<Trace, TraceError> {
         let mut r = ByteReader::new(bytes);
-        if r.take(MAGIC.len()).ok() != Some(&MAGIC[..]) {
+        let magic = r.take(MAGIC.len()).ok();
+        if magic != Some(&MAGIC[..]) && magic != Some(&MAGIC_V1[..]) {
             return Err(TraceError::NotATrace { path: path.into() });
         }
         let header = r

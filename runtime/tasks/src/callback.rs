@@ -74,8 +74,11 @@ impl<T> Drop for Guard<T> {
 /// converse_tasks::callback(|pe, done| topo.barrier_then(pe, done)).await??;
 /// ```
 ///
+/// Dropping the [`Completion`] does not cancel the call: the API still calls its callback
+/// later, and the value is dropped then.
+///
 /// # Panics
-/// Outside a task (as [`with_pe`]).
+/// Outside a task, or inside a [`with_pe`] closure (the PE is lent once at a time).
 pub fn callback<T: 'static>(start: impl FnOnce(&mut Pe, Done<T>)) -> Completion<T> {
     let slot = Rc::new(RefCell::new(Slot {
         value: None,

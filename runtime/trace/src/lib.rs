@@ -135,6 +135,29 @@ fn check_one_job(traces: &[(String, Trace)]) -> Result<(), LoadError> {
     }
 }
 
+/// Times and durations past this (2^61 ns, 73 years) are clamped to it when a job is made, so
+/// that a time plus a duration plus an offset never overflows an `i64`, whatever a corrupt
+/// file says.
+pub const TIME_LIMIT: u64 = 1 << 61;
+
+/// Clamp `t`'s record times and durations to [`TIME_LIMIT`]; how many records were.
+fn clamp_times(t: &mut Trace) -> usize {
+    let mut n = 0;
+    for r in &mut t.records {
+        let long = matches!(r.kind, Kind::Idle | Kind::Span | Kind::Bracket);
+        if r.t > TIME_LIMIT && r.t < u64::MAX - TIME_LIMIT {
+            // A boot span's start is before the PE's time 0: a small negative `t`, wrapped.
+            r.t = TIME_LIMIT;
+            n += 1;
+        }
+        if long && r.b > TIME_LIMIT {
+            r.b = TIME_LIMIT;
+            n += 1;
+        }
+    }
+    n
+}
+
 /// A traced job: every PE's trace, on one time line.
 #[derive(Debug, Clone)]
 pub struct Job {
@@ -192,15 +215,38 @@ impl Job {
             traces.push((path.display().to_string(), t));
         }
         check_one_job(&traces)?;
+        // A communication thread's trace adds to the job's; one that cannot be read (its
+        // node died before writing it) is said and left out, never the end of the job's.
         comm_files.sort_unstable();
         let mut comm = Vec::with_capacity(comm_files.len());
+        let mut unread = Vec::new();
         for (_, path) in comm_files {
-            comm.push(Trace::read(&path)?);
+            match Trace::read(&path) {
+                Ok(t) => comm.push(t),
+                Err(e) => unread.push(format!("{e}: left out")),
+            }
         }
-        Ok(Job::with_comm(
-            traces.into_iter().map(|(_, t)| t).collect(),
-            comm,
-        ))
+        let traces: Vec<Trace> = traces.into_iter().map(|(_, t)| t).collect();
+        // Only the threads of this job's processes: one of its PEs ran on that node, in that
+        // process. An earlier job's file in the same directory would move time 0.
+        let of_this_job = |c: &Trace| {
+            traces.iter().any(|t| {
+                t.header.node == c.header.pe
+                    && t.header.pid == c.header.pid
+                    && t.header.host == c.header.host
+                    && t.header.num_pes == c.header.num_pes
+            })
+        };
+        let (ours, stale): (Vec<Trace>, Vec<Trace>) = comm.into_iter().partition(of_this_job);
+        unread.extend(stale.iter().map(|c| {
+            format!(
+                "comm.{}.bin is not of this job's processes (an earlier job's?): left out",
+                c.header.pe
+            )
+        }));
+        let mut job = Job::with_comm(traces, ours);
+        job.warnings.extend(unread);
+        Ok(job)
     }
 
     /// A job from its PEs' traces (any order), one per PE as [`Job::load`] checks: traces
@@ -214,12 +260,24 @@ impl Job {
         traces.sort_by_key(|t| t.header.pe);
         comm.sort_by_key(|t| t.header.pe);
         let mut warnings = Vec::new();
-        for t in &traces {
+        let pes = traces
+            .iter_mut()
+            .map(|t| (format!("PE {}", t.header.pe), t));
+        let threads =
+            (comm.iter_mut()).map(|t| (format!("node {}'s communication thread", t.header.pe), t));
+        for (who, t) in pes.chain(threads) {
+            let clamped = clamp_times(t);
+            if clamped > 0 {
+                warnings.push(format!(
+                    "{who}: {clamped} records with times or durations past 70 years (corrupt?): \
+                     clamped"
+                ));
+            }
             if t.torn_bytes > 0 {
                 warnings.push(format!(
-                    "PE {}: the last {} bytes are a chunk cut short (the process ended while \
+                    "{who}: the last {} bytes are a chunk cut short (the process ended while \
                      writing it): dropped",
-                    t.header.pe, t.torn_bytes
+                    t.torn_bytes
                 ));
             }
         }
@@ -259,7 +317,9 @@ impl Job {
             })
             .min()
             .unwrap_or(0);
-        let offset = |t: &Trace| (base(t) as i128 - start) as i64;
+        // Bounded as record times are (a corrupt header's base is any number).
+        let limit = i128::from(TIME_LIMIT);
+        let offset = |t: &Trace| (base(t) as i128 - start).clamp(-limit, limit) as i64;
         let offsets = traces.iter().map(offset).collect();
         let comm_offsets = comm.iter().map(offset).collect();
         let flows = Trace::flows(&traces);
@@ -430,6 +490,38 @@ mod tests {
         ));
         std::fs::write(&second, trace(2, "a", 0, 0, vec![at(2)]).to_bytes()).expect("write");
         assert_eq!(Job::load(&d).expect("a job").traces.len(), 2);
+        std::fs::remove_dir_all(&d).ok();
+    }
+
+    #[test]
+    fn communication_threads_of_another_job_or_unreadable_are_left_out_and_said() {
+        let d = std::env::temp_dir().join(format!("trace-comm-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).expect("dir");
+        let pe = trace(0, "a", 0, 0, vec![at(5)]);
+        std::fs::write(d.join("trace.0.bin"), pe.to_bytes()).expect("write");
+        // Node 0's thread, in PE 0's process: kept.
+        let mut ours = trace(0, "a", 0, 0, vec![at(1)]);
+        ours.header.pid = pe.header.pid;
+        std::fs::write(d.join("comm.0.bin"), ours.to_bytes()).expect("write");
+        let job = Job::load(&d).expect("loads");
+        assert_eq!(job.comm.len(), 1);
+        assert_eq!(job.comm_time(0, &job.comm[0].records[0]), 0, "time 0 is its event");
+        // Another process's (an earlier job's), and an empty file (a node that died first).
+        let mut stale = ours.clone();
+        stale.header.pid += 1;
+        stale.records = vec![at(0)];
+        std::fs::write(d.join("comm.0.bin"), stale.to_bytes()).expect("write");
+        std::fs::write(d.join("comm.1.bin"), b"").expect("write");
+        let job = Job::load(&d).expect("still loads");
+        assert!(job.comm.is_empty());
+        assert!(
+            job.warnings.iter().any(|w| w.contains("comm.0.bin is not of this job"))
+                && job.warnings.iter().any(|w| w.contains("comm.1.bin")),
+            "{:?}",
+            job.warnings
+        );
+        assert_eq!(job.time(0, &job.traces[0].records[0]), 0, "time 0 not moved");
         std::fs::remove_dir_all(&d).ok();
     }
 

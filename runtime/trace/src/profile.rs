@@ -49,15 +49,10 @@ impl Bins {
 }
 
 /// Self time of each handler run of trace `i`, as intervals on the job's time line: a nested
-/// handler takes the time over from its parent. Calls `run(handler, from, to)` per piece and
-/// `idle_inside(from, to)` per idle period spent inside a handler (a nested scheduler loop that
-/// found nothing to do), which is not busy time.
-fn self_pieces(
-    job: &Job,
-    i: usize,
-    mut run: impl FnMut(u32, i64, i64),
-    mut idle_inside: impl FnMut(i64, i64),
-) {
+/// handler takes the time over from its parent, and an idle period inside a handler (a
+/// nested scheduler loop that found nothing to do) is nobody's, as `+stats` counts it. Calls
+/// `run(handler, from, to)` per piece.
+fn self_pieces(job: &Job, i: usize, mut run: impl FnMut(u32, i64, i64)) {
     let Some(t) = job.traces.get(i) else { return };
     let mut open: Vec<(u32, i64)> = Vec::new();
     let mut last = 0;
@@ -80,7 +75,13 @@ fn self_pieces(
                 }
             }
             // Recorded when it ends, so the handlers open now were open during it.
-            Kind::Idle if !open.is_empty() => idle_inside(at, at + r.b as i64),
+            Kind::Idle => {
+                if let Some(top) = open.last_mut() {
+                    run(top.0, top.1, at);
+                    top.1 = at + r.b as i64;
+                    last = last.max(top.1);
+                }
+            }
             _ => {}
         }
     }
@@ -95,23 +96,16 @@ pub fn utilization(job: &Job, bins: Bins) -> Vec<Vec<f64>> {
     (0..job.traces.len())
         .map(|i| {
             let mut busy = vec![0f64; bins.n];
-            let mut inside = vec![0f64; bins.n];
-            self_pieces(
-                job,
-                i,
-                |_, a, b| bins.spread(a, b, |c, d| busy[c] += d),
-                |a, b| bins.spread(a, b, |c, d| inside[c] += d),
-            );
-            fractions(&busy, &inside, bins)
+            self_pieces(job, i, |_, a, b| bins.spread(a, b, |c, d| busy[c] += d));
+            fractions(&busy, bins)
         })
         .collect()
 }
 
-/// `(busy - not_busy) / width` per bin, within 0..=1.
-fn fractions(busy: &[f64], not_busy: &[f64], bins: Bins) -> Vec<f64> {
+/// `busy / width` per bin, within 0..=1.
+fn fractions(busy: &[f64], bins: Bins) -> Vec<f64> {
     busy.iter()
-        .zip(not_busy)
-        .map(|(b, n)| ((b - n) / bins.width.max(1.0)).clamp(0.0, 1.0))
+        .map(|b| (b / bins.width.max(1.0)).clamp(0.0, 1.0))
         .collect()
 }
 
@@ -148,7 +142,7 @@ pub fn comm_utilization(job: &Job, bins: Bins) -> Vec<Vec<f64>> {
                 let at = job.comm_time(i, r);
                 bins.spread(at, at + r.b as i64, |c, d| busy[c] += d);
             }
-            fractions(&busy, &vec![0.0; bins.n], bins)
+            fractions(&busy, bins)
         })
         .collect()
 }
@@ -165,19 +159,14 @@ pub fn handler_profile(job: &Job, bins: Bins, names: &[String]) -> Vec<Vec<f64>>
     for (i, t) in job.traces.iter().enumerate() {
         // Per trace: its handler ids to the names' index, looked up once each.
         let mut of_id: BTreeMap<u32, Option<usize>> = BTreeMap::new();
-        self_pieces(
-            job,
-            i,
-            |h, a, b| {
-                let k = *of_id
-                    .entry(h)
-                    .or_insert_with(|| index.get(t.header.handler_name(h).as_str()).copied());
-                if let Some(k) = k {
-                    bins.spread(a, b, |c, d| out[c][k] += d);
-                }
-            },
-            |_, _| {},
-        );
+        self_pieces(job, i, |h, a, b| {
+            let k = *of_id
+                .entry(h)
+                .or_insert_with(|| index.get(t.header.handler_name(h).as_str()).copied());
+            if let Some(k) = k {
+                bins.spread(a, b, |c, d| out[c][k] += d);
+            }
+        });
     }
     out
 }
@@ -206,16 +195,11 @@ pub fn pe_handlers(job: &Job) -> PeHandlers {
     for (i, t) in job.traces.iter().enumerate() {
         let row = &mut cells[i];
         let k_of = |h: u32| index.get(t.header.handler_name(h).as_str()).copied();
-        self_pieces(
-            job,
-            i,
-            |h, a, b| {
-                if let Some(k) = k_of(h) {
-                    row[k].1 += (b - a).max(0) as u64;
-                }
-            },
-            |_, _| {},
-        );
+        self_pieces(job, i, |h, a, b| {
+            if let Some(k) = k_of(h) {
+                row[k].1 = row[k].1.saturating_add((b - a).max(0) as u64);
+            }
+        });
         for r in t.records.iter().filter(|r| r.kind == Kind::Begin) {
             if let Some(k) = k_of(r.a) {
                 row[k].0 += 1;
@@ -322,7 +306,7 @@ pub fn user_stats(job: &Job) -> Vec<UserStat> {
                 });
             e.count += 1;
             if bracket {
-                e.total_ns += r.b;
+                e.total_ns = e.total_ns.saturating_add(r.b);
             }
             if seen.insert((bracket, r.a)) {
                 e.pes += 1;
@@ -402,11 +386,12 @@ mod tests {
         let j = job();
         let names = vec!["work".to_owned(), "inner".to_owned()];
         let p = handler_profile(&j, Bins::of(&j, 2), &names);
-        assert_eq!(p[0], vec![300.0, 100.0]);
+        // `work`'s 50 ns idle inside it (a nested loop with nothing to run) is nobody's.
+        assert_eq!(p[0], vec![250.0, 100.0]);
         assert_eq!(p[1], vec![0.0, 400.0]);
         let t = pe_handlers(&j);
         assert_eq!(t.names, vec!["inner", "work"], "the busiest first");
-        assert_eq!(t.cells[0], vec![(1, 100), (1, 300)]);
+        assert_eq!(t.cells[0], vec![(1, 100), (1, 250)]);
         assert_eq!(t.cells[1], vec![(1, 400), (0, 0)]);
     }
 

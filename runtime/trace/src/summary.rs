@@ -118,6 +118,13 @@ pub fn handler_times(job: &Job) -> Vec<HandlerTime> {
                     e.runs += 1;
                     e.self_ns += (d - nested).max(0) as u64;
                 }
+                // Idle inside a handler (a nested scheduler loop that found nothing to do) is
+                // not its time, as `+stats` and the utilization view count it.
+                Kind::Idle => {
+                    if let Some(top) = open.last_mut() {
+                        top.2 += r.b as i64;
+                    }
+                }
                 _ => {}
             }
         }

@@ -173,27 +173,35 @@ pub fn html(job: &Job) -> String {
              <th>host</th><th>sent</th><th>bytes sent</th><th>received</th><th>idle</th></tr>";
     let idle = summary::idle(job);
     let end = job.end() as f64;
-    for (i, t) in job.traces.iter().enumerate() {
+    // As the per-PE × handler table: consecutive PEs share a row past TABLE_ROWS.
+    let per = job.traces.len().div_ceil(TABLE_ROWS).max(1);
+    for (g, group) in job.traces.chunks(per).enumerate() {
         let (mut sent, mut bytes, mut recv) = (0u64, 0u64, 0u64);
-        for r in &t.records {
+        for r in group.iter().flat_map(|t| &t.records) {
             match r.kind {
                 Kind::Send => {
                     sent += 1;
-                    bytes += r.b
+                    bytes = bytes.saturating_add(r.b);
                 }
                 Kind::Recv => recv += 1,
                 _ => {}
             }
         }
+        let span = |f: &dyn Fn(&crate::Trace) -> String| match (group.first(), group.last()) {
+            (Some(a), Some(b)) if f(a) != f(b) => format!("{}–{}", f(a), f(b)),
+            (Some(a), _) => f(a),
+            _ => String::new(),
+        };
+        let idle_ns: u64 = idle[g * per..g * per + group.len()].iter().sum();
         let _ = write!(
             page,
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{sent}</td><td>{}</td><td>{recv}</td>\
              <td>{:.1}%</td></tr>",
-            t.header.pe,
-            t.header.node,
-            esc(&t.header.host),
+            span(&|t| t.header.pe.to_string()),
+            span(&|t| t.header.node.to_string()),
+            esc(&span(&|t| t.header.host.clone())),
             human_bytes(bytes),
-            100.0 * idle[i] as f64 / end
+            100.0 * idle_ns as f64 / end / group.len() as f64
         );
     }
     page += "</table>\n<h3 style=\"margin-left:16px\">Handlers</h3><table><tr><th>handler</th>\
@@ -230,6 +238,9 @@ pub fn html(job: &Job) -> String {
 /// Handlers shown as columns of the per-PE table (the busiest; the rest summed).
 const TABLE_HANDLERS: usize = 12;
 
+/// Rows of the per-PE table at most.
+pub const TABLE_ROWS: usize = 256;
+
 /// Each PE's self time (and runs) per handler: Projections' usage profile as a table.
 fn pe_handler_table(page: &mut String, job: &Job) {
     let t = crate::profile::pe_handlers(job);
@@ -247,8 +258,24 @@ fn pe_handler_table(page: &mut String, job: &Job) {
         let _ = write!(page, "<th>{rest} others</th>");
     }
     *page += "</tr>";
-    for (i, row) in t.cells.iter().enumerate() {
-        let pe = job.traces.get(i).map_or(0, |t| t.header.pe);
+    // Past TABLE_ROWS PEs, consecutive PEs share a row (their sums), so that the page stays
+    // bounded whatever the job's size.
+    let per = t.cells.len().div_ceil(TABLE_ROWS).max(1);
+    let pe_of = |i: usize| job.traces.get(i).map_or(0, |t| t.header.pe);
+    for (g, rows) in t.cells.chunks(per).enumerate() {
+        let (first, last) = (pe_of(g * per), pe_of(g * per + rows.len() - 1));
+        let pe = if rows.len() > 1 {
+            format!("{first}–{last}")
+        } else {
+            first.to_string()
+        };
+        let row: Vec<(u64, u64)> = (0..t.names.len())
+            .map(|k| {
+                rows.iter().fold((0u64, 0u64), |a, r| {
+                    (a.0 + r[k].0, a.1.saturating_add(r[k].1))
+                })
+            })
+            .collect();
         let _ = write!(page, "<tr><td>{pe}</td>");
         let mut cell = |runs: u64, ns: u64, name: &str| {
             let text = if runs == 0 {
@@ -269,7 +296,7 @@ fn pe_handler_table(page: &mut String, job: &Job) {
         if rest > 0 {
             let (runs, ns) = row[shown..]
                 .iter()
-                .fold((0, 0), |a, &(r, n)| (a.0 + r, a.1 + n));
+                .fold((0u64, 0u64), |a, &(r, n)| (a.0 + r, a.1.saturating_add(n)));
             cell(runs, ns, "others");
         }
         *page += "</tr>";
@@ -391,6 +418,38 @@ mod tests {
     }
 
     #[test]
+    fn impossible_times_are_clamped_not_overflowed() {
+        // What a corrupt file may say: durations of 2^64 - 1 ns, times far past any job, a
+        // base at the end of time. Run in CI's `checked` profile, where an overflow panics.
+        let mut t = trace(
+            0,
+            2,
+            vec![
+                rec(u64::MAX / 2, Kind::Begin, 16, 0),
+                rec(u64::MAX / 2 + 1, Kind::Idle, 0, u64::MAX),
+                rec(u64::MAX / 2 + 2, Kind::Bracket, 0, u64::MAX),
+                rec(u64::MAX / 2 + 3, Kind::Event, 0, 0),
+                rec(u64::MAX / 2 + 4, Kind::Send, 1, u64::MAX),
+                rec(u64::MAX / 2 + 5, Kind::End, 0, 0),
+            ],
+        );
+        t.strings = vec!["x".into()];
+        let mut other = trace(1, 2, vec![rec(0, Kind::Recv, 0, u64::MAX)]);
+        other.header.mono_base = u64::MAX;
+        let job = Job::new(vec![t, other]);
+        assert!(
+            job.warnings.iter().any(|w| w.contains("clamped")),
+            "{:?}",
+            job.warnings
+        );
+        assert!(html(&job).contains("<svg"));
+        assert!(crate::chrome::json(&job).is_object());
+        let bins = crate::profile::Bins::of(&job, 10);
+        assert_eq!(crate::profile::utilization(&job, bins).len(), 2);
+        assert!(crate::profile::user_stats(&job).len() == 2);
+    }
+
+    #[test]
     fn the_page_of_a_huge_job_stays_bounded() {
         // A header claiming 4 billion PEs: the page is the size of what the trace holds.
         let page = html(&Job::new(vec![trace(
@@ -411,6 +470,9 @@ mod tests {
         let cells = page.matches(" messages, ").count();
         assert_eq!(cells, 125 * 125, "8 PEs a cell");
         assert!(page.contains("8 PEs a cell, of the 1000 the traces name"));
+        // The PE table: four PEs a row, 250 rows.
+        assert!(page.contains("<tr><td>0–3</td>") && page.contains("<tr><td>996–999</td>"));
+        assert!(!page.contains("<tr><td>5</td>"));
         let l = Layout::of(&job);
         assert!(l.matrix_y + l.cell * 125.0 <= l.height);
     }

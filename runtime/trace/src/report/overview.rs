@@ -144,41 +144,82 @@ fn timeline(
                         last.1 = at;
                     }
                 }
-                Kind::Idle => spread(at, at + r.b as i64, &mut |k, d| idle[k] += d),
+                Kind::Idle => {
+                    spread(at, at + r.b as i64, &mut |k, d| idle[k] += d);
+                    // Idle inside a handler (a nested scheduler loop) is not its time.
+                    if let Some(top) = open.last_mut() {
+                        let (c, from) = *top;
+                        spread(from, at, &mut |k, d| busy[k][c] += d);
+                        top.1 = at + r.b as i64;
+                    }
+                }
                 _ => {}
             }
         }
         columns(s, l, y, &busy, &idle, per_col, &|c| PALETTE[c]);
-        // The program's brackets as a band at the row's foot, its events as ticks on top.
+        // The program's brackets as a band at the row's foot, its events as ticks on top;
+        // per pixel column, as handlers are, so the picture's size does not follow their
+        // number. (column → (time in brackets, the name of the one with most, its time);
+        // column → (events, the first's name).)
+        let mut brackets: Vec<(f64, u32, f64)> = vec![(0.0, 0, 0.0); cols];
+        let mut events: Vec<(u64, u32)> = vec![(0, 0); cols];
         for r in &t.records {
             let at = job.time(i, r);
-            let title = esc(t.string(r.a));
             match r.kind {
-                Kind::Bracket => {
-                    let _ = write!(
-                        s,
-                        "<rect x=\"{:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" \
-                         fill=\"{}\"><title>{title}: {}</title></rect>",
-                        x_of(at),
-                        y + l.row_h * 0.86,
-                        (x_of(at + r.b as i64) - x_of(at)).max(1.0),
-                        (l.row_h * 0.14).max(1.0),
-                        rgb(BRACKET),
-                        ms(r.b as f64)
-                    );
-                }
+                Kind::Bracket => spread(at, at + r.b as i64, &mut |k, d| {
+                    let c = &mut brackets[k];
+                    c.0 += d;
+                    if d > c.2 {
+                        (c.1, c.2) = (r.a, d);
+                    }
+                }),
                 Kind::Event => {
-                    let _ = write!(
-                        s,
-                        "<rect x=\"{:.1}\" y=\"{y:.1}\" width=\"2\" height=\"{:.1}\" \
-                         fill=\"{}\"><title>{title}</title></rect>",
-                        x_of(at) - 1.0,
-                        (l.row_h * 0.3).max(1.0),
-                        rgb(EVENT)
-                    );
+                    let k = ((at.max(0) as f64 / per_col) as usize).min(cols - 1);
+                    if events[k].0 == 0 {
+                        events[k].1 = r.a;
+                    }
+                    events[k].0 += 1;
                 }
                 _ => {}
             }
+        }
+        let mut k = 0;
+        while k < cols {
+            let name = |k: usize| (brackets[k].0 > 0.0).then_some(brackets[k].1);
+            let (first, mut j) = (name(k), k + 1);
+            while j < cols && name(j) == first {
+                j += 1;
+            }
+            if let Some(n) = first {
+                let _ = write!(
+                    s,
+                    "<rect x=\"{}\" y=\"{:.1}\" width=\"{}\" height=\"{:.1}\" fill=\"{}\">\
+                     <title>bracket {}</title></rect>",
+                    l.timeline_x + k as f64,
+                    y + l.row_h * 0.86,
+                    j - k,
+                    (l.row_h * 0.14).max(1.0),
+                    rgb(BRACKET),
+                    esc(t.string(n))
+                );
+            }
+            k = j;
+        }
+        for (k, &(n, first)) in events.iter().enumerate().filter(|e| e.1 .0 > 0) {
+            let more = if n > 1 {
+                format!(" and {} more", n - 1)
+            } else {
+                String::new()
+            };
+            let _ = write!(
+                s,
+                "<rect x=\"{}\" y=\"{y:.1}\" width=\"2\" height=\"{:.1}\" fill=\"{}\">\
+                 <title>event {}{more}</title></rect>",
+                l.timeline_x + k as f64 - 0.5,
+                (l.row_h * 0.3).max(1.0),
+                rgb(EVENT),
+                esc(t.string(first))
+            );
         }
     }
     // The communication threads, a row each under the PEs: their turns that moved messages.

@@ -138,7 +138,7 @@ fn util_rows(job: &Job, bins: Bins) -> Vec<Row> {
             )
         } else {
             job.comm
-                .get(g)
+                .get(g * per)
                 .map_or_else(String::new, profile::comm_label)
         };
         let refs: Vec<&Vec<f64>> = chunk.iter().collect();

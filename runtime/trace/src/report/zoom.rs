@@ -142,7 +142,15 @@ fn pe_row(job: &Job, i: usize, colours: &HashMap<String, usize>, names: &mut Nam
                     parent.1 = at;
                 }
             }
-            Kind::Idle => row.idle.push((at, until(at, r.b))),
+            Kind::Idle => {
+                let to = until(at, r.b);
+                row.idle.push((at, to));
+                // Idle inside a handler (a nested scheduler loop) is not the handler's time.
+                if let Some(top) = open.last_mut() {
+                    row.slices.push((top.1, at.max(top.1), top.0));
+                    top.1 = to;
+                }
+            }
             Kind::Span => row.boot.push((at, until(at, r.b))),
             Kind::Bracket => {
                 let n = names.of(t.string(r.a), BRACKET_C);
