@@ -506,7 +506,11 @@ mod tests {
         std::fs::write(d.join("comm.0.bin"), ours.to_bytes()).expect("write");
         let job = Job::load(&d).expect("loads");
         assert_eq!(job.comm.len(), 1);
-        assert_eq!(job.comm_time(0, &job.comm[0].records[0]), 0, "time 0 is its event");
+        assert_eq!(
+            job.comm_time(0, &job.comm[0].records[0]),
+            0,
+            "time 0 is its event"
+        );
         // Another process's (an earlier job's), and an empty file (a node that died first).
         let mut stale = ours.clone();
         stale.header.pid += 1;
@@ -516,12 +520,18 @@ mod tests {
         let job = Job::load(&d).expect("still loads");
         assert!(job.comm.is_empty());
         assert!(
-            job.warnings.iter().any(|w| w.contains("comm.0.bin is not of this job"))
+            job.warnings
+                .iter()
+                .any(|w| w.contains("comm.0.bin is not of this job"))
                 && job.warnings.iter().any(|w| w.contains("comm.1.bin")),
             "{:?}",
             job.warnings
         );
-        assert_eq!(job.time(0, &job.traces[0].records[0]), 0, "time 0 not moved");
+        assert_eq!(
+            job.time(0, &job.traces[0].records[0]),
+            0,
+            "time 0 not moved"
+        );
         std::fs::remove_dir_all(&d).ok();
     }
 
