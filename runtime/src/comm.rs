@@ -37,11 +37,24 @@ pub(crate) fn run(
     machine: &mut dyn Machine,
     node: &NodeShared,
     tun: &Tunables,
-    mut rec: Option<Box<crate::trace::Recorder>>,
+    rec: Option<Box<crate::trace::Recorder>>,
 ) -> Result<i32, RuntimeError> {
     let me = node.node;
+    // Shared with the error paths below, which write the trace before the job ends.
+    let tracing = rec.is_some();
+    let rec = std::cell::RefCell::new(rec);
+    let flush = |why: &str| {
+        if let Ok(mut r) = rec.try_borrow_mut() {
+            if let Some(r) = r.as_deref_mut() {
+                r.mark(why);
+                r.flush(&[]);
+            }
+        }
+    };
     let fatal = |m: &mut dyn Machine, e: &dyn std::fmt::Display| -> ! {
-        m.abort(&format!("node {me} (communication thread): {e}"))
+        let why = format!("node {me} (communication thread): {e}");
+        flush(&format!("abort: {why}"));
+        m.abort(&why)
     };
     // Report mode: a peer's death goes to every PE of this node, once, behind what already
     // arrived from it (see `failure.rs`); any other error ends the job.
@@ -69,14 +82,11 @@ pub(crate) fn run(
     let mut held_back = HeldBack::default();
     loop {
         if let Some(reason) = node.abort_requested() {
-            if let Some(r) = rec.as_deref_mut() {
-                r.mark(&format!("abort: {reason}"));
-                r.flush(&[]);
-            }
+            flush(&format!("abort: {reason}"));
             machine.abort(&reason);
         }
         // Traced: a clock read per turn, to draw the turns that moved messages as a track.
-        let turn = rec.as_ref().map(|_| std::time::Instant::now());
+        let turn = tracing.then(std::time::Instant::now);
         let mut moved = 0;
         while moved < SEND_BATCH {
             let Some((dest, msg)) = node.next_outgoing() else {
@@ -101,8 +111,10 @@ pub(crate) fn run(
         // allow (`Transport::max_unpolled`).
         let behind = node.arrived_bytes() >= tun.max_backlog && watched.is_empty();
         if behind && !held_back.take_turn(machine.max_unpolled()) {
-            if let (Some(r), Some(from)) = (rec.as_deref_mut(), turn.filter(|_| moved > 0)) {
-                r.comm_turn(from);
+            if let Some(from) = turn.filter(|_| moved > 0) {
+                if let Some(r) = rec.borrow_mut().as_deref_mut() {
+                    r.comm_turn(from);
+                }
             }
             if moved == 0 {
                 // Not idle, not able to take anything in: a short nap, not a spin, until the
@@ -137,8 +149,10 @@ pub(crate) fn run(
             });
         }
         if moved > 0 {
-            if let (Some(r), Some(from)) = (rec.as_deref_mut(), turn) {
-                r.comm_turn(from);
+            if let Some(from) = turn {
+                if let Some(r) = rec.borrow_mut().as_deref_mut() {
+                    r.comm_turn(from);
+                }
             }
             idle.busy();
             continue;
@@ -167,13 +181,13 @@ pub(crate) fn run(
         let mut waited = Ok(());
         // Written before blocking, as a PE's trace is: a node killed while it waits keeps it,
         // and the layer's counters with it.
-        if let Some(r) = rec.as_deref_mut() {
+        if let Some(r) = rec.borrow_mut().as_deref_mut() {
             r.sample(&machine.counters());
             r.flush(&[]);
         }
         let slept = std::time::Instant::now();
         node.comm_sleep(|| waited = machine.wait(wait_cap));
-        if let Some(r) = rec.as_deref_mut() {
+        if let Some(r) = rec.borrow_mut().as_deref_mut() {
             r.comm_waited(slept);
         }
         if let Err(e) = waited {
@@ -183,7 +197,7 @@ pub(crate) fn run(
     }
     // The job is over: what still arrives (sent before the exit reached its sender) is not
     // run, as what was still queued was not.
-    if let Some(r) = rec.as_deref_mut() {
+    if let Some(r) = rec.borrow_mut().as_deref_mut() {
         r.finish(&[], &machine.counters());
     }
     tracing::debug!(target: "converse", "every worker is done: exit barrier, then the layer's exit");

@@ -294,6 +294,32 @@ fn a_traced_smp_job_records_its_workers() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+#[test]
+fn a_crashing_smp_job_leaves_readable_communication_thread_traces() {
+    // PE 3 panics: its node aborts the job; both nodes' communication threads wrote their
+    // header at once and the aborting one its reason.
+    let dir = fresh_dir("smp-crash");
+    let smp = Launcher::Smp {
+        inner: Box::new(charmrun("tcp")),
+        ppn: 2,
+    };
+    let d = dir.display().to_string();
+    let o = smp.run(PROGRAM, 4, &["panic", "+trace-dir", &d], LIMIT);
+    assert_ne!(o.code, Some(0), "{o}");
+    let job = Job::load(&dir).expect("loads");
+    assert_eq!(job.comm.len(), 2, "{:?}", job.warnings);
+    let t = &job.comm[1];
+    let marks: Vec<&str> = (t.records.iter())
+        .filter(|r| r.kind == Kind::Mark)
+        .map(|r| t.string(r.a))
+        .collect();
+    assert!(
+        marks.iter().any(|m| m.starts_with("abort: ") && m.contains("panicked")),
+        "{marks:?}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 /// Run `conformance traced 30` (PE 0 ends the job 30 s after all is exchanged), kill PE
 /// `victim`'s process once every PE is done and idle, and return the job's outcome.
 fn kill_when_idle(
