@@ -314,7 +314,9 @@ fn a_crashing_smp_job_leaves_readable_communication_thread_traces() {
         .map(|r| t.string(r.a))
         .collect();
     assert!(
-        marks.iter().any(|m| m.starts_with("abort: ") && m.contains("panicked")),
+        marks
+            .iter()
+            .any(|m| m.starts_with("abort: ") && m.contains("panicked")),
         "{marks:?}"
     );
     std::fs::remove_dir_all(&dir).ok();
