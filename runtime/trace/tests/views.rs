@@ -309,6 +309,24 @@ fn the_views_show_the_figures_of_the_job() {
     );
     assert!(near(foot, colour_of("long")), "{foot:?}");
 
+    // The duration histogram: a bar over the 5 to 10 ms bin, at its place among the bins.
+    let svg = picture(&page, "durations", &dir);
+    let text = std::fs::read_to_string(&svg).expect("written");
+    let edges: Vec<&str> = elements(&text, &[])
+        .into_iter()
+        .filter_map(|t| attr(t, "data-from"))
+        .collect();
+    let k = edges
+        .iter()
+        .position(|&e| e == "5000000")
+        .expect("a 5 ms bin");
+    let bw = (PLOT_W / edges.len() as f64).min(60.0);
+    let Some(d) = render(&svg, 1100, 400, &dir) else {
+        return;
+    };
+    let foot = pixel(&d, PLOT_X + (k as f64 + 0.5) * bw, 40.0 + 160.0 - 2.0);
+    assert!(near(foot, (70, 110, 160)), "{foot:?}");
+
     // The size histogram: a bar over the 64 KiB bin.
     let svg = picture(&page, "sizes", &dir);
     let Some(s) = render(&svg, 1100, 400, &dir) else {
