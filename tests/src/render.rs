@@ -116,6 +116,32 @@ pub(crate) fn pixel(img: &Image, x: f64, y: f64) -> (u8, u8, u8) {
     (buf[i], buf[i + 1], buf[i + 2])
 }
 
+/// Whether two colours are the same to the eye (antialiasing and PNG rounding aside).
+pub(crate) fn near(a: (u8, u8, u8), b: (u8, u8, u8)) -> bool {
+    let d = |x: u8, y: u8| (i32::from(x) - i32::from(y)).abs();
+    d(a.0, b.0) + d(a.1, b.1) + d(a.2, b.2) < 40
+}
+
+/// How many pixels of the row band `y0..y1` between `x0..x1` have colour `c`.
+pub(crate) fn count(
+    img: &Image,
+    (x0, x1): (f64, f64),
+    (y0, y1): (f64, f64),
+    c: (u8, u8, u8),
+) -> usize {
+    let mut n = 0;
+    let mut y = y0;
+    while y < y1 {
+        let mut x = x0;
+        while x < x1 {
+            n += usize::from(near(pixel(img, x, y), c));
+            x += 1.0;
+        }
+        y += 1.0;
+    }
+    n
+}
+
 /// A text of a picture and the box the browser laid it out in: text, x, y, width, height, in
 /// the picture's pixels.
 pub(crate) type TextBox = (String, f64, f64, f64, f64);

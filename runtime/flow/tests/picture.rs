@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 #[path = "../../../tests/src/render.rs"]
 mod render;
-use render::{pixel, render};
+use render::{near, pixel, render};
 
 struct One;
 
@@ -18,11 +18,6 @@ impl Source for One {
         ctx.emit_u64(1);
         false
     }
-}
-
-fn near(a: (u8, u8, u8), b: (u8, u8, u8)) -> bool {
-    let d = |x: u8, y: u8| (i32::from(x) - i32::from(y)).abs();
-    d(a.0, b.0) + d(a.1, b.1) + d(a.2, b.2) < 40
 }
 
 #[test]

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 #[path = "../../../tests/src/render.rs"]
 mod render;
-use render::{pixel, render, Image};
+use render::{count, near, pixel, render};
 
 /// PEs of the recorded job.
 const PES: usize = 4;
@@ -72,26 +72,6 @@ fn command(args: &[&str]) {
         .output()
         .expect("converse-trace runs");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-}
-
-fn near(a: (u8, u8, u8), b: (u8, u8, u8)) -> bool {
-    let d = |x: u8, y: u8| (i32::from(x) - i32::from(y)).abs();
-    d(a.0, b.0) + d(a.1, b.1) + d(a.2, b.2) < 40
-}
-
-/// How many pixels of the row band `y0..y1` between `x0..x1` have colour `c`.
-fn count(img: &Image, (x0, x1): (f64, f64), (y0, y1): (f64, f64), c: (u8, u8, u8)) -> usize {
-    let mut n = 0;
-    let mut y = y0;
-    while y < y1 {
-        let mut x = x0;
-        while x < x1 {
-            n += usize::from(near(pixel(img, x, y), c));
-            x += 1.0;
-        }
-        y += 1.0;
-    }
-    n
 }
 
 fn check_json(dir: &Path) {

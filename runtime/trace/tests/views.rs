@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 #[path = "../../../tests/src/render.rs"]
 mod render;
-use render::{pixel, render, Image};
+use render::{count, near, pixel, render};
 
 /// Runs of `long` (PE 0) and of `short` (PE 1).
 const LONG_RUNS: usize = 5;
@@ -108,25 +108,6 @@ fn picture(page: &str, class: &str, dir: &Path) -> PathBuf {
     let path = dir.join(format!("{class}.svg"));
     std::fs::write(&path, &page[from..to]).expect("write");
     path
-}
-
-fn near(a: (u8, u8, u8), b: (u8, u8, u8)) -> bool {
-    let d = |x: u8, y: u8| (i32::from(x) - i32::from(y)).abs();
-    d(a.0, b.0) + d(a.1, b.1) + d(a.2, b.2) < 40
-}
-
-fn count(img: &Image, (x0, x1): (f64, f64), (y0, y1): (f64, f64), c: (u8, u8, u8)) -> usize {
-    let mut n = 0;
-    let mut y = y0;
-    while y < y1 {
-        let mut x = x0;
-        while x < x1 {
-            n += usize::from(near(pixel(img, x, y), c));
-            x += 1.0;
-        }
-        y += 1.0;
-    }
-    n
 }
 
 fn within(got: f64, want: f64, share: f64) -> bool {

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 #[path = "../../../tests/src/render.rs"]
 mod render;
-use render::{dump_dom, pixel, render_url, Image};
+use render::{dump_dom, near, pixel, render_url, Image};
 
 const PES: usize = 4;
 const PES_PER_NODE: usize = 2;
@@ -81,11 +81,6 @@ fn command(args: &[&str]) {
         .output()
         .expect("converse-trace runs");
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-}
-
-fn near(a: (u8, u8, u8), b: (u8, u8, u8)) -> bool {
-    let d = |x: u8, y: u8| (i32::from(x) - i32::from(y)).abs();
-    d(a.0, b.0) + d(a.1, b.1) + d(a.2, b.2) < 40
 }
 
 /// The value of attribute `name` in the first tag starting with `tag` in `html`.
