@@ -175,6 +175,19 @@ pub fn out_text(text: &str) {
     let _ = out.write_all(text.as_bytes()).and_then(|()| out.flush());
 }
 
+/// How a tool answers a command line clap refused: `rendered` is clap's text, `on_stdout`
+/// whether clap meant it for stdout (`--help`, `--version`: what was asked for, printed,
+/// exit 0); otherwise it is a usage error, said on one line of stderr ([`usage_line`]), exit
+/// 2. Neither write panics when the reader is gone.
+pub fn refused_cli(tool: &str, rendered: &str, on_stdout: bool) -> std::process::ExitCode {
+    if on_stdout {
+        out_text(rendered);
+        return std::process::ExitCode::SUCCESS;
+    }
+    error_line(&usage_line(tool, rendered));
+    std::process::ExitCode::from(2)
+}
+
 /// At most `max` characters of `s`, escaped (`\n`, `\u{1b}`, ...) so that an error quoting
 /// it stays one line without raw control bytes; `…` marks a cut.
 ///

@@ -87,14 +87,11 @@ fn main() -> ExitCode {
     let a = match Cli::try_parse() {
         Ok(a) => a,
         Err(e) => {
-            let text = e.render().to_string();
-            if !e.use_stderr() {
-                // --help, --version: what was asked for, on stdout.
-                converse_machine::input::out_text(&text);
-                return ExitCode::SUCCESS;
-            }
-            converse_machine::input::error_line(&converse_machine::input::usage_line("ccs", &text));
-            return ExitCode::from(2);
+            return converse_machine::input::refused_cli(
+                "ccs",
+                &e.render().to_string(),
+                !e.use_stderr(),
+            )
         }
     };
     // A key file is part of the command line: one that cannot be read is a bad argument.

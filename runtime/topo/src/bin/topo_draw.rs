@@ -78,14 +78,11 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
-            let text = e.render().to_string();
-            if !e.use_stderr() {
-                // --help, --version: what was asked for, on stdout.
-                converse::input::out_text(&text);
-                return ExitCode::SUCCESS;
-            }
-            converse::input::error_line(&converse::input::usage_line("topo-draw", &text));
-            return ExitCode::from(2);
+            return converse::input::refused_cli(
+                "topo-draw",
+                &e.render().to_string(),
+                !e.use_stderr(),
+            )
         }
     };
     let done = run(cli).and_then(|w| {

@@ -318,14 +318,11 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(e) => {
-            let text = e.render().to_string();
-            if !e.use_stderr() {
-                // --help, --version: what was asked for, on stdout.
-                converse::input::out_text(&text);
-                return ExitCode::SUCCESS;
-            }
-            converse::input::error_line(&converse::input::usage_line("converse-trace", &text));
-            return ExitCode::from(USAGE_ERROR);
+            return converse::input::refused_cli(
+                "converse-trace",
+                &e.render().to_string(),
+                !e.use_stderr(),
+            )
         }
     };
     if let Cmd::Check { out: Some(_), .. } = cli.cmd {
