@@ -2,6 +2,7 @@
 
 use crate::error::TbonError;
 use crate::topology::Rank;
+use std::rc::Rc;
 
 /// A set of back-ends, by rank. Made by a [`Network`](crate::Network): its broadcast
 /// communicator (every back-end) or one of chosen ranks.
@@ -9,21 +10,22 @@ use crate::topology::Rank;
 pub struct Communicator {
     /// Sorted, no duplicates.
     endpoints: Vec<Rank>,
-    num_backends: usize,
+    /// Every back-end rank of the network when it was made (sorted): those it may add.
+    known: Rc<[Rank]>,
 }
 
 impl Communicator {
-    pub(crate) fn new(num_backends: usize) -> Communicator {
+    pub(crate) fn new(known: Rc<[Rank]>) -> Communicator {
         Communicator {
             endpoints: Vec::new(),
-            num_backends,
+            known,
         }
     }
 
-    pub(crate) fn all(num_backends: usize) -> Communicator {
+    pub(crate) fn all(known: Rc<[Rank]>) -> Communicator {
         Communicator {
-            endpoints: (0..num_backends as Rank).collect(),
-            num_backends,
+            endpoints: known.to_vec(),
+            known,
         }
     }
 
@@ -35,12 +37,18 @@ impl Communicator {
     /// Add back-end `rank` (already there: nothing changes).
     ///
     /// # Errors
-    /// [`TbonError::BadRank`] when no back-end has that rank.
+    /// [`TbonError::BadRank`] when no back-end has that rank (one that attached after the
+    /// communicator was made is not known to it: make another).
     pub fn add_endpoint(&mut self, rank: Rank) -> Result<(), TbonError> {
-        if rank as usize >= self.num_backends {
+        if self.known.binary_search(&rank).is_err() {
+            let n = self.known.len();
+            let why = if n > 0 && self.known[n - 1] as usize == n - 1 {
+                format!("back-ends are ranked 0 to {}", n - 1)
+            } else {
+                format!("the network has {n} back-ends")
+            };
             return Err(TbonError::BadRank(format!(
-                "rank {rank} is not a back-end (back-ends are ranked 0 to {})",
-                self.num_backends as i64 - 1
+                "rank {rank} is not a back-end ({why})"
             )));
         }
         if let Err(at) = self.endpoints.binary_search(&rank) {
@@ -76,19 +84,25 @@ mod tests {
 
     #[test]
     fn endpoints_stay_sorted_and_checked() {
-        let mut c = Communicator::new(4);
+        let known = |n: Rank| -> Rc<[Rank]> { (0..n).collect() };
+        let mut c = Communicator::new(known(4));
         for r in [3, 1, 3, 0] {
             assert!(c.add_endpoint(r).is_ok());
         }
         assert_eq!(c.endpoints(), [0, 1, 3]);
         let e = c.add_endpoint(4).unwrap_err().to_string();
         assert_eq!(e, "rank 4 is not a back-end (back-ends are ranked 0 to 3)");
-        assert_eq!(Communicator::all(3).size(), 3);
-        let mut c = Communicator::all(4);
+        assert_eq!(Communicator::all(known(3)).size(), 3);
+        let mut c = Communicator::all(known(4));
         c.retain(|r| r != 2);
         assert_eq!(c.endpoints(), [0, 1, 3]);
         // A rank left out is still a rank of the tree: it may be added back.
         assert!(c.add_endpoint(2).is_ok());
-        assert!(Communicator::all(3).contains(2));
+        assert!(Communicator::all(known(3)).contains(2));
+        // Attached back-ends' ranks are whatever they chose.
+        let mut c = Communicator::new(vec![7, 900].into());
+        assert!(c.add_endpoint(900).is_ok());
+        let e = c.add_endpoint(8).unwrap_err().to_string();
+        assert_eq!(e, "rank 8 is not a back-end (the network has 2 back-ends)");
     }
 }

@@ -116,6 +116,13 @@ pub enum TbonError {
     /// Creating the network (starting its processes) failed.
     #[error("cannot create the network: {0}")]
     Create(String),
+    /// A back-end could not attach (unreachable parent, wrong secret, rank refused, an
+    /// attach file or argument that does not read).
+    #[error("cannot attach: {0}")]
+    Attach(String),
+    /// An attached back-end's connection to its parent ended.
+    #[error("the connection to the parent ended: {0}")]
+    ParentLost(String),
     /// An operating system call failed.
     #[error("{what}: {reason}")]
     Os {

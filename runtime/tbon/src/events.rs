@@ -65,6 +65,9 @@ pub enum EventKind {
     /// A process died and failure recovery is off: the streams through it fail (class
     /// Error; `rank`: the process).
     NetworkFailed,
+    /// A back-end attached to a leaf of the tree (class Topology; `rank`: the back-end; the
+    /// message names its host and parent). MRNet's `TOPOL_ADD_BE`.
+    BackendAdded,
 }
 
 impl EventKind {
@@ -76,7 +79,8 @@ impl EventKind {
             | EventKind::ShutDown
             | EventKind::ProcessRemoved
             | EventKind::NewParent
-            | EventKind::EndpointRemoved => EventClass::Topology,
+            | EventKind::EndpointRemoved
+            | EventKind::BackendAdded => EventClass::Topology,
             EventKind::FilterFailed
             | EventKind::FilterLoadFailed
             | EventKind::PacketRefused

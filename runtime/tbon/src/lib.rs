@@ -45,6 +45,7 @@
 //! drives the PE with [`Pe::run_until`](converse::Pe::run_until) and
 //! [`Pe::progress`](converse::Pe::progress), nothing private to the runtime.
 
+pub mod attached;
 mod backend;
 mod builtin;
 pub mod codec;
@@ -71,6 +72,7 @@ pub mod topology;
 pub mod topology_file;
 pub mod value;
 
+pub use attached::{AttachFile, AttachPoint, BackEnd};
 pub use backend::{run_backend, run_backend_with};
 pub use codec::{Element, FromElement, Large, Pack, Unpack};
 pub use communicator::Communicator;
@@ -86,7 +88,7 @@ pub use filter::{
 pub use format::{BaseType, ElemType, Format, FormatError, Shape};
 pub use mapping::MapPolicy;
 pub use network::{attach, Network, Options};
-pub use node::Role;
+pub use node::{Role, EXT_QUEUE_BYTES};
 pub use packet::{Packet, PacketError};
 pub use perf::{Aggregate, Context, Metric, PerfData, RankPerfData};
 pub use stream::{FilterType, Stream, StreamSpec, FIRST_USER_STREAM};

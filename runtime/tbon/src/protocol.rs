@@ -11,6 +11,10 @@
 //! | `Error` | up to the front-end | a filter failed, or a packet was refused |
 //! | `Adopted` | from an orphan to its new parent, after a failure | per stream: down packets seen, batches sent up |
 //! | `Reparented` | up to the front-end | a new parent has its orphan's `Adopted` |
+//! | `AttachPoint` | up to the front-end, before `Ready` (attach mode) | where a leaf listens for back-ends |
+//! | `Attach` | up to the front-end | a back-end asks a leaf to join under a rank |
+//! | `Attached` | down the path to that leaf | the front-end's answer: added (on the way) or refused, and why |
+//! | `Detached` | up to the front-end | an attached back-end's connection ended |
 
 use crate::events::EventKind;
 use crate::perf::{Aggregate, Context, Metric, PerfData, Report};
@@ -33,6 +37,10 @@ const ACK: u8 = 7;
 const ERROR: u8 = 8;
 const ADOPTED: u8 = 10;
 const REPARENTED: u8 = 11;
+const ATTACH_POINT: u8 = 12;
+const ATTACH: u8 = 13;
+const ATTACHED: u8 = 14;
+const DETACHED: u8 = 15;
 
 /// What a request asks every process in its scope to do.
 #[derive(Debug, Clone, PartialEq)]
@@ -65,6 +73,9 @@ pub(crate) enum Ctl {
     Plan {
         tree: Vec<(ProcName, Option<usize>)>,
         pes: Vec<usize>,
+        /// Attach mode: the secret back-ends prove to the leaves (hex), and every process is
+        /// internal.
+        attach: Option<String>,
     },
     /// The front-end could not make the network: every PE gives up, saying why.
     Abandon {
@@ -111,6 +122,29 @@ pub(crate) enum Ctl {
     Reparented {
         rank: Rank,
         parent: Rank,
+    },
+    /// Up to the front-end: leaf `rank` takes back-ends at `addr` (`tcp://HOST:PORT`).
+    AttachPoint {
+        rank: Rank,
+        addr: String,
+    },
+    /// Up to the front-end: a back-end on `host` asks leaf `leaf` to join as `rank`.
+    Attach {
+        leaf: Rank,
+        rank: Rank,
+        host: String,
+    },
+    /// Down the path to `leaf`: back-end `rank` is in (`refused` empty), or why not.
+    Attached {
+        leaf: Rank,
+        rank: Rank,
+        host: String,
+        refused: String,
+    },
+    /// Up to the front-end: attached back-end `rank` is gone, and why.
+    Detached {
+        rank: Rank,
+        why: String,
     },
 }
 
@@ -212,7 +246,7 @@ impl Ctl {
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut e = Enc::default();
         match self {
-            Ctl::Plan { tree, pes } => {
+            Ctl::Plan { tree, pes, attach } => {
                 e.u8(PLAN).u32(tree.len() as u32);
                 for ((name, parent), pe) in tree.iter().zip(pes) {
                     e.str(&name.host)
@@ -220,6 +254,10 @@ impl Ctl {
                         .u32(parent.map_or(u32::MAX, |p| p as u32))
                         .u32(*pe as u32);
                 }
+                match attach {
+                    Some(secret) => e.u8(1).str(secret),
+                    None => e.u8(0),
+                };
             }
             Ctl::Abandon { reason } => {
                 e.u8(ABANDON).str(reason);
@@ -309,6 +347,23 @@ impl Ctl {
             Ctl::Reparented { rank, parent } => {
                 e.u8(REPARENTED).u32(*rank).u32(*parent);
             }
+            Ctl::AttachPoint { rank, addr } => {
+                e.u8(ATTACH_POINT).u32(*rank).str(addr);
+            }
+            Ctl::Attach { leaf, rank, host } => {
+                e.u8(ATTACH).u32(*leaf).u32(*rank).str(host);
+            }
+            Ctl::Attached {
+                leaf,
+                rank,
+                host,
+                refused,
+            } => {
+                e.u8(ATTACHED).u32(*leaf).u32(*rank).str(host).str(refused);
+            }
+            Ctl::Detached { rank, why } => {
+                e.u8(DETACHED).u32(*rank).str(why);
+            }
         }
         e.0
     }
@@ -328,7 +383,12 @@ impl Ctl {
                     let parent = (parent != u32::MAX).then_some(parent as usize);
                     tree.push((ProcName { host, instance }, parent));
                 }
-                Ctl::Plan { tree, pes }
+                let attach = match d.u8()? {
+                    0 => None,
+                    1 => Some(d.str()?),
+                    _ => return None,
+                };
+                Ctl::Plan { tree, pes, attach }
             }
             ABANDON => Ctl::Abandon { reason: d.str()? },
             READY => Ctl::Ready,
@@ -429,6 +489,25 @@ impl Ctl {
                 rank: d.u32()?,
                 parent: d.u32()?,
             },
+            ATTACH_POINT => Ctl::AttachPoint {
+                rank: d.u32()?,
+                addr: d.str()?,
+            },
+            ATTACH => Ctl::Attach {
+                leaf: d.u32()?,
+                rank: d.u32()?,
+                host: d.str()?,
+            },
+            ATTACHED => Ctl::Attached {
+                leaf: d.u32()?,
+                rank: d.u32()?,
+                host: d.str()?,
+                refused: d.str()?,
+            },
+            DETACHED => Ctl::Detached {
+                rank: d.u32()?,
+                why: d.str()?,
+            },
             _ => return None,
         };
         d.end()?;
@@ -450,6 +529,31 @@ mod tests {
                     (ProcName::new("be", 3), Some(0)),
                 ],
                 pes: vec![0, 5],
+                attach: None,
+            },
+            Ctl::Plan {
+                tree: vec![(ProcName::new("fe", 0), None)],
+                pes: vec![0],
+                attach: Some("00ff".into()),
+            },
+            Ctl::AttachPoint {
+                rank: 1 << 24,
+                addr: "tcp://10.0.0.1:4000".into(),
+            },
+            Ctl::Attach {
+                leaf: (1 << 24) + 3,
+                rank: 10_000,
+                host: "node7".into(),
+            },
+            Ctl::Attached {
+                leaf: (1 << 24) + 3,
+                rank: 10_000,
+                host: "node7".into(),
+                refused: "rank 10000 is taken".into(),
+            },
+            Ctl::Detached {
+                rank: 10_000,
+                why: "it closed its connection".into(),
             },
             Ctl::Ready,
             Ctl::Abandon {

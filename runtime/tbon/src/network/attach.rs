@@ -8,6 +8,7 @@ use crate::node::{after_handler, install};
 use crate::protocol::Ctl;
 use crate::topology::Topology;
 use converse::Pe;
+use converse_endpoint::Secret;
 use std::rc::Rc;
 
 /// How a network is laid over a job.
@@ -16,6 +17,7 @@ pub struct Options {
     policy: MapPolicy,
     filters: Vec<(String, Rc<dyn Filter>)>,
     failure_recovery: Option<bool>,
+    attach_backends: bool,
 }
 
 // By hand: it holds closures and the overlay's state, which have no useful text form.
@@ -38,6 +40,20 @@ impl Options {
     /// effect only in a job that survives node failures (see [`attach`]).
     pub fn failure_recovery(mut self, on: bool) -> Options {
         self.failure_recovery = Some(on);
+        self
+    }
+
+    /// Back-end attach mode (MRNet's, instantiation mode 2): every process of the topology
+    /// is internal, and back-ends started apart — by `mpirun` for the application a tool
+    /// watches, by `srun`, by hand on another host — attach to its leaves later, each under
+    /// a rank of its own choosing ([`BackEnd::attach`](crate::BackEnd::attach), or the C
+    /// library). The front-end learns where the leaves listen from
+    /// [`Network::attach_points`] (and writes them for the back-ends with
+    /// [`Network::write_attach_file`]); each back-end that joins is an
+    /// [`EventKind::BackendAdded`](crate::EventKind::BackendAdded) event, and communicators
+    /// made after it include it ([`Network::wait_for_backends`] waits for a number of them).
+    pub fn attach_backends(mut self, on: bool) -> Options {
+        self.attach_backends = on;
         self
     }
 
@@ -107,6 +123,9 @@ pub fn attach<'p>(
     topology: impl FnOnce(&Pe) -> Result<Topology, TbonError>,
 ) -> Result<Network<'p>, TbonError> {
     let node = install(pe)?;
+    if opts.attach_backends {
+        crate::node::endpoints(pe, &node);
+    }
     let wanted = match opts.failure_recovery {
         Some(on) => Ok(on),
         None => recovery_from_env(),
@@ -144,8 +163,10 @@ pub fn attach<'p>(
         last_format: None,
     };
     if net.pe.my_pe() == 0 {
+        let attach_mode = opts.attach_backends;
         let plan = wanted.and_then(|_| topology(net.pe)).and_then(|t| {
-            // A front-end alone would wait forever for replies nobody sends.
+            // A front-end alone would wait forever for replies nobody sends (in attach
+            // mode: it has no leaf to attach to).
             t.require_backends()?;
             let hosts = pe_hosts(net.pe);
             let host_refs: Vec<&str> = hosts.iter().map(String::as_str).collect();
@@ -155,7 +176,13 @@ pub fn attach<'p>(
                 .iter()
                 .map(|n| (n.name().clone(), n.parent()))
                 .collect();
-            Ok(Ctl::Plan { tree, pes })
+            let attach = if attach_mode {
+                let s = Secret::generate().map_err(|e| TbonError::Create(e.to_string()))?;
+                Some(s.to_hex())
+            } else {
+                None
+            };
+            Ok(Ctl::Plan { tree, pes, attach })
         });
         match plan {
             // The front-end takes the plan first; it goes down the tree from there.
@@ -171,6 +198,8 @@ pub fn attach<'p>(
         net.wait_for(|n| n.ready || n.abandoned.is_some())?;
     } else {
         net.wait_for(|n| n.place.is_some() || n.abandoned.is_some())?;
+        // A leaf of an attach-mode tree listens now, then reports in.
+        crate::node::listen(net.pe, &net.node);
     }
     let abandoned = net.node.borrow().abandoned.clone();
     if let Some(reason) = abandoned {

@@ -11,6 +11,7 @@
 //! `filters.rs`, `perf.rs`, `events.rs`.
 
 mod attach;
+mod attached;
 mod events;
 mod filters;
 mod perf;
@@ -63,6 +64,18 @@ impl<'p> Network<'p> {
             return Ok(());
         }
         let ran = self.pe.run_until(|_| cond(&node.borrow()));
+        self.refresh_topology();
+        if ran {
+            Ok(())
+        } else {
+            Err(TbonError::JobEnded)
+        }
+    }
+
+    /// Run the scheduler until `cond` holds (a condition on more than the node).
+    fn wait_for_pe(&mut self, mut cond: impl FnMut() -> bool) -> Result<(), TbonError> {
+        let ran = self.pe.run_until(|_| cond());
+        after_handler(&self.node);
         self.refresh_topology();
         if ran {
             Ok(())
@@ -161,12 +174,17 @@ impl<'p> Network<'p> {
         }
     }
 
-    /// The PE that runs the process of rank `rank`.
+    /// The PE that runs the process of rank `rank` (`None` for an attached back-end, a
+    /// process outside the job).
     pub fn pe_of(&self, rank: Rank) -> Option<usize> {
         let n = self.node.borrow();
         let place = n.place.as_ref()?;
         place.topo.find_rank(rank)?;
-        place.orig.find_rank(rank).map(|i| place.pes[i])
+        place
+            .orig
+            .find_rank(rank)
+            .and_then(|i| place.pes.get(i).copied())
+            .filter(|&p| p != crate::node::NO_PE)
     }
 
     /// Where this process is in the tree (what filters see).
@@ -259,9 +277,7 @@ impl<'p> Network<'p> {
             if n.shut_down {
                 return Err(TbonError::ShutDown);
             }
-            // Counted, not built: this runs on every send.
-            let num_backends = n.num_backends();
-            match n.streams.get_mut(&s.id) {
+            let single = match n.streams.get_mut(&s.id) {
                 Some(st) if st.closed => return Err(TbonError::StreamClosed(s.id)),
                 Some(st) if st.failed.is_some() => {
                     let rank = st.failed.unwrap_or(Rank::MAX);
@@ -271,13 +287,16 @@ impl<'p> Network<'p> {
                     st.perf.count(Context::Send, 1, p.data_len() as u64);
                     // A back-end's batch is one packet (failure recovery counts them).
                     st.up_sent += 1;
+                    false
                 }
-                Some(_) => {}
-                None if role == Role::FrontEnd
-                    && s.id < FIRST_USER_STREAM
-                    && (s.id as usize) < num_backends => {}
-                None if role == Role::BackEnd && Some(s.id) == Some(rank) => {}
+                Some(_) => false,
+                None if role == Role::FrontEnd && s.id < FIRST_USER_STREAM => true,
+                None if role == Role::BackEnd && Some(s.id) == Some(rank) => false,
                 None => return Err(TbonError::NoStream(s.id)),
+            };
+            // A singlecast stream is a back-end's rank (a search, only on those streams).
+            if single && !n.is_backend(s.id) {
+                return Err(TbonError::NoStream(s.id));
             }
         }
         match role {
@@ -318,7 +337,7 @@ impl<'p> Network<'p> {
         values: impl Pack,
     ) -> Result<(), TbonError> {
         self.front_end("send_to_backend")?;
-        if be as usize >= self.node.borrow().num_backends() {
+        if !self.node.borrow().is_backend(be) {
             return Err(TbonError::BadRank(format!("rank {be} is not a back-end")));
         }
         if self.node.borrow().recovery.dead().contains(&be) {

@@ -25,7 +25,7 @@ impl<'p> Network<'p> {
         &self,
         ranks: impl IntoIterator<Item = Rank>,
     ) -> Result<Communicator, TbonError> {
-        let mut c = Communicator::new(self.node.borrow().num_backends());
+        let mut c = Communicator::new(self.node.borrow().backend_ranks());
         for r in ranks {
             c.add_endpoint(r)?;
         }

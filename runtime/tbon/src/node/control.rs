@@ -29,14 +29,20 @@ impl Node {
         let src = msg.src_pe() as usize;
         let from_below = matches!(
             ctl,
-            Ctl::Ack { .. } | Ctl::Error { .. } | Ctl::Adopted { .. } | Ctl::Reparented { .. }
+            Ctl::Ack { .. }
+                | Ctl::Error { .. }
+                | Ctl::Adopted { .. }
+                | Ctl::Reparented { .. }
+                | Ctl::AttachPoint { .. }
+                | Ctl::Attach { .. }
+                | Ctl::Detached { .. }
         );
         if from_below && self.held_back(src) {
             // An orphan adopted here before this process learned of the death.
             return self.recovery.hold(msg.clone(), super::Kind::Ctl);
         }
         match ctl {
-            Ctl::Plan { tree, pes } => self.take_plan(pe, tree, pes, msg.payload()),
+            Ctl::Plan { tree, pes, attach } => self.take_plan(pe, tree, pes, attach, msg.payload()),
             Ctl::Abandon { reason } => {
                 tracing::debug!(target: "tbon", "the front-end abandoned the network: {reason}");
                 if self.place.is_some() && !self.shut_down {
@@ -87,6 +93,10 @@ impl Node {
             },
             Ctl::Adopted { rank, streams } => self.on_adopted(pe, rank, &streams),
             Ctl::Reparented { rank, parent } => self.on_reparented(pe, rank, parent, msg),
+            ctl @ (Ctl::AttachPoint { .. }
+            | Ctl::Attach { .. }
+            | Ctl::Attached { .. }
+            | Ctl::Detached { .. }) => self.on_attach_ctl(pe, ctl, None),
         }
     }
 
@@ -179,6 +189,28 @@ impl Node {
                 let c = &place.children[k];
                 !c.adopting && !dead.contains(&c.rank)
             });
+        }
+        // Attached back-ends are answered for here (they run no filter and keep no
+        // performance data): no request waits on a program outside the job. The shutdown
+        // is told to them.
+        if let Some(place) = &self.place {
+            let ext: Vec<usize> = kids
+                .iter()
+                .copied()
+                .filter(|&k| place.children[k].ext.is_some())
+                .collect();
+            if !ext.is_empty() {
+                kids.retain(|&k| place.children[k].ext.is_none());
+                if matches!(what, Req::Shutdown) {
+                    let body = Ctl::Request {
+                        req,
+                        scope,
+                        what: Req::Shutdown,
+                    }
+                    .encode();
+                    self.to_kids(pe, &ext, &body);
+                }
+            }
         }
         let waiting: Vec<Rank> = self
             .place

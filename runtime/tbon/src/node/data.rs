@@ -2,7 +2,8 @@
 //! going up (grouped into waves by the stream's synchronizer, filtered, sent to the parent or
 //! delivered to the front-end's inbox), and the timers of timeout synchronization.
 
-use super::{after_handler, Node, Role};
+use super::attached::send_to;
+use super::{after_handler, Child, Node, Role};
 use crate::events::EventKind;
 use crate::filter::{Filter, FilterContext, TFILTER_NULL};
 use crate::packet::Packet;
@@ -82,8 +83,15 @@ impl Node {
             // A back-end's singlecast stream: towards the child that has it, unfiltered.
             let target = place.children.iter().position(|c| c.be.contains(&sid));
             if let Some(k) = target {
-                let pe_k = place.children[k].pe;
-                pe.send_msg(pe_k, self.h.down, p.into_message(&[]));
+                let to = place.children[k].to();
+                send_to(
+                    pe,
+                    &self.h,
+                    &self.attach,
+                    to,
+                    self.h.down,
+                    p.into_message(&[]),
+                );
             }
             return;
         }
@@ -198,30 +206,63 @@ impl Node {
                 st.window_bytes -= old.payload_len();
             }
         }
-        let Some(mut cur) = targets.next() else {
+        let Some(mut cur) = targets.next().map(Child::to) else {
             return;
         };
         st.perf.count(Context::Send, 1, bytes);
         // Every child but the last gets a copy; the last gets the message itself.
         for next in targets {
-            pe.send_msg(cur.pe, self.h.down, msg.clone());
-            cur = next;
+            send_to(pe, &self.h, &self.attach, cur, self.h.down, msg.clone());
+            cur = next.to();
         }
-        pe.send_msg(cur.pe, self.h.down, msg);
+        send_to(pe, &self.h, &self.attach, cur, self.h.down, msg);
     }
 
     /// A packet from a child comes up to this process.
     pub(crate) fn on_up(&mut self, pe: &mut Pe, msg: Message, weak: &Weak<RefCell<Node>>) {
+        self.on_up_from(pe, msg, None, weak);
+    }
+
+    /// A packet comes up from a child PE (`ext` `None`: the runtime stamped which), or from
+    /// attached back-end `ext` through its connection.
+    pub(crate) fn on_up_from(
+        &mut self,
+        pe: &mut Pe,
+        msg: Message,
+        ext: Option<Rank>,
+        weak: &Weak<RefCell<Node>>,
+    ) {
         let src = msg.src_pe() as usize;
-        let p = match Packet::from_message(msg) {
+        let from = || match ext {
+            Some(r) => format!("attached back-end {r}"),
+            None => format!("PE {src}"),
+        };
+        let mut p = match Packet::from_message(msg) {
             Ok(p) => p,
             Err(e) => {
-                return self.refuse(pe, None, format!("a packet coming up from PE {src}: {e}"))
+                let why = format!("a packet coming up from {}: {e}", from());
+                return self.refuse(pe, None, why);
             }
         };
         let sid = p.stream_id();
         let Some(place) = &self.place else { return };
-        let Some(child) = place.children.iter().position(|c| c.pe == src) else {
+        let child = match ext {
+            Some(r) => {
+                // A program outside the job: its packets say who sent them as the leaf
+                // knows it, and it sends only on its streams and its own singlecast.
+                p.set_src_rank(r);
+                if sid < FIRST_USER_STREAM && sid != r {
+                    let why = format!("a packet on another back-end's stream from {}", from());
+                    return self.refuse(pe, Some(sid), why);
+                }
+                place
+                    .children
+                    .iter()
+                    .position(|c| c.rank == r && c.ext.is_some())
+            }
+            None => place.children.iter().position(|c| c.pe == src),
+        };
+        let Some(child) = child else {
             if self.held_back(src) {
                 // An orphan adopted here before this process learned of the death.
                 let more = p.more();
@@ -229,11 +270,8 @@ impl Node {
                     .recovery
                     .hold(p.into_message_with(&[], more), super::Kind::Up);
             }
-            return self.refuse(
-                pe,
-                Some(sid),
-                format!("a packet from PE {src}, not a child"),
-            );
+            let why = format!("a packet from {}, not a child", from());
+            return self.refuse(pe, Some(sid), why);
         };
         if sid < FIRST_USER_STREAM && !self.streams.contains_key(&sid) {
             // Singlecast: straight on up, unfiltered.

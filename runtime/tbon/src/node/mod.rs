@@ -22,6 +22,7 @@
 //! parameters), `data.rs` (packets down and up, waves, filters) and `control.rs` (requests and
 //! their acknowledgements).
 
+mod attached;
 mod control;
 mod data;
 mod plan;
@@ -29,6 +30,8 @@ mod recover;
 mod singlecast;
 mod streams;
 
+pub use attached::EXT_QUEUE_BYTES;
+pub(crate) use attached::{endpoints, listen};
 pub(crate) use recover::{lost_wave, Recovery};
 
 use crate::builtin::builtin;
@@ -70,13 +73,68 @@ pub(crate) struct Handlers {
     pub ctl: HandlerId,
 }
 
+/// The back-end ranks below a child: a range while they are consecutive (every tree made
+/// from a topology, so routing is a range check), the exact ranks once back-ends attached
+/// under ranks of their own choosing.
+#[derive(Debug, Clone)]
+pub(crate) enum BeSet {
+    Range(Range<Rank>),
+    Exact(Rc<[Rank]>),
+}
+
+impl BeSet {
+    /// Node `i`'s back-ends in `topo`.
+    pub(crate) fn of(topo: &Topology, i: usize) -> BeSet {
+        match topo.backend_ranks_exact(i) {
+            Some(v) => BeSet::Exact(v.into()),
+            None => BeSet::Range(topo.nodes()[i].backend_ranks()),
+        }
+    }
+
+    pub(crate) fn contains(&self, r: &Rank) -> bool {
+        match self {
+            BeSet::Range(x) => x.contains(r),
+            BeSet::Exact(v) => v.binary_search(r).is_ok(),
+        }
+    }
+
+    /// Whether any of `sorted` is in the set.
+    pub(crate) fn meets(&self, sorted: &[Rank]) -> bool {
+        match self {
+            BeSet::Range(r) => {
+                let i = sorted.partition_point(|&x| x < r.start);
+                sorted.get(i).is_some_and(|&x| x < r.end)
+            }
+            BeSet::Exact(v) => {
+                // Both sorted: a merge walk.
+                let (mut a, mut b) = (0, 0);
+                while a < sorted.len() && b < v.len() {
+                    match sorted[a].cmp(&v[b]) {
+                        std::cmp::Ordering::Less => a += 1,
+                        std::cmp::Ordering::Greater => b += 1,
+                        std::cmp::Ordering::Equal => return true,
+                    }
+                }
+                false
+            }
+        }
+    }
+}
+
+/// A PE that is no PE: the entry of an attached back-end in a plan's table of PEs (it is a
+/// process outside the job, reached through its connection).
+pub(crate) const NO_PE: usize = usize::MAX;
+
 /// A child of this process.
 #[derive(Debug, Clone)]
 pub(crate) struct Child {
+    /// Its PE ([`NO_PE`] for an attached back-end).
     pub pe: usize,
+    /// An attached back-end: its connection to this process.
+    pub ext: Option<converse_endpoint::Peer>,
     pub rank: Rank,
     /// Back-end ranks below it.
-    pub be: Range<Rank>,
+    pub be: BeSet,
     /// Adopted after a failure and not yet heard from (its `Adopted`): nothing is routed to
     /// it until then, so what it missed reaches it first, in order.
     pub adopting: bool,
@@ -274,6 +332,8 @@ pub(crate) struct Node {
     /// Front-end, failure recovery: singlecast packets kept for back-ends below an internal
     /// process.
     single: singlecast::Singlecasts,
+    /// Attach mode: the secret, a leaf's listener and its attached back-ends.
+    pub attach: attached::AttachState,
     /// Scratch vectors reused for every wave, so a wave allocates no vector.
     wave: Vec<Packet>,
     out: Vec<Packet>,
@@ -306,6 +366,7 @@ impl Node {
             stream_fds: HashMap::new(),
             recovery: Recovery::default(),
             single: singlecast::Singlecasts::default(),
+            attach: attached::AttachState::default(),
             wave: Vec::new(),
             out: Vec::new(),
             rev: Vec::new(),
@@ -332,6 +393,11 @@ impl Node {
 
     fn my_rank(&self) -> Rank {
         self.place.as_ref().map_or(Rank::MAX, |p| p.info.rank)
+    }
+
+    /// This process's rank (`Rank::MAX` before the plan).
+    pub(crate) fn my_rank_pub(&self) -> Rank {
+        self.my_rank()
     }
 
     /// Record an event (and wake whoever waits on its descriptor).
@@ -395,15 +461,26 @@ impl Node {
         self.event(kind, s, Some(rank), reason);
     }
 
-    /// How many back-ends the tree was made with (0 before the plan arrived): back-ends are
-    /// ranked below it, dead ones included (their ranks are not given again).
-    pub(crate) fn num_backends(&self) -> usize {
-        self.place.as_ref().map_or(0, |p| p.orig.num_backends())
+    /// The back-end ranks of the tree as made and as grown (attached back-ends), dead ones
+    /// included: the ranks a communicator may name.
+    pub(crate) fn backend_ranks(&self) -> Rc<[Rank]> {
+        let Some(place) = &self.place else {
+            return Rc::from(Vec::new());
+        };
+        let o = &place.orig;
+        o.backends().iter().map(|&i| o.nodes()[i].rank()).collect()
+    }
+
+    /// Whether `rank` is a back-end of the tree (dead or alive).
+    pub(crate) fn is_backend(&self, rank: Rank) -> bool {
+        self.place.as_ref().is_some_and(|p| {
+            rank < crate::topology::FIRST_INTERNAL_RANK && p.orig.find_rank(rank).is_some()
+        })
     }
 
     /// The broadcast communicator's end-points: every back-end alive.
     pub(crate) fn all_backends(&self) -> Communicator {
-        let mut c = Communicator::all(self.num_backends());
+        let mut c = Communicator::all(self.backend_ranks());
         if self.recovery.any_dead() {
             c.retain(|r| !self.recovery.dead().contains(&r));
         }

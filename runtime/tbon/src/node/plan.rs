@@ -5,7 +5,7 @@ use super::{Child, Node, Place, Role};
 use crate::events::EventKind;
 use crate::filter::TopologyLocalInfo;
 use crate::protocol::Ctl;
-use crate::topology::Topology;
+use crate::topology::{Topology, FIRST_INTERNAL_RANK};
 use converse::Message;
 use converse::Pe;
 use std::rc::Rc;
@@ -39,13 +39,11 @@ impl Place {
         let n = &topo.nodes()[i];
         let role = if i == 0 {
             Role::FrontEnd
-        } else if orig
-            .find_rank(n.rank())
-            .is_some_and(|o| orig.nodes()[o].num_children() == 0)
-        {
+        } else if n.rank() < FIRST_INTERNAL_RANK {
             Role::BackEnd
         } else {
-            // An internal process whose children all died stays internal.
+            // By rank: an internal process whose children all died stays internal, and so do
+            // the leaves of an attach-mode tree.
             Role::Internal
         };
         let children: Vec<Child> = n
@@ -53,8 +51,9 @@ impl Place {
             .iter()
             .map(|&c| Child {
                 pe: pe_of(c),
+                ext: None,
                 rank: topo.nodes()[c].rank(),
-                be: topo.nodes()[c].backend_ranks(),
+                be: super::BeSet::of(&topo, c),
                 adopting: false,
             })
             .collect();
@@ -62,7 +61,9 @@ impl Place {
             rank: n.rank(),
             parent: n.parent().map(|p| topo.nodes()[p].rank()),
             children: children.iter().map(|c| c.rank).collect(),
-            num_backends_below: n.backend_ranks().len(),
+            num_backends_below: topo
+                .backend_ranks_exact(i)
+                .map_or(n.backend_ranks().len(), |v| v.len()),
             num_nodes: topo.num_nodes(),
             num_backends: topo.num_backends(),
             depth: n.depth(),
@@ -87,15 +88,19 @@ impl Node {
         pe: &mut Pe,
         tree: Vec<(crate::topology::ProcName, Option<usize>)>,
         pes: Vec<usize>,
+        attach: Option<String>,
         raw: &[u8],
     ) {
         if self.place.is_some() {
             return;
         }
-        let Some(topo) = Topology::from_parents(tree) else {
+        let Some(mut topo) = Topology::from_parents(tree) else {
             self.abandoned = Some("the front-end sent a tree that is not breadth-first".into());
             return;
         };
+        if attach.is_some() {
+            topo = topo.all_internal();
+        }
         if pes.len() != topo.num_nodes() || pes.iter().any(|&p| p >= pe.num_pes()) {
             self.abandoned = Some("the front-end sent a plan for other PEs".into());
             return;
@@ -123,6 +128,8 @@ impl Node {
             }
         }
         self.place = Some(place);
+        // A leaf of an attach-mode tree reports in once it listens (`attach` starts it).
+        self.take_attach_secret(attach);
         if !spare {
             self.maybe_ready(pe);
         }
@@ -131,7 +138,7 @@ impl Node {
     /// Report up once this process and every child are in.
     pub(super) fn maybe_ready(&mut self, pe: &mut Pe) {
         let Some(place) = &self.place else { return };
-        if self.ready || self.ready_from < place.children.len() {
+        if self.ready || self.ready_from < place.children.len() || self.attach.must_listen {
             return;
         }
         self.ready = true;

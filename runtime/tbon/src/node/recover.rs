@@ -30,7 +30,8 @@
 //!
 //! [`Synchronizer::child_died`]: crate::Synchronizer::child_died
 
-use super::streams::{intersects, is_internal};
+use super::streams::is_internal;
+use super::BeSet;
 use super::{run_one, Kind, Node, Place, Role};
 use crate::error::TbonError;
 use crate::events::EventKind;
@@ -181,12 +182,47 @@ impl Node {
         if place.role == Role::Spare {
             return;
         }
-        let newly: Vec<Rank> = failure
+        let mut newly: Vec<Rank> = failure
             .pes
             .clone()
             .filter_map(|p| self.rank_of_pe(p))
-            .filter(|r| !self.recovery.dead.contains(r))
             .collect();
+        // Back-ends attached to a process that died went with their connection.
+        newly.extend(self.attached_below(&newly));
+        self.ranks_lost_at(pe, newly, &failure.reason, failure.pes.start, Some(weak));
+    }
+
+    /// Attached back-ends left (their connections ended), for `reason`: the tree is made
+    /// again without them, as after a node failure with recovery on, whatever recovery's
+    /// setting — in attach mode back-ends come and go while nothing of the job has died, and
+    /// the streams go on over the others.
+    pub(crate) fn ranks_lost(
+        &mut self,
+        pe: &mut Pe,
+        newly: Vec<Rank>,
+        reason: &str,
+        weak: Option<&Weak<RefCell<Node>>>,
+    ) {
+        self.ranks_lost_at(pe, newly, reason, super::NO_PE, weak);
+    }
+
+    /// Processes of the tree are gone: PEs that died (`first_pe` the first of them), or
+    /// attached back-ends that left (`first_pe` is `NO_PE`).
+    fn ranks_lost_at(
+        &mut self,
+        pe: &mut Pe,
+        mut newly: Vec<Rank>,
+        reason: &str,
+        first_pe: usize,
+        weak: Option<&Weak<RefCell<Node>>>,
+    ) {
+        let left = first_pe == super::NO_PE;
+        let Some(place) = &self.place else { return };
+        if place.role == Role::Spare {
+            return;
+        }
+        newly.retain(|r| !self.recovery.dead.contains(r));
+        newly.dedup();
         if newly.is_empty() {
             return;
         }
@@ -203,10 +239,10 @@ impl Node {
                         .find_rank(newly[0])
                         .and_then(|i| p.pes.get(i).copied())
                 })
-                .unwrap_or(failure.pes.start);
+                .unwrap_or(first_pe);
             let reason = format!(
-                "process {} (PE {on_pe}) died while the network was being made ({})",
-                newly[0], failure.reason
+                "process {} (PE {on_pe}) died while the network was being made ({reason})",
+                newly[0]
             );
             self.abandon(pe, reason);
         }
@@ -217,17 +253,17 @@ impl Node {
                 "failure recovery is off"
             };
             for &r in &newly {
-                self.event(
-                    EventKind::ProcessRemoved,
-                    None,
-                    Some(r),
-                    format!("process {r} died ({}); {what}", failure.reason),
-                );
+                let msg = if left {
+                    format!("attached back-end {r} left: {reason}")
+                } else {
+                    format!("process {r} died ({reason}); {what}")
+                };
+                self.event(EventKind::ProcessRemoved, None, Some(r), msg);
             }
         }
-        if !self.recovery.on {
+        if !self.recovery.on && !left {
             if fe {
-                self.fail_streams(&newly, &failure.reason);
+                self.fail_streams(&newly, reason);
             } else if let Some(r) = self.cut_off_by(&newly) {
                 // Nothing from the front-end reaches this process again, its shutdown
                 // request included: its waits end now, as a shutdown's would.
@@ -237,8 +273,7 @@ impl Node {
                     None,
                     Some(r),
                     format!(
-                        "process {r} above this one died ({}) and failure recovery is off:                          cut off from the front-end",
-                        failure.reason
+                        "process {r} above this one died ({reason}) and failure recovery is off: cut off from the front-end"
                     ),
                 );
             }
@@ -250,13 +285,7 @@ impl Node {
         };
         let new = Rc::new(place.orig.without(&self.recovery.dead));
         let mut fresh = Place::build(new, place.orig.clone(), place.pes.clone(), pe.my_pe());
-        for c in &mut fresh.children {
-            c.adopting = place
-                .children
-                .iter()
-                .find(|o| o.rank == c.rank)
-                .is_none_or(|o| o.adopting);
-        }
+        self.patch_children(&mut fresh, &place, true);
         let parent_changed = fresh.parent_pe != place.parent_pe;
         self.place = Some(fresh);
         let mut reconnected = Vec::new();
@@ -276,7 +305,9 @@ impl Node {
         for r in reconnected {
             self.single_release(pe, r);
         }
-        self.replay_held(pe, weak);
+        if let Some(weak) = weak {
+            self.replay_held(pe, weak);
+        }
         for id in ids {
             self.take_ready(pe, id);
         }
@@ -383,7 +414,7 @@ impl Node {
             }
             let hit = newly.iter().copied().find(|&r| {
                 orig.find_rank(r)
-                    .is_some_and(|i| intersects(&st.endpoints, &orig.nodes()[i].backend_ranks()))
+                    .is_some_and(|i| BeSet::of(&orig, i).meets(&st.endpoints))
             });
             if let Some(r) = hit {
                 st.failed = Some(r);
@@ -424,9 +455,18 @@ impl Node {
             .children
             .iter()
             .enumerate()
-            .filter(|(_, c)| intersects(&st.endpoints, &c.be))
+            .filter(|(_, c)| c.be.meets(&st.endpoints))
             .map(|(i, _)| i)
             .collect();
+        // A child alive whose back-ends of the stream all died (a leaf whose attached
+        // back-ends left, an internal process whose back-ends died) gives nothing more: its
+        // slot ends as a dead child's would, or every later wave would wait for it.
+        for (slot, r) in st.slot_rank.iter().enumerate() {
+            let in_stream = kids.iter().any(|&k| place.children[k].rank == *r);
+            if !in_stream && !dead.contains(r) {
+                st.sync.child_died(slot);
+            }
+        }
         let mut slots = Vec::with_capacity(kids.len());
         for &k in &kids {
             let r = place.children[k].rank;

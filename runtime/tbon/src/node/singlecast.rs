@@ -18,6 +18,7 @@
 //!   waited) is lost: the back-end's next receive on its stream says so
 //!   ([`TbonError::WaveLost`]).
 
+use super::attached::{send_to, To};
 use super::data::{WINDOW, WINDOW_BYTES};
 use super::Node;
 use crate::error::TbonError;
@@ -57,14 +58,14 @@ impl Singlecasts {
 }
 
 impl Node {
-    /// The PE of the child through which back-end `be` is reached now.
-    fn single_route(&self, be: Rank) -> Option<usize> {
+    /// The child through which back-end `be` is reached now.
+    fn single_route(&self, be: Rank) -> Option<To> {
         let place = self.place.as_ref()?;
         place
             .children
             .iter()
             .find(|c| c.be.contains(&be))
-            .map(|c| c.pe)
+            .map(|c| c.to())
     }
 
     /// Front-end: send packet `p` to back-end `be` on its singlecast stream, numbering and
@@ -75,7 +76,14 @@ impl Node {
         // A back-end adopted by the front-end itself still waits for what is given again.
         if !self.recovery.on || (direct && !self.single.waiting.contains(&be)) {
             if let Some(to) = self.single_route(be) {
-                pe.send_msg(to, self.h.down, p.into_message(&[]));
+                send_to(
+                    pe,
+                    &self.h,
+                    &self.attach,
+                    to,
+                    self.h.down,
+                    p.into_message(&[]),
+                );
             }
             return;
         }
@@ -95,7 +103,7 @@ impl Node {
         self.trim_single_window();
         if send_now {
             if let Some(to) = self.single_route(be) {
-                pe.send_msg(to, self.h.down, msg);
+                send_to(pe, &self.h, &self.attach, to, self.h.down, msg);
             }
         }
     }
@@ -185,7 +193,7 @@ impl Node {
         tracing::debug!(target: "tbon", rank, packets = out.len(), "singlecast packets given again after a re-connection");
         for (be, m) in out {
             if let Some(to) = self.single_route(be) {
-                pe.send_msg(to, h, m);
+                send_to(pe, &self.h, &self.attach, to, h, m);
             }
         }
     }

@@ -10,8 +10,7 @@ use crate::protocol::Ctl;
 use crate::stream::{FilterType, StreamSpec};
 use crate::sync::{SyncMode, Synchronizer};
 use crate::topology::Rank;
-use converse::Pe;
-use std::ops::Range;
+use converse::{Message, Pe};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -28,7 +27,7 @@ impl Node {
                 .children
                 .iter()
                 .enumerate()
-                .filter(|(_, c)| intersects(&endpoints, &c.be))
+                .filter(|(_, c)| c.be.meets(&endpoints))
                 .map(|(i, _)| i)
                 .collect::<Vec<_>>();
             let slot_rank: Vec<Rank> = kids.iter().map(|&k| place.children[k].rank).collect();
@@ -110,7 +109,13 @@ impl Node {
     pub(super) fn to_kids(&self, pe: &mut Pe, kids: &[usize], body: &[u8]) {
         let Some(place) = &self.place else { return };
         for &k in kids {
-            pe.send(place.children[k].pe, self.h.ctl, body);
+            let c = &place.children[k];
+            if c.ext.is_some() {
+                let msg = Message::from_payload(body);
+                super::attached::send_to(pe, &self.h, &self.attach, c.to(), self.h.ctl, msg);
+            } else {
+                pe.send(c.pe, self.h.ctl, body);
+            }
         }
     }
 
@@ -180,12 +185,6 @@ pub(super) fn is_internal(r: Rank) -> bool {
     r >= crate::topology::FIRST_INTERNAL_RANK
 }
 
-/// Whether a sorted list of ranks has one in `r`.
-pub(super) fn intersects(sorted: &[Rank], r: &Range<Rank>) -> bool {
-    let i = sorted.partition_point(|&x| x < r.start);
-    sorted.get(i).is_some_and(|&x| x < r.end)
-}
-
 /// The timeout a synchronization-parameters packet gives, in milliseconds (any one integer).
 fn timeout_ms(p: &Packet) -> u64 {
     match p.values().first().and_then(crate::value::Value::as_f64) {
@@ -197,14 +196,20 @@ fn timeout_ms(p: &Packet) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::node::BeSet;
 
     #[test]
-    fn range_intersection() {
+    fn a_set_of_backends_meets_sorted_endpoints() {
         let eps = [1, 4, 9];
-        assert!(intersects(&eps, &(0..2)));
-        assert!(!intersects(&eps, &(2..4)));
-        assert!(intersects(&eps, &(2..5)));
-        assert!(!intersects(&eps, &(10..20)));
-        assert!(!intersects(&[], &(0..5)));
+        let r = |x: std::ops::Range<Rank>| BeSet::Range(x);
+        assert!(r(0..2).meets(&eps));
+        assert!(!r(2..4).meets(&eps));
+        assert!(r(2..5).meets(&eps));
+        assert!(!r(10..20).meets(&eps));
+        assert!(!r(0..5).meets(&[]));
+        let x = BeSet::Exact(vec![2, 3, 900].into());
+        assert!(!x.meets(&eps));
+        assert!(x.meets(&[0, 900]));
+        assert!(x.contains(&3) && !x.contains(&4));
     }
 }

@@ -1,0 +1,119 @@
+//! The tree in attach mode: every process made with the network is internal, and back-ends
+//! join it later under ranks of their own choosing, so a subtree's back-end ranks are no
+//! longer consecutive.
+
+use crate::topology::{ProcName, Rank, Topology, FIRST_INTERNAL_RANK};
+
+impl Topology {
+    /// The same tree with every process ranked internal (breadth-first from
+    /// [`FIRST_INTERNAL_RANK`], the front-end first): the tree of an attach-mode network, whose
+    /// leaves are where back-ends attach.
+    pub(crate) fn all_internal(&self) -> Topology {
+        let items = self
+            .nodes()
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                (
+                    n.name().clone(),
+                    n.parent(),
+                    FIRST_INTERNAL_RANK + i as Rank,
+                )
+            })
+            .collect();
+        Topology::with_ranks(items)
+    }
+
+    /// The tree with back-end `rank` (named `name`) added as the last child of the process
+    /// ranked `parent`; nodes keep their indices (the new one is the last), so a table kept by
+    /// node index only grows. `None` when `parent` is not in the tree or `rank` already is.
+    pub(crate) fn with_backend(
+        &self,
+        parent: Rank,
+        name: ProcName,
+        rank: Rank,
+    ) -> Option<Topology> {
+        let p = self.find_rank(parent)?;
+        if rank >= FIRST_INTERNAL_RANK || self.find_rank(rank).is_some() {
+            return None;
+        }
+        let mut items: Vec<(ProcName, Option<usize>, Rank)> = self
+            .nodes()
+            .iter()
+            .map(|n| (n.name().clone(), n.parent(), n.rank()))
+            .collect();
+        items.push((name, Some(p), rank));
+        Some(Topology::with_ranks(items))
+    }
+
+    /// The back-end ranks below node `i`, sorted, when they are not all of
+    /// [`backend_ranks`](crate::TreeNode::backend_ranks) (back-ends attached with ranks of
+    /// their own); `None` when that range is exact.
+    pub(crate) fn backend_ranks_exact(&self, i: usize) -> Option<Vec<Rank>> {
+        let n = self.node(i)?;
+        let range = n.backend_ranks();
+        let mut below = Vec::new();
+        let mut stack = vec![i];
+        while let Some(v) = stack.pop() {
+            let node = &self.nodes()[v];
+            if node.rank() < FIRST_INTERNAL_RANK {
+                below.push(node.rank());
+            }
+            stack.extend_from_slice(node.children());
+        }
+        if below.len() == range.len() {
+            return None;
+        }
+        below.sort_unstable();
+        Some(below)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topgen::{generate, Placement, TreeSpec};
+
+    fn tree(spec: &str) -> Topology {
+        let spec = TreeSpec::parse(spec).unwrap_or_else(|e| panic!("{e}"));
+        generate(&spec, &Placement::default()).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn an_attach_tree_has_no_backend_until_one_joins_and_routes_by_exact_ranks() {
+        let t = tree("g:2x2").all_internal();
+        assert_eq!(t.num_backends(), 0);
+        assert!(t.nodes().iter().all(|n| n.rank() >= FIRST_INTERNAL_RANK));
+        // Leaves are nodes 3..7; attach 900 and 5 under the first leaf, 7 under the last.
+        let leaf0 = t.nodes()[3].rank();
+        let leaf3 = t.nodes()[6].rank();
+        let t = t
+            .with_backend(leaf0, ProcName::new("h", 1), 900)
+            .and_then(|t| t.with_backend(leaf0, ProcName::new("h", 2), 5))
+            .and_then(|t| t.with_backend(leaf3, ProcName::new("h", 3), 7))
+            .unwrap_or_else(|| panic!("attach refused"));
+        assert_eq!(t.num_backends(), 3);
+        assert_eq!(t.num_nodes(), 10);
+        // Node 1's subtree holds 900 and 5: its range 5..901 is not exact.
+        assert_eq!(t.backend_ranks_exact(1), Some(vec![5, 900]));
+        assert_eq!(
+            t.backend_ranks_exact(2),
+            None,
+            "one back-end: its range is exact"
+        );
+        assert_eq!(t.nodes()[9].parent(), Some(6));
+        // A rank taken, an internal rank, an unknown parent: refused.
+        assert!(t.with_backend(leaf3, ProcName::new("h", 4), 5).is_none());
+        assert!(t
+            .with_backend(leaf3, ProcName::new("h", 4), FIRST_INTERNAL_RANK)
+            .is_none());
+        assert!(t.with_backend(12345, ProcName::new("h", 4), 8).is_none());
+        // Recovery keeps attached ranks.
+        let dead = [leaf0].into();
+        let after = t.without(&dead);
+        assert_eq!(
+            after.find_rank(900).map(|i| after.nodes()[i].depth()),
+            Some(2)
+        );
+    }
+}

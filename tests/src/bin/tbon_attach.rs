@@ -1,0 +1,239 @@
+//! Back-end attach mode on a whole job: `tbon_attach front TOPOLOGY FILE N` is the network
+//! (every PE, under charmrun), `tbon_attach back FILE RANK` a back-end started apart (a plain
+//! process, no runtime).
+//!
+//! The front-end makes an attach-mode network over TOPOLOGY, writes the attach file FILE,
+//! prints `tbon_attach: attach file written`, waits for N back-ends, then checks: the tree
+//! holds them under leaves, a wave sums over all of them, a singlecast reaches one, a
+//! back-end that leaves (asked to by tag `LEAVE`) is an event and later waves sum over the
+//! others; then it shuts the network down. It prints `tbon_attach: ok` or
+//! `tbon_attach: FAILED: why` (exit 1).
+//!
+//! A back-end attaches to leaf `RANK mod leaves`, answers tag `SUM` with its rank plus the
+//! value, tag `DOUBLE` with twice the value, leaves on `LEAVE`, and prints
+//! `back RANK: shut down` when the network ends (exit 0); an attach refused prints its
+//! error (exit 2).
+
+use converse_tbon::{
+    self as tbon, topgen, AttachFile, BackEnd, EventKind, Network, Options, Stream, SyncMode,
+    TbonError, TFILTER_SUM,
+};
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+const SUM: i32 = 100;
+const DOUBLE: i32 = 101;
+const LEAVE: i32 = 102;
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().collect();
+    if args.get(1).map(String::as_str) == Some("back") {
+        return back(&args[2..]);
+    }
+    converse::run(|pe| {
+        let args = pe.args().to_vec();
+        let spec = args.get(2).cloned().unwrap_or_else(|| "g:2".into());
+        let file = args.get(3).cloned().unwrap_or_default();
+        let want: usize = args.get(4).and_then(|n| n.parse().ok()).unwrap_or(1);
+        let opts = Options::default().attach_backends(true);
+        let topology = |_: &converse::Pe| {
+            let spec =
+                topgen::TreeSpec::parse(&spec).map_err(|e| TbonError::Usage(e.to_string()))?;
+            Ok(topgen::generate(&spec, &topgen::Placement::default())?)
+        };
+        let mut failed = None;
+        match tbon::attach(pe, opts, topology) {
+            Ok(mut net) if net.is_front_end() => {
+                let r = front(&mut net, Path::new(&file), want);
+                let code = match r {
+                    Ok(()) => {
+                        converse::input::out_line("tbon_attach: ok");
+                        0
+                    }
+                    Err(why) => {
+                        converse::input::out_line(&format!("tbon_attach: FAILED: {why}"));
+                        1
+                    }
+                };
+                net.exit(code);
+            }
+            Ok(mut net) => {
+                let _ = net.wait_for_shutdown();
+            }
+            Err(e) => failed = Some(e),
+        }
+        if let Some(e) = failed {
+            converse::input::error_line(&format!("tbon_attach: {e}"));
+            pe.exit(1);
+        }
+    });
+    ExitCode::SUCCESS
+}
+
+fn front(net: &mut Network<'_>, file: &Path, want: usize) -> Result<(), String> {
+    let leaves = net.attach_points();
+    let internal = net.topology().num_nodes();
+    if leaves.is_empty() || net.topology().num_backends() != 0 {
+        return Err(format!(
+            "{} attach points, {} back-ends before any attached",
+            leaves.len(),
+            net.topology().num_backends()
+        ));
+    }
+    net.write_attach_file(file).map_err(|e| e.to_string())?;
+    converse::input::out_line("tbon_attach: attach file written");
+    let have = net
+        .wait_for_backends(want, Duration::from_secs(90))
+        .map_err(|e| e.to_string())?;
+    if have != want {
+        return Err(format!("{have} of {want} back-ends attached in 90 s"));
+    }
+    let ranks = net.attached_backends();
+    let mut added = Vec::new();
+    while let Some(e) = net.next_event() {
+        if e.kind == EventKind::BackendAdded {
+            added.extend(e.rank);
+        }
+    }
+    added.sort_unstable();
+    if added != ranks {
+        return Err(format!(
+            "BackendAdded events for {added:?}, back-ends {ranks:?}"
+        ));
+    }
+    // The tree holds them, each under a leaf.
+    let t = net.topology().clone();
+    if t.num_nodes() != internal + want || t.num_backends() != want {
+        return Err(format!(
+            "the tree has {} nodes, {} back-ends",
+            t.num_nodes(),
+            t.num_backends()
+        ));
+    }
+    for &r in &ranks {
+        let parent = t.parent_rank(r);
+        if !leaves.iter().any(|l| Some(l.rank) == parent) {
+            return Err(format!("back-end {r} is under {parent:?}, not a leaf"));
+        }
+        if net.pe_of(r).is_some() {
+            return Err(format!("back-end {r} has a PE"));
+        }
+    }
+    // A wave over all of them.
+    let comm = net.broadcast_communicator();
+    if comm.endpoints() != ranks.as_slice() {
+        return Err(format!(
+            "the broadcast communicator is {:?}",
+            comm.endpoints()
+        ));
+    }
+    let s = net
+        .new_stream(&comm, TFILTER_SUM, SyncMode::WaitForAll, 0)
+        .map_err(|e| e.to_string())?;
+    let wave = |net: &mut Network<'_>, s: &Stream, v: i32, over: &[u32]| -> Result<(), String> {
+        net.send(s, SUM, "%d", v).map_err(|e| e.to_string())?;
+        let got: i32 = net
+            .recv_on(s)
+            .and_then(|p| Ok(p.unpack("%d")?))
+            .map_err(|e| e.to_string())?;
+        let want: i32 = over.iter().map(|&r| r as i32 + v).sum();
+        if got != want {
+            return Err(format!(
+                "a wave of {v} over {over:?} summed to {got}, not {want}"
+            ));
+        }
+        Ok(())
+    };
+    for v in [1000, 2000] {
+        wave(net, &s, v, &ranks)?;
+    }
+    // A singlecast to the last.
+    let last = *ranks.last().ok_or("no back-end")?;
+    net.send_to_backend(last, DOUBLE, "%d", 21)
+        .map_err(|e| e.to_string())?;
+    let p = net
+        .recv_on(&Stream::from_id(last))
+        .map_err(|e| e.to_string())?;
+    let v: i32 = p.unpack("%d").map_err(|e| e.to_string())?;
+    if v != 42 || p.src_rank() != last {
+        return Err(format!("singlecast answer {v} from {}", p.src_rank()));
+    }
+    // The first leaves: an event, and waves go on over the others.
+    let gone = ranks[0];
+    net.send_to_backend(gone, LEAVE, "%d", 0)
+        .map_err(|e| e.to_string())?;
+    let rest: Vec<u32> = ranks[1..].to_vec();
+    wave(net, &s, 3000, &rest)?;
+    let mut removed = false;
+    for _ in 0..100 {
+        while let Some(e) = net.next_event() {
+            removed |= e.kind == EventKind::EndpointRemoved && e.rank == Some(gone);
+        }
+        if removed {
+            break;
+        }
+        net.progress();
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    if !removed {
+        return Err(format!("no EndpointRemoved event for back-end {gone}"));
+    }
+    if net.attached_backends() != rest {
+        return Err(format!("after {gone} left: {:?}", net.attached_backends()));
+    }
+    net.shutdown().map_err(|e| e.to_string())
+}
+
+fn back(args: &[String]) -> ExitCode {
+    let (Some(file), Some(rank)) = (args.first(), args.get(1).and_then(|r| r.parse().ok())) else {
+        eprintln!("usage: tbon_attach back FILE RANK");
+        return ExitCode::from(2);
+    };
+    let f = match AttachFile::read(Path::new(file)) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("back {rank}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let leaf = &f.points[rank as usize % f.points.len()];
+    let mut be = match BackEnd::attach(leaf, rank, &f.secret) {
+        Ok(b) => b,
+        Err(e) => {
+            eprintln!("back {rank}: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    println!("back {rank}: attached to {}", be.parent_rank());
+    loop {
+        let (s, p) = match be.recv() {
+            Ok(x) => x,
+            Err(TbonError::ShutDown) => {
+                println!("back {rank}: shut down");
+                return ExitCode::SUCCESS;
+            }
+            Err(e) => {
+                println!("back {rank}: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let v: i32 = p.unpack("%d").unwrap_or(0);
+        let sent = match p.tag() {
+            SUM => be.send(&s, SUM, "%d", rank as i32 + v),
+            DOUBLE => be.send(&s, DOUBLE, "%d", 2 * v),
+            LEAVE => {
+                println!("back {rank}: leaving");
+                return ExitCode::SUCCESS;
+            }
+            t => {
+                println!("back {rank}: tag {t}?");
+                return ExitCode::FAILURE;
+            }
+        };
+        if let Err(e) = sent {
+            println!("back {rank}: {e}");
+            return ExitCode::FAILURE;
+        }
+    }
+}
