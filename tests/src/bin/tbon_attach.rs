@@ -3,16 +3,17 @@
 //! process, no runtime).
 //!
 //! The front-end makes an attach-mode network over TOPOLOGY, writes the attach file FILE,
-//! prints `tbon_attach: attach file written`, waits for N back-ends, then checks: the tree
+//! prints `tbon_attach: attach file written`, waits for N back-ends (printing
+//! `tbon_attach: N back-ends attached`), then for the file `FILE.go`, then checks: the tree
 //! holds them under leaves, a wave sums over all of them, a singlecast reaches one, a
 //! back-end that leaves (asked to by tag `LEAVE`) is an event and later waves sum over the
 //! others; then it shuts the network down. It prints `tbon_attach: ok` or
 //! `tbon_attach: FAILED: why` (exit 1).
 //!
-//! A back-end attaches to leaf `RANK mod leaves`, answers tag `SUM` with its rank plus the
-//! value, tag `DOUBLE` with twice the value, leaves on `LEAVE`, and prints
-//! `back RANK: shut down` when the network ends (exit 0); an attach refused prints its
-//! error (exit 2).
+//! A back-end (`back FILE RANK [LEAF]`) attaches to leaf `LEAF` (default `RANK`) mod the
+//! number of leaves, answers tag `SUM` with its rank plus the value, tag `DOUBLE` with twice
+//! the value, leaves on `LEAVE`, and prints `back RANK: shut down` when the network ends
+//! (exit 0); an attach refused prints its error (exit 2), any other error exit 1.
 
 use converse_tbon::{
     self as tbon, topgen, AttachFile, BackEnd, EventKind, Network, Options, Stream, SyncMode,
@@ -100,6 +101,24 @@ fn front(net: &mut Network<'_>, file: &Path, want: usize) -> Result<(), String> 
     if added != ranks {
         return Err(format!(
             "BackendAdded events for {added:?}, back-ends {ranks:?}"
+        ));
+    }
+    // The test tries its refusals meanwhile, then says go (FILE.go).
+    converse::input::out_line(&format!("tbon_attach: {have} back-ends attached"));
+    let go = file.with_extension("go");
+    let mut waited = 0;
+    while !go.exists() {
+        if waited > 6000 {
+            return Err(format!("{} never came", go.display()));
+        }
+        net.progress();
+        std::thread::sleep(Duration::from_millis(10));
+        waited += 1;
+    }
+    if net.attached_backends() != ranks {
+        return Err(format!(
+            "refused back-ends joined: {:?}",
+            net.attached_backends()
         ));
     }
     // The tree holds them, each under a leaf.
@@ -197,7 +216,11 @@ fn back(args: &[String]) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let leaf = &f.points[rank as usize % f.points.len()];
+    let at = args
+        .get(2)
+        .and_then(|i| i.parse::<usize>().ok())
+        .unwrap_or(rank as usize);
+    let leaf = &f.points[at % f.points.len()];
     let mut be = match BackEnd::attach(leaf, rank, &f.secret) {
         Ok(b) => b,
         Err(e) => {
