@@ -2,12 +2,78 @@
 //! charmrun (or in one process on the local layer), back-ends are plain processes started
 //! apart by the test, as `mpirun` or `srun` would start a tool's back-ends.
 
-use converse_tests::{scratch, Launcher, Running};
-use std::path::Path;
+use converse_tests::{run_bounded, scratch, Launcher, Running};
+use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 const PROG: &str = env!("CARGO_BIN_EXE_tbon_attach");
+
+/// The C back-end (runtime/tbon/lightweight/examples/c_backend.c), compiled by the system C
+/// compiler against `libmrnet_lightweight.so`, which this builds first (cargo builds only the
+/// Rust library of a dependency, not its C one).
+fn c_backend() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+            let lw = root.join("runtime/tbon/lightweight");
+            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            let o = run_bounded(
+                Command::new(cargo).current_dir(&root).args([
+                    "build",
+                    "--release",
+                    "-p",
+                    "converse-tbon-lightweight",
+                ]),
+                Duration::from_secs(600),
+            );
+            assert_eq!(o.code, Some(0), "building libmrnet_lightweight:\n{o}");
+            let lib_dir = Path::new(PROG).with_file_name("");
+            assert!(lib_dir.join("libmrnet_lightweight.so").exists(), "{o}");
+            let exe = scratch("tbon-attach-cc").join("c_backend");
+            let o = run_bounded(
+                Command::new("cc")
+                    .arg("-Wall")
+                    .arg("-Werror")
+                    .arg("-o")
+                    .arg(&exe)
+                    .arg(lw.join("examples/c_backend.c"))
+                    .arg("-I")
+                    .arg(lw.join("include"))
+                    .arg("-L")
+                    .arg(&lib_dir)
+                    .arg(format!("-Wl,-rpath,{}", lib_dir.display()))
+                    .arg("-lmrnet_lightweight"),
+                Duration::from_secs(120),
+            );
+            assert_eq!(o.code, Some(0), "cc c_backend.c:\n{o}");
+            exe
+        })
+        .clone()
+}
+
+/// A back-end started apart, bounded in time: the Rust one, or the C one with MRNet's
+/// arguments (the leaf's host, port and rank, its host and rank) and the secret from the
+/// attach file.
+fn back_any(file: &Path, rank: u32, c: bool) -> Running {
+    if !c {
+        return back(file, rank, None);
+    }
+    let f = converse_tbon::AttachFile::read(file).unwrap_or_else(|e| panic!("{e}"));
+    let leaf = &f.points[rank as usize % f.points.len()];
+    let mut cmd = Command::new(c_backend());
+    cmd.args([
+        leaf.host.clone(),
+        leaf.port.to_string(),
+        leaf.rank.to_string(),
+        "localhost".into(),
+        rank.to_string(),
+    ])
+    .env("CONVERSE_TBON_SECRET_FILE", file);
+    Running::start(&mut cmd, Duration::from_secs(90)).unwrap_or_else(|e| panic!("start: {e}"))
+}
 
 /// A back-end started apart, bounded in time.
 fn back(file: &Path, rank: u32, leaf: Option<usize>) -> Running {
@@ -24,7 +90,7 @@ fn back(file: &Path, rank: u32, leaf: Option<usize>) -> Running {
 /// secret and a stranger's bytes are refused while the job goes on; then the front-end's
 /// checks (waves, a singlecast, a back-end that leaves) and the shutdown reach every
 /// back-end.
-fn attach_story(launcher: &Launcher, name: &str) {
+fn attach_story(launcher: &Launcher, name: &str, in_c: &[u32]) {
     let dir = scratch(name);
     let file = dir.join("attach.txt");
     let f = file.to_string_lossy().into_owned();
@@ -54,7 +120,7 @@ fn attach_story(launcher: &Launcher, name: &str) {
     );
     let bes: Vec<Running> = [3u32, 10, 42, 700]
         .iter()
-        .map(|&r| back(&file, r, None))
+        .map(|&r| back_any(&file, r, in_c.contains(&r)))
         .collect();
     assert!(
         fe.wait_for_stdout_lines(
@@ -130,12 +196,32 @@ fn backends_started_apart_attach_compute_leave_and_see_the_shutdown() {
             opts: Vec::new(),
         },
         "tbon-attach-tcp",
+        &[],
     );
 }
 
 #[test]
 fn backends_attach_to_a_network_in_one_process() {
-    attach_story(&Launcher::Direct { machine: "local" }, "tbon-attach-local");
+    attach_story(
+        &Launcher::Direct { machine: "local" },
+        "tbon-attach-local",
+        &[],
+    );
+}
+
+/// MRNet's lightweight back-ends: two of the four are C programs (the one that leaves, and
+/// the one the singlecast and the echo of every type go to), compiled here with the system
+/// C compiler, beside two in Rust.
+#[test]
+fn c_backends_attach_beside_rust_ones() {
+    attach_story(
+        &Launcher::Charmrun {
+            machine: "tcp",
+            opts: Vec::new(),
+        },
+        "tbon-attach-c",
+        &[3, 700],
+    );
 }
 
 /// A back-end whose leaf goes away mid-wait gets an error, not a hang: the job is killed

@@ -12,12 +12,13 @@
 //!
 //! A back-end (`back FILE RANK [LEAF]`) attaches to leaf `LEAF` (default `RANK`) mod the
 //! number of leaves, answers tag `SUM` with its rank plus the value, tag `DOUBLE` with twice
-//! the value, leaves on `LEAVE`, and prints `back RANK: shut down` when the network ends
+//! the value, tag `ECHO` as runtime/tbon/lightweight/examples/c_backend.c does (the C
+//! back-end this program's front-end also drives), leaves on `LEAVE`, and prints `back RANK: shut down` when the network ends
 //! (exit 0); an attach refused prints its error (exit 2), any other error exit 1.
 
 use converse_tbon::{
     self as tbon, topgen, AttachFile, BackEnd, EventKind, Network, Options, Stream, SyncMode,
-    TbonError, TFILTER_SUM,
+    TbonError, Value, TFILTER_SUM,
 };
 use std::path::Path;
 use std::process::ExitCode;
@@ -26,6 +27,7 @@ use std::time::Duration;
 const SUM: i32 = 100;
 const DOUBLE: i32 = 101;
 const LEAVE: i32 = 102;
+const ECHO: i32 = 103;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
@@ -178,6 +180,33 @@ fn front(net: &mut Network<'_>, file: &Path, want: usize) -> Result<(), String> 
     if v != 42 || p.src_rank() != last {
         return Err(format!("singlecast answer {v} from {}", p.src_rank()));
     }
+    // Every type a C back-end unpacks and packs differently: a string, an array, a double, a
+    // byte.
+    let echo = |s: &str, items: &[i32], d: f64, c: u8| {
+        let t = converse_tbon::ElemType {
+            base: converse_tbon::BaseType::Int,
+            shape: converse_tbon::Shape::Array,
+        };
+        vec![
+            Value::Str(s.into()),
+            Value::Array(t, items.iter().map(|&i| Value::Int(i)).collect()),
+            Value::Double(d),
+            Value::UChar(c),
+        ]
+    };
+    net.send_to_backend(
+        last,
+        ECHO,
+        "%s %ad %lf %uc",
+        echo("hi", &[1, -2, 3], 2.5, 7),
+    )
+    .map_err(|e| e.to_string())?;
+    let p = net
+        .recv_on(&Stream::from_id(last))
+        .map_err(|e| e.to_string())?;
+    if p.values() != echo("hi!", &[2, -1, 4], 5.0, 8) {
+        return Err(format!("echo answer {:?}", p.values()));
+    }
     // The first leaves: an event, and waves go on over the others.
     let gone = ranks[0];
     net.send_to_backend(gone, LEAVE, "%d", 0)
@@ -249,6 +278,28 @@ fn back(args: &[String]) -> ExitCode {
                 println!("back {rank}: leaving");
                 return ExitCode::SUCCESS;
             }
+            ECHO => match p.values().as_slice() {
+                [Value::Str(st), Value::Array(t, items), Value::Double(d), Value::UChar(c)] => {
+                    let items: Vec<Value> = items
+                        .iter()
+                        .map(|v| match v {
+                            Value::Int(i) => Value::Int(i + 1),
+                            o => o.clone(),
+                        })
+                        .collect();
+                    let back = vec![
+                        Value::Str(format!("{st}!")),
+                        Value::Array(*t, items),
+                        Value::Double(2.0 * d),
+                        Value::UChar(c + 1),
+                    ];
+                    be.send(&Stream::from_id(rank), ECHO, "%s %ad %lf %uc", back)
+                }
+                other => {
+                    println!("back {rank}: echo of {other:?}?");
+                    return ExitCode::FAILURE;
+                }
+            },
             t => {
                 println!("back {rank}: tag {t}?");
                 return ExitCode::FAILURE;

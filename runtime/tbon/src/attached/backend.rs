@@ -193,6 +193,41 @@ impl BackEnd {
         }
     }
 
+    /// The next packet on stream `s`, waiting at most `timeout` (packets of other streams
+    /// that come meanwhile stay for later receives): `Ok(None)` if none came.
+    ///
+    /// # Errors
+    /// [`TbonError::StreamClosed`] once `s` is closed and nothing of it is left; else as
+    /// [`recv`](Self::recv).
+    pub fn recv_on(&mut self, s: &Stream, timeout: Duration) -> Result<Option<Packet>, TbonError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(at) = self.inbox.iter().position(|(id, _)| *id == s.id) {
+                return Ok(self.inbox.remove(at).map(|(_, p)| p));
+            }
+            if self.streams.get(&s.id) == Some(&true) {
+                return Err(TbonError::StreamClosed(s.id));
+            }
+            self.ended()?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || self.inbox.len() >= INBOX_MAX {
+                return Ok(None);
+            }
+            self.pump(Some(left))?;
+        }
+    }
+
+    /// Whether stream `id` is one this back-end may use: opened to it, or its own
+    /// singlecast stream (its rank).
+    pub fn has_stream(&self, id: u32) -> bool {
+        self.streams.contains_key(&id) || (id == self.rank && id < FIRST_USER_STREAM)
+    }
+
+    /// Whether stream `id` was closed by the front-end.
+    pub fn is_closed(&self, id: u32) -> bool {
+        self.streams.get(&id) == Some(&true)
+    }
+
     /// The next packet if one is there, without waiting (MRNet's `recv_nonblock`).
     ///
     /// # Errors
@@ -347,15 +382,20 @@ impl BackEnd {
     }
 }
 
-/// The secret from `CONVERSE_TBON_SECRET_FILE` (a file holding it in hex) or
-/// `CONVERSE_TBON_SECRET` (hex).
+/// The secret from `CONVERSE_TBON_SECRET_FILE` (an attach file, or a file holding the
+/// secret in hex) or `CONVERSE_TBON_SECRET` (hex).
 ///
 /// # Errors
 /// [`TbonError::Attach`] when neither is set, or the secret does not read.
 pub fn secret_from_env() -> Result<Secret, TbonError> {
     let fail = |e: EndpointError| TbonError::Attach(e.to_string());
     if let Some(path) = std::env::var_os("CONVERSE_TBON_SECRET_FILE") {
-        return Secret::read_file(std::path::Path::new(&path)).map_err(fail);
+        let path = std::path::Path::new(&path);
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        if text.lines().any(|l| l.trim_start().starts_with("secret ")) {
+            return Ok(super::AttachFile::parse(&text, &path.display().to_string())?.secret);
+        }
+        return Secret::read_file(path).map_err(fail);
     }
     match std::env::var("CONVERSE_TBON_SECRET") {
         Ok(hex) => Secret::parse(hex.trim()).map_err(fail),
