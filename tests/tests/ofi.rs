@@ -1,8 +1,8 @@
 //! The conformance suite on the libfabric layer, every job started by charmrun: over the tcp
 //! provider under rxm (`ofi+tcp`, also at `++ppn 2`) and over the shared-memory provider
-//! (`ofi+shm`, likewise); and what is particular to it. (Not `ofi+udp`: rxd over udp lost the
-//! order of a pair's messages here, see machine-net/ofi/README.md.) Compiled only with the
-//! `ofi` feature (libfabric installed):
+//! (`ofi+shm`, likewise); the composite `si+ofi+tcp` on one host (both); and what is
+//! particular to it. (Not `ofi+udp`: rxd over udp lost the order of a pair's messages here,
+//! see machine-net/ofi/README.md.) Compiled only with the `ofi` feature (libfabric installed):
 //! `cargo test --release -p converse-tests --features ofi --test ofi`.
 
 #![cfg(feature = "ofi")]
@@ -38,6 +38,26 @@ mod shm_ppn2 {
     converse_tests::conformance_suite!(
         converse_tests::Launcher::Charmrun {
             machine: "ofi+shm",
+            opts: vec![]
+        },
+        ppn = 2
+    );
+}
+
+/// The composite `si+ofi+tcp` on one host: every peer is reached through SI, the fabric part open
+/// and idle beside it (tests/composite.rs runs it across namespace hosts, where both carry
+/// traffic).
+mod si_ofi_tcp {
+    converse_tests::conformance_suite!(converse_tests::Launcher::Charmrun {
+        machine: "si+ofi+tcp",
+        opts: vec![]
+    });
+}
+
+mod si_ofi_tcp_ppn2 {
+    converse_tests::conformance_suite!(
+        converse_tests::Launcher::Charmrun {
+            machine: "si+ofi+tcp",
             opts: vec![]
         },
         ppn = 2
