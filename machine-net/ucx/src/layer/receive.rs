@@ -29,7 +29,10 @@ impl Recv {
 
 impl UcxMachine {
     /// Hand up, per source, the receives at the front of its queue that completed.
-    pub(super) fn deliver_ready(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
+    pub(super) fn deliver_ready(
+        &mut self,
+        deliver: &mut dyn FnMut(Message),
+    ) -> Result<usize, MachineError> {
         let mut n = 0;
         let mut i = 0;
         while i < self.receiving.len() {
@@ -113,7 +116,10 @@ impl UcxMachine {
 
     /// Take in what arrived: probe UCX's unexpected queue, start each message's receive into
     /// its own buffer, hand up those that completed and are first of their source.
-    pub(super) fn probe(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
+    pub(super) fn probe(
+        &mut self,
+        deliver: &mut dyn FnMut(Message),
+    ) -> Result<usize, MachineError> {
         let (mut n, mut taken, mut bytes) = (0, 0, 0);
         while taken < BATCH && bytes < BATCH_BYTES {
             // SAFETY: all-zero is a valid ucp_tag_recv_info_t (written by the probe).

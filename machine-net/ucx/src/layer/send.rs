@@ -14,7 +14,11 @@ pub(super) struct EpArg {
 }
 
 /// UCX's endpoint error callback (peer failure): noted, reported by the next call.
-pub(super) unsafe extern "C" fn on_ep_error(arg: *mut c_void, _ep: sys::ucp_ep_h, status: sys::ucs_status_t) {
+pub(super) unsafe extern "C" fn on_ep_error(
+    arg: *mut c_void,
+    _ep: sys::ucp_ep_h,
+    status: sys::ucs_status_t,
+) {
     // SAFETY: `arg` is the address of an `EpArg` the machine boxed for this endpoint and keeps
     // until after the worker is destroyed; callbacks run inside ucp_worker_progress (or close),
     // on the node's thread, so nothing else touches the cells meanwhile.

@@ -28,7 +28,11 @@ impl Ucp {
     /// A context for tagged messages (and wake-ups, when `wakeup`) over `tls`, and its
     /// worker in single-thread mode (the runtime drives a node's machine from one thread at a
     /// time; nothing here is called concurrently).
-    pub(super) fn new(tls: Option<&CString>, nodes: usize, wakeup: bool) -> Result<Ucp, MachineError> {
+    pub(super) fn new(
+        tls: Option<&CString>,
+        nodes: usize,
+        wakeup: bool,
+    ) -> Result<Ucp, MachineError> {
         let mut config: *mut sys::ucp_config_t = std::ptr::null_mut();
         // SAFETY: out-pointer to a local; NULL prefix and file mean UCX's own (UCX_*
         // variables of the environment).
