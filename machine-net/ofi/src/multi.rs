@@ -22,11 +22,15 @@ fn boot<C: Choice>(
 }
 
 macro_rules! composites {
-    ($($ty:ident $konst:ident = $name:literal over $net:literal, $summary:literal;)*) => {
+    ($($ty:ident $konst:ident = $name:literal over $net:literal, $what:literal;)*) => {
         $(
             const $konst: Layer = Layer {
                 name: $name,
-                summary: $summary,
+                summary: concat!(
+                    "charmrun's processes: shared memory within a host, ",
+                    $what,
+                    " between hosts"
+                ),
                 boot: |cfg| boot::<$ty>($name, cfg),
                 launched: converse_machine::launch::LaunchEnv::present,
                 settings: crate::SETTINGS,
@@ -41,22 +45,14 @@ macro_rules! composites {
 }
 
 composites! {
-    Any SI_OFI = "si+ofi" over "ofi",
-        "charmrun's processes: shared memory within a host, libfabric (ofi.provider or fi_getinfo's choice) between hosts";
-    Tcp SI_OFI_TCP = "si+ofi+tcp" over "ofi+tcp",
-        "charmrun's processes: shared memory within a host, libfabric's tcp provider under rxm between hosts";
-    Verbs SI_OFI_VERBS = "si+ofi+verbs" over "ofi+verbs",
-        "charmrun's processes: shared memory within a host, libfabric's verbs provider between hosts";
-    Psm2 SI_OFI_PSM2 = "si+ofi+psm2" over "ofi+psm2",
-        "charmrun's processes: shared memory within a host, libfabric's psm2 provider between hosts";
-    Psm3 SI_OFI_PSM3 = "si+ofi+psm3" over "ofi+psm3",
-        "charmrun's processes: shared memory within a host, libfabric's psm3 provider between hosts";
-    Cxi SI_OFI_CXI = "si+ofi+cxi" over "ofi+cxi",
-        "charmrun's processes: shared memory within a host, libfabric's cxi provider between hosts";
-    Efa SI_OFI_EFA = "si+ofi+efa" over "ofi+efa",
-        "charmrun's processes: shared memory within a host, libfabric's efa provider between hosts";
-    Sockets SI_OFI_SOCKETS = "si+ofi+sockets" over "ofi+sockets",
-        "charmrun's processes: shared memory within a host, libfabric's sockets provider between hosts";
+    Any SI_OFI = "si+ofi" over "ofi", "libfabric (ofi.provider or fi_getinfo's choice)";
+    Tcp SI_OFI_TCP = "si+ofi+tcp" over "ofi+tcp", "libfabric's tcp provider under rxm";
+    Verbs SI_OFI_VERBS = "si+ofi+verbs" over "ofi+verbs", "libfabric's verbs provider";
+    Psm2 SI_OFI_PSM2 = "si+ofi+psm2" over "ofi+psm2", "libfabric's psm2 provider";
+    Psm3 SI_OFI_PSM3 = "si+ofi+psm3" over "ofi+psm3", "libfabric's psm3 provider";
+    Cxi SI_OFI_CXI = "si+ofi+cxi" over "ofi+cxi", "libfabric's cxi provider";
+    Efa SI_OFI_EFA = "si+ofi+efa" over "ofi+efa", "libfabric's efa provider";
+    Sockets SI_OFI_SOCKETS = "si+ofi+sockets" over "ofi+sockets", "libfabric's sockets provider";
 }
 
 #[cfg(test)]

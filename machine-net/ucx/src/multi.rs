@@ -16,24 +16,24 @@ use converse_bootstrap::session;
 use converse_machine::{BootConfig, Layer, Machine, MachineError, NodeTable};
 use converse_si::layer::SiOpen;
 
+/// For `+machine`'s listing: what the composite is, its network part named by `net`.
+macro_rules! summary {
+    ($net:literal) => {
+        concat!(
+            "charmrun's processes: shared memory within a host, ",
+            $net,
+            " between hosts"
+        )
+    };
+}
+
 /// The composites, in the order of [`SI_NAMES`]: `SI_LAYERS[S]` is over `KINDS[K]`.
 pub const SI_LAYERS: &[Layer] = &[
-    composite::<0, 0>(
-        "charmrun's processes: shared memory within a host, UCX (UCX_TLS or all) between hosts",
-    ),
-    composite::<1, 1>(
-        "charmrun's processes: shared memory within a host, UCX over TCP sockets between hosts",
-    ),
-    composite::<3, 2>(
-        "charmrun's processes: shared memory within a host, UCX over InfiniBand/RoCE RC between \
-         hosts",
-    ),
-    composite::<4, 3>(
-        "charmrun's processes: shared memory within a host, UCX over InfiniBand UD between hosts",
-    ),
-    composite::<5, 4>(
-        "charmrun's processes: shared memory within a host, UCX (every transport) between hosts",
-    ),
+    composite::<0, 0>(summary!("UCX (UCX_TLS or all)")),
+    composite::<1, 1>(summary!("UCX over TCP sockets")),
+    composite::<3, 2>(summary!("UCX over InfiniBand/RoCE RC")),
+    composite::<4, 3>(summary!("UCX over InfiniBand UD")),
+    composite::<5, 4>(summary!("UCX (every transport)")),
 ];
 
 /// The composite `SI_NAMES[S]` of SI and the transport string `KINDS[K]`.
