@@ -218,6 +218,9 @@ fn baselines(
         // si+mpi's raw baseline is MPI's: both ranks on one host, so it shows what the
         // shared-memory part wins over the MPI library's own.
         "mpi" | "si+mpi" => launched("mpi", sizes, iters, "raw-mpi")?,
+        // Any other composite runs here on one host, where every peer is the SI part's: the
+        // baseline is SI's, and the figures show what the idle network part costs.
+        c if c.starts_with("si+") => raw::shm_pingpong(sizes, iters, w)?,
         // UCX's own tag-matching ping-pong over the layer's transports.
         l if converse_ucx::tls_of(l).is_some() => {
             raw::ucx_perftest(converse_ucx::tls_of(l).flatten(), sizes, iters, w)?
@@ -234,7 +237,7 @@ fn baselines(
         }
         other => anyhow::bail!(
             "no raw baseline for layer '{other}' yet (layers: local, tcp, udp, si, mpi, si+mpi, \
-             ofi, ofi+PROTOCOL, ucx, ucx+TRANSPORT)"
+             ofi, ofi+PROTOCOL, ucx, ucx+TRANSPORT, and on one host si+NET)"
         ),
     };
     let RawMpi {

@@ -86,7 +86,8 @@ pub(crate) fn help_text() -> String {
   +ppn K               PEs per process (SMP mode: K workers and a communication thread)
   +pemap CORES         pin PEs to these cores (0-3,8 ...); +commap CORES: the communication threads
   +setcpuaffinity      pin PEs to the cores this process may use, in order, when +pemap says nothing
-  +machine NAME        the layer (local, tcp, udp, si, mpi, si+tcp, si+udp, si+mpi)
+  +machine NAME        the layer (local, tcp, udp, si, mpi, si+tcp, si+udp, si+mpi; built with ofi
+                       or ucx: ofi+tcp, ucx+tcp, ..., si+ofi+tcp, si+ucx+tcp, ...)
   +set KEY=VALUE       a setting (below); +settings lists them alone
   +trace, +trace-dir DIR   trace every PE (converse-trace reads it); +stats: counters at exit
   +idle-warn SECS      say so when the job has done nothing for SECS (a forgotten pe.exit)

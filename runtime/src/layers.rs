@@ -35,13 +35,26 @@ const FABRICS: &[&[Layer]] = &[
     converse_ucx::LAYERS,
 ];
 
-/// Every layer name the project knows: [`KNOWN`] and the fabric layers' transport strings.
+/// The composites over the fabric layers compiled in (`si+ofi`, `si+ofi+tcp`, ..., `si+ucx`,
+/// `si+ucx+tcp`, ...: shared memory within a host, the fabric between hosts), each list in
+/// its crate's order; last in preference, as the fabrics are, so they run when named.
+const FABRIC_COMPOSED: &[&[Layer]] = &[
+    #[cfg(all(feature = "si", feature = "ofi"))]
+    converse_ofi::SI_LAYERS,
+    #[cfg(all(feature = "si", feature = "ucx"))]
+    converse_ucx::SI_LAYERS,
+];
+
+/// Every layer name the project knows: [`KNOWN`], the fabric layers' transport strings and
+/// their composites' names.
 fn known() -> impl Iterator<Item = &'static str> {
     KNOWN
         .iter()
         .copied()
         .chain(converse_ofi::TRANSPORTS.iter().map(|t| t.0))
         .chain(converse_ucx::NAMES.iter().copied())
+        .chain(converse_ofi::SI_NAMES.iter().copied())
+        .chain(converse_ucx::SI_NAMES.iter().copied())
 }
 
 /// The composite layers compiled in (one job over several transports, each peer reached by
@@ -83,12 +96,13 @@ pub(crate) fn listing() -> String {
         .collect()
 }
 
-/// Every layer compiled in, composites first.
+/// Every layer compiled in, composites first (those over a fabric after the fabrics).
 fn all() -> impl Iterator<Item = &'static Layer> {
     COMPOSED
         .iter()
         .chain(COMPILED)
         .chain(FABRICS.iter().flat_map(|f| f.iter()))
+        .chain(FABRIC_COMPOSED.iter().flat_map(|f| f.iter()))
 }
 
 /// The layer to run on when `+machine` is not given: if a launcher started this process, the
@@ -119,17 +133,17 @@ pub(crate) fn choose(default: &str) -> Result<&'static Layer, RuntimeError> {
 }
 
 /// The `converse` features a known layer's name needs, as cargo takes them: `ofi+tcp` is the
-/// `ofi` layer on libfabric's tcp provider, `si+mpi` two layers.
+/// `ofi` layer on libfabric's tcp provider, `si+mpi` two layers, `si+ofi+tcp` two (what
+/// follows a fabric's name is its protocol, not a layer).
 fn features_of(name: &str) -> String {
-    let parts: Vec<&str> = match name.split('+').next() {
-        Some(first @ ("ofi" | "ucx")) => vec![first],
-        _ => name.split('+').collect(),
-    };
-    parts
-        .iter()
-        .map(|p| format!("converse/{p}"))
-        .collect::<Vec<_>>()
-        .join(",")
+    let mut parts = Vec::new();
+    for p in name.split('+') {
+        parts.push(format!("converse/{p}"));
+        if matches!(p, "ofi" | "ucx") {
+            break;
+        }
+    }
+    parts.join(",")
 }
 
 /// The layer called `name`.
@@ -220,11 +234,25 @@ mod tests {
             assert_eq!(find("si+tcp").map(|l| l.name).ok(), Some("si+tcp"));
             assert_eq!(all().next().map(|l| l.name), Some("si+tcp"));
         }
-        let e = find("si+ucx")
+        let e = find("si+xyz")
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(e.contains("si+tcp, si+udp, si+mpi"), "{e}");
+    }
+
+    #[test]
+    fn a_fabric_composite_needs_si_and_its_fabric_only() {
+        assert_eq!(features_of("si+ofi+tcp"), "converse/si,converse/ofi");
+        assert_eq!(features_of("si+ucx"), "converse/si,converse/ucx");
+        assert_eq!(features_of("ofi+shm"), "converse/ofi");
+        assert_eq!(features_of("si+tcp"), "converse/si,converse/tcp");
+        for name in converse_ofi::SI_NAMES.iter().chain(converse_ucx::SI_NAMES) {
+            assert!(known().any(|k| k == *name), "{name}");
+            if cfg!(all(feature = "si", feature = "ofi", feature = "ucx")) {
+                assert_eq!(find(name).map(|l| l.name).ok(), Some(*name));
+            }
+        }
     }
 
     #[test]

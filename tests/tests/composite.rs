@@ -1,7 +1,8 @@
-//! One job over two transports (`+machine si+tcp`, `si+udp`) on hosts made of network
-//! namespaces (`converse_tests::hosts`): shared memory between the processes of a host, the
-//! network between hosts, chosen per peer; `+stats` shows which pairs used what. Needs
-//! root (to create namespaces); without it the tests say they were skipped.
+//! One job over two transports (`+machine si+tcp`, `si+udp`, and with the fabric features
+//! `si+ofi+tcp`, `si+ucx+tcp`) on hosts made of network namespaces (`converse_tests::hosts`):
+//! shared memory between the processes of a host, the network between hosts, chosen per peer;
+//! `+stats` shows which pairs used what. Needs root (to create namespaces); without it the
+//! tests say they were skipped.
 
 use converse_tests::hosts::Hosts;
 use converse_tests::Outcome;
@@ -165,6 +166,31 @@ fn si_udp_on_two_hosts_of_two_processes_uses_shared_memory_inside_a_host_only() 
     suite_on_two_hosts("n", "si+udp", "udp");
 }
 
+/// The composites this test runs across hosts: TCP's and UDP's, and those over the fabric
+/// layers compiled in, on the transport they run over Ethernet here.
+fn composites() -> Vec<&'static str> {
+    let mut v = vec!["si+tcp", "si+udp"];
+    if cfg!(feature = "ofi") {
+        v.push("si+ofi+tcp");
+    }
+    if cfg!(feature = "ucx") {
+        v.push("si+ucx+tcp");
+    }
+    v
+}
+
+#[cfg(feature = "ofi")]
+#[test]
+fn si_ofi_tcp_on_two_hosts_of_two_processes_uses_shared_memory_inside_a_host_only() {
+    suite_on_two_hosts("mo", "si+ofi+tcp", "ofi+tcp");
+}
+
+#[cfg(feature = "ucx")]
+#[test]
+fn si_ucx_tcp_on_two_hosts_of_two_processes_uses_shared_memory_inside_a_host_only() {
+    suite_on_two_hosts("mu", "si+ucx+tcp", "ucx+tcp");
+}
+
 #[test]
 fn every_node_on_one_host_is_all_shared_memory_and_each_on_its_own_all_network() {
     let Some(hosts) = Hosts::new("o") else { return };
@@ -216,7 +242,7 @@ fn every_node_on_one_host_is_all_shared_memory_and_each_on_its_own_all_network()
 #[test]
 fn several_pes_per_process_run_over_both_transports() {
     let Some(hosts) = Hosts::new("p") else { return };
-    for layer in ["si+tcp", "si+udp"] {
+    for layer in composites() {
         for scenario in [&["alltoall", "100000"][..], &["node"], &["broadcast"]] {
             let o = job_with(&hosts, TWO_BY_TWO, 8, scenario, layer, &["++ppn", "2"]);
             assert_eq!(o.code, Some(0), "{layer} {scenario:?}: {o}");
@@ -238,12 +264,10 @@ fn a_process_dying_on_either_host_ends_the_job_naming_it_and_leaves_no_shared_me
     let Some(hosts) = Hosts::new("q") else { return };
     // The last PE calls process::exit(3): with 4 PEs it is on the second host (10.99.0.3),
     // with 3 on the first (10.99.0.2).
-    for (layer, pes, host) in [
-        ("si+tcp", 4, hosts.host_ns(2)),
-        ("si+tcp", 3, hosts.host_ns(1)),
-        ("si+udp", 4, hosts.host_ns(2)),
-        ("si+udp", 3, hosts.host_ns(1)),
-    ] {
+    let runs = composites()
+        .into_iter()
+        .flat_map(|l| [(l, 4, hosts.host_ns(2)), (l, 3, hosts.host_ns(1))]);
+    for (layer, pes, host) in runs {
         let o = job(&hosts, TWO_BY_TWO, pes, &["proc-exit"], layer);
         assert_eq!(o.code, Some(3), "{layer} +p{pes}: {o}");
         assert!(!o.timed_out, "{o}");
@@ -263,12 +287,8 @@ fn a_process_dying_on_either_host_ends_the_job_naming_it_and_leaves_no_shared_me
 fn in_report_mode_a_death_on_either_transport_is_survived_and_leaves_no_shared_memory() {
     let Some(hosts) = Hosts::new("v") else { return };
     // PE 1 is PE 0's same-host peer (shared memory), PE 3 is on the other host (network).
-    for (layer, victim) in [
-        ("si+tcp", "1"),
-        ("si+tcp", "3"),
-        ("si+udp", "1"),
-        ("si+udp", "3"),
-    ] {
+    let runs = composites().into_iter().flat_map(|l| [(l, "1"), (l, "3")]);
+    for (layer, victim) in runs {
         let o = job_with(
             &hosts,
             TWO_BY_TWO,

@@ -131,3 +131,18 @@ mod ucx {
         assert_eq!(names, converse_ucx::NAMES);
     }
 }
+
+/// The composites over the fabric layers: on one host every peer is SI's, so this checks the
+/// composite's start-up with the fabric part open and idle (tests/composite.rs runs them
+/// across hosts).
+#[cfg(feature = "ofi")]
+#[test]
+fn si_ofi_tcp_keeps_the_contract() {
+    check_launched("si+ofi+tcp", 4);
+}
+
+#[cfg(feature = "ucx")]
+#[test]
+fn si_ucx_tcp_keeps_the_contract() {
+    check_launched("si+ucx+tcp", 4);
+}

@@ -1,6 +1,6 @@
 //! The conformance suite on the UCX layers this host can run: `ucx+tcp` (TCP sockets) and
-//! `ucx+shm` (shared memory), every job started by charmrun, with one PE per process and in
-//! SMP mode (`++ppn 2`). Only with the `ucx` feature (`--features ucx`), which needs UCX.
+//! `ucx+shm` (shared memory), and the composite `si+ucx+tcp` on one host, every job started by
+//! charmrun, with one PE per process and in SMP mode (`++ppn 2`). Only with the `ucx` feature (`--features ucx`), which needs UCX.
 
 #![cfg(feature = "ucx")]
 
@@ -44,6 +44,26 @@ mod choice {
         machine: "ucx",
         opts: vec![]
     });
+}
+
+/// The composite `si+ucx+tcp` on one host: every peer is reached through SI, the fabric part open
+/// and idle beside it (tests/composite.rs runs it across namespace hosts, where both carry
+/// traffic).
+mod si_ucx_tcp {
+    converse_tests::conformance_suite!(converse_tests::Launcher::Charmrun {
+        machine: "si+ucx+tcp",
+        opts: vec![]
+    });
+}
+
+mod si_ucx_tcp_ppn2 {
+    converse_tests::conformance_suite!(
+        converse_tests::Launcher::Charmrun {
+            machine: "si+ucx+tcp",
+            opts: vec![]
+        },
+        ppn = 2
+    );
 }
 
 /// Jobs across hosts made of network namespaces (`converse_tests::hosts`, as

@@ -231,6 +231,9 @@ struct LargeOp {
     /// Posted (not waiting for room in the provider's receive queue).
     posted: bool,
     done: bool,
+    /// Its sender was forgotten while it was posted: no longer counted in `large_recvs`, and
+    /// its slot freed when the provider lets go of it.
+    abandoned: bool,
 }
 
 /// What arrived from a peer while one of its large messages is still coming: delivered in
@@ -303,6 +306,8 @@ pub struct OfiMachine {
     wake: WakeFd,
     strangers: u64,
     truncated: u64,
+    /// Large receives from forgotten peers, dropped or cancelled.
+    abandoned: u64,
     /// shm's segment, removed when the node ends (after `fi` closed it), however it ends.
     segments: Vec<RemoveOnExit>,
 }
@@ -417,6 +422,7 @@ impl OfiMachine {
             wake,
             strangers: 0,
             truncated: 0,
+            abandoned: 0,
             segments: Vec::new(),
         };
         // Half the provider's receive queue at most: large messages' receives need room too
@@ -469,7 +475,9 @@ impl OfiMachine {
             Kind::Large => {
                 let l = &mut self.large[index];
                 l.done = true;
-                self.large_recvs -= 1;
+                if !l.abandoned {
+                    self.large_recvs -= 1;
+                }
                 let node = l.node;
                 if self.peers[node].gone {
                     self.release_large(index);
@@ -531,10 +539,18 @@ impl OfiMachine {
                 self.post_eager(i)
             }
             Some((Kind::Large, i)) => {
-                let node = self.large[i].node;
-                self.large_recvs -= 1;
-                self.large[i].done = true;
-                if canceled || self.peers[node].gone {
+                let l = &mut self.large[i];
+                let node = l.node;
+                if !l.abandoned {
+                    self.large_recvs -= 1;
+                }
+                l.done = true;
+                if self.peers[node].gone {
+                    // Nobody holds it any more (`forget` cleared the peer's arrivals).
+                    self.release_large(i);
+                    return Ok(());
+                }
+                if canceled {
                     return Ok(());
                 }
                 Err(MachineError::peer_dead(
@@ -681,6 +697,8 @@ impl Transport for OfiMachine {
         vec![
             ("ofi.strangers_dropped", self.strangers),
             ("ofi.truncated_dropped", self.truncated),
+            ("ofi.large_abandoned", self.abandoned),
+            ("ofi.large_receiving", self.large_recvs as u64),
         ]
     }
 
@@ -717,6 +735,7 @@ impl Part for OfiMachine {
             p.queued = 0;
         }
         self.backlog.retain(|&n| n != node);
+        self.abandon_large(node);
     }
 
     fn leave(&mut self) -> Result<(), MachineError> {

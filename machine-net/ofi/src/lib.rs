@@ -6,6 +6,9 @@
 //! build needs no libfabric and a variant file naming `ofi.*` settings is still checked. See
 //! this crate's README.md for the design, the providers and what was tested here.
 //!
+//! With the `si` feature too, the composites `si+ofi`, `si+ofi+tcp`, ... ([`SI_NAMES`]):
+//! shared memory within a host, this layer between hosts.
+//!
 //! ```text
 //! cargo run -p conv-mach -- build ofi
 //! target/ofi/release/charmrun +p4 target/ofi/release/examples/hello +machine ofi+tcp
@@ -17,6 +20,8 @@ use converse_machine::SettingSpec;
 mod fabric;
 #[cfg(feature = "ofi")]
 mod layer;
+#[cfg(all(feature = "ofi", feature = "si"))]
+mod multi;
 #[cfg(feature = "ofi")]
 mod sys;
 // Need no libfabric: their tests run in every build.
@@ -29,6 +34,8 @@ mod transports;
 
 #[cfg(feature = "ofi")]
 pub use layer::OfiMachine;
+#[cfg(all(feature = "ofi", feature = "si"))]
+pub use multi::SI_LAYERS;
 #[cfg(feature = "ofi")]
 pub use transports::LAYERS;
 
@@ -45,6 +52,20 @@ pub const TRANSPORTS: &[(&str, Option<&str>)] = &[
     ("ofi+cxi", Some("cxi")),
     ("ofi+efa", Some("efa")),
     ("ofi+sockets", Some("sockets")),
+];
+
+/// `+machine` names of the composites over this layer (feature `si` too): shared memory
+/// within a host, libfabric between hosts, one per transport string that reaches other hosts
+/// (not `ofi+shm`), named `si+` and the string as `si+tcp` is. Known in every build.
+pub const SI_NAMES: &[&str] = &[
+    "si+ofi",
+    "si+ofi+tcp",
+    "si+ofi+verbs",
+    "si+ofi+psm2",
+    "si+ofi+psm3",
+    "si+ofi+cxi",
+    "si+ofi+efa",
+    "si+ofi+sockets",
 ];
 
 /// `ofi.provider`: overrides the transport string's provider.

@@ -170,6 +170,12 @@ pub unsafe fn av_open(
     call!((*(*domain).ops).av_open)(domain, attr, out, std::ptr::null_mut())
 }
 
+/// `fi_cancel` of an operation posted on an endpoint: it ends with an error completion
+/// (`FI_ECANCELED`) if the provider still had it queued.
+pub unsafe fn cancel(ep: *mut fid_ep, context: *mut c_void) -> isize {
+    call!((*(*ep).ops).cancel)(&mut (*ep).fid, context)
+}
+
 /// `fi_ep_bind`.
 pub unsafe fn ep_bind(ep: *mut fid_ep, bfid: *mut fid, flags: u64) -> c_int {
     call!((*(*ep).fid.ops).bind)(&mut (*ep).fid, bfid, flags)

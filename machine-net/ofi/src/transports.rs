@@ -8,7 +8,7 @@ use converse_machine::{Layer, MachineError, NodeTable, Settings};
 /// Parse the settings as boot would. (Every compiled-in layer's check runs whichever layer
 /// is chosen, so an `ofi.provider` that contradicts one transport string is refused only by
 /// that one's boot, not here.)
-fn check(s: &Settings) -> Result<(), MachineError> {
+pub(crate) fn check(s: &Settings) -> Result<(), MachineError> {
     crate::EAGER_KIB.read_whole(s)?;
     crate::RX_POSTED.read_whole(s)?;
     Ok(())

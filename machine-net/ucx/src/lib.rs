@@ -8,14 +8,21 @@
 //! One layer per transport string, in Mercury's style: `ucx` (UCX chooses, from `UCX_TLS` or
 //! every transport it has), `ucx+tcp`, `ucx+shm` (one host), `ucx+rc`, `ucx+ud`, `ucx+all`.
 //! They all boot the same layer; only the transports handed to UCX differ.
+//!
+//! With the `si` feature too, the composites `si+ucx`, `si+ucx+tcp`, ... ([`SI_NAMES`]):
+//! shared memory within a host, this layer between hosts.
 
 #[cfg(feature = "ucx")]
 mod layer;
+#[cfg(all(feature = "ucx", feature = "si"))]
+mod multi;
 #[cfg(feature = "ucx")]
 mod sys;
 
 #[cfg(feature = "ucx")]
 pub use layer::{boot_with, UcxMachine, UcxOpen, LAYERS};
+#[cfg(all(feature = "ucx", feature = "si"))]
+pub use multi::SI_LAYERS;
 
 /// One transport string: the layer's name, and the transports it gives UCX (`UCX_TLS`'s
 /// syntax).
@@ -112,6 +119,17 @@ pub const NAMES: &[&str] = &[
     KINDS[3].name,
     KINDS[4].name,
     KINDS[5].name,
+];
+
+/// `+machine` names of the composites over this layer (feature `si` too): shared memory
+/// within a host, UCX between hosts, one per transport string that reaches other hosts (not
+/// `ucx+shm`), named `si+` and the string as `si+tcp` is. Known in every build.
+pub const SI_NAMES: &[&str] = &[
+    "si+ucx",
+    "si+ucx+tcp",
+    "si+ucx+rc",
+    "si+ucx+ud",
+    "si+ucx+all",
 ];
 
 /// `ucx.tls`: overrides the transport string's own set (`UCX_TLS` syntax).

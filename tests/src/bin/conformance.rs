@@ -54,8 +54,9 @@
 //! | siblings   | (SMP) the last PE of each node sleeps SECS (default 2) while the others of  |
 //! |            | its node send it MIB (default 512) each (and, with `ring`, flood each other |
 //! |            | in a ring); PE 0 prints the process's peak memory                           |
-//! | survive    | (with `+set faults=report`) PE VICTIM dies as HOW says (exit, kill, stop,   |
-//! |            | wait: killed from outside); the survivors are told and go on; exits 0       |
+//! | survive    | (with `+set faults=report`) PE VICTIM dies as HOW says (exit, kill,         |
+//! |            | send-kill: killed with large messages on their way to PE 0, stop, wait:     |
+//! |            | killed from outside); the survivors are told and go on; exits 0             |
 //! | flood      | PE 1 stops polling for 2 s while PE 0 sends it MIB (default 512) MiB: what  |
 //! |            | PE 0 holds for it stays bounded, all arrives; PE 0 prints its peak memory   |
 //! | backlog    | PE 0 sends the last PE MIB (default 384) MiB in messages of BYTES (65536)   |

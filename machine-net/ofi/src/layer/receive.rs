@@ -228,6 +228,7 @@ impl OfiMachine {
                 l.buf = buf;
                 l.posted = false;
                 l.done = false;
+                l.abandoned = false;
                 i
             }
             None => {
@@ -239,6 +240,7 @@ impl OfiMachine {
                     buf,
                     posted: false,
                     done: false,
+                    abandoned: false,
                 });
                 i
             }
@@ -249,6 +251,38 @@ impl OfiMachine {
             self.unposted.push(i);
         }
         Ok(())
+    }
+
+    /// The large messages still coming from `node`, which is out of the job: those not
+    /// posted yet are dropped; those posted are cancelled (`fi_cancel`) and stop counting at
+    /// once, so `in_transfer` does not stay true for a message that will never end (a dead
+    /// sender's, on shm). Each slot is freed when its completion, cancelled or not, comes.
+    pub(super) fn abandon_large(&mut self, node: usize) {
+        let unposted = std::mem::take(&mut self.unposted);
+        for i in unposted {
+            if self.large[i].node == node {
+                self.large[i].done = true;
+                self.large_recvs -= 1;
+                self.abandoned += 1;
+                self.release_large(i);
+            } else {
+                self.unposted.push(i);
+            }
+        }
+        for i in 0..self.large.len() {
+            let l = &mut self.large[i];
+            if l.node != node || !l.posted || l.done || l.abandoned {
+                continue;
+            }
+            l.abandoned = true;
+            self.large_recvs -= 1;
+            self.abandoned += 1;
+            // SAFETY: the open endpoint; the context is the posted receive's, which stays in
+            // `self.large[i]` (with its buffer) until its completion or the endpoint's close.
+            let rc = unsafe { sys::cancel(self.fi.ep(), l.op.ctx()) };
+            // Not found (already matched, or done): its completion comes anyway.
+            tracing::debug!(target: "ofi", peer = node, slot = i, rc, "large receive cancelled");
+        }
     }
 
     pub(super) fn release_large(&mut self, i: usize) {

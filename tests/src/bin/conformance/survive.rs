@@ -2,7 +2,8 @@
 //!
 //! `survive VICTIM HOW`: PE 0 pings every PE it believes alive each 20 ms and counts the
 //! answers per round. At round 5 the PE `VICTIM` dies, as `HOW` says: `exit` (exits with code
-//! 3), `kill` (SIGKILL to itself), `stop` (SIGSTOP to itself: silent, for the launcher's hang
+//! 3), `kill` (SIGKILL to itself), `send-kill` (sends PE 0 [`LARGE_SENT`] messages of 1 MiB,
+//! then SIGKILL to itself: it dies with large messages part-way to PE 0), `stop` (SIGSTOP to itself: silent, for the launcher's hang
 //! timeout or the layer's dead-peer detection), `wait` (the test kills it from outside; it
 //! prints its pid). Every surviving PE prints `survive: PE p told node n died: why` from its
 //! failure callback. PE 0 then checks that a send to the victim is refused, that a barrier
@@ -19,6 +20,10 @@ use std::time::Duration;
 
 /// The round at which the victim dies.
 const DEATH_ROUND: u32 = 5;
+
+/// Messages of 1 MiB the victim sends PE 0 before it dies (`send-kill`): more than a
+/// layer takes at once, so some are still on their way.
+const LARGE_SENT: usize = 32;
 
 /// Rounds answered by every survivor after the death, for the verdict.
 const ROUNDS_AFTER: u32 = 10;
@@ -61,9 +66,18 @@ pub(crate) fn survive(pe: &mut Pe, victim: usize, how: String) {
             let _ = pe;
         })
     };
+    // What the victim sends before it dies (`send-kill`): dropped.
+    let sink = pe.register("sink", |_, _| {});
     let ping = pe.register("ping", move |pe, msg| {
         let round = u32::from_le_bytes(msg.payload()[..4].try_into().unwrap_or([0; 4]));
         if pe.my_pe() == victim && round == DEATH_ROUND {
+            if how == "send-kill" {
+                let large = vec![7u8; 1 << 20];
+                for _ in 0..LARGE_SENT {
+                    pe.send(0, sink, &large);
+                }
+                die(pe, "kill");
+            }
             die(pe, &how);
         }
         pe.send(0, pong, msg.payload());
