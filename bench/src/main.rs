@@ -8,6 +8,7 @@
 //! bench rate [--messages N] [--csv FILE] [--plot FILE.svg]
 //! bench startup [--pes 2,4,...] [--layer tcp] [--charmrun-args "..."] [--plot FILE.svg]
 //! bench tbon [--backends 8,16,...] [--layers tcp,si] [--runs R] [--csv FILE] [--plot FILE.svg]
+//! bench tbon-attach [--backends 4] [--rounds 5] [--iters 2000] [--tree g:2]
 //! bench smp [--layers tcp,udp,si] [--iters N] [--messages N] [--ks 1,2]
 //! bench idle [--layer si] [--secs S] [--ppn K]
 //! bench multi [--sizes 8,65536,1048576] [--iters N] [--messages N] [--runs R]   (root)
@@ -44,6 +45,7 @@ mod smp;
 mod startup;
 mod tasks;
 mod tbon;
+mod tbon_attach;
 mod tbon_kill;
 mod topo;
 mod typed;
@@ -459,6 +461,34 @@ enum Cmd {
         sizes: Vec<usize>,
         iters: usize,
     },
+    /// Back-ends in C (MRNet's lightweight API) beside back-ends in Rust, attached to the
+    /// leaves of one tree: the one-int wave round trip, in rounds alternating which goes
+    /// first (needs `cargo build --release -p converse-tbon-lightweight` and a C compiler).
+    TbonAttach {
+        /// Back-ends of each kind.
+        #[arg(long, default_value_t = 4, value_parser = args::count, allow_negative_numbers = true)]
+        backends: usize,
+        /// Rounds (each runs both kinds).
+        #[arg(long, default_value_t = 5, value_parser = args::count, allow_negative_numbers = true)]
+        rounds: usize,
+        /// Waves timed per run (at least 10).
+        #[arg(long, default_value_t = 2000, value_parser = args::count10, allow_negative_numbers = true)]
+        iters: usize,
+        /// The tree of internal processes (its leaves take the back-ends).
+        #[arg(long, default_value = "g:2")]
+        tree: String,
+    },
+    /// The network of `bench tbon-attach` (every PE, under charmrun).
+    #[command(hide = true)]
+    TbonAttachNet {
+        tree: String,
+        file: String,
+        n: usize,
+        iters: usize,
+    },
+    /// A Rust back-end of `bench tbon-attach`.
+    #[command(hide = true)]
+    TbonAttachBe { file: String, rank: u32 },
     /// The back-end program of `bench tbon`.
     #[command(hide = true)]
     TbonBe,
@@ -591,6 +621,19 @@ fn main() -> ExitCode {
     };
     let result = match cli.cmd {
         Cmd::TbonBe => return tbon::backend(),
+        Cmd::TbonAttach {
+            backends,
+            rounds,
+            iters,
+            tree,
+        } => tbon_attach::run(backends, rounds, iters, &tree),
+        Cmd::TbonAttachNet {
+            tree,
+            file,
+            n,
+            iters,
+        } => return tbon_attach::net(&[tree, file, n.to_string(), iters.to_string()]),
+        Cmd::TbonAttachBe { file, rank } => tbon_attach::backend(&file, rank),
         Cmd::TbonKillBe { dir } => return tbon_kill::backend(&dir),
         Cmd::TbonRawChild { addr } => tbon::raw_child(&addr),
         Cmd::Tbon {
