@@ -259,3 +259,65 @@ fn a_backend_whose_network_dies_gets_an_error_not_a_hang() {
     assert!(!o.timed_out, "{o}");
     drop(fe);
 }
+
+/// Back-ends on a host of their own (a network namespace, as a tool's back-ends started by
+/// `srun` on the application's nodes), attaching to leaves on the two hosts the network runs
+/// on, at the addresses the job knows those hosts by.
+#[test]
+fn backends_on_another_host_attach_across_hosts() {
+    use converse_tests::netns::Hosts;
+    let Some(hosts) = Hosts::new("tat", 3) else {
+        return;
+    };
+    let file = hosts.dir.join("attach.txt");
+    let machines = hosts.machines("machines", 0..2);
+    let mut cmd = hosts.on_host0(&converse_tests::charmrun_path(PROG));
+    cmd.args(["+p3", "++nodelist"])
+        .arg(&machines)
+        .arg("++remote-shell")
+        .arg(hosts.shell())
+        .arg(PROG)
+        .args(["front", "g:2"])
+        .arg(&file)
+        .args(["2", "+machine", "tcp"]);
+    let mut fe = Running::start(&mut cmd, Duration::from_secs(120)).expect("front-end");
+    assert!(
+        fe.wait_for_stdout_lines("attach file written", 1, Duration::from_secs(60)),
+        "{}",
+        fe.finish()
+    );
+    let f = converse_tbon::AttachFile::read(&file).unwrap_or_else(|e| panic!("{e}"));
+    let mut leaf_hosts: Vec<String> = f.points.iter().map(|p| p.host.clone()).collect();
+    leaf_hosts.sort();
+    assert_eq!(
+        leaf_hosts,
+        [Hosts::addr(0), Hosts::addr(1)],
+        "the leaves are on both hosts, at the addresses the job knows"
+    );
+    let on_host2 = |rank: u32| {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &hosts.host_ns(2), PROG, "back"])
+            .arg(&file)
+            .arg(rank.to_string());
+        Running::start(&mut c, Duration::from_secs(90)).expect("back-end")
+    };
+    let bes = [on_host2(3), on_host2(10)];
+    assert!(
+        fe.wait_for_stdout_lines("2 back-ends attached", 1, Duration::from_secs(60)),
+        "{}",
+        fe.finish()
+    );
+    std::fs::write(file.with_extension("go"), b"").expect("go");
+    let o = fe.finish();
+    assert!(
+        o.code == Some(0) && o.lines_with("tbon_attach: ok") == 1,
+        "{o}"
+    );
+    for (be, (rank, end)) in bes.into_iter().zip([(3, "leaving"), (10, "shut down")]) {
+        let o = be.finish();
+        assert!(
+            o.code == Some(0) && o.lines_with(&format!("back {rank}: {end}")) == 1,
+            "{o}"
+        );
+    }
+}

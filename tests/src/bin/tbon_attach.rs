@@ -39,7 +39,10 @@ fn main() -> ExitCode {
         let spec = args.get(2).cloned().unwrap_or_else(|| "g:2".into());
         let file = args.get(3).cloned().unwrap_or_default();
         let want: usize = args.get(4).and_then(|n| n.parse().ok()).unwrap_or(1);
-        let opts = Options::default().attach_backends(true);
+        // Generated trees name no real host: process i on PE i.
+        let opts = Options::default()
+            .attach_backends(true)
+            .policy(tbon::MapPolicy::InOrder);
         let topology = |_: &converse::Pe| {
             let spec =
                 topgen::TreeSpec::parse(&spec).map_err(|e| TbonError::Usage(e.to_string()))?;

@@ -451,7 +451,7 @@ pub(crate) fn listen(pe: &mut Pe, node: &Rc<RefCell<Node>>) {
         }
     });
     let addr = match ep.listen(pe, "tcp://:0", &secret) {
-        Ok(a) => a,
+        Ok(a) => advertised(pe, &a),
         Err(e) => {
             // Said, and the leaf takes no back-end (the front-end's attach points leave it
             // out); the network is made all the same.
@@ -471,6 +471,25 @@ pub(crate) fn listen(pe: &mut Pe, node: &Rc<RefCell<Node>>) {
         n.maybe_ready(pe);
     }
     super::after_handler(node);
+}
+
+/// The address a leaf gives back-ends: its port at the address its host name resolves to (as
+/// MRNet resolves host names, `XPLAT_RESOLVE_HOSTS`), which is how other hosts know this one;
+/// if the name does not resolve, or only to a loopback address, the listener's own choice (an
+/// address of this host's interfaces).
+fn advertised(pe: &Pe, shown: &str) -> String {
+    use std::net::ToSocketAddrs;
+    let t = pe.node_table();
+    let host = t.node(t.node_of(pe.my_pe())).map(|n| n.host.clone());
+    let ip = host
+        .and_then(|h| (h.as_str(), 0).to_socket_addrs().ok())
+        .and_then(|mut a| a.find(|a| !a.ip().is_loopback() && !a.ip().is_unspecified()))
+        .map(|a| a.ip());
+    match (ip, shown.rsplit_once(':')) {
+        (Some(std::net::IpAddr::V4(v4)), Some((_, port))) => format!("tcp://{v4}:{port}"),
+        (Some(std::net::IpAddr::V6(v6)), Some((_, port))) => format!("tcp://[{v6}]:{port}"),
+        _ => shown.to_owned(),
+    }
 }
 
 /// Run `f` on the node behind `weak` (if it is still there and not borrowed), then its
