@@ -234,11 +234,18 @@ fn stream_ref<'a>(s: *mut Stream_t) -> Option<&'a Stream_t> {
 #[no_mangle]
 pub extern "C" fn Network_CreateNetworkBE(argc: c_int, argv: *mut *mut c_char) -> *mut Network_t {
     guard(std::ptr::null_mut(), || {
-        let args: Vec<String> = (0..argc.max(0) as usize)
+        let n = if argv.is_null() {
+            0
+        } else {
+            argc.max(0) as usize
+        };
+        let args: Vec<String> = (0..n)
             .filter_map(|i| {
                 // SAFETY: `argv` holds `argc` C strings, as `main` gets them.
                 let a = unsafe { *argv.add(i) };
-                (!a.is_null()).then(|| unsafe { CStr::from_ptr(a) }.to_string_lossy().into_owned())
+                // SAFETY: each non-null one is a C string.
+                let s = (!a.is_null()).then(|| unsafe { CStr::from_ptr(a) });
+                s.map(|s| s.to_string_lossy().into_owned())
             })
             .collect();
         match create(&args) {
