@@ -365,3 +365,46 @@ fn the_equivalence_class_filter_of_the_paper() {
     );
     assert_eq!(o.lines_with("checksum matches"), 3, "{o}");
 }
+
+#[test]
+fn the_histogram_filter_of_the_paper_adds_up_every_back_ends_bins() {
+    let o = run_bounded(
+        Command::new(example("tbon_histogram")).args(["+p13", "+quiet"]),
+        Duration::from_secs(60),
+    );
+    assert_eq!(o.code, Some(0), "{o}");
+    assert_eq!(
+        o.lines_with("9 back-ends, 7477 samples in range: the histogram matches"),
+        1,
+        "{o}"
+    );
+}
+
+/// The paper's clock-skew detection: every back-end's skew against the front-end, composed
+/// hop by hop through the tree, against skews known by construction (up to ±500 ms apart).
+/// The bound is on correctness (a sign or a hop wrong would be off by hundreds of ms), not on
+/// speed: the accuracy figures are in docs/benchmarks.md.
+#[test]
+fn clock_skews_found_through_the_tree_are_the_true_ones() {
+    let o = run_bounded(
+        Command::new(example("tbon_clock_skew")).args(["+p13", "+quiet"]),
+        Duration::from_secs(60),
+    );
+    assert_eq!(o.code, Some(0), "{o}");
+    let line = o
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("clock skew over 9 back-ends"))
+        .unwrap_or_else(|| panic!("no summary:\n{o}"));
+    let number_after = |key: &str| -> f64 {
+        line.split(key)
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(f64::MAX)
+    };
+    // Microseconds; 10 ms is far below the smallest skew between two ranks (1 ms steps
+    // hundreds apart) yet far above any scheduling delay of a loaded machine.
+    assert!(number_after("tree mean error ") < 10_000.0, "{line}");
+    assert!(number_after("direct mean error ") < 10_000.0, "{line}");
+}

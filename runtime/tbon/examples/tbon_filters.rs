@@ -1,6 +1,7 @@
 //! Filters for the tree overlay, in a shared library loaded at run time
 //! (`Network::load_filter(path, "IntegerAdd")`): the guide's Appendix B.4 `IntegerAdd`, and the
-//! paper's equivalence-class filter. Built as `target/release/examples/libtbon_filters.so`.
+//! paper's equivalence-class and histogram filters. Built as
+//! `target/release/examples/libtbon_filters.so`.
 
 use converse_tbon::{FilterContext, FilterError, Packet};
 use std::collections::BTreeMap;
@@ -66,6 +67,45 @@ fn equiv_class(cx: &mut FilterContext<'_>) -> Result<(), FilterError> {
 }
 
 converse_tbon::export_filter!(EquivClass, "%auld %aud %aud", equiv_class);
+
+/// The paper's histogram reduction: each packet is a histogram, `%lf %lf %aud` — the low and
+/// high ends of its range and the counts of its equal bins. A back-end bins its own samples;
+/// every process adds its children's counts bin by bin, so the front-end gets the histogram of
+/// every back-end's samples. Histograms over other ranges or bins do not add up: refused.
+fn histogram(cx: &mut FilterContext<'_>) -> Result<(), FilterError> {
+    let mut total: Option<(f64, f64, Vec<u32>)> = None;
+    for p in cx.packets_in.iter() {
+        let (lo, hi, counts): (f64, f64, Vec<u32>) = p.unpack("%lf %lf %aud")?;
+        match &mut total {
+            None => total = Some((lo, hi, counts)),
+            Some((l, h, sum)) => {
+                if *l != lo || *h != hi || sum.len() != counts.len() {
+                    return Err(FilterError(format!(
+                        "histograms over [{l}, {h}) in {} bins and [{lo}, {hi}) in {} bins do                          not add up",
+                        sum.len(),
+                        counts.len()
+                    )));
+                }
+                for (a, b) in sum.iter_mut().zip(counts) {
+                    *a = a.saturating_add(b);
+                }
+            }
+        }
+    }
+    if let Some((lo, hi, counts)) = total {
+        let first = &cx.packets_in[0];
+        let merged = Packet::new(
+            first.stream_id(),
+            first.tag(),
+            "%lf %lf %aud",
+            (lo, hi, counts),
+        )?;
+        cx.packets_out.push(merged);
+    }
+    Ok(())
+}
+
+converse_tbon::export_filter!(Histogram, "%lf %lf %aud", histogram);
 
 /// A filter function without its `_format_string`: loading it must fail, saying so.
 ///
