@@ -380,6 +380,22 @@ fn the_histogram_filter_of_the_paper_adds_up_every_back_ends_bins() {
     );
 }
 
+/// A synchronization filter loaded from a library decides the waves: pairs of answers, so a
+/// 2x3 tree's third answer per internal process waits for the next round.
+#[test]
+fn a_loaded_synchronization_filter_makes_the_waves() {
+    let o = run_bounded(
+        Command::new(example("tbon_sync_filter")).args(["+p9", "+quiet"]),
+        Duration::from_secs(60),
+    );
+    assert_eq!(o.code, Some(0), "{o}");
+    assert_eq!(
+        o.lines_with("group synchronization: waves [4, 4, 4] from 12 answers"),
+        1,
+        "{o}"
+    );
+}
+
 /// The paper's clock-skew detection: every back-end's skew against the front-end, composed
 /// hop by hop through the tree, against skews known by construction (up to ±500 ms apart).
 /// The bound is on correctness (a sign or a hop wrong would be off by hundreds of ms), not on

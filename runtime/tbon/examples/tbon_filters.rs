@@ -1,7 +1,7 @@
 //! Filters for the tree overlay, in a shared library loaded at run time
 //! (`Network::load_filter(path, "IntegerAdd")`): the guide's Appendix B.4 `IntegerAdd`, and the
-//! paper's equivalence-class and histogram filters. Built as
-//! `target/release/examples/libtbon_filters.so`.
+//! paper's equivalence-class and histogram filters, and a synchronization filter (`Group`).
+//! Built as `target/release/examples/libtbon_filters.so`.
 
 use converse_tbon::{FilterContext, FilterError, Packet};
 use std::collections::BTreeMap;
@@ -106,6 +106,30 @@ fn histogram(cx: &mut FilterContext<'_>) -> Result<(), FilterError> {
 }
 
 converse_tbon::export_filter!(Histogram, "%lf %lf %aud", histogram);
+
+/// A synchronization filter of the program's (MRNet's user-defined synchronization): packets
+/// wait in its state until `n` have come (the stream's synchronization parameter, `%ud`; 2
+/// until set), then go on together as one wave, in the order they came.
+fn group(cx: &mut FilterContext<'_>) -> Result<(), FilterError> {
+    let n = match cx.params {
+        Some(p) => p.unpack::<u32>("%ud")?.max(1) as usize,
+        None => 2,
+    };
+    let held = cx
+        .state
+        .get_or_insert_with(|| Box::new(Vec::<Packet>::new()));
+    let held = held
+        .downcast_mut::<Vec<Packet>>()
+        .ok_or_else(|| FilterError("group state".into()))?;
+    held.append(cx.packets_in);
+    // One wave a call at most: each call brings the one packet that came (don't-wait below).
+    if held.len() >= n {
+        cx.packets_out.extend(held.drain(..n));
+    }
+    Ok(())
+}
+
+converse_tbon::export_filter!(Group, "", group);
 
 /// A filter function without its `_format_string`: loading it must fail, saying so.
 ///

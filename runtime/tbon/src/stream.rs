@@ -163,7 +163,9 @@ impl StreamSpec {
     /// Filters placed per rank (MRNet's heterogeneous `new_Stream`): each string is
     /// `"filter => rank; ..."`, with `*` for all ranks not named; unnamed ranks get the
     /// defaults (the null filter, wait-for-all). Filters are ids or names (`sum`, a loaded
-    /// filter's name); sync modes are `waitforall`, `dontwait`, `timeout` or their ids.
+    /// filter's name); sync modes are `waitforall`, `dontwait`, `timeout` or their ids, or a
+    /// synchronization filter of the program's, by name (see
+    /// [`Network::new_stream_sync`](crate::Network::new_stream_sync)).
     ///
     /// # Errors
     /// [`TbonError::Placement`] for a string that does not parse.
@@ -173,7 +175,12 @@ impl StreamSpec {
         down: &str,
         filter_named: &dyn Fn(&str) -> Option<FilterId>,
     ) -> Result<StreamSpec, TbonError> {
-        let sync_named = |n: &str| SyncMode::from_name(n).map(SyncMode::id);
+        // A built-in mode, or a synchronization filter of the program's, by name.
+        let sync_named = |n: &str| {
+            SyncMode::from_name(n)
+                .map(SyncMode::id)
+                .or_else(|| filter_named(n).filter(|&id| id >= crate::filter::FIRST_USER_FILTER))
+        };
         Ok(StreamSpec {
             up: Assign::parse(up, TFILTER_NULL, filter_named)?,
             sync: Assign::parse(sync, SyncMode::WaitForAll.id(), &sync_named)?,

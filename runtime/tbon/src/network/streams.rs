@@ -69,6 +69,31 @@ impl<'p> Network<'p> {
         self.new_stream_with(comm, spec)
     }
 
+    /// A stream whose upstream synchronization is the program's own filter `sync` (MRNet's
+    /// user-defined synchronization filters): a filter compiled in
+    /// ([`Options::filter`](crate::Options::filter)) or loaded
+    /// ([`load_filter`](Network::load_filter)), run on each packet as it comes up, which keeps
+    /// what it holds in its state and gives the waves that `up` then sees (none yet: nothing
+    /// goes up). Its parameters are set as a synchronization filter's
+    /// ([`FilterType::UpstreamSync`](crate::FilterType::UpstreamSync)). Waves of such a
+    /// stream are not lined up across a failure (the synchronizer does not wait, as with
+    /// don't-wait).
+    ///
+    /// # Errors
+    /// As [`new_stream`](Network::new_stream); [`TbonError::Usage`] when `sync` is not a
+    /// filter of the program's.
+    pub fn new_stream_sync(
+        &mut self,
+        comm: &Communicator,
+        up: FilterId,
+        sync: FilterId,
+        down: FilterId,
+    ) -> Result<Stream, TbonError> {
+        let mut spec = StreamSpec::homogeneous(up, SyncMode::DontWait, down);
+        spec.sync.default = sync;
+        self.new_stream_with(comm, spec)
+    }
+
     /// A stream over `comm` with the filters of `spec`.
     ///
     /// # Errors
@@ -100,9 +125,11 @@ impl<'p> Network<'p> {
             .copied()
             .chain([(0, spec.sync.default)])
         {
-            if SyncMode::from_id(id).is_none() {
+            let user = id >= crate::filter::FIRST_USER_FILTER
+                && self.node.borrow_mut().filter(id).is_some();
+            if SyncMode::from_id(id).is_none() && !user {
                 return Err(TbonError::Usage(format!(
-                    "{id} is not a synchronization mode (0 wait for all, 1 don't wait, 2 timeout)"
+                    "{id} is not a synchronization mode (0 wait for all, 1 don't wait, 2                      timeout) nor a filter of the program's"
                 )));
             }
             let _ = r;

@@ -43,6 +43,8 @@ const ADOPTING_SLACK: usize = 4;
 enum Dir {
     Up,
     Down,
+    /// The program's synchronization filter.
+    Sync,
 }
 
 impl Node {
@@ -161,6 +163,10 @@ impl Node {
         let (f, state, params) = match dir {
             Dir::Up => (st.up.clone(), &mut st.up_state, st.up_params.as_ref()),
             Dir::Down => (st.down.clone(), &mut st.down_state, st.down_params.as_ref()),
+            Dir::Sync => match &st.sync_filter {
+                Some(f) => (f.clone(), &mut st.sync_state, st.sync_params.as_ref()),
+                None => return Ok(()),
+            },
         };
         let mut cx = FilterContext {
             packets_in: input,
@@ -354,6 +360,12 @@ impl Node {
             st.perf
                 .count(Context::SyncFilterOut, wave.len() as u64, bytes);
         }
+        if st.sync_filter.is_some() && !self.sync_wave(pe, sid, wave) {
+            return;
+        }
+        let Some(st) = self.streams.get_mut(&sid) else {
+            return;
+        };
         if st.up_id == TFILTER_NULL {
             // The wave goes on as one batch.
             let last = wave.len().saturating_sub(1);
@@ -396,6 +408,34 @@ impl Node {
         }
         self.out = out;
         self.rev = rev;
+    }
+
+    /// The program's synchronization filter takes the packets that came (each as it came):
+    /// what it gives becomes the wave, in `wave`; `false` when it gives nothing yet. A
+    /// marker of a failed or lost wave below passes it by, so the front-end still learns of
+    /// it; a failure of the filter itself is reported and what it was given is dropped.
+    fn sync_wave(&mut self, pe: &mut Pe, sid: u32, wave: &mut Vec<Packet>) -> bool {
+        if wave
+            .iter()
+            .any(|p| p.tag() == WAVE_FAILED_TAG || p.tag() == WAVE_LOST_TAG)
+        {
+            return true;
+        }
+        let mut released = std::mem::take(&mut self.out);
+        let mut rev = std::mem::take(&mut self.rev);
+        let result = self.apply(sid, Dir::Sync, wave, &mut released, &mut rev);
+        wave.clear();
+        rev.clear();
+        self.rev = rev;
+        if let Err(e) = result {
+            released.clear();
+            self.out = released;
+            self.report_error(pe, sid, e, EventKind::FilterFailed);
+            return false;
+        }
+        wave.append(&mut released);
+        self.out = released;
+        !wave.is_empty()
     }
 
     /// Send a packet to the parent, or (at the front-end) to the program.

@@ -182,6 +182,13 @@ pub(crate) struct StreamState {
     /// A child of this stream is an internal process: with recovery on, what goes down is
     /// kept in `window` for its orphans, should it die.
     internal_kid: bool,
+    /// A synchronization filter of the program's (its id at least
+    /// [`FIRST_USER_FILTER`](crate::FIRST_USER_FILTER)): run on each packet as it comes (the
+    /// synchronizer does not wait), it holds packets in its state and gives the waves the
+    /// transformation filter sees.
+    sync_filter: Option<Rc<dyn Filter>>,
+    sync_state: FilterState,
+    sync_params: Option<Packet>,
     up: Rc<dyn Filter>,
     up_id: FilterId,
     down: Rc<dyn Filter>,
@@ -229,6 +236,9 @@ impl StreamState {
 impl Drop for StreamState {
     /// Filters whose state is not Rust-owned (loaded ones) free it, however the stream ends.
     fn drop(&mut self) {
+        if let Some(f) = &self.sync_filter {
+            f.drop_state(&mut self.sync_state);
+        }
         self.up.drop_state(&mut self.up_state);
         self.down.drop_state(&mut self.down_state);
     }

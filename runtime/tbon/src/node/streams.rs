@@ -41,7 +41,17 @@ impl Node {
         let down = self
             .filter(down_id)
             .ok_or_else(|| format!("filter {down_id} is not loaded here"))?;
-        let mode = SyncMode::from_id(spec.sync.get(rank)).unwrap_or_default();
+        let sync_id = spec.sync.get(rank);
+        let (mode, sync_filter) = match SyncMode::from_id(sync_id) {
+            Some(mode) => (mode, None),
+            None if sync_id >= crate::filter::FIRST_USER_FILTER => {
+                let f = self.filter(sync_id).ok_or_else(|| {
+                    format!("synchronization filter {sync_id} is not loaded here")
+                })?;
+                (SyncMode::DontWait, Some(f))
+            }
+            None => return Err(format!("{sync_id} is not a synchronization mode")),
+        };
         let sync = Synchronizer::new(mode, kids.len());
         Ok(StreamState {
             endpoints,
@@ -62,6 +72,9 @@ impl Node {
             down,
             down_id,
             sync,
+            sync_filter,
+            sync_state: None,
+            sync_params: None,
             up_state: None,
             down_state: None,
             up_params: None,
@@ -151,6 +164,7 @@ impl Node {
         let kids = st.kids.clone();
         match Packet::from_wire(&bytes) {
             Ok(p) => match which {
+                FilterType::UpstreamSync if st.sync_filter.is_some() => st.sync_params = Some(p),
                 FilterType::UpstreamSync => {
                     let ms = timeout_ms(&p);
                     st.sync.set_timeout(Duration::from_millis(ms));
