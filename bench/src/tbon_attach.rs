@@ -161,24 +161,7 @@ fn one(
         .spawn()?;
     let out = fe.stdout.take();
     let mut procs = Reap(vec![fe]);
-    let t0 = Instant::now();
-    while !file.exists() {
-        anyhow::ensure!(
-            t0.elapsed() < Duration::from_secs(60),
-            "no attach file in 60 s"
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    // Written whole before it is visible? The front-end writes then prints; retry a moment.
-    let f = loop {
-        match AttachFile::read(&file) {
-            Ok(f) => break f,
-            Err(_) if t0.elapsed() < Duration::from_secs(60) => {
-                std::thread::sleep(Duration::from_millis(10))
-            }
-            Err(e) => return Err(e.into()),
-        }
-    };
+    let f = AttachFile::read_waiting(&file, Duration::from_secs(60))?;
     for i in 0..n {
         let rank = i as u32;
         let leaf = &f.points[i % f.points.len()];

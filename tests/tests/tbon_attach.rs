@@ -20,10 +20,21 @@ fn c_backend() -> PathBuf {
             let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
             let lw = root.join("runtime/tbon/lightweight");
             let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+            // The profile this test was built in: the library goes beside its programs.
+            let profile = Path::new(PROG)
+                .parent()
+                .and_then(|d| d.file_name())
+                .map_or("release".into(), |p| p.to_string_lossy().into_owned());
+            let profile = if profile == "debug" {
+                "dev".into()
+            } else {
+                profile
+            };
             let o = run_bounded(
                 Command::new(cargo).current_dir(&root).args([
                     "build",
-                    "--release",
+                    "--profile",
+                    &profile,
                     "-p",
                     "converse-tbon-lightweight",
                 ]),
@@ -72,6 +83,10 @@ fn back_any(file: &Path, rank: u32, c: bool) -> Running {
         rank.to_string(),
     ])
     .env("CONVERSE_TBON_SECRET_FILE", file);
+    if rank == 700 {
+        // MRNet's polling loop: Network_recv_nonblock.
+        cmd.env("C_BACKEND_POLL", "1");
+    }
     Running::start(&mut cmd, Duration::from_secs(90)).unwrap_or_else(|e| panic!("start: {e}"))
 }
 
@@ -171,6 +186,11 @@ fn attach_story(launcher: &Launcher, name: &str, in_c: &[u32]) {
         let _ = s.write_all(b"GET / HTTP/1.0\r\n\r\n");
     }
 
+    assert!(
+        fe.wait_for_stderr("refused a connection from", Duration::from_secs(30)),
+        "the stranger was not refused:\n{}",
+        fe.stderr_so_far()
+    );
     std::fs::write(file.with_extension("go"), b"").unwrap_or_else(|e| panic!("{e}"));
     let o = fe.finish();
     assert!(
@@ -245,9 +265,13 @@ fn a_backend_whose_network_dies_gets_an_error_not_a_hang() {
         "{}",
         fe.finish()
     );
-    let be = back(&file, 5, None);
+    let mut be = back(&file, 5, None);
     // One of the two back-ends the front-end waits for: it waits, and so does this one.
-    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        be.wait_for_stdout_lines("back 5: attached to", 1, Duration::from_secs(60)),
+        "{}",
+        be.finish()
+    );
     converse_tests::kill_tree(fe.pid());
     let o = be.finish();
     assert_eq!(o.code, Some(1), "{o}");

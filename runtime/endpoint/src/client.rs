@@ -221,7 +221,7 @@ impl Connection {
     }
 
     /// The next message or call the other side sent, waiting up to `timeout` (`None`:
-    /// forever); `Ok(None)` when the time passed.
+    /// forever; zero: only what has arrived); `Ok(None)` when the time passed.
     ///
     /// # Errors
     /// [`EndpointError::Closed`] once the connection has ended and all it brought was taken.
@@ -230,11 +230,14 @@ impl Connection {
             return Ok(Some(r));
         }
         let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
+        // A zero timeout still takes what has arrived: one look at the socket first.
+        let mut looked = false;
         loop {
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            if left.is_some_and(|l| l.is_zero()) {
+            if looked && left.is_some_and(|l| l.is_zero()) {
                 return Ok(None);
             }
+            looked = true;
             match self.next_frame(left)? {
                 Some(Got::In(r)) => return Ok(Some(r)),
                 Some(Got::Reply { .. }) | None => {}

@@ -16,7 +16,8 @@ fn main() -> ExitCode {
     } else {
         let file = args.first().cloned().unwrap_or_else(|| "attach.txt".into());
         let rank: u32 = args.get(1).and_then(|r| r.parse().ok()).unwrap_or(0);
-        AttachFile::read(file.as_ref()).and_then(|f| {
+        // Started beside the front-end, it may look before the file is written.
+        AttachFile::read_waiting(file.as_ref(), std::time::Duration::from_secs(60)).and_then(|f| {
             let leaf = &f.points[rank as usize % f.points.len()];
             BackEnd::attach(leaf, rank, &f.secret)
         })

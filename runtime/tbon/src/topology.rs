@@ -12,7 +12,9 @@
 //! processes (MRNet's `rank_backends`). The front-end and the internal processes are ranked
 //! from [`FIRST_INTERNAL_RANK`] up, in breadth-first order, the front-end first. A subtree's
 //! back-ends thus have consecutive ranks, which is what lets each process route a packet
-//! for a set of back-ends with a range check per child.
+//! for a set of back-ends with a range check per child. Back-ends that attach later (attach
+//! mode) choose their ranks: there [`TreeNode::backend_ranks`] is a span that may cover
+//! other subtrees' ranks, and [`Topology::backends_below`] gives the exact ones.
 
 use std::collections::HashMap;
 use std::fmt::{self, Write};
@@ -146,6 +148,9 @@ impl TreeNode {
     }
 
     /// Ranks of the back-ends in its subtree (itself, for a back-end).
+    ///
+    /// In attach mode this is the span from the lowest to the highest rank below, not the
+    /// exact set ([`Topology::backends_below`]).
     pub fn backend_ranks(&self) -> std::ops::Range<Rank> {
         self.be_lo..self.be_hi
     }

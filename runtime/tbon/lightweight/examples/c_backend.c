@@ -7,13 +7,15 @@
  *   ECHO   "%s %ad %lf %uc"     -> on its singlecast stream: the string with "!" added, each
  *                                  item plus one, the double times two, the byte plus one
  *   LEAVE                       -> leaves the network (exit 0)
- * It prints "back RANK: shut down" when the network ends.
+ * It prints "back RANK: shut down" when the network ends. With C_BACKEND_POLL set it polls
+ * (Network_recv_nonblock and a 1 ms pause) instead of blocking in Network_recv.
  *
  * Build: cc c_backend.c -I../include -L<target dir> -lmrnet_lightweight
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "mrnet_lightweight.h"
 
@@ -32,11 +34,20 @@ int main(int argc, char **argv) {
     printf("back %u: attached to %u\n", me, NetworkTopology_Node_get_Rank(parent));
     fflush(stdout);
 
+    /* With C_BACKEND_POLL set, MRNet's polling loop: a non-blocking receive, then a pause. */
+    int poll = getenv("C_BACKEND_POLL") != NULL;
     Packet_t *p = (Packet_t *)malloc(sizeof(Packet_t));
     Stream_t *stream = NULL;
     int tag = 0;
     for (;;) {
-        if (Network_recv(net, &tag, p, &stream) != 1) {
+        int got = poll ? Network_recv_nonblock(net, &tag, p, &stream)
+                       : Network_recv(net, &tag, p, &stream);
+        if (got == 0) {
+            struct timespec pause = {0, 1000000};
+            nanosleep(&pause, NULL);
+            continue;
+        }
+        if (got != 1) {
             if (Network_is_ShutDown(net)) {
                 printf("back %u: shut down\n", me);
                 break;

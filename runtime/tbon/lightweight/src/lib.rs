@@ -23,12 +23,16 @@
 //!   `CONVERSE_TBON_SECRET`, hex): MRNet's listeners take anyone who connects.
 //! - Ranks: a back-end's rank is below the network's internal ranks (2^24), not above them.
 //! - Threads: every call may be made from any thread (this library is also MRNet's
-//!   thread-safe `libmrnet_lightweight_r`). A blocking receive lets other threads' sends
-//!   through every 20 ms while nothing arrives.
+//!   thread-safe `libmrnet_lightweight_r`). A blocking receive gives the network up to
+//!   other threads' calls every 20 ms while nothing arrives (the calls take one lock).
 //! - A packet's data lives in its network until the next receive into the same `Packet_t`
 //!   (MRNet's caller allocates `Packet_t` with `malloc(sizeof(Packet_t))`, uninitialized, so
-//!   the network keeps what it received by the `Packet_t`'s address, for the 4,096 most
-//!   recent addresses). `Network_last_error` (ours) says why the last call failed.
+//!   the network keeps what it received by the `Packet_t`'s address, for the 4,096 addresses
+//!   received into most recently and 64 MiB at most). `Network_last_error` (ours) says why
+//!   the last call failed.
+//! - Strings the network keeps (`Network_last_error`, `Packet_get_FormatString`) stay valid
+//!   until the next failing call, or the next receive into that packet: with several
+//!   threads, copy them before another thread can make such a call.
 //! - A lightweight back-end knows itself and its parent: `NetworkTopology_find_Node` finds
 //!   those two, `NetworkTopology_get_Root` gives `NULL`.
 
@@ -54,8 +58,10 @@ pub type bool_t = c_int;
 /// The first tag a program may use (MRNet's `FirstApplicationTag`).
 pub const FirstApplicationTag: c_int = 100;
 
-/// The most `Packet_t` addresses whose data a network keeps.
+/// The most `Packet_t` addresses whose data a network keeps, and the most bytes: past
+/// either, the one received into longest ago is forgotten.
 const KEPT_PACKETS: usize = 4096;
+const KEPT_BYTES: usize = 64 << 20;
 
 /// How long a blocking receive holds the network while nothing arrives, so that other
 /// threads' calls get through.
@@ -76,7 +82,11 @@ struct Inner {
     streams: HashMap<u32, Box<Stream_t>>,
     /// What was received into each `Packet_t`, by its address.
     packets: HashMap<usize, Kept>,
-    order: VecDeque<usize>,
+    /// Each address with the number of the receive into it, oldest first: a stale entry
+    /// (its address received into again since) is skipped when it comes up.
+    order: VecDeque<(usize, u64)>,
+    receives: u64,
+    kept_bytes: usize,
     error: CString,
 }
 
@@ -84,6 +94,8 @@ struct Inner {
 struct Kept {
     packet: Packet,
     format: CString,
+    /// The receive that filled it.
+    at: u64,
 }
 
 /// A stream (opaque): from [`Network_recv`] or [`Network_get_Stream`]; it belongs to its
@@ -200,11 +212,24 @@ impl Inner {
             (*p).stream_id = packet.stream_id();
             (*p).tag = packet.tag();
         }
-        if self.packets.insert(key, Kept { packet, format }).is_none() {
-            self.order.push_back(key);
-            while self.order.len() > KEPT_PACKETS {
-                if let Some(old) = self.order.pop_front() {
-                    self.packets.remove(&old);
+        self.receives += 1;
+        let at = self.receives;
+        self.kept_bytes += packet.wire().len();
+        if let Some(old) = self.packets.insert(key, Kept { packet, format, at }) {
+            self.kept_bytes -= old.packet.wire().len();
+        }
+        self.order.push_back((key, at));
+        while self.packets.len() > KEPT_PACKETS
+            || self.kept_bytes > KEPT_BYTES
+            || self.order.len() > 2 * KEPT_PACKETS
+        {
+            let Some((old, when)) = self.order.pop_front() else {
+                break;
+            };
+            // Forget it unless it was received into again (or is the one just kept).
+            if old != key && self.packets.get(&old).is_some_and(|k| k.at == when) {
+                if let Some(k) = self.packets.remove(&old) {
+                    self.kept_bytes -= k.packet.wire().len();
                 }
             }
         }
@@ -306,6 +331,8 @@ fn create(args: &[String]) -> Result<Network_t, TbonError> {
             streams: HashMap::new(),
             packets: HashMap::new(),
             order: VecDeque::new(),
+            receives: 0,
+            kept_bytes: 0,
             error: CString::default(),
         }),
     })
@@ -326,18 +353,14 @@ pub extern "C" fn Network_waitfor_ShutDown(net: *mut Network_t) {
     let Some(n) = net_ref(net) else { return };
     guard((), || loop {
         let mut g = n.lock();
-        if g.be.is_shut_down() {
-            return;
-        }
         // Packets that come meanwhile stay for later receives.
-        match g.be.recv_timeout(RECV_SLICE) {
-            Ok(Some((s, p))) => {
-                let _ = s;
-                drop(p);
-            }
-            Ok(None) => {}
-            Err(_) => return,
+        match g.be.wait_for_shutdown_timeout(RECV_SLICE) {
+            Ok(false) => {}
+            Ok(true) | Err(_) => return,
         }
+        drop(g);
+        // Other threads' calls get the network between slices.
+        std::thread::yield_now();
     })
 }
 
@@ -406,7 +429,11 @@ fn recv_any(
                 return 1;
             }
             Ok(None) if !block => return 0,
-            Ok(None) => {}
+            Ok(None) => {
+                drop(g);
+                // Other threads' calls get the network between slices.
+                std::thread::yield_now();
+            }
             Err(e) => return g.fail(e),
         }
     })
@@ -611,7 +638,10 @@ pub extern "C" fn Stream_recv(
                 return 1;
             }
             Ok(None) if blocking == 0 => return 0,
-            Ok(None) => {}
+            Ok(None) => {
+                drop(g);
+                std::thread::yield_now();
+            }
             Err(e) => return g.fail(e),
         }
     })

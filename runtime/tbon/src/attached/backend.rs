@@ -45,6 +45,8 @@ pub struct BackEnd {
     shut_down: bool,
     /// Why the connection ended, once it has.
     lost: Option<String>,
+    /// The highest number seen on its own singlecast stream.
+    single_seen: u32,
     last_format: Option<(String, Format)>,
 }
 
@@ -117,6 +119,7 @@ impl BackEnd {
             inbox: VecDeque::new(),
             shut_down: false,
             lost: None,
+            single_seen: 0,
             last_format: None,
         })
     }
@@ -180,15 +183,17 @@ impl BackEnd {
         timeout: Duration,
     ) -> Result<Option<(Stream, Packet)>, TbonError> {
         let deadline = Instant::now() + timeout;
+        let mut looked = false;
         loop {
             if let Some((id, p)) = self.inbox.pop_front() {
                 return Ok(Some((Stream::from_id(id), p)));
             }
             self.ended()?;
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
+            if looked && left.is_zero() {
                 return Ok(None);
             }
+            looked = true;
             self.pump(Some(left))?;
         }
     }
@@ -201,6 +206,7 @@ impl BackEnd {
     /// [`recv`](Self::recv).
     pub fn recv_on(&mut self, s: &Stream, timeout: Duration) -> Result<Option<Packet>, TbonError> {
         let deadline = Instant::now() + timeout;
+        let mut looked = false;
         loop {
             if let Some(at) = self.inbox.iter().position(|(id, _)| *id == s.id) {
                 return Ok(self.inbox.remove(at).map(|(_, p)| p));
@@ -209,12 +215,38 @@ impl BackEnd {
                 return Err(TbonError::StreamClosed(s.id));
             }
             self.ended()?;
+            if self.inbox.len() >= INBOX_MAX {
+                return Err(TbonError::Usage(format!(
+                    "{INBOX_MAX} packets of other streams wait unreceived: receive them first"
+                )));
+            }
             let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || self.inbox.len() >= INBOX_MAX {
+            if looked && left.is_zero() {
                 return Ok(None);
+            }
+            looked = true;
+            self.pump(Some(left))?;
+        }
+    }
+
+    /// Wait up to `timeout` for the network's shutdown, keeping the packets that come for
+    /// later receives: whether it has come.
+    ///
+    /// # Errors
+    /// [`TbonError::ParentLost`] if the connection ends first.
+    pub fn wait_for_shutdown_timeout(&mut self, timeout: Duration) -> Result<bool, TbonError> {
+        let deadline = Instant::now() + timeout;
+        while !self.shut_down {
+            if let Some(why) = &self.lost {
+                return Err(TbonError::ParentLost(why.clone()));
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Ok(false);
             }
             self.pump(Some(left))?;
         }
+        Ok(true)
     }
 
     /// Whether stream `id` is one this back-end may use: opened to it, or its own
@@ -361,6 +393,14 @@ impl BackEnd {
         match r.handler.as_str() {
             "tbon.down" => {
                 if let Ok(p) = Packet::from_message(Message::from_payload(&r.data)) {
+                    // The front-end numbers a back-end's singlecast packets, and gives kept
+                    // ones again after a process above re-connects: each is taken once.
+                    if p.stream_id() == self.rank && p.seq() != 0 {
+                        if p.seq() <= self.single_seen {
+                            return;
+                        }
+                        self.single_seen = p.seq();
+                    }
                     self.inbox.push_back((p.stream_id(), p));
                 }
             }

@@ -159,7 +159,8 @@ impl AttachFile {
     }
 
     /// Write it to `path`, readable by its owner only (it holds the secret), replacing what
-    /// was there.
+    /// was there. The file appears whole or not at all (written beside it, then renamed), so
+    /// a back-end that finds it reads all of it.
     ///
     /// # Errors
     /// [`TbonError::Attach`] if it cannot be written.
@@ -167,19 +168,46 @@ impl AttachFile {
         use std::os::unix::fs::OpenOptionsExt;
         let what = path.display();
         let fail = |e: std::io::Error| TbonError::Attach(format!("cannot write {what}: {e}"));
-        // A file left by another run may be readable by others: it goes first.
-        match std::fs::remove_file(path) {
+        let mut name = path.file_name().unwrap_or_default().to_os_string();
+        name.push(format!(".{}.part", std::process::id()));
+        let part = path.with_file_name(name);
+        // One left by a run that died may be readable by others: it goes first.
+        match std::fs::remove_file(&part) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(fail(e)),
         }
-        let mut f = std::fs::OpenOptions::new()
+        let written = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
             .mode(0o600)
-            .open(path)
-            .map_err(fail)?;
-        f.write_all(self.to_text().as_bytes()).map_err(fail)
+            .open(&part)
+            .and_then(|mut f| f.write_all(self.to_text().as_bytes()))
+            .and_then(|()| std::fs::rename(&part, path));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&part);
+        }
+        written.map_err(fail)
+    }
+
+    /// Read an attach file, waiting up to `timeout` for it to appear (a back-end started
+    /// beside its front-end may look before the front-end has written it).
+    ///
+    /// # Errors
+    /// As [`read`](Self::read), once the time has passed.
+    pub fn read_waiting(
+        path: &Path,
+        timeout: std::time::Duration,
+    ) -> Result<AttachFile, TbonError> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            match AttachFile::read(path) {
+                Err(_) if !path.exists() && std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(20));
+                }
+                r => return r,
+            }
+        }
     }
 }
 

@@ -50,22 +50,26 @@ impl Topology {
     /// [`backend_ranks`](crate::TreeNode::backend_ranks) (back-ends attached with ranks of
     /// their own); `None` when that range is exact.
     pub(crate) fn backend_ranks_exact(&self, i: usize) -> Option<Vec<Rank>> {
-        let n = self.node(i)?;
-        let range = n.backend_ranks();
+        let range = self.node(i)?.backend_ranks();
+        let below = self.backends_below(i);
+        (below.len() != range.len()).then_some(below)
+    }
+
+    /// The back-end ranks below node `i` (itself, if it is one), sorted: in attach mode the
+    /// span of [`backend_ranks`](crate::TreeNode::backend_ranks) also covers ranks of other
+    /// subtrees.
+    pub fn backends_below(&self, i: usize) -> Vec<Rank> {
         let mut below = Vec::new();
         let mut stack = vec![i];
         while let Some(v) = stack.pop() {
-            let node = &self.nodes()[v];
+            let Some(node) = self.node(v) else { continue };
             if node.rank() < FIRST_INTERNAL_RANK {
                 below.push(node.rank());
             }
             stack.extend_from_slice(node.children());
         }
-        if below.len() == range.len() {
-            return None;
-        }
         below.sort_unstable();
-        Some(below)
+        below
     }
 }
 

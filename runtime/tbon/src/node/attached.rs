@@ -86,6 +86,11 @@ pub(crate) fn send_to(
     msg: Message,
 ) {
     let Some(peer) = to.ext else {
+        if to.pe == NO_PE {
+            // An attached back-end whose connection this process does not hold (it left, or
+            // it hangs below a process that died): nothing reaches it.
+            return;
+        }
         return pe.send_msg(to.pe, h, msg);
     };
     let Some(ep) = &attach.ep else { return };
@@ -141,8 +146,15 @@ impl Node {
             Some(format!(
                 "rank {rank} is not a back-end rank (back-ends are ranked below {FIRST_INTERNAL_RANK})"
             ))
-        } else if self.attach.by_peer.contains_key(&peer) {
-            Some("this connection has attached already".to_owned())
+        } else if self.attach.by_peer.contains_key(&peer)
+            || self.attach.pending.values().any(|(p, _)| *p == peer)
+        {
+            Some("this connection has attached, or asked to, already".to_owned())
+        } else if !host_name_like(&host) {
+            Some(format!(
+                "{:?} is not a host name (at most {MAX_HOST} letters, digits, '.', '-', '_', ':')",
+                host.chars().take(MAX_HOST).collect::<String>()
+            ))
         } else if self.attach.pending.contains_key(&rank) || self.attach.peer_of.contains_key(&rank)
         {
             Some(format!("rank {rank} is taken"))
@@ -196,8 +208,18 @@ impl Node {
                 refused,
             } => {
                 let me = self.my_rank();
-                // The front-end added it when it decided.
+                // The front-end added it when it decided. A leaf gone from this process's
+                // tree (it died meanwhile) took its back-ends with it: this one is dead here
+                // too, as the front-end concludes once it learns of that death.
                 if refused.is_empty() && !fe {
+                    let gone = self
+                        .place
+                        .as_ref()
+                        .is_none_or(|p| p.topo.find_rank(leaf).is_none());
+                    if gone {
+                        self.recovery.mark_dead(rank);
+                        return;
+                    }
                     self.grow_tree(pe.my_pe(), leaf, rank, &host);
                 }
                 if leaf == me {
@@ -243,7 +265,7 @@ impl Node {
                 format!("rank {rank} is taken")
             });
         }
-        if place.topo.find_rank(leaf).is_none() {
+        if place.topo.find_rank(leaf).is_none() || self.recovery.dead().contains(&leaf) {
             return Some(format!("its parent {leaf} is no longer in the tree"));
         }
         if !self.grow_tree(my_pe, leaf, rank, host) {
@@ -270,10 +292,18 @@ impl Node {
             return false;
         };
         let orig = Rc::new(orig);
-        let now = if self.recovery.any_dead() {
-            Rc::new(orig.without(self.recovery.dead()))
-        } else {
+        // The tree as it is now, grown: not made again from the dead (with recovery off, a
+        // death leaves the tree as it was, and making it again would re-parent orphans).
+        let now = if Rc::ptr_eq(&old.topo, &old.orig) {
             orig.clone()
+        } else {
+            match old.topo.with_backend(leaf, ProcName::new(host, rank), rank) {
+                Some(t) => Rc::new(t),
+                None => {
+                    self.place = Some(old);
+                    return false;
+                }
+            }
         };
         // Indices only grow: the new node is the last of `orig`.
         let mut pes: Vec<usize> = old.pes.to_vec();
@@ -354,7 +384,21 @@ impl Node {
 
     /// Leaf: an attached back-end's (or an asking one's) connection ended.
     fn on_peer_left(&mut self, pe: &mut Pe, peer: Peer, why: &str, weak: &Weak<RefCell<Node>>) {
-        self.attach.pending.retain(|_, (p, _)| *p != peer);
+        // An attach still being decided: the front-end may have taken it (its answer, lost
+        // with a process that died, would never come), so it is told the back-end is gone;
+        // a rank it never took is nothing to it.
+        let asked: Vec<Rank> = self
+            .attach
+            .pending
+            .iter()
+            .filter(|(_, (p, _))| *p == peer)
+            .map(|(&r, _)| r)
+            .collect();
+        for rank in asked {
+            self.attach.pending.remove(&rank);
+            let why = format!("it left before its attach was answered ({why})");
+            self.up_or_here(pe, Ctl::Detached { rank, why });
+        }
         let Some(rank) = self.attach.by_peer.remove(&peer) else {
             return;
         };
@@ -398,6 +442,18 @@ impl Node {
             .map(|&i| place.topo.nodes()[i].rank())
             .collect()
     }
+}
+
+/// The longest host name an attaching back-end may give.
+const MAX_HOST: usize = 255;
+
+/// Whether a back-end's host name is one: it goes into every topology on the path, and into
+/// DOT and topology files written from them.
+fn host_name_like(h: &str) -> bool {
+    !h.is_empty()
+        && h.len() <= MAX_HOST
+        && h.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".-_:".contains(&b))
 }
 
 /// Refuse an attach call: its reply says why (status 1).
@@ -473,21 +529,25 @@ pub(crate) fn listen(pe: &mut Pe, node: &Rc<RefCell<Node>>) {
     super::after_handler(node);
 }
 
-/// The address a leaf gives back-ends: its port at the address its host name resolves to (as
-/// MRNet resolves host names, `XPLAT_RESOLVE_HOSTS`), which is how other hosts know this one;
-/// if the name does not resolve, or only to a loopback address, the listener's own choice (an
-/// address of this host's interfaces).
+/// The address a leaf gives back-ends: its port at the IPv4 address its host name resolves to
+/// (as MRNet resolves host names, `XPLAT_RESOLVE_HOSTS`), which is how other hosts know this
+/// one; if the name does not resolve, or only to a loopback address, the listener's own
+/// choice (an address of this host's interfaces).
 fn advertised(pe: &Pe, shown: &str) -> String {
     use std::net::ToSocketAddrs;
     let t = pe.node_table();
     let host = t.node(t.node_of(pe.my_pe())).map(|n| n.host.clone());
     let ip = host
         .and_then(|h| (h.as_str(), 0).to_socket_addrs().ok())
-        .and_then(|mut a| a.find(|a| !a.ip().is_loopback() && !a.ip().is_unspecified()))
-        .map(|a| a.ip());
+        // IPv4 only: the listener is bound to every IPv4 interface (`tcp://:0`).
+        .and_then(|mut a| {
+            a.find_map(|a| match a.ip() {
+                std::net::IpAddr::V4(v4) if !v4.is_loopback() && !v4.is_unspecified() => Some(v4),
+                _ => None,
+            })
+        });
     match (ip, shown.rsplit_once(':')) {
-        (Some(std::net::IpAddr::V4(v4)), Some((_, port))) => format!("tcp://{v4}:{port}"),
-        (Some(std::net::IpAddr::V6(v6)), Some((_, port))) => format!("tcp://[{v6}]:{port}"),
+        (Some(v4), Some((_, port))) => format!("tcp://{v4}:{port}"),
         _ => shown.to_owned(),
     }
 }

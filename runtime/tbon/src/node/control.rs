@@ -194,13 +194,10 @@ impl Node {
         // performance data): no request waits on a program outside the job. The shutdown
         // is told to them.
         if let Some(place) = &self.place {
-            let ext: Vec<usize> = kids
-                .iter()
-                .copied()
-                .filter(|&k| place.children[k].ext.is_some())
-                .collect();
+            let attached = |k: usize| place.children[k].pe == super::NO_PE;
+            let ext: Vec<usize> = kids.iter().copied().filter(|&k| attached(k)).collect();
             if !ext.is_empty() {
-                kids.retain(|&k| place.children[k].ext.is_none());
+                kids.retain(|&k| !attached(k));
                 if matches!(what, Req::Shutdown) {
                     let body = Ctl::Request {
                         req,

@@ -261,6 +261,18 @@ impl Node {
                     let why = format!("a packet on another back-end's stream from {}", from());
                     return self.refuse(pe, Some(sid), why);
                 }
+                // What only the overlay's own processes may say: the overlay's tags (a lost
+                // or failed wave's marker would replace the others' data), a weight other
+                // than one, a batch left open (its packets would pile up here).
+                if p.tag() < crate::error::FIRST_APPLICATION_TAG || p.weight() != 1 || p.more() {
+                    let why = format!(
+                        "a packet from {} with tag {}, weight {} or an open batch",
+                        from(),
+                        p.tag(),
+                        p.weight()
+                    );
+                    return self.refuse(pe, Some(sid), why);
+                }
                 place
                     .children
                     .iter()

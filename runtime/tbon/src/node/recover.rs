@@ -75,6 +75,12 @@ impl Recovery {
         !self.dead.is_empty()
     }
 
+    /// Count `rank` dead without the rest of a death's handling: an attached back-end this
+    /// process never had in its tree.
+    pub(crate) fn mark_dead(&mut self, rank: Rank) {
+        self.dead.insert(rank);
+    }
+
     /// Ranks of the processes known to have died.
     pub(crate) fn dead(&self) -> &BTreeSet<Rank> {
         &self.dead
@@ -99,7 +105,7 @@ impl Node {
             .copied()
             .find(|&r| {
                 orig.find_rank(r)
-                    .is_some_and(|i| orig.nodes()[i].backend_ranks().contains(&be))
+                    .is_some_and(|i| BeSet::of(orig, i).contains(&be))
             })
             .map(|r| TbonError::StreamFailed {
                 stream: be,
@@ -221,7 +227,10 @@ impl Node {
         if place.role == Role::Spare {
             return;
         }
-        newly.retain(|r| !self.recovery.dead.contains(r));
+        // A back-end that left may never have been taken (its attach refused or unanswered).
+        newly.retain(|r| {
+            !self.recovery.dead.contains(r) && (!left || place.orig.find_rank(*r).is_some())
+        });
         newly.dedup();
         if newly.is_empty() {
             return;
@@ -283,7 +292,14 @@ impl Node {
         let Some(place) = self.place.take() else {
             return;
         };
-        let new = Rc::new(place.orig.without(&self.recovery.dead));
+        let new = if self.recovery.on {
+            Rc::new(place.orig.without(&self.recovery.dead))
+        } else {
+            // Attached back-ends left, recovery off: the tree as it is, less them (made
+            // again from every death it would re-parent orphans that never re-connect).
+            let gone: std::collections::BTreeSet<Rank> = newly.iter().copied().collect();
+            Rc::new(place.topo.without(&gone))
+        };
         let mut fresh = Place::build(new, place.orig.clone(), place.pes.clone(), pe.my_pe());
         self.patch_children(&mut fresh, &place, true);
         let parent_changed = fresh.parent_pe != place.parent_pe;
@@ -458,13 +474,17 @@ impl Node {
             .filter(|(_, c)| c.be.meets(&st.endpoints))
             .map(|(i, _)| i)
             .collect();
-        // A child alive whose back-ends of the stream all died (a leaf whose attached
-        // back-ends left, an internal process whose back-ends died) gives nothing more: its
-        // slot ends as a dead child's would, or every later wave would wait for it.
-        for (slot, r) in st.slot_rank.iter().enumerate() {
-            let in_stream = kids.iter().any(|&k| place.children[k].rank == *r);
-            if !in_stream && !dead.contains(r) {
-                st.sync.child_died(slot);
+        // Attach mode: a leaf alive whose attached back-ends of the stream all left gives
+        // nothing more: its slot ends as a dead child's would, or every later wave would
+        // wait for it. (Safe there: the leaf's `Detached` comes after its last batch, on the
+        // same channel. A PE's death is told apart from its children's messages, so in a
+        // tree of PEs a child's last batch could come after its slot ended, and be lost.)
+        if self.attach.secret.is_some() {
+            for (slot, r) in st.slot_rank.iter().enumerate() {
+                let in_stream = kids.iter().any(|&k| place.children[k].rank == *r);
+                if !in_stream && !dead.contains(r) {
+                    st.sync.child_died(slot);
+                }
             }
         }
         let mut slots = Vec::with_capacity(kids.len());
