@@ -67,6 +67,7 @@ impl Connection {
         let stream = dial(addr, secret, &limits)?;
         let io = |e: std::io::Error| EndpointError::Io(format!("{addr}: {e}"));
         stream.set_nodelay().map_err(io)?;
+        stream.set_keepalive().map_err(io)?;
         stream.set_write_timeout(None).map_err(io)?;
         Ok(Connection {
             stream,

@@ -244,6 +244,7 @@ impl Conn {
     pub(crate) fn new(peer: u32, stream: Stream) -> std::io::Result<Conn> {
         stream.set_nonblocking(true)?;
         stream.set_nodelay()?;
+        stream.set_keepalive()?;
         let remote = stream.peer_name();
         Ok(Conn {
             peer,

@@ -33,6 +33,24 @@ impl Stream {
         }
     }
 
+    /// A peer whose host vanishes (power lost, cable pulled) sends nothing, not even a
+    /// reset: TCP keep-alive probes after 10 s idle, every 5 s, and the connection ends
+    /// after 3 unanswered, so every wait on it ends within about 25 s. Nothing to set on a
+    /// Unix socket (a process of this host that dies closes it).
+    pub(crate) fn set_keepalive(&self) -> std::io::Result<()> {
+        use nix::sys::socket::{setsockopt, sockopt};
+        let Stream::Tcp(s) = self else {
+            return Ok(());
+        };
+        let set = || -> nix::Result<()> {
+            setsockopt(s, sockopt::KeepAlive, &true)?;
+            setsockopt(s, sockopt::TcpKeepIdle, &10)?;
+            setsockopt(s, sockopt::TcpKeepInterval, &5)?;
+            setsockopt(s, sockopt::TcpKeepCount, &3)
+        };
+        set().map_err(std::io::Error::from)
+    }
+
     pub(crate) fn set_read_timeout(&self, t: Option<Duration>) -> std::io::Result<()> {
         match self {
             Stream::Tcp(s) => s.set_read_timeout(t),
