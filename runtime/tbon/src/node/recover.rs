@@ -99,7 +99,7 @@ impl Node {
             .copied()
             .find(|&r| {
                 orig.find_rank(r)
-                    .is_some_and(|i| orig.nodes()[i].backend_ranks().contains(&be))
+                    .is_some_and(|i| super::BeSet::of(orig, i).contains(&be))
             })
             .map(|r| TbonError::StreamFailed {
                 stream: be,

@@ -147,7 +147,7 @@ impl Node {
         let dead = self.recovery.dead().clone();
         for &r in newly {
             let Some(i) = orig.find_rank(r) else { continue };
-            for be in orig.nodes()[i].backend_ranks().clone() {
+            for be in orig.backends_below(i) {
                 if !dead.contains(&be) {
                     self.single.waiting.insert(be);
                 }
@@ -168,9 +168,10 @@ impl Node {
         let Some(i) = place.orig.find_rank(rank) else {
             return;
         };
-        let below: Vec<Rank> = place.orig.nodes()[i]
-            .backend_ranks()
-            .clone()
+        let below: Vec<Rank> = place
+            .orig
+            .backends_below(i)
+            .into_iter()
             .filter(|be| self.single.waiting.contains(be))
             .collect();
         if below.is_empty() {
