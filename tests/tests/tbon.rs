@@ -365,3 +365,112 @@ fn the_equivalence_class_filter_of_the_paper() {
     );
     assert_eq!(o.lines_with("checksum matches"), 3, "{o}");
 }
+
+/// The guide's HeterogeneousFilters example: `max` below the front-end and `sum` at it give
+/// the sum of the subtrees' maxima; with `--by-name` (MRNet's `rank_backends = false`) the
+/// back-ends are ranked by their names among every process's, as MRNet ranks them.
+#[test]
+fn heterogeneous_filters_example_places_filters_per_rank() {
+    let prog = example("heterogeneous_filters");
+    for (args, ranks, maxima) in [
+        (&["g:2x3"][..], "[0, 1, 2, 3, 4, 5]", 9),
+        (&["g:2x3", "--by-name"][..], "[3, 4, 5, 6, 7, 8]", 15),
+        // Ten processes: names compare as text, so localhost:10 comes before localhost:2.
+        (&["g:3x3", "--by-name"][..], "[2, 3, 4, 7, 8, 9, 10, 11, 12]", 28),
+    ] {
+        let o = run_bounded(Command::new(&prog).args(args), Duration::from_secs(90));
+        assert!(
+            o.code == Some(0) && o.lines_with("heterogeneous_filters: ok") == 1,
+            "{args:?}\n{o}"
+        );
+        assert_eq!(o.lines_with(&format!("back-end ranks: {ranks}")), 1, "{o}");
+        assert_eq!(
+            o.lines_with(&format!("sum of subtree maxima {maxima} (want {maxima})")),
+            3,
+            "{o}"
+        );
+    }
+}
+
+/// The guide's PerformanceData example: data collected over every stream at once, per rank,
+/// one packet per wave from every back-end.
+#[test]
+fn performance_data_example_collects_every_stream() {
+    let o = run_bounded(
+        Command::new(example("performance_data")).arg("g:2x3"),
+        Duration::from_secs(90),
+    );
+    assert!(
+        o.code == Some(0) && o.lines_with("performance_data: ok") == 1,
+        "{o}"
+    );
+    assert_eq!(o.lines_with("packets sent by rank: 0:4 1:4 2:4 3:4 4:4 5:4 "), 1, "{o}");
+    assert_eq!(o.lines_with("packets sent by rank: 0:2 1:2 2:2 3:2 4:2 5:2 "), 1, "{o}");
+    assert_eq!(o.lines_with("over 9 ranks"), 2, "{o}");
+}
+
+/// The guide's FaultRecovery example: an internal process killed mid-stream is reported
+/// removed, its four orphans get new parents, and ten whole waves follow.
+#[test]
+fn fault_recovery_example_survives_an_internal_death() {
+    let o = run_bounded(
+        Command::new(example("fault_recovery")).arg("g:2x4"),
+        Duration::from_secs(120),
+    );
+    assert!(
+        o.code == Some(0) && o.lines_with("fault_recovery: ok") == 1,
+        "{o}"
+    );
+    assert_eq!(o.lines_with("event ProcessRemoved"), 1, "{o}");
+    assert_eq!(o.lines_with("event NewParent"), 4, "{o}");
+    assert_eq!(o.lines_with("(want 36)"), o.lines_with("sum 36 (want 36)"), "{o}");
+    assert_eq!(
+        o.lines_with("10 whole after the death; the tree has 10 of 11 processes, orphans left: []"),
+        1,
+        "{o}"
+    );
+}
+
+/// Appendix G settings from the environment: each process of the network logs to a file of
+/// its own in `MRNET_DEBUG_LOG_DIRECTORY` (nothing on stderr), and a malformed setting is
+/// refused in one line before anything starts.
+#[test]
+fn mrnet_settings_from_the_environment() {
+    let dir = converse_tests::scratch("tbon-log-dir");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("log dir");
+    let prog = example("heterogeneous_filters");
+    let o = run_bounded(
+        Command::new(&prog)
+            .arg("g:2x3")
+            .env("MRNET_DEBUG_LOG_DIRECTORY", &dir)
+            .env("MRNET_DEBUG_LEVEL", "3")
+            .env_remove("CONVERSE_LOG"),
+        Duration::from_secs(90),
+    );
+    assert_eq!(o.code, Some(0), "{o}");
+    assert!(!o.stderr.contains("tbon:"), "logs went to stderr:\n{o}");
+    let files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("read log dir")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    assert_eq!(files.len(), 9, "one log per process: {files:?}");
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap_or_default();
+        assert!(text.contains("DEBUG tbon:"), "{}: {text}", f.display());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    for (key, value, want) in [
+        ("MRNET_STARTUP_TIMEOUT", "soon", "a whole number of seconds"),
+        ("XPLAT_RESOLVE_HOSTS", "yes", "it takes 1 or 0"),
+        ("MRNET_DEBUG_LOG_DIRECTORY", "relative/dir", "an absolute path"),
+    ] {
+        let o = run_bounded(
+            Command::new(&prog).arg("g:2").env(key, value),
+            Duration::from_secs(30),
+        );
+        assert_eq!(o.code, Some(1), "{key}={value}\n{o}");
+        assert!(o.stderr.contains(key) && o.stderr.contains(want), "{o}");
+        assert_eq!(o.stderr.trim().lines().count(), 1, "one line\n{o}");
+    }
+}
