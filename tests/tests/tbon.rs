@@ -474,3 +474,70 @@ fn mrnet_settings_from_the_environment() {
         assert_eq!(o.stderr.trim().lines().count(), 1, "one line\n{o}");
     }
 }
+
+/// `runtime/tbon/mrnet_tests.sh`, MRNet's `mrnet_tests.sh` for the overlay's examples.
+const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../runtime/tbon/mrnet_tests.sh");
+
+/// Where the script finds the examples, topgen and charmrun (checked built).
+fn build_dir() -> String {
+    for p in ["fault_recovery", "no_backend_instantiation_be"] {
+        example(p);
+    }
+    let charmrun = converse_tests::charmrun_path(TBON);
+    charmrun
+        .parent()
+        .map(|d| d.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Every example on every tree of the script, on this host (`-l`).
+#[test]
+fn mrnet_tests_script_runs_every_example_here() {
+    let o = run_bounded(
+        Command::new(SCRIPT).args(["-l", "-b", &build_dir(), "-t", "60"]),
+        Duration::from_secs(600),
+    );
+    assert!(
+        o.code == Some(0) && o.lines_with("15 passed, 0 failed") == 1,
+        "{o}"
+    );
+    assert_eq!(o.lines_with("PASS "), 15, "{o}");
+    // Bad usage is refused in one line, before anything runs.
+    let o = run_bounded(
+        Command::new(SCRIPT).args(["-r", "/no/such/hosts"]),
+        Duration::from_secs(10),
+    );
+    assert_eq!(o.code, Some(2), "{o}");
+    assert!(o.stderr.contains("cannot read the host file"), "{o}");
+}
+
+/// The script with a host file (`-r`), across two namespace hosts: the front-end on host 0,
+/// every other process on hosts 1 and 2, started through the remote shell `XPLAT_RSH`
+/// names. Needs root (skips otherwise).
+#[test]
+fn mrnet_tests_script_runs_across_the_hosts_of_a_host_file() {
+    use converse_tests::netns::Hosts;
+    let Some(hosts) = Hosts::new("mts", 3) else {
+        return;
+    };
+    let list = format!("{}:4\n{}:4\n", Hosts::addr(1), Hosts::addr(2));
+    let hostfile = hosts.file("hosts", &list);
+    let mut cmd = hosts.on_host0(std::path::Path::new(SCRIPT));
+    cmd.arg("-r")
+        .arg(&hostfile)
+        .args(["-b", &build_dir(), "-t", "90"])
+        .env("XPLAT_RSH", hosts.shell());
+    let o = run_bounded(&mut cmd, Duration::from_secs(900));
+    assert!(
+        o.code == Some(0) && o.lines_with("15 passed, 0 failed") == 1,
+        "{o}"
+    );
+    // Both hosts ran processes, through the remote shell.
+    let shell_log = std::fs::read_to_string(hosts.dir.join("shell-args.log")).unwrap_or_default();
+    for h in [1, 2] {
+        assert!(
+            shell_log.lines().any(|l| l.starts_with(&Hosts::addr(h))),
+            "host {h} not used:\n{shell_log}"
+        );
+    }
+}

@@ -12,7 +12,8 @@
 //! and runs itself as the other processes. Back-ends answer each wave with their rank + 1.
 //! After 5 waves the front-end asks the first internal process to die (it kills itself with
 //! SIGKILL, as a crash would end it: nothing is said to anybody), then sends waves until 10
-//! come back whole after the death.
+//! come back whole after the death. The request to die is a file in a directory of
+//! `TMPDIR` (or `/tmp`), which every host of the tree must share.
 
 use converse_tbon::{
     self as tbon, topgen, topology_file, EventKind, SyncMode, TbonError, Topology, TFILTER_NULL,
