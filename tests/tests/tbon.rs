@@ -376,7 +376,11 @@ fn heterogeneous_filters_example_places_filters_per_rank() {
         (&["g:2x3"][..], "[0, 1, 2, 3, 4, 5]", 9),
         (&["g:2x3", "--by-name"][..], "[3, 4, 5, 6, 7, 8]", 15),
         // Ten processes: names compare as text, so localhost:10 comes before localhost:2.
-        (&["g:3x3", "--by-name"][..], "[2, 3, 4, 7, 8, 9, 10, 11, 12]", 28),
+        (
+            &["g:3x3", "--by-name"][..],
+            "[2, 3, 4, 7, 8, 9, 10, 11, 12]",
+            28,
+        ),
     ] {
         let o = run_bounded(Command::new(&prog).args(args), Duration::from_secs(90));
         assert!(
@@ -404,8 +408,16 @@ fn performance_data_example_collects_every_stream() {
         o.code == Some(0) && o.lines_with("performance_data: ok") == 1,
         "{o}"
     );
-    assert_eq!(o.lines_with("packets sent by rank: 0:4 1:4 2:4 3:4 4:4 5:4 "), 1, "{o}");
-    assert_eq!(o.lines_with("packets sent by rank: 0:2 1:2 2:2 3:2 4:2 5:2 "), 1, "{o}");
+    assert_eq!(
+        o.lines_with("packets sent by rank: 0:4 1:4 2:4 3:4 4:4 5:4 "),
+        1,
+        "{o}"
+    );
+    assert_eq!(
+        o.lines_with("packets sent by rank: 0:2 1:2 2:2 3:2 4:2 5:2 "),
+        1,
+        "{o}"
+    );
     assert_eq!(o.lines_with("over 9 ranks"), 2, "{o}");
 }
 
@@ -423,7 +435,11 @@ fn fault_recovery_example_survives_an_internal_death() {
     );
     assert_eq!(o.lines_with("event ProcessRemoved"), 1, "{o}");
     assert_eq!(o.lines_with("event NewParent"), 4, "{o}");
-    assert_eq!(o.lines_with("(want 36)"), o.lines_with("sum 36 (want 36)"), "{o}");
+    assert_eq!(
+        o.lines_with("(want 36)"),
+        o.lines_with("sum 36 (want 36)"),
+        "{o}"
+    );
     assert_eq!(
         o.lines_with("10 whole after the death; the tree has 10 of 11 processes, orphans left: []"),
         1,
@@ -463,7 +479,11 @@ fn mrnet_settings_from_the_environment() {
     for (key, value, want) in [
         ("MRNET_STARTUP_TIMEOUT", "soon", "a whole number of seconds"),
         ("XPLAT_RESOLVE_HOSTS", "yes", "it takes 1 or 0"),
-        ("MRNET_DEBUG_LOG_DIRECTORY", "relative/dir", "an absolute path"),
+        (
+            "MRNET_DEBUG_LOG_DIRECTORY",
+            "relative/dir",
+            "an absolute path",
+        ),
     ] {
         let o = run_bounded(
             Command::new(&prog).arg("g:2").env(key, value),
@@ -476,7 +496,10 @@ fn mrnet_settings_from_the_environment() {
 }
 
 /// `runtime/tbon/mrnet_tests.sh`, MRNet's `mrnet_tests.sh` for the overlay's examples.
-const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../runtime/tbon/mrnet_tests.sh");
+const SCRIPT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../runtime/tbon/mrnet_tests.sh"
+);
 
 /// Where the script finds the examples, topgen and charmrun (checked built).
 fn build_dir() -> String {

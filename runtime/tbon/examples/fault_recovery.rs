@@ -76,11 +76,8 @@ fn process(dir: PathBuf) -> ExitCode {
         };
         let rank = net.rank().unwrap_or(u32::MAX);
         if net.is_back_end() {
-            loop {
-                let (s, p) = match net.recv() {
-                    Ok(x) => x,
-                    Err(_) => break,
-                };
+            // Until the network shuts down (or the job ends).
+            while let Ok((s, p)) = net.recv() {
                 if p.tag() == WAVE && net.send(&s, WAVE, "%d", rank as i32 + 1).is_err() {
                     break;
                 }
@@ -131,7 +128,11 @@ fn run(net: &mut tbon::Network<'_>, topo: &Topology, dir: &Path) -> Result<(), S
         .map_err(e2s)?;
     for wave in 1..=5 {
         net.send(&s, WAVE, "", ()).map_err(e2s)?;
-        let sum: i32 = net.recv_on(&s).map_err(e2s)?.unpack("%d").map_err(|e| e.to_string())?;
+        let sum: i32 = net
+            .recv_on(&s)
+            .map_err(e2s)?
+            .unpack("%d")
+            .map_err(|e| e.to_string())?;
         converse::input::out_line(&format!("wave {wave}: sum {sum} (want {want})"));
     }
     converse::input::out_line(&format!(

@@ -68,8 +68,8 @@ fn backend() -> ExitCode {
 fn front_end(tree: &str, by_name: bool) -> Result<(), String> {
     let topo = load(tree)?;
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
-    let mut settings =
-        tbon::create::Settings::from_env(&me.to_string_lossy(), &["be"]).map_err(|e| e.to_string())?;
+    let mut settings = tbon::create::Settings::from_env(&me.to_string_lossy(), &["be"])
+        .map_err(|e| e.to_string())?;
     settings.rank_backends = !by_name;
     tbon::create_network_fe_with(&topo, &settings, tbon::Options::default, |net| {
         run(net).map_err(|e| e.to_string())

@@ -14,8 +14,8 @@
 //! back-end must have sent one packet per wave of the stream.
 
 use converse_tbon::{
-    self as tbon, topgen, topology_file, Aggregate, Context, Metric, PerfData, SyncMode,
-    Topology, TFILTER_NULL, TFILTER_SUM,
+    self as tbon, topgen, topology_file, Aggregate, Context, Metric, PerfData, SyncMode, Topology,
+    TFILTER_NULL, TFILTER_SUM,
 };
 use std::process::ExitCode;
 
@@ -57,8 +57,8 @@ fn load(tree: &str) -> Result<Topology, String> {
 fn front_end(tree: &str) -> Result<(), String> {
     let topo = load(tree)?;
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
-    let settings =
-        tbon::create::Settings::from_env(&me.to_string_lossy(), &["be"]).map_err(|e| e.to_string())?;
+    let settings = tbon::create::Settings::from_env(&me.to_string_lossy(), &["be"])
+        .map_err(|e| e.to_string())?;
     tbon::create_network_fe_with(&topo, &settings, tbon::Options::default, |net| {
         run(net).map_err(|e| e.to_string())
     })
@@ -68,8 +68,14 @@ fn front_end(tree: &str) -> Result<(), String> {
 fn run(net: &mut tbon::Network<'_>) -> Result<(), tbon::TbonError> {
     let comm = net.broadcast_communicator();
     let streams = [
-        (net.new_stream(&comm, TFILTER_SUM, SyncMode::WaitForAll, TFILTER_NULL)?, 4),
-        (net.new_stream(&comm, TFILTER_SUM, SyncMode::WaitForAll, TFILTER_NULL)?, 2),
+        (
+            net.new_stream(&comm, TFILTER_SUM, SyncMode::WaitForAll, TFILTER_NULL)?,
+            4,
+        ),
+        (
+            net.new_stream(&comm, TFILTER_SUM, SyncMode::WaitForAll, TFILTER_NULL)?,
+            2,
+        ),
     ];
     // On every stream at once (`None`), on every process of each.
     for (m, c) in [
@@ -98,22 +104,35 @@ fn run(net: &mut tbon::Network<'_>) -> Result<(), tbon::TbonError> {
         let per_rank = sent.get(&id).cloned().unwrap_or_default();
         let line: Vec<String> = per_rank
             .iter()
-            .map(|(r, v)| format!("{r}:{}", v.iter().map(PerfData::to_string).collect::<Vec<_>>().join("/")))
+            .map(|(r, v)| {
+                format!(
+                    "{r}:{}",
+                    v.iter()
+                        .map(PerfData::to_string)
+                        .collect::<Vec<_>>()
+                        .join("/")
+                )
+            })
             .collect();
         converse::input::out_line(&format!(
             "stream {id}: packets sent by rank: {}",
             line.join(" ")
         ));
         for be in comm.endpoints() {
-            let v = per_rank.get(&i64::from(*be)).and_then(|v| v.first().copied());
+            let v = per_rank
+                .get(&i64::from(*be))
+                .and_then(|v| v.first().copied());
             if v != Some(PerfData::UInt(*waves)) {
-                wrong.push(format!("stream {id}, back-end {be}: {v:?} packets, want {waves}"));
+                wrong.push(format!(
+                    "stream {id}, back-end {be}: {v:?} packets, want {waves}"
+                ));
             }
         }
         let show = |m: &std::collections::BTreeMap<u32, tbon::RankPerfData>| {
-            m.get(&id)
-                .and_then(|d| d.iter().next())
-                .map_or_else(|| "none".to_string(), |(k, v)| format!("{} over {} ranks", v[0], -k))
+            m.get(&id).and_then(|d| d.iter().next()).map_or_else(
+                || "none".to_string(),
+                |(k, v)| format!("{} over {} ranks", v[0], -k),
+            )
         };
         converse::input::out_line(&format!(
             "stream {id}: bytes received {}, largest resident memory (KiB) {}",
