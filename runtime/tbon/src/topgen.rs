@@ -302,7 +302,8 @@ fn check_per_node(levels: &[Vec<usize>]) -> Result<(), String> {
         let made = pair[0].iter().fold(0usize, |n, &f| n.saturating_add(f));
         if pair[1].len() != made {
             return Err(format!(
-                "level {} makes {made} process(es), so level {} lists {made} fan-out(s) (0 for                  a back-end), not {}",
+                "level {} makes {made} process(es), so level {} lists {made} fan-out(s) (0 for \
+                 a back-end), not {}",
                 i + 1,
                 i + 2,
                 pair[1].len()
@@ -778,7 +779,7 @@ mod tests {
         for (bad, want) in [
             (
                 "g:2:1",
-                "level 1 makes 2 process(es), so level 2 lists 2 fan-out(s)",
+                "level 1 makes 2 process(es), so level 2 lists 2 fan-out(s) (0 for a back-end), not 1",
             ),
             ("g:2:1,1,1", "not 3"),
             ("g:2,2:1", "the first level is the root alone"),
