@@ -19,6 +19,11 @@
 //! `CONVERSE_LOG` is unset: 0 → `tbon=error`, 1 → `tbon=warn` (MRNet's default), 2 →
 //! `tbon=info`, 3 → `tbon=debug`, 4 and 5 → `tbon=trace`; other targets stay at `warn`.
 //!
+//! MRNet's `MRNET_DEBUG_LOG_DIRECTORY` (an absolute path to a directory that exists) sends a
+//! process's log to a file of its own there, `PROGRAM.HOST.PID.log`, instead of stderr; unset,
+//! logs go to stderr (MRNet falls back on `$HOME/mrnet-log` when that exists; we do not look
+//! for it, so a log never goes somewhere nobody asked for).
+//!
 //! Every line names who wrote it: `[node 2 pe 5]` (a PE's thread), `[node 2 comm]` (a node's
 //! communication thread in SMP mode), `[node 2]` (a layer's thread that no PE owns, or a
 //! process hosting one node before its PEs start), `[charmrun]`, `[charmrun agent 2]`; a thread
@@ -42,9 +47,12 @@ pub const ENV_LOG: &str = "CONVERSE_LOG";
 /// MRNet's debug level, an alias for the tree overlay's target.
 pub const ENV_MRNET_DEBUG_LEVEL: &str = "MRNET_DEBUG_LEVEL";
 
+/// MRNet's log directory: each process logs to a file of its own there.
+pub const ENV_LOG_DIRECTORY: &str = "MRNET_DEBUG_LOG_DIRECTORY";
+
 /// The variables a launcher passes on to the processes it starts (a local child inherits
 /// them anyway; a remote shell or an MPI launcher passes only what it is given).
-pub const PASSED_ON: [&str; 2] = [ENV_LOG, ENV_MRNET_DEBUG_LEVEL];
+pub const PASSED_ON: [&str; 3] = [ENV_LOG, ENV_MRNET_DEBUG_LEVEL, ENV_LOG_DIRECTORY];
 
 /// The variables of [`PASSED_ON`] set in this process, with their values.
 pub fn passed_on() -> Vec<(String, String)> {
@@ -138,6 +146,48 @@ pub enum LogError {
     /// `MRNET_DEBUG_LEVEL` is not 0 to 5.
     #[error("{ENV_MRNET_DEBUG_LEVEL}={0:?} is not a level from 0 to 5")]
     MrnetLevel(String),
+    /// `MRNET_DEBUG_LOG_DIRECTORY` is not an absolute path to a directory this process can
+    /// write a file in.
+    #[error("{ENV_LOG_DIRECTORY}={dir:?}: {why}")]
+    Directory {
+        /// The directory.
+        dir: String,
+        /// What is wrong with it.
+        why: String,
+    },
+}
+
+/// The file this process logs to in `dir` (MRNet's `MRNET_DEBUG_LOG_DIRECTORY`):
+/// `PROGRAM.HOST.PID.log`, created (or appended to).
+///
+/// # Errors
+/// [`LogError::Directory`] when `dir` is not absolute or the file cannot be opened.
+pub fn log_file(dir: &std::path::Path) -> Result<std::fs::File, LogError> {
+    let bad = |why: String| LogError::Directory {
+        dir: dir.display().to_string(),
+        why,
+    };
+    if !dir.is_absolute() {
+        // A relative path would mean a different directory on each host's working directory.
+        return Err(bad("not an absolute path".into()));
+    }
+    let program = std::env::args_os()
+        .next()
+        .and_then(|a| {
+            std::path::Path::new(&a)
+                .file_name()
+                .map(|f| f.to_string_lossy().into_owned())
+        })
+        .unwrap_or_else(|| "converse".into());
+    let host = nix::unistd::gethostname()
+        .map(|h| h.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| "localhost".into());
+    let path = dir.join(format!("{program}.{host}.{}.log", std::process::id()));
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .map_err(|e| bad(format!("cannot open {}: {e}", path.display())))
 }
 
 /// The filter directives for the values of `CONVERSE_LOG` and `MRNET_DEBUG_LEVEL`
@@ -176,13 +226,23 @@ fn filter(text: &str) -> Result<EnvFilter, String> {
         .map_err(|e| e.to_string().replace('\n', " "))
 }
 
-/// Install the process's subscriber (stderr, the filter from the environment) once; later
-/// calls return the first call's outcome. A program that installed a subscriber of its own
-/// keeps it.
+/// Install the process's subscriber (stderr, or a file of its own in
+/// `MRNET_DEBUG_LOG_DIRECTORY`; the filter from the environment) once; later calls return
+/// the first call's outcome. A program that installed a subscriber of its own keeps it.
 ///
 /// # Errors
-/// [`LogError`] when `CONVERSE_LOG` (or `MRNET_DEBUG_LEVEL`) is malformed.
+/// [`LogError`] when `CONVERSE_LOG` (or `MRNET_DEBUG_LEVEL`) is malformed, or the log
+/// directory cannot take this process's file.
 pub fn init() -> Result<(), LogError> {
+    init_in(None)
+}
+
+/// [`init`], logging to a file of this process's own in `dir` when given (else as
+/// `MRNET_DEBUG_LOG_DIRECTORY` says). Only the first call of either decides.
+///
+/// # Errors
+/// As [`init`].
+pub fn init_in(dir: Option<&std::path::Path>) -> Result<(), LogError> {
     static DONE: OnceLock<Result<(), LogError>> = OnceLock::new();
     DONE.get_or_init(|| {
         let text = directives(
@@ -193,12 +253,22 @@ pub fn init() -> Result<(), LogError> {
             value: text.clone(),
             why,
         })?;
-        // Fails only when the program installed its own subscriber: then that one logs.
-        let _ = tracing_subscriber::fmt()
+        let from_env = std::env::var_os(ENV_LOG_DIRECTORY)
+            .filter(|d| !d.is_empty())
+            .map(std::path::PathBuf::from);
+        let file = match dir.map(std::path::Path::to_path_buf).or(from_env) {
+            Some(d) => Some(log_file(&d)?),
+            None => None,
+        };
+        let builder = tracing_subscriber::fmt()
             .with_env_filter(f)
-            .with_writer(std::io::stderr)
-            .event_format(Line)
-            .try_init();
+            .event_format(Line);
+        // `try_init` fails only when the program installed its own subscriber: then that
+        // one logs.
+        let _ = match file {
+            Some(file) => builder.with_writer(Mutex::new(file)).try_init(),
+            None => builder.with_writer(std::io::stderr).try_init(),
+        };
         Ok(())
     })
     .clone()

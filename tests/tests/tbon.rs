@@ -424,3 +424,202 @@ fn clock_skews_found_through_the_tree_are_the_true_ones() {
     assert!(number_after("tree mean error ") < 10_000.0, "{line}");
     assert!(number_after("direct mean error ") < 10_000.0, "{line}");
 }
+
+/// The guide's HeterogeneousFilters example: `max` below the front-end and `sum` at it give
+/// the sum of the subtrees' maxima; with `--by-name` (MRNet's `rank_backends = false`) the
+/// back-ends are ranked by their names among every process's, as MRNet ranks them.
+#[test]
+fn heterogeneous_filters_example_places_filters_per_rank() {
+    let prog = example("heterogeneous_filters");
+    for (args, ranks, maxima) in [
+        (&["g:2x3"][..], "[0, 1, 2, 3, 4, 5]", 9),
+        (&["g:2x3", "--by-name"][..], "[3, 4, 5, 6, 7, 8]", 15),
+        // Ten processes: names compare as text, so localhost:10 comes before localhost:2.
+        (
+            &["g:3x3", "--by-name"][..],
+            "[2, 3, 4, 7, 8, 9, 10, 11, 12]",
+            28,
+        ),
+    ] {
+        let o = run_bounded(Command::new(&prog).args(args), Duration::from_secs(90));
+        assert!(
+            o.code == Some(0) && o.lines_with("heterogeneous_filters: ok") == 1,
+            "{args:?}\n{o}"
+        );
+        assert_eq!(o.lines_with(&format!("back-end ranks: {ranks}")), 1, "{o}");
+        assert_eq!(
+            o.lines_with(&format!("sum of subtree maxima {maxima} (want {maxima})")),
+            3,
+            "{o}"
+        );
+    }
+}
+
+/// The guide's PerformanceData example: data collected over every stream at once, per rank,
+/// one packet per wave from every back-end.
+#[test]
+fn performance_data_example_collects_every_stream() {
+    let o = run_bounded(
+        Command::new(example("performance_data")).arg("g:2x3"),
+        Duration::from_secs(90),
+    );
+    assert!(
+        o.code == Some(0) && o.lines_with("performance_data: ok") == 1,
+        "{o}"
+    );
+    assert_eq!(
+        o.lines_with("packets sent by rank: 0:4 1:4 2:4 3:4 4:4 5:4 "),
+        1,
+        "{o}"
+    );
+    assert_eq!(
+        o.lines_with("packets sent by rank: 0:2 1:2 2:2 3:2 4:2 5:2 "),
+        1,
+        "{o}"
+    );
+    assert_eq!(o.lines_with("over 9 ranks"), 2, "{o}");
+}
+
+/// The guide's FaultRecovery example: an internal process killed mid-stream is reported
+/// removed, its four orphans get new parents, and ten whole waves follow.
+#[test]
+fn fault_recovery_example_survives_an_internal_death() {
+    let o = run_bounded(
+        Command::new(example("fault_recovery")).arg("g:2x4"),
+        Duration::from_secs(120),
+    );
+    assert!(
+        o.code == Some(0) && o.lines_with("fault_recovery: ok") == 1,
+        "{o}"
+    );
+    assert_eq!(o.lines_with("event ProcessRemoved"), 1, "{o}");
+    assert_eq!(o.lines_with("event NewParent"), 4, "{o}");
+    assert_eq!(
+        o.lines_with("(want 36)"),
+        o.lines_with("sum 36 (want 36)"),
+        "{o}"
+    );
+    assert_eq!(
+        o.lines_with("10 whole after the death; the tree has 10 of 11 processes, orphans left: []"),
+        1,
+        "{o}"
+    );
+}
+
+/// Appendix G settings from the environment: each process of the network logs to a file of
+/// its own in `MRNET_DEBUG_LOG_DIRECTORY` (nothing on stderr), and a malformed setting is
+/// refused in one line before anything starts.
+#[test]
+fn mrnet_settings_from_the_environment() {
+    let dir = converse_tests::scratch("tbon-log-dir");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("log dir");
+    let prog = example("heterogeneous_filters");
+    let o = run_bounded(
+        Command::new(&prog)
+            .arg("g:2x3")
+            .env("MRNET_DEBUG_LOG_DIRECTORY", &dir)
+            .env("MRNET_DEBUG_LEVEL", "3")
+            .env_remove("CONVERSE_LOG"),
+        Duration::from_secs(90),
+    );
+    assert_eq!(o.code, Some(0), "{o}");
+    assert!(!o.stderr.contains("tbon:"), "logs went to stderr:\n{o}");
+    let files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("read log dir")
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .collect();
+    assert_eq!(files.len(), 9, "one log per process: {files:?}");
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap_or_default();
+        assert!(text.contains("DEBUG tbon:"), "{}: {text}", f.display());
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    for (key, value, want) in [
+        ("MRNET_STARTUP_TIMEOUT", "soon", "a whole number of seconds"),
+        ("XPLAT_RESOLVE_HOSTS", "yes", "it takes 1 or 0"),
+        (
+            "MRNET_DEBUG_LOG_DIRECTORY",
+            "relative/dir",
+            "an absolute path",
+        ),
+    ] {
+        let o = run_bounded(
+            Command::new(&prog).arg("g:2").env(key, value),
+            Duration::from_secs(30),
+        );
+        assert_eq!(o.code, Some(1), "{key}={value}\n{o}");
+        assert!(o.stderr.contains(key) && o.stderr.contains(want), "{o}");
+        assert_eq!(o.stderr.trim().lines().count(), 1, "one line\n{o}");
+    }
+}
+
+/// `runtime/tbon/mrnet_tests.sh`, MRNet's `mrnet_tests.sh` for the overlay's examples.
+const SCRIPT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../runtime/tbon/mrnet_tests.sh"
+);
+
+/// Where the script finds the examples, topgen and charmrun (checked built).
+fn build_dir() -> String {
+    for p in ["fault_recovery", "no_backend_instantiation_be"] {
+        example(p);
+    }
+    let charmrun = converse_tests::charmrun_path(TBON);
+    charmrun
+        .parent()
+        .map(|d| d.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// Every example on every tree of the script, on this host (`-l`).
+#[test]
+fn mrnet_tests_script_runs_every_example_here() {
+    let o = run_bounded(
+        Command::new(SCRIPT).args(["-l", "-b", &build_dir(), "-t", "60"]),
+        Duration::from_secs(600),
+    );
+    assert!(
+        o.code == Some(0) && o.lines_with("15 passed, 0 failed") == 1,
+        "{o}"
+    );
+    assert_eq!(o.lines_with("PASS "), 15, "{o}");
+    // Bad usage is refused in one line, before anything runs.
+    let o = run_bounded(
+        Command::new(SCRIPT).args(["-r", "/no/such/hosts"]),
+        Duration::from_secs(10),
+    );
+    assert_eq!(o.code, Some(2), "{o}");
+    assert!(o.stderr.contains("cannot read the host file"), "{o}");
+}
+
+/// The script with a host file (`-r`), across two namespace hosts: the front-end on host 0,
+/// every other process on hosts 1 and 2, started through the remote shell `XPLAT_RSH`
+/// names. Needs root (skips otherwise).
+#[test]
+fn mrnet_tests_script_runs_across_the_hosts_of_a_host_file() {
+    use converse_tests::netns::Hosts;
+    let Some(hosts) = Hosts::new("mts", 3) else {
+        return;
+    };
+    let list = format!("{}:4\n{}:4\n", Hosts::addr(1), Hosts::addr(2));
+    let hostfile = hosts.file("hosts", &list);
+    let mut cmd = hosts.on_host0(std::path::Path::new(SCRIPT));
+    cmd.arg("-r")
+        .arg(&hostfile)
+        .args(["-b", &build_dir(), "-t", "90"])
+        .env("XPLAT_RSH", hosts.shell());
+    let o = run_bounded(&mut cmd, Duration::from_secs(900));
+    assert!(
+        o.code == Some(0) && o.lines_with("15 passed, 0 failed") == 1,
+        "{o}"
+    );
+    // Both hosts ran processes, through the remote shell.
+    let shell_log = std::fs::read_to_string(hosts.dir.join("shell-args.log")).unwrap_or_default();
+    for h in [1, 2] {
+        assert!(
+            shell_log.lines().any(|l| l.starts_with(&Hosts::addr(h))),
+            "host {h} not used:\n{shell_log}"
+        );
+    }
+}

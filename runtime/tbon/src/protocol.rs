@@ -76,6 +76,9 @@ pub(crate) enum Ctl {
         /// Attach mode: the secret back-ends prove to the leaves (hex), and every process is
         /// internal.
         attach: Option<String>,
+        /// Back-ends ranked by name, as MRNet with `rank_backends = false`
+        /// ([`Topology::ranked_by_name`](crate::Topology)), not `0 .. B` left to right.
+        by_name: bool,
     },
     /// The front-end could not make the network: every PE gives up, saying why.
     Abandon {
@@ -246,7 +249,12 @@ impl Ctl {
     pub(crate) fn encode(&self) -> Vec<u8> {
         let mut e = Enc::default();
         match self {
-            Ctl::Plan { tree, pes, attach } => {
+            Ctl::Plan {
+                tree,
+                pes,
+                attach,
+                by_name,
+            } => {
                 e.u8(PLAN).u32(tree.len() as u32);
                 for ((name, parent), pe) in tree.iter().zip(pes) {
                     e.str(&name.host)
@@ -258,6 +266,7 @@ impl Ctl {
                     Some(secret) => e.u8(1).str(secret),
                     None => e.u8(0),
                 };
+                e.u8(u8::from(*by_name));
             }
             Ctl::Abandon { reason } => {
                 e.u8(ABANDON).str(reason);
@@ -388,7 +397,17 @@ impl Ctl {
                     1 => Some(d.str()?),
                     _ => return None,
                 };
-                Ctl::Plan { tree, pes, attach }
+                let by_name = match d.u8()? {
+                    0 => false,
+                    1 => true,
+                    _ => return None,
+                };
+                Ctl::Plan {
+                    tree,
+                    pes,
+                    attach,
+                    by_name,
+                }
             }
             ABANDON => Ctl::Abandon { reason: d.str()? },
             READY => Ctl::Ready,
@@ -530,11 +549,13 @@ mod tests {
                 ],
                 pes: vec![0, 5],
                 attach: None,
+                by_name: true,
             },
             Ctl::Plan {
                 tree: vec![(ProcName::new("fe", 0), None)],
                 pes: vec![0],
                 attach: Some("00ff".into()),
+                by_name: false,
             },
             Ctl::AttachPoint {
                 rank: 1 << 24,

@@ -6,6 +6,19 @@
 //! | `b:4x4` or `b:4^2` | balanced: fan-out 4 at each of 2 levels (16 back-ends) |
 //! | `k:2@16` | k-nomial (here binomial) tree of 16 processes |
 //! | `g:2x4x3` or `2x4x3` | generic: the root has 2 children, each of those 4, each of those 3 |
+//! | `g:2:3,1:0,2x1,0` or `2:3,1:0,2x1,0` | generic with a fan-out per process (MRNet's `GenericTree` syntax, below) |
+//!
+//! **Fan-outs per process** (MRNet's `mrnet_topgen -t g:SPEC`, its `GenericTree`): levels are
+//! separated by `:`, from the root down; a level lists the fan-out of each process of that
+//! level, left to right, separated by `,`; `NxC` stands for `N` processes with `C` children
+//! each, and a fan-out of `0` makes that process a back-end above the bottom level. The first
+//! level is the root alone; each later level lists exactly as many fan-outs as the level above
+//! made processes (MRNet leaves missing ones as back-ends and reads past the end for extra
+//! ones; we refuse both, saying how many are needed); the processes the last level makes are
+//! back-ends. So `g:2:3,1:0,2x1,0` is a root with 2 children, which have 3 and 1 children; of
+//! those four, the first is a back-end, the next two have one child each, the last is a
+//! back-end. A spec with neither `:` nor `,` keeps the per-level meaning above (MRNet would
+//! read `g:1x4` as the root with 4 children; ours is a chain of one process with 4 children).
 //!
 //! A flat tree (the front-end talking to every back-end) is `g:32`. Host lists have one
 //! `host[:slots]` per line (slots: how many processes it may take, 1 if not given; a host on
@@ -36,6 +49,10 @@ pub enum TreeSpec {
     },
     /// Fan-out per level, from the root down.
     Generic(Vec<usize>),
+    /// Fan-out of every parent, level by level from the root down (MRNet's `GenericTree`
+    /// spec): `levels[0]` is the root's (one entry), `levels[i + 1]` has one entry per process
+    /// that `levels[i]` made, left to right; `0` is a back-end.
+    PerNode(Vec<Vec<usize>>),
 }
 
 /// The most processes a generated tree may have (a job's PE limit).
@@ -68,6 +85,8 @@ impl TreeSpec {
     pub fn parse(spec: &str) -> Result<TreeSpec, TopologyError> {
         let s = spec.trim();
         let (kind, body) = match s.split_once(':') {
+            // `2:4,2`: MRNet's generic spec without its `g:`.
+            Some((k, _)) if !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()) => ("g", s),
             Some((k, b)) => (k, b),
             None => ("g", s),
         };
@@ -111,6 +130,7 @@ impl TreeSpec {
                     nodes: number(spec, n, "the number of processes")?,
                 }
             }
+            "g" if body.contains([':', ',']) => TreeSpec::PerNode(per_node(spec, body)?),
             "g" => TreeSpec::Generic(levels(body)?),
             other => {
                 return Err(spec_error(
@@ -139,6 +159,7 @@ impl TreeSpec {
             TreeSpec::Generic(levels) if levels.contains(&0) => {
                 return Err("every fan-out must be at least 1".into())
             }
+            TreeSpec::PerNode(levels) => check_per_node(levels)?,
             TreeSpec::Knomial { k, .. } if *k < 2 => return Err("k must be at least 2".into()),
             TreeSpec::Knomial { nodes, .. } if *nodes < 2 => {
                 return Err(format!(
@@ -175,6 +196,11 @@ impl TreeSpec {
             TreeSpec::Balanced { fanout, depth } => count(std::iter::repeat_n(*fanout, *depth)),
             TreeSpec::Knomial { nodes, .. } => *nodes,
             TreeSpec::Generic(levels) => count(levels.iter().copied()),
+            TreeSpec::PerNode(levels) => levels
+                .iter()
+                .flatten()
+                .try_fold(1usize, |n, &f| n.checked_add(f).filter(|&n| n <= MAX_NODES))
+                .unwrap_or(MAX_NODES + 1),
         }
     }
 
@@ -200,8 +226,91 @@ impl TreeSpec {
                 parents
             }
             TreeSpec::Knomial { k, nodes } => knomial_parents(*k, *nodes),
+            TreeSpec::PerNode(levels) => {
+                let mut parents = vec![None];
+                let mut level = vec![0usize];
+                for fanouts in levels {
+                    let mut next = Vec::new();
+                    for (&p, &f) in level.iter().zip(fanouts) {
+                        for _ in 0..f {
+                            next.push(parents.len());
+                            parents.push(Some(p));
+                        }
+                    }
+                    level = next;
+                }
+                parents
+            }
         }
     }
+}
+
+/// The levels of MRNet's generic spec `C:C,C,NxC:...` (see the module's documentation).
+fn per_node(spec: &str, body: &str) -> Result<Vec<Vec<usize>>, TopologyError> {
+    let fanout = |s: &str| -> Result<usize, TopologyError> {
+        s.trim().parse::<usize>().map_err(|_| {
+            spec_error(
+                spec,
+                format!(
+                    "a fan-out must be a whole number (0 for a back-end), not '{}'",
+                    s.escape_debug()
+                ),
+            )
+        })
+    };
+    let mut levels = Vec::new();
+    for level in body.split(':') {
+        let mut fanouts = Vec::new();
+        for item in level.split(',') {
+            let (n, f) = match item.split_once('x') {
+                Some((n, f)) => (number(spec, n, "a repeat count")?, fanout(f)?),
+                None => (1, fanout(item)?),
+            };
+            // Bounded before it is expanded: a level never has more than MAX_NODES processes.
+            if fanouts.len().saturating_add(n) > MAX_NODES {
+                return Err(spec_error(
+                    spec,
+                    format!("the tree would have more than {MAX_NODES} processes"),
+                ));
+            }
+            fanouts.extend(std::iter::repeat_n(f, n));
+        }
+        levels.push(fanouts);
+    }
+    Ok(levels)
+}
+
+/// Whether per-process fan-outs make a tree: the root alone first, with at least one child,
+/// then as many fan-outs in each level as the level above made processes.
+fn check_per_node(levels: &[Vec<usize>]) -> Result<(), String> {
+    match levels.first().map(Vec::as_slice) {
+        None => return Err("a generic tree needs at least one level".into()),
+        Some([root]) if *root >= 1 => {}
+        Some([_]) => {
+            return Err(
+                "the root's fan-out is 0: a tree overlay needs at least one back-end".into(),
+            )
+        }
+        Some(first) => {
+            return Err(format!(
+                "the first level is the root alone, so it lists one fan-out, not {}",
+                first.len()
+            ))
+        }
+    }
+    for (i, pair) in levels.windows(2).enumerate() {
+        let made = pair[0].iter().fold(0usize, |n, &f| n.saturating_add(f));
+        if pair[1].len() != made {
+            return Err(format!(
+                "level {} makes {made} process(es), so level {} lists {made} fan-out(s) (0 for \
+                 a back-end), not {}",
+                i + 1,
+                i + 2,
+                pair[1].len()
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A k-nomial tree over `n` processes, breadth-first. In id order, the parent of `i > 0` is
@@ -645,10 +754,113 @@ mod tests {
         assert_eq!(HostList::parse("a:x").unwrap_err().line, Some(1));
     }
 
+    #[test]
+    fn fan_outs_per_process_follow_mrnet_generic_syntax() {
+        let spec = TreeSpec::parse("g:2:3,1:0,2x1,0").expect("spec");
+        assert_eq!(
+            spec,
+            TreeSpec::PerNode(vec![vec![2], vec![3, 1], vec![0, 1, 1, 0]])
+        );
+        // Without its `g:`, as MRNet's topgen also takes it after `-t g:`.
+        assert_eq!(TreeSpec::parse("2:3,1:0,2x1,0").ok(), Some(spec.clone()));
+        let t = generate(&spec, &Placement::default()).expect("tree");
+        // Root, 2, 4, then the two children of the 2nd and 3rd processes of level 2.
+        assert_eq!(shape(&t), [2, 3, 1, 0, 1, 1, 0, 0, 0]);
+        assert_eq!((t.num_nodes(), t.num_backends()), (9, 4));
+        assert_eq!(spec.num_nodes(), 9);
+        // The guide's example topology (C.2) as a spec: nutmeg => 4; c03 => 1; c04 => 4.
+        let t = generate(
+            &TreeSpec::parse("g:4:0,0,1,4").expect("spec"),
+            &Placement::default(),
+        )
+        .expect("tree");
+        assert_eq!(shape(&t), [4, 0, 0, 1, 4, 0, 0, 0, 0, 0]);
+        assert_eq!(t.num_backends(), 7);
+        for (bad, want) in [
+            (
+                "g:2:1",
+                "level 1 makes 2 process(es), so level 2 lists 2 fan-out(s) (0 for a back-end), not 1",
+            ),
+            ("g:2:1,1,1", "not 3"),
+            ("g:2,2:1", "the first level is the root alone"),
+            ("g:0:1", "the root's fan-out is 0"),
+            (
+                "g:2:1,y",
+                "a fan-out must be a whole number (0 for a back-end), not 'y'",
+            ),
+            ("g:2:0x1,1", "a repeat count must be"),
+            ("g:1:99999999999x1", "more than 1048576 processes"),
+            ("g:1048576:1048576x1", "more than 1048576 processes"),
+            ("g:3,", "a fan-out must be a whole number"),
+        ] {
+            let e = TreeSpec::parse(bad).unwrap_err().to_string();
+            assert!(e.starts_with(&format!("bad tree spec '{bad}': ")), "{e}");
+            assert!(e.contains(want), "{bad}: {e}");
+        }
+        // Built by hand, the same rules hold.
+        let e = generate(
+            &TreeSpec::PerNode(vec![vec![2], vec![1]]),
+            &Placement::default(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.starts_with("bad tree spec: level 1 makes 2"), "{e}");
+    }
+
+    proptest::proptest! {
+        /// Any per-process spec written out in MRNet's syntax (with `NxC` runs where fan-outs
+        /// repeat) parses back to the same fan-outs, and the tree has them, level by level.
+        #[test]
+        fn per_node_specs_make_the_trees_they_list(
+            root in 1usize..5,
+            seeds in proptest::collection::vec(proptest::collection::vec(0usize..4, 0..40), 0..4)
+        ) {
+            let mut levels = vec![vec![root]];
+            for seed in seeds {
+                let width: usize = levels.last().map_or(0, |l| l.iter().sum());
+                if width == 0 {
+                    break;
+                }
+                levels.push((0..width).map(|i| seed.get(i).copied().unwrap_or(1)).collect());
+            }
+            let text: Vec<String> = levels
+                .iter()
+                .map(|l| {
+                    let mut items: Vec<String> = Vec::new();
+                    let mut i = 0;
+                    while i < l.len() {
+                        let run = l[i..].iter().take_while(|&&f| f == l[i]).count();
+                        items.push(if run > 1 { format!("{run}x{}", l[i]) } else { l[i].to_string() });
+                        i += run;
+                    }
+                    items.join(",")
+                })
+                .collect();
+            let text = format!("g:{}", text.join(":"));
+            let spec = TreeSpec::parse(&text);
+            // One level has neither `:` nor `,`: it reads as the per-level spec, the same tree.
+            let want = if levels.len() == 1 {
+                TreeSpec::Generic(vec![root])
+            } else {
+                TreeSpec::PerNode(levels.clone())
+            };
+            proptest::prop_assert_eq!(spec.as_ref().ok(), Some(&want), "{}", text);
+            let t = generate(&TreeSpec::PerNode(levels.clone()), &Placement::default());
+            proptest::prop_assert!(t.is_ok(), "{}", text);
+            let Ok(t) = t else { return Ok(()) };
+            let listed: Vec<usize> = levels.iter().flatten().copied().collect();
+            let got = shape(&t);
+            proptest::prop_assert_eq!(&got[..listed.len()], &listed[..]);
+            proptest::prop_assert!(got[listed.len()..].iter().all(|&c| c == 0));
+            proptest::prop_assert_eq!(t.num_nodes(), 1 + listed.iter().sum::<usize>());
+            proptest::prop_assert_eq!(t.num_backends(), got[1..].iter().filter(|&&c| c == 0).count());
+        }
+    }
+
     proptest::proptest! {
         #[test]
         fn any_spec_or_host_list_is_a_tree_or_an_error_without_a_panic(
-            s in "[bkgx]?:?([0-9]{1,3}|[0-9]{20}|[x^@:\n]){0,8}|\\PC{0,30}"
+            s in "[bkgx]?:?([0-9]{1,3}|[0-9]{20}|[x^@:,\n]){0,8}|\\PC{0,30}"
         ) {
             match TreeSpec::parse(&s) {
                 Ok(spec) if spec.num_nodes() <= 5_000 => {

@@ -24,6 +24,36 @@ impl Topology {
         Topology::with_ranks(items)
     }
 
+    /// The same tree with back-ends ranked as MRNet ranks them when `rank_backends` is false:
+    /// every process in the byte order of its name as text (`host:instance`, the key of
+    /// MRNet's parser's map), numbered from 0, and each back-end keeps its number, so there
+    /// are gaps where the front-end and internal processes fall. Those stay ranked from
+    /// [`FIRST_INTERNAL_RANK`] (breadth-first), since here a rank below it means a back-end.
+    pub(crate) fn ranked_by_name(&self) -> Topology {
+        let mut order: Vec<(String, usize)> = self
+            .nodes()
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.name().to_string(), i))
+            .collect();
+        order.sort();
+        let mut by_name = vec![0 as Rank; order.len()];
+        for (pos, (_, i)) in order.into_iter().enumerate() {
+            by_name[i] = pos as Rank;
+        }
+        let items = self
+            .nodes()
+            .iter()
+            .enumerate()
+            .map(|(i, n)| {
+                let backend = n.rank() < FIRST_INTERNAL_RANK;
+                let rank = if backend { by_name[i] } else { n.rank() };
+                (n.name().clone(), n.parent(), rank)
+            })
+            .collect();
+        Topology::with_ranks(items)
+    }
+
     /// The tree with back-end `rank` (named `name`) added as the last child of the process
     /// ranked `parent`; nodes keep their indices (the new one is the last), so a table kept by
     /// node index only grows. `None` when `parent` is not in the tree or `rank` already is.
@@ -76,6 +106,54 @@ impl Topology {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::topology_file::parse;
+
+    #[test]
+    fn ranked_by_name_numbers_back_ends_as_mrnet_without_rank_backends() {
+        // The guide's example (C.2): names in byte order are c01 .. c09, then nutmeg.
+        let t = parse(
+            "nutmeg:0 => c01:0 c02:0 c03:0 c04:0 ;\n c03:0 => c05:0 ;\n \
+             c04:0 => c06:0 c07:0 c08:0 c09:0 ;",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let r = t.ranked_by_name();
+        let rank = |name: &str| {
+            let i = r
+                .nodes()
+                .iter()
+                .position(|n| n.name().to_string() == name)
+                .unwrap_or_else(|| panic!("{name}"));
+            r.nodes()[i].rank()
+        };
+        for (name, want) in [
+            ("c01:0", 0),
+            ("c02:0", 1),
+            ("c05:0", 4),
+            ("c06:0", 5),
+            ("c09:0", 8),
+        ] {
+            assert_eq!(rank(name), want, "{name}");
+        }
+        assert!(rank("c03:0") >= FIRST_INTERNAL_RANK && rank("nutmeg:0") >= FIRST_INTERNAL_RANK);
+        assert_eq!(r.num_backends(), 7);
+        assert_eq!(
+            r.find_rank(4).map(|i| r.nodes()[i].name().to_string()),
+            Some("c05:0".into())
+        );
+        // c04's back-ends are 5..9; c03's is 4; the root's are not one range any more.
+        let c04 = r.find_name(&ProcName::new("c04", 0)).unwrap_or(0);
+        assert_eq!(r.backends_below(c04), [5, 6, 7, 8]);
+        assert_eq!(r.backends_below(0), [0, 1, 4, 5, 6, 7, 8]);
+        // Instances compare as text, as MRNet's map keys do: h:10 comes before h:2.
+        let t = parse("fe:0 => h:2 h:10 ;").unwrap_or_else(|e| panic!("{e}"));
+        let r = t.ranked_by_name();
+        let names: Vec<(String, Rank)> = r
+            .backends()
+            .iter()
+            .map(|&i| (r.nodes()[i].name().to_string(), r.nodes()[i].rank()))
+            .collect();
+        assert_eq!(names, [("h:10".to_string(), 1), ("h:2".to_string(), 2)]);
+    }
     use crate::topgen::{generate, Placement, TreeSpec};
 
     fn tree(spec: &str) -> Topology {

@@ -57,6 +57,9 @@ SPEC is the tree's shape:
   k:2@16              k-nomial tree of 16 processes (k = 2: binomial)
   g:2x4x3 or 2x4x3    generic: the root has 2 children, each of them 4, each of those 3
   g:32                flat: the front-end and 32 back-ends
+  g:2:3,1:0,2x1,0     fan-outs per process (MRNet's generic spec): levels split by ':',
+                      a level lists each process's fan-out (0: a back-end), NxC is N
+                      processes with C children each
 A tree has at least one back-end and at most MAX_NODES processes (--check holds files to this).
 
 The topology goes to OUTPUT, or to stdout.";

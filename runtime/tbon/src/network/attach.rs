@@ -18,6 +18,8 @@ pub struct Options {
     filters: Vec<(String, Rc<dyn Filter>)>,
     failure_recovery: Option<bool>,
     attach_backends: bool,
+    /// MRNet's `rank_backends = false`.
+    backends_by_name: bool,
 }
 
 // By hand: it holds closures and the overlay's state, which have no useful text form.
@@ -54,6 +56,20 @@ impl Options {
     /// made after it include it ([`Network::wait_for_backends`] waits for a number of them).
     pub fn attach_backends(mut self, on: bool) -> Options {
         self.attach_backends = on;
+        self
+    }
+
+    /// MRNet's `rank_backends` (on by default): back-ends ranked `0 .. B` from left to right,
+    /// as MPI ranks processes. Off, each back-end is ranked as MRNet ranks it without
+    /// `rank_backends`: by the place of its name (`host:instance`, compared as text) among
+    /// the names of every process of the topology, from 0, so the ranks have gaps where the
+    /// front-end and internal processes fall. Those stay ranked from
+    /// [`FIRST_INTERNAL_RANK`](crate::FIRST_INTERNAL_RANK), where MRNet numbers them in the
+    /// same sequence: here a rank below it is what makes a back-end (and its singlecast
+    /// stream's id). Only PE 0's choice counts; no effect in attach mode, where back-ends
+    /// choose their ranks.
+    pub fn rank_backends(mut self, on: bool) -> Options {
+        self.backends_by_name = !on;
         self
     }
 
@@ -182,7 +198,12 @@ pub fn attach<'p>(
             } else {
                 None
             };
-            Ok(Ctl::Plan { tree, pes, attach })
+            Ok(Ctl::Plan {
+                tree,
+                pes,
+                attach,
+                by_name: opts.backends_by_name,
+            })
         });
         match plan {
             // The front-end takes the plan first; it goes down the tree from there.

@@ -6,6 +6,7 @@ use crate::error::TbonError;
 use crate::perf::{check_pair, Aggregate, Context, Metric, RankPerfData};
 use crate::protocol::Req;
 use crate::stream::Stream;
+use std::collections::BTreeMap;
 
 impl<'p> Network<'p> {
     fn perf_scope(&self, s: Option<&Stream>) -> Result<Option<u32>, TbonError> {
@@ -82,6 +83,40 @@ impl<'p> Network<'p> {
             },
         )?;
         Ok(out.report.finish(out.how))
+    }
+
+    /// Collect what every stream's processes recorded of `metric` in `context` (and reset
+    /// it), keyed by stream id (MRNet's `Network::collect_PerformanceData`): for each stream
+    /// the front-end has open, what [`collect_perf`](Network::collect_perf) gives. Back-ends'
+    /// singlecast streams are included once used.
+    ///
+    /// # Errors
+    /// As [`enable_perf`](Network::enable_perf); the first stream whose collection fails
+    /// (a stream that failed, [`TbonError::StreamFailed`]) ends the call.
+    pub fn collect_perf_all(
+        &mut self,
+        metric: Metric,
+        context: Context,
+        how: Aggregate,
+    ) -> Result<BTreeMap<u32, RankPerfData>, TbonError> {
+        check_pair(metric, context)?;
+        self.front_end("performance data")?;
+        // Sorted, so that the requests (one per stream) go out in a fixed order.
+        let mut ids: Vec<u32> = self.node.borrow().streams.keys().copied().collect();
+        ids.sort_unstable();
+        let mut out = BTreeMap::new();
+        for id in ids {
+            let s = Stream::from_id(id);
+            match self.collect_perf(&s, metric, context, how) {
+                Ok(data) => {
+                    out.insert(id, data);
+                }
+                // Closed by a failure handled while an earlier stream's request waited.
+                Err(TbonError::NoStream(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
     }
 
     /// Have every process of a stream (`None`: of every stream) print what it recorded of

@@ -42,7 +42,12 @@ impl Node {
             return self.recovery.hold(msg.clone(), super::Kind::Ctl);
         }
         match ctl {
-            Ctl::Plan { tree, pes, attach } => self.take_plan(pe, tree, pes, attach, msg.payload()),
+            Ctl::Plan {
+                tree,
+                pes,
+                attach,
+                by_name,
+            } => self.take_plan(pe, tree, pes, (attach, by_name), msg.payload()),
             Ctl::Abandon { reason } => {
                 tracing::debug!(target: "tbon", "the front-end abandoned the network: {reason}");
                 if self.place.is_some() && !self.shut_down {

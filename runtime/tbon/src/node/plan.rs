@@ -88,7 +88,7 @@ impl Node {
         pe: &mut Pe,
         tree: Vec<(crate::topology::ProcName, Option<usize>)>,
         pes: Vec<usize>,
-        attach: Option<String>,
+        (attach, by_name): (Option<String>, bool),
         raw: &[u8],
     ) {
         if self.place.is_some() {
@@ -100,6 +100,8 @@ impl Node {
         };
         if attach.is_some() {
             topo = topo.all_internal();
+        } else if by_name {
+            topo = topo.ranked_by_name();
         }
         if pes.len() != topo.num_nodes() || pes.iter().any(|&p| p >= pe.num_pes()) {
             self.abandoned = Some("the front-end sent a plan for other PEs".into());
