@@ -236,6 +236,11 @@ int Stream_flush(Stream_t *stream);
 int Stream_recv(Stream_t *stream, int *tag, Packet_t *packet, bool_t blocking);
 
 /*
+ [`Stream_recv`] under the name MRNet's guide prints.
+ */
+int Stream_rcv(Stream_t *stream, int *tag, Packet_t *packet, bool_t blocking);
+
+/*
  1 if the front-end closed the stream, else 0.
  */
 char Stream_is_Closed(Stream_t *stream);

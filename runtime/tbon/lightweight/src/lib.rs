@@ -647,6 +647,17 @@ pub extern "C" fn Stream_recv(
     })
 }
 
+/// [`Stream_recv`] under the name MRNet's guide prints.
+#[no_mangle]
+pub extern "C" fn Stream_rcv(
+    stream: *mut Stream_t,
+    tag: *mut c_int,
+    packet: *mut Packet_t,
+    blocking: bool_t,
+) -> c_int {
+    Stream_recv(stream, tag, packet, blocking)
+}
+
 /// 1 if the front-end closed the stream, else 0.
 #[no_mangle]
 pub extern "C" fn Stream_is_Closed(stream: *mut Stream_t) -> c_char {
