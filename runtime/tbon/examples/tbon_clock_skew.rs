@@ -6,9 +6,10 @@
 //! Through the tree each process measures the skew of each child only: a probe comes down,
 //! the `SkewDown` filter notes when it passed (this process's clock), a child answers with when
 //! it received the probe and when it answered (its clock), and the `SkewUp` filter, which sees
-//! each answer as it arrives (don't-wait), takes the child's skew as in NTP, `((c_recv - t_down)
-//! + (c_send - t_arrive)) / 2`, adds it to the skews the child reports for the back-ends below
-//! it, and once every child has answered sends the lot up with its own two times. By
+//! each answer as it arrives (don't-wait), takes the child's skew as in NTP,
+//! `((c_recv - t_down) + (c_send - t_arrive)) / 2`, adds it to the skews the child reports
+//! for the back-ends below it, and once every child has answered sends the lot up with its
+//! own two times. By
 //! induction the front-end gets every back-end's skew against its clock. Each process keeps,
 //! over `ROUNDS` rounds, each child's skew from the round its answer came soonest in (the
 //! paper's first phase); the last round composes those.

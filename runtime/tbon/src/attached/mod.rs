@@ -30,7 +30,7 @@
 //!
 //! The connection is the back-end's life in the tree: if it ends, the leaf counts the
 //! back-end dead; if the leaf dies, the back-end's calls fail with
-//! [`TbonError::ParentLost`](crate::TbonError::ParentLost) (it does not re-connect).
+//! [`TbonError::ParentLost`] (it does not re-connect).
 
 mod backend;
 mod topology;
