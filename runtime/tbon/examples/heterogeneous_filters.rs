@@ -14,9 +14,9 @@
 //! MRNet's `rank_backends = false` (back-ends ranked by name), and each back-end's rank is
 //! shown.
 
-use converse_tbon::{
-    self as tbon, topgen, topology_file, SyncMode, TbonError, Topology, TFILTER_NULL, TFILTER_SUM,
-};
+mod support;
+
+use converse_tbon::{self as tbon, SyncMode, TbonError, Topology, TFILTER_NULL, TFILTER_SUM};
 use std::process::ExitCode;
 
 const WAVE: i32 = tbon::FIRST_APPLICATION_TAG;
@@ -44,17 +44,6 @@ fn main() -> ExitCode {
     }
 }
 
-/// A tree spec (`g:2x3`) or a topology file.
-fn load(tree: &str) -> Result<Topology, String> {
-    let path = std::path::Path::new(tree);
-    let t = if path.exists() {
-        topology_file::load(path)
-    } else {
-        topgen::TreeSpec::parse(tree).and_then(|s| topgen::generate(&s, &Default::default()))
-    };
-    t.map_err(|e| e.to_string())
-}
-
 fn backend() -> ExitCode {
     tbon::run_backend(|net| loop {
         let (s, p) = net.recv()?;
@@ -66,7 +55,7 @@ fn backend() -> ExitCode {
 }
 
 fn front_end(tree: &str, by_name: bool) -> Result<(), String> {
-    let topo = load(tree)?;
+    let topo = support::load(tree)?;
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
     let mut settings = tbon::create::Settings::from_env(&me.to_string_lossy(), &["be"])
         .map_err(|e| e.to_string())?;

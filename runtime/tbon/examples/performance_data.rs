@@ -13,9 +13,10 @@
 //! over each stream's processes, and the largest resident memory of any process found; each
 //! back-end must have sent one packet per wave of the stream.
 
+mod support;
+
 use converse_tbon::{
-    self as tbon, topgen, topology_file, Aggregate, Context, Metric, PerfData, SyncMode, Topology,
-    TFILTER_NULL, TFILTER_SUM,
+    self as tbon, Aggregate, Context, Metric, PerfData, SyncMode, TFILTER_NULL, TFILTER_SUM,
 };
 use std::process::ExitCode;
 
@@ -43,19 +44,8 @@ fn main() -> ExitCode {
     }
 }
 
-/// A tree spec (`g:2x3`) or a topology file.
-fn load(tree: &str) -> Result<Topology, String> {
-    let path = std::path::Path::new(tree);
-    let t = if path.exists() {
-        topology_file::load(path)
-    } else {
-        topgen::TreeSpec::parse(tree).and_then(|s| topgen::generate(&s, &Default::default()))
-    };
-    t.map_err(|e| e.to_string())
-}
-
 fn front_end(tree: &str) -> Result<(), String> {
-    let topo = load(tree)?;
+    let topo = support::load(tree)?;
     let me = std::env::current_exe().map_err(|e| e.to_string())?;
     let settings = tbon::create::Settings::from_env(&me.to_string_lossy(), &["be"])
         .map_err(|e| e.to_string())?;

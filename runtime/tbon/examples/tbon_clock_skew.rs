@@ -22,9 +22,11 @@
 //! target/release/charmrun +p13 target/release/examples/tbon_clock_skew   # a 3x3 tree
 //! ```
 
+mod support;
+
 use converse_tbon::{
-    self as tbon, topgen, FilterContext, FilterError, FnFilter, Options, Packet, SyncMode,
-    TbonError, FIRST_USER_FILTER,
+    self as tbon, FilterContext, FilterError, FnFilter, Options, Packet, SyncMode, TbonError,
+    FIRST_USER_FILTER,
 };
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -125,12 +127,7 @@ fn skew_up(cx: &mut FilterContext<'_>) -> Result<(), FilterError> {
 
 fn main() -> std::process::ExitCode {
     converse::run(|pe| {
-        let n = pe.num_pes();
-        if n < 3 {
-            if pe.my_pe() == 0 {
-                converse::input::error_line("tbon_clock_skew: needs +p3 or more");
-                pe.exit(2);
-            }
+        if support::refused(pe, "tbon_clock_skew", 3, 0, "tbon_clock_skew +pN") {
             return;
         }
         let down = FnFilter::new("", skew_down);
@@ -141,35 +138,15 @@ fn main() -> std::process::ExitCode {
         let opts = Options::default()
             .filter("SkewDown", down)
             .filter("SkewUp", up);
-        let fanout = ((n - 1) as f64).sqrt().floor().max(1.0) as usize;
-        let spec = topgen::TreeSpec::Generic(vec![fanout, (n - 1 - fanout) / fanout]);
-        let failed = match tbon::attach(pe, opts, |_| {
-            Ok(topgen::generate(&spec, &topgen::Placement::default())?)
-        }) {
-            Ok(mut net) => {
-                let r = if net.is_front_end() {
-                    front_end(&mut net)
-                } else if net.is_back_end() {
-                    back_end(&mut net)
-                } else {
-                    net.wait_for_shutdown()
-                };
-                match r {
-                    Ok(()) | Err(TbonError::ShutDown) => {
-                        if net.is_front_end() {
-                            net.exit(0);
-                        }
-                        return;
-                    }
-                    Err(e) => e,
-                }
-            }
-            Err(e) => e,
-        };
-        if pe.my_pe() == 0 {
-            converse::input::error_line(&format!("tbon_clock_skew: {failed}"));
-            pe.exit(1);
-        }
+        let n = pe.num_pes();
+        support::run_roles(
+            pe,
+            "tbon_clock_skew",
+            opts,
+            |_| support::two_levels(n),
+            front_end,
+            back_end,
+        );
     })
 }
 

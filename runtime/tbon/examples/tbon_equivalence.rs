@@ -12,7 +12,9 @@
 //! The filter library is looked for next to the program (`libtbon_filters.so`), or given as
 //! the first argument.
 
-use converse_tbon::{self as tbon, topgen, Options, SyncMode, TbonError, TFILTER_NULL};
+mod support;
+
+use converse_tbon::{self as tbon, Options, SyncMode, TbonError, TFILTER_NULL};
 use std::hash::{Hash, Hasher};
 
 const REPORT: i32 = 100;
@@ -34,63 +36,20 @@ fn checksum(items: &[String]) -> u64 {
 
 fn main() -> std::process::ExitCode {
     converse::run(|pe| {
-        let n = pe.num_pes();
-        // Every PE reads the same arguments, so all refuse them alike and start nothing; PE 0
-        // alone says why, on one line, and ends the job with 2.
-        let refused = if let Some(extra) = pe.args().get(2) {
-            Some(format!("unexpected argument {extra:?}"))
-        } else if n < 3 {
-            // The tree below needs a front-end, an internal process and a back-end (and
-            // n - 1 - fanout must not go below zero).
-            Some(format!("needs +p3 or more, got +p{n}"))
-        } else {
-            None
-        };
-        if let Some(why) = refused {
-            if pe.my_pe() == 0 {
-                converse::input::error_line(&format!(
-                    "tbon_equivalence: {why} (usage: tbon_equivalence [FILTER_LIBRARY] +pN)"
-                ));
-                pe.exit(2);
-            }
+        let usage = "tbon_equivalence [FILTER_LIBRARY] +pN";
+        if support::refused(pe, "tbon_equivalence", 3, 1, usage) {
             return;
         }
-        let library = pe.args().get(1).cloned().unwrap_or_else(|| {
-            let me = std::env::current_exe().unwrap_or_default();
-            me.with_file_name("libtbon_filters.so")
-                .to_string_lossy()
-                .into_owned()
-        });
-        // A two-level tree over the job: as many internal processes as the square root.
-        let fanout = ((n.saturating_sub(1)) as f64).sqrt().floor().max(1.0) as usize;
-        let spec = topgen::TreeSpec::Generic(vec![fanout, (n - 1 - fanout) / fanout.max(1)]);
-        let failed = match tbon::attach(pe, Options::default(), |_| {
-            Ok(topgen::generate(&spec, &topgen::Placement::default())?)
-        }) {
-            Ok(mut net) => {
-                let r = if net.is_front_end() {
-                    front_end(&mut net, &library)
-                } else if net.is_back_end() {
-                    back_end(&mut net)
-                } else {
-                    net.wait_for_shutdown()
-                };
-                match r {
-                    Ok(()) | Err(TbonError::ShutDown) => {
-                        if net.is_front_end() {
-                            net.exit(0);
-                        }
-                        return;
-                    }
-                    Err(e) => e,
-                }
-            }
-            Err(e) => e,
-        };
-        if pe.my_pe() == 0 {
-            converse::input::error_line(&format!("tbon_equivalence: {failed}"));
-            pe.exit(1);
-        }
+        let library = support::filter_library(pe);
+        let n = pe.num_pes();
+        support::run_roles(
+            pe,
+            "tbon_equivalence",
+            Options::default(),
+            |_| support::two_levels(n),
+            |net| front_end(net, &library),
+            back_end,
+        );
     })
 }
 

@@ -10,7 +10,9 @@
 //! The filter library is looked for next to the program (`libtbon_filters.so`), or given as
 //! the first argument.
 
-use converse_tbon::{self as tbon, topgen, Options, SyncMode, TbonError, TFILTER_NULL};
+mod support;
+
+use converse_tbon::{self as tbon, Options, SyncMode, TbonError, TFILTER_NULL};
 
 const REPORT: i32 = 100;
 /// The histogram's range and bins.
@@ -43,49 +45,25 @@ fn bin(values: &[f64]) -> Vec<u32> {
 
 fn main() -> std::process::ExitCode {
     converse::run(|pe| {
-        let n = pe.num_pes();
-        if n < 3 {
-            if pe.my_pe() == 0 {
-                converse::input::error_line("tbon_histogram: needs +p3 or more");
-                pe.exit(2);
-            }
+        if support::refused(
+            pe,
+            "tbon_histogram",
+            3,
+            1,
+            "tbon_histogram [FILTER_LIBRARY] +pN",
+        ) {
             return;
         }
-        let library = pe.args().get(1).cloned().unwrap_or_else(|| {
-            let me = std::env::current_exe().unwrap_or_default();
-            me.with_file_name("libtbon_filters.so")
-                .to_string_lossy()
-                .into_owned()
-        });
-        let fanout = ((n - 1) as f64).sqrt().floor().max(1.0) as usize;
-        let spec = topgen::TreeSpec::Generic(vec![fanout, (n - 1 - fanout) / fanout]);
-        let failed = match tbon::attach(pe, Options::default(), |_| {
-            Ok(topgen::generate(&spec, &topgen::Placement::default())?)
-        }) {
-            Ok(mut net) => {
-                let r = if net.is_front_end() {
-                    front_end(&mut net, &library)
-                } else if net.is_back_end() {
-                    back_end(&mut net)
-                } else {
-                    net.wait_for_shutdown()
-                };
-                match r {
-                    Ok(()) | Err(TbonError::ShutDown) => {
-                        if net.is_front_end() {
-                            net.exit(0);
-                        }
-                        return;
-                    }
-                    Err(e) => e,
-                }
-            }
-            Err(e) => e,
-        };
-        if pe.my_pe() == 0 {
-            converse::input::error_line(&format!("tbon_histogram: {failed}"));
-            pe.exit(1);
-        }
+        let library = support::filter_library(pe);
+        let n = pe.num_pes();
+        support::run_roles(
+            pe,
+            "tbon_histogram",
+            Options::default(),
+            |_| support::two_levels(n),
+            |net| front_end(net, &library),
+            back_end,
+        );
     })
 }
 

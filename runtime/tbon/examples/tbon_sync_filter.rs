@@ -12,6 +12,8 @@
 //! target/release/charmrun +p9 target/release/examples/tbon_sync_filter
 //! ```
 
+mod support;
+
 use converse_tbon::{
     self as tbon, topgen, MapPolicy, Options, TbonError, TFILTER_NULL, TFILTER_SUM,
 };
@@ -20,57 +22,34 @@ const ANSWER: i32 = 100;
 
 fn main() -> std::process::ExitCode {
     converse::run(|pe| {
-        if pe.num_pes() < 9 {
-            if pe.my_pe() == 0 {
-                converse::input::error_line("tbon_sync_filter: needs +p9 (a 2x3 tree)");
-                pe.exit(2);
-            }
+        if support::refused(
+            pe,
+            "tbon_sync_filter",
+            9,
+            1,
+            "tbon_sync_filter [FILTER_LIBRARY] +p9",
+        ) {
             return;
         }
-        let library = pe.args().get(1).cloned().unwrap_or_else(|| {
-            let me = std::env::current_exe().unwrap_or_default();
-            me.with_file_name("libtbon_filters.so")
-                .to_string_lossy()
-                .into_owned()
-        });
+        let library = support::filter_library(pe);
+        // The walk-through above is for a 2x3 tree: process i on PE i.
         let opts = Options::default().policy(MapPolicy::InOrder);
-        let failed = match tbon::attach(pe, opts, |_| {
+        let tree = |_: &converse::Pe| {
             let spec = topgen::TreeSpec::Generic(vec![2, 3]);
             Ok(topgen::generate(&spec, &topgen::Placement::default())?)
-        }) {
-            Ok(mut net) => {
-                let r = if net.is_front_end() {
-                    front_end(&mut net, &library)
-                } else if net.is_back_end() {
-                    loop {
-                        match net.recv() {
-                            Ok((s, _)) => {
-                                if let Err(e) = net.send(&s, ANSWER, "%d", 1) {
-                                    break Err(e);
-                                }
-                            }
-                            Err(e) => break Err(e),
-                        }
-                    }
-                } else {
-                    net.wait_for_shutdown()
-                };
-                match r {
-                    Ok(()) | Err(TbonError::ShutDown) => {
-                        if net.is_front_end() {
-                            net.exit(0);
-                        }
-                        return;
-                    }
-                    Err(e) => e,
-                }
-            }
-            Err(e) => e,
         };
-        if pe.my_pe() == 0 {
-            converse::input::error_line(&format!("tbon_sync_filter: {failed}"));
-            pe.exit(1);
-        }
+        let answer = |net: &mut tbon::Network<'_>| loop {
+            let (s, _) = net.recv()?;
+            net.send(&s, ANSWER, "%d", 1)?;
+        };
+        support::run_roles(
+            pe,
+            "tbon_sync_filter",
+            opts,
+            tree,
+            |net| front_end(net, &library),
+            answer,
+        );
     })
 }
 

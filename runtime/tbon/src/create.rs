@@ -15,11 +15,12 @@
 //! A back-end program's `main` is [`run_backend`]: it joins the network, and on back-ends runs
 //! the closure, which receives and answers on streams.
 //!
-//! **Settings by MRNet's names** (the guide's Appendix G): [`Settings::from_env`](crate::create::Settings::from_env) reads the
-//! environment variables (`XPLAT_RSH`, `XPLAT_RSH_ARGS`, `XPLAT_REMCMD`,
-//! `XPLAT_RESOLVE_HOSTS`, `XPLAT_RESOLVE_CANONICAL`, `MRNET_COMM_PATH`,
-//! `MRNET_STARTUP_TIMEOUT`, `MRNET_DEBUG_LEVEL`, `MRNET_DEBUG_LOG_DIRECTORY`, ...), which
-//! [`create_network_fe`] does itself; [`Settings::attrs`](crate::create::Settings::attrs) applies MRNet's attribute map
+//! **Settings by MRNet's names** (the guide's Appendix G):
+//! [`Settings::from_env`](crate::create::Settings::from_env) reads the environment variables
+//! (`XPLAT_RSH`, `XPLAT_RSH_ARGS`, `XPLAT_REMCMD`, `XPLAT_RESOLVE_HOSTS`,
+//! `XPLAT_RESOLVE_CANONICAL`, `MRNET_COMM_PATH`, `MRNET_STARTUP_TIMEOUT`, `MRNET_DEBUG_LEVEL`,
+//! `MRNET_DEBUG_LOG_DIRECTORY`, ...), which [`create_network_fe`] does itself;
+//! [`Settings::attrs`](crate::create::Settings::attrs) applies MRNet's attribute map
 //! (`CreateNetworkFE`'s `attrs`) on top, so attributes win over the environment, as in MRNet,
 //! and fields set afterwards win over both. A malformed value or an unknown name is refused;
 //! a setting the overlay does not use (the Cray ALPS ones) is named in a one-line warning.
@@ -118,8 +119,8 @@ static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// Make the network `topology` describes, running `backend args` as its back-ends, and run
 /// `f` on the front-end once every process is in. The settings are MRNet's environment
-/// variables ([`Settings::from_env`](crate::create::Settings::from_env)). Returns what `f` returns, after the
-/// network is shut down and every process it started has ended.
+/// variables ([`Settings::from_env`]). Returns what `f` returns, after the network is shut
+/// down and every process it started has ended.
 ///
 /// ```no_run
 /// use converse_tbon::{create::create_network_fe, topology_file, SyncMode, TbonError};

@@ -252,6 +252,12 @@ fn stream_ref<'a>(s: *mut Stream_t) -> Option<&'a Stream_t> {
     unsafe { s.cast_const().as_ref() }
 }
 
+/// A stream and the network it belongs to.
+fn stream_net<'a>(s: *mut Stream_t) -> Option<(&'a Stream_t, &'a Network_t)> {
+    let s = stream_ref(s)?;
+    Some((s, net_ref(s.net.cast_mut())?))
+}
+
 /// Join the network as a back-end. `argv` ends with MRNet's five back-end arguments:
 /// `PARENT_HOST PARENT_PORT PARENT_RANK MY_HOST MY_RANK`; the secret comes from the
 /// environment (`CONVERSE_TBON_SECRET_FILE`, or `CONVERSE_TBON_SECRET`). Returns `NULL`
@@ -561,10 +567,7 @@ pub extern "C" fn Stream_get_Id(stream: *mut Stream_t) -> c_uint {
 /// [`Packet_set_Tag`] left it): 0, or -1.
 #[no_mangle]
 pub extern "C" fn Stream_send_packet(stream: *mut Stream_t, packet: *mut Packet_t) -> c_int {
-    let Some(s) = stream_ref(stream) else {
-        return -1;
-    };
-    let Some(n) = net_ref(s.net.cast_mut()) else {
+    let Some((s, n)) = stream_net(stream) else {
         return -1;
     };
     guard(-1, || {
@@ -589,10 +592,7 @@ pub extern "C" fn Stream_send_packet(stream: *mut Stream_t, packet: *mut Packet_
 /// Everything is written when a send returns: 0 while the connection is there, else -1.
 #[no_mangle]
 pub extern "C" fn Stream_flush(stream: *mut Stream_t) -> c_int {
-    let Some(s) = stream_ref(stream) else {
-        return -1;
-    };
-    let Some(n) = net_ref(s.net.cast_mut()) else {
+    let Some((_, n)) = stream_net(stream) else {
         return -1;
     };
     let mut g = n.lock();
@@ -611,10 +611,7 @@ pub extern "C" fn Stream_recv(
     packet: *mut Packet_t,
     blocking: bool_t,
 ) -> c_int {
-    let Some(s) = stream_ref(stream) else {
-        return -1;
-    };
-    let Some(n) = net_ref(s.net.cast_mut()) else {
+    let Some((s, n)) = stream_net(stream) else {
         return -1;
     };
     if packet.is_null() {
@@ -661,10 +658,7 @@ pub extern "C" fn Stream_rcv(
 /// 1 if the front-end closed the stream, else 0.
 #[no_mangle]
 pub extern "C" fn Stream_is_Closed(stream: *mut Stream_t) -> c_char {
-    let Some(s) = stream_ref(stream) else {
-        return 1;
-    };
-    net_ref(s.net.cast_mut()).map_or(1, |n| c_char::from(n.lock().be.is_closed(s.id)))
+    stream_net(stream).map_or(1, |(s, n)| c_char::from(n.lock().be.is_closed(s.id)))
 }
 
 /// A packet's tag.
@@ -821,10 +815,7 @@ pub extern "C" fn ctbon_stream_send_values(
     vals: *const ctbon_value,
     n: c_int,
 ) -> c_int {
-    let Some(s) = stream_ref(stream) else {
-        return -1;
-    };
-    let Some(net) = net_ref(s.net.cast_mut()) else {
+    let Some((s, net)) = stream_net(stream) else {
         return -1;
     };
     guard(-1, || {

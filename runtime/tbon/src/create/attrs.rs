@@ -11,7 +11,7 @@ use crate::error::TbonError;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// The settings read from the environment by [`Settings::from_env`](crate::create::Settings::from_env), in the order they are
+/// The settings read from the environment by [`Settings::from_env`], in the order they are
 /// applied (so `MRNET_COMM_PATH` wins over the deprecated `MRN_COMM_PATH`).
 pub const ENV_SETTINGS: [&str; 14] = [
     "XPLAT_RSH",
@@ -66,7 +66,7 @@ fn words(key: &str, value: &str) -> Result<Vec<String>, TbonError> {
 }
 
 impl Settings {
-    /// [`Settings::new`](crate::create::Settings::new), then every setting of the guide's Appendix G set in the
+    /// [`Settings::new`], then every setting of the guide's Appendix G set in the
     /// environment ([`ENV_SETTINGS`]), as MRNet's `CreateNetworkFE` reads them. Fields set
     /// afterwards, and [`attrs`](Settings::attrs) applied afterwards, win over the
     /// environment, as MRNet's attributes do.
