@@ -51,11 +51,11 @@ pub(crate) fn run(backends: usize, rounds: usize, iters: usize, tree: &str) -> a
     let dir = std::env::temp_dir().join(format!("bench-tbon-attach-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let cbe = c_backend(&me, &dir)?;
-    println!(
+    converse::input::out_line(&format!(
         "tbon attach: {backends} back-ends on the leaves of {tree} ({pes} processes, tcp), \
          one-int wave round trip p50 (us), {iters} waves a run"
-    );
-    println!("round  Rust      C         C/Rust");
+    ));
+    converse::input::out_line("round  Rust      C         C/Rust");
     let mut rust = Vec::new();
     let mut c = Vec::new();
     for r in 0..rounds {
@@ -69,23 +69,25 @@ pub(crate) fn run(backends: usize, rounds: usize, iters: usize, tree: &str) -> a
             let x = one(k, &me, &charmrun, &cbe, &dir, tree, pes, backends, iters)?;
             got[usize::from(k == Kind::C)] = x;
         }
-        println!(
+        converse::input::out_line(&format!(
             "{:<6} {:<9.1} {:<9.1} {:.2}",
             r + 1,
             got[0],
             got[1],
             got[1] / got[0]
-        );
+        ));
         rust.push(got[0]);
         c.push(got[1]);
     }
     let ratios: Vec<f64> = rust.iter().zip(&c).map(|(a, b)| b / a).collect();
     let (m, lo, hi) = (median(&rust), min(&rust), max(&rust));
-    println!("Rust back-ends: {m:.1} us ({lo:.1}-{hi:.1})");
+    converse::input::out_line(&format!("Rust back-ends: {m:.1} us ({lo:.1}-{hi:.1})"));
     let (m, lo, hi) = (median(&c), min(&c), max(&c));
-    println!("C back-ends:    {m:.1} us ({lo:.1}-{hi:.1})");
+    converse::input::out_line(&format!("C back-ends:    {m:.1} us ({lo:.1}-{hi:.1})"));
     let (m, lo, hi) = (median(&ratios), min(&ratios), max(&ratios));
-    println!("C / Rust:       {m:.2} ({lo:.2}-{hi:.2}) median of {rounds} rounds");
+    converse::input::out_line(&format!(
+        "C / Rust:       {m:.2} ({lo:.2}-{hi:.2}) median of {rounds} rounds"
+    ));
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }

@@ -25,28 +25,31 @@ fn main() -> ExitCode {
     let mut be = match joined {
         Ok(be) => be,
         Err(e) => {
-            eprintln!("back-end: {e}");
+            converse::input::error_line(&format!("back-end: {e}"));
             return ExitCode::from(2);
         }
     };
     let rank = be.rank();
-    println!("back-end {rank}: attached to leaf {}", be.parent_rank());
+    converse::input::out_line(&format!(
+        "back-end {rank}: attached to leaf {}",
+        be.parent_rank()
+    ));
     loop {
         match be.recv() {
             Ok((s, p)) if p.tag() == PROT_SUM => {
                 let v: i32 = p.unpack("%d").unwrap_or(0);
                 if let Err(e) = be.send(&s, PROT_SUM, "%d", rank as i32 + v) {
-                    eprintln!("back-end {rank}: {e}");
+                    converse::input::error_line(&format!("back-end {rank}: {e}"));
                     return ExitCode::FAILURE;
                 }
             }
             Ok(_) => {}
             Err(TbonError::ShutDown) => {
-                println!("back-end {rank}: the network shut down");
+                converse::input::out_line(&format!("back-end {rank}: the network shut down"));
                 return ExitCode::SUCCESS;
             }
             Err(e) => {
-                eprintln!("back-end {rank}: {e}");
+                converse::input::error_line(&format!("back-end {rank}: {e}"));
                 return ExitCode::FAILURE;
             }
         }

@@ -415,6 +415,29 @@ impl fmt::Debug for Packet {
     }
 }
 
+/// The last format string a sender used and its parse: a program sends the same few formats
+/// over and over, and parsing allocates. One per sender (a [`Network`](crate::Network), an
+/// attached back-end).
+#[derive(Debug, Default)]
+pub(crate) struct LastFormat(Option<(String, Format)>);
+
+impl LastFormat {
+    /// A packet of `values` as `format` says, the format parsed only when it changed.
+    pub(crate) fn packet(
+        &mut self,
+        id: u32,
+        tag: i32,
+        format: &str,
+        values: &dyn crate::codec::Pack,
+    ) -> Result<Packet, PacketError> {
+        let f = match &self.0 {
+            Some((s, f)) if s == format => f,
+            _ => &self.0.insert((format.to_owned(), Format::parse(format)?)).1,
+        };
+        Packet::with_format(id, tag, f, values)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -238,13 +238,13 @@ fn front(net: &mut Network<'_>, file: &Path, want: usize) -> Result<(), String> 
 
 fn back(args: &[String]) -> ExitCode {
     let (Some(file), Some(rank)) = (args.first(), args.get(1).and_then(|r| r.parse().ok())) else {
-        eprintln!("usage: tbon_attach back FILE RANK");
+        converse::input::error_line("usage: tbon_attach back FILE RANK");
         return ExitCode::from(2);
     };
     let f = match AttachFile::read(Path::new(file)) {
         Ok(f) => f,
         Err(e) => {
-            eprintln!("back {rank}: {e}");
+            converse::input::error_line(&format!("back {rank}: {e}"));
             return ExitCode::from(2);
         }
     };
@@ -256,20 +256,20 @@ fn back(args: &[String]) -> ExitCode {
     let mut be = match BackEnd::attach(leaf, rank, &f.secret) {
         Ok(b) => b,
         Err(e) => {
-            eprintln!("back {rank}: {e}");
+            converse::input::error_line(&format!("back {rank}: {e}"));
             return ExitCode::from(2);
         }
     };
-    println!("back {rank}: attached to {}", be.parent_rank());
+    converse::input::out_line(&format!("back {rank}: attached to {}", be.parent_rank()));
     loop {
         let (s, p) = match be.recv() {
             Ok(x) => x,
             Err(TbonError::ShutDown) => {
-                println!("back {rank}: shut down");
+                converse::input::out_line(&format!("back {rank}: shut down"));
                 return ExitCode::SUCCESS;
             }
             Err(e) => {
-                println!("back {rank}: {e}");
+                converse::input::out_line(&format!("back {rank}: {e}"));
                 return ExitCode::FAILURE;
             }
         };
@@ -278,7 +278,7 @@ fn back(args: &[String]) -> ExitCode {
             SUM => be.send(&s, SUM, "%d", rank as i32 + v),
             DOUBLE => be.send(&s, DOUBLE, "%d", 2 * v),
             LEAVE => {
-                println!("back {rank}: leaving");
+                converse::input::out_line(&format!("back {rank}: leaving"));
                 return ExitCode::SUCCESS;
             }
             ECHO => match p.values().as_slice() {
@@ -299,17 +299,17 @@ fn back(args: &[String]) -> ExitCode {
                     be.send(&Stream::from_id(rank), ECHO, "%s %ad %lf %uc", back)
                 }
                 other => {
-                    println!("back {rank}: echo of {other:?}?");
+                    converse::input::out_line(&format!("back {rank}: echo of {other:?}?"));
                     return ExitCode::FAILURE;
                 }
             },
             t => {
-                println!("back {rank}: tag {t}?");
+                converse::input::out_line(&format!("back {rank}: tag {t}?"));
                 return ExitCode::FAILURE;
             }
         };
         if let Err(e) = sent {
-            println!("back {rank}: {e}");
+            converse::input::out_line(&format!("back {rank}: {e}"));
             return ExitCode::FAILURE;
         }
     }

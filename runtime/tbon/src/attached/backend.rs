@@ -4,7 +4,6 @@
 use super::AttachPoint;
 use crate::codec::Pack;
 use crate::error::{check_tag, TbonError};
-use crate::format::Format;
 use crate::packet::Packet;
 use crate::protocol::{Ctl, Req};
 use crate::stream::{Stream, FIRST_USER_STREAM};
@@ -47,7 +46,7 @@ pub struct BackEnd {
     lost: Option<String>,
     /// The highest number seen on its own singlecast stream.
     single_seen: u32,
-    last_format: Option<(String, Format)>,
+    last_format: crate::packet::LastFormat,
 }
 
 impl BackEnd {
@@ -120,7 +119,7 @@ impl BackEnd {
             shut_down: false,
             lost: None,
             single_seen: 0,
-            last_format: None,
+            last_format: Default::default(),
         })
     }
 
@@ -303,14 +302,7 @@ impl BackEnd {
             None if id == self.rank && id < FIRST_USER_STREAM => {}
             None => return Err(TbonError::NoStream(id)),
         }
-        if self.last_format.as_ref().is_none_or(|(f, _)| f != format) {
-            let f = Format::parse(format).map_err(crate::packet::PacketError::from)?;
-            self.last_format = Some((format.to_owned(), f));
-        }
-        let Some((_, f)) = &self.last_format else {
-            return Err(TbonError::Usage("no format".into()));
-        };
-        let mut p = Packet::with_format(id, tag, f, &values)?;
+        let mut p = self.last_format.packet(id, tag, format, &values)?;
         p.set_src_rank(self.rank);
         let msg = p.into_message(&[]);
         let sent = self.conn.send("tbon.up", msg.payload());

@@ -176,7 +176,7 @@ pub fn attach<'p>(
         pe,
         node,
         topo: None,
-        last_format: None,
+        last_format: Default::default(),
     };
     if net.pe.my_pe() == 0 {
         let attach_mode = opts.attach_backends;

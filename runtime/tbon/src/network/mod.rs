@@ -42,9 +42,8 @@ pub struct Network<'p> {
     node: Rc<RefCell<Node>>,
     /// The tree, once known (every PE has it after `attach`).
     topo: Option<Rc<Topology>>,
-    /// The last format string sent and its parse: a program sends the same few formats over
-    /// and over, and parsing allocates.
-    last_format: Option<(String, crate::format::Format)>,
+    /// The last format string sent and its parse.
+    last_format: crate::packet::LastFormat,
 }
 
 // By hand: it holds closures and the overlay's state, which have no useful text form.
@@ -102,15 +101,7 @@ impl<'p> Network<'p> {
         format: &str,
         values: &dyn Pack,
     ) -> Result<Packet, TbonError> {
-        if self.last_format.as_ref().is_none_or(|(s, _)| s != format) {
-            let f =
-                crate::format::Format::parse(format).map_err(crate::packet::PacketError::from)?;
-            self.last_format = Some((format.to_owned(), f));
-        }
-        match &self.last_format {
-            Some((_, f)) => Ok(Packet::with_format(id, tag, f, values)?),
-            None => Err(TbonError::Usage("no format".into())),
-        }
+        Ok(self.last_format.packet(id, tag, format, values)?)
     }
 
     fn front_end(&self, call: &'static str) -> Result<(), TbonError> {

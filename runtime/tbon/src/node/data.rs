@@ -83,9 +83,7 @@ impl Node {
         }
         if sid < FIRST_USER_STREAM && !self.streams.contains_key(&sid) {
             // A back-end's singlecast stream: towards the child that has it, unfiltered.
-            let target = place.children.iter().position(|c| c.be.contains(&sid));
-            if let Some(k) = target {
-                let to = place.children[k].to();
+            if let Some(to) = self.single_route(sid) {
                 send_to(
                     pe,
                     &self.h,

@@ -59,7 +59,7 @@ impl Singlecasts {
 
 impl Node {
     /// The child through which back-end `be` is reached now.
-    fn single_route(&self, be: Rank) -> Option<To> {
+    pub(super) fn single_route(&self, be: Rank) -> Option<To> {
         let place = self.place.as_ref()?;
         place
             .children
