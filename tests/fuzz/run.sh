@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Build the fuzz targets with AFL++ instrumentation and fuzz each for N seconds, one at a time.
+# Build the fuzz targets with AFL++ instrumentation and fuzz each for N seconds.
 #
-#   tests/fuzz/run.sh [SECONDS] [TARGET...]     (default: 15 s, every target)
+#   tests/fuzz/run.sh [SECONDS] [TARGET...]     (default: 15 s, every target; FUZZ_JOBS at once, 2)
 #
 # Needs `cargo afl` (cargo install cargo-afl; AFL++ itself is built by `cargo afl config
 # --build`); .ci/run installs both. Fails if a target cannot be built or started, or if AFL
@@ -35,13 +35,34 @@ targets=("$@")
 export AFL_NO_UI=1 AFL_SKIP_CPUFREQ=1 AFL_I_DONT_CARE_ABOUT_MISSING_CRASHES=1 AFL_NO_AFFINITY=1
 export AFL_FAST_CAL=1
 
-failed=()
-for t in "${targets[@]}"; do
-  echo "== fuzz $t for ${secs}s"
+# Two targets at a time (FUZZ_JOBS): each afl-fuzz keeps one core busy, and the machines this
+# runs on have two; the whole step then takes half as long.
+jobs=${FUZZ_JOBS:-2}
+fuzz_one() {
   # -t 1000: an input that takes a decoder a second is a hang worth reporting; the default
   # timeout, calibrated on a busy shared machine, would report noise.
-  if ! cargo afl fuzz -V "$secs" -t 1000 -i "seeds/$t" -o "out/$t" "target/release/$t" \
-    >"out/$t.log" 2>&1; then
+  if cargo afl fuzz -V "$secs" -t 1000 -i "seeds/$1" -o "out/$1" "target/release/$1" \
+    >"out/$1.log" 2>&1; then
+    echo 0 >"out/$1.rc"
+  else
+    echo $? >"out/$1.rc"
+  fi
+}
+running=0
+for t in "${targets[@]}"; do
+  echo "== fuzz $t for ${secs}s"
+  fuzz_one "$t" &
+  running=$((running + 1))
+  if [ "$running" -ge "$jobs" ]; then
+    wait -n || true
+    running=$((running - 1))
+  fi
+done
+wait
+
+failed=()
+for t in "${targets[@]}"; do
+  if [ "$(cat "out/$t.rc" 2>/dev/null)" != 0 ]; then
     echo "afl-fuzz failed for $t:" >&2
     tail -30 "out/$t.log" >&2
     failed+=("$t")
@@ -49,8 +70,8 @@ for t in "${targets[@]}"; do
   fi
   stats=out/$t/default/fuzzer_stats
   if [ -f "$stats" ]; then
-    awk -F' *: ' '$1 ~ /^(execs_done|execs_per_sec|corpus_count|saved_crashes|saved_hangs)$/ {
-      printf "   %s=%s", $1, $2 } END { print "" }' "$stats"
+    awk -v t="$t" -F' *: ' '$1 ~ /^(execs_done|execs_per_sec|corpus_count|saved_crashes|saved_hangs)$/ {
+      printf "   %s=%s", $1, $2 } END { print "  (" t ")" }' "$stats"
   fi
   found=$(find "out/$t/default/crashes" "out/$t/default/hangs" -type f ! -name README.txt \
     2>/dev/null || true)
@@ -67,4 +88,4 @@ if [ ${#failed[@]} -gt 0 ]; then
   echo "fuzzing found problems in: ${failed[*]}" >&2
   exit 1
 fi
-echo "fuzz: ${#targets[@]} targets, ${secs}s each, nothing found ($((SECONDS - start)) s in all)"
+echo "fuzz: ${#targets[@]} targets, ${secs}s each, $jobs at once, nothing found ($((SECONDS - start)) s in all)"

@@ -15,8 +15,20 @@ const ROUNDS: &str = "20";
 
 /// Run `tbon_recover SCENARIO ROUNDS LAYER` and require its "ok".
 fn rounds(scenario: &str, layer: &str) {
+    // The overlay's filter library (built with the workspace's examples), for `state`.
+    let filters = std::path::Path::new(PROGRAM)
+        .with_file_name("examples")
+        .join("libtbon_filters.so");
+    assert!(
+        scenario != "state" || filters.exists(),
+        "{} is not built: run `cargo build --release -p converse-tbon --examples` (or test the \
+         whole workspace)",
+        filters.display()
+    );
     let o = run_bounded(
-        Command::new(PROGRAM).args([scenario, ROUNDS, layer]),
+        Command::new(PROGRAM)
+            .args([scenario, ROUNDS, layer])
+            .env("TBON_RECOVER_FILTERS", &filters),
         Duration::from_secs(300),
     );
     assert!(!o.timed_out, "{scenario} on {layer}: timed out\n{o}");
@@ -78,6 +90,12 @@ macro_rules! recovery_suite {
         $(#[$ignore])?
         fn singlecast_packets_held_by_a_dying_parent_arrive_once_in_order() {
             super::rounds("singlelost", $layer);
+        }
+
+        #[test]
+        $(#[$ignore])?
+        fn a_running_total_is_exact_after_recovery_through_exported_filter_state() {
+            super::rounds("state", $layer);
         }
 
         #[test]

@@ -1,9 +1,10 @@
 //! Filters for the tree overlay, in a shared library loaded at run time
 //! (`Network::load_filter(path, "IntegerAdd")`): the guide's Appendix B.4 `IntegerAdd`, and the
-//! paper's equivalence-class and histogram filters, and a synchronization filter (`Group`).
+//! paper's equivalence-class and histogram filters, a synchronization filter (`Group`), and a
+//! fault-tolerant filter that exports its state (`RunningSum`, with `RunningSum_get_state`).
 //! Built as `target/release/examples/libtbon_filters.so`.
 
-use converse_tbon::{FilterContext, FilterError, Packet};
+use converse_tbon::{FilterContext, FilterError, FilterState, Packet};
 use std::collections::BTreeMap;
 
 /// Sum of the `%d` of every packet of the wave (Appendix B.4).
@@ -137,3 +138,57 @@ converse_tbon::export_filter!(Group, "", group);
 /// Never called: the host refuses to load it.
 #[no_mangle]
 pub unsafe extern "C" fn NoFormatString(_call: *const converse_tbon::dynfilter::FfiCall) {}
+
+/// A running total of a stream's history that failure recovery leaves exact (the guide's
+/// section D.2): back-ends send `%d %d` (a value, and anything); every process keeps its
+/// back-end children's values summed in `own` and each internal child's running total
+/// (`%ld`) as its latest, by rank, forgetting a child once it is no child (a dead one's part
+/// comes back in its orphans' exported totals, `RunningSum_get_state`). Each wave gives the
+/// total so far, `%ld`, tagged as the wave's first packet.
+#[derive(Default)]
+struct Ledger {
+    own: i64,
+    latest: BTreeMap<u32, i64>,
+}
+
+impl Ledger {
+    fn total(&self) -> i64 {
+        self.own + self.latest.values().sum::<i64>()
+    }
+}
+
+fn running_sum(cx: &mut FilterContext<'_>) -> Result<(), FilterError> {
+    let ledger = cx
+        .state
+        .get_or_insert_with(|| Box::new(Ledger::default()))
+        .downcast_mut::<Ledger>()
+        .ok_or_else(|| FilterError("RunningSum: its state was replaced".into()))?;
+    for p in cx.packets_in.iter() {
+        if p.format_string() == "%ld" {
+            ledger.latest.insert(p.src_rank(), p.unpack::<i64>("%ld")?);
+        } else {
+            ledger.own += i64::from(p.unpack::<(i32, i32)>("%d %d")?.0);
+        }
+    }
+    let children = &cx.info.children;
+    ledger.latest.retain(|r, _| children.contains(r));
+    let first = &cx.packets_in[0];
+    let mut out = Packet::new(first.stream_id(), first.tag(), "%ld", ledger.total())?;
+    out.set_src_rank(cx.info.rank);
+    cx.packets_out.push(out);
+    Ok(())
+}
+
+/// `RunningSum`'s state, as a packet it takes in: its total.
+fn running_sum_state(state: &FilterState, stream: u32) -> Option<Packet> {
+    let ledger = state.as_ref()?.downcast_ref::<Ledger>()?;
+    Packet::new(
+        stream,
+        converse_tbon::FIRST_APPLICATION_TAG,
+        "%ld",
+        ledger.total(),
+    )
+    .ok()
+}
+
+converse_tbon::export_filter!(RunningSum, "", running_sum, running_sum_state);

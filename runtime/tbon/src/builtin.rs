@@ -34,6 +34,7 @@ pub(crate) fn builtin(id: FilterId) -> Option<Rc<dyn Filter>> {
     Some(Rc::new(FnFilter {
         format: None,
         f: Box::new(move |cx| f(cx.packets_in, cx.packets_out, cx.info)),
+        get_state: None,
     }))
 }
 

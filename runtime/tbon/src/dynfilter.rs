@@ -7,7 +7,11 @@
 //! - `NAME_format_string`: a `const char *` (a static pointer to a NUL-terminated string), the
 //!   format the filter takes (`""` or `" "`: any);
 //! - optionally `NAME_drop_state`: `extern "C" fn(state: *mut c_void)`, to free the per-stream
-//!   state the filter keeps behind `*call.state` when the stream closes.
+//!   state the filter keeps behind `*call.state` when the stream closes;
+//! - optionally `NAME_get_state`: `extern "C" fn(call: *const FfiStateCall)`, the guide's
+//!   state extraction for failure recovery ([`Filter::get_state`]): it emits at most one
+//!   packet, made from `call.state` (what the filter keeps behind `*call.state`, null if it
+//!   never ran).
 //!
 //! Only C types cross the boundary: packets go in and out as their wire bytes, so a library
 //! need not be built with the same compiler or the same version of this crate, and could be
@@ -113,6 +117,23 @@ pub struct FfiCall {
     pub fail: unsafe extern "C" fn(host: *mut c_void, message: FfiSlice),
 }
 
+/// One call of a library's `NAME_get_state`: the state to export and where the packet goes.
+#[repr(C)]
+#[derive(Debug)]
+pub struct FfiStateCall {
+    /// [`FFI_ABI_VERSION`] of the host.
+    pub abi: u32,
+    /// The stream whose state this is.
+    pub stream_id: u32,
+    /// What the filter keeps behind `*FfiCall::state` for this stream (null: nothing yet).
+    pub state: *mut c_void,
+    /// The host's, for `emit`.
+    pub host: *mut c_void,
+    /// Give the exported packet (its wire bytes, copied before it returns); non-zero when the
+    /// bytes are not a packet or one was given already.
+    pub emit: unsafe extern "C" fn(host: *mut c_void, reverse: u8, packet: FfiSlice) -> i32,
+}
+
 /// A `const char *` a library exports as `NAME_format_string`.
 #[repr(transparent)]
 #[derive(Debug)]
@@ -123,6 +144,7 @@ unsafe impl Sync for FfiFormatString {}
 
 type FilterFn = unsafe extern "C" fn(*const FfiCall);
 type DropFn = unsafe extern "C" fn(*mut c_void);
+type StateFn = unsafe extern "C" fn(*const FfiStateCall);
 
 /// A filter function from a shared library.
 pub(crate) struct LoadedFilter {
@@ -130,6 +152,7 @@ pub(crate) struct LoadedFilter {
     format: Option<Format>,
     f: FilterFn,
     drop_state: Option<DropFn>,
+    get_state: Option<StateFn>,
     // Keeps the code above mapped: declared last, so dropped after everything that uses it.
     _lib: Rc<libloading::Library>,
 }
@@ -184,11 +207,16 @@ pub(crate) fn load(path: &str, name: &str) -> Result<LoadedFilter, String> {
     let drop_state = unsafe { lib.get::<DropFn>(format!("{name}_drop_state").as_bytes()) }
         .ok()
         .map(|s| *s);
+    // SAFETY: as for the filter function, by convention.
+    let get_state = unsafe { lib.get::<StateFn>(format!("{name}_get_state").as_bytes()) }
+        .ok()
+        .map(|s| *s);
     Ok(LoadedFilter {
         name: name.to_owned(),
         format,
         f,
         drop_state,
+        get_state,
         _lib: Rc::new(lib),
     })
 }
@@ -211,6 +239,19 @@ unsafe extern "C" fn host_emit(host: *mut c_void, reverse: u8, packet: FfiSlice)
             } else {
                 host.out.push(p);
             }
+            0
+        }
+        _ => -1,
+    }
+}
+
+unsafe extern "C" fn host_emit_state(host: *mut c_void, _reverse: u8, packet: FfiSlice) -> i32 {
+    // SAFETY: `host` is the slot of the call in progress (see `LoadedFilter::get_state`), and
+    // the library lends `packet` for the duration of this call.
+    let (slot, bytes) = unsafe { (&mut *(host as *mut Option<Packet>), packet.bytes()) };
+    match (slot.is_none(), bytes.map(Packet::from_wire)) {
+        (true, Some(Ok(p))) => {
+            *slot = Some(p);
             0
         }
         _ => -1,
@@ -277,6 +318,30 @@ impl Filter for LoadedFilter {
             Some(e) => Err(FilterError(format!("{}: {e}", self.name))),
             None => Ok(()),
         }
+    }
+
+    fn exports_state(&self) -> bool {
+        self.get_state.is_some()
+    }
+
+    fn get_state(&self, state: &FilterState, stream_id: u32) -> Option<Packet> {
+        let get = self.get_state?;
+        let foreign = state
+            .as_ref()
+            .and_then(|s| s.downcast_ref::<ForeignState>())
+            .map_or(std::ptr::null_mut(), |s| s.0);
+        let mut slot: Option<Packet> = None;
+        let call = FfiStateCall {
+            abi: FFI_ABI_VERSION,
+            stream_id,
+            state: foreign,
+            host: (&mut slot as *mut Option<Packet>).cast(),
+            emit: host_emit_state,
+        };
+        // SAFETY: every pointer in `call` is valid until it returns; the function follows the
+        // convention of its library (found under the filter's name and `_get_state`).
+        unsafe { get(&call) };
+        slot
     }
 
     fn drop_state(&self, state: &mut FilterState) {
@@ -392,6 +457,34 @@ pub unsafe fn drop_state(state: *mut c_void) {
     }
 }
 
+/// The body of an exported `NAME_get_state`: calls `get` on the state `serve_call` keeps.
+///
+/// # Safety
+/// `call` must be valid for the call, its `state` null or what `serve_call` stored.
+#[doc(hidden)]
+pub unsafe fn serve_state(
+    call: *const FfiStateCall,
+    get: &dyn Fn(&FilterState, u32) -> Option<Packet>,
+) {
+    // SAFETY: the caller promises a valid call for its duration.
+    let call = unsafe { &*call };
+    if call.abi != FFI_ABI_VERSION {
+        return;
+    }
+    let none: FilterState = None;
+    let state = if call.state.is_null() {
+        &none
+    } else {
+        // SAFETY: `serve_call` made it with `Box::into_raw` of a `Box<FilterState>`.
+        unsafe { &*call.state.cast::<FilterState>() }
+    };
+    let got = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| get(state, call.stream_id)));
+    if let Ok(Some(p)) = got {
+        // SAFETY: the host copies the bytes before returning. A refusal leaves nothing to do.
+        let _ = unsafe { (call.emit)(call.host, 0, FfiSlice::of(p.wire())) };
+    }
+}
+
 /// Export a Rust filter function from a shared library (a `cdylib` crate), under `NAME`, with
 /// `NAME_format_string` and `NAME_drop_state`, for
 /// [`Network::load_filter`](crate::Network::load_filter).
@@ -410,8 +503,22 @@ pub unsafe fn drop_state(state: *mut c_void) {
 /// }
 /// converse_tbon::export_filter!(IntegerAdd, "%d", integer_add);
 /// ```
+///
+/// A fourth argument, a function `fn(&FilterState, u32) -> Option<Packet>`, exports
+/// `NAME_get_state` too ([`Filter::get_state`]):
+/// `export_filter!(RunningSum, "", running_sum, running_sum_state)`.
 #[macro_export]
 macro_rules! export_filter {
+    ($name:ident, $format:literal, $func:path, $get_state:path) => {
+        $crate::export_filter!($name, $format, $func);
+        const _: () = {
+            #[export_name = concat!(stringify!($name), "_get_state")]
+            pub unsafe extern "C" fn get_state(call: *const $crate::dynfilter::FfiStateCall) {
+                // SAFETY: the host passes a valid call.
+                unsafe { $crate::dynfilter::serve_state(call, &$get_state) }
+            }
+        };
+    };
     ($name:ident, $format:literal, $func:path) => {
         const _: () = {
             #[export_name = concat!(stringify!($name), "_format_string")]

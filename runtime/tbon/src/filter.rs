@@ -153,6 +153,34 @@ pub trait Filter {
     fn drop_state(&self, state: &mut FilterState) {
         *state = None;
     }
+
+    /// Export `state` (of stream `stream_id`) for failure recovery: the guide's
+    /// `<name>_get_state`. `None` (the default): nothing to hand on.
+    ///
+    /// When an internal process dies, each of its children (its orphans) that runs this
+    /// filter on the stream calls this once, and sends what it returns to its new parent,
+    /// which runs its own filter on it as a wave of its own — outside the stream's
+    /// synchronization, so the waves stay aligned — and passes what that gives on up the
+    /// same way; at the front-end the result is received like any packet. The packet must
+    /// therefore be one the filter takes as input. A filter whose state sums up the stream's
+    /// history (a running total, a histogram, a minimum) makes the front-end's aggregate
+    /// whole again: what the dead process had taken in and not passed on is in its orphans'
+    /// states. Such a filter keeps what it owes each child apart (its latest total, say),
+    /// keyed by [`Packet::src_rank`], and forgets children no longer in
+    /// [`TopologyLocalInfo::children`]: the dead one's part is then replaced, not counted
+    /// twice. See `examples/fault_tolerant_filter.rs`.
+    fn get_state(&self, state: &FilterState, stream_id: u32) -> Option<Packet> {
+        let _ = (state, stream_id);
+        None
+    }
+
+    /// Whether this filter exports its state ([`get_state`](Filter::get_state)); `false` by
+    /// default. Such a filter also takes in what arrives of a wave lost in a failure (its
+    /// output for that wave goes nowhere: the wave's marker goes on in its place), so its
+    /// state holds everything that reached this process, not only the whole waves.
+    fn exports_state(&self) -> bool {
+        false
+    }
 }
 
 /// The signature of a filter written as a plain function or closure.
@@ -162,7 +190,11 @@ pub type FilterFn = dyn Fn(&mut FilterContext<'_>) -> Result<(), FilterError>;
 pub struct FnFilter {
     pub(crate) format: Option<Format>,
     pub(crate) f: Box<FilterFn>,
+    pub(crate) get_state: Option<Box<GetStateFn>>,
 }
+
+/// The signature of [`Filter::get_state`] written as a function or closure.
+pub type GetStateFn = dyn Fn(&FilterState, u32) -> Option<Packet>;
 
 // By hand: it holds closures and the overlay's state, which have no useful text form.
 impl std::fmt::Debug for FnFilter {
@@ -190,7 +222,17 @@ impl FnFilter {
         Ok(FnFilter {
             format,
             f: Box::new(f),
+            get_state: None,
         })
+    }
+
+    /// The same filter, exporting its state with `get_state` (see [`Filter::get_state`]).
+    pub fn with_get_state(
+        mut self,
+        get_state: impl Fn(&FilterState, u32) -> Option<Packet> + 'static,
+    ) -> FnFilter {
+        self.get_state = Some(Box::new(get_state));
+        self
     }
 }
 
@@ -201,5 +243,40 @@ impl Filter for FnFilter {
 
     fn run(&self, cx: &mut FilterContext<'_>) -> Result<(), FilterError> {
         (self.f)(cx)
+    }
+
+    fn get_state(&self, state: &FilterState, stream_id: u32) -> Option<Packet> {
+        self.get_state.as_ref().and_then(|g| g(state, stream_id))
+    }
+
+    fn exports_state(&self) -> bool {
+        self.get_state.is_some()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_function_filter_exports_its_state_only_when_given_a_way_to() {
+        let count = |cx: &mut FilterContext<'_>| -> Result<(), FilterError> {
+            *cx.state = Some(Box::new(cx.packets_in.len() as u64));
+            Ok(())
+        };
+        let plain = FnFilter::new("", count).map_err(|e| e.0);
+        let plain = plain.unwrap_or_else(|e| panic!("{e}"));
+        assert!(!plain.exports_state());
+        let state: FilterState = Some(Box::new(7u64));
+        assert!(plain.get_state(&state, 9).is_none());
+        let exporting = plain.with_get_state(|state, stream| {
+            let n = state.as_ref()?.downcast_ref::<u64>()?;
+            Packet::new(stream, 100, "%uld", *n).ok()
+        });
+        assert!(exporting.exports_state());
+        let p = exporting.get_state(&state, 9);
+        let p = p.unwrap_or_else(|| panic!("no state exported"));
+        assert_eq!((p.stream_id(), p.unpack::<u64>("%uld").ok()), (9, Some(7)));
+        assert!(exporting.get_state(&None, 9).is_none());
     }
 }

@@ -81,9 +81,9 @@ pub use create::{create_network_fe, create_network_fe_with};
 pub use error::{TbonError, FIRST_APPLICATION_TAG};
 pub use events::{CallbackId, Event, EventClass, EventKind};
 pub use filter::{
-    Filter, FilterContext, FilterError, FilterId, FilterState, FnFilter, TopologyLocalInfo,
-    FIRST_USER_FILTER, TFILTER_ARRAY_CONCAT, TFILTER_AVG, TFILTER_MAX, TFILTER_MIN, TFILTER_NULL,
-    TFILTER_SUM,
+    Filter, FilterContext, FilterError, FilterId, FilterState, FnFilter, GetStateFn,
+    TopologyLocalInfo, FIRST_USER_FILTER, TFILTER_ARRAY_CONCAT, TFILTER_AVG, TFILTER_MAX,
+    TFILTER_MIN, TFILTER_NULL, TFILTER_SUM,
 };
 pub use format::{BaseType, ElemType, Format, FormatError, Shape};
 pub use mapping::MapPolicy;

@@ -259,7 +259,11 @@ impl Packet {
         self.src
     }
 
-    pub(crate) fn set_src_rank(&mut self, rank: u32) {
+    /// Set [`src_rank`](Packet::src_rank): a filter that makes a packet says whose it is, as
+    /// the built-in filters do with their process's rank (`cx.info.rank`), so that a filter
+    /// above can tell its children's packets apart. (A back-end's packets are stamped with
+    /// its rank when sent, whatever they said.)
+    pub fn set_src_rank(&mut self, rank: u32) {
         self.src = rank;
         self.msg.payload_mut()[8..12].copy_from_slice(&rank.to_le_bytes());
     }

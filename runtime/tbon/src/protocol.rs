@@ -15,6 +15,7 @@
 //! | `Attach` | up to the front-end | a back-end asks a leaf to join under a rank |
 //! | `Attached` | down the path to that leaf | the front-end's answer: added (on the way) or refused, and why |
 //! | `Detached` | up to the front-end | an attached back-end's connection ended |
+//! | `State` | from an orphan to its new parent, after `Adopted`; then up to the front-end | a stream's upstream filter state (`Filter::get_state`) as packets, filtered on the way up outside any wave |
 
 use crate::events::EventKind;
 use crate::perf::{Aggregate, Context, Metric, PerfData, Report};
@@ -41,6 +42,7 @@ const ATTACH_POINT: u8 = 12;
 const ATTACH: u8 = 13;
 const ATTACHED: u8 = 14;
 const DETACHED: u8 = 15;
+const STATE: u8 = 16;
 
 /// What a request asks every process in its scope to do.
 #[derive(Debug, Clone, PartialEq)]
@@ -148,6 +150,12 @@ pub(crate) enum Ctl {
     Detached {
         rank: Rank,
         why: String,
+    },
+    /// Up, after a failure: what the filters below made of an orphan's exported filter state
+    /// on stream `stream` (packets' wire bytes), which the receiver filters outside any wave.
+    State {
+        stream: u32,
+        packets: Vec<Vec<u8>>,
     },
 }
 
@@ -373,6 +381,12 @@ impl Ctl {
             Ctl::Detached { rank, why } => {
                 e.u8(DETACHED).u32(*rank).str(why);
             }
+            Ctl::State { stream, packets } => {
+                e.u8(STATE).u32(*stream).u32(packets.len() as u32);
+                for p in packets {
+                    e.bytes(p);
+                }
+            }
         }
         e.0
     }
@@ -527,6 +541,15 @@ impl Ctl {
                 rank: d.u32()?,
                 why: d.str()?,
             },
+            STATE => {
+                let stream = d.u32()?;
+                // Each packet takes at least its length's four bytes.
+                let n = d.count(4)?;
+                let packets = (0..n)
+                    .map(|_| d.bytes().map(<[u8]>::to_vec))
+                    .collect::<Option<Vec<_>>>()?;
+                Ctl::State { stream, packets }
+            }
             _ => return None,
         };
         d.end()?;
@@ -575,6 +598,10 @@ mod tests {
             Ctl::Detached {
                 rank: 10_000,
                 why: "it closed its connection".into(),
+            },
+            Ctl::State {
+                stream: 1 << 24,
+                packets: vec![vec![1, 2, 3], vec![]],
             },
             Ctl::Ready,
             Ctl::Abandon {

@@ -114,7 +114,9 @@ impl ChildQueue {
 pub enum Ready {
     /// A whole wave, in the output.
     Wave,
-    /// A wave that lost a contribution in a process that died: what came of it was dropped.
+    /// A wave that lost a contribution in a process that died: what came of it is in the
+    /// output, for a filter that keeps the stream's history to take in; nothing of it goes
+    /// on.
     Lost,
 }
 
@@ -367,7 +369,6 @@ impl Synchronizer {
                 _ => return None,
             }
         }
-        let before = out.len();
         for q in &mut self.queues {
             if q.owes(w) {
                 if let Some(n) = q.batches.pop_front() {
@@ -380,7 +381,6 @@ impl Synchronizer {
         self.waiting = self.queues.iter().filter(|q| !q.batches.is_empty()).count();
         self.lost.retain(|r| r.end > w + 1);
         if lost {
-            out.truncate(before);
             return Some(Ready::Lost);
         }
         Some(Ready::Wave)
@@ -595,11 +595,12 @@ mod tests {
         s.announce(a, 4);
         assert_eq!(ready(&mut s), []);
         s.announce(b, 3);
-        // Wave 3: a's part died with its parent; wave 4: a's too, and b's part, when it
-        // comes, is dropped.
-        assert_eq!(ready(&mut s), [(Ready::Lost, vec![])]);
+        // Wave 3: a's part died with its parent; wave 4: a's too. What did come of them
+        // (child 0's, then b's part) is handed out with the lost wave, for a filter that keeps
+        // history.
+        assert_eq!(ready(&mut s), [(Ready::Lost, vec![3])]);
         s.push_at(b, pkt(400), false, None, &mut out);
-        assert_eq!(ready(&mut s), [(Ready::Lost, vec![])]);
+        assert_eq!(ready(&mut s), [(Ready::Lost, vec![4, 400])]);
         s.push_at(a, pkt(500), false, None, &mut out);
         s.push_at(b, pkt(5000), false, None, &mut out);
         assert_eq!(ready(&mut s), [(Ready::Wave, vec![5, 500, 5000])]);

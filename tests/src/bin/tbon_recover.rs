@@ -16,9 +16,15 @@
 //! the new stream), `singlecast` (the front-end waits on a back-end's singlecast stream while
 //! the back-end is killed: the receive ends with `DeadBackEnd`), `singlelost` (singlecast
 //! requests to a back-end wait in its parent, stopped, which is then killed: each reaches the
-//! back-end once, in order, through its new parent), `off` (recovery off, in a job that survives: the front-end is told, the
-//! stream fails, nothing hangs), `noopt` (recovery off and no report mode: the job ends, as
-//! without the overlay's recovery).
+//! back-end once, in order, through its new parent), `state` (in the 2x2x4 tree, a stream
+//! whose filter keeps a running total of its history and exports it — the filter library's
+//! `RunningSum`, loaded from `TBON_RECOVER_FILTERS`: the back-ends stream
+//! their answers, the internal process above two others is stopped, the back-ends finish, and
+//! it is killed holding what it never passed on — the front-end's total must still come to
+//! the exact sum of everything the back-ends sent, through the orphans' exported state),
+//! `off` (recovery off, in a job that survives: the front-end is told, the stream fails,
+//! nothing hangs), `noopt` (recovery off and no report mode: the job ends, as without the
+//! overlay's recovery).
 //!
 //! Each back-end answers wave `w` with `(rank + 1, w)`, summed up the tree: a wave's answer
 //! is `(sum of rank + 1, w × back-ends)` over the back-ends that took part, so a wrong sum or
@@ -43,6 +49,8 @@ const STREAMED: i32 = 400;
 const IN_FLIGHT: u32 = 4;
 /// Correct waves required once recovery is over.
 const AFTER: u32 = 20;
+/// Waves each back-end streams in the `state` scenario.
+const STATE_WAVES: i32 = 60;
 /// Longest a round may take from the kill to its end.
 const LIMIT: Duration = Duration::from_secs(30);
 
@@ -117,6 +125,8 @@ fn serve(mut net: Network<'_>, dir: &Path) {
                         break;
                     }
                 }
+                let _ = net.flush(&s);
+                let _ = std::fs::write(dir.join(format!("streamed.{rank}")), b"");
                 continue;
             }
             if p.tag() != ASK {
@@ -151,6 +161,7 @@ const SCENARIOS: &[&str] = &[
     "newstream",
     "singlecast",
     "singlelost",
+    "state",
     "off",
     "noopt",
 ];
@@ -167,7 +178,7 @@ fn front_end(scenario: &str, argv: &[String]) -> Result<(), String> {
         .and_then(|r| r.parse().ok())
         .ok_or("no round count")?;
     let layer = argv.get(3).cloned().unwrap_or_else(|| "tcp".into());
-    let spec = if matches!(scenario, "deep" | "chain") {
+    let spec = if matches!(scenario, "deep" | "chain" | "state") {
         "g:2x2x4"
     } else {
         "g:4x8"
@@ -311,7 +322,7 @@ impl Waves {
 fn victims(topo: &Topology, scenario: &str, round: usize) -> Vec<Rank> {
     let level1 = |i: usize| FIRST_INTERNAL_RANK + 1 + (i % 4) as Rank;
     match scenario {
-        "deep" => vec![FIRST_INTERNAL_RANK + 1 + (round % 2) as Rank],
+        "deep" | "state" => vec![FIRST_INTERNAL_RANK + 1 + (round % 2) as Rank],
         // A process and one of its (internal) children at once.
         "chain" => vec![
             FIRST_INTERNAL_RANK + 1 + (round % 2) as Rank,
@@ -349,6 +360,9 @@ fn one_round(
         .filter(|r| !dead.contains(r))
         .collect();
     let comm = net.broadcast_communicator();
+    if scenario == "state" {
+        return state(net, dir, victims[0], (&orphans, topo), round);
+    }
     let s = net
         .new_stream(&comm, TFILTER_SUM, SyncMode::WaitForAll, TFILTER_NULL)
         .map_err(|e| e.to_string())?;
@@ -691,6 +705,105 @@ fn streamed(
     }
     if !orphans.is_subset(&new_parent) {
         return Err(format!("re-parented {new_parent:?}, want {orphans:?}"));
+    }
+    check_topology(net, topo, &dead, orphans)
+}
+
+/// The `state` scenario (see the module docs).
+fn state(
+    net: &mut Network<'_>,
+    dir: &Path,
+    v: Rank,
+    (orphans, topo): (&BTreeSet<Rank>, &Topology),
+    round: usize,
+) -> Result<(), String> {
+    let comm = net.broadcast_communicator();
+    // The filter library's `RunningSum` (which exports its state): the path from the test.
+    let lib = std::env::var("TBON_RECOVER_FILTERS")
+        .map_err(|_| "TBON_RECOVER_FILTERS does not name the filter library")?;
+    let filter = net
+        .load_filter(&lib, "RunningSum")
+        .map_err(|e| e.to_string())?;
+    let s = net
+        .new_stream(&comm, filter, SyncMode::WaitForAll, TFILTER_NULL)
+        .map_err(|e| e.to_string())?;
+    let b = topo.num_backends() as i64;
+    let exact = i64::from(STATE_WAVES) * b * (b + 1) / 2;
+    net.send(&s, STREAM, "%d", STATE_WAVES)
+        .map_err(|e| e.to_string())?;
+    let until = Instant::now() + LIMIT;
+    // Whole waves first (a different number each round), then the victim stops.
+    let mut last = 0i64;
+    for w in 1..=2 + round % 5 {
+        let p = net.recv_on(&s).map_err(|e| format!("wave {w}: {e}"))?;
+        last = p.unpack("%ld").map_err(|e| format!("wave {w}: {e}"))?;
+    }
+    signal(dir, v, nix::sys::signal::Signal::SIGSTOP)?;
+    // Every back-end streams to the end: what goes through the victim stops there.
+    loop {
+        let done = (0..b).all(|r| dir.join(format!("streamed.{r}")).exists());
+        if done {
+            break;
+        }
+        if Instant::now() > until {
+            return Err("the back-ends did not finish streaming".into());
+        }
+        net.progress();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // Their last answers have reached the victim's children (they are alive): give those a
+    // moment to pass them up, into the stopped victim.
+    let settle = Instant::now() + Duration::from_millis(200);
+    while Instant::now() < settle {
+        net.progress();
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    kill(dir, v)?;
+    let (mut lost, mut most) = (0, last);
+    while last != exact {
+        if Instant::now() > until {
+            return Err(format!(
+                "the running total is {last}, want {exact} ({lost} waves lost, orphans left {:?})",
+                net.orphan_nodes()
+            ));
+        }
+        match net.try_recv_on(&s) {
+            Ok(Some(p)) => {
+                last = p.unpack("%ld").map_err(|e| e.to_string())?;
+                most = most.max(last);
+            }
+            Ok(None) => {
+                net.progress();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(TbonError::WaveLost { .. }) => lost += 1,
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    // Nothing counted twice: no total ever went past the exact one, nor does one after.
+    let grace = Instant::now() + Duration::from_millis(300);
+    while Instant::now() < grace {
+        match net.try_recv_on(&s) {
+            Ok(Some(p)) => most = most.max(p.unpack("%ld").map_err(|e| e.to_string())?),
+            Ok(None) | Err(TbonError::WaveLost { .. }) => {
+                net.progress();
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    if most != exact {
+        return Err(format!(
+            "a running total of {most} went past the exact {exact}"
+        ));
+    }
+    let dead = BTreeSet::from([v]);
+    while !net.orphan_nodes().is_empty() {
+        if Instant::now() > until {
+            return Err(format!("orphans left: {:?}", net.orphan_nodes()));
+        }
+        net.progress();
+        std::thread::sleep(Duration::from_millis(1));
     }
     check_topology(net, topo, &dead, orphans)
 }

@@ -36,6 +36,7 @@ impl Node {
                 | Ctl::AttachPoint { .. }
                 | Ctl::Attach { .. }
                 | Ctl::Detached { .. }
+                | Ctl::State { .. }
         );
         if from_below && self.held_back(src) {
             // An orphan adopted here before this process learned of the death.
@@ -98,6 +99,7 @@ impl Node {
             },
             Ctl::Adopted { rank, streams } => self.on_adopted(pe, rank, &streams),
             Ctl::Reparented { rank, parent } => self.on_reparented(pe, rank, parent, msg),
+            Ctl::State { stream, packets } => self.on_state(pe, src, stream, packets),
             ctl @ (Ctl::AttachPoint { .. }
             | Ctl::Attach { .. }
             | Ctl::Attached { .. }

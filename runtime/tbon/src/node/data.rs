@@ -8,6 +8,7 @@ use crate::events::EventKind;
 use crate::filter::{Filter, FilterContext, TFILTER_NULL};
 use crate::packet::Packet;
 use crate::perf::{Context, Counters};
+use crate::protocol::Ctl;
 use crate::stream::{StreamSpec, FIRST_USER_STREAM};
 use crate::sync::SyncMode;
 use crate::topology::Rank;
@@ -391,6 +392,8 @@ impl Node {
             .position(|p| p.tag() == WAVE_FAILED_TAG || p.tag() == WAVE_LOST_TAG)
         {
             let marker = wave.swap_remove(i);
+            wave.retain(|p| p.tag() != WAVE_FAILED_TAG && p.tag() != WAVE_LOST_TAG);
+            self.absorb(sid, wave);
             wave.clear();
             return self.send_up(pe, sid, marker);
         }
@@ -418,6 +421,87 @@ impl Node {
         }
         self.out = out;
         self.rev = rev;
+    }
+
+    /// What arrived of a wave lost in a failure (`wave`, markers taken out): a filter that
+    /// exports its state takes it in, its output dropped (the marker goes on in the wave's
+    /// place), so its state holds all that reached this process; other filters never see
+    /// it. A failure here is the filter's own business: the wave is lost either way.
+    pub(super) fn absorb(&mut self, sid: u32, wave: &mut Vec<Packet>) {
+        let Some(st) = self.streams.get(&sid) else {
+            return;
+        };
+        if wave.is_empty() || st.up_id == TFILTER_NULL || !st.up.exports_state() {
+            wave.clear();
+            return;
+        }
+        let (mut out, mut rev) = (Vec::new(), Vec::new());
+        let _ = self.apply(sid, Dir::Up, wave, &mut out, &mut rev);
+        wave.clear();
+    }
+
+    /// An orphan's exported filter state on stream `sid` (or what the filters between it and
+    /// here made of it) comes up from child PE `src`: filtered here as a wave of its own,
+    /// outside the synchronizer (so the stream's waves stay aligned), and passed on up the
+    /// same way; at the front-end the program receives what comes of it.
+    pub(crate) fn on_state(&mut self, pe: &mut Pe, src: usize, sid: u32, wire: Vec<Vec<u8>>) {
+        let Some(place) = &self.place else { return };
+        if !place
+            .children
+            .iter()
+            .any(|c| c.pe == src && c.ext.is_none())
+        {
+            let why = format!("filter state from PE {src}, not a child");
+            return self.refuse(pe, Some(sid), why);
+        }
+        let mut wave = Vec::with_capacity(wire.len());
+        for b in &wire {
+            match Packet::from_wire(b) {
+                Ok(mut p) => {
+                    p.set_stream_id(sid);
+                    wave.push(p);
+                }
+                Err(e) => {
+                    let why = format!("filter state from PE {src}: {e}");
+                    return self.refuse(pe, Some(sid), why);
+                }
+            }
+        }
+        let Some(st) = self.streams.get(&sid).filter(|st| !st.closed) else {
+            // The stream closed meanwhile (or never reached here): the state is for nobody.
+            return;
+        };
+        if wave.is_empty() {
+            return;
+        }
+        let (mut out, mut rev) = (Vec::new(), Vec::new());
+        if st.up_id == TFILTER_NULL {
+            out = wave;
+        } else if let Err(e) = self.apply(sid, Dir::Up, &mut wave, &mut out, &mut rev) {
+            return self.report_error(pe, sid, e, EventKind::FilterFailed);
+        }
+        for q in &mut out {
+            q.set_stream_id(sid);
+        }
+        match self.place.as_ref().and_then(|p| p.parent_pe) {
+            Some(parent) if !out.is_empty() => {
+                let ctl = Ctl::State {
+                    stream: sid,
+                    packets: out.iter().map(|q| q.wire().to_vec()).collect(),
+                };
+                pe.send(parent, self.h.ctl, &ctl.encode());
+            }
+            Some(_) => {}
+            None => {
+                for q in out {
+                    self.deliver(sid, q);
+                }
+            }
+        }
+        for mut q in rev {
+            q.set_stream_id(sid);
+            self.route_down(pe, sid, q, &[]);
+        }
     }
 
     /// The program's synchronization filter takes the packets that came (each as it came):

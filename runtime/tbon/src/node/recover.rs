@@ -19,6 +19,14 @@
 //! - Messages from an orphan that arrive before this process learned of the death that made
 //!   it its parent are held, then run in their order once it has.
 //!
+//! - After `Adopted`, an orphan sends its new parent, per stream whose upstream filter
+//!   exports it ([`Filter::get_state`](crate::Filter::get_state)), its filter state as a
+//!   packet (`State`); each process above runs its filter on it alone, outside the
+//!   synchronizer, and passes the result on up; the front-end's program receives it.
+//! - What arrives of a wave lost in the failure goes to no one but a filter that exports its
+//!   state (its output dropped, the wave's marker going on), so that state misses nothing
+//!   that reached its process.
+//!
 //! **An orphan's `Adopted`.** The new parent gives it, in order: the streams it missed
 //! (`NewStream` and their parameters), the closing of streams it still has and that are gone
 //! here, and every packet of the stream's window after the last one it saw; then routes it
@@ -530,6 +538,30 @@ impl Node {
             streams,
         };
         pe.send(parent, self.h.ctl, &ctl.encode());
+        // Then what its filters hold (the guide's `_get_state`), stream by stream: what it
+        // took in and its dead parent never passed on is in there.
+        let mut ids: Vec<u32> = self
+            .streams
+            .keys()
+            .copied()
+            .filter(|&id| id >= FIRST_USER_STREAM)
+            .collect();
+        ids.sort_unstable();
+        for id in ids {
+            let Some(st) = self.streams.get(&id).filter(|st| !st.closed) else {
+                continue;
+            };
+            let Some(mut p) = st.up.get_state(&st.up_state, id) else {
+                continue;
+            };
+            p.set_stream_id(id);
+            p.set_src_rank(place.info.rank);
+            let ctl = Ctl::State {
+                stream: id,
+                packets: vec![p.wire().to_vec()],
+            };
+            pe.send(parent, self.h.ctl, &ctl.encode());
+        }
     }
 
     /// Run the held messages whose senders are children (or the parent) now.
@@ -666,7 +698,10 @@ impl Node {
             let mut wave = std::mem::take(&mut self.wave);
             match st.sync.take_ready(&mut wave) {
                 Some(Ready::Wave) => self.wave_up(pe, id, &mut wave),
-                Some(Ready::Lost) => self.send_lost(pe, id),
+                Some(Ready::Lost) => {
+                    self.absorb(id, &mut wave);
+                    self.send_lost(pe, id)
+                }
                 None => {
                     wave.clear();
                     self.wave = wave;
