@@ -420,7 +420,7 @@ mod tests {
     #[test]
     fn impossible_times_are_clamped_not_overflowed() {
         // What a corrupt file may say: durations of 2^64 - 1 ns, times far past any job, a
-        // base at the end of time. Run in CI's `checked` profile, where an overflow panics.
+        // base at the end of time. CI runs it in the dev profile too, where an overflow panics.
         let mut t = trace(
             0,
             2,
