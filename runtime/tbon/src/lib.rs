@@ -37,8 +37,11 @@
 //! its DOT form) without the dead. With recovery off, the front-end gets `ProcessRemoved`
 //! and [`EventKind::NetworkFailed`], and the streams through the dead process fail
 //! ([`TbonError::StreamFailed`]) instead of waiting; without report mode a death ends the
-//! job, as always. Filter state of the dead process is lost with it (its whole waves were
-//! already passed on).
+//! job, as always. Filter state of the dead process is lost with it, but a filter that
+//! exports its state ([`Filter::get_state`], the guide's `<name>_get_state`) has its orphans
+//! hand theirs to their new parent, which filters it up to the front-end: a running aggregate
+//! over the stream's history comes out exact again (what the dead process had taken in and not
+//! passed on is in its orphans' states).
 //!
 //! How it runs: see `node/` (the handlers) and `protocol.rs` (the control messages). The
 //! overlay is a program on [`converse`] like any other: it registers handlers, sends, and
