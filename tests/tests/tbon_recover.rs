@@ -15,6 +15,11 @@ const ROUNDS: &str = "20";
 
 /// Run `tbon_recover SCENARIO ROUNDS LAYER` and require its "ok".
 fn rounds(scenario: &str, layer: &str) {
+    rounds_of(scenario, layer, ROUNDS);
+}
+
+/// As [`rounds`], `n` networks.
+fn rounds_of(scenario: &str, layer: &str, n: &str) {
     // The overlay's filter library (built with the workspace's examples), for `state`.
     let filters = std::path::Path::new(PROGRAM)
         .with_file_name("examples")
@@ -27,7 +32,7 @@ fn rounds(scenario: &str, layer: &str) {
     );
     let o = run_bounded(
         Command::new(PROGRAM)
-            .args([scenario, ROUNDS, layer])
+            .args([scenario, n, layer])
             .env("TBON_RECOVER_FILTERS", &filters),
         Duration::from_secs(300),
     );
@@ -95,7 +100,8 @@ macro_rules! recovery_suite {
         #[test]
         $(#[$ignore])?
         fn a_running_total_is_exact_after_recovery_through_exported_filter_state() {
-            super::rounds("state", $layer);
+            // 31 processes a network: 12 of them (each victim level 6 times).
+            super::rounds_of("state", $layer, "12");
         }
 
         #[test]

@@ -129,8 +129,8 @@ pub struct FfiStateCall {
     pub state: *mut c_void,
     /// The host's, for `emit`.
     pub host: *mut c_void,
-    /// Give the exported packet (its wire bytes, copied before it returns); non-zero when the
-    /// bytes are not a packet or one was given already.
+    /// Give the exported packet (its wire bytes, copied before it returns; `reverse` is not
+    /// read); non-zero when the bytes are not a packet or one was given already.
     pub emit: unsafe extern "C" fn(host: *mut c_void, reverse: u8, packet: FfiSlice) -> i32,
 }
 

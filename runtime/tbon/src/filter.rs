@@ -157,27 +157,29 @@ pub trait Filter {
     /// Export `state` (of stream `stream_id`) for failure recovery: the guide's
     /// `<name>_get_state`. `None` (the default): nothing to hand on.
     ///
-    /// When an internal process dies, each of its children (its orphans) that runs this
-    /// filter on the stream calls this once, and sends what it returns to its new parent,
-    /// which runs its own filter on it as a wave of its own — outside the stream's
-    /// synchronization, so the waves stay aligned — and passes what that gives on up the
-    /// same way; at the front-end the result is received like any packet. The packet must
+    /// When an internal process dies, each of its children (its orphans) where this filter
+    /// has run on the stream calls this (again after every later re-parenting), and sends
+    /// what it returns to its new parent. There the filter runs on it as a wave of its own —
+    /// outside the stream's synchronization, so the waves stay aligned, and after every batch
+    /// that child sent before it, so nothing older overwrites it — and what that gives goes
+    /// on up the same way; at the front-end it is received like any packet. The packet must
     /// therefore be one the filter takes as input. A filter whose state sums up the stream's
     /// history (a running total, a histogram, a minimum) makes the front-end's aggregate
     /// whole again: what the dead process had taken in and not passed on is in its orphans'
     /// states. Such a filter keeps what it owes each child apart (its latest total, say),
     /// keyed by [`Packet::src_rank`], and forgets children no longer in
     /// [`TopologyLocalInfo::children`]: the dead one's part is then replaced, not counted
-    /// twice. See `examples/fault_tolerant_filter.rs`.
+    /// twice. See `RunningSum` in the overlay's `examples/tbon_filters.rs`.
     fn get_state(&self, state: &FilterState, stream_id: u32) -> Option<Packet> {
         let _ = (state, stream_id);
         None
     }
 
     /// Whether this filter exports its state ([`get_state`](Filter::get_state)); `false` by
-    /// default. Such a filter also takes in what arrives of a wave lost in a failure (its
-    /// output for that wave goes nowhere: the wave's marker goes on in its place), so its
-    /// state holds everything that reached this process, not only the whole waves.
+    /// default. Such a filter also takes in what arrives of a wave lost in a failure, or
+    /// failed below: the wave's marker goes on in its place, then what the filter gives for
+    /// it, as exported state does. Its state so holds everything that reached this process,
+    /// not only the whole waves, and the front-end receives what came of it.
     fn exports_state(&self) -> bool {
         false
     }

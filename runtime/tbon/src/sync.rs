@@ -88,6 +88,8 @@ struct ChildQueue {
     pending: bool,
     /// Adopted: where the dead child it stands in for stopped contributing.
     pred_end: u64,
+    /// Its complete batches taken out so far (into waves, lost waves or timeouts).
+    taken: u64,
 }
 
 impl ChildQueue {
@@ -100,6 +102,7 @@ impl ChildQueue {
             hi: u64::MAX,
             pending: false,
             pred_end: 1,
+            taken: 0,
         }
     }
 
@@ -247,10 +250,22 @@ impl Synchronizer {
             if let Some(n) = q.batches.pop_front() {
                 out.extend(q.packets.drain(..n));
                 q.front += 1;
+                q.taken += 1;
             }
         }
         self.out += 1;
         self.waiting = self.queues.iter().filter(|q| !q.batches.is_empty()).count();
+    }
+
+    /// Complete batches of child `slot` taken out so far, into waves (whole or lost) or at a
+    /// timeout.
+    pub fn batches_taken(&self, slot: usize) -> u64 {
+        self.queues.get(slot).map_or(0, |q| q.taken)
+    }
+
+    /// Complete batches of child `slot` held, not taken out yet.
+    pub fn batches_held(&self, slot: usize) -> u64 {
+        self.queues.get(slot).map_or(0, |q| q.batches.len() as u64)
     }
 
     // ----- failure recovery -----
@@ -373,6 +388,7 @@ impl Synchronizer {
             if q.owes(w) {
                 if let Some(n) = q.batches.pop_front() {
                     out.extend(q.packets.drain(..n));
+                    q.taken += 1;
                 }
                 q.front += 1;
             }
@@ -406,6 +422,7 @@ impl Synchronizer {
         self.first_at = None;
         let before = out.len();
         for q in &mut self.queues {
+            q.taken += q.batches.len() as u64;
             let n: usize = q.batches.drain(..).sum();
             out.extend(q.packets.drain(..n));
         }
@@ -548,6 +565,23 @@ mod tests {
                 None => return got,
             }
         }
+    }
+
+    #[test]
+    fn batches_held_and_taken_are_counted_per_child() {
+        let mut s = Synchronizer::new(SyncMode::WaitForAll, 2);
+        let mut out = Vec::new();
+        s.push_at(0, pkt(1), false, None, &mut out);
+        s.push_at(0, pkt(2), true, None, &mut out);
+        // A batch begun is not held yet; a whole one is.
+        assert_eq!((s.batches_held(0), s.batches_taken(0)), (1, 0));
+        s.push_at(0, pkt(3), false, None, &mut out);
+        assert_eq!((s.batches_held(0), s.batches_taken(0)), (2, 0));
+        s.push_at(1, pkt(10), false, None, &mut out);
+        assert_eq!(vals(&out), [1, 10]);
+        assert_eq!((s.batches_held(0), s.batches_taken(0)), (1, 1));
+        assert_eq!((s.batches_held(1), s.batches_taken(1)), (0, 1));
+        assert_eq!((s.batches_held(7), s.batches_taken(7)), (0, 0));
     }
 
     #[test]

@@ -16,11 +16,11 @@
 //! the new stream), `singlecast` (the front-end waits on a back-end's singlecast stream while
 //! the back-end is killed: the receive ends with `DeadBackEnd`), `singlelost` (singlecast
 //! requests to a back-end wait in its parent, stopped, which is then killed: each reaches the
-//! back-end once, in order, through its new parent), `state` (in the 2x2x4 tree, a stream
-//! whose filter keeps a running total of its history and exports it — the filter library's
-//! `RunningSum`, loaded from `TBON_RECOVER_FILTERS`: the back-ends stream
-//! their answers, the internal process above two others is stopped, the back-ends finish, and
-//! it is killed holding what it never passed on — the front-end's total must still come to
+//! back-end once, in order, through its new parent), `state` (a stream whose filter keeps a
+//! running total of its history and exports it — the filter library's `RunningSum`, loaded
+//! from `TBON_RECOVER_FILTERS`: the back-ends stream a few answers, an internal process with
+//! internal children is stopped (in the 2x2x2x2 tree, one of the first level or of the second
+//! in turn), the back-ends stream the rest, and it is killed holding what it never passed on — the front-end's total must still come to
 //! the exact sum of everything the back-ends sent, through the orphans' exported state),
 //! `off` (recovery off, in a job that survives: the front-end is told, the stream fails,
 //! nothing hangs), `noopt` (recovery off and no report mode: the job ends, as without the
@@ -43,6 +43,8 @@ use std::time::{Duration, Instant};
 const ASK: i32 = 100;
 /// A request for that many waves, streamed up by every back-end at once.
 const STREAM: i32 = 101;
+/// A request to stream `first` waves, wait until `DIR/go` exists, then stream up to `total`.
+const STREAM_HALT: i32 = 102;
 /// Waves of the `streamed` scenario.
 const STREAMED: i32 = 400;
 /// Waves in flight at once.
@@ -118,9 +120,17 @@ fn serve(mut net: Network<'_>, dir: &Path) {
                     break;
                 }
             };
-            if p.tag() == STREAM {
-                let n = p.unpack::<i32>("%d").unwrap_or(0);
+            if p.tag() == STREAM || p.tag() == STREAM_HALT {
+                let (first, n) = if p.tag() == STREAM {
+                    let n = p.unpack::<i32>("%d").unwrap_or(0);
+                    (n, n)
+                } else {
+                    p.unpack::<(i32, i32)>("%d %d").unwrap_or((0, 0))
+                };
                 for w in 1..=n {
+                    if w == first + 1 && !wait_for_go(&mut net, dir) {
+                        break;
+                    }
                     if net.send(&s, ASK, "%d %d", (rank as i32 + 1, w)).is_err() {
                         break;
                     }
@@ -148,6 +158,19 @@ fn serve(mut net: Network<'_>, dir: &Path) {
     // Where the front-end can see that this back-end's waits ended.
     let _ = std::fs::write(dir.join(format!("ended.{rank}")), b"");
     let _ = net.wait_for_shutdown();
+}
+
+/// Wait (serving the network) until the front-end leaves `DIR/go`: whether it did in time.
+fn wait_for_go(net: &mut Network<'_>, dir: &Path) -> bool {
+    let until = Instant::now() + LIMIT;
+    while !dir.join("go").exists() {
+        if Instant::now() > until || net.is_shut_down() {
+            return false;
+        }
+        net.progress();
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    true
 }
 
 /// The scenarios, as the module docs describe them.
@@ -178,10 +201,10 @@ fn front_end(scenario: &str, argv: &[String]) -> Result<(), String> {
         .and_then(|r| r.parse().ok())
         .ok_or("no round count")?;
     let layer = argv.get(3).cloned().unwrap_or_else(|| "tcp".into());
-    let spec = if matches!(scenario, "deep" | "chain" | "state") {
-        "g:2x2x4"
-    } else {
-        "g:4x8"
+    let spec = match scenario {
+        "deep" | "chain" => "g:2x2x4",
+        "state" => "g:2x2x2x2",
+        _ => "g:4x8",
     };
     let topo = topgen::TreeSpec::parse(spec)
         .and_then(|s| topgen::generate(&s, &topgen::Placement::default()))
@@ -322,7 +345,13 @@ impl Waves {
 fn victims(topo: &Topology, scenario: &str, round: usize) -> Vec<Rank> {
     let level1 = |i: usize| FIRST_INTERNAL_RANK + 1 + (i % 4) as Rank;
     match scenario {
-        "deep" | "state" => vec![FIRST_INTERNAL_RANK + 1 + (round % 2) as Rank],
+        "deep" => vec![FIRST_INTERNAL_RANK + 1 + (round % 2) as Rank],
+        // In g:2x2x2x2: a process of the first level (its orphans go to the front-end), then
+        // one of the second (they go to a process that passes their state on up).
+        "state" if round.is_multiple_of(2) => {
+            vec![FIRST_INTERNAL_RANK + 1 + (round / 2 % 2) as Rank]
+        }
+        "state" => vec![FIRST_INTERNAL_RANK + 3 + (round / 2 % 4) as Rank],
         // A process and one of its (internal) children at once.
         "chain" => vec![
             FIRST_INTERNAL_RANK + 1 + (round % 2) as Rank,
@@ -729,16 +758,19 @@ fn state(
         .map_err(|e| e.to_string())?;
     let b = topo.num_backends() as i64;
     let exact = i64::from(STATE_WAVES) * b * (b + 1) / 2;
-    net.send(&s, STREAM, "%d", STATE_WAVES)
+    // Whole waves first (a different number each round), then the victim stops, then the
+    // back-ends stream the rest: the victim holds every later wave of its subtree.
+    let first = 2 + (round % 5) as i32;
+    net.send(&s, STREAM_HALT, "%d %d", (first, STATE_WAVES))
         .map_err(|e| e.to_string())?;
     let until = Instant::now() + LIMIT;
-    // Whole waves first (a different number each round), then the victim stops.
     let mut last = 0i64;
-    for w in 1..=2 + round % 5 {
+    for w in 1..=first {
         let p = net.recv_on(&s).map_err(|e| format!("wave {w}: {e}"))?;
         last = p.unpack("%ld").map_err(|e| format!("wave {w}: {e}"))?;
     }
     signal(dir, v, nix::sys::signal::Signal::SIGSTOP)?;
+    std::fs::write(dir.join("go"), b"").map_err(|e| e.to_string())?;
     // Every back-end streams to the end: what goes through the victim stops there.
     loop {
         let done = (0..b).all(|r| dir.join(format!("streamed.{r}")).exists());
@@ -751,13 +783,8 @@ fn state(
         net.progress();
         std::thread::sleep(Duration::from_millis(2));
     }
-    // Their last answers have reached the victim's children (they are alive): give those a
-    // moment to pass them up, into the stopped victim.
-    let settle = Instant::now() + Duration::from_millis(200);
-    while Instant::now() < settle {
-        net.progress();
-        std::thread::sleep(Duration::from_millis(2));
-    }
+    // Killed at once: the victim's children may still be taking their back-ends' last
+    // answers in, and pass them on to their new parent after their exported state.
     kill(dir, v)?;
     let (mut lost, mut most) = (0, last);
     while last != exact {
@@ -796,6 +823,9 @@ fn state(
         return Err(format!(
             "a running total of {most} went past the exact {exact}"
         ));
+    }
+    if lost == 0 {
+        return Err("no wave was lost: the victim held nothing".into());
     }
     let dead = BTreeSet::from([v]);
     while !net.orphan_nodes().is_empty() {

@@ -329,6 +329,7 @@ impl Node {
         }
         wave.clear();
         self.wave = wave;
+        self.release_states(pe, sid);
     }
 
     fn arm(&self, pe: &mut Pe, sid: u32, due: Instant, weak: &Weak<RefCell<Node>>) {
@@ -353,6 +354,7 @@ impl Node {
         }
         wave.clear();
         self.wave = wave;
+        self.release_states(pe, sid);
         if let Some(st) = self.streams.get_mut(&sid) {
             if let (Some(due), false) = (st.sync.deadline(), st.timer) {
                 st.timer = true;
@@ -393,9 +395,11 @@ impl Node {
         {
             let marker = wave.swap_remove(i);
             wave.retain(|p| p.tag() != WAVE_FAILED_TAG && p.tag() != WAVE_LOST_TAG);
-            self.absorb(sid, wave);
+            // The marker first: what a filter that exports its state gives follows it.
+            self.send_up(pe, sid, marker);
+            self.absorb(pe, sid, wave);
             wave.clear();
-            return self.send_up(pe, sid, marker);
+            return;
         }
         let (mut out, mut rev) = (std::mem::take(&mut self.out), std::mem::take(&mut self.rev));
         let result = self.apply(sid, Dir::Up, wave, &mut out, &mut rev);
@@ -423,11 +427,11 @@ impl Node {
         self.rev = rev;
     }
 
-    /// What arrived of a wave lost in a failure (`wave`, markers taken out): a filter that
-    /// exports its state takes it in, its output dropped (the marker goes on in the wave's
-    /// place), so its state holds all that reached this process; other filters never see
-    /// it. A failure here is the filter's own business: the wave is lost either way.
-    pub(super) fn absorb(&mut self, sid: u32, wave: &mut Vec<Packet>) {
+    /// What arrived of a wave lost in a failure, or failed below (`wave`, markers taken out):
+    /// a filter that exports its state takes it in, and what it gives goes up as state (see
+    /// [`on_state`](Node::on_state)) while the wave's marker goes on in the wave's place, so
+    /// the front-end still gets what came of it; other filters never see it.
+    pub(super) fn absorb(&mut self, pe: &mut Pe, sid: u32, wave: &mut Vec<Packet>) {
         let Some(st) = self.streams.get(&sid) else {
             return;
         };
@@ -436,27 +440,47 @@ impl Node {
             return;
         }
         let (mut out, mut rev) = (Vec::new(), Vec::new());
-        let _ = self.apply(sid, Dir::Up, wave, &mut out, &mut rev);
+        let result = self.apply(sid, Dir::Up, wave, &mut out, &mut rev);
         wave.clear();
+        // A failure needs no word: the wave is lost either way, and its marker says so.
+        if result.is_ok() {
+            self.state_up(pe, sid, out, rev);
+        }
     }
 
+    /// Most exported states one stream may hold back for a child's earlier batches.
+    const PENDING_STATES_MAX: usize = 1024;
+
     /// An orphan's exported filter state on stream `sid` (or what the filters between it and
-    /// here made of it) comes up from child PE `src`: filtered here as a wave of its own,
-    /// outside the synchronizer (so the stream's waves stay aligned), and passed on up the
-    /// same way; at the front-end the program receives what comes of it.
+    /// here made of it) comes up from child PE `src`. It is filtered as a wave of its own,
+    /// outside the synchronizer (so the stream's waves stay aligned), once every batch that
+    /// child sent before it has been taken into a wave (so nothing older overwrites it), and
+    /// what comes of it goes on up the same way; at the front-end the program receives it.
     pub(crate) fn on_state(&mut self, pe: &mut Pe, src: usize, sid: u32, wire: Vec<Vec<u8>>) {
         let Some(place) = &self.place else { return };
-        if !place
+        let child = place
             .children
             .iter()
-            .any(|c| c.pe == src && c.ext.is_none())
-        {
-            let why = format!("filter state from PE {src}, not a child");
+            .position(|c| c.pe == src && c.ext.is_none());
+        let Some(st) = self.streams.get(&sid).filter(|st| !st.closed) else {
+            // The stream closed meanwhile (or never reached here): the state is for nobody.
+            return;
+        };
+        let slot = child
+            .and_then(|c| st.kids.iter().position(|&k| k == c))
+            .map(|i| st.slots[i]);
+        let Some(slot) = slot.filter(|_| sid >= FIRST_USER_STREAM) else {
+            let why = format!("filter state on stream {sid} from PE {src}, not a child in it");
             return self.refuse(pe, Some(sid), why);
-        }
+        };
         let mut wave = Vec::with_capacity(wire.len());
         for b in &wire {
             match Packet::from_wire(b) {
+                // The overlay's own markers are not state.
+                Ok(p) if p.tag() == WAVE_FAILED_TAG || p.tag() == WAVE_LOST_TAG => {
+                    let why = format!("filter state from PE {src} tagged as a marker");
+                    return self.refuse(pe, Some(sid), why);
+                }
                 Ok(mut p) => {
                     p.set_stream_id(sid);
                     wave.push(p);
@@ -467,19 +491,58 @@ impl Node {
                 }
             }
         }
-        let Some(st) = self.streams.get(&sid).filter(|st| !st.closed) else {
-            // The stream closed meanwhile (or never reached here): the state is for nobody.
-            return;
-        };
         if wave.is_empty() {
             return;
         }
+        let Some(st) = self.streams.get_mut(&sid) else {
+            return;
+        };
+        let (taken, held) = (st.sync.batches_taken(slot), st.sync.batches_held(slot));
+        if held == 0 {
+            return self.run_state(pe, sid, wave);
+        }
+        if st.pending_states.len() >= Self::PENDING_STATES_MAX {
+            let why = format!("too much filter state from PE {src} held back");
+            return self.refuse(pe, Some(sid), why);
+        }
+        st.pending_states.push((slot, taken + held, wave));
+    }
+
+    /// Run the exported states of stream `sid` whose child's earlier batches have all been
+    /// taken into waves now.
+    pub(super) fn release_states(&mut self, pe: &mut Pe, sid: u32) {
+        let Some(st) = self.streams.get_mut(&sid) else {
+            return;
+        };
+        if st.pending_states.is_empty() {
+            return;
+        }
+        let (due, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut st.pending_states)
+            .into_iter()
+            .partition(|(slot, at, _)| st.sync.batches_taken(*slot) >= *at);
+        st.pending_states = keep;
+        for (_, _, wave) in due {
+            self.run_state(pe, sid, wave);
+        }
+    }
+
+    /// Filter exported state `wave` of stream `sid` and pass what comes of it on.
+    fn run_state(&mut self, pe: &mut Pe, sid: u32, mut wave: Vec<Packet>) {
+        let Some(st) = self.streams.get(&sid).filter(|st| !st.closed) else {
+            return;
+        };
         let (mut out, mut rev) = (Vec::new(), Vec::new());
         if st.up_id == TFILTER_NULL {
             out = wave;
         } else if let Err(e) = self.apply(sid, Dir::Up, &mut wave, &mut out, &mut rev) {
             return self.report_error(pe, sid, e, EventKind::FilterFailed);
         }
+        self.state_up(pe, sid, out, rev);
+    }
+
+    /// Send what a filter gave for exported state up as state (at the front-end, to the
+    /// program), and what it gave in reverse down the stream.
+    fn state_up(&mut self, pe: &mut Pe, sid: u32, mut out: Vec<Packet>, rev: Vec<Packet>) {
         for q in &mut out {
             q.set_stream_id(sid);
         }

@@ -201,6 +201,10 @@ pub(crate) struct StreamState {
     pub perf: Counters,
     pub closed: bool,
     timer: bool,
+    /// Exported filter state from a child (`Ctl::State`) waiting for the batches that child
+    /// sent before it to be taken into waves: (its slot, the count of its batches taken that
+    /// releases it, the packets).
+    pending_states: Vec<(usize, u64, Vec<Packet>)>,
 }
 
 impl StreamState {

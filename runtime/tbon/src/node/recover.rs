@@ -22,10 +22,11 @@
 //! - After `Adopted`, an orphan sends its new parent, per stream whose upstream filter
 //!   exports it ([`Filter::get_state`](crate::Filter::get_state)), its filter state as a
 //!   packet (`State`); each process above runs its filter on it alone, outside the
-//!   synchronizer, and passes the result on up; the front-end's program receives it.
+//!   synchronizer, once the batches that child sent before it are taken into waves, and
+//!   passes the result on up the same way; the front-end's program receives it.
 //! - What arrives of a wave lost in the failure goes to no one but a filter that exports its
-//!   state (its output dropped, the wave's marker going on), so that state misses nothing
-//!   that reached its process.
+//!   state: the wave's marker goes on, then what the filter gave, as state; so that state
+//!   misses nothing that reached its process, and the front-end gets what came of it.
 //!
 //! **An orphan's `Adopted`.** The new parent gives it, in order: the streams it missed
 //! (`NewStream` and their parameters), the closing of streams it still has and that are gone
@@ -548,7 +549,12 @@ impl Node {
             .collect();
         ids.sort_unstable();
         for id in ids {
-            let Some(st) = self.streams.get(&id).filter(|st| !st.closed) else {
+            // A back-end runs no filter; a filter that never ran has nothing to hand on.
+            let Some(st) = self
+                .streams
+                .get(&id)
+                .filter(|st| !st.closed && st.up_state.is_some())
+            else {
                 continue;
             };
             let Some(mut p) = st.up.get_state(&st.up_state, id) else {
@@ -699,13 +705,14 @@ impl Node {
             match st.sync.take_ready(&mut wave) {
                 Some(Ready::Wave) => self.wave_up(pe, id, &mut wave),
                 Some(Ready::Lost) => {
-                    self.absorb(id, &mut wave);
-                    self.send_lost(pe, id)
+                    // The marker first: what the filter gives for the wave follows it.
+                    self.send_lost(pe, id);
+                    self.absorb(pe, id, &mut wave);
                 }
                 None => {
                     wave.clear();
                     self.wave = wave;
-                    return;
+                    return self.release_states(pe, id);
                 }
             }
             wave.clear();

@@ -82,6 +82,7 @@ impl Node {
             perf: Counters::default(),
             closed: false,
             timer: false,
+            pending_states: Vec::new(),
         })
     }
 
