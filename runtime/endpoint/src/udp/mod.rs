@@ -335,11 +335,9 @@ impl Engine {
         let mut appbuf = vec![0u8; 64 << 10];
         let mut outbuf = vec![0u8; 65536];
         let mut fds: Vec<libc::pollfd> = Vec::new();
-        let mut order: Vec<SocketAddr> = Vec::new();
         loop {
             let now = Instant::now();
             fds.clear();
-            order.clear();
             fds.push(pollfd(self.wake.fd.as_fd().as_raw_fd(), libc::POLLIN));
             let sock_ev = libc::POLLIN
                 | if self.pending.is_some() {
@@ -349,7 +347,7 @@ impl Engine {
                 };
             fds.push(pollfd(self.sock.as_raw_fd(), sock_ev));
             let mut next: Option<Instant> = None;
-            for (a, s) in &self.slots {
+            for s in self.slots.values() {
                 let mut ev = 0;
                 if !s.app_eof && s.sess.room() > 0 {
                     ev |= libc::POLLIN;
@@ -358,8 +356,10 @@ impl Engine {
                 if !s.write_shut && x.len() + y.len() > 0 {
                     ev |= libc::POLLOUT;
                 }
-                fds.push(pollfd(s.app.as_raw_fd(), ev));
-                order.push(*a);
+                // Nothing asked of it: left out (a negative fd), or a socket pair whose
+                // program hung up would report POLLHUP at every poll and the engine spin.
+                let fd = if ev == 0 { -1 } else { s.app.as_raw_fd() };
+                fds.push(pollfd(fd, ev));
                 if let Some(t) = s.sess.next_timer() {
                     next = Some(next.map_or(t, |n: Instant| n.min(t)));
                 }
@@ -386,12 +386,6 @@ impl Engine {
             }
             if fds[1].revents != 0 {
                 self.receive(&mut inbuf, now);
-            }
-            // Every connection each turn: its timers may be due whatever its socket says.
-            for a in &order {
-                if let Some(slot) = self.slots.get_mut(a) {
-                    app_io(slot, &mut appbuf);
-                }
             }
             let mut done = Vec::new();
             let addrs: Vec<SocketAddr> = self.slots.keys().copied().collect();
@@ -421,6 +415,10 @@ impl Engine {
                     done.push(a);
                     continue;
                 }
+                // Every connection each turn, its program's bytes first: what it wrote (or
+                // the window its reads reopened) goes in this turn's datagrams, not at the
+                // next timer; and its timers may be due whatever its socket says.
+                app_io(slot, &mut appbuf);
                 slot.sess.on_timers(now);
                 while self.pending.is_none() {
                     let Some(slot) = self.slots.get_mut(&a) else {
@@ -447,7 +445,10 @@ impl Engine {
                         State::Opening => {}
                     }
                 }
-                app_io(slot, &mut appbuf);
+                if slot.sess.ended().is_some() || slot.sess.peer_done() {
+                    // The end of stream (or the reason) reaches the program now.
+                    app_io(slot, &mut appbuf);
+                }
                 if let Some(why) = slot.sess.ended() {
                     if let Some(why) = why {
                         *slot.link.why.lock().unwrap_or_else(|p| p.into_inner()) =

@@ -665,7 +665,11 @@ impl Session {
         }
         let idle = now >= self.sent_at + self.cfg.keepalive;
         let probe_due = self.probe_at.is_some_and(|t| now >= t);
-        if blocked && self.probe_at.is_none() {
+        if !blocked {
+            // The window opened (or nothing waits): a probe due from before would keep
+            // `next_timer` in the past, and the engine polling without sleeping.
+            self.probe_at = None;
+        } else if self.probe_at.is_none() {
             self.probe_at = Some(now + self.rto());
         }
         if (blocked && probe_due) || idle {
@@ -705,9 +709,18 @@ impl Session {
         now: Instant,
     ) -> usize {
         self.sent(h, buf, now);
-        let (a, b) = self.out.range(from..from + len).as_slices();
-        buf[HEADER..HEADER + a.len()].copy_from_slice(a);
-        buf[HEADER + a.len()..HEADER + len].copy_from_slice(b);
+        // The ring's two halves, cut to `from..from + len` (a range of a `VecDeque` has no
+        // slices of its own on stable Rust).
+        let (a, b) = self.out.as_slices();
+        let mut at = HEADER;
+        for (part, start) in [(a, 0), (b, a.len())] {
+            let lo = from.max(start) - start;
+            let hi = (from + len).min(start + part.len()).saturating_sub(start);
+            if lo < hi {
+                buf[at..at + hi - lo].copy_from_slice(&part[lo..hi]);
+                at += hi - lo;
+            }
+        }
         HEADER + len
     }
 
