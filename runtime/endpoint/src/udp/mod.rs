@@ -30,7 +30,7 @@ use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{mpsc, Arc, Condvar, Mutex, Once, Weak};
 use std::time::{Duration, Instant};
 
 /// Connections of one source IP that have not proved the secret, at most.
@@ -49,6 +49,51 @@ const RECV_BATCH: usize = 256;
 
 /// The kernel buffers asked for (the kernel may give less: `net.core.rmem_max`).
 const SOCKET_BUFFER: usize = 4 << 20;
+
+/// How long the process's exit waits for its `udp://` connections to close in order (their
+/// bytes delivered, the `CLOSE` acknowledged). TCP's kernel goes on delivering after a
+/// process is gone; these engines are threads of the process, so without this wait a peer
+/// would learn of the exit only after its [`session::Config::dead_after`].
+const LINGER: Duration = Duration::from_secs(1);
+
+/// Every engine of the process (its wake-up), so the exit can close their connections.
+static ENGINES: Mutex<Vec<Weak<Wake>>> = Mutex::new(Vec::new());
+
+/// Connections of the process's engines not yet over, and the signal that one ended.
+static LIVE: (Mutex<usize>, Condvar) = (Mutex::new(0), Condvar::new());
+
+/// Registers [`close_at_exit`] once per process.
+static AT_EXIT: Once = Once::new();
+
+/// Run by `exit` (the end of `main`, `std::process::exit`): every engine closes its
+/// connections as the program closing them would, and the exit waits until they are over or
+/// [`LINGER`] has passed. Nothing here panics (a panic would abort in an `extern "C"`
+/// function).
+extern "C" fn close_at_exit() {
+    let engines: Vec<Arc<Wake>> = ENGINES
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .filter_map(Weak::upgrade)
+        .collect();
+    for w in &engines {
+        w.exiting.store(true, Ordering::Release);
+        let _ = w.fd.write(1);
+    }
+    let deadline = Instant::now() + LINGER;
+    let (count, cv) = &LIVE;
+    let mut live = count.lock().unwrap_or_else(|p| p.into_inner());
+    while *live > 0 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        live = match cv.wait_timeout(live, left) {
+            Ok((g, _)) => g,
+            Err(p) => p.into_inner().0,
+        };
+    }
+}
 
 /// What the program's side and the engine share of a connection.
 #[derive(Debug, Default)]
@@ -111,6 +156,8 @@ pub(crate) struct UdpListener {
 #[derive(Debug)]
 struct Wake {
     stop: AtomicBool,
+    /// The process exits: close every connection in order (see [`close_at_exit`]).
+    exiting: AtomicBool,
     fd: EventFd,
 }
 
@@ -118,6 +165,7 @@ impl Wake {
     fn new() -> std::io::Result<Wake> {
         Ok(Wake {
             stop: AtomicBool::new(false),
+            exiting: AtomicBool::new(false),
             fd: EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)?,
         })
     }
@@ -236,7 +284,7 @@ fn dial_one(sa: SocketAddr, deadline: Instant) -> Result<UdpStream, String> {
     }
 }
 
-/// One connection as the engine holds it.
+/// One connection as the engine holds it; counted in [`LIVE`] while it exists.
 struct Slot {
     sess: Session,
     app: UnixStream,
@@ -247,6 +295,15 @@ struct Slot {
     eof_at: Option<Instant>,
     /// The program was given end of stream.
     write_shut: bool,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let (count, cv) = &LIVE;
+        let mut live = count.lock().unwrap_or_else(|p| p.into_inner());
+        *live = live.saturating_sub(1);
+        cv.notify_all();
+    }
 }
 
 /// The thread behind a listener, or behind one connector: the UDP socket and its sessions.
@@ -279,6 +336,17 @@ impl Engine {
             let _ = setsockopt(&sock, sockopt::SndBuf, &SOCKET_BUFFER);
         }
         let rcvbuf = getsockopt(&sock, sockopt::RcvBuf).unwrap_or(212_992);
+        AT_EXIT.call_once(|| {
+            // SAFETY: `close_at_exit` is an `extern "C" fn()` that does not unwind.
+            unsafe {
+                libc::atexit(close_at_exit);
+            }
+        });
+        {
+            let mut all = ENGINES.lock().unwrap_or_else(|p| p.into_inner());
+            all.retain(|w| w.strong_count() > 0);
+            all.push(Arc::downgrade(&wake));
+        }
         Ok(Engine {
             sock,
             accepted,
@@ -310,6 +378,7 @@ impl Engine {
         let (mine, theirs) = UnixStream::pair()?;
         mine.set_nonblocking(true)?;
         let link = Arc::new(Link::default());
+        *LIVE.0.lock().unwrap_or_else(|p| p.into_inner()) += 1;
         self.slots.insert(
             peer,
             Slot {
@@ -377,6 +446,19 @@ impl Engine {
             if self.wake.stop.load(Ordering::Acquire) {
                 self.reset_all();
                 return;
+            }
+            if fds[0].revents != 0 {
+                // Read, or the eventfd would stay readable and the poll not sleep.
+                let _ = self.wake.fd.read();
+                if self.wake.exiting.load(Ordering::Acquire) {
+                    // The process exits: each connection as if its program closed it.
+                    for slot in self.slots.values_mut() {
+                        if !slot.app_eof {
+                            slot.app_eof = true;
+                            slot.sess.close();
+                        }
+                    }
+                }
             }
             let now = Instant::now();
             if fds[1].revents & libc::POLLOUT != 0 {
@@ -545,6 +627,9 @@ impl Engine {
     /// An `OPEN` from a new address: a connection, while the half-open ones are under their
     /// bounds (else dropped: the connector repeats it).
     fn admit(&mut self, from: SocketAddr, conn: u64, now: Instant) {
+        if self.wake.exiting.load(Ordering::Acquire) {
+            return; // the process is on its way out: as if the OPEN were lost
+        }
         let (mut all, mut this) = (0, 0);
         for (a, s) in &self.slots {
             if !s.link.proven.load(Ordering::Acquire) {
