@@ -18,6 +18,11 @@
 //! connection waits in the backlog. A connection that has not proved the secret within
 //! [`HALF_OPEN`] is dropped. Datagrams that are not of the protocol are dropped; one of a
 //! connection the listener does not know gets one `RESET` back.
+//!
+//! **Exit.** The engines are threads of the program's process, so its exit would end them
+//! mid-connection and leave each peer to find out after the session's 10 s of silence: an
+//! `atexit` handler ([`close_at_exit`]) closes every connection in order and waits for them,
+//! at most [`LINGER`].
 
 pub(crate) mod session;
 

@@ -427,7 +427,9 @@ impl Session {
         if payload.is_empty() {
             return;
         }
-        let end = seq + payload.len() as u64;
+        // Saturating: `seq` is the peer's word, and one near `u64::MAX` must not overflow
+        // (it lies beyond any window, and is dropped below).
+        let end = seq.saturating_add(payload.len() as u64);
         if end <= self.rcv_nxt || self.peer_closed {
             // Ours already: the peer missed our ACK.
             self.stats.duplicates += 1;
@@ -1016,5 +1018,24 @@ mod tests {
         let mut odd = buf;
         odd[4] = 99;
         assert!(Header::decode(&odd).is_none());
+    }
+
+    #[test]
+    fn sequence_numbers_and_acks_at_the_edge_of_u64_are_dropped_not_overflowed() {
+        let now = Instant::now();
+        let mut l = Session::accept(7, cfg(), now);
+        for (seq, ack) in [(u64::MAX - 1, 0), (u64::MAX, u64::MAX), (0, u64::MAX)] {
+            let h = Header {
+                kind: DATA,
+                conn: 7,
+                seq,
+                ack,
+                wnd: u32::MAX,
+            };
+            l.receive(&h, b"abcd", now);
+        }
+        let (a, b) = l.ready();
+        assert_eq!(a.len() + b.len(), 4, "only the bytes at offset 0 are taken");
+        assert_eq!(l.ended(), None);
     }
 }
