@@ -34,7 +34,7 @@ use std::io::{IoSlice, Read, Write};
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex, Once, Weak};
 use std::time::{Duration, Instant};
 
@@ -70,11 +70,18 @@ static LIVE: (Mutex<usize>, Condvar) = (Mutex::new(0), Condvar::new());
 /// Registers [`close_at_exit`] once per process.
 static AT_EXIT: Once = Once::new();
 
+/// The process whose engines [`LIVE`] counts: a child forked without `exec` inherits the
+/// handler and the count but not the threads, and must not wait for them.
+static ENGINES_PID: AtomicU32 = AtomicU32::new(0);
+
 /// Run by `exit` (the end of `main`, `std::process::exit`): every engine closes its
 /// connections as the program closing them would, and the exit waits until they are over or
 /// [`LINGER`] has passed. Nothing here panics (a panic would abort in an `extern "C"`
 /// function).
 extern "C" fn close_at_exit() {
+    if ENGINES_PID.load(Ordering::Acquire) != std::process::id() {
+        return;
+    }
     let engines: Vec<Arc<Wake>> = ENGINES
         .lock()
         .unwrap_or_else(|p| p.into_inner())
@@ -342,6 +349,7 @@ impl Engine {
         }
         let rcvbuf = getsockopt(&sock, sockopt::RcvBuf).unwrap_or(212_992);
         AT_EXIT.call_once(|| {
+            ENGINES_PID.store(std::process::id(), Ordering::Release);
             // SAFETY: `close_at_exit` is an `extern "C" fn()` that does not unwind.
             unsafe {
                 libc::atexit(close_at_exit);
