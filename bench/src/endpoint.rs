@@ -1,13 +1,14 @@
 //! `bench endpoint`: a call's round trip and 1 MiB's bandwidth between two separately
-//! started jobs (converse-endpoint over `tcp://` and `si://`), beside, from the same run:
-//! - the same pair of PEs inside one job on the layer of the scheme's name (`tcp`, `si`;
+//! started jobs (converse-endpoint over `tcp://`, `si://` and `udp://`), beside, from the
+//! same run:
+//! - the same pair of PEs inside one job on the layer of the scheme's name (`tcp`, `si`, `udp`;
 //!   `charmrun +p2`, a handler-driven ping-pong: `bench pingpong`'s);
 //! - raw TCP between two processes (`bench pingpong`'s raw baseline: blocking-free spinning
 //!   sockets, the floor);
 //! - a plain process (this one, [`Connection::call`]) calling the same job.
 //!
 //! Both jobs are `charmrun +p1 ... +machine tcp` jobs of one node (the serving one listens on
-//! both schemes). The serving job lives for the whole run; each round starts a client job, whose PE 0 calls `echo` on it back to back
+//! every scheme). The serving job lives for the whole run; each round starts a client job, whose PE 0 calls `echo` on it back to back
 //! and writes its figures as CSV. Rounds rotate the order of the four parts; each figure is
 //! the median of the rounds' figures, with their range.
 
@@ -35,7 +36,10 @@ pub(crate) fn serve_main(rt: Runtime, dir: &Path) -> anyhow::Result<()> {
         }
         let secret = Secret::generate().unwrap_or_else(|e| pe.abort(&e.to_string()));
         let mut addrs = Vec::new();
-        for (scheme, at) in [("tcp", "tcp://127.0.0.1:0"), ("si", "si://")] {
+        for (scheme, at) in SCHEMES
+            .iter()
+            .zip(["tcp://127.0.0.1:0", "si://", "udp://127.0.0.1:0"])
+        {
             match ep.listen(pe, at, &secret) {
                 Ok(a) => addrs.push((scheme, a)),
                 Err(e) => pe.abort(&e.to_string()),
@@ -65,6 +69,9 @@ pub(crate) fn serve_main(rt: Runtime, dir: &Path) -> anyhow::Result<()> {
     anyhow::ensure!(code == 0, "the serving job exited with {code}");
     Ok(())
 }
+
+/// The schemes measured, each beside the in-job layer of its name.
+const SCHEMES: [&str; 3] = ["tcp", "si", "udp"];
 
 struct Client {
     sizes: Vec<usize>,
@@ -210,22 +217,20 @@ pub(crate) fn run(sizes: &[usize], iters: u64, rounds: u16) -> anyhow::Result<()
     let result = (|| {
         let until = Instant::now() + Duration::from_secs(20);
         let addr_of = |scheme: &str| std::fs::read_to_string(dir.join(format!("addr-{scheme}")));
-        while addr_of("tcp").is_err() || addr_of("si").is_err() {
+        while SCHEMES.iter().any(|s| addr_of(s).is_err()) {
             anyhow::ensure!(Instant::now() < until, "the serving job did not listen");
             std::thread::sleep(Duration::from_millis(20));
         }
-        let addrs = [addr_of("tcp")?, addr_of("si")?];
+        let addrs = SCHEMES.map(|s| addr_of(s).unwrap_or_default());
         let secret = Secret::read_file(&dir.join("secret"))?;
-        // Raw TCP once; per scheme, the in-job layer of its name, job-job and plain-job.
-        let parts = [
-            "raw TCP",
-            "in-job tcp",
-            "endpoint tcp job-job",
-            "endpoint tcp plain-job",
-            "in-job si",
-            "endpoint si job-job",
-            "endpoint si plain-job",
-        ];
+        // Raw TCP once; per scheme, the in-job layer of its name, job-job and plain-job:
+        // part 1 + 3 j + (0, 1, 2) for scheme j.
+        let mut parts = vec!["raw TCP".to_string()];
+        for s in SCHEMES {
+            parts.push(format!("in-job {s}"));
+            parts.push(format!("endpoint {s} job-job"));
+            parts.push(format!("endpoint {s} plain-job"));
+        }
         let mut got: Vec<Vec<Vec<Row>>> = parts
             .iter()
             .map(|_| sizes.iter().map(|_| Vec::new()).collect())
@@ -233,16 +238,13 @@ pub(crate) fn run(sizes: &[usize], iters: u64, rounds: u16) -> anyhow::Result<()
         for round in 0..rounds as usize {
             for k in 0..parts.len() {
                 let part = (k + round) % parts.len();
-                let (scheme, layer) = if part >= 4 {
-                    ("si", "si")
-                } else {
-                    ("tcp", "tcp")
-                };
-                let rows = match part {
-                    0 => raw::tcp_pingpong(sizes, iters, pingpong::warmup(iters))?,
-                    1 | 4 => pingpong::across_nodes(layer, sizes, iters, 1)?,
-                    2 | 5 => client_job(&dir, scheme, sizes, iters)?,
-                    _ => plain(&addrs[usize::from(part >= 4)], &secret, sizes, iters)?,
+                let j = part.saturating_sub(1) / 3;
+                let scheme = SCHEMES[j];
+                let rows = match (part, (part + 2) % 3) {
+                    (0, _) => raw::tcp_pingpong(sizes, iters, pingpong::warmup(iters))?,
+                    (_, 0) => pingpong::across_nodes(scheme, sizes, iters, 1)?,
+                    (_, 1) => client_job(&dir, scheme, sizes, iters)?,
+                    _ => plain(&addrs[j], &secret, sizes, iters)?,
                 };
                 for (i, &size) in sizes.iter().enumerate() {
                     let row = rows
@@ -280,9 +282,10 @@ pub(crate) fn run(sizes: &[usize], iters: u64, rounds: u16) -> anyhow::Result<()
             // Above 1 means slower, for times and bandwidths alike.
             let ratio = |a: usize, b: usize| if big { m[b] / m[a] } else { m[a] / m[b] };
             converse::input::out_line(&format!(
-                "{size:>8} B  job-job / in-job: tcp {:.2}x, si {:.2}x; plain-job tcp / raw TCP {:.2}x",
+                "{size:>8} B  job-job / in-job: tcp {:.2}x, si {:.2}x, udp {:.2}x; plain-job tcp / raw TCP {:.2}x",
                 ratio(2, 1),
                 ratio(5, 4),
+                ratio(8, 7),
                 ratio(3, 0)
             ));
         }

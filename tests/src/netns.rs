@@ -152,3 +152,77 @@ impl Drop for Hosts {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
+
+/// A network namespace whose firewall drops incoming UDP at random: on its loopback, every
+/// datagram between two processes has that chance of being lost. Deleted when dropped.
+#[derive(Debug)]
+pub struct Lossy {
+    /// The namespace's name.
+    pub ns: String,
+}
+
+fn nft(ns: &str, rule: &str) -> bool {
+    Command::new("ip")
+        .args(["netns", "exec", ns, "nft"])
+        .args(rule.split(' '))
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+impl Lossy {
+    /// The namespace, dropping `percent` of UDP datagrams, or `None` (after saying why) when
+    /// this machine cannot make it.
+    ///
+    /// # Panics
+    /// When the namespace can be made but its firewall cannot.
+    pub fn new(percent: u32) -> Option<Lossy> {
+        if !nix::unistd::geteuid().is_root() {
+            converse::input::error_line("skipped: network namespaces and nftables need root");
+            return None;
+        }
+        if Command::new("nft").arg("--version").output().is_err() {
+            converse::input::error_line("skipped: no nft (apt-get install nftables)");
+            return None;
+        }
+        static MADE: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let k = MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let ns = format!("cvu{}l{percent}k{k}", std::process::id() % 100_000);
+        if !ip(&["netns", "add", &ns]) {
+            converse::input::error_line(
+                "skipped: `ip netns add` failed (no iproute2 or no permission)",
+            );
+            return None;
+        }
+        let lossy = Lossy { ns };
+        // Dropped on input, not output: a firewall dropping output makes `sendmsg` fail
+        // with EPERM, which real loss never does.
+        let ok = ip(&["-n", &lossy.ns, "link", "set", "lo", "up"])
+            && nft(&lossy.ns, "add table inet loss")
+            && nft(
+                &lossy.ns,
+                "add chain inet loss in { type filter hook input priority 0 ; }",
+            )
+            && nft(
+                &lossy.ns,
+                &format!(
+                    "add rule inet loss in meta l4proto udp numgen random mod 100 < {percent} drop"
+                ),
+            );
+        assert!(ok, "could not set up the lossy namespace {}", lossy.ns);
+        Some(lossy)
+    }
+
+    /// `program` run inside the namespace.
+    pub fn command(&self, program: &std::path::Path) -> Command {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.ns]).arg(program);
+        cmd
+    }
+}
+
+impl Drop for Lossy {
+    fn drop(&mut self) {
+        ip(&["netns", "del", &self.ns]);
+    }
+}

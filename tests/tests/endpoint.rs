@@ -2,7 +2,9 @@
 //! connect to a job's address with its secret, call and send by handler name; strangers and
 //! wrong secrets are refused without harm; memory stays bounded toward a peer that does not
 //! read and from one the PE cannot keep up with; a producer job streams to a consumer job on
-//! other hosts, the consumer killed and restarted mid-stream, every item exactly once.
+//! other hosts, the consumer killed and restarted mid-stream, every item exactly once. The
+//! same over `udp://` (module `udp` at the end): calls and 1 MiB messages, a job to a job,
+//! strangers and a wrong secret, a peer killed mid-stream, random loss.
 
 use converse_endpoint::{Connection, EndpointError, Secret};
 use converse_tests::netns::Hosts;
@@ -370,7 +372,8 @@ fn address_errors_are_one_line_naming_the_address_and_what_is_available() {
     let closed = format!("tcp://127.0.0.1:{port}");
     for (addr, needle) in [
         (closed.as_str(), "unreachable"),
-        ("udp://127.0.0.1:9", "not built yet"),
+        ("mpi+dynamic://port", "not offered"),
+        ("udp://127.0.0.1", "udp://HOST:PORT"),
         ("si://nobody-listens-here", "nothing listens on that name"),
         ("si://", "names its listener"),
         ("si://a b", "an si name is"),
@@ -407,13 +410,16 @@ fn address_errors_are_one_line_naming_the_address_and_what_is_available() {
             "--secret-file",
             &d.join("s").to_string_lossy(),
             "--listen",
-            "udp://:0",
+            "mpi+dynamic://port",
         ],
         T,
     );
     assert_eq!(o.code, Some(2), "{o}");
     assert_eq!(
-        o.stderr.lines().filter(|l| l.contains("udp://:0")).count(),
+        o.stderr
+            .lines()
+            .filter(|l| l.contains("mpi+dynamic://port"))
+            .count(),
         1,
         "{o}"
     );
@@ -583,4 +589,285 @@ fn a_burst_of_clients_is_served_in_turn_not_refused() {
     assert_eq!(o.lines_with("joined peer"), 80, "{o}");
     assert!(!o.stderr.contains("refused"), "{o}");
     let _ = std::fs::remove_dir_all(&d);
+}
+
+/// `udp://`: the same job and clients as above over the crate's reliable stream on UDP.
+mod udp {
+    use super::{charmrun, dir, echo_job_at, example, wait_file, PROGRAM, T};
+    use converse_endpoint::{Connection, EndpointError, Secret};
+    use converse_tests::Running;
+    use std::net::UdpSocket;
+    use std::process::{Child, Command, Stdio};
+    use std::time::{Duration, Instant};
+
+    /// Calls of every size to 5 MiB (fragmented into datagrams), round the job and back, a
+    /// call to no handler, leaving as an event; on loopback (32 KiB datagrams) and on the
+    /// host's own address (Ethernet-sized ones).
+    #[test]
+    fn a_plain_process_calls_and_sends_over_udp_and_leaving_is_an_event() {
+        let d = dir("udp-plain");
+        for listen in ["udp://127.0.0.1:0", "udp://:0"] {
+            let (mut job, addr, secret) = echo_job_at(&charmrun("tcp"), 3, &d, listen);
+            assert!(addr.starts_with("udp://"), "{addr}");
+            let mut c = Connection::connect(&addr, &secret).expect("connect");
+            let w = c.recv(Some(T)).expect("welcome").expect("in time");
+            assert_eq!(w.handler, "welcome");
+            assert_eq!(c.call("info", b"", T).expect("info"), b"pes=3 layer=tcp");
+            for size in [0usize, 1, 1000, 1 << 20, 5 << 20] {
+                let data: Vec<u8> = (0..size).map(|i| (i * 7 % 251) as u8).collect();
+                assert_eq!(c.call("echo", &data, T).expect("echo"), data, "{size}");
+                assert_eq!(c.call("around", &data, T).expect("around"), data);
+            }
+            match c.call("nothing-here", b"x", T) {
+                Err(EndpointError::NoHandler { name, .. }) => assert_eq!(name, "nothing-here"),
+                other => panic!("a call to no handler: {other:?}"),
+            }
+            drop(c);
+            assert!(
+                job.wait_for_stdout_lines("left peer 0: it closed the connection", 1, T),
+                "{}",
+                job.stdout_so_far()
+            );
+            let mut c = Connection::connect(&addr, &secret).expect("connect again");
+            assert_eq!(c.call("echo", b"again", T).expect("echo"), b"again");
+            c.send("quit", b"").expect("quit");
+            let o = job.finish();
+            assert_eq!(o.code, Some(0), "{listen}:\n{o}");
+        }
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_job_connects_to_a_job_over_udp() {
+        let d = dir("udp-jobs");
+        let (job, addr, secret) = echo_job_at(&charmrun("tcp"), 2, &d, "udp://127.0.0.1:0");
+        let other = charmrun("si").run(
+            &example("echo"),
+            2,
+            &[
+                "--connect",
+                &addr,
+                "--secret-file",
+                &d.join("secret").to_string_lossy(),
+            ],
+            Duration::from_secs(60),
+        );
+        assert_eq!(other.code, Some(0), "{other}");
+        assert_eq!(other.lines_with("20 echoes of 1 MiB"), 1, "{other}");
+        let mut c = Connection::connect(&addr, &secret).expect("connect");
+        c.send("quit", b"").expect("quit");
+        let o = job.finish();
+        assert_eq!(o.code, Some(0), "{o}");
+        assert_eq!(o.lines_with("left peer 0"), 1, "{o}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// A wrong secret is refused; junk datagrams, and 100 sockets that open a connection and
+    /// say nothing more, cost an established client nothing; the job goes on.
+    #[test]
+    fn strangers_and_a_wrong_secret_are_refused_over_udp() {
+        let d = dir("udp-strangers");
+        let (mut job, addr, secret) = echo_job_at(&charmrun("tcp"), 2, &d, "udp://127.0.0.1:0");
+        let mut good = Connection::connect(&addr, &secret).expect("connect");
+        match Connection::connect(&addr, &Secret::generate().expect("random")) {
+            Err(EndpointError::Refused { why, .. }) => assert_eq!(why, "wrong secret"),
+            other => panic!("a wrong secret: {other:?}"),
+        }
+        assert!(
+            job.wait_for_stderr("wrong secret", T),
+            "{}",
+            job.stderr_so_far()
+        );
+        let target = addr.trim_start_matches("udp://").to_string();
+        let mut open = [0u8; 34];
+        open[..4].copy_from_slice(b"CVEU");
+        open[4] = 1; // OPEN
+        open[5] = 1;
+        let strangers: Vec<UdpSocket> = (0..100u64)
+            .filter_map(|i| {
+                let s = UdpSocket::bind("127.0.0.1:0").ok()?;
+                open[6..14].copy_from_slice(&(i + 1).to_le_bytes());
+                for junk in [&b"GET / HTTP/1.0\r\n\r\n"[..], &[0xff; 2000], &open] {
+                    let _ = s.send_to(junk, &target);
+                }
+                Some(s)
+            })
+            .collect();
+        for i in 0..200u32 {
+            let b = i.to_le_bytes();
+            assert_eq!(good.call("echo", &b, T).expect("a call among strangers"), b);
+        }
+        drop(strangers);
+        let mut again = Connection::connect(&addr, &secret).expect("connect after them");
+        assert_eq!(again.call("echo", b"ok", T).expect("echo"), b"ok");
+        good.send("quit", b"").expect("quit");
+        let o = job.finish();
+        assert_eq!(o.code, Some(0), "{o}");
+        assert!(o.stderr.contains("wrong secret"), "{o}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Nothing listens on a UDP port: the connect says so at once (the port unreachable).
+    #[test]
+    fn connecting_where_nothing_listens_is_unreachable() {
+        let port = UdpSocket::bind("127.0.0.1:0")
+            .and_then(|s| s.local_addr())
+            .expect("port")
+            .port();
+        let addr = format!("udp://127.0.0.1:{port}");
+        let t0 = Instant::now();
+        let e = Connection::connect(&addr, &Secret::generate().expect("random"))
+            .expect_err("nothing listens")
+            .to_string();
+        assert!(e.contains(&addr) && e.contains("unreachable"), "{e}");
+        assert!(!e.contains('\n'), "{e}");
+        assert!(t0.elapsed() < Duration::from_secs(5), "{e}");
+    }
+
+    /// A child process of this test, killed when dropped.
+    struct Helper(Child);
+
+    impl Drop for Helper {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    /// Not a test of its own: run in a process of its own by
+    /// `a_peer_killed_mid_stream_is_an_event_over_udp`, which kills it mid-stream.
+    #[test]
+    #[ignore = "a helper, run by another test in a process of its own"]
+    fn udp_helper_streams_until_killed() {
+        let (Ok(addr), Ok(secret)) = (
+            std::env::var("CVEP_UDP_ADDR"),
+            std::env::var("CVEP_UDP_SECRET"),
+        ) else {
+            return;
+        };
+        let secret = Secret::parse(&secret).expect("secret");
+        let mut c = Connection::connect(&addr, &secret).expect("connect");
+        let blob = vec![3u8; 1 << 20];
+        for _ in 0..100_000 {
+            c.send("echo-not", &blob).expect("send");
+            let _ = c.call("echo", &blob, T).expect("echo");
+        }
+    }
+
+    /// A plain process killed (SIGKILL) while 1 MiB messages flow both ways: the job hears
+    /// nothing more from it, and after the session's 10 s of silence it is a Left event; the
+    /// job serves others meanwhile and after.
+    #[test]
+    fn a_peer_killed_mid_stream_is_an_event_over_udp() {
+        let d = dir("udp-killed");
+        let (mut job, addr, secret) = echo_job_at(&charmrun("tcp"), 2, &d, "udp://127.0.0.1:0");
+        let mut first = Connection::connect(&addr, &secret).expect("connect");
+        let helper = Helper(
+            Command::new(std::env::current_exe().expect("this test"))
+                .args([
+                    "--ignored",
+                    "--exact",
+                    "udp::udp_helper_streams_until_killed",
+                    "--nocapture",
+                ])
+                .env("CVEP_UDP_ADDR", &addr)
+                .env("CVEP_UDP_SECRET", secret.to_hex())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("the helper"),
+        );
+        assert!(
+            job.wait_for_stdout_lines("joined peer 1", 1, T),
+            "{}",
+            job.stdout_so_far()
+        );
+        // Mid-stream: a second of 1 MiB messages and calls.
+        std::thread::sleep(Duration::from_secs(1));
+        let killed = Instant::now();
+        drop(helper);
+        assert!(
+            job.wait_for_stdout_lines("left peer 1: it sent nothing for 10 s", 1, T),
+            "{}",
+            job.stdout_so_far()
+        );
+        let took = killed.elapsed();
+        assert!(
+            took < Duration::from_secs(15),
+            "the Left came after {took:?}"
+        );
+        assert_eq!(
+            first.call("echo", b"still here", T).expect("echo"),
+            b"still here"
+        );
+        first.send("quit", b"").expect("quit");
+        let o = job.finish();
+        assert_eq!(o.code, Some(0), "{o}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Inside a network namespace that drops 5% of UDP datagrams at random: a plain process
+    /// and the job exchange calls of up to 4 MiB intact, and another job connects.
+    #[test]
+    fn calls_survive_random_loss_over_udp() {
+        let Some(net) = converse_tests::netns::Lossy::new(5) else {
+            return;
+        };
+        let d = dir("udp-loss");
+        let (s, a) = (d.join("secret"), d.join("addr"));
+        let mut cmd = net.command(&converse_tests::charmrun_path(PROGRAM));
+        cmd.args(["+p2", &example("echo"), "--secret-file"])
+            .arg(&s)
+            .arg("--addr-file")
+            .arg(&a)
+            .args(["--listen", "udp://127.0.0.1:0", "+machine", "tcp"]);
+        let mut job = Running::start(&mut cmd, Duration::from_secs(150)).expect("start");
+        let addr = wait_file(&a, &job);
+        let secret = Secret::read_file(&s).expect("secret");
+        assert!(job.wait_for_stdout_lines("listening at ", 1, T));
+        // This test's process is outside the namespace: its clients run there (another job,
+        // then this test's binary as a plain process).
+        let mut other = net.command(&converse_tests::charmrun_path(PROGRAM));
+        other
+            .args(["+p2", &example("echo"), "--connect", &addr, "--secret-file"])
+            .arg(&s)
+            .args(["+machine", "tcp"]);
+        let o = converse_tests::run_bounded(&mut other, Duration::from_secs(120));
+        assert_eq!(o.code, Some(0), "{o}");
+        assert_eq!(o.lines_with("20 echoes of 1 MiB"), 1, "{o}");
+        let mut quit = net.command(&std::env::current_exe().expect("this test"));
+        quit.args([
+            "--ignored",
+            "--exact",
+            "udp::udp_helper_calls_then_quits",
+            "--nocapture",
+        ])
+        .env("CVEP_UDP_ADDR", &addr)
+        .env("CVEP_UDP_SECRET", secret.to_hex());
+        let q = converse_tests::run_bounded(&mut quit, Duration::from_secs(120));
+        assert_eq!(q.code, Some(0), "{q}");
+        let o = job.finish();
+        assert_eq!(o.code, Some(0), "{o}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+
+    /// Not a test of its own: run inside the lossy namespace by
+    /// `calls_survive_random_loss_over_udp`: calls of every size to 4 MiB, then `quit`.
+    #[test]
+    #[ignore = "a helper, run by another test in a network namespace"]
+    fn udp_helper_calls_then_quits() {
+        let (Ok(addr), Ok(secret)) = (
+            std::env::var("CVEP_UDP_ADDR"),
+            std::env::var("CVEP_UDP_SECRET"),
+        ) else {
+            return;
+        };
+        let secret = Secret::parse(&secret).expect("secret");
+        let mut c = Connection::connect(&addr, &secret).expect("connect");
+        for size in [0usize, 1, 1000, 100_000, 1 << 20, 4 << 20] {
+            let data: Vec<u8> = (0..size).map(|i| (i * 13 % 251) as u8).collect();
+            assert_eq!(c.call("echo", &data, T).expect("echo"), data, "{size}");
+        }
+        c.send("quit", b"").expect("quit");
+    }
 }

@@ -31,78 +31,20 @@ fn stats_field(stderr: &str, name: &str) -> u64 {
 
 mod loss {
     use super::{retransmitted, DAMAGE_SCENARIOS};
-    use converse_tests::{ip, run_bounded, Outcome};
-    use std::process::Command;
+    use converse_tests::netns::Lossy;
+    use converse_tests::{run_bounded, Outcome};
     use std::time::Duration;
 
     const PROGRAM: &str = env!("CARGO_BIN_EXE_conformance");
 
-    /// A network namespace whose firewall drops incoming UDP at random: on its loopback, every
-    /// datagram between two nodes has that chance of being lost. Deleted when dropped.
-    struct Lossy {
-        ns: String,
-    }
-
-    fn nft(ns: &str, rule: &str) -> bool {
-        Command::new("ip")
-            .args(["netns", "exec", ns, "nft"])
-            .args(rule.split(' '))
-            .output()
-            .map(|o| o.status.success())
-            .unwrap_or(false)
-    }
-
-    impl Lossy {
-        /// The namespace, or `None` (after saying why) when this machine cannot make it.
-        fn new(percent: u32) -> Option<Lossy> {
-            if !nix::unistd::geteuid().is_root() {
-                eprintln!("skipped: network namespaces and nftables need root");
-                return None;
-            }
-            if Command::new("nft").arg("--version").output().is_err() {
-                eprintln!("skipped: no nft (apt-get install nftables)");
-                return None;
-            }
-            let ns = format!("cvu{}l{percent}", std::process::id() % 100_000);
-            if !ip(&["netns", "add", &ns]) {
-                eprintln!("skipped: `ip netns add` failed (no iproute2 or no permission)");
-                return None;
-            }
-            let lossy = Lossy { ns };
-            // Dropped on input, not output: a firewall dropping output makes `sendmsg` fail
-            // with EPERM, which real loss never does.
-            let ok = ip(&["-n", &lossy.ns, "link", "set", "lo", "up"])
-                && nft(&lossy.ns, "add table inet loss")
-                && nft(
-                    &lossy.ns,
-                    "add chain inet loss in { type filter hook input priority 0 ; }",
-                )
-                && nft(
-                    &lossy.ns,
-                    &format!(
-                        "add rule inet loss in meta l4proto udp numgen random mod 100 < {percent} drop"
-                    ),
-                );
-            assert!(ok, "could not set up the lossy namespace {}", lossy.ns);
-            Some(lossy)
-        }
-
-        fn run(&self, pes: usize, scenario: &[&str]) -> Outcome {
-            let mut cmd = Command::new("ip");
-            cmd.args(["netns", "exec", &self.ns])
-                .arg(converse_tests::charmrun_path(PROGRAM))
-                .arg(format!("+p{pes}"))
-                .arg(PROGRAM)
-                .args(scenario)
-                .args(["+machine", "udp", "+stats"]);
-            run_bounded(&mut cmd, Duration::from_secs(180))
-        }
-    }
-
-    impl Drop for Lossy {
-        fn drop(&mut self) {
-            ip(&["netns", "del", &self.ns]);
-        }
+    /// `scenario` on `pes` PEs under charmrun on the UDP layer, inside `net`.
+    fn run(net: &Lossy, pes: usize, scenario: &[&str]) -> Outcome {
+        let mut cmd = net.command(&converse_tests::charmrun_path(PROGRAM));
+        cmd.arg(format!("+p{pes}"))
+            .arg(PROGRAM)
+            .args(scenario)
+            .args(["+machine", "udp", "+stats"]);
+        run_bounded(&mut cmd, Duration::from_secs(180))
     }
 
     /// Every damage scenario passes at `percent` loss (so every message arrived exactly once,
@@ -113,7 +55,7 @@ mod loss {
         };
         let mut repaired = 0;
         for scenario in DAMAGE_SCENARIOS {
-            let o = net.run(4, scenario);
+            let o = run(&net, 4, scenario);
             assert!(
                 o.code == Some(0) && o.lines_with(&format!("conformance {}: ok", scenario[0])) == 1,
                 "{scenario:?} at {percent}% loss:\n{o}"

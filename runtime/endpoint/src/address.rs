@@ -4,7 +4,7 @@
 //! |---|---|---|
 //! | `tcp` | `HOST:PORT` (a name, an IPv4 address or `[IPv6]`; port 0 to listen on any) | yes |
 //! | `si` | a name (1 to 100 of `A-Z a-z 0-9 . _ -`; empty to listen: one is made), for processes of the same host: a Unix socket in the abstract namespace `converse-endpoint/NAME` (of the network namespace) | yes |
-//! | `udp` | `HOST:PORT` | not yet: refused, naming what is |
+//! | `udp` | `HOST:PORT` (as `tcp`): a reliable stream over datagrams (`udp/`), one UDP socket per listener, its peers told apart by source address | yes |
 //! | `ofi+PROVIDER`, `ucx+TRANSPORT` | a fabric's address | only once those layers have landed: refused |
 //! | `mpi+dynamic` | an MPI port name | refused |
 //!
@@ -16,19 +16,23 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Instant;
 
 /// The schemes this build listens on and connects to.
-pub const AVAILABLE: &[&str] = &["tcp", "si"];
+pub const AVAILABLE: &[&str] = &["tcp", "udp", "si"];
 
 /// Schemes that exist in the field (Mercury's, the fabric layers') but not in this build.
-const KNOWN_ELSEWHERE: &[(&str, &str)] = &[
-    ("udp", "the UDP scheme is not built yet"),
-    ("mpi+dynamic", "MPI connect/accept is not offered"),
-];
+const KNOWN_ELSEWHERE: &[(&str, &str)] = &[("mpi+dynamic", "MPI connect/accept is not offered")];
 
 /// A parsed address string.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Address {
     /// `tcp://HOST:PORT`: the host as written and the port.
     Tcp {
+        /// A name or an address (IPv6 without its brackets).
+        host: String,
+        /// 0 when listening: any free port.
+        port: u16,
+    },
+    /// `udp://HOST:PORT`: as `Tcp`, over UDP.
+    Udp {
         /// A name or an address (IPv6 without its brackets).
         host: String,
         /// 0 when listening: any free port.
@@ -60,6 +64,10 @@ impl Address {
     /// );
     /// assert!(Address::parse("tpc://h:1").unwrap_err().to_string().contains("did you mean tcp"));
     /// assert_eq!(Address::parse("si://stream-1").unwrap(), Address::Si { name: "stream-1".into() });
+    /// assert_eq!(
+    ///     Address::parse("udp://:0").unwrap(),
+    ///     Address::Udp { host: "0.0.0.0".into(), port: 0 }
+    /// );
     /// ```
     pub fn parse(s: &str) -> Result<Address, EndpointError> {
         let bad = |why: String| EndpointError::Address {
@@ -80,6 +88,14 @@ impl Address {
                         .to_string())
                     })?;
                 Ok(Address::Tcp { host, port })
+            }
+            "udp" => {
+                let (host, port) =
+                    split_host_port(rest).ok_or_else(|| {
+                        bad("a udp address is udp://HOST:PORT (port 0 to 65535; [IPv6] in brackets)"
+                        .to_string())
+                    })?;
+                Ok(Address::Udp { host, port })
             }
             "si" => {
                 let ok = rest.len() <= MAX_SI_NAME
@@ -130,8 +146,14 @@ impl Address {
                 let socks = self.resolve(text)?;
                 let l = std::net::TcpListener::bind(&socks[..]).map_err(fail)?;
                 l.set_nonblocking(true).map_err(fail)?;
-                let shown = display(l.local_addr().map_err(fail)?);
+                let shown = display("tcp", l.local_addr().map_err(fail)?);
                 Ok((Listener::Tcp(l), shown))
+            }
+            Address::Udp { .. } => {
+                let socks = self.resolve(text)?;
+                let l = crate::udp::UdpListener::bind(&socks).map_err(fail)?;
+                let shown = display("udp", l.local_addr());
+                Ok((Listener::Udp(l), shown))
             }
             Address::Si { name } => {
                 let name = if name.is_empty() {
@@ -173,6 +195,9 @@ impl Address {
                 }
                 Err(unreachable(last))
             }
+            Address::Udp { .. } => {
+                crate::udp::dial(&self.resolve(text)?, text, deadline).map(Stream::Udp)
+            }
             Address::Si { name } => {
                 if name.is_empty() {
                     return Err(EndpointError::Address {
@@ -194,14 +219,14 @@ impl Address {
         }
     }
 
-    /// The socket addresses a `tcp` address resolves to (none for other schemes).
+    /// The socket addresses a `tcp` or `udp` address resolves to (none for `si`).
     ///
     /// # Errors
     /// [`EndpointError::Address`] when the host does not resolve.
     pub fn resolve(&self, text: &str) -> Result<Vec<SocketAddr>, EndpointError> {
         match self {
             Address::Si { .. } => Ok(Vec::new()),
-            Address::Tcp { host, port } => {
+            Address::Tcp { host, port } | Address::Udp { host, port } => {
                 let found: Vec<SocketAddr> = (host.as_str(), *port)
                     .to_socket_addrs()
                     .map_err(|e| EndpointError::Address {
@@ -248,15 +273,15 @@ fn split_host_port(s: &str) -> Option<(String, u16)> {
 /// The address string of a bound socket, with an unspecified IP (listening on every
 /// interface) replaced by one others can reach: the host's first non-loopback IPv4 address,
 /// or loopback if it has none.
-pub(crate) fn display(bound: SocketAddr) -> String {
+pub(crate) fn display(scheme: &str, bound: SocketAddr) -> String {
     let ip = if bound.ip().is_unspecified() {
         reachable_ip().unwrap_or(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST))
     } else {
         bound.ip()
     };
     match ip {
-        std::net::IpAddr::V4(v4) => format!("tcp://{v4}:{}", bound.port()),
-        std::net::IpAddr::V6(v6) => format!("tcp://[{v6}]:{}", bound.port()),
+        std::net::IpAddr::V4(v4) => format!("{scheme}://{v4}:{}", bound.port()),
+        std::net::IpAddr::V6(v6) => format!("{scheme}://[{v6}]:{}", bound.port()),
     }
 }
 
@@ -311,7 +336,8 @@ mod tests {
             ("tcp://::1:5", "tcp://HOST:PORT"),
             ("tcpp://h:1", "did you mean tcp"),
             ("si://a/b", "an si name is"),
-            ("udp://h:1", "not built yet"),
+            ("udp://h", "udp://HOST:PORT"),
+            ("mpi+dynamic://p", "not offered"),
             ("ofi+tcp://h:1", "ofi layer is not compiled"),
             ("ucx+all://h", "ucx layer is not compiled"),
             ("gopher://h:1", "unknown scheme 'gopher'"),
@@ -320,9 +346,11 @@ mod tests {
             assert!(e.contains(needle), "{s}: {e}");
             assert!(e.contains(s), "{s}: {e}");
             // A scheme refused names those there are; a malformed address, its form.
-            let known = s.starts_with("tcp://") || s.starts_with("si://");
+            let known = ["tcp://", "si://", "udp://"]
+                .iter()
+                .any(|k| s.starts_with(k));
             assert!(
-                known || e.contains("schemes in this build: tcp, si"),
+                known || e.contains("schemes in this build: tcp, udp, si"),
                 "{s}: {e}"
             );
             assert!(!e.contains('\n'), "{s}: {e}");
@@ -331,11 +359,15 @@ mod tests {
 
     #[test]
     fn display_replaces_an_unspecified_ip() {
-        let a = display("0.0.0.0:80".parse().unwrap());
+        let a = display("tcp", "0.0.0.0:80".parse().unwrap());
         assert!(
             a.starts_with("tcp://") && a.ends_with(":80") && !a.contains("0.0.0.0"),
             "{a}"
         );
-        assert_eq!(display("[::1]:9".parse().unwrap()), "tcp://[::1]:9");
+        assert_eq!(display("tcp", "[::1]:9".parse().unwrap()), "tcp://[::1]:9");
+        assert_eq!(
+            display("udp", "127.0.0.1:9".parse().unwrap()),
+            "udp://127.0.0.1:9"
+        );
     }
 }

@@ -283,7 +283,10 @@ impl Connection {
                 .map_err(|e| self.closed(e))?;
             let space = self.reader.space();
             match (&self.stream).read(space) {
-                Ok(0) => return Err(self.closed("the other side closed it")),
+                Ok(0) => {
+                    let why = self.stream.ended_why();
+                    return Err(self.closed(why.as_deref().unwrap_or("the other side closed it")));
+                }
                 Ok(n) => self.reader.filled(n),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e)

@@ -436,6 +436,7 @@ fn handshake(shared: &Arc<Shared>, stream: Stream, secret: &Secret, addr: &str) 
         shared.refused(addr, &stream.peer_name(), &why);
         return;
     }
+    stream.proven();
     let peer = shared.next_peer.fetch_add(1, Ordering::AcqRel);
     let Ok(conn) = Conn::new(peer, stream) else {
         return;
@@ -488,7 +489,12 @@ fn read_conn(shared: &Shared, c: &Conn, r: &mut FrameReader) -> Result<(), Strin
         }
         let space = r.space();
         match (&c.stream).read(space) {
-            Ok(0) => return Err("it closed the connection".into()),
+            Ok(0) => {
+                return Err(c
+                    .stream
+                    .ended_why()
+                    .unwrap_or_else(|| "it closed the connection".into()))
+            }
             Ok(n) => r.filled(n),
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),

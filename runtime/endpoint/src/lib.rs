@@ -3,9 +3,11 @@
 //! messages and calls with replies, naming the handler by name (Mercury's addresses and RPCs,
 //! FastFlow's distributed groups, MRNet's attach mode all rest on this).
 //!
-//! - **Addresses** ([`Address`]): `tcp://HOST:PORT`, and `si://NAME` between processes of one
-//!   host; other schemes are refused with one line naming the address and what this build
-//!   offers.
+//! - **Addresses** ([`Address`]): `tcp://HOST:PORT`, `udp://HOST:PORT` (a reliable stream of
+//!   the crate's own over datagrams: one UDP socket per listener, peers told apart by source
+//!   address; ordered, windowed, fragments, keepalive), and `si://NAME` between processes of
+//!   one host; other schemes are refused with one line naming the address and what this
+//!   build offers.
 //! - **Secrets** ([`Secret`]): a listener accepts only programs that prove its secret (never
 //!   sent: a challenge each way), which it prints or writes to a file only its owner reads.
 //!   Strangers and wrong secrets are refused with a line on the job's stderr (at most one a
@@ -17,7 +19,8 @@
 //!   with timeouts.
 //! - **Bounds** ([`Limits`]): per connection, what waits to be written, what was read and not
 //!   yet handled, and the largest message; a stalled peer stops its sender (refused sends) or
-//!   is no longer read (TCP's window stops it), so neither side's memory grows without bound.
+//!   is no longer read (TCP's window, or UDP's session's, stops it), so neither side's memory
+//!   grows without bound.
 //!
 //! **Ordering.** Messages and calls from one side of a connection are handled in the order
 //! sent; there is no ordering between connections. Delivery is at most once: a connection
@@ -36,6 +39,7 @@ mod io;
 mod job;
 mod secret;
 mod stream;
+mod udp;
 mod wire;
 
 pub use address::{Address, AVAILABLE};

@@ -1,7 +1,8 @@
-//! The byte streams a connection runs over: TCP (`tcp://`), or a Unix socket in the abstract
+//! The byte streams a connection runs over: TCP (`tcp://`), a Unix socket in the abstract
 //! namespace (`si://NAME`: processes of one host, no file left behind, no TCP/IP stack on the
-//! way), behind one type so the handshake, the frames and the I/O thread are the same for
-//! both.
+//! way), or a reliable stream over UDP (`udp://`, see `udp/`: the program holds a Unix socket
+//! whose other end an engine thread carries over datagrams), behind one type so the
+//! handshake, the frames and the I/O thread are the same for all.
 
 use std::io::{IoSlice, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -9,11 +10,14 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::time::Duration;
 
+use crate::udp::{UdpListener, UdpStream};
+
 /// A connected stream.
 #[derive(Debug)]
 pub(crate) enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
+    Udp(UdpStream),
 }
 
 impl Stream {
@@ -21,22 +25,24 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.set_nonblocking(on),
             Stream::Unix(s) => s.set_nonblocking(on),
+            Stream::Udp(s) => s.app.set_nonblocking(on),
         }
     }
 
     /// Small messages go at once (a message-driven program waits on each); nothing to set on
-    /// a Unix socket.
+    /// a Unix socket (nor on UDP's: its engine sends what it has at once).
     pub(crate) fn set_nodelay(&self) -> std::io::Result<()> {
         match self {
             Stream::Tcp(s) => s.set_nodelay(true),
-            Stream::Unix(_) => Ok(()),
+            Stream::Unix(_) | Stream::Udp(_) => Ok(()),
         }
     }
 
     /// A peer whose host vanishes (power lost, cable pulled) sends nothing, not even a
     /// reset: TCP keep-alive probes after 10 s idle, every 5 s, and the connection ends
     /// after 3 unanswered, so every wait on it ends within about 25 s. Nothing to set on a
-    /// Unix socket (a process of this host that dies closes it).
+    /// Unix socket (a process of this host that dies closes it), nor on UDP's (its session
+    /// probes after 1 s of silence and gives the peer up after 10 s).
     pub(crate) fn set_keepalive(&self) -> std::io::Result<()> {
         use nix::sys::socket::{setsockopt, sockopt};
         let Stream::Tcp(s) = self else {
@@ -55,6 +61,7 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.set_read_timeout(t),
             Stream::Unix(s) => s.set_read_timeout(t),
+            Stream::Udp(s) => s.app.set_read_timeout(t),
         }
     }
 
@@ -62,6 +69,7 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.set_write_timeout(t),
             Stream::Unix(s) => s.set_write_timeout(t),
+            Stream::Udp(s) => s.app.set_write_timeout(t),
         }
     }
 
@@ -69,7 +77,24 @@ impl Stream {
         let _ = match self {
             Stream::Tcp(s) => s.shutdown(std::net::Shutdown::Both),
             Stream::Unix(s) => s.shutdown(std::net::Shutdown::Both),
+            Stream::Udp(s) => s.app.shutdown(std::net::Shutdown::Both),
         };
+    }
+
+    /// The listener's handshake proved the secret (UDP: no longer a half-open connection).
+    pub(crate) fn proven(&self) {
+        if let Stream::Udp(s) = self {
+            s.proven();
+        }
+    }
+
+    /// Why the stream ended, when the transport knows better than "closed" (UDP: a peer
+    /// silent too long, a reset, a port unreachable).
+    pub(crate) fn ended_why(&self) -> Option<String> {
+        match self {
+            Stream::Udp(s) => s.ended_why(),
+            _ => None,
+        }
     }
 
     /// The host a connection comes from, to count its handshakes: the IP address, or
@@ -80,6 +105,7 @@ impl Stream {
                 .peer_addr()
                 .map_or_else(|_| "unknown".into(), |a| a.ip().to_string()),
             Stream::Unix(_) => "this host".into(),
+            Stream::Udp(s) => s.peer.ip().to_string(),
         }
     }
 
@@ -97,6 +123,7 @@ impl Stream {
                         |c| format!("process {} of this host", c.pid()),
                     )
             }
+            Stream::Udp(s) => s.peer.to_string(),
         }
     }
 }
@@ -106,6 +133,7 @@ impl AsRawFd for Stream {
         match self {
             Stream::Tcp(s) => s.as_raw_fd(),
             Stream::Unix(s) => s.as_raw_fd(),
+            Stream::Udp(s) => s.app.as_raw_fd(),
         }
     }
 }
@@ -115,6 +143,7 @@ impl Read for &Stream {
         match self {
             Stream::Tcp(s) => (&*s).read(buf),
             Stream::Unix(s) => (&*s).read(buf),
+            Stream::Udp(s) => (&s.app).read(buf),
         }
     }
 }
@@ -124,6 +153,7 @@ impl Write for &Stream {
         match self {
             Stream::Tcp(s) => (&*s).write(buf),
             Stream::Unix(s) => (&*s).write(buf),
+            Stream::Udp(s) => (&s.app).write(buf),
         }
     }
 
@@ -131,6 +161,7 @@ impl Write for &Stream {
         match self {
             Stream::Tcp(s) => (&*s).write_vectored(bufs),
             Stream::Unix(s) => (&*s).write_vectored(bufs),
+            Stream::Udp(s) => (&s.app).write_vectored(bufs),
         }
     }
 
@@ -144,6 +175,7 @@ impl Write for &Stream {
 pub(crate) enum Listener {
     Tcp(TcpListener),
     Unix(UnixListener),
+    Udp(UdpListener),
 }
 
 impl Listener {
@@ -152,6 +184,7 @@ impl Listener {
         match self {
             Listener::Tcp(l) => l.accept().map(|(s, _)| Stream::Tcp(s)),
             Listener::Unix(l) => l.accept().map(|(s, _)| Stream::Unix(s)),
+            Listener::Udp(l) => l.accept().map(Stream::Udp),
         }
     }
 }
@@ -161,6 +194,7 @@ impl AsRawFd for Listener {
         match self {
             Listener::Tcp(l) => l.as_raw_fd(),
             Listener::Unix(l) => l.as_raw_fd(),
+            Listener::Udp(l) => l.as_raw_fd(),
         }
     }
 }
