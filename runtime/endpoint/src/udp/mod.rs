@@ -31,7 +31,7 @@ use nix::sys::eventfd::{EfdFlags, EventFd};
 use session::{Config, Header, Session, State, HEADER, OPEN, RESET};
 use std::collections::{HashMap, VecDeque};
 use std::io::{IoSlice, Read, Write};
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::net::{SocketAddr, UdpSocket};
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -376,8 +376,9 @@ impl Engine {
     fn config(&self, peer: SocketAddr) -> Config {
         let mss = match peer.ip() {
             ip if ip.is_loopback() => (32 << 10) - HEADER,
-            IpAddr::V4(_) => 1472 - HEADER,
-            IpAddr::V6(_) => 1452 - HEADER,
+            // QUIC's choice: fits the paths of tunnels, VPNs and PPPoE too, where a full
+            // Ethernet frame would be refused (EMSGSIZE) and the connection starve.
+            _ => 1200 - HEADER,
         };
         Config {
             mss,
@@ -464,8 +465,10 @@ impl Engine {
                 // Read, or the eventfd would stay readable and the poll not sleep.
                 let _ = self.wake.fd.read();
                 if self.wake.exiting.load(Ordering::Acquire) {
-                    // The process exits: each connection as if its program closed it.
+                    // The process exits: each connection as if its program closed it, after
+                    // what its program wrote last (still in the pair) is taken in.
                     for slot in self.slots.values_mut() {
+                        app_io(slot, &mut appbuf);
                         if !slot.app_eof {
                             slot.app_eof = true;
                             slot.sess.close();
@@ -581,21 +584,18 @@ impl Engine {
         }
     }
 
-    /// A connector's socket says the listener's port is closed: the connection is over.
+    /// A connector's socket reports an error (an ICMP message). Only "port unreachable"
+    /// while the connection is being opened ends it: nothing listens there. Anything else,
+    /// or later (an ICMP message is easily forged, and a path's MTU may change), is left to
+    /// the dead-peer rule, which ends a connection whose peer really went silent.
     fn socket_error(&mut self, e: &std::io::Error) {
-        if self.accepted.is_some() {
-            return; // a listener's socket: some peer's ICMP, not the listener's business
+        if self.accepted.is_some() || e.kind() != std::io::ErrorKind::ConnectionRefused {
+            return;
         }
-        let why = if e.kind() == std::io::ErrorKind::ConnectionRefused {
-            "nothing listens there (port unreachable)".to_string()
-        } else {
-            format!("the UDP socket: {e}")
-        };
         for s in self.slots.values_mut() {
             if s.sess.state() == &State::Opening {
-                s.sess.fail(why.clone());
-            } else {
-                s.sess.fail(format!("it is gone: {why}"));
+                s.sess
+                    .fail("nothing listens there (port unreachable)".to_string());
             }
         }
     }

@@ -47,6 +47,12 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
+/// Most pieces of early data one connection holds (see `Session::hold_early`).
+const EARLY_SEGMENTS_MAX: usize = 8192;
+
+/// Most acknowledgements one connection owes at once (one datagram says them all).
+const ACKS_OWED_MAX: u32 = 64;
+
 /// Magic of every datagram.
 pub(crate) const MAGIC: &[u8; 4] = b"CVEU";
 /// The protocol's version.
@@ -436,8 +442,12 @@ impl Session {
             self.acks_owed = self.acks_owed.max(1);
             return;
         }
-        // Beyond what this side said it takes: the excess is dropped.
-        let edge = self.rcv_nxt + self.window() as u64 + self.early_bytes as u64;
+        // Beyond what this side said it takes: the excess is dropped. The edge counts what
+        // the program has not read, not the early bytes: those lie below it, each held once
+        // (below), so they never take more than the buffer whatever a peer sends.
+        let edge = self.rcv_nxt
+            + (self.cfg.recv_buffer.saturating_sub(self.ready.len())).min(self.cfg.max_window)
+                as u64;
         if seq >= edge {
             self.stats.beyond_window += 1;
             self.acks_owed = self.acks_owed.max(1);
@@ -465,13 +475,43 @@ impl Session {
             self.acks_owed = self.acks_owed.max(1);
         } else {
             self.stats.early += 1;
-            // Held until the gap fills; a segment already held (the same start) is not
-            // held twice. Every early one is acknowledged at once: a duplicate ACK.
-            if !self.early.contains_key(&seq) {
-                self.early_bytes += take.len();
-                self.early.insert(seq, take.to_vec());
+            // Held until the gap fills. Every early one is acknowledged at once: a duplicate
+            // ACK.
+            self.hold_early(seq, take);
+            self.acks_owed = self.acks_owed.saturating_add(1).min(ACKS_OWED_MAX);
+        }
+    }
+
+    /// Hold early bytes `b` (from `seq`) where nothing is held yet: a byte is held once
+    /// however segments overlap, and at most [`EARLY_SEGMENTS_MAX`] pieces are (a peer
+    /// sending tiny pieces would otherwise cost more in bookkeeping than in bytes).
+    fn hold_early(&mut self, seq: u64, b: &[u8]) {
+        let end = seq + b.len() as u64;
+        let mut at = seq;
+        // What the piece before `seq` already covers.
+        if let Some((&ps, pv)) = self.early.range(..=seq).next_back() {
+            at = at.max(ps + pv.len() as u64);
+        }
+        while at < end {
+            let next = self
+                .early
+                .range(at..)
+                .next()
+                .map(|(&ns, nv)| (ns, ns + nv.len() as u64));
+            let stop = next.map_or(end, |(ns, _)| ns.min(end));
+            if stop > at {
+                if self.early.len() >= EARLY_SEGMENTS_MAX {
+                    self.stats.beyond_window += 1;
+                    return;
+                }
+                let piece = b[(at - seq) as usize..(stop - seq) as usize].to_vec();
+                self.early_bytes += piece.len();
+                self.early.insert(at, piece);
             }
-            self.acks_owed += 1;
+            at = match next {
+                Some((ns, ne)) if ns < end => ne.max(stop),
+                _ => end,
+            };
         }
     }
 
@@ -1037,5 +1077,40 @@ mod tests {
         let (a, b) = l.ready();
         assert_eq!(a.len() + b.len(), 4, "only the bytes at offset 0 are taken");
         assert_eq!(l.ended(), None);
+    }
+
+    #[test]
+    fn overlapping_early_segments_are_held_once_and_never_past_the_buffer() {
+        let now = Instant::now();
+        let mut l = Session::accept(7, cfg(), now);
+        let data = pattern(70_000);
+        let seg = |l: &mut Session, seq: usize, len: usize| {
+            let h = Header {
+                kind: DATA,
+                conn: 7,
+                seq: seq as u64,
+                ack: 0,
+                wnd: u32::MAX,
+            };
+            let end = (seq + len).min(data.len());
+            l.receive(&h, &data[seq..end], now);
+        };
+        // A hostile peer: 10,000 overlapping segments of 32 KiB at every offset from 1, and
+        // tiny ones between; byte 0 never comes.
+        seg(&mut l, 1, 32 << 10);
+        let mut reach = 1 + (32 << 10);
+        for i in 0..10_000 {
+            let (at, len) = (1 + i * 7 % 40_000, if i % 3 == 0 { 1 } else { 32 << 10 });
+            seg(&mut l, at, len);
+            reach = usize::max(reach, at + len);
+        }
+        assert!(l.early_bytes <= cfg().recv_buffer, "{} held", l.early_bytes);
+        assert!(l.early.len() <= EARLY_SEGMENTS_MAX);
+        // The gap filled: what was held is the stream, byte for byte, up to the buffer.
+        seg(&mut l, 0, 1);
+        let (a, b) = l.ready();
+        let got: Vec<u8> = a.iter().chain(b).copied().collect();
+        assert_eq!(got.len(), reach.min(cfg().recv_buffer));
+        assert_eq!(got[..], data[..got.len()]);
     }
 }
