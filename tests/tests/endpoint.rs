@@ -163,7 +163,7 @@ fn a_plain_process_calls_and_sends_by_name_and_leaving_is_an_event() {
 
 #[test]
 fn a_job_connects_to_a_job() {
-    for listen in ["tcp://:0", "si://"] {
+    for listen in ["tcp://:0", "si://", "udp://127.0.0.1:0"] {
         job_to_job(listen);
     }
 }
@@ -603,31 +603,6 @@ mod udp {
     use std::net::UdpSocket;
     use std::process::{Child, Command, Stdio};
     use std::time::{Duration, Instant};
-
-    #[test]
-    fn a_job_connects_to_a_job_over_udp() {
-        let d = dir("udp-jobs");
-        let (job, addr, secret) = echo_job_at(&charmrun("tcp"), 2, &d, "udp://127.0.0.1:0");
-        let other = charmrun("si").run(
-            &example("echo"),
-            2,
-            &[
-                "--connect",
-                &addr,
-                "--secret-file",
-                &d.join("secret").to_string_lossy(),
-            ],
-            Duration::from_secs(60),
-        );
-        assert_eq!(other.code, Some(0), "{other}");
-        assert_eq!(other.lines_with("20 echoes of 1 MiB"), 1, "{other}");
-        let mut c = Connection::connect(&addr, &secret).expect("connect");
-        c.send("quit", b"").expect("quit");
-        let o = job.finish();
-        assert_eq!(o.code, Some(0), "{o}");
-        assert_eq!(o.lines_with("left peer 0"), 1, "{o}");
-        let _ = std::fs::remove_dir_all(&d);
-    }
 
     /// A wrong secret is refused; junk datagrams, and 100 sockets that open a connection and
     /// say nothing more, cost an established client nothing; the job goes on.
