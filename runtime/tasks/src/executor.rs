@@ -10,7 +10,17 @@
 //!
 //! Costs per wake-up from another thread or handler: one message allocation (24 bytes of
 //! envelope, no payload) and a lock-free push and pop; per poll, one slab lookup. A task is one
-//! allocation for its future, one for its waker and one for its join state.
+//! allocation ([`TaskCell`]: its future, then its output, shared with its [`JoinHandle`]); its
+//! waker is the slot's, kept from the slot's previous task when nothing else held it (else one
+//! more allocation). The future is dropped where it lies as soon as it finishes or is
+//! aborted, not when the handle goes.
+//!
+//! **A join runs a task not yet started.** Awaiting the [`JoinHandle`] of a task whose first
+//! poll is still waiting on the ready list polls it at once, inside the joiner's poll
+//! ([`Exec::run_joined`]): the joiner could do nothing until it ends, and an empty or short
+//! task then costs no suspension, wake-up or second poll of the joiner (Argobots' join yields
+//! to a ready target the same way). Those polls count in the row below, give way to a queued
+//! message of better priority, and nest at most [`JOINED_DEPTH`] deep.
 //!
 //! **Woken in a row.** While this crate's own handlers run (a task's poll, a reply), a task of
 //! the same PE spawned or woken there (a joiner whose task just finished, a caller whose reply
@@ -36,15 +46,94 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll, Waker};
 
-type BoxFuture = Pin<Box<dyn Future<Output = ()>>>;
+/// A task as the slab holds it: its future and its output in one allocation ([`TaskCell`]),
+/// shared with its [`JoinHandle`].
+pub(crate) type TaskRef = Rc<dyn Task>;
+
+/// What the executor does with a task, whatever its future's type.
+pub(crate) trait Task {
+    /// Poll the future once: `Ready` once it has finished (its output kept for the handle, the
+    /// future dropped where it lies).
+    fn poll_task(&self, cx: &mut Context<'_>) -> Poll<()>;
+    /// Drop the future where it lies, if it has not finished (aborted, or the executor is
+    /// gone): its destructors run now, not when the last handle goes.
+    fn drop_future(&self);
+}
+
+/// A task's one allocation: the future, then its output until the handle takes it.
+pub(crate) struct TaskCell<F: Future> {
+    /// `None` once finished or dropped. Never moved out: the future is pinned here.
+    fut: RefCell<Option<F>>,
+    join: RefCell<JoinState<F::Output>>,
+}
+
+impl<F: Future> TaskCell<F> {
+    pub(crate) fn new(fut: F) -> TaskCell<F> {
+        TaskCell {
+            fut: RefCell::new(Some(fut)),
+            join: RefCell::new(JoinState {
+                out: None,
+                done: false,
+                joiner: None,
+            }),
+        }
+    }
+}
+
+impl<F: Future> Task for TaskCell<F> {
+    fn poll_task(&self, cx: &mut Context<'_>) -> Poll<()> {
+        // Busy only if the future's own code reaches its task again (a destructor aborting
+        // it): nothing to poll then.
+        let Ok(mut slot) = self.fut.try_borrow_mut() else {
+            return Poll::Pending;
+        };
+        let Some(fut) = slot.as_mut() else {
+            return Poll::Ready(());
+        };
+        // SAFETY: the future lives inside this cell's `Rc` allocation, which never moves, and
+        // leaves it only by being dropped in place (`*slot = None`), never by a move.
+        let fut = unsafe { Pin::new_unchecked(fut) };
+        let Poll::Ready(v) = fut.poll(cx) else {
+            return Poll::Pending;
+        };
+        *slot = None;
+        drop(slot);
+        self.join.borrow_mut().finish(Ok(v));
+        Poll::Ready(())
+    }
+
+    fn drop_future(&self) {
+        if let Ok(mut slot) = self.fut.try_borrow_mut() {
+            *slot = None;
+        }
+    }
+}
+
+/// The handle's side of a [`TaskCell`], whatever its future's type.
+pub(crate) trait Join<T> {
+    fn join(&self) -> &RefCell<JoinState<T>>;
+}
+
+impl<F: Future> Join<F::Output> for TaskCell<F> {
+    fn join(&self) -> &RefCell<JoinState<F::Output>> {
+        &self.join
+    }
+}
 
 /// How many woken tasks one of this crate's handlers polls in a row before it leaves the rest
 /// to run messages: about what a scheduler batch runs between two polls of the layer.
 pub(crate) const IN_A_ROW: usize = 32;
+
+/// How deep joins may nest polls of the tasks they join ([`Exec::run_joined`]).
+const JOINED_DEPTH: u32 = 8;
+
+/// How far from the back of the ready list a joined task's entry is looked for: where a task
+/// spawned just before it is joined is.
+const JOINED_LOOKBACK: usize = 4;
 
 /// The slot number of a drain message: it names no task, it polls the ready list.
 const DRAIN: u32 = u32::MAX;
@@ -56,8 +145,10 @@ struct TaskWake {
     mailbox: Mailbox,
     run: HandlerId,
     id: u32,
-    gen: u32,
-    prio: i32,
+    /// The slot's task of this generation. Atomic only so that the slot can reuse this waker
+    /// for its next task: it is changed only when the slot holds the waker's only references.
+    gen: AtomicU32,
+    prio: AtomicI32,
     /// A run message is posted and not yet taken: further wakes until then add nothing.
     scheduled: AtomicBool,
 }
@@ -73,7 +164,11 @@ impl std::task::Wake for TaskWake {
             if readied != Some(true) {
                 // The one allocation per wake-up: the message that makes the scheduler poll
                 // the task.
-                post_run(&self.mailbox, self.run, self.id, self.gen, self.prio);
+                let (gen, prio) = (
+                    self.gen.load(Ordering::Relaxed),
+                    self.prio.load(Ordering::Relaxed),
+                );
+                post_run(&self.mailbox, self.run, self.id, gen, prio);
             }
         }
     }
@@ -105,10 +200,14 @@ fn with_local_exec<R>(key: usize, f: impl FnOnce(&Exec) -> R) -> Option<R> {
 #[derive(Default)]
 struct Slot {
     gen: u32,
-    /// The future, out of the slot while it is being polled.
-    fut: Option<BoxFuture>,
+    /// The task, out of the slot while it is being polled.
+    fut: Option<TaskRef>,
+    /// The task's waker; kept by a free slot for its next task when no one else holds it,
+    /// which saves that task an allocation (see [`Exec::release`]).
     wake: Option<Arc<TaskWake>>,
     waker: Option<Waker>,
+    /// Polled at least once ([`JoinHandle`]'s poll runs a task not yet started at once).
+    started: bool,
     /// The task is being polled (its future is out of the slot).
     polling: bool,
     /// A run message came while it was being polled (a nested scheduler loop ran it): poll
@@ -116,6 +215,16 @@ struct Slot {
     repoll: bool,
     /// Aborted while being polled: dropped once the poll returns.
     aborted: bool,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        // The handle may outlive the executor: the future goes with the executor, as a boxed
+        // one would.
+        if let Some(t) = self.fut.take() {
+            t.drop_future();
+        }
+    }
 }
 
 /// The executor of one PE (shared by its handlers and the [`Tasks`](crate::Tasks) handle).
@@ -126,6 +235,11 @@ pub(crate) struct Exec {
     polls: Cell<u32>,
     /// A drain message is in flight.
     drain_posted: Cell<bool>,
+    /// Polls made in a row in the running handler of this crate (up to [`IN_A_ROW`]),
+    /// counting those a join makes ([`Exec::run_joined`]).
+    row: Cell<usize>,
+    /// Joins running their task inside the joiner's poll, nested.
+    joined_depth: Cell<u32>,
     slots: RefCell<Vec<Slot>>,
     free: RefCell<Vec<u32>>,
     pub(crate) run: Cell<Option<HandlerId>>,
@@ -185,6 +299,8 @@ impl Exec {
             ready: RefCell::new(VecDeque::new()),
             polls: Cell::new(0),
             drain_posted: Cell::new(false),
+            row: Cell::new(0),
+            joined_depth: Cell::new(0),
             slots: RefCell::new(Vec::new()),
             free: RefCell::new(Vec::new()),
             run: Cell::new(None),
@@ -200,7 +316,7 @@ impl Exec {
 
     /// Put `fut` in a slot and schedule its first poll (a message to this PE). Returns the
     /// slot and its generation.
-    pub(crate) fn spawn(&self, pe: &mut Pe, prio: i32, fut: BoxFuture) -> (u32, u32) {
+    pub(crate) fn spawn(&self, pe: &mut Pe, prio: i32, task: TaskRef) -> (u32, u32) {
         let Some(run) = self.run.get() else {
             unreachable!("the run handler is registered by Tasks::attach before any spawn")
         };
@@ -214,18 +330,29 @@ impl Exec {
         };
         let mut slots = self.slots.borrow_mut();
         let slot = &mut slots[id as usize];
-        let wake = Arc::new(TaskWake {
-            exec: self as *const Exec as usize,
-            mailbox: self.mailbox.clone(),
-            run,
-            id,
-            gen: slot.gen,
-            prio,
-            scheduled: AtomicBool::new(true),
-        });
-        slot.waker = Some(Waker::from(wake.clone()));
-        slot.wake = Some(wake);
-        slot.fut = Some(fut);
+        match (&slot.wake, &slot.waker) {
+            (Some(wake), Some(_)) => {
+                // The previous task's waker, which nothing else holds (see `release`).
+                wake.gen.store(slot.gen, Ordering::Relaxed);
+                wake.prio.store(prio, Ordering::Relaxed);
+                wake.scheduled.store(true, Ordering::Relaxed);
+            }
+            _ => {
+                let wake = Arc::new(TaskWake {
+                    exec: self as *const Exec as usize,
+                    mailbox: self.mailbox.clone(),
+                    run,
+                    id,
+                    gen: AtomicU32::new(slot.gen),
+                    prio: AtomicI32::new(prio),
+                    scheduled: AtomicBool::new(true),
+                });
+                slot.waker = Some(Waker::from(wake.clone()));
+                slot.wake = Some(wake);
+            }
+        }
+        slot.fut = Some(task);
+        slot.started = false;
         let gen = slot.gen;
         drop(slots);
         self.live.set(self.live.get() + 1);
@@ -251,7 +378,11 @@ impl Exec {
             .try_borrow()
             .map_or(true, |s| s.get(wake.id as usize).is_none_or(|s| s.polling));
         if !polling {
-            self.push_ready((wake.id, wake.gen, wake.prio));
+            let (gen, prio) = (
+                wake.gen.load(Ordering::Relaxed),
+                wake.prio.load(Ordering::Relaxed),
+            );
+            self.push_ready((wake.id, gen, prio));
         }
         !polling
     }
@@ -281,16 +412,18 @@ impl Exec {
     pub(crate) fn with_local<R>(&self, pe: &mut Pe, f: impl FnOnce(&mut Pe) -> R) -> R {
         let prev = LOCAL.with(|l| l.replace((self as *const Exec, converse::scheduler_depth())));
         // Put back when done or unwinding; whatever is still ready then is sent messages.
-        struct Restore<'a>(&'a Exec, (*const Exec, u32));
+        struct Restore<'a>(&'a Exec, (*const Exec, u32), usize);
         impl Drop for Restore<'_> {
             fn drop(&mut self) {
                 LOCAL.with(|l| l.set(self.1));
+                self.0.row.set(self.2);
                 self.0.message_ready();
             }
         }
-        let _restore = Restore(self, prev);
+        // A nested loop (inside a task's poll) counts its own row; the outer one's goes on after.
+        let _restore = Restore(self, prev, self.row.replace(0));
         let r = f(pe);
-        for _ in 0..IN_A_ROW {
+        while self.row.get() < IN_A_ROW {
             let (next, waiting) = {
                 let mut ready = self.ready.borrow_mut();
                 let next = match ready.front() {
@@ -312,11 +445,13 @@ impl Exec {
     /// Send every ready task its run message (the in-a-row polling stopped).
     fn message_ready(&self) {
         let Some(run) = self.run.get() else { return };
-        let ready: Vec<_> = match self.ready.try_borrow_mut() {
-            Ok(mut r) if !r.is_empty() => r.drain(..).collect(),
-            _ => return,
-        };
-        for (id, gen, prio) in ready {
+        loop {
+            // Borrowed per entry: posting may run nothing of ours, but need not be trusted to.
+            let next = match self.ready.try_borrow_mut() {
+                Ok(mut r) => r.pop_front(),
+                Err(_) => None,
+            };
+            let Some((id, gen, prio)) = next else { return };
             post_run(&self.mailbox, run, id, gen, prio);
         }
     }
@@ -334,7 +469,7 @@ impl Exec {
 
     /// Poll task `(id, gen)`, if it is still that task.
     fn poll(&self, pe: &mut Pe, id: u32, gen: u32) {
-        let (mut fut, waker, wake) = {
+        let (fut, waker, wake) = {
             let mut slots = self.slots.borrow_mut();
             let Some(slot) = slots.get_mut(id as usize) else {
                 return;
@@ -353,8 +488,10 @@ impl Exec {
                 return;
             };
             slot.polling = true;
+            slot.started = true;
             (fut, waker, wake)
         };
+        self.row.set(self.row.get() + 1);
         loop {
             // Cleared before the poll: a wake during it schedules the task again.
             wake.scheduled.store(false, Ordering::Release);
@@ -369,7 +506,7 @@ impl Exec {
             let restore = Restore(prev);
             // If the poll unwinds (a panic the program catches), the task is gone: its slot is
             // freed rather than left "being polled" for ever.
-            struct Unwind<'a>(&'a Exec, u32, bool);
+            struct Unwind<'a>(&'a Exec, u32, bool, &'a TaskRef);
             impl Drop for Unwind<'_> {
                 fn drop(&mut self) {
                     self.0.polls.set(self.0.polls.get().saturating_sub(1));
@@ -381,12 +518,13 @@ impl Exec {
                                 self.0.release(slot, self.1);
                             }
                         }
+                        self.3.drop_future();
                     }
                 }
             }
             self.polls.set(self.polls.get() + 1);
-            let mut unwind = Unwind(self, id, true);
-            let done = fut.as_mut().poll(&mut cx).is_ready();
+            let mut unwind = Unwind(self, id, true, &fut);
+            let done = fut.poll_task(&mut cx).is_ready();
             unwind.2 = false;
             drop(unwind);
             drop(restore);
@@ -396,10 +534,12 @@ impl Exec {
                 slot.polling = false;
                 slot.aborted = false;
                 slot.repoll = false;
+                slot.waker = Some(waker);
+                slot.wake = Some(wake);
                 self.release(slot, id);
                 drop(slots);
                 // The future's destructors may use the executor (cancel calls, drop handles).
-                drop(fut);
+                fut.drop_future();
                 return;
             }
             if std::mem::take(&mut slot.repoll) {
@@ -414,12 +554,76 @@ impl Exec {
     }
 
     /// Free `slot` (its task finished or was aborted): a later run message for it is stale.
+    /// Its waker is kept for the slot's next task if the slot holds its only two references
+    /// (`wake` and `waker`): then no one can wake it with the old generation, nor clone it
+    /// meanwhile (a clone needs a reference), so the next task may renumber it.
     fn release(&self, slot: &mut Slot, id: u32) {
         slot.gen = slot.gen.wrapping_add(1);
-        slot.wake = None;
-        slot.waker = None;
+        let reusable = slot.waker.is_some()
+            && slot
+                .wake
+                .as_ref()
+                .is_some_and(|w| Arc::strong_count(w) == 2);
+        if !reusable {
+            slot.wake = None;
+            slot.waker = None;
+        }
         self.free.borrow_mut().push(id);
         self.live.set(self.live.get() - 1);
+    }
+
+    /// Poll task `(id, gen)` now, inside the poll of the task that joins it, if it has not
+    /// started yet: its first poll was only waiting on the ready list behind the joiner, which
+    /// can do nothing until it ends (Argobots' join yields to a ready target the same way).
+    /// An empty or short task then costs the joiner no suspension, no wake-up and no second
+    /// poll. Not done — the task runs in its turn — unless it was readied by this executor's
+    /// running handler (its entry among the last few on the ready list, taken off so that
+    /// none goes stale there), this handler has polls left in its row ([`IN_A_ROW`], which
+    /// these count in), no queued message of better priority waits, and fewer than
+    /// [`JOINED_DEPTH`] such polls are nested (a chain of joins is not a chain of stack frames).
+    pub(crate) fn run_joined(&self, id: u32, gen: u32) {
+        if with_local_exec(self as *const Exec as usize, |_| ()).is_none()
+            || self.row.get() >= IN_A_ROW
+            || self.joined_depth.get() >= JOINED_DEPTH
+        {
+            return;
+        }
+        let fresh = self.slots.try_borrow().is_ok_and(|slots| {
+            slots
+                .get(id as usize)
+                .is_some_and(|s| s.gen == gen && !s.started && !s.polling && s.fut.is_some())
+        });
+        if !fresh {
+            return;
+        }
+        let entry = {
+            let Ok(ready) = self.ready.try_borrow() else {
+                return;
+            };
+            let n = ready.len();
+            ready
+                .iter()
+                .rev()
+                .take(JOINED_LOOKBACK)
+                .position(|e| e.0 == id && e.1 == gen)
+                .map(|back| (n - 1 - back, ready[n - 1 - back].2))
+        };
+        let Some((at, prio)) = entry else { return };
+        with_pe(|pe| {
+            if pe.should_yield(prio) {
+                return;
+            }
+            self.ready.borrow_mut().remove(at);
+            self.joined_depth.set(self.joined_depth.get() + 1);
+            struct Depth<'a>(&'a Cell<u32>);
+            impl Drop for Depth<'_> {
+                fn drop(&mut self) {
+                    self.0.set(self.0.get().saturating_sub(1));
+                }
+            }
+            let _depth = Depth(&self.joined_depth);
+            self.poll(pe, id, gen);
+        });
     }
 
     /// Drop task `(id, gen)` without running it further. Returns whether it was alive.
@@ -442,7 +646,9 @@ impl Exec {
             self.release(slot, id);
             fut
         };
-        drop(fut);
+        if let Some(t) = fut {
+            t.drop_future();
+        }
         true
     }
 }
@@ -471,7 +677,8 @@ impl<T> JoinState<T> {
 /// or the start function. Dropping the handle detaches the task (it runs on); see
 /// [`abort`](JoinHandle::abort).
 pub struct JoinHandle<T> {
-    pub(crate) state: Rc<RefCell<JoinState<T>>>,
+    /// The task's cell (its output, and its future until it finishes).
+    pub(crate) cell: Rc<dyn Join<T>>,
     pub(crate) exec: Rc<Exec>,
     pub(crate) id: u32,
     pub(crate) gen: u32,
@@ -489,12 +696,12 @@ impl<T> std::fmt::Debug for JoinHandle<T> {
 impl<T> JoinHandle<T> {
     /// Whether the task has finished (or was aborted).
     pub fn is_finished(&self) -> bool {
-        self.state.borrow().done
+        self.cell.join().borrow().done
     }
 
     /// The task's output, once it has finished (taken: a second call gets `None`).
     pub fn take(&self) -> Option<Result<T, crate::TaskError>> {
-        self.state.borrow_mut().out.take()
+        self.cell.join().borrow_mut().out.take()
     }
 
     /// Stop the task: its future is dropped where it waits (its pending calls are cancelled,
@@ -503,7 +710,8 @@ impl<T> JoinHandle<T> {
     /// finished already.
     pub fn abort(&self) {
         if self.exec.abort(self.id, self.gen) {
-            self.state
+            self.cell
+                .join()
                 .borrow_mut()
                 .finish(Err(crate::TaskError::Aborted));
         }
@@ -514,11 +722,17 @@ impl<T> Future for JoinHandle<T> {
     type Output = Result<T, crate::TaskError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut s = self.state.borrow_mut();
+        if !self.is_finished() && in_task() {
+            self.exec.run_joined(self.id, self.gen);
+        }
+        let mut s = self.cell.join().borrow_mut();
         if s.done {
             return Poll::Ready(s.out.take().unwrap_or(Err(crate::TaskError::Taken)));
         }
-        s.joiner = Some(cx.waker().clone());
+        // Kept if it is the same waker (the same task joining again): no reference count.
+        if !s.joiner.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            s.joiner = Some(cx.waker().clone());
+        }
         Poll::Pending
     }
 }

@@ -12,8 +12,8 @@
 //!   same thread, and a PE with nothing to do blocks as before. A task never runs on two PEs,
 //!   and never moves: its future is not `Send` (it may hold `Rc`s of the PE's state), so
 //!   Argobots' *migrate* has no equivalent here.
-//! - **Stackless**, not Cth-style stackful threads: a task costs one allocation for its future
-//!   and a few words, not a stack; a switch is a poll, not a context switch; and Rust's
+//! - **Stackless**, not Cth-style stackful threads: a task costs one allocation (its future,
+//!   then its output) and a few words, not a stack; a switch is a poll, not a context switch; and Rust's
 //!   borrow rules keep working across waits. The price is `async`/`.await` in the code that
 //!   waits. (`bench tasks` gives the figures.)
 //! - **Calls with replies** ([`Tasks::serve`], [`call`]): see [`Call`]'s module for the wire
@@ -72,7 +72,7 @@ pub use time::{sleep, timeout, yield_now, Elapsed, Sleep, Timeout, YieldNow};
 pub use tokio::sync;
 
 use converse::{HandlerId, Message, Pe};
-use executor::{Exec, JoinState};
+use executor::{Exec, TaskCell};
 use std::cell::{Cell, RefCell};
 use std::future::Future;
 use std::rc::Rc;
@@ -211,7 +211,8 @@ impl Tasks {
     /// Run `fut` as a task on this PE, at priority 0. Its first poll comes as a message, after
     /// what is already queued — or, spawned from inside a task, before the spawning task's
     /// handler returns, unless a queued message of better priority waits (see the executor's
-    /// "woken in a row").
+    /// "woken in a row"); or at once, inside the poll of a task that awaits its handle before
+    /// it started (the executor's "a join runs a task not yet started").
     pub fn spawn<F>(&self, pe: &mut Pe, fut: F) -> JoinHandle<F::Output>
     where
         F: Future + 'static,
@@ -227,19 +228,11 @@ impl Tasks {
         F: Future + 'static,
         F::Output: 'static,
     {
-        let state = Rc::new(RefCell::new(JoinState {
-            out: None,
-            done: false,
-            joiner: None,
-        }));
-        let st = state.clone();
-        let task = Box::pin(async move {
-            let v = fut.await;
-            st.borrow_mut().finish(Ok(v));
-        });
-        let (id, gen) = self.inner.exec.spawn(pe, prio, task);
+        // The task's one allocation: the future, then its output.
+        let cell = Rc::new(TaskCell::new(fut));
+        let (id, gen) = self.inner.exec.spawn(pe, prio, cell.clone());
         JoinHandle {
-            state,
+            cell,
             exec: self.inner.exec.clone(),
             id,
             gen,

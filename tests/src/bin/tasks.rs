@@ -2,7 +2,9 @@
 //! layer:
 //!
 //! - `basics`: on every PE, tasks that yield, sleep, share a task-aware mutex, spawn and join
-//!   each other, an aborted task, `block_on` from the start function; each PE prints
+//!   each other (a chain of 10,000 joins too), an aborted task, a finished task's future
+//!   dropped at once, a stale waker that must not poll its slot's next task, `block_on` from
+//!   the start function; each PE prints
 //!   `tasks basics: PE N ok`.
 //! - `calls`: every PE calls every PE (itself too), many calls in flight at once; a reply kept
 //!   and given later; a dropped reply token; a timeout whose reply comes late (dropped and
@@ -208,6 +210,74 @@ fn basics(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
             "abort: {aborted:?}, future dropped: {}",
             dropped.borrow()
         ));
+    }
+    // A finished task's future (and what it holds) is dropped when it finishes, though its
+    // handle lives on.
+    let freed = Rc::new(RefCell::new(false));
+    let guard = OnDrop(freed.clone());
+    let done = tasks.spawn(pe, async move {
+        let _g = guard;
+        5u64
+    });
+    pe.run_until(|_| done.is_finished());
+    if !*freed.borrow() || done.take() != Some(Ok(5)) {
+        return Err(format!(
+            "a finished task's future dropped: {}",
+            freed.borrow()
+        ));
+    }
+    // A task that kept a clone of its own waker finishes; the next task takes its slot. A
+    // wake through the old waker must not poll the new task (the slot reuses a waker only
+    // when nothing else holds it).
+    let kept: Rc<RefCell<Option<std::task::Waker>>> = Rc::default();
+    let k = kept.clone();
+    let first = tasks.spawn(
+        pe,
+        std::future::poll_fn(move |cx| {
+            *k.borrow_mut() = Some(cx.waker().clone());
+            std::task::Poll::Ready(())
+        }),
+    );
+    pe.run_until(|_| first.is_finished());
+    let polls = Rc::new(std::cell::Cell::new(0u32));
+    let p = polls.clone();
+    let second = tasks.spawn(
+        pe,
+        std::future::poll_fn(move |_| {
+            p.set(p.get() + 1);
+            std::task::Poll::<()>::Pending
+        }),
+    );
+    pe.run_until(|_| polls.get() >= 1);
+    for _ in 0..3 {
+        if let Some(w) = kept.borrow().as_ref() {
+            w.wake_by_ref();
+        }
+        pe.progress();
+    }
+    second.abort();
+    if polls.get() != 1 {
+        return Err(format!(
+            "a finished task's waker polled the task after it {} times",
+            polls.get() - 1
+        ));
+    }
+    // A chain of 10,000 tasks, each spawning the next and joining it: a join runs a task not
+    // yet started inside the joiner's poll, but only a few deep, so the chain does not become
+    // 10,000 nested stack frames.
+    fn chain(n: u32) -> std::pin::Pin<Box<dyn std::future::Future<Output = u64>>> {
+        Box::pin(async move {
+            if n == 0 {
+                return 0;
+            }
+            converse_tasks::spawn(chain(n - 1)).await.unwrap_or(0) + 1
+        })
+    }
+    let depth = tasks
+        .block_on(pe, chain(10_000))
+        .map_err(|e| e.to_string())?;
+    if depth != 10_000 {
+        return Err(format!("a chain of 10,000 joins gave {depth}"));
     }
     // A wake from another thread while the PE is idle (blocked in its layer): a helper
     // thread answers through a oneshot 50 ms later.
