@@ -278,6 +278,45 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// What a job sent before it ended reaches a peer that was not reading then: the job queues
+/// 6 MiB for this client (more than the sockets hold), ends at once, and the client reads only
+/// afterwards — every blob arrives, then the end of the connection.
+#[test]
+fn what_a_job_sent_before_it_ended_reaches_a_peer_reading_late() {
+    for (tag, l) in [
+        ("late-local", Launcher::Direct { machine: "local" }),
+        ("late-tcp", charmrun("tcp")),
+    ] {
+        let d = dir(tag);
+        let (job, addr, secret) = echo_job(&l, 2, &d);
+        let mut c = Connection::connect(&addr, &secret).expect("connect");
+        let mut ask = 6u64.to_le_bytes().to_vec();
+        ask.extend((1u32 << 20).to_le_bytes());
+        c.send("flood", &ask).expect("flood");
+        c.send("quit", b"").expect("quit");
+        // The job's PE is gone by now; its I/O thread still holds what did not fit.
+        std::thread::sleep(Duration::from_millis(300));
+        let mut blobs = 0;
+        let end = loop {
+            match c.recv(Some(T)) {
+                Ok(Some(m)) => match m.handler.as_str() {
+                    "blob" => {
+                        assert_eq!(m.data.len(), 1 << 20, "{tag}");
+                        blobs += 1;
+                    }
+                    "flooded" | "welcome" => {}
+                    h => panic!("{tag}: unexpected {h}"),
+                },
+                other => break format!("{other:?}"),
+            }
+        };
+        assert_eq!(blobs, 6, "{tag}: {blobs} of 6 blobs, then {end}");
+        let o = job.finish();
+        assert_eq!(o.code, Some(0), "{tag}: {o}");
+        let _ = std::fs::remove_dir_all(&d);
+    }
+}
+
 #[test]
 fn memory_stays_bounded_toward_a_peer_that_does_not_read_and_from_one_too_fast() {
     let d = dir("bounded");

@@ -12,6 +12,12 @@
 //! backlog until a slot frees; past one host's share, its new ones are closed at once. So
 //! strangers cost a bounded number of threads and never an established peer.
 //!
+//! **Exit.** What a PE sent is not lost because its job ended: once the PE's thread has
+//! ended (or the process exits, through an `atexit` handler, [`stop_at_exit`]), the thread
+//! goes on writing what is still queued for its peers, at most [`LINGER`], then closes every
+//! connection; the process's exit waits for that. A peer that reads gets the job's last
+//! messages; one that does not costs the exit at most the linger.
+//!
 //! | posted to the PE (`arg0`) | `arg1` | payload |
 //! |---|---|---|
 //! | [`EV_MSG`] | peer | name length u16 LE, name, data |
@@ -32,8 +38,77 @@ use std::collections::HashMap;
 use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, Once, Weak};
 use std::time::{Duration, Instant};
+
+/// How long an I/O thread whose PE has ended keeps writing what is queued for its peers.
+pub(crate) const LINGER: Duration = Duration::from_secs(1);
+
+/// Every I/O thread of the process (what it shares with its PE), so the exit can stop them.
+static THREADS: Mutex<Vec<Weak<Shared>>> = Mutex::new(Vec::new());
+
+/// I/O threads of the process still running, and the signal that one ended.
+static RUNNING: (Mutex<usize>, Condvar) = (Mutex::new(0), Condvar::new());
+
+/// Registers [`stop_at_exit`] once per process.
+static AT_EXIT: Once = Once::new();
+
+/// The process whose threads [`RUNNING`] counts: a child forked without `exec` inherits the
+/// handler and the count but not the threads, and must not wait for them.
+static THREADS_PID: AtomicU32 = AtomicU32::new(0);
+
+/// Run by `exit` (the end of `main`, `std::process::exit`): every I/O thread is told its PE
+/// is gone (a PE on the main thread may never run its thread-locals' destructors), and the
+/// exit waits until they have written what was queued and ended, or [`LINGER`] and a little
+/// more have passed. Nothing here panics (a panic would abort in an `extern "C"` function).
+extern "C" fn stop_at_exit() {
+    if THREADS_PID.load(Ordering::Acquire) != std::process::id() {
+        return;
+    }
+    let threads: Vec<Arc<Shared>> = THREADS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .filter_map(Weak::upgrade)
+        .collect();
+    for s in &threads {
+        s.stop.store(true, Ordering::Release);
+        s.bell.ring();
+    }
+    drop(threads);
+    let deadline = Instant::now() + LINGER + Duration::from_millis(100);
+    let (count, cv) = &RUNNING;
+    let mut running = count.lock().unwrap_or_else(|p| p.into_inner());
+    while *running > 0 {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        running = match cv.wait_timeout(running, left) {
+            Ok((g, _)) => g,
+            Err(p) => p.into_inner().0,
+        };
+    }
+}
+
+/// Counts a running I/O thread in [`RUNNING`] for as long as it lives.
+struct Running;
+
+impl Running {
+    fn start() -> Running {
+        *RUNNING.0.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+        Running
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let (count, cv) = &RUNNING;
+        let mut n = count.lock().unwrap_or_else(|p| p.into_inner());
+        *n = n.saturating_sub(1);
+        cv.notify_all();
+    }
+}
 
 pub(crate) const EV_MSG: u32 = 0;
 pub(crate) const EV_CALL: u32 = 1;
@@ -180,9 +255,26 @@ impl Shared {
 
 /// Start the I/O thread.
 pub(crate) fn start(shared: Arc<Shared>) -> std::io::Result<()> {
+    AT_EXIT.call_once(|| {
+        // SAFETY: `stop_at_exit` is an `extern "C" fn()` that does not unwind.
+        unsafe {
+            libc::atexit(stop_at_exit);
+        }
+    });
+    THREADS_PID.store(std::process::id(), Ordering::Release);
+    {
+        let mut all = THREADS.lock().unwrap_or_else(|p| p.into_inner());
+        all.retain(|w| w.strong_count() > 0);
+        all.push(Arc::downgrade(&shared));
+    }
+    // Counted before the thread exists, so an exit right after this call waits for it.
+    let running = Running::start();
     std::thread::Builder::new()
         .name(format!("endpoint-io-{}", shared.mailbox.pe()))
-        .spawn(move || run(&shared))
+        .spawn(move || {
+            let _running = running;
+            run(&shared)
+        })
         .map(|_| ())
 }
 
@@ -265,11 +357,13 @@ fn run(shared: &Arc<Shared>) {
                     .drain()
                     .map(|(_, c)| c)
                     .collect();
+                drop(listeners); // no one new while the last bytes go out
+                linger(&all, &mut fds);
                 for c in all {
                     c.closed.store(true, Ordering::Release);
                     c.stream.shutdown();
                 }
-                return; // the listeners close as they drop
+                return;
             }
         }
         for (i, l) in listeners.iter().enumerate() {
@@ -300,6 +394,40 @@ fn run(shared: &Arc<Shared>) {
                 if let Err(why) = read_conn(shared, c, r) {
                     shared.close(c, &why);
                 }
+            }
+        }
+    }
+}
+
+/// The PE has ended: write what is queued for `conns` until nothing is, or [`LINGER`] has
+/// passed. A connection whose write fails is left (it is closed after).
+fn linger(conns: &[Arc<Conn>], fds: &mut Vec<libc::pollfd>) {
+    let deadline = Instant::now() + LINGER;
+    let mut failed = vec![false; conns.len()];
+    loop {
+        fds.clear();
+        let mut which = Vec::new();
+        for (i, c) in conns.iter().enumerate() {
+            if !failed[i] && !c.closed.load(Ordering::Acquire) && c.waiting() > 0 {
+                fds.push(pollfd(c.stream.as_raw_fd(), libc::POLLOUT));
+                which.push(i);
+            }
+        }
+        let left = deadline.saturating_duration_since(Instant::now());
+        if fds.is_empty() || left.is_zero() {
+            return;
+        }
+        let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+        // SAFETY: `fds` is a valid array of pollfd of the length given.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        if n <= 0 {
+            continue; // EINTR, or the time is up (seen at the top)
+        }
+        for (k, &i) in which.iter().enumerate() {
+            let re = fds[k].revents;
+            let broken = re & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0;
+            if broken || (re & libc::POLLOUT != 0 && conns[i].flush().is_err()) {
+                failed[i] = true;
             }
         }
     }
