@@ -4,6 +4,11 @@
 
 use crate::topology::{ProcName, Rank, Topology, FIRST_INTERNAL_RANK};
 
+/// How far an attached back-end's instance moves when its `host:RANK` is taken: past every
+/// rank a back-end may attach with (below [`FIRST_INTERNAL_RANK`], 2^24), so a moved name never meets another
+/// back-end's.
+pub(crate) const NAME_STEP: u32 = FIRST_INTERNAL_RANK;
+
 impl Topology {
     /// The same tree with every process ranked internal (breadth-first from
     /// [`FIRST_INTERNAL_RANK`], the front-end first): the tree of an attach-mode network, whose
@@ -57,15 +62,24 @@ impl Topology {
     /// The tree with back-end `rank` (named `name`) added as the last child of the process
     /// ranked `parent`; nodes keep their indices (the new one is the last), so a table kept by
     /// node index only grows. `None` when `parent` is not in the tree or `rank` already is.
+    ///
+    /// A back-end is named `host:RANK`, which can be an internal process's `host:instance`
+    /// (the same host, an instance equal to the rank): then its instance moves up by
+    /// [`NAME_STEP`] until the name is free, so DOT and topology-file output keep one vertex
+    /// per process. Internal names are the plan's, the same on every process, and back-ends'
+    /// ranks differ, so every process that learns of the attach names it alike.
     pub(crate) fn with_backend(
         &self,
         parent: Rank,
-        name: ProcName,
+        mut name: ProcName,
         rank: Rank,
     ) -> Option<Topology> {
         let p = self.find_rank(parent)?;
         if rank >= FIRST_INTERNAL_RANK || self.find_rank(rank).is_some() {
             return None;
+        }
+        while self.nodes().iter().any(|n| *n.name() == name) {
+            name.instance = name.instance.checked_add(NAME_STEP)?;
         }
         let mut items: Vec<(ProcName, Option<usize>, Rank)> = self
             .nodes()
@@ -190,6 +204,22 @@ mod tests {
             .with_backend(leaf3, ProcName::new("h", 4), FIRST_INTERNAL_RANK)
             .is_none());
         assert!(t.with_backend(12345, ProcName::new("h", 4), 8).is_none());
+        // A name an internal process has already: the back-end's moves up, one vertex each.
+        let internal = t.nodes()[1].name().clone();
+        let clash = t
+            .with_backend(leaf3, internal.clone(), 11)
+            .unwrap_or_else(|| panic!("attach refused"));
+        let added = clash.nodes()[clash.num_nodes() - 1].name().clone();
+        assert_eq!(
+            (added.host.as_str(), added.instance),
+            (internal.host.as_str(), internal.instance + NAME_STEP)
+        );
+        assert_eq!(
+            clash.to_dot().matches("[label=").count(),
+            clash.num_nodes(),
+            "{}",
+            clash.to_dot()
+        );
         // Recovery keeps attached ranks.
         let dead = [leaf0].into();
         let after = t.without(&dead);
