@@ -48,6 +48,7 @@ pub use conn::SendError;
 pub use io::MAX_HANDSHAKES;
 pub use job::{CallError, Endpoints, Incoming, Peer, PeerEvent};
 pub use secret::Secret;
+pub use udp::UdpStats;
 pub use wire::MAX_NAME;
 
 use std::time::Duration;

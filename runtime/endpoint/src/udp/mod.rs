@@ -12,12 +12,22 @@
 //! only while the session has room, and the kernel's buffer of the pair stops the program's
 //! writes as TCP's would.
 //!
-//! **Strangers.** A listener allocates for an `OPEN` only while fewer than
-//! [`MAX_HANDSHAKES`](crate::MAX_HANDSHAKES) of its connections have not proved the secret
-//! (8 per source IP); past that, an `OPEN` is dropped and the connector repeats it, as a TCP
-//! connection waits in the backlog. A connection that has not proved the secret within
-//! [`HALF_OPEN`] is dropped. Datagrams that are not of the protocol are dropped; one of a
-//! connection the listener does not know gets one `RESET` back.
+//! **Strangers.** A listener answers a first `OPEN` with a `COOKIE` and keeps nothing (SYN
+//! cookies): the cookie is a keyed hash ([`Cookies`]: a random key per listener) of the
+//! source address, the connection id and a coarse time, and only an `OPEN` that echoes a
+//! valid one makes a connection. So `OPEN`s from forged source addresses, which never see
+//! their cookie, cost no memory and take no slot a real connector needs. An echoed `OPEN`
+//! allocates only while fewer than [`MAX_HANDSHAKES`](crate::MAX_HANDSHAKES) of its
+//! connections have not proved the secret (8 per source IP); past that, it is dropped and
+//! the connector repeats it, as a TCP connection waits in the backlog. A connection that has
+//! not proved the secret within [`HALF_OPEN`] is dropped. Datagrams that are not of the
+//! protocol are dropped; one of a connection the listener does not know gets one `RESET`
+//! back (a `COOKIE` and a `RESET` are no larger than what came: no amplification).
+//!
+//! **Waiting.** The engine sleeps in `poll` until a socket is ready or a timer is really due
+//! ([`poll_timeout`]): a listener with no connections sleeps until a datagram comes, and a
+//! datagram the socket refused (its buffer full) waits for `POLLOUT` while the timers that
+//! only want to send wait with it.
 //!
 //! **Exit.** The engines are threads of the program's process, so its exit would end them
 //! mid-connection and leave each peer to find out after the session's 10 s of silence: an
@@ -28,7 +38,8 @@ pub(crate) mod session;
 
 use crate::EndpointError;
 use nix::sys::eventfd::{EfdFlags, EventFd};
-use session::{Config, Header, Session, State, HEADER, OPEN, RESET};
+pub use session::UdpStats;
+use session::{Config, Header, Session, State, COOKIE, HEADER, OPEN, RESET};
 use std::collections::{HashMap, VecDeque};
 use std::io::{IoSlice, Read, Write};
 use std::net::{SocketAddr, UdpSocket};
@@ -48,6 +59,11 @@ pub(crate) const HALF_OPEN: Duration = Duration::from_secs(15);
 /// How long a listener's connection that did not prove the secret may take to deliver its
 /// refusal once the handshake closed it.
 const REFUSAL_GRACE: Duration = Duration::from_secs(1);
+
+/// A cookie's time bucket: one is valid in the bucket it was made in and the next, 8 to
+/// 16 s (a connector echoes it one round trip later; a stale one is answered with a fresh
+/// cookie, so a connector waiting long for a slot is not stranded).
+const COOKIE_PERIOD: Duration = Duration::from_secs(8);
 
 /// Datagrams taken from the socket per turn before the connections are served.
 const RECV_BATCH: usize = 256;
@@ -116,6 +132,8 @@ pub(crate) struct Link {
     why: Mutex<Option<String>>,
     /// The program's side is gone before the connection opened (a connect given up).
     stop: AtomicBool,
+    /// The session's counters, copied by the engine when they change.
+    stats: Mutex<UdpStats>,
 }
 
 /// The program's side of a `udp://` connection: a stream as a TCP one is.
@@ -130,6 +148,11 @@ impl UdpStream {
     /// The listener's handshake succeeded.
     pub(crate) fn proven(&self) {
         self.link.proven.store(true, Ordering::Release);
+    }
+
+    /// What the connection's protocol repaired so far.
+    pub(crate) fn stats(&self) -> UdpStats {
+        *self.link.stats.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Why the connection ended, if it did otherwise than in order.
@@ -171,6 +194,9 @@ struct Wake {
     /// The process exits: close every connection in order (see [`close_at_exit`]).
     exiting: AtomicBool,
     fd: EventFd,
+    /// The engine's turns of its loop (tests: an idle engine does not wake).
+    #[cfg(test)]
+    turns: std::sync::atomic::AtomicU64,
 }
 
 impl Wake {
@@ -179,6 +205,8 @@ impl Wake {
             stop: AtomicBool::new(false),
             exiting: AtomicBool::new(false),
             fd: EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)?,
+            #[cfg(test)]
+            turns: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -307,6 +335,8 @@ struct Slot {
     eof_at: Option<Instant>,
     /// The program was given end of stream.
     write_shut: bool,
+    /// The session's counters last copied to `link`.
+    stats: UdpStats,
 }
 
 impl Drop for Slot {
@@ -329,6 +359,8 @@ struct Engine {
     pending: Option<(Vec<u8>, SocketAddr)>,
     /// The receive buffer the kernel gave, which windows share.
     rcvbuf: usize,
+    /// A listener's cookie maker.
+    cookies: Cookies,
 }
 
 impl Engine {
@@ -367,6 +399,7 @@ impl Engine {
             slots: HashMap::new(),
             pending: None,
             rcvbuf,
+            cookies: Cookies::new(),
         })
     }
 
@@ -403,6 +436,7 @@ impl Engine {
                 app_eof: false,
                 eof_at: None,
                 write_shut: false,
+                stats: UdpStats::default(),
             },
         );
         Ok(UdpStream {
@@ -418,9 +452,13 @@ impl Engine {
         let mut appbuf = vec![0u8; 64 << 10];
         let mut outbuf = vec![0u8; 65536];
         let mut fds: Vec<libc::pollfd> = Vec::new();
+        let mut timers: Vec<Instant> = Vec::new();
         loop {
+            #[cfg(test)]
+            self.wake.turns.fetch_add(1, Ordering::Relaxed);
             let now = Instant::now();
             fds.clear();
+            timers.clear();
             fds.push(pollfd(self.wake.fd.as_fd().as_raw_fd(), libc::POLLIN));
             let sock_ev = libc::POLLIN
                 | if self.pending.is_some() {
@@ -429,7 +467,6 @@ impl Engine {
                     0
                 };
             fds.push(pollfd(self.sock.as_raw_fd(), sock_ev));
-            let mut next: Option<Instant> = None;
             for s in self.slots.values() {
                 let mut ev = 0;
                 if !s.app_eof && s.sess.room() > 0 {
@@ -443,15 +480,14 @@ impl Engine {
                 // program hung up would report POLLHUP at every poll and the engine spin.
                 let fd = if ev == 0 { -1 } else { s.app.as_raw_fd() };
                 fds.push(pollfd(fd, ev));
-                if let Some(t) = s.sess.next_timer() {
-                    next = Some(next.map_or(t, |n: Instant| n.min(t)));
+                timers.extend(s.sess.next_timer());
+                if self.accepted.is_some() && !s.link.proven.load(Ordering::Acquire) {
+                    // The half-open bounds below are the engine's own timers.
+                    timers.push(s.created + HALF_OPEN);
+                    timers.extend(s.eof_at.map(|t| t + REFUSAL_GRACE));
                 }
             }
-            let ms = next.map_or(1000, |t| {
-                let d = t.saturating_duration_since(now);
-                // Rounded up: a wake before the timer would only poll again.
-                d.as_micros().div_ceil(1000).min(1000) as i32
-            });
+            let ms = poll_timeout(now, &timers, self.pending.is_some());
             // SAFETY: `fds` is a valid array of pollfd of the length given.
             let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
             if n < 0 {
@@ -517,6 +553,10 @@ impl Engine {
                 // the window its reads reopened) goes in this turn's datagrams, not at the
                 // next timer; and its timers may be due whatever its socket says.
                 app_io(slot, &mut appbuf);
+                if slot.app_eof && slot.eof_at.is_none() {
+                    // Now, not at the next turn: its grace is a timer of the poll.
+                    slot.eof_at = Some(now);
+                }
                 slot.sess.on_timers(now);
                 while self.pending.is_none() {
                     let Some(slot) = self.slots.get_mut(&a) else {
@@ -530,6 +570,10 @@ impl Engine {
                 let Some(slot) = self.slots.get_mut(&a) else {
                     continue;
                 };
+                if slot.sess.stats != slot.stats {
+                    slot.stats = slot.sess.stats;
+                    *slot.link.stats.lock().unwrap_or_else(|p| p.into_inner()) = slot.stats;
+                }
                 if let Some(tx) = opened.as_ref() {
                     match slot.sess.state() {
                         State::Open => {
@@ -619,7 +663,23 @@ impl Engine {
                 // Another connection from an address whose connection lives: not until
                 // that one is over (a stranger cannot end it by claiming its address).
                 Some(_) => {}
-                None if self.accepted.is_some() && h.kind == OPEN => self.admit(from, h.conn, now),
+                None if self.accepted.is_some() && h.kind == OPEN => {
+                    if self.cookies.valid(from, h.conn, h.seq, now) {
+                        self.admit(from, h.conn, now);
+                    } else if !self.wake.exiting.load(Ordering::Acquire) {
+                        // Stateless: the same answer for every OPEN until one echoes it.
+                        let mut r = [0u8; HEADER];
+                        Header {
+                            kind: COOKIE,
+                            conn: h.conn,
+                            seq: self.cookies.make(from, h.conn, now),
+                            ack: 0,
+                            wnd: 0,
+                        }
+                        .write(&mut r);
+                        let _ = self.sock.send_to(&r, from);
+                    }
+                }
                 None if self.accepted.is_some() && h.kind != RESET => {
                     let mut r = [0u8; HEADER];
                     Header {
@@ -637,8 +697,8 @@ impl Engine {
         }
     }
 
-    /// An `OPEN` from a new address: a connection, while the half-open ones are under their
-    /// bounds (else dropped: the connector repeats it).
+    /// An `OPEN` from a new address that echoed its cookie: a connection, while the
+    /// half-open ones are under their bounds (else dropped: the connector repeats it).
     fn admit(&mut self, from: SocketAddr, conn: u64, now: Instant) {
         if self.wake.exiting.load(Ordering::Acquire) {
             return; // the process is on its way out: as if the OPEN were lost
@@ -745,10 +805,228 @@ fn app_io(slot: &mut Slot, buf: &mut [u8]) {
     }
 }
 
+/// A listener's cookies (module docs): `SHA-1(key, address, connection id, time bucket)`,
+/// its first 8 bytes. The key is random per listener, so nobody outside can compute one;
+/// prefixing the key is a sound MAC here because every message hashed has one fixed length
+/// (SHA-1's length extension gives only longer messages, which are never checked).
+struct Cookies {
+    key: [u8; 16],
+    /// Time buckets count from here.
+    born: Instant,
+}
+
+impl Cookies {
+    fn new() -> Cookies {
+        let mut key = [0u8; 16];
+        key[..8].copy_from_slice(&session::random_u64().to_le_bytes());
+        key[8..].copy_from_slice(&session::random_u64().to_le_bytes());
+        Cookies {
+            key,
+            born: Instant::now(),
+        }
+    }
+
+    fn bucket(&self, now: Instant) -> u64 {
+        now.saturating_duration_since(self.born).as_secs() / COOKIE_PERIOD.as_secs()
+    }
+
+    fn mac(&self, peer: SocketAddr, conn: u64, bucket: u64) -> u64 {
+        use sha1::{Digest, Sha1};
+        let ip = match peer.ip() {
+            std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped(),
+            std::net::IpAddr::V6(v6) => v6,
+        };
+        let mut h = Sha1::new();
+        h.update(self.key);
+        h.update(ip.octets());
+        h.update(peer.port().to_le_bytes());
+        h.update(conn.to_le_bytes());
+        h.update(bucket.to_le_bytes());
+        let d = h.finalize();
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&d[..8]);
+        // 0 says "no cookie" in an OPEN.
+        u64::from_le_bytes(b).max(1)
+    }
+
+    /// The cookie for an `OPEN` from `peer` of connection `conn` now.
+    fn make(&self, peer: SocketAddr, conn: u64, now: Instant) -> u64 {
+        self.mac(peer, conn, self.bucket(now))
+    }
+
+    /// Whether `cookie` is one made for `peer` and `conn` in this time bucket or the last.
+    fn valid(&self, peer: SocketAddr, conn: u64, cookie: u64, now: Instant) -> bool {
+        let b = self.bucket(now);
+        cookie != 0
+            && (cookie == self.mac(peer, conn, b) || b > 0 && cookie == self.mac(peer, conn, b - 1))
+    }
+}
+
+/// How long the engine's poll may sleep, in ms (-1: until a descriptor is ready): until the
+/// earliest of `timers`. While a datagram waits for the socket to take it (`blocked`), a
+/// timer already due only wants to send, which must wait for `POLLOUT` as well: then only
+/// the timers still ahead count, or the engine would poll without sleeping until the socket
+/// drains. With no timers at all (a listener without connections) it sleeps until a
+/// datagram or its wake-up comes.
+fn poll_timeout(now: Instant, timers: &[Instant], blocked: bool) -> i32 {
+    timers
+        .iter()
+        .filter(|&&t| !blocked || t > now)
+        .min()
+        .map_or(-1, |&t| {
+            let d = t.saturating_duration_since(now);
+            // Rounded up: a wake before the timer would only poll again.
+            d.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
+        })
+}
+
 fn pollfd(fd: i32, events: libc::c_short) -> libc::pollfd {
     libc::pollfd {
         fd,
         events,
         revents: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(s: &str) -> SocketAddr {
+        s.parse().expect("an address")
+    }
+
+    #[test]
+    fn a_cookie_is_bound_to_its_address_connection_and_time() {
+        let c = Cookies::new();
+        let (a, t) = (addr("10.0.0.1:5000"), c.born);
+        let k = c.make(a, 42, t);
+        assert!(c.valid(a, 42, k, t));
+        assert!(
+            c.valid(a, 42, k, t + COOKIE_PERIOD),
+            "the next bucket still takes it"
+        );
+        assert!(!c.valid(a, 42, k, t + 2 * COOKIE_PERIOD), "expired");
+        assert!(!c.valid(addr("10.0.0.2:5000"), 42, k, t), "another host");
+        assert!(!c.valid(addr("10.0.0.1:5001"), 42, k, t), "another port");
+        assert!(!c.valid(a, 43, k, t), "another connection");
+        assert!(!c.valid(a, 42, 0, t), "no cookie");
+        assert!(!c.valid(a, 42, k ^ 1, t));
+        // Another listener's key makes other cookies.
+        assert!(!Cookies::new().valid(a, 42, k, t));
+    }
+
+    #[test]
+    fn the_poll_sleeps_until_a_timer_and_not_while_blocked_on_a_due_one() {
+        let now = Instant::now();
+        let ms = Duration::from_millis;
+        assert_eq!(
+            poll_timeout(now, &[], false),
+            -1,
+            "no timers: until a datagram"
+        );
+        assert_eq!(poll_timeout(now, &[now + ms(30), now + ms(7)], false), 7);
+        assert_eq!(poll_timeout(now, &[now], false), 0, "due: at once");
+        // A datagram waits for POLLOUT: a due timer only wants to send too.
+        assert_eq!(poll_timeout(now, &[now, now + ms(500)], true), 500);
+        assert_eq!(poll_timeout(now, &[now], true), -1);
+        assert_eq!(
+            poll_timeout(now, &[now + Duration::from_secs(1 << 40)], false),
+            i32::MAX
+        );
+    }
+
+    /// 500 sockets each send an `OPEN` and never answer: each gets one `COOKIE` no larger
+    /// than its `OPEN`, the listener keeps nothing for them, and a real connector opens at
+    /// once; an echoed cookie from another address is not taken.
+    #[test]
+    fn a_flood_of_opens_costs_nothing_and_a_connector_opens_at_once() {
+        let l = UdpListener::bind(&[addr("127.0.0.1:0")]).expect("bind");
+        let to = l.local_addr();
+        let mut open = [0u8; HEADER];
+        let strangers: Vec<UdpSocket> = (0..500u64)
+            .map(|i| {
+                let s = UdpSocket::bind("127.0.0.1:0").expect("a socket");
+                Header {
+                    kind: OPEN,
+                    conn: i + 1,
+                    seq: 0,
+                    ack: 0,
+                    wnd: 0,
+                }
+                .write(&mut open);
+                s.send_to(&open, to).expect("send");
+                s
+            })
+            .collect();
+        let mut cookies = Vec::new();
+        for s in &strangers {
+            s.set_read_timeout(Some(Duration::from_secs(5)))
+                .expect("timeout");
+            let mut b = [0u8; 100];
+            let (n, _) = s.recv_from(&mut b).expect("a cookie");
+            let (h, _) = Header::decode(&b[..n]).expect("ours");
+            assert_eq!((h.kind, n), (COOKIE, HEADER));
+            cookies.push(h);
+        }
+        // A cookie echoed from another address (a stranger that stole it) is not a
+        // connection: another cookie comes back.
+        let thief = UdpSocket::bind("127.0.0.1:0").expect("a socket");
+        Header {
+            kind: OPEN,
+            conn: cookies[0].conn,
+            seq: cookies[0].seq,
+            ack: 0,
+            wnd: 0,
+        }
+        .write(&mut open);
+        thief.send_to(&open, to).expect("send");
+        thief
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let mut b = [0u8; 100];
+        let (n, _) = thief.recv_from(&mut b).expect("an answer");
+        assert_eq!(Header::decode(&b[..n]).map(|(h, _)| h.kind), Some(COOKIE));
+        let t0 = Instant::now();
+        let s = dial(&[to], "udp://test", t0 + Duration::from_secs(5)).expect("connect");
+        assert!(
+            t0.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            t0.elapsed()
+        );
+        let got = l.accept().expect("the connector");
+        assert!(got.peer.ip().is_loopback());
+        drop(s);
+        assert!(
+            l.accept().is_err(),
+            "nothing else was accepted: the strangers hold no connection"
+        );
+    }
+
+    /// A listener with nothing to do does not wake; with a connection, its timers wake it.
+    #[test]
+    fn an_idle_listener_sleeps() {
+        let l = UdpListener::bind(&[addr("127.0.0.1:0")]).expect("bind");
+        std::thread::sleep(Duration::from_millis(100));
+        let t0 = l.wake.turns.load(Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(2500));
+        assert_eq!(
+            l.wake.turns.load(Ordering::Relaxed),
+            t0,
+            "it woke with nothing due"
+        );
+        let c = dial(
+            &[l.local_addr()],
+            "udp://test",
+            Instant::now() + Duration::from_secs(5),
+        )
+        .expect("connect");
+        let t1 = l.wake.turns.load(Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(2500));
+        assert!(
+            l.wake.turns.load(Ordering::Relaxed) > t1,
+            "keep-alives are timers"
+        );
+        drop(c);
     }
 }

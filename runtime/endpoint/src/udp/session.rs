@@ -29,16 +29,22 @@
 //! | bytes | field | meaning |
 //! |---|---|---|
 //! | 0..4 | magic `CVEU` | not this protocol otherwise (dropped) |
-//! | 4 | kind u8 | 1 `OPEN`, 2 `OPENED`, 3 `DATA`, 4 `ACK`, 5 `PROBE`, 6 `CLOSE`, 7 `RESET` |
-//! | 5 | version u8 (1) | |
+//! | 4 | kind u8 | 1 `OPEN`, 2 `OPENED`, 3 `DATA`, 4 `ACK`, 5 `PROBE`, 6 `CLOSE`, 7 `RESET`, 8 `COOKIE` |
+//! | 5 | version u8 (2) | 1 had no `COOKIE`: its datagrams are dropped |
 //! | 6..14 | connection u64 | chosen at random by the connector: tells a connection from an earlier one from the same address, and a stranger cannot guess it |
-//! | 14..22 | seq u64 | `DATA`: offset of its first byte; `CLOSE`: the stream's end |
+//! | 14..22 | seq u64 | `DATA`: offset of its first byte; `CLOSE`: the stream's end; `COOKIE`: the cookie; `OPEN`: 0, then the cookie echoed |
 //! | 22..30 | ack u64 | every byte before it received |
 //! | 30..34 | window u32 | bytes the sender of this datagram takes beyond `ack` |
 //! | 34.. | payload | `DATA` only |
 //!
-//! `OPEN` (connector, repeated until answered) asks the listener for a connection; `OPENED`
-//! answers it (the listener repeats it for a repeated `OPEN`). `PROBE` asks for an `ACK`.
+//! `OPEN` (connector, repeated until answered) asks the listener for a connection. The
+//! listener answers a first `OPEN` (`seq` 0, or a cookie it did not make or that expired)
+//! with `COOKIE`, keeping nothing: the cookie is a keyed hash of the connector's address, the
+//! connection id and the time (`udp/mod.rs`), so only a connector that receives datagrams at
+//! its address can echo it, and `OPEN`s from forged addresses cost the listener no memory.
+//! The connector repeats `OPEN` with the cookie in `seq`; only that one makes a connection,
+//! which `OPENED` answers (the listener repeats it for a repeated `OPEN`). `PROBE` asks for
+//! an `ACK`.
 //! `CLOSE` takes one sequence number after the stream's last byte, so its acknowledgement is
 //! `ack = seq + 1`. A listener answers a datagram of a connection it does not know with
 //! `RESET` (one for one, never more bytes than came). The handshake of the endpoint protocol
@@ -56,7 +62,7 @@ const ACKS_OWED_MAX: u32 = 64;
 /// Magic of every datagram.
 pub(crate) const MAGIC: &[u8; 4] = b"CVEU";
 /// The protocol's version.
-pub(crate) const VERSION: u8 = 1;
+pub(crate) const VERSION: u8 = 2;
 /// Bytes before a datagram's payload.
 pub(crate) const HEADER: usize = 34;
 
@@ -67,6 +73,7 @@ pub(crate) const ACK: u8 = 4;
 pub(crate) const PROBE: u8 = 5;
 pub(crate) const CLOSE: u8 = 6;
 pub(crate) const RESET: u8 = 7;
+pub(crate) const COOKIE: u8 = 8;
 
 /// A datagram's header, as decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,7 +109,7 @@ impl Header {
             ack: u64_at(22),
             wnd: u32::from_le_bytes(b[30..34].try_into().unwrap_or_default()),
         };
-        if !(OPEN..=RESET).contains(&h.kind) || (h.kind != DATA && b.len() != HEADER) {
+        if !(OPEN..=COOKIE).contains(&h.kind) || (h.kind != DATA && b.len() != HEADER) {
             return None;
         }
         Some((h, &b[HEADER..]))
@@ -180,16 +187,22 @@ impl Rtt {
     }
 }
 
-/// Counters of what the protocol repaired (the unit tests read them to know the network
-/// did damage; nothing reports them yet).
+/// Counters of what a `udp://` connection's protocol repaired, from its start
+/// ([`Connection::udp_stats`](crate::Connection::udp_stats)): they tell a program (and the
+/// tests) that the network did damage and the stream mended it.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(not(test), allow(dead_code))]
-pub(crate) struct Stats {
-    pub(crate) retransmits: u64,
-    pub(crate) timeouts: u64,
-    pub(crate) duplicates: u64,
-    pub(crate) early: u64,
-    pub(crate) beyond_window: u64,
+#[non_exhaustive]
+pub struct UdpStats {
+    /// Data datagrams sent again (fast retransmit, or after a timeout).
+    pub retransmits: u64,
+    /// Retransmission timeouts.
+    pub timeouts: u64,
+    /// Data datagrams received that held nothing new.
+    pub duplicates: u64,
+    /// Data datagrams received ahead of a gap (held until it fills).
+    pub early: u64,
+    /// Data datagrams (or parts) received beyond the window advertised, dropped.
+    pub beyond_window: u64,
 }
 
 /// One connection's protocol state.
@@ -240,7 +253,9 @@ pub(crate) struct Session {
     heard: Instant,
     probe_at: Option<Instant>,
     open_at: Option<Instant>,
-    pub(crate) stats: Stats,
+    /// The connector's: the listener's cookie to echo in `OPEN` (0 until one came).
+    cookie: u64,
+    pub(crate) stats: UdpStats,
 }
 
 impl Session {
@@ -296,7 +311,8 @@ impl Session {
             heard: now,
             probe_at: None,
             open_at: None,
-            stats: Stats::default(),
+            cookie: 0,
+            stats: UdpStats::default(),
             cfg,
         }
     }
@@ -395,6 +411,15 @@ impl Session {
             OPEN => {
                 // Our OPENED was lost: it goes again.
                 self.open_at = Some(now);
+                return;
+            }
+            COOKIE => {
+                if self.state == State::Opening && h.seq != 0 {
+                    // The listener keeps nothing until its cookie comes back: at once.
+                    self.cookie = h.seq;
+                    self.open_at = Some(now);
+                }
+                // Not an answer that the connection is open (nor an ACK of anything).
                 return;
             }
             OPENED => {}
@@ -576,8 +601,8 @@ impl Session {
                 self.recover = Some(self.nxt);
                 self.ssthresh = ((self.nxt - self.una) as usize / 2).max(2 * self.cfg.mss);
                 self.cwnd = self.ssthresh;
+                // Counted when it goes (`transmit`).
                 self.resend_una = true;
-                self.stats.retransmits += 1;
             }
         }
     }
@@ -650,6 +675,7 @@ impl Session {
                 self.open_at = Some(now + self.rto());
                 self.backoff = (self.backoff + 1).min(16);
                 h.kind = OPEN;
+                h.seq = self.cookie;
                 return Some(self.sent(h, buf, now));
             }
             return None;
@@ -684,6 +710,9 @@ impl Session {
             let from = (self.nxt - self.una) as usize;
             if self.nxt >= self.high {
                 self.timed.get_or_insert((self.nxt + len as u64, now));
+            } else {
+                // Going back after a timeout: bytes sent before.
+                self.stats.retransmits += 1;
             }
             self.nxt += len as u64;
             self.high = self.high.max(self.nxt);
@@ -1058,6 +1087,33 @@ mod tests {
         let mut odd = buf;
         odd[4] = 99;
         assert!(Header::decode(&odd).is_none());
+    }
+
+    #[test]
+    fn a_cookie_is_echoed_in_the_next_open_and_opens_nothing() {
+        let now = Instant::now();
+        let mut c = Session::connect(7, cfg(), now);
+        let mut buf = [0u8; HEADER + 1000];
+        let n = c.transmit(now, &mut buf).expect("the first OPEN");
+        let (h, _) = Header::decode(&buf[..n]).expect("ours");
+        assert_eq!((h.kind, h.seq), (OPEN, 0));
+        assert_eq!(
+            c.transmit(now, &mut buf),
+            None,
+            "repeated only after a while"
+        );
+        let cookie = Header {
+            kind: COOKIE,
+            conn: 7,
+            seq: 0xC00C1E,
+            ack: 5,
+            wnd: 0,
+        };
+        c.receive(&cookie, &[], now);
+        assert_eq!(c.state(), &State::Opening, "a cookie is not an answer");
+        let n = c.transmit(now, &mut buf).expect("the echo, at once");
+        let (h, _) = Header::decode(&buf[..n]).expect("ours");
+        assert_eq!((h.kind, h.seq), (OPEN, 0xC00C1E));
     }
 
     #[test]
