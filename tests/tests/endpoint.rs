@@ -672,7 +672,7 @@ mod udp {
         let flood = |round: u64| {
             let mut open = open_datagram();
             for (i, s) in flooders.iter().enumerate() {
-                open[6..14].copy_from_slice(&(round << 32 | i as u64 + 1).to_le_bytes());
+                open[6..14].copy_from_slice(&((round << 32) | (i as u64 + 1)).to_le_bytes());
                 let _ = s.send_to(&open, &target);
             }
         };
