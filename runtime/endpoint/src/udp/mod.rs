@@ -34,12 +34,16 @@
 //! `atexit` handler ([`close_at_exit`]) closes every connection in order and waits for them,
 //! at most [`LINGER`].
 
+mod cookie;
+pub(crate) mod packet;
 pub(crate) mod session;
 
 use crate::EndpointError;
+use cookie::Cookies;
 use nix::sys::eventfd::{EfdFlags, EventFd};
+use packet::{Header, COOKIE, HEADER, OPEN, RESET};
 pub use session::UdpStats;
-use session::{Config, Header, Session, State, COOKIE, HEADER, OPEN, RESET};
+use session::{Config, Session, State};
 use std::collections::{HashMap, VecDeque};
 use std::io::{IoSlice, Read, Write};
 use std::net::{SocketAddr, UdpSocket};
@@ -59,11 +63,6 @@ pub(crate) const HALF_OPEN: Duration = Duration::from_secs(15);
 /// How long a listener's connection that did not prove the secret may take to deliver its
 /// refusal once the handshake closed it.
 const REFUSAL_GRACE: Duration = Duration::from_secs(1);
-
-/// A cookie's time bucket: one is valid in the bucket it was made in and the next, 8 to
-/// 16 s (a connector echoes it one round trip later; a stale one is answered with a fresh
-/// cookie, so a connector waiting long for a slot is not stranded).
-const COOKIE_PERIOD: Duration = Duration::from_secs(8);
 
 /// Datagrams taken from the socket per turn before the connections are served.
 const RECV_BATCH: usize = 256;
@@ -668,29 +667,13 @@ impl Engine {
                         self.admit(from, h.conn, now);
                     } else if !self.wake.exiting.load(Ordering::Acquire) {
                         // Stateless: the same answer for every OPEN until one echoes it.
-                        let mut r = [0u8; HEADER];
-                        Header {
-                            kind: COOKIE,
-                            conn: h.conn,
-                            seq: self.cookies.make(from, h.conn, now),
-                            ack: 0,
-                            wnd: 0,
-                        }
-                        .write(&mut r);
-                        let _ = self.sock.send_to(&r, from);
+                        let c =
+                            Header::control(COOKIE, h.conn, self.cookies.make(from, h.conn, now));
+                        let _ = self.sock.send_to(&c, from);
                     }
                 }
                 None if self.accepted.is_some() && h.kind != RESET => {
-                    let mut r = [0u8; HEADER];
-                    Header {
-                        kind: RESET,
-                        conn: h.conn,
-                        seq: 0,
-                        ack: 0,
-                        wnd: 0,
-                    }
-                    .write(&mut r);
-                    let _ = self.sock.send_to(&r, from);
+                    let _ = self.sock.send_to(&Header::control(RESET, h.conn, 0), from);
                 }
                 None => {}
             }
@@ -741,15 +724,7 @@ impl Engine {
         let Some(s) = self.slots.get(&a) else {
             return;
         };
-        let mut r = [0u8; HEADER];
-        Header {
-            kind: RESET,
-            conn: s.sess.conn(),
-            seq: 0,
-            ack: 0,
-            wnd: 0,
-        }
-        .write(&mut r);
+        let r = Header::control(RESET, s.sess.conn(), 0);
         let _ = if self.accepted.is_some() {
             self.sock.send_to(&r, a)
         } else {
@@ -805,63 +780,6 @@ fn app_io(slot: &mut Slot, buf: &mut [u8]) {
     }
 }
 
-/// A listener's cookies (module docs): `SHA-1(key, address, connection id, time bucket)`,
-/// its first 8 bytes. The key is random per listener, so nobody outside can compute one;
-/// prefixing the key is a sound MAC here because every message hashed has one fixed length
-/// (SHA-1's length extension gives only longer messages, which are never checked).
-struct Cookies {
-    key: [u8; 16],
-    /// Time buckets count from here.
-    born: Instant,
-}
-
-impl Cookies {
-    fn new() -> Cookies {
-        let mut key = [0u8; 16];
-        key[..8].copy_from_slice(&session::random_u64().to_le_bytes());
-        key[8..].copy_from_slice(&session::random_u64().to_le_bytes());
-        Cookies {
-            key,
-            born: Instant::now(),
-        }
-    }
-
-    fn bucket(&self, now: Instant) -> u64 {
-        now.saturating_duration_since(self.born).as_secs() / COOKIE_PERIOD.as_secs()
-    }
-
-    fn mac(&self, peer: SocketAddr, conn: u64, bucket: u64) -> u64 {
-        use sha1::{Digest, Sha1};
-        let ip = match peer.ip() {
-            std::net::IpAddr::V4(v4) => v4.to_ipv6_mapped(),
-            std::net::IpAddr::V6(v6) => v6,
-        };
-        let mut h = Sha1::new();
-        h.update(self.key);
-        h.update(ip.octets());
-        h.update(peer.port().to_le_bytes());
-        h.update(conn.to_le_bytes());
-        h.update(bucket.to_le_bytes());
-        let d = h.finalize();
-        let mut b = [0u8; 8];
-        b.copy_from_slice(&d[..8]);
-        // 0 says "no cookie" in an OPEN.
-        u64::from_le_bytes(b).max(1)
-    }
-
-    /// The cookie for an `OPEN` from `peer` of connection `conn` now.
-    fn make(&self, peer: SocketAddr, conn: u64, now: Instant) -> u64 {
-        self.mac(peer, conn, self.bucket(now))
-    }
-
-    /// Whether `cookie` is one made for `peer` and `conn` in this time bucket or the last.
-    fn valid(&self, peer: SocketAddr, conn: u64, cookie: u64, now: Instant) -> bool {
-        let b = self.bucket(now);
-        cookie != 0
-            && (cookie == self.mac(peer, conn, b) || b > 0 && cookie == self.mac(peer, conn, b - 1))
-    }
-}
-
 /// How long the engine's poll may sleep, in ms (-1: until a descriptor is ready): until the
 /// earliest of `timers`. While a datagram waits for the socket to take it (`blocked`), a
 /// timer already due only wants to send, which must wait for `POLLOUT` as well: then only
@@ -889,144 +807,4 @@ fn pollfd(fd: i32, events: libc::c_short) -> libc::pollfd {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn addr(s: &str) -> SocketAddr {
-        s.parse().expect("an address")
-    }
-
-    #[test]
-    fn a_cookie_is_bound_to_its_address_connection_and_time() {
-        let c = Cookies::new();
-        let (a, t) = (addr("10.0.0.1:5000"), c.born);
-        let k = c.make(a, 42, t);
-        assert!(c.valid(a, 42, k, t));
-        assert!(
-            c.valid(a, 42, k, t + COOKIE_PERIOD),
-            "the next bucket still takes it"
-        );
-        assert!(!c.valid(a, 42, k, t + 2 * COOKIE_PERIOD), "expired");
-        assert!(!c.valid(addr("10.0.0.2:5000"), 42, k, t), "another host");
-        assert!(!c.valid(addr("10.0.0.1:5001"), 42, k, t), "another port");
-        assert!(!c.valid(a, 43, k, t), "another connection");
-        assert!(!c.valid(a, 42, 0, t), "no cookie");
-        assert!(!c.valid(a, 42, k ^ 1, t));
-        // Another listener's key makes other cookies.
-        assert!(!Cookies::new().valid(a, 42, k, t));
-    }
-
-    #[test]
-    fn the_poll_sleeps_until_a_timer_and_not_while_blocked_on_a_due_one() {
-        let now = Instant::now();
-        let ms = Duration::from_millis;
-        assert_eq!(
-            poll_timeout(now, &[], false),
-            -1,
-            "no timers: until a datagram"
-        );
-        assert_eq!(poll_timeout(now, &[now + ms(30), now + ms(7)], false), 7);
-        assert_eq!(poll_timeout(now, &[now], false), 0, "due: at once");
-        // A datagram waits for POLLOUT: a due timer only wants to send too.
-        assert_eq!(poll_timeout(now, &[now, now + ms(500)], true), 500);
-        assert_eq!(poll_timeout(now, &[now], true), -1);
-        assert_eq!(
-            poll_timeout(now, &[now + Duration::from_secs(1 << 40)], false),
-            i32::MAX
-        );
-    }
-
-    /// 500 sockets each send an `OPEN` and never answer: each gets one `COOKIE` no larger
-    /// than its `OPEN`, the listener keeps nothing for them, and a real connector opens at
-    /// once; an echoed cookie from another address is not taken.
-    #[test]
-    fn a_flood_of_opens_costs_nothing_and_a_connector_opens_at_once() {
-        let l = UdpListener::bind(&[addr("127.0.0.1:0")]).expect("bind");
-        let to = l.local_addr();
-        let mut open = [0u8; HEADER];
-        let strangers: Vec<UdpSocket> = (0..500u64)
-            .map(|i| {
-                let s = UdpSocket::bind("127.0.0.1:0").expect("a socket");
-                Header {
-                    kind: OPEN,
-                    conn: i + 1,
-                    seq: 0,
-                    ack: 0,
-                    wnd: 0,
-                }
-                .write(&mut open);
-                s.send_to(&open, to).expect("send");
-                s
-            })
-            .collect();
-        let mut cookies = Vec::new();
-        for s in &strangers {
-            s.set_read_timeout(Some(Duration::from_secs(5)))
-                .expect("timeout");
-            let mut b = [0u8; 100];
-            let (n, _) = s.recv_from(&mut b).expect("a cookie");
-            let (h, _) = Header::decode(&b[..n]).expect("ours");
-            assert_eq!((h.kind, n), (COOKIE, HEADER));
-            cookies.push(h);
-        }
-        // A cookie echoed from another address (a stranger that stole it) is not a
-        // connection: another cookie comes back.
-        let thief = UdpSocket::bind("127.0.0.1:0").expect("a socket");
-        Header {
-            kind: OPEN,
-            conn: cookies[0].conn,
-            seq: cookies[0].seq,
-            ack: 0,
-            wnd: 0,
-        }
-        .write(&mut open);
-        thief.send_to(&open, to).expect("send");
-        thief
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .expect("timeout");
-        let mut b = [0u8; 100];
-        let (n, _) = thief.recv_from(&mut b).expect("an answer");
-        assert_eq!(Header::decode(&b[..n]).map(|(h, _)| h.kind), Some(COOKIE));
-        let t0 = Instant::now();
-        let s = dial(&[to], "udp://test", t0 + Duration::from_secs(5)).expect("connect");
-        assert!(
-            t0.elapsed() < Duration::from_millis(500),
-            "{:?}",
-            t0.elapsed()
-        );
-        let got = l.accept().expect("the connector");
-        assert!(got.peer.ip().is_loopback());
-        drop(s);
-        assert!(
-            l.accept().is_err(),
-            "nothing else was accepted: the strangers hold no connection"
-        );
-    }
-
-    /// A listener with nothing to do does not wake; with a connection, its timers wake it.
-    #[test]
-    fn an_idle_listener_sleeps() {
-        let l = UdpListener::bind(&[addr("127.0.0.1:0")]).expect("bind");
-        std::thread::sleep(Duration::from_millis(100));
-        let t0 = l.wake.turns.load(Ordering::Relaxed);
-        std::thread::sleep(Duration::from_millis(2500));
-        assert_eq!(
-            l.wake.turns.load(Ordering::Relaxed),
-            t0,
-            "it woke with nothing due"
-        );
-        let c = dial(
-            &[l.local_addr()],
-            "udp://test",
-            Instant::now() + Duration::from_secs(5),
-        )
-        .expect("connect");
-        let t1 = l.wake.turns.load(Ordering::Relaxed);
-        std::thread::sleep(Duration::from_millis(2500));
-        assert!(
-            l.wake.turns.load(Ordering::Relaxed) > t1,
-            "keep-alives are timers"
-        );
-        drop(c);
-    }
-}
+mod tests;
