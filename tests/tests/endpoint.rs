@@ -604,8 +604,9 @@ mod udp {
     use std::process::{Child, Command, Stdio};
     use std::time::{Duration, Instant};
 
-    /// A wrong secret is refused; junk datagrams, and 100 sockets that open a connection and
-    /// say nothing more, cost an established client nothing; the job goes on.
+    /// A wrong secret is refused; junk datagrams, and 100 sockets that send an `OPEN` and
+    /// say nothing more (not even its cookie back), cost an established client nothing; the
+    /// job goes on.
     #[test]
     fn strangers_and_a_wrong_secret_are_refused_over_udp() {
         let d = dir("udp-strangers");
