@@ -85,6 +85,13 @@ impl Connection {
         &self.addr
     }
 
+    /// What the protocol of a `udp://` connection repaired so far (datagrams sent again,
+    /// timeouts, duplicates and early ones received); `None` for `tcp://` and `si://`, whose
+    /// kernel keeps such counts to itself.
+    pub fn udp_stats(&self) -> Option<crate::UdpStats> {
+        self.stream.udp_stats()
+    }
+
     fn closed(&self, why: impl std::fmt::Display) -> EndpointError {
         EndpointError::Closed {
             addr: self.addr.clone(),

@@ -5,7 +5,8 @@
 //!
 //! - **Addresses** ([`Address`]): `tcp://HOST:PORT`, `udp://HOST:PORT` (a reliable stream of
 //!   the crate's own over datagrams: one UDP socket per listener, peers told apart by source
-//!   address; ordered, windowed, fragments, keepalive), and `si://NAME` between processes of
+//!   address; ordered, windowed, fragments, keepalive; a listener keeps no state for an
+//!   `OPEN` until its cookie comes back), and `si://NAME` between processes of
 //!   one host; other schemes are refused with one line naming the address and what this
 //!   build offers.
 //! - **Secrets** ([`Secret`]): a listener accepts only programs that prove its secret (never
@@ -16,7 +17,8 @@
 //!   `call` with a reply, and [`PeerEvent`]s: a peer joined, left (an event, never the end of
 //!   the job), or drained after a refused send.
 //! - **In a plain process** ([`Connection`]): connect, send, call, receive, reply — blocking,
-//!   with timeouts.
+//!   with timeouts; over `udp://`, [`Connection::udp_stats`] counts what the protocol
+//!   repaired ([`UdpStats`]).
 //! - **Bounds** ([`Limits`]): per connection, what waits to be written, what was read and not
 //!   yet handled, and the largest message; a stalled peer stops its sender (refused sends) or
 //!   is no longer read (TCP's window, or UDP's session's, stops it), so neither side's memory
@@ -48,6 +50,7 @@ pub use conn::SendError;
 pub use io::MAX_HANDSHAKES;
 pub use job::{CallError, Endpoints, Incoming, Peer, PeerEvent};
 pub use secret::Secret;
+pub use udp::UdpStats;
 pub use wire::MAX_NAME;
 
 use std::time::Duration;

@@ -88,6 +88,14 @@ impl Stream {
         }
     }
 
+    /// What a `udp://` connection's protocol repaired (other schemes: `None`).
+    pub(crate) fn udp_stats(&self) -> Option<crate::UdpStats> {
+        match self {
+            Stream::Udp(s) => Some(s.stats()),
+            _ => None,
+        }
+    }
+
     /// Why the stream ended, when the transport knows better than "closed" (UDP: a peer
     /// silent too long, a reset, a port unreachable).
     pub(crate) fn ended_why(&self) -> Option<String> {

@@ -12,23 +12,38 @@
 //! only while the session has room, and the kernel's buffer of the pair stops the program's
 //! writes as TCP's would.
 //!
-//! **Strangers.** A listener allocates for an `OPEN` only while fewer than
-//! [`MAX_HANDSHAKES`](crate::MAX_HANDSHAKES) of its connections have not proved the secret
-//! (8 per source IP); past that, an `OPEN` is dropped and the connector repeats it, as a TCP
-//! connection waits in the backlog. A connection that has not proved the secret within
-//! [`HALF_OPEN`] is dropped. Datagrams that are not of the protocol are dropped; one of a
-//! connection the listener does not know gets one `RESET` back.
+//! **Strangers.** A listener answers a first `OPEN` with a `COOKIE` and keeps nothing (SYN
+//! cookies): the cookie is a keyed hash ([`Cookies`]: a random key per listener) of the
+//! source address, the connection id and a coarse time, and only an `OPEN` that echoes a
+//! valid one makes a connection. So `OPEN`s from forged source addresses, which never see
+//! their cookie, cost no memory and take no slot a real connector needs. An echoed `OPEN`
+//! allocates only while fewer than [`MAX_HANDSHAKES`](crate::MAX_HANDSHAKES) of its
+//! connections have not proved the secret (8 per source IP); past that, it is dropped and
+//! the connector repeats it, as a TCP connection waits in the backlog. A connection that has
+//! not proved the secret within [`HALF_OPEN`] is dropped. Datagrams that are not of the
+//! protocol are dropped; one of a connection the listener does not know gets one `RESET`
+//! back (a `COOKIE` and a `RESET` are no larger than what came: no amplification).
+//!
+//! **Waiting.** The engine sleeps in `poll` until a socket is ready or a timer is really due
+//! ([`poll_timeout`]): a listener with no connections sleeps until a datagram comes, and a
+//! datagram the socket refused (its buffer full) waits for `POLLOUT` while the timers that
+//! only want to send wait with it.
 //!
 //! **Exit.** The engines are threads of the program's process, so its exit would end them
 //! mid-connection and leave each peer to find out after the session's 10 s of silence: an
 //! `atexit` handler ([`close_at_exit`]) closes every connection in order and waits for them,
 //! at most [`LINGER`].
 
+mod cookie;
+pub(crate) mod packet;
 pub(crate) mod session;
 
 use crate::EndpointError;
+use cookie::Cookies;
 use nix::sys::eventfd::{EfdFlags, EventFd};
-use session::{Config, Header, Session, State, HEADER, OPEN, RESET};
+use packet::{Header, COOKIE, HEADER, OPEN, RESET};
+pub use session::UdpStats;
+use session::{Config, Session, State};
 use std::collections::{HashMap, VecDeque};
 use std::io::{IoSlice, Read, Write};
 use std::net::{SocketAddr, UdpSocket};
@@ -116,6 +131,8 @@ pub(crate) struct Link {
     why: Mutex<Option<String>>,
     /// The program's side is gone before the connection opened (a connect given up).
     stop: AtomicBool,
+    /// The session's counters, copied by the engine when they change.
+    stats: Mutex<UdpStats>,
 }
 
 /// The program's side of a `udp://` connection: a stream as a TCP one is.
@@ -130,6 +147,11 @@ impl UdpStream {
     /// The listener's handshake succeeded.
     pub(crate) fn proven(&self) {
         self.link.proven.store(true, Ordering::Release);
+    }
+
+    /// What the connection's protocol repaired so far.
+    pub(crate) fn stats(&self) -> UdpStats {
+        *self.link.stats.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Why the connection ended, if it did otherwise than in order.
@@ -171,6 +193,9 @@ struct Wake {
     /// The process exits: close every connection in order (see [`close_at_exit`]).
     exiting: AtomicBool,
     fd: EventFd,
+    /// The engine's turns of its loop (tests: an idle engine does not wake).
+    #[cfg(test)]
+    turns: std::sync::atomic::AtomicU64,
 }
 
 impl Wake {
@@ -179,6 +204,8 @@ impl Wake {
             stop: AtomicBool::new(false),
             exiting: AtomicBool::new(false),
             fd: EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)?,
+            #[cfg(test)]
+            turns: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -307,6 +334,8 @@ struct Slot {
     eof_at: Option<Instant>,
     /// The program was given end of stream.
     write_shut: bool,
+    /// The session's counters last copied to `link`.
+    stats: UdpStats,
 }
 
 impl Drop for Slot {
@@ -329,6 +358,8 @@ struct Engine {
     pending: Option<(Vec<u8>, SocketAddr)>,
     /// The receive buffer the kernel gave, which windows share.
     rcvbuf: usize,
+    /// A listener's cookie maker.
+    cookies: Cookies,
 }
 
 impl Engine {
@@ -367,6 +398,7 @@ impl Engine {
             slots: HashMap::new(),
             pending: None,
             rcvbuf,
+            cookies: Cookies::new(),
         })
     }
 
@@ -403,6 +435,7 @@ impl Engine {
                 app_eof: false,
                 eof_at: None,
                 write_shut: false,
+                stats: UdpStats::default(),
             },
         );
         Ok(UdpStream {
@@ -418,9 +451,13 @@ impl Engine {
         let mut appbuf = vec![0u8; 64 << 10];
         let mut outbuf = vec![0u8; 65536];
         let mut fds: Vec<libc::pollfd> = Vec::new();
+        let mut timers: Vec<Instant> = Vec::new();
         loop {
+            #[cfg(test)]
+            self.wake.turns.fetch_add(1, Ordering::Relaxed);
             let now = Instant::now();
             fds.clear();
+            timers.clear();
             fds.push(pollfd(self.wake.fd.as_fd().as_raw_fd(), libc::POLLIN));
             let sock_ev = libc::POLLIN
                 | if self.pending.is_some() {
@@ -429,7 +466,6 @@ impl Engine {
                     0
                 };
             fds.push(pollfd(self.sock.as_raw_fd(), sock_ev));
-            let mut next: Option<Instant> = None;
             for s in self.slots.values() {
                 let mut ev = 0;
                 if !s.app_eof && s.sess.room() > 0 {
@@ -443,15 +479,14 @@ impl Engine {
                 // program hung up would report POLLHUP at every poll and the engine spin.
                 let fd = if ev == 0 { -1 } else { s.app.as_raw_fd() };
                 fds.push(pollfd(fd, ev));
-                if let Some(t) = s.sess.next_timer() {
-                    next = Some(next.map_or(t, |n: Instant| n.min(t)));
+                timers.extend(s.sess.next_timer());
+                if self.accepted.is_some() && !s.link.proven.load(Ordering::Acquire) {
+                    // The half-open bounds below are the engine's own timers.
+                    timers.push(s.created + HALF_OPEN);
+                    timers.extend(s.eof_at.map(|t| t + REFUSAL_GRACE));
                 }
             }
-            let ms = next.map_or(1000, |t| {
-                let d = t.saturating_duration_since(now);
-                // Rounded up: a wake before the timer would only poll again.
-                d.as_micros().div_ceil(1000).min(1000) as i32
-            });
+            let ms = poll_timeout(now, &timers, self.pending.is_some());
             // SAFETY: `fds` is a valid array of pollfd of the length given.
             let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
             if n < 0 {
@@ -517,6 +552,10 @@ impl Engine {
                 // the window its reads reopened) goes in this turn's datagrams, not at the
                 // next timer; and its timers may be due whatever its socket says.
                 app_io(slot, &mut appbuf);
+                if slot.app_eof && slot.eof_at.is_none() {
+                    // Now, not at the next turn: its grace is a timer of the poll.
+                    slot.eof_at = Some(now);
+                }
                 slot.sess.on_timers(now);
                 while self.pending.is_none() {
                     let Some(slot) = self.slots.get_mut(&a) else {
@@ -530,6 +569,10 @@ impl Engine {
                 let Some(slot) = self.slots.get_mut(&a) else {
                     continue;
                 };
+                if slot.sess.stats != slot.stats {
+                    slot.stats = slot.sess.stats;
+                    *slot.link.stats.lock().unwrap_or_else(|p| p.into_inner()) = slot.stats;
+                }
                 if let Some(tx) = opened.as_ref() {
                     match slot.sess.state() {
                         State::Open => {
@@ -619,26 +662,26 @@ impl Engine {
                 // Another connection from an address whose connection lives: not until
                 // that one is over (a stranger cannot end it by claiming its address).
                 Some(_) => {}
-                None if self.accepted.is_some() && h.kind == OPEN => self.admit(from, h.conn, now),
-                None if self.accepted.is_some() && h.kind != RESET => {
-                    let mut r = [0u8; HEADER];
-                    Header {
-                        kind: RESET,
-                        conn: h.conn,
-                        seq: 0,
-                        ack: 0,
-                        wnd: 0,
+                None if self.accepted.is_some() && h.kind == OPEN => {
+                    if self.cookies.valid(from, h.conn, h.seq, now) {
+                        self.admit(from, h.conn, now);
+                    } else if !self.wake.exiting.load(Ordering::Acquire) {
+                        // Stateless: the same answer for every OPEN until one echoes it.
+                        let c =
+                            Header::control(COOKIE, h.conn, self.cookies.make(from, h.conn, now));
+                        let _ = self.sock.send_to(&c, from);
                     }
-                    .write(&mut r);
-                    let _ = self.sock.send_to(&r, from);
+                }
+                None if self.accepted.is_some() && h.kind != RESET => {
+                    let _ = self.sock.send_to(&Header::control(RESET, h.conn, 0), from);
                 }
                 None => {}
             }
         }
     }
 
-    /// An `OPEN` from a new address: a connection, while the half-open ones are under their
-    /// bounds (else dropped: the connector repeats it).
+    /// An `OPEN` from a new address that echoed its cookie: a connection, while the
+    /// half-open ones are under their bounds (else dropped: the connector repeats it).
     fn admit(&mut self, from: SocketAddr, conn: u64, now: Instant) {
         if self.wake.exiting.load(Ordering::Acquire) {
             return; // the process is on its way out: as if the OPEN were lost
@@ -681,15 +724,7 @@ impl Engine {
         let Some(s) = self.slots.get(&a) else {
             return;
         };
-        let mut r = [0u8; HEADER];
-        Header {
-            kind: RESET,
-            conn: s.sess.conn(),
-            seq: 0,
-            ack: 0,
-            wnd: 0,
-        }
-        .write(&mut r);
+        let r = Header::control(RESET, s.sess.conn(), 0);
         let _ = if self.accepted.is_some() {
             self.sock.send_to(&r, a)
         } else {
@@ -745,6 +780,24 @@ fn app_io(slot: &mut Slot, buf: &mut [u8]) {
     }
 }
 
+/// How long the engine's poll may sleep, in ms (-1: until a descriptor is ready): until the
+/// earliest of `timers`. While a datagram waits for the socket to take it (`blocked`), a
+/// timer already due only wants to send, which must wait for `POLLOUT` as well: then only
+/// the timers still ahead count, or the engine would poll without sleeping until the socket
+/// drains. With no timers at all (a listener without connections) it sleeps until a
+/// datagram or its wake-up comes.
+fn poll_timeout(now: Instant, timers: &[Instant], blocked: bool) -> i32 {
+    timers
+        .iter()
+        .filter(|&&t| !blocked || t > now)
+        .min()
+        .map_or(-1, |&t| {
+            let d = t.saturating_duration_since(now);
+            // Rounded up: a wake before the timer would only poll again.
+            d.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
+        })
+}
+
 fn pollfd(fd: i32, events: libc::c_short) -> libc::pollfd {
     libc::pollfd {
         fd,
@@ -752,3 +805,6 @@ fn pollfd(fd: i32, events: libc::c_short) -> libc::pollfd {
         revents: 0,
     }
 }
+
+#[cfg(test)]
+mod tests;

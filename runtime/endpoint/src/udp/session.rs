@@ -24,26 +24,9 @@
 //! - **Ending**: a program that closes its side has its bytes delivered, then a `CLOSE`
 //!   (retransmitted until acknowledged); `RESET` ends a connection at once.
 //!
-//! The datagram (all integers little-endian):
-//!
-//! | bytes | field | meaning |
-//! |---|---|---|
-//! | 0..4 | magic `CVEU` | not this protocol otherwise (dropped) |
-//! | 4 | kind u8 | 1 `OPEN`, 2 `OPENED`, 3 `DATA`, 4 `ACK`, 5 `PROBE`, 6 `CLOSE`, 7 `RESET` |
-//! | 5 | version u8 (1) | |
-//! | 6..14 | connection u64 | chosen at random by the connector: tells a connection from an earlier one from the same address, and a stranger cannot guess it |
-//! | 14..22 | seq u64 | `DATA`: offset of its first byte; `CLOSE`: the stream's end |
-//! | 22..30 | ack u64 | every byte before it received |
-//! | 30..34 | window u32 | bytes the sender of this datagram takes beyond `ack` |
-//! | 34.. | payload | `DATA` only |
-//!
-//! `OPEN` (connector, repeated until answered) asks the listener for a connection; `OPENED`
-//! answers it (the listener repeats it for a repeated `OPEN`). `PROBE` asks for an `ACK`.
-//! `CLOSE` takes one sequence number after the stream's last byte, so its acknowledgement is
-//! `ack = seq + 1`. A listener answers a datagram of a connection it does not know with
-//! `RESET` (one for one, never more bytes than came). The handshake of the endpoint protocol
-//! (`wire.rs`: the secret proved both ways) runs over the stream as over TCP.
+//! The datagrams and their header are tabulated in [`packet`](super::packet).
 
+use super::packet::{Header, ACK, CLOSE, COOKIE, DATA, HEADER, OPEN, OPENED, PROBE, RESET};
 use std::collections::{BTreeMap, VecDeque};
 use std::time::{Duration, Instant};
 
@@ -52,62 +35,6 @@ const EARLY_SEGMENTS_MAX: usize = 8192;
 
 /// Most acknowledgements one connection owes at once (one datagram says them all).
 const ACKS_OWED_MAX: u32 = 64;
-
-/// Magic of every datagram.
-pub(crate) const MAGIC: &[u8; 4] = b"CVEU";
-/// The protocol's version.
-pub(crate) const VERSION: u8 = 1;
-/// Bytes before a datagram's payload.
-pub(crate) const HEADER: usize = 34;
-
-pub(crate) const OPEN: u8 = 1;
-pub(crate) const OPENED: u8 = 2;
-pub(crate) const DATA: u8 = 3;
-pub(crate) const ACK: u8 = 4;
-pub(crate) const PROBE: u8 = 5;
-pub(crate) const CLOSE: u8 = 6;
-pub(crate) const RESET: u8 = 7;
-
-/// A datagram's header, as decoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Header {
-    pub(crate) kind: u8,
-    pub(crate) conn: u64,
-    pub(crate) seq: u64,
-    pub(crate) ack: u64,
-    pub(crate) wnd: u32,
-}
-
-impl Header {
-    pub(crate) fn write(&self, out: &mut [u8]) {
-        out[..4].copy_from_slice(MAGIC);
-        out[4] = self.kind;
-        out[5] = VERSION;
-        out[6..14].copy_from_slice(&self.conn.to_le_bytes());
-        out[14..22].copy_from_slice(&self.seq.to_le_bytes());
-        out[22..30].copy_from_slice(&self.ack.to_le_bytes());
-        out[30..34].copy_from_slice(&self.wnd.to_le_bytes());
-    }
-
-    /// The header and payload of a datagram of this protocol, or `None` (not ours: dropped).
-    pub(crate) fn decode(b: &[u8]) -> Option<(Header, &[u8])> {
-        if b.len() < HEADER || &b[..4] != MAGIC || b[5] != VERSION {
-            return None;
-        }
-        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().unwrap_or_default());
-        let h = Header {
-            kind: b[4],
-            conn: u64_at(6),
-            seq: u64_at(14),
-            ack: u64_at(22),
-            wnd: u32::from_le_bytes(b[30..34].try_into().unwrap_or_default()),
-        };
-        if !(OPEN..=RESET).contains(&h.kind) || (h.kind != DATA && b.len() != HEADER) {
-            return None;
-        }
-        Some((h, &b[HEADER..]))
-    }
-}
 
 /// The tunables of a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,16 +107,22 @@ impl Rtt {
     }
 }
 
-/// Counters of what the protocol repaired (the unit tests read them to know the network
-/// did damage; nothing reports them yet).
+/// Counters of what a `udp://` connection's protocol repaired, from its start
+/// ([`Connection::udp_stats`](crate::Connection::udp_stats)): they tell a program (and the
+/// tests) that the network did damage and the stream mended it.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-#[cfg_attr(not(test), allow(dead_code))]
-pub(crate) struct Stats {
-    pub(crate) retransmits: u64,
-    pub(crate) timeouts: u64,
-    pub(crate) duplicates: u64,
-    pub(crate) early: u64,
-    pub(crate) beyond_window: u64,
+#[non_exhaustive]
+pub struct UdpStats {
+    /// Data datagrams sent again (fast retransmit, or after a timeout).
+    pub retransmits: u64,
+    /// Retransmission timeouts.
+    pub timeouts: u64,
+    /// Data datagrams received that held nothing new.
+    pub duplicates: u64,
+    /// Data datagrams received ahead of a gap (held until it fills).
+    pub early: u64,
+    /// Data datagrams (or parts) received beyond the window advertised, dropped.
+    pub beyond_window: u64,
 }
 
 /// One connection's protocol state.
@@ -240,7 +173,9 @@ pub(crate) struct Session {
     heard: Instant,
     probe_at: Option<Instant>,
     open_at: Option<Instant>,
-    pub(crate) stats: Stats,
+    /// The connector's: the listener's cookie to echo in `OPEN` (0 until one came).
+    cookie: u64,
+    pub(crate) stats: UdpStats,
 }
 
 impl Session {
@@ -296,7 +231,8 @@ impl Session {
             heard: now,
             probe_at: None,
             open_at: None,
-            stats: Stats::default(),
+            cookie: 0,
+            stats: UdpStats::default(),
             cfg,
         }
     }
@@ -395,6 +331,15 @@ impl Session {
             OPEN => {
                 // Our OPENED was lost: it goes again.
                 self.open_at = Some(now);
+                return;
+            }
+            COOKIE => {
+                if self.state == State::Opening && h.seq != 0 {
+                    // The listener keeps nothing until its cookie comes back: at once.
+                    self.cookie = h.seq;
+                    self.open_at = Some(now);
+                }
+                // Not an answer that the connection is open (nor an ACK of anything).
                 return;
             }
             OPENED => {}
@@ -576,8 +521,8 @@ impl Session {
                 self.recover = Some(self.nxt);
                 self.ssthresh = ((self.nxt - self.una) as usize / 2).max(2 * self.cfg.mss);
                 self.cwnd = self.ssthresh;
+                // Counted when it goes (`transmit`).
                 self.resend_una = true;
-                self.stats.retransmits += 1;
             }
         }
     }
@@ -650,6 +595,7 @@ impl Session {
                 self.open_at = Some(now + self.rto());
                 self.backoff = (self.backoff + 1).min(16);
                 h.kind = OPEN;
+                h.seq = self.cookie;
                 return Some(self.sent(h, buf, now));
             }
             return None;
@@ -684,6 +630,9 @@ impl Session {
             let from = (self.nxt - self.una) as usize;
             if self.nxt >= self.high {
                 self.timed.get_or_insert((self.nxt + len as u64, now));
+            } else {
+                // Going back after a timeout: bytes sent before.
+                self.stats.retransmits += 1;
             }
             self.nxt += len as u64;
             self.high = self.high.max(self.nxt);
@@ -791,326 +740,4 @@ pub(crate) fn random_u64() -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// A simulated network between two sessions: each datagram may be lost, duplicated or
-    /// delayed past later ones (a seeded generator, so a failure repeats).
-    struct Net {
-        rng: u64,
-        loss: u32,
-        dup: u32,
-        reorder: u32,
-        /// In flight: (arrival time, to the listener?, bytes).
-        wire: Vec<(Instant, bool, Vec<u8>)>,
-        now: Instant,
-    }
-
-    impl Net {
-        fn new(seed: u64, loss: u32, dup: u32, reorder: u32) -> Net {
-            Net {
-                rng: seed | 1,
-                loss,
-                dup,
-                reorder,
-                wire: Vec::new(),
-                now: Instant::now(),
-            }
-        }
-
-        fn roll(&mut self) -> u32 {
-            // xorshift64
-            self.rng ^= self.rng << 13;
-            self.rng ^= self.rng >> 7;
-            self.rng ^= self.rng << 17;
-            (self.rng % 100) as u32
-        }
-
-        fn put(&mut self, to_l: bool, d: &[u8]) {
-            if self.roll() < self.loss {
-                return;
-            }
-            let copies = if self.roll() < self.dup { 2 } else { 1 };
-            for _ in 0..copies {
-                let delay = if self.roll() < self.reorder {
-                    3_000
-                } else {
-                    100
-                };
-                self.wire
-                    .push((self.now + Duration::from_micros(delay), to_l, d.to_vec()));
-            }
-        }
-
-        /// Send what each side has, deliver what is due, advance time a little.
-        fn step(&mut self, c: &mut Session, l: &mut Session) {
-            let mut buf = vec![0u8; HEADER + 2000];
-            for (s, to_l) in [(&mut *c, true), (&mut *l, false)] {
-                s.on_timers(self.now);
-                while let Some(n) = s.transmit(self.now, &mut buf) {
-                    let d = buf[..n].to_vec();
-                    self.put(to_l, &d);
-                }
-            }
-            self.now += Duration::from_micros(50);
-            let now = self.now;
-            let (due, later): (Vec<_>, Vec<_>) =
-                self.wire.drain(..).partition(|(t, _, _)| *t <= now);
-            self.wire = later;
-            for (_, to_l, d) in due {
-                let (h, p) = Header::decode(&d).expect("ours");
-                assert_eq!(h.conn, 7);
-                if to_l {
-                    l.receive(&h, p, now);
-                } else {
-                    c.receive(&h, p, now);
-                }
-            }
-        }
-    }
-
-    fn cfg() -> Config {
-        Config {
-            mss: 1000,
-            send_buffer: 64 << 10,
-            recv_buffer: 64 << 10,
-            max_window: 64 << 10,
-            ..Config::default()
-        }
-    }
-
-    fn pattern(n: usize) -> Vec<u8> {
-        (0..n).map(|i| (i * 31 % 253) as u8).collect()
-    }
-
-    /// `bytes` from the connector to the listener and back over `net`, within `steps`.
-    fn exchange(net: &mut Net, bytes: usize, steps: usize) -> (Session, Session) {
-        let mut c = Session::connect(7, cfg(), net.now);
-        let mut l = Session::accept(7, cfg(), net.now);
-        let data = pattern(bytes);
-        let (mut put_c, mut put_l) = (0, 0);
-        let (mut got_c, mut got_l) = (Vec::new(), Vec::new());
-        for _ in 0..steps {
-            if c.state() == &State::Open {
-                put_c += c.write(&data[put_c..]);
-            }
-            put_l += l.write(&data[put_l..]);
-            net.step(&mut c, &mut l);
-            for (s, got) in [(&mut c, &mut got_c), (&mut l, &mut got_l)] {
-                let (a, b) = s.ready();
-                let n = a.len() + b.len();
-                got.extend_from_slice(a);
-                got.extend_from_slice(b);
-                s.consume(n);
-            }
-            if got_c.len() == bytes && got_l.len() == bytes {
-                break;
-            }
-        }
-        assert!(got_l == data, "listener got {} of {bytes}", got_l.len());
-        assert!(got_c == data, "connector got {} of {bytes}", got_c.len());
-        (c, l)
-    }
-
-    #[test]
-    fn a_clean_network_carries_a_mebibyte_each_way() {
-        let mut net = Net::new(1, 0, 0, 0);
-        let (c, l) = exchange(&mut net, 1 << 20, 100_000);
-        assert_eq!(c.stats.retransmits + l.stats.retransmits, 0);
-    }
-
-    #[test]
-    fn loss_reordering_and_duplicates_are_repaired() {
-        for seed in 1..6 {
-            let mut net = Net::new(seed, 10, 10, 10);
-            let (c, l) = exchange(&mut net, 300_000, 2_000_000);
-            assert!(c.stats.retransmits + c.stats.timeouts > 0);
-            assert!(l.stats.duplicates + c.stats.duplicates > 0);
-            assert!(l.stats.early + c.stats.early > 0);
-        }
-    }
-
-    #[test]
-    fn a_lost_open_and_opened_are_repeated() {
-        let mut net = Net::new(3, 60, 0, 0);
-        exchange(&mut net, 10_000, 2_000_000);
-    }
-
-    #[test]
-    fn a_reader_that_stops_closes_the_window_and_the_sender_holds() {
-        let mut net = Net::new(5, 0, 0, 0);
-        let mut c = Session::connect(7, cfg(), net.now);
-        let mut l = Session::accept(7, cfg(), net.now);
-        let data = pattern(1 << 20);
-        let mut put = 0;
-        // The listener's program reads nothing for a simulated 5 s.
-        for _ in 0..100_000 {
-            put += c.write(&data[put..]);
-            net.step(&mut c, &mut l);
-        }
-        let (a, b) = l.ready();
-        assert_eq!(a.len() + b.len(), 64 << 10, "the receiver holds its buffer");
-        assert!(put <= (128 << 10) + 1000, "the sender took {put}");
-        assert_eq!(
-            c.room(),
-            0,
-            "the sender's buffer is full: the program is held"
-        );
-        assert_eq!(c.ended(), None, "a stalled reader is not a dead peer");
-        // It reads again: everything arrives.
-        let mut got = Vec::new();
-        for _ in 0..200_000 {
-            put += c.write(&data[put..]);
-            net.step(&mut c, &mut l);
-            let (a, b) = l.ready();
-            let n = a.len() + b.len();
-            got.extend_from_slice(a);
-            got.extend_from_slice(b);
-            l.consume(n);
-            if got.len() == data.len() {
-                break;
-            }
-        }
-        assert!(got == data, "got {}", got.len());
-    }
-
-    #[test]
-    fn a_peer_that_vanishes_is_gone_after_dead_after() {
-        let mut net = Net::new(9, 0, 0, 0);
-        let mut c = Session::connect(7, cfg(), net.now);
-        let mut l = Session::accept(7, cfg(), net.now);
-        for _ in 0..100 {
-            net.step(&mut c, &mut l);
-        }
-        // An idle connection stays up on its probes.
-        for _ in 0..(30_000_000 / 50) / 100 {
-            net.now += Duration::from_micros(50 * 99);
-            net.step(&mut c, &mut l);
-        }
-        assert_eq!(c.state(), &State::Open);
-        assert_eq!(l.state(), &State::Open);
-        // The listener vanishes: the connector gives up after 10 s.
-        c.write(b"anyone?");
-        let mut buf = vec![0u8; 4000];
-        let t0 = net.now;
-        while c.ended().is_none() {
-            net.now += Duration::from_millis(5);
-            c.on_timers(net.now);
-            while c.transmit(net.now, &mut buf).is_some() {}
-            assert!(net.now < t0 + Duration::from_secs(11));
-        }
-        assert!(net.now >= t0 + Duration::from_secs(9));
-        let why = c.ended().flatten().unwrap_or_default().to_string();
-        assert!(why.contains("sent nothing for 10 s"), "{why}");
-    }
-
-    #[test]
-    fn closing_delivers_everything_then_ends_both() {
-        let mut net = Net::new(11, 10, 5, 5);
-        let mut c = Session::connect(7, cfg(), net.now);
-        let mut l = Session::accept(7, cfg(), net.now);
-        let data = pattern(200_000);
-        let mut put = 0;
-        let mut got = Vec::new();
-        for _ in 0..2_000_000 {
-            if c.state() == &State::Open {
-                put += c.write(&data[put..]);
-                if put == data.len() {
-                    c.close();
-                }
-            }
-            net.step(&mut c, &mut l);
-            let (a, b) = l.ready();
-            let n = a.len() + b.len();
-            got.extend_from_slice(a);
-            got.extend_from_slice(b);
-            l.consume(n);
-            if l.peer_done() {
-                l.close();
-            }
-            if c.done() && l.done() {
-                break;
-            }
-        }
-        assert!(got == data);
-        assert!(l.done() && c.done());
-    }
-
-    #[test]
-    fn a_reset_ends_it_and_foreign_bytes_are_not_ours() {
-        let now = Instant::now();
-        let mut c = Session::connect(7, cfg(), now);
-        let mut buf = [0u8; HEADER];
-        Header {
-            kind: RESET,
-            conn: 7,
-            seq: 0,
-            ack: 0,
-            wnd: 0,
-        }
-        .write(&mut buf);
-        let (h, p) = Header::decode(&buf).expect("ours");
-        c.receive(&h, p, now);
-        assert_eq!(c.ended(), Some(Some("it reset the connection")));
-        for bad in [&b"GET / HTTP/1.0\r\n\r\n"[..], &[0xff; 40], &buf[..20]] {
-            assert!(Header::decode(bad).is_none());
-        }
-        let mut odd = buf;
-        odd[4] = 99;
-        assert!(Header::decode(&odd).is_none());
-    }
-
-    #[test]
-    fn sequence_numbers_and_acks_at_the_edge_of_u64_are_dropped_not_overflowed() {
-        let now = Instant::now();
-        let mut l = Session::accept(7, cfg(), now);
-        for (seq, ack) in [(u64::MAX - 1, 0), (u64::MAX, u64::MAX), (0, u64::MAX)] {
-            let h = Header {
-                kind: DATA,
-                conn: 7,
-                seq,
-                ack,
-                wnd: u32::MAX,
-            };
-            l.receive(&h, b"abcd", now);
-        }
-        let (a, b) = l.ready();
-        assert_eq!(a.len() + b.len(), 4, "only the bytes at offset 0 are taken");
-        assert_eq!(l.ended(), None);
-    }
-
-    #[test]
-    fn overlapping_early_segments_are_held_once_and_never_past_the_buffer() {
-        let now = Instant::now();
-        let mut l = Session::accept(7, cfg(), now);
-        let data = pattern(70_000);
-        let seg = |l: &mut Session, seq: usize, len: usize| {
-            let h = Header {
-                kind: DATA,
-                conn: 7,
-                seq: seq as u64,
-                ack: 0,
-                wnd: u32::MAX,
-            };
-            let end = (seq + len).min(data.len());
-            l.receive(&h, &data[seq..end], now);
-        };
-        // A hostile peer: 10,000 overlapping segments of 32 KiB at every offset from 1, and
-        // tiny ones between; byte 0 never comes.
-        seg(&mut l, 1, 32 << 10);
-        let mut reach = 1 + (32 << 10);
-        for i in 0..10_000 {
-            let (at, len) = (1 + i * 7 % 40_000, if i % 3 == 0 { 1 } else { 32 << 10 });
-            seg(&mut l, at, len);
-            reach = usize::max(reach, at + len);
-        }
-        assert!(l.early_bytes <= cfg().recv_buffer, "{} held", l.early_bytes);
-        assert!(l.early.len() <= EARLY_SEGMENTS_MAX);
-        // The gap filled: what was held is the stream, byte for byte, up to the buffer.
-        seg(&mut l, 0, 1);
-        let (a, b) = l.ready();
-        let got: Vec<u8> = a.iter().chain(b).copied().collect();
-        assert_eq!(got.len(), reach.min(cfg().recv_buffer));
-        assert_eq!(got[..], data[..got.len()]);
-    }
-}
+mod tests;
