@@ -280,20 +280,35 @@ fn rss_kib(pid: u32) -> u64 {
 
 /// What a job sent before it ended reaches a peer that was not reading then: the job queues
 /// 6 MiB for this client (more than the sockets hold), ends at once, and the client reads only
-/// afterwards — every blob arrives, then the end of the connection.
+/// afterwards — every blob arrives, then the end of the connection; over tcp:// (also with
+/// the client still sending after the end) and udp://.
 #[test]
 fn what_a_job_sent_before_it_ended_reaches_a_peer_reading_late() {
-    for (tag, l) in [
-        ("late-local", Launcher::Direct { machine: "local" }),
-        ("late-tcp", charmrun("tcp")),
+    for (tag, l, listen, talk) in [
+        (
+            "late-local",
+            Launcher::Direct { machine: "local" },
+            "tcp://:0",
+            false,
+        ),
+        ("late-tcp", charmrun("tcp"), "tcp://:0", false),
+        // The client goes on sending after the job ended: unread input must not reset
+        // the connection (which would drop what the peer has not acknowledged yet).
+        ("late-talking", charmrun("tcp"), "tcp://:0", true),
+        ("late-udp", charmrun("tcp"), "udp://127.0.0.1:0", false),
     ] {
         let d = dir(tag);
-        let (job, addr, secret) = echo_job(&l, 2, &d);
+        let (job, addr, secret) = echo_job_at(&l, 2, &d, listen);
         let mut c = Connection::connect(&addr, &secret).expect("connect");
         let mut ask = 6u64.to_le_bytes().to_vec();
         ask.extend((1u32 << 20).to_le_bytes());
         c.send("flood", &ask).expect("flood");
         c.send("quit", b"").expect("quit");
+        if talk {
+            std::thread::sleep(Duration::from_millis(100));
+            c.send("echo", &[7u8; 64 << 10])
+                .expect("an echo after the end");
+        }
         // The job's PE is gone by now; its I/O thread still holds what did not fit.
         std::thread::sleep(Duration::from_millis(300));
         let mut blobs = 0;

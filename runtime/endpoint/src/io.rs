@@ -14,9 +14,12 @@
 //!
 //! **Exit.** What a PE sent is not lost because its job ended: once the PE's thread has
 //! ended (or the process exits, through an `atexit` handler, [`stop_at_exit`]), the thread
-//! goes on writing what is still queued for its peers, at most [`LINGER`], then closes every
-//! connection; the process's exit waits for that. A peer that reads gets the job's last
-//! messages; one that does not costs the exit at most the linger.
+//! goes on writing what is still queued for its peers, and on TCP waits until they have
+//! acknowledged it (reading and dropping what they send meanwhile: a socket closed with
+//! unread input is reset, which would drop the rest), at most [`LINGER`]; then it closes
+//! every connection, a `udp://` listener's in order. The process's exit waits for that (and
+//! then for `udp://`'s own close, at most another [`LINGER`]). A peer that reads gets the
+//! job's last messages; one that does not costs the exit the linger.
 //!
 //! | posted to the PE (`arg0`) | `arg1` | payload |
 //! |---|---|---|
@@ -72,7 +75,7 @@ extern "C" fn stop_at_exit() {
         .filter_map(Weak::upgrade)
         .collect();
     for s in &threads {
-        s.stop.store(true, Ordering::Release);
+        s.stop.store(true, Ordering::SeqCst);
         s.bell.ring();
     }
     drop(threads);
@@ -95,8 +98,21 @@ extern "C" fn stop_at_exit() {
 struct Running;
 
 impl Running {
-    fn start() -> Running {
-        *RUNNING.0.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+    /// Counted, in the process it runs in: a child forked without `exec` inherits the
+    /// parent's count and registry but none of its threads, so they start again from
+    /// nothing there (else its exit would wait the whole linger for threads it lacks).
+    fn start(shared: &Arc<Shared>) -> Running {
+        let me = std::process::id();
+        let mut n = RUNNING.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut all = THREADS.lock().unwrap_or_else(|p| p.into_inner());
+        if THREADS_PID.load(Ordering::Acquire) != me {
+            *n = 0;
+            all.clear();
+            THREADS_PID.store(me, Ordering::Release);
+        }
+        all.retain(|w| w.strong_count() > 0);
+        all.push(Arc::downgrade(shared));
+        *n += 1;
         Running
     }
 }
@@ -159,7 +175,7 @@ pub(crate) struct StopOnExit(pub(crate) Arc<Shared>);
 
 impl Drop for StopOnExit {
     fn drop(&mut self) {
-        self.0.stop.store(true, Ordering::Release);
+        self.0.stop.store(true, Ordering::SeqCst);
         self.0.bell.ring();
     }
 }
@@ -181,15 +197,18 @@ impl Bell {
     }
 
     pub(crate) fn ring(&self) {
-        if !self.rung.swap(true, Ordering::AcqRel) {
+        if !self.rung.swap(true, Ordering::SeqCst) {
             let _ = self.fd.write(1);
         }
     }
 
     fn reset(&self) {
         // Read, then clear: a ring in between writes nothing but came before this return.
+        // Sequentially consistent with the ring's swap and the stop flag on both sides:
+        // with acquire/release, "set stop, ring" racing "clear, look at stop" could lose both
+        // the ring and the stop (each side reading the other's old value).
         let _ = self.fd.read();
-        self.rung.store(false, Ordering::Release);
+        self.rung.store(false, Ordering::SeqCst);
     }
 }
 
@@ -256,19 +275,15 @@ impl Shared {
 /// Start the I/O thread.
 pub(crate) fn start(shared: Arc<Shared>) -> std::io::Result<()> {
     AT_EXIT.call_once(|| {
+        // `udp://`'s handler first, so that this one, registered after it, runs before it.
+        crate::udp::register_at_exit();
         // SAFETY: `stop_at_exit` is an `extern "C" fn()` that does not unwind.
         unsafe {
             libc::atexit(stop_at_exit);
         }
     });
-    THREADS_PID.store(std::process::id(), Ordering::Release);
-    {
-        let mut all = THREADS.lock().unwrap_or_else(|p| p.into_inner());
-        all.retain(|w| w.strong_count() > 0);
-        all.push(Arc::downgrade(&shared));
-    }
     // Counted before the thread exists, so an exit right after this call waits for it.
-    let running = Running::start();
+    let running = Running::start(&shared);
     std::thread::Builder::new()
         .name(format!("endpoint-io-{}", shared.mailbox.pe()))
         .spawn(move || {
@@ -349,7 +364,7 @@ fn run(shared: &Arc<Shared>) {
         }
         if fds[0].revents != 0 {
             shared.bell.reset();
-            if shared.stop.load(Ordering::Acquire) {
+            if shared.stop.load(Ordering::SeqCst) {
                 let all: Vec<Arc<Conn>> = shared
                     .conns
                     .lock()
@@ -357,11 +372,19 @@ fn run(shared: &Arc<Shared>) {
                     .drain()
                     .map(|(_, c)| c)
                     .collect();
-                drop(listeners); // no one new while the last bytes go out
+                // No one new while the last bytes go out; a `udp://` listener carries the
+                // connections it accepted, so it stays until they are written out.
+                let (carriers, others): (Vec<_>, Vec<_>) = std::mem::take(&mut listeners)
+                    .into_iter()
+                    .partition(|l| l.listener.carries_connections());
+                drop(others);
                 linger(&all, &mut fds);
                 for c in all {
                     c.closed.store(true, Ordering::Release);
                     c.stream.shutdown();
+                }
+                for l in carriers {
+                    l.listener.close_in_order();
                 }
                 return;
             }
@@ -399,34 +422,73 @@ fn run(shared: &Arc<Shared>) {
     }
 }
 
-/// The PE has ended: write what is queued for `conns` until nothing is, or [`LINGER`] has
-/// passed. A connection whose write fails is left (it is closed after).
+/// The PE has ended: write what is queued for `conns` until nothing is and the peers have
+/// acknowledged it (TCP), or [`LINGER`] has passed. What the peers send meanwhile is read and
+/// dropped: a TCP socket closed with unread input is reset, and a reset drops what the peer
+/// has not acknowledged yet. A connection whose write fails is left (it is closed after).
 fn linger(conns: &[Arc<Conn>], fds: &mut Vec<libc::pollfd>) {
     let deadline = Instant::now() + LINGER;
     let mut failed = vec![false; conns.len()];
+    let mut eof = vec![false; conns.len()];
+    let mut scratch = vec![0u8; 64 << 10];
     loop {
         fds.clear();
         let mut which = Vec::new();
+        // Acknowledgements raise no event here: looked at again after a short wait.
+        let mut unacked = false;
         for (i, c) in conns.iter().enumerate() {
-            if !failed[i] && !c.closed.load(Ordering::Acquire) && c.waiting() > 0 {
-                fds.push(pollfd(c.stream.as_raw_fd(), libc::POLLOUT));
-                which.push(i);
+            if failed[i] || c.closed.load(Ordering::Acquire) {
+                continue;
             }
+            let queued = c.waiting() > 0;
+            if !queued && c.stream.unacked() == 0 {
+                continue;
+            }
+            unacked |= !queued;
+            let mut ev = if queued { libc::POLLOUT } else { 0 };
+            if !eof[i] {
+                ev |= libc::POLLIN;
+            }
+            fds.push(pollfd(c.stream.as_raw_fd(), ev));
+            which.push(i);
         }
         let left = deadline.saturating_duration_since(Instant::now());
         if fds.is_empty() || left.is_zero() {
             return;
         }
-        let ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+        let mut ms = left.as_millis().clamp(1, i32::MAX as u128) as i32;
+        if unacked {
+            ms = ms.min(5);
+        }
         // SAFETY: `fds` is a valid array of pollfd of the length given.
         let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
         if n <= 0 {
-            continue; // EINTR, or the time is up (seen at the top)
+            continue; // EINTR, or the wait is up (the deadline is seen at the top)
         }
         for (k, &i) in which.iter().enumerate() {
             let re = fds[k].revents;
-            let broken = re & (libc::POLLERR | libc::POLLHUP | libc::POLLNVAL) != 0;
-            if broken || (re & libc::POLLOUT != 0 && conns[i].flush().is_err()) {
+            let c = &conns[i];
+            if re & libc::POLLIN != 0 {
+                // Dropped: the PE that would handle it is gone.
+                loop {
+                    match (&c.stream).read(&mut scratch) {
+                        Ok(0) => {
+                            eof[i] = true;
+                            break;
+                        }
+                        Ok(_) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                        Err(_) => {
+                            failed[i] = true;
+                            break;
+                        }
+                    }
+                }
+            }
+            let broken = re & (libc::POLLERR | libc::POLLNVAL) != 0
+                || (re & libc::POLLHUP != 0 && re & libc::POLLIN == 0);
+            if broken || (re & libc::POLLOUT != 0 && c.flush().is_err()) {
                 failed[i] = true;
             }
         }

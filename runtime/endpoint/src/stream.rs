@@ -73,6 +73,21 @@ impl Stream {
         }
     }
 
+    /// Bytes written that the peer has not acknowledged yet (TCP's send queue): closing a
+    /// TCP socket with unread input resets it, which drops these. 0 for the others, whose
+    /// written bytes are the peer's (or its engine's) to read whatever this end does.
+    pub(crate) fn unacked(&self) -> usize {
+        let Stream::Tcp(s) = self else { return 0 };
+        let mut n: libc::c_int = 0;
+        // SAFETY: TIOCOUTQ (SIOCOUTQ) writes one int; the descriptor is a TCP socket.
+        let rc = unsafe { libc::ioctl(s.as_raw_fd(), libc::TIOCOUTQ, &mut n) };
+        if rc < 0 {
+            0
+        } else {
+            n.max(0) as usize
+        }
+    }
+
     pub(crate) fn shutdown(&self) {
         let _ = match self {
             Stream::Tcp(s) => s.shutdown(std::net::Shutdown::Both),
@@ -193,6 +208,20 @@ impl Listener {
             Listener::Tcp(l) => l.accept().map(|(s, _)| Stream::Tcp(s)),
             Listener::Unix(l) => l.accept().map(|(s, _)| Stream::Unix(s)),
             Listener::Udp(l) => l.accept().map(Stream::Udp),
+        }
+    }
+
+    /// Whether dropping it would end connections it accepted (`udp://`'s engine carries
+    /// them): then it is kept until they are written out, and closed with
+    /// [`close_in_order`](Listener::close_in_order).
+    pub(crate) fn carries_connections(&self) -> bool {
+        matches!(self, Listener::Udp(_))
+    }
+
+    /// Stop listening; a `udp://` listener's connections close in order, not reset.
+    pub(crate) fn close_in_order(self) {
+        if let Listener::Udp(l) = self {
+            l.close_in_order();
         }
     }
 }

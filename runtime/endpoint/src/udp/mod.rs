@@ -89,6 +89,19 @@ static AT_EXIT: Once = Once::new();
 /// handler and the count but not the threads, and must not wait for them.
 static ENGINES_PID: AtomicU32 = AtomicU32::new(0);
 
+/// Register [`close_at_exit`], once per process. The job's I/O threads register theirs
+/// after this one (`io::start` calls this first), so at exit, where handlers run last
+/// registered first, they write out what they hold before the engines close.
+pub(crate) fn register_at_exit() {
+    AT_EXIT.call_once(|| {
+        ENGINES_PID.store(std::process::id(), Ordering::Release);
+        // SAFETY: `close_at_exit` is an `extern "C" fn()` that does not unwind.
+        unsafe {
+            libc::atexit(close_at_exit);
+        }
+    });
+}
+
 /// Run by `exit` (the end of `main`, `std::process::exit`): every engine closes its
 /// connections as the program closing them would, and the exit waits until they are over or
 /// [`LINGER`] has passed. Nothing here panics (a panic would abort in an `extern "C"`
@@ -184,6 +197,9 @@ pub(crate) struct UdpListener {
     accepted: Arc<Accepted>,
     wake: Arc<Wake>,
     local: SocketAddr,
+    /// Dropped by [`close_in_order`](UdpListener::close_in_order): its connections close
+    /// as their programs' would, not reset.
+    in_order: bool,
 }
 
 /// How the program's side ends an engine: a flag, and the eventfd in the engine's poll.
@@ -233,7 +249,15 @@ impl UdpListener {
             accepted,
             wake,
             local,
+            in_order: false,
         })
+    }
+
+    /// Stop listening, and close the connections it accepted in order, after what their
+    /// programs wrote last (the job's end: see `io`'s linger); the engine ends once they are
+    /// over, or [`LINGER`] after this, whichever comes first.
+    pub(crate) fn close_in_order(mut self) {
+        self.in_order = true;
     }
 
     pub(crate) fn local_addr(&self) -> SocketAddr {
@@ -265,6 +289,11 @@ impl AsRawFd for UdpListener {
 
 impl Drop for UdpListener {
     fn drop(&mut self) {
+        if self.in_order {
+            self.wake.exiting.store(true, Ordering::SeqCst);
+            let _ = self.wake.fd.write(1);
+            return;
+        }
         // The engine resets its connections and ends (the job's I/O thread ends with it).
         self.wake.stop();
     }
@@ -336,6 +365,10 @@ struct Slot {
     write_shut: bool,
     /// The session's counters last copied to `link`.
     stats: UdpStats,
+    /// Closing at the end (the process exits, or the listener closes in order): the session
+    /// closes once the pair holds nothing more of the program's, however many windows that
+    /// takes, not at once (which dropped what had not fitted in the window yet).
+    exit_drain: bool,
 }
 
 impl Drop for Slot {
@@ -379,13 +412,7 @@ impl Engine {
             let _ = setsockopt(&sock, sockopt::SndBuf, &SOCKET_BUFFER);
         }
         let rcvbuf = getsockopt(&sock, sockopt::RcvBuf).unwrap_or(212_992);
-        AT_EXIT.call_once(|| {
-            ENGINES_PID.store(std::process::id(), Ordering::Release);
-            // SAFETY: `close_at_exit` is an `extern "C" fn()` that does not unwind.
-            unsafe {
-                libc::atexit(close_at_exit);
-            }
-        });
+        register_at_exit();
         {
             let mut all = ENGINES.lock().unwrap_or_else(|p| p.into_inner());
             all.retain(|w| w.strong_count() > 0);
@@ -436,6 +463,7 @@ impl Engine {
                 eof_at: None,
                 write_shut: false,
                 stats: UdpStats::default(),
+                exit_drain: false,
             },
         );
         Ok(UdpStream {
@@ -452,10 +480,18 @@ impl Engine {
         let mut outbuf = vec![0u8; 65536];
         let mut fds: Vec<libc::pollfd> = Vec::new();
         let mut timers: Vec<Instant> = Vec::new();
+        // Set once the engine is told to close in order: past it, what is left is reset.
+        let mut exit_by: Option<Instant> = None;
         loop {
             #[cfg(test)]
             self.wake.turns.fetch_add(1, Ordering::Relaxed);
             let now = Instant::now();
+            if let Some(t) = exit_by {
+                if now >= t {
+                    self.reset_all();
+                    return;
+                }
+            }
             fds.clear();
             timers.clear();
             fds.push(pollfd(self.wake.fd.as_fd().as_raw_fd(), libc::POLLIN));
@@ -486,6 +522,7 @@ impl Engine {
                     timers.extend(s.eof_at.map(|t| t + REFUSAL_GRACE));
                 }
             }
+            timers.extend(exit_by);
             let ms = poll_timeout(now, &timers, self.pending.is_some());
             // SAFETY: `fds` is a valid array of pollfd of the length given.
             let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
@@ -499,15 +536,13 @@ impl Engine {
             if fds[0].revents != 0 {
                 // Read, or the eventfd would stay readable and the poll not sleep.
                 let _ = self.wake.fd.read();
-                if self.wake.exiting.load(Ordering::Acquire) {
+                if self.wake.exiting.load(Ordering::SeqCst) {
+                    exit_by.get_or_insert(Instant::now() + LINGER);
                     // The process exits: each connection as if its program closed it, after
                     // what its program wrote last (still in the pair) is taken in.
                     for slot in self.slots.values_mut() {
+                        slot.exit_drain = true;
                         app_io(slot, &mut appbuf);
-                        if !slot.app_eof {
-                            slot.app_eof = true;
-                            slot.sess.close();
-                        }
                     }
                 }
             }
@@ -608,6 +643,9 @@ impl Engine {
             }
             if self.accepted.is_none() && self.slots.is_empty() {
                 return; // a connector's one connection is over
+            }
+            if exit_by.is_some() && self.slots.is_empty() {
+                return; // closed in order: every connection is over
             }
         }
     }
@@ -748,7 +786,15 @@ fn app_io(slot: &mut Slot, buf: &mut [u8]) {
                 slot.sess.write(&buf[..n]);
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if slot.exit_drain {
+                    // Everything the program wrote is in the session: its end, as if it
+                    // had closed its side.
+                    slot.app_eof = true;
+                    slot.sess.close();
+                }
+                break;
+            }
             Err(_) => {
                 slot.app_eof = true;
                 slot.sess.close();
