@@ -10,7 +10,9 @@
 //!
 //! Costs per wake-up from another thread or handler: one message allocation (24 bytes of
 //! envelope, no payload) and a lock-free push and pop; per poll, one slab lookup. A task is one
-//! allocation ([`TaskCell`]: its future, then its output, shared with its [`JoinHandle`]); its
+//! allocation ([`TaskCell`]: its future, then its output, shared with its [`JoinHandle`]; a
+//! future larger than [`INLINE_FUTURE`] is boxed apart, so a kept handle does not keep its
+//! size); its
 //! waker is the slot's, kept from the slot's previous task when nothing else held it (else one
 //! more allocation). The future is dropped where it lies as soon as it finishes or is
 //! aborted, not when the handle goes.
@@ -128,6 +130,10 @@ impl<F: Future> Join<F::Output> for TaskCell<F> {
 /// to run messages: about what a scheduler batch runs between two polls of the layer.
 pub(crate) const IN_A_ROW: usize = 32;
 
+/// Futures larger than this (bytes) are boxed apart from their task's cell: the cell lives
+/// as long as a handle does, and should not keep a finished future's size with it.
+pub(crate) const INLINE_FUTURE: usize = 256;
+
 /// How deep joins may nest polls of the tasks they join ([`Exec::run_joined`]).
 const JOINED_DEPTH: u32 = 8;
 
@@ -219,8 +225,9 @@ struct Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        // The handle may outlive the executor: the future goes with the executor, as a boxed
-        // one would.
+        // The executor is going (the job ended) with tasks unfinished: their futures go now,
+        // in place, as boxed ones would — the cell itself may live on in a handle that
+        // another future, dropped later, holds.
         if let Some(t) = self.fut.take() {
             t.drop_future();
         }
@@ -564,6 +571,9 @@ impl Exec {
                 .wake
                 .as_ref()
                 .is_some_and(|w| Arc::strong_count(w) == 2);
+        // Whatever another thread did with its clone before dropping it comes before the
+        // renumbering (without this, at worst a stale wake would poll the next task once).
+        std::sync::atomic::fence(Ordering::Acquire);
         if !reusable {
             slot.wake = None;
             slot.waker = None;
@@ -581,6 +591,9 @@ impl Exec {
     /// none goes stale there), this handler has polls left in its row ([`IN_A_ROW`], which
     /// these count in), no queued message of better priority waits, and fewer than
     /// [`JOINED_DEPTH`] such polls are nested (a chain of joins is not a chain of stack frames).
+    ///
+    /// A panic in the task polled here unwinds through the joiner's poll too (the runtime
+    /// ends the job on a panic; a program that catches panics loses both tasks).
     pub(crate) fn run_joined(&self, id: u32, gen: u32) {
         if with_local_exec(self as *const Exec as usize, |_| ()).is_none()
             || self.row.get() >= IN_A_ROW
@@ -723,6 +736,14 @@ impl<T> Future for JoinHandle<T> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         if !self.is_finished() && in_task() {
+            // A waker left from an earlier poll would wake this task while it runs the other
+            // (a message, and a poll for nothing): it is registered again below if needed.
+            {
+                let mut s = self.cell.join().borrow_mut();
+                if s.joiner.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                    s.joiner = None;
+                }
+            }
             self.exec.run_joined(self.id, self.gen);
         }
         let mut s = self.cell.join().borrow_mut();

@@ -228,11 +228,20 @@ impl Tasks {
         F: Future + 'static,
         F::Output: 'static,
     {
-        // The task's one allocation: the future, then its output.
-        let cell = Rc::new(TaskCell::new(fut));
-        let (id, gen) = self.inner.exec.spawn(pe, prio, cell.clone());
+        // The task's one allocation: the future, then its output. A large future is boxed
+        // apart, so that a handle kept after the task finished keeps only the output, not
+        // the future's size: one allocation more for those only.
+        let cell: (Rc<dyn executor::Task>, Rc<dyn executor::Join<F::Output>>) =
+            if std::mem::size_of::<F>() > executor::INLINE_FUTURE {
+                let c = Rc::new(TaskCell::new(Box::pin(fut)));
+                (c.clone(), c)
+            } else {
+                let c = Rc::new(TaskCell::new(fut));
+                (c.clone(), c)
+            };
+        let (id, gen) = self.inner.exec.spawn(pe, prio, cell.0);
         JoinHandle {
-            cell,
+            cell: cell.1,
             exec: self.inner.exec.clone(),
             id,
             gen,

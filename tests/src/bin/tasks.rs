@@ -226,6 +226,16 @@ fn basics(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
             freed.borrow()
         ));
     }
+    // A large future (boxed apart from its cell) runs and joins like a small one.
+    let big = tasks.spawn(pe, async {
+        let buf = [7u8; 4096];
+        yield_now().await;
+        u64::from(buf[4095]) + u64::from(buf[0])
+    });
+    pe.run_until(|_| big.is_finished());
+    if big.take() != Some(Ok(14)) {
+        return Err("a task with a 4 KiB future did not give 14".into());
+    }
     // A task that kept a clone of its own waker finishes; the next task takes its slot. A
     // wake through the old waker must not poll the new task (the slot reuses a waker only
     // when nothing else holds it).

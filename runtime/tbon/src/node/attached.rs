@@ -292,12 +292,18 @@ impl Node {
             return false;
         };
         let orig = Rc::new(orig);
+        // The name the tree as made gave it (moved up past an internal process's, if need
+        // be), the same in the tree as it is now, from which a dead one may be gone.
+        let name = orig
+            .nodes()
+            .last()
+            .map_or_else(|| ProcName::new(host, rank), |n| n.name().clone());
         // The tree as it is now, grown: not made again from the dead (with recovery off, a
         // death leaves the tree as it was, and making it again would re-parent orphans).
         let now = if Rc::ptr_eq(&old.topo, &old.orig) {
             orig.clone()
         } else {
-            match old.topo.with_backend(leaf, ProcName::new(host, rank), rank) {
+            match old.topo.with_backend(leaf, name, rank) {
                 Some(t) => Rc::new(t),
                 None => {
                     self.place = Some(old);
