@@ -284,6 +284,84 @@ fn a_backend_whose_network_dies_gets_an_error_not_a_hang() {
     drop(fe);
 }
 
+/// With failure recovery on, an internal process dies while a back-end's attach is on its
+/// way through it (stopped, then killed): the leaf below asks again over the mended tree, the
+/// back-end's call is answered (not left waiting for an answer that died), and the front-end
+/// counts it once; a second back-end attaches under the other internal process meanwhile, and
+/// a wave sums over both.
+#[test]
+fn an_attach_through_a_process_that_dies_is_answered_over_the_mended_tree() {
+    use nix::sys::signal::{kill, Signal};
+    use nix::unistd::Pid;
+    let dir = scratch("tbon-attach-recover");
+    let file = dir.join("attach.txt");
+    let f = file.to_string_lossy().into_owned();
+    let launcher = Launcher::Charmrun {
+        machine: "tcp",
+        opts: Vec::new(),
+    };
+    // g:2x2: the front-end (PE 0), internal processes 1 and 2, leaves 3 to 6 (3 and 4 below
+    // process 1); the attach file lists the leaves in that order.
+    let mut fe = Running::start(
+        &mut launcher.command(
+            PROG,
+            7,
+            &[
+                "front",
+                "g:2x2",
+                &f,
+                "2",
+                "recover",
+                "+set",
+                "faults=report",
+            ],
+        ),
+        Duration::from_secs(120),
+    )
+    .unwrap_or_else(|e| panic!("start: {e}"));
+    assert!(
+        fe.wait_for_stdout_lines("attach file written", 1, Duration::from_secs(60)),
+        "{}",
+        fe.finish()
+    );
+    let pid = std::fs::read_to_string(format!("{f}.pid.1"))
+        .ok()
+        .and_then(|p| p.trim().parse::<i32>().ok())
+        .unwrap_or_else(|| panic!("no pid for PE 1:\n{}", fe.stderr_so_far()));
+    let pid = Pid::from_raw(pid);
+    kill(pid, Signal::SIGSTOP).unwrap_or_else(|e| panic!("SIGSTOP: {e}"));
+    // Rank 10 at the first leaf: its Attach goes up into the stopped process.
+    let mut stuck = back(&file, 10, Some(0));
+    assert!(
+        !stuck.wait_for_stdout_lines("back 10: attached", 1, Duration::from_millis(500)),
+        "attached through a stopped process?\n{}",
+        stuck.finish()
+    );
+    kill(pid, Signal::SIGKILL).unwrap_or_else(|e| panic!("SIGKILL: {e}"));
+    assert!(
+        stuck.wait_for_stdout_lines("back 10: attached", 1, Duration::from_secs(30)),
+        "the attach through the dead process was not answered:\n{}\nfront-end:\n{}",
+        stuck.finish(),
+        fe.stderr_so_far()
+    );
+    // Rank 20 at the third leaf, below the live internal process.
+    let other = back(&file, 20, Some(2));
+    let o = fe.finish();
+    assert!(
+        o.code == Some(0)
+            && o.lines_with("tbon_attach: 2 back-ends attached") == 1
+            && o.lines_with("tbon_attach: ok") == 1,
+        "front-end:\n{o}"
+    );
+    for (rank, be) in [(10, stuck), (20, other)] {
+        let o = be.finish();
+        assert!(
+            o.code == Some(0) && o.lines_with(&format!("back {rank}: shut down")) == 1,
+            "back-end {rank}:\n{o}"
+        );
+    }
+}
+
 /// Back-ends on a host of their own (a network namespace, as a tool's back-ends started by
 /// `srun` on the application's nodes), attaching to leaves on the two hosts the network runs
 /// on, at the addresses the job knows those hosts by.

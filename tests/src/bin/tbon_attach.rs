@@ -10,6 +10,11 @@
 //! others; then it shuts the network down. It prints `tbon_attach: ok` or
 //! `tbon_attach: FAILED: why` (exit 1).
 //!
+//! `tbon_attach front TOPOLOGY FILE N recover` is the same network with failure recovery on
+//! (run with `+set faults=report`): every PE leaves its pid in `FILE.pid.PE`, and the
+//! front-end waits for N back-ends, checks a wave over them and shuts down — the test stops
+//! and kills an internal process meanwhile.
+//!
 //! A back-end (`back FILE RANK [LEAF]`) attaches to leaf `LEAF` (default `RANK`) mod the
 //! number of leaves, answers tag `SUM` with its rank plus the value, tag `DOUBLE` with twice
 //! the value, tag `ECHO` as runtime/tbon/lightweight/examples/c_backend.c does (the C
@@ -39,9 +44,11 @@ fn main() -> ExitCode {
         let spec = args.get(2).cloned().unwrap_or_else(|| "g:2".into());
         let file = args.get(3).cloned().unwrap_or_default();
         let want: usize = args.get(4).and_then(|n| n.parse().ok()).unwrap_or(1);
+        let recover = args.get(5).map(String::as_str) == Some("recover");
         // Generated trees name no real host: process i on PE i.
         let opts = Options::default()
             .attach_backends(true)
+            .failure_recovery(recover)
             .policy(tbon::MapPolicy::InOrder);
         let topology = |_: &converse::Pe| {
             let spec =
@@ -49,9 +56,17 @@ fn main() -> ExitCode {
             Ok(topgen::generate(&spec, &topgen::Placement::default())?)
         };
         let mut failed = None;
+        if recover {
+            let me = pe.my_pe();
+            let _ = std::fs::write(format!("{file}.pid.{me}"), std::process::id().to_string());
+        }
         match tbon::attach(pe, opts, topology) {
             Ok(mut net) if net.is_front_end() => {
-                let r = front(&mut net, Path::new(&file), want);
+                let r = if recover {
+                    front_recover(&mut net, Path::new(&file), want)
+                } else {
+                    front(&mut net, Path::new(&file), want)
+                };
                 let code = match r {
                     Ok(()) => {
                         converse::input::out_line("tbon_attach: ok");
@@ -155,20 +170,6 @@ fn front(net: &mut Network<'_>, file: &Path, want: usize) -> Result<(), String> 
     let s = net
         .new_stream(&comm, TFILTER_SUM, SyncMode::WaitForAll, 0)
         .map_err(|e| e.to_string())?;
-    let wave = |net: &mut Network<'_>, s: &Stream, v: i32, over: &[u32]| -> Result<(), String> {
-        net.send(s, SUM, "%d", v).map_err(|e| e.to_string())?;
-        let got: i32 = net
-            .recv_on(s)
-            .and_then(|p| Ok(p.unpack("%d")?))
-            .map_err(|e| e.to_string())?;
-        let want: i32 = over.iter().map(|&r| r as i32 + v).sum();
-        if got != want {
-            return Err(format!(
-                "a wave of {v} over {over:?} summed to {got}, not {want}"
-            ));
-        }
-        Ok(())
-    };
     for v in [1000, 2000] {
         wave(net, &s, v, &ranks)?;
     }
@@ -233,6 +234,44 @@ fn front(net: &mut Network<'_>, file: &Path, want: usize) -> Result<(), String> 
     if net.attached_backends() != rest {
         return Err(format!("after {gone} left: {:?}", net.attached_backends()));
     }
+    net.shutdown().map_err(|e| e.to_string())
+}
+
+/// A wave of `v` on `s`: back-ends `over` each answer their rank plus `v`, summed.
+fn wave(net: &mut Network<'_>, s: &Stream, v: i32, over: &[u32]) -> Result<(), String> {
+    net.send(s, SUM, "%d", v).map_err(|e| e.to_string())?;
+    let got: i32 = net
+        .recv_on(s)
+        .and_then(|p| Ok(p.unpack("%d")?))
+        .map_err(|e| e.to_string())?;
+    let want: i32 = over.iter().map(|&r| r as i32 + v).sum();
+    if got != want {
+        return Err(format!(
+            "a wave of {v} over {over:?} summed to {got}, not {want}"
+        ));
+    }
+    Ok(())
+}
+
+/// With recovery on: `want` back-ends attach while the test stops and kills an internal
+/// process (one attach is under way through it); every one is counted once, and a wave
+/// over them sums right over the mended tree.
+fn front_recover(net: &mut Network<'_>, file: &Path, want: usize) -> Result<(), String> {
+    net.write_attach_file(file).map_err(|e| e.to_string())?;
+    converse::input::out_line("tbon_attach: attach file written");
+    let have = net
+        .wait_for_backends(want, Duration::from_secs(90))
+        .map_err(|e| e.to_string())?;
+    let ranks = net.attached_backends();
+    if have != want || ranks.len() != want {
+        return Err(format!("{have} of {want} back-ends attached: {ranks:?}"));
+    }
+    converse::input::out_line(&format!("tbon_attach: {have} back-ends attached"));
+    let comm = net.broadcast_communicator();
+    let s = net
+        .new_stream(&comm, TFILTER_SUM, SyncMode::WaitForAll, 0)
+        .map_err(|e| e.to_string())?;
+    wave(net, &s, 1000, &ranks)?;
     net.shutdown().map_err(|e| e.to_string())
 }
 

@@ -18,6 +18,15 @@
 //! for it; the front-end gets [`EventKind::EndpointRemoved`] on its streams). A leaf that
 //! dies takes its attached back-ends with it: they do not re-connect elsewhere.
 //!
+//! **A death on the way.** `Attach`, `Attached` and `Detached` travel through the processes
+//! between a leaf and the front-end; one that dies may take one with it. A leaf that learns
+//! of a death above it says again, over the mended tree, what it may have lost: the pending
+//! attaches (the front-end answers again one it already took under that leaf, and the leaf
+//! drops a repeated answer) and the latest back-ends that left (a repeat is nothing to a
+//! process that had it). With recovery off nothing reaches the front-end again: the pending
+//! calls are refused, naming the dead process. So a back-end's attach never waits for an
+//! answer that died, and the front-end does not go on counting one that left.
+//!
 //! What goes to an attached back-end over its connection is the same bytes a back-end PE
 //! would get as a runtime message: `tbon.down` (a packet) and `tbon.ctl` (a stream opened
 //! or closed, the shutdown). It sends `tbon.up` (a packet). Requests other than the
@@ -31,12 +40,17 @@ use crate::topology::{ProcName, Rank, FIRST_INTERNAL_RANK};
 use converse::{HandlerId, Message, Pe};
 use converse_endpoint::{Endpoints, Incoming, Limits, Peer, PeerEvent, Secret, SendError};
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::rc::{Rc, Weak};
 
 /// Bytes that may wait to be written to one attached back-end: one that leaves this much
 /// unread is detached, so a stopped back-end cannot make its leaf's memory grow.
 pub const EXT_QUEUE_BYTES: usize = 64 << 20;
+
+/// Back-ends that left a leaf, remembered (the latest this many) to tell the front-end again
+/// after a death on the leaf's path: the first word may have died with the process carrying
+/// it, and a repeat is nothing to a process that had it.
+const LEFT_KEPT: usize = 1024;
 
 /// Attach mode's state on one process.
 #[derive(Default)]
@@ -51,8 +65,11 @@ pub(crate) struct AttachState {
     pub must_listen: bool,
     /// Front-end: where each leaf listens, by its rank (empty: it could not listen).
     pub points: BTreeMap<Rank, String>,
-    /// Leaf: calls waiting for the front-end's answer, by the rank asked for.
-    pending: HashMap<Rank, (Peer, Incoming)>,
+    /// Leaf: calls waiting for the front-end's answer, by the rank asked for (with the host
+    /// the back-end named, to ask again).
+    pending: HashMap<Rank, (Peer, Incoming, String)>,
+    /// Leaf: back-ends that left (see [`LEFT_KEPT`]).
+    left: VecDeque<Rank>,
     /// Leaf: attached back-ends' connections.
     by_peer: HashMap<Peer, Rank>,
     peer_of: HashMap<Rank, Peer>,
@@ -147,7 +164,7 @@ impl Node {
                 "rank {rank} is not a back-end rank (back-ends are ranked below {FIRST_INTERNAL_RANK})"
             ))
         } else if self.attach.by_peer.contains_key(&peer)
-            || self.attach.pending.values().any(|(p, _)| *p == peer)
+            || self.attach.pending.values().any(|(p, _, _)| *p == peer)
         {
             Some("this connection has attached, or asked to, already".to_owned())
         } else if !host_name_like(&host) {
@@ -166,7 +183,7 @@ impl Node {
         }
         let leaf = self.my_rank();
         tracing::debug!(target: "tbon", rank, host, "a back-end asks to attach");
-        self.attach.pending.insert(rank, (peer, call));
+        self.attach.pending.insert(rank, (peer, call, host.clone()));
         let ask = Ctl::Attach { leaf, rank, host };
         self.up_or_here(pe, ask);
     }
@@ -259,6 +276,11 @@ impl Node {
             return Some("the network has been shut down".into());
         }
         if place.orig.find_rank(rank).is_some() {
+            if place.orig.parent_rank(rank) == Some(leaf) && !self.recovery.dead().contains(&rank) {
+                // Asked again by its leaf after a death on the leaf's path (the answer may
+                // have died with it): answered again, nothing added.
+                return None;
+            }
             return Some(if self.recovery.dead().contains(&rank) {
                 format!("rank {rank} was a back-end that left; ranks are not given twice")
             } else {
@@ -352,7 +374,10 @@ impl Node {
 
     /// Leaf: the front-end answered back-end `rank`'s call.
     fn answer_attach(&mut self, pe: &mut Pe, rank: Rank, refused: String) {
-        let Some((peer, call)) = self.attach.pending.remove(&rank) else {
+        let Some((peer, call, _)) = self.attach.pending.remove(&rank) else {
+            if self.attach.peer_of.contains_key(&rank) {
+                return; // an answer again, to an Attach sent again after a death: had it
+            }
             if refused.is_empty() {
                 // It left while the front-end decided: it joined and is gone.
                 self.ranks_lost(
@@ -397,11 +422,12 @@ impl Node {
             .attach
             .pending
             .iter()
-            .filter(|(_, (p, _))| *p == peer)
+            .filter(|(_, (p, _, _))| *p == peer)
             .map(|(&r, _)| r)
             .collect();
         for rank in asked {
             self.attach.pending.remove(&rank);
+            self.remember_left(rank);
             let why = format!("it left before its attach was answered ({why})");
             self.up_or_here(pe, Ctl::Detached { rank, why });
         }
@@ -409,10 +435,54 @@ impl Node {
             return;
         };
         self.attach.peer_of.remove(&rank);
+        self.remember_left(rank);
         let why = format!("its connection ended ({why})");
         tracing::debug!(target: "tbon", rank, "an attached back-end left: {why}");
         self.ranks_lost(pe, vec![rank], &why, Some(weak));
         self.up_or_here(pe, Ctl::Detached { rank, why });
+    }
+
+    fn remember_left(&mut self, rank: Rank) {
+        if self.attach.left.len() >= LEFT_KEPT {
+            self.attach.left.pop_front();
+        }
+        self.attach.left.push_back(rank);
+    }
+
+    /// Leaf: a process on the way to the front-end died, which may have carried this leaf's
+    /// `Attach` up, the front-end's `Attached` down, or a `Detached` up. With the tree mended
+    /// (recovery), each is said again over the new path: the pending calls are asked again
+    /// (the front-end answers a back-end it already took under this leaf again, and a repeated
+    /// answer here is dropped), and the back-ends that left are told again. So no back-end's
+    /// call waits for an answer that died, and the front-end does not go on counting one that
+    /// left. With recovery off (`cut_off`: nothing reaches the front-end again), the pending
+    /// calls are refused instead, naming why.
+    pub(super) fn attach_path_lost(&mut self, pe: &mut Pe, dead: Rank, cut_off: bool) {
+        if cut_off {
+            let why = format!(
+                "process {dead} on the way to the front-end died and failure recovery is off"
+            );
+            for (_, (_, call, _)) in self.attach.pending.drain() {
+                refuse(call, why.clone());
+            }
+            return;
+        }
+        let leaf = self.my_rank();
+        let mut again: Vec<(Rank, String)> = self
+            .attach
+            .pending
+            .iter()
+            .map(|(&r, (_, _, h))| (r, h.clone()))
+            .collect();
+        again.sort_unstable();
+        for (rank, host) in again {
+            self.up_or_here(pe, Ctl::Attach { leaf, rank, host });
+        }
+        let left: Vec<Rank> = self.attach.left.iter().copied().collect();
+        for rank in left {
+            let why = format!("it left (said again after process {dead} died)");
+            self.up_or_here(pe, Ctl::Detached { rank, why });
+        }
     }
 
     /// Attached back-ends whose parent is among `dead` (their connection went with it).

@@ -247,6 +247,22 @@ impl Node {
         self.recovery.dead.extend(newly.iter().copied());
         let fe = place.role == Role::FrontEnd;
         let old = place.topo.clone();
+        // A leaf whose way to the front-end lost a process: what it said that way may be lost.
+        let path_lost = if !fe && !left && self.is_attach_point() {
+            let mut at = old.find_rank(place.info.rank);
+            let mut hit = None;
+            while let Some(i) = at {
+                let r = old.nodes()[i].rank();
+                if r != place.info.rank && newly.contains(&r) {
+                    hit = Some(r);
+                    break;
+                }
+                at = old.nodes()[i].parent();
+            }
+            hit
+        } else {
+            None
+        };
         if fe && !self.ready && self.abandoned.is_none() {
             // Its report would never come: the network cannot be made (attach says why).
             let on_pe = self
@@ -285,6 +301,7 @@ impl Node {
             } else if let Some(r) = self.cut_off_by(&newly) {
                 // Nothing from the front-end reaches this process again, its shutdown
                 // request included: its waits end now, as a shutdown's would.
+                self.attach_path_lost(pe, r, true);
                 self.shut_down = true;
                 self.event(
                     EventKind::ShutDown,
@@ -326,6 +343,9 @@ impl Node {
         self.forget_dead_in_requests(pe, &newly);
         if parent_changed {
             self.tell_new_parent(pe);
+        }
+        if let Some(r) = path_lost {
+            self.attach_path_lost(pe, r, false);
         }
         for r in reconnected {
             self.single_release(pe, r);
