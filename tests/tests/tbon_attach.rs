@@ -285,10 +285,10 @@ fn a_backend_whose_network_dies_gets_an_error_not_a_hang() {
 }
 
 /// With failure recovery on, an internal process dies while a back-end's attach is on its
-/// way through it (stopped, then killed): the leaf below asks again over the mended tree, the
+/// way through it (stopped, then killed), at a leaf that has a back-end already: the leaf below asks again over the mended tree, the
 /// back-end's call is answered (not left waiting for an answer that died), and the front-end
-/// counts it once; a second back-end attaches under the other internal process meanwhile, and
-/// a wave sums over both.
+/// takes it once (one `BackendAdded`); a second back-end attaches under the other internal
+/// process meanwhile, and a wave sums over both.
 #[test]
 fn an_attach_through_a_process_that_dies_is_answered_over_the_mended_tree() {
     use nix::sys::signal::{kill, Signal};
@@ -310,7 +310,7 @@ fn an_attach_through_a_process_that_dies_is_answered_over_the_mended_tree() {
                 "front",
                 "g:2x2",
                 &f,
-                "2",
+                "3",
                 "recover",
                 "+set",
                 "faults=report",
@@ -329,11 +329,19 @@ fn an_attach_through_a_process_that_dies_is_answered_over_the_mended_tree() {
         .and_then(|p| p.trim().parse::<i32>().ok())
         .unwrap_or_else(|| panic!("no pid for PE 1:\n{}", fe.stderr_so_far()));
     let pid = Pid::from_raw(pid);
+    // Rank 5 attaches at the first leaf first, so that leaf has a back-end already.
+    let mut first = back(&file, 5, Some(0));
+    assert!(
+        first.wait_for_stdout_lines("back 5: attached", 1, Duration::from_secs(30)),
+        "{}",
+        first.finish()
+    );
     kill(pid, Signal::SIGSTOP).unwrap_or_else(|e| panic!("SIGSTOP: {e}"));
-    // Rank 10 at the first leaf: its Attach goes up into the stopped process.
+    // Rank 10 at the first leaf: its Attach goes up into the stopped process (given a second
+    // to get there).
     let mut stuck = back(&file, 10, Some(0));
     assert!(
-        !stuck.wait_for_stdout_lines("back 10: attached", 1, Duration::from_millis(500)),
+        !stuck.wait_for_stdout_lines("back 10: attached", 1, Duration::from_secs(1)),
         "attached through a stopped process?\n{}",
         stuck.finish()
     );
@@ -349,11 +357,11 @@ fn an_attach_through_a_process_that_dies_is_answered_over_the_mended_tree() {
     let o = fe.finish();
     assert!(
         o.code == Some(0)
-            && o.lines_with("tbon_attach: 2 back-ends attached") == 1
+            && o.lines_with("tbon_attach: 3 back-ends attached") == 1
             && o.lines_with("tbon_attach: ok") == 1,
         "front-end:\n{o}"
     );
-    for (rank, be) in [(10, stuck), (20, other)] {
+    for (rank, be) in [(5, first), (10, stuck), (20, other)] {
         let o = be.finish();
         assert!(
             o.code == Some(0) && o.lines_with(&format!("back {rank}: shut down")) == 1,

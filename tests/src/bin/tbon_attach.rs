@@ -266,6 +266,20 @@ fn front_recover(net: &mut Network<'_>, file: &Path, want: usize) -> Result<(), 
     if have != want || ranks.len() != want {
         return Err(format!("{have} of {want} back-ends attached: {ranks:?}"));
     }
+    // Each taken once: one BackendAdded event each (an attach asked again is answered
+    // again, not added again).
+    let mut added = Vec::new();
+    while let Some(e) = net.next_event() {
+        if e.kind == EventKind::BackendAdded {
+            added.extend(e.rank);
+        }
+    }
+    added.sort_unstable();
+    if added != ranks {
+        return Err(format!(
+            "BackendAdded events for {added:?}, back-ends {ranks:?}"
+        ));
+    }
     converse::input::out_line(&format!("tbon_attach: {have} back-ends attached"));
     let comm = net.broadcast_communicator();
     let s = net

@@ -19,13 +19,15 @@
 //! dies takes its attached back-ends with it: they do not re-connect elsewhere.
 //!
 //! **A death on the way.** `Attach`, `Attached` and `Detached` travel through the processes
-//! between a leaf and the front-end; one that dies may take one with it. A leaf that learns
-//! of a death above it says again, over the mended tree, what it may have lost: the pending
-//! attaches (the front-end answers again one it already took under that leaf, and the leaf
-//! drops a repeated answer) and the latest back-ends that left (a repeat is nothing to a
-//! process that had it). With recovery off nothing reaches the front-end again: the pending
-//! calls are refused, naming the dead process. So a back-end's attach never waits for an
-//! answer that died, and the front-end does not go on counting one that left.
+//! between a leaf and the front-end; one that dies may take one with it. A leaf with attaches
+//! pending that learns of a death above it asks again over the mended tree, at once and three
+//! times more a second apart (the process above it may learn of the death after it): the
+//! front-end answers again one it already took under that leaf, and the leaf drops a repeated
+//! answer. With recovery off nothing reaches the front-end again: the pending calls are
+//! refused, naming the dead process. So a back-end's attach never waits for an answer that
+//! died. A `Detached` that died that way is not said again (a rank may have been taken again
+//! since, and `Detached` does not name its leaf): the front-end then goes on counting that
+//! back-end until the network ends.
 //!
 //! What goes to an attached back-end over its connection is the same bytes a back-end PE
 //! would get as a runtime message: `tbon.down` (a packet) and `tbon.ctl` (a stream opened
@@ -40,17 +42,17 @@ use crate::topology::{ProcName, Rank, FIRST_INTERNAL_RANK};
 use converse::{HandlerId, Message, Pe};
 use converse_endpoint::{Endpoints, Incoming, Limits, Peer, PeerEvent, Secret, SendError};
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::rc::{Rc, Weak};
 
 /// Bytes that may wait to be written to one attached back-end: one that leaves this much
 /// unread is detached, so a stopped back-end cannot make its leaf's memory grow.
 pub const EXT_QUEUE_BYTES: usize = 64 << 20;
 
-/// Back-ends that left a leaf, remembered (the latest this many) to tell the front-end again
-/// after a death on the leaf's path: the first word may have died with the process carrying
-/// it, and a repeat is nothing to a process that had it.
-const LEFT_KEPT: usize = 1024;
+/// After a death on a leaf's way to the front-end, its pending attaches are asked again at
+/// once and then this many times more, a second apart: the process above it may learn of the
+/// death after it, and send the first repeat to the dead one.
+const ASK_AGAIN: u32 = 3;
 
 /// Attach mode's state on one process.
 #[derive(Default)]
@@ -68,8 +70,6 @@ pub(crate) struct AttachState {
     /// Leaf: calls waiting for the front-end's answer, by the rank asked for (with the host
     /// the back-end named, to ask again).
     pending: HashMap<Rank, (Peer, Incoming, String)>,
-    /// Leaf: back-ends that left (see [`LEFT_KEPT`]).
-    left: VecDeque<Rank>,
     /// Leaf: attached back-ends' connections.
     by_peer: HashMap<Peer, Rank>,
     peer_of: HashMap<Rank, Peer>,
@@ -123,6 +123,13 @@ pub(crate) fn send_to(
             tracing::debug!(target: "tbon", peer, "detaching an attached back-end: {e}");
             ep.close(peer);
         }
+    }
+}
+
+impl AttachState {
+    /// No attach call waits for the front-end's answer here.
+    pub(super) fn pending_is_empty(&self) -> bool {
+        self.pending.is_empty()
     }
 }
 
@@ -427,7 +434,6 @@ impl Node {
             .collect();
         for rank in asked {
             self.attach.pending.remove(&rank);
-            self.remember_left(rank);
             let why = format!("it left before its attach was answered ({why})");
             self.up_or_here(pe, Ctl::Detached { rank, why });
         }
@@ -435,29 +441,26 @@ impl Node {
             return;
         };
         self.attach.peer_of.remove(&rank);
-        self.remember_left(rank);
         let why = format!("its connection ended ({why})");
         tracing::debug!(target: "tbon", rank, "an attached back-end left: {why}");
         self.ranks_lost(pe, vec![rank], &why, Some(weak));
         self.up_or_here(pe, Ctl::Detached { rank, why });
     }
 
-    fn remember_left(&mut self, rank: Rank) {
-        if self.attach.left.len() >= LEFT_KEPT {
-            self.attach.left.pop_front();
-        }
-        self.attach.left.push_back(rank);
-    }
-
-    /// Leaf: a process on the way to the front-end died, which may have carried this leaf's
-    /// `Attach` up, the front-end's `Attached` down, or a `Detached` up. With the tree mended
-    /// (recovery), each is said again over the new path: the pending calls are asked again
-    /// (the front-end answers a back-end it already took under this leaf again, and a repeated
-    /// answer here is dropped), and the back-ends that left are told again. So no back-end's
-    /// call waits for an answer that died, and the front-end does not go on counting one that
-    /// left. With recovery off (`cut_off`: nothing reaches the front-end again), the pending
-    /// calls are refused instead, naming why.
-    pub(super) fn attach_path_lost(&mut self, pe: &mut Pe, dead: Rank, cut_off: bool) {
+    /// Leaf with attaches pending: a process on the way to the front-end died, which may have
+    /// carried one's `Attach` up or the front-end's `Attached` down. With the tree mended
+    /// (recovery), they are asked again over the new path, at once and [`ASK_AGAIN`] times
+    /// more a second apart (the front-end answers again a back-end it already took under this
+    /// leaf, and a repeated answer here is dropped), so no back-end's call waits for an answer
+    /// that died. With recovery off (`cut_off`: nothing reaches the front-end again), the
+    /// pending calls are refused instead, naming why.
+    pub(super) fn attach_path_lost(
+        &mut self,
+        pe: &mut Pe,
+        dead: Rank,
+        cut_off: bool,
+        weak: Option<&Weak<RefCell<Node>>>,
+    ) {
         if cut_off {
             let why = format!(
                 "process {dead} on the way to the front-end died and failure recovery is off"
@@ -467,6 +470,14 @@ impl Node {
             }
             return;
         }
+        self.ask_again(pe);
+        if let Some(weak) = weak {
+            ask_again_later(pe, weak.clone(), ASK_AGAIN);
+        }
+    }
+
+    /// Send every pending attach's `Attach` up again.
+    fn ask_again(&mut self, pe: &mut Pe) {
         let leaf = self.my_rank();
         let mut again: Vec<(Rank, String)> = self
             .attach
@@ -477,11 +488,6 @@ impl Node {
         again.sort_unstable();
         for (rank, host) in again {
             self.up_or_here(pe, Ctl::Attach { leaf, rank, host });
-        }
-        let left: Vec<Rank> = self.attach.left.iter().copied().collect();
-        for rank in left {
-            let why = format!("it left (said again after process {dead} died)");
-            self.up_or_here(pe, Ctl::Detached { rank, why });
         }
     }
 
@@ -533,6 +539,28 @@ fn host_name_like(h: &str) -> bool {
 }
 
 /// Refuse an attach call: its reply says why (status 1).
+/// [`Node::ask_again`] a second from now, and `times - 1` more seconds after.
+fn ask_again_later(pe: &mut Pe, weak: Weak<RefCell<Node>>, times: u32) {
+    if times == 0 {
+        return;
+    }
+    pe.after(std::time::Duration::from_secs(1), move |pe| {
+        let Some(node) = weak.upgrade() else { return };
+        let more = {
+            let mut n = node.borrow_mut();
+            if n.attach.pending.is_empty() || n.shut_down {
+                false
+            } else {
+                n.ask_again(pe);
+                true
+            }
+        };
+        if more {
+            ask_again_later(pe, weak, times - 1);
+        }
+    });
+}
+
 fn refuse(call: Incoming, why: String) {
     let mut b = vec![1u8];
     b.extend_from_slice(why.as_bytes());

@@ -248,7 +248,8 @@ impl Node {
         let fe = place.role == Role::FrontEnd;
         let old = place.topo.clone();
         // A leaf whose way to the front-end lost a process: what it said that way may be lost.
-        let path_lost = if !fe && !left && self.is_attach_point() {
+        // (Not `is_attach_point`: a leaf that has had a back-end has children in its tree.)
+        let path_lost = if !fe && !left && !self.attach.pending_is_empty() {
             let mut at = old.find_rank(place.info.rank);
             let mut hit = None;
             while let Some(i) = at {
@@ -301,7 +302,7 @@ impl Node {
             } else if let Some(r) = self.cut_off_by(&newly) {
                 // Nothing from the front-end reaches this process again, its shutdown
                 // request included: its waits end now, as a shutdown's would.
-                self.attach_path_lost(pe, r, true);
+                self.attach_path_lost(pe, r, true, None);
                 self.shut_down = true;
                 self.event(
                     EventKind::ShutDown,
@@ -345,7 +346,7 @@ impl Node {
             self.tell_new_parent(pe);
         }
         if let Some(r) = path_lost {
-            self.attach_path_lost(pe, r, false);
+            self.attach_path_lost(pe, r, false, weak);
         }
         for r in reconnected {
             self.single_release(pe, r);
