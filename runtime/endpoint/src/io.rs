@@ -79,15 +79,23 @@ extern "C" fn stop_at_exit() {
         s.bell.ring();
     }
     drop(threads);
-    let deadline = Instant::now() + LINGER + Duration::from_millis(100);
-    let (count, cv) = &RUNNING;
-    let mut running = count.lock().unwrap_or_else(|p| p.into_inner());
-    while *running > 0 {
+    wait_for_none(
+        &RUNNING,
+        Instant::now() + LINGER + Duration::from_millis(100),
+    );
+}
+
+/// Wait until `count` is 0 (its condition variable signals each change) or `deadline`:
+/// what the exit handlers wait on. Never panics (they are `extern "C"`).
+pub(crate) fn wait_for_none(count: &(Mutex<usize>, Condvar), deadline: Instant) {
+    let (n, cv) = count;
+    let mut left_alive = n.lock().unwrap_or_else(|p| p.into_inner());
+    while *left_alive > 0 {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() {
             break;
         }
-        running = match cv.wait_timeout(running, left) {
+        left_alive = match cv.wait_timeout(left_alive, left) {
             Ok((g, _)) => g,
             Err(p) => p.into_inner().0,
         };

@@ -111,18 +111,7 @@ fn front(net: &mut Network<'_>, file: &Path, want: usize) -> Result<(), String> 
         return Err(format!("{have} of {want} back-ends attached in 90 s"));
     }
     let ranks = net.attached_backends();
-    let mut added = Vec::new();
-    while let Some(e) = net.next_event() {
-        if e.kind == EventKind::BackendAdded {
-            added.extend(e.rank);
-        }
-    }
-    added.sort_unstable();
-    if added != ranks {
-        return Err(format!(
-            "BackendAdded events for {added:?}, back-ends {ranks:?}"
-        ));
-    }
+    added_once_each(net, &ranks)?;
     // The test tries its refusals meanwhile, then says go (FILE.go).
     converse::input::out_line(&format!("tbon_attach: {have} back-ends attached"));
     let go = file.with_extension("go");
@@ -237,6 +226,23 @@ fn front(net: &mut Network<'_>, file: &Path, want: usize) -> Result<(), String> 
     net.shutdown().map_err(|e| e.to_string())
 }
 
+/// One `BackendAdded` event for each of `ranks` (sorted), and none for another.
+fn added_once_each(net: &mut Network<'_>, ranks: &[u32]) -> Result<(), String> {
+    let mut added = Vec::new();
+    while let Some(e) = net.next_event() {
+        if e.kind == EventKind::BackendAdded {
+            added.extend(e.rank);
+        }
+    }
+    added.sort_unstable();
+    if added != ranks {
+        return Err(format!(
+            "BackendAdded events for {added:?}, back-ends {ranks:?}"
+        ));
+    }
+    Ok(())
+}
+
 /// A wave of `v` on `s`: back-ends `over` each answer their rank plus `v`, summed.
 fn wave(net: &mut Network<'_>, s: &Stream, v: i32, over: &[u32]) -> Result<(), String> {
     net.send(s, SUM, "%d", v).map_err(|e| e.to_string())?;
@@ -268,18 +274,7 @@ fn front_recover(net: &mut Network<'_>, file: &Path, want: usize) -> Result<(), 
     }
     // Each taken once: one BackendAdded event each (an attach asked again is answered
     // again, not added again).
-    let mut added = Vec::new();
-    while let Some(e) = net.next_event() {
-        if e.kind == EventKind::BackendAdded {
-            added.extend(e.rank);
-        }
-    }
-    added.sort_unstable();
-    if added != ranks {
-        return Err(format!(
-            "BackendAdded events for {added:?}, back-ends {ranks:?}"
-        ));
-    }
+    added_once_each(net, &ranks)?;
     converse::input::out_line(&format!("tbon_attach: {have} back-ends attached"));
     let comm = net.broadcast_communicator();
     let s = net

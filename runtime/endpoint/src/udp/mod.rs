@@ -120,19 +120,7 @@ extern "C" fn close_at_exit() {
         w.exiting.store(true, Ordering::Release);
         let _ = w.fd.write(1);
     }
-    let deadline = Instant::now() + LINGER;
-    let (count, cv) = &LIVE;
-    let mut live = count.lock().unwrap_or_else(|p| p.into_inner());
-    while *live > 0 {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            break;
-        }
-        live = match cv.wait_timeout(live, left) {
-            Ok((g, _)) => g,
-            Err(p) => p.into_inner().0,
-        };
-    }
+    crate::io::wait_for_none(&LIVE, Instant::now() + LINGER);
 }
 
 /// What the program's side and the engine share of a connection.
