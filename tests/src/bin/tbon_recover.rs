@@ -20,7 +20,8 @@
 //! running total of its history and exports it — the filter library's `RunningSum`, loaded
 //! from `TBON_RECOVER_FILTERS`: the back-ends stream a few answers, an internal process with
 //! internal children is stopped (in the 2x2x2x2 tree, one of the first level or of the second
-//! in turn), the back-ends stream the rest, and it is killed holding what it never passed on — the front-end's total must still come to
+//! in turn), the back-ends stream the rest, and it is killed holding what it never passed on
+//! (in some rounds at least: see [`ROUNDS_WITH_LOSS`]) — the front-end's total must still come to
 //! the exact sum of everything the back-ends sent, through the orphans' exported state),
 //! `off` (recovery off, in a job that survives: the front-end is told, the stream fails,
 //! nothing hangs), `noopt` (recovery off and no report mode: the job ends, as without the
@@ -38,6 +39,7 @@ use converse_tbon::{
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 const ASK: i32 = 100;
@@ -55,6 +57,13 @@ const AFTER: u32 = 20;
 const STATE_WAVES: i32 = 60;
 /// Longest a round may take from the kill to its end.
 const LIMIT: Duration = Duration::from_secs(30);
+
+/// Rounds of the `state` scenario in which the victim held waves it never passed on. A round
+/// may see none and still pass (on a loaded machine the victim's children may not have passed
+/// anything on before the kill: then every later wave comes whole through the new parent, and
+/// its total is still checked); the run as a whole must see some, or it did not test the
+/// exported state.
+static ROUNDS_WITH_LOSS: AtomicUsize = AtomicUsize::new(0);
 
 fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().collect();
@@ -245,6 +254,11 @@ fn front_end(scenario: &str, argv: &[String]) -> Result<(), String> {
             }
             Err(e) => return Err(format!("round {round}: {e}")),
         }
+    }
+    if scenario == "state" && ROUNDS_WITH_LOSS.load(Ordering::Relaxed) == 0 {
+        return Err(format!(
+            "no wave was lost in any of {rounds} rounds: no victim held anything"
+        ));
     }
     Ok(())
 }
@@ -824,8 +838,9 @@ fn state(
             "a running total of {most} went past the exact {exact}"
         ));
     }
-    if lost == 0 {
-        return Err("no wave was lost: the victim held nothing".into());
+    converse::input::out_line(&format!("tbon_recover: round {round}: {lost} waves lost"));
+    if lost > 0 {
+        ROUNDS_WITH_LOSS.fetch_add(1, Ordering::Relaxed);
     }
     let dead = BTreeSet::from([v]);
     while !net.orphan_nodes().is_empty() {
