@@ -6,6 +6,7 @@
 //!     [--plot FILE.svg] [+set K=V ...]
 //!     (--layer mpi needs `--features mpi` and starts its jobs with mpirun)
 //! bench rate [--messages N] [--csv FILE] [--plot FILE.svg]
+//! bench rate --across [--layers tcp,udp] [--messages N] [--rounds R] [+set K=V ...]
 //! bench startup [--pes 2,4,...] [--layer tcp] [--charmrun-args "..."] [--plot FILE.svg]
 //! bench tbon [--backends 8,16,...] [--layers tcp,si] [--runs R] [--csv FILE] [--plot FILE.svg]
 //! bench tbon-attach [--backends 4] [--rounds 5] [--iters 2000] [--tree g:2]
@@ -32,6 +33,7 @@ mod onesided;
 mod pingpong;
 mod plot;
 mod rate;
+mod rate_across;
 mod raw;
 #[cfg(feature = "mpi")]
 mod raw_mpi;
@@ -173,6 +175,12 @@ enum Cmd {
         job: Job,
         #[arg(long)]
         kind: String,
+    },
+    /// One PE of a `bench rate --across` job.
+    #[command(hide = true)]
+    PeRate {
+        #[command(flatten)]
+        job: Job,
     },
     /// One PE of a `bench onesided` job.
     #[command(hide = true)]
@@ -551,11 +559,23 @@ enum Cmd {
         #[arg(long, default_value_t = 3, value_parser = args::count, allow_negative_numbers = true)]
         runs: usize,
     },
-    /// Messages sent and dispatched per second on one PE, next to a bare queue + call.
+    /// Messages sent and dispatched per second on one PE, next to a bare queue + call; with
+    /// `--across`, 8 B messages per second from a PE to one of another process, with the
+    /// layer's coalescing and without.
     Rate {
-        /// Messages per measurement.
-        #[arg(long, default_value_t = 2_000_000, value_parser = args::count64, allow_negative_numbers = true)]
-        messages: u64,
+        /// Messages per measurement (default: 2,000,000; 1,000,000 with `--across`).
+        #[arg(long, value_parser = args::count64, allow_negative_numbers = true)]
+        messages: Option<u64>,
+        /// Between two processes (2-node jobs on `--layers`) instead of on one PE.
+        #[arg(long)]
+        across: bool,
+        /// Layers, with `--across`, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "tcp,udp")]
+        layers: Vec<String>,
+        /// Interleaved rounds, with `--across`.
+        #[arg(long, default_value_t = 5, allow_negative_numbers = true,
+              value_parser = clap::value_parser!(u16).range(1..))]
+        rounds: u16,
         /// Write the figures as CSV here too.
         #[arg(long)]
         csv: Option<PathBuf>,
@@ -575,6 +595,15 @@ struct Job {
     iters: u64,
     #[arg(long)]
     csv: PathBuf,
+}
+
+/// The `+set KEY=VALUE` settings of bench's command line, as arguments for every job it
+/// starts.
+fn plus_set(settings: &converse_machine::Settings) -> Vec<String> {
+    settings
+        .iter()
+        .flat_map(|(k, v)| ["+set".to_owned(), format!("{k}={v}")])
+        .collect()
 }
 
 /// `on`/`off` values of a list option.
@@ -745,9 +774,24 @@ fn main() -> ExitCode {
         } => multi::run(&sizes, iters, messages, runs),
         Cmd::Rate {
             messages,
+            across: true,
+            layers,
+            rounds,
+            ..
+        } => {
+            let set = plus_set(&settings);
+            rate_across::run(&layers, messages.unwrap_or(1_000_000), rounds, &set)
+        }
+        Cmd::Rate {
+            messages,
             csv,
             plot,
-        } => rate::run(messages, csv.as_deref(), plot.as_deref()),
+            ..
+        } => rate::run(
+            messages.unwrap_or(2_000_000),
+            csv.as_deref(),
+            plot.as_deref(),
+        ),
         Cmd::Smp {
             layers,
             iters,
@@ -755,10 +799,7 @@ fn main() -> ExitCode {
             ks,
         } => smp::run(&layers, iters, messages, &ks),
         Cmd::Udp { iters, runs, parts } => {
-            let set: Vec<String> = settings
-                .iter()
-                .flat_map(|(k, v)| ["+set".to_owned(), format!("{k}={v}")])
-                .collect();
+            let set = plus_set(&settings);
             let set: Vec<&str> = set.iter().map(String::as_str).collect();
             udp::run(iters, runs, &parts, &set)
         }
@@ -835,10 +876,7 @@ fn main() -> ExitCode {
             rounds,
         } => {
             // `+set` settings of bench's command line go to every job.
-            let set: Vec<String> = settings
-                .iter()
-                .flat_map(|(k, v)| ["+set".to_owned(), format!("{k}={v}")])
-                .collect();
+            let set = plus_set(&settings);
             flow::run(&layers, &sizes, items, rounds, &set)
         }
         Cmd::PeFlow { job, kind } => converse::Runtime::from_args(argv)
@@ -852,6 +890,9 @@ fn main() -> ExitCode {
                     &job.csv,
                 )
             }),
+        Cmd::PeRate { job } => converse::Runtime::from_args(argv)
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| rate_across::pe_main(rt, job.iters, &job.csv)),
         Cmd::PeOnesided { job } => converse::Runtime::from_args(argv)
             .map_err(anyhow::Error::from)
             .and_then(|rt| onesided::pe_main(rt, &job.sizes, job.iters, &job.csv)),

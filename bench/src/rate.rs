@@ -12,7 +12,8 @@ use std::rc::Rc;
 use std::sync::Mutex;
 use std::time::Instant;
 
-fn row(what: &str, n: u64, secs: f64) -> Row {
+/// A row of `n` messages in `secs`: each figure the mean time per message.
+pub(crate) fn row(what: &str, n: u64, secs: f64) -> Row {
     let ns = secs * 1e9 / n as f64;
     Row {
         what: what.into(),

@@ -4,6 +4,13 @@
 //! headroom, so a send is one `write` of the message's own buffer. Sends the socket cannot
 //! take now are queued and later flushed with `writev`, several frames per call.
 //!
+//! **Coalescing** ([`Coalesce`]): the first frame of a turn (see [`Conn::send`]) is written at
+//! once, so a lone message leaves as it did; a frame sent soon after a write of the same
+//! turn is held instead, and the frames held go out together, in one `writev`, when the
+//! layer is flushed (after the handler that sent them, at every poll), when they reach
+//! [`Coalesce::bytes`] or [`IOV_MAX`] frames, or when the socket is busy anyway. A burst of
+//! small messages then costs a system call per 64 of them instead of one each.
+//!
 //! Receiving reads as much as the socket has into a 64 KiB buffer and cuts frames out of it:
 //! a small message is copied once from there into its own buffer (one `memcpy` costs far less
 //! than one `read` per message); a large one gets its own buffer as soon as its length is
@@ -18,6 +25,7 @@ use std::collections::VecDeque;
 use std::io::{self, IoSlice, Read, Write};
 use std::net::TcpStream;
 use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
 
 /// Bytes of the length prefix.
 pub(crate) const FRAME_HEADER: usize = 4;
@@ -34,7 +42,29 @@ const RECEIVE_BUDGET: usize = 4 << 20;
 const BIG: usize = 16 << 10;
 
 /// Most frames handed to one `writev`.
-const IOV_MAX: usize = 64;
+pub(crate) const IOV_MAX: usize = 64;
+
+/// How a connection holds small frames back to write several with one `writev`: the TCP
+/// layer's `tcp.coalesce_us` and `tcp.coalesce_kib`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Coalesce {
+    /// A frame sent within this long of the connection's last write, in the same turn, is
+    /// held; zero turns coalescing off. What makes a send part of a burst: a handler that
+    /// sends, computes, and sends again sends each at once.
+    pub(crate) within: Duration,
+    /// Held bytes at which the frames held are written at once (a large message is never
+    /// held for long).
+    pub(crate) bytes: usize,
+}
+
+#[cfg(test)]
+impl Coalesce {
+    /// Never hold a frame: every send is written at once, as before coalescing.
+    pub(crate) const OFF: Coalesce = Coalesce {
+        within: Duration::ZERO,
+        bytes: 0,
+    };
+}
 
 /// Why a connection cannot go on.
 #[derive(Debug)]
@@ -54,6 +84,18 @@ pub(crate) struct Conn {
     out_off: usize,
     /// Wire bytes of the frames in `out`, for the runtime's bound on what waits for a peer.
     out_bytes: usize,
+    /// The socket took less than it was given at the last write: `out` waits for it to
+    /// drain (the layer watches it for writability). Otherwise what `out` holds is held on
+    /// purpose, to be coalesced.
+    blocked: bool,
+    /// The layer's turn ([`Conn::send`]) of this connection's last write, and when that was
+    /// (read only with coalescing on).
+    turn: u64,
+    last_write: Option<Instant>,
+    /// Write system calls that took bytes, and frames written whole: `+stats`' measure of
+    /// coalescing (a counter add each, no more).
+    writes: u64,
+    frames: u64,
     /// Receive buffer, allocated on the first receive: a peer that never sends costs nothing.
     inbuf: Vec<u8>,
     in_start: usize,
@@ -71,6 +113,11 @@ impl Conn {
             out: VecDeque::new(),
             out_off: 0,
             out_bytes: 0,
+            blocked: false,
+            turn: u64::MAX,
+            last_write: None,
+            writes: 0,
+            frames: 0,
             inbuf: Vec::new(),
             in_start: 0,
             in_end: 0,
@@ -93,36 +140,64 @@ impl Conn {
         self.big.is_some() || self.in_end > self.in_start
     }
 
-    /// Whether frames wait for the socket.
+    /// Whether frames wait: for the socket, or held to be coalesced.
     pub(crate) fn has_output(&self) -> bool {
         !self.out.is_empty()
     }
 
-    /// Send a message: written now if nothing is queued before it and the socket takes it,
-    /// else queued. Never blocks. A large message's buffer, once written, goes to `pool`.
+    /// Write system calls that took bytes, and frames written whole, so far.
+    pub(crate) fn written(&self) -> (u64, u64) {
+        (self.writes, self.frames)
+    }
+
+    /// Whether frames wait for the socket to drain (not merely held): the layer then watches
+    /// it for writability.
+    pub(crate) fn blocked(&self) -> bool {
+        self.blocked
+    }
+
+    /// Send a message. Never blocks. A large message's buffer, once written, goes to `pool`.
+    ///
+    /// `turn` is the layer's count of flushes (each poll, each flush after a handler): the
+    /// first frame of a turn is written at once if nothing is queued before it, as is one
+    /// sent longer than `co.within` after this connection's last write; a later one is held
+    /// (see the module's docs) until the next flush, or until what is held reaches
+    /// `co.bytes` or [`IOV_MAX`] frames. A frame the socket cannot take now is queued.
     ///
     /// # Errors
     /// [`ConnError::Gone`] when the socket is broken.
-    pub(crate) fn send(&mut self, mut msg: Message, pool: &mut Pool) -> Result<(), ConnError> {
+    pub(crate) fn send(
+        &mut self,
+        mut msg: Message,
+        pool: &mut Pool,
+        turn: u64,
+        co: Coalesce,
+    ) -> Result<(), ConnError> {
         let len = u32::try_from(msg.wire_len())
             .map_err(|_| ConnError::Gone("message larger than 4 GiB".into()))?;
         let frame = msg.frame_with_header(FRAME_HEADER);
         frame[..FRAME_HEADER].copy_from_slice(&len.to_le_bytes());
-        if self.out.is_empty() {
+        if self.out.is_empty() && !self.holds(turn, co) {
             // The common case: one write syscall per message, from the message's own buffer.
             loop {
                 match self.stream.write(frame) {
                     Ok(n) if n == frame.len() => {
+                        self.writes += 1;
+                        self.frames += 1;
+                        self.wrote(turn, co);
                         // Small buffers are dropped there (one comparison); large ones kept.
                         pool.put(msg);
                         return Ok(());
                     }
                     Ok(n) => {
+                        self.writes += 1;
                         self.out_off = n;
+                        self.blocked = true;
                         break;
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                         self.out_off = 0;
+                        self.blocked = true;
                         break;
                     }
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -132,15 +207,46 @@ impl Conn {
         }
         self.out_bytes += msg.wire_len();
         self.out.push_back(msg);
+        if !self.blocked && (self.out_bytes >= co.bytes || self.out.len() >= IOV_MAX) {
+            self.flush(pool, turn, co)?;
+        }
         Ok(())
     }
 
-    /// Write queued frames until the socket is full or nothing is left; large buffers written
-    /// go to `pool`.
+    /// Whether a frame sent now, with nothing queued, is held: coalescing is on, and this
+    /// connection was written to in this turn, shortly before.
+    #[inline]
+    fn holds(&self, turn: u64, co: Coalesce) -> bool {
+        self.turn == turn
+            && !co.within.is_zero()
+            && self.last_write.is_some_and(|t| t.elapsed() < co.within)
+    }
+
+    /// A write went out whole: remember the turn, and (coalescing on) the time, which the
+    /// next send of this turn compares with — a clock read (vDSO, no system call) per write,
+    /// against the write's system call.
+    #[inline]
+    fn wrote(&mut self, turn: u64, co: Coalesce) {
+        self.turn = turn;
+        if !co.within.is_zero() {
+            self.last_write = Some(Instant::now());
+        }
+    }
+
+    /// Write queued and held frames until the socket is full or nothing is left; large
+    /// buffers written go to `pool`.
     ///
     /// # Errors
     /// [`ConnError::Gone`] when the socket is broken.
-    pub(crate) fn flush(&mut self, pool: &mut Pool) -> Result<(), ConnError> {
+    pub(crate) fn flush(
+        &mut self,
+        pool: &mut Pool,
+        turn: u64,
+        co: Coalesce,
+    ) -> Result<(), ConnError> {
+        if self.out.is_empty() {
+            return Ok(());
+        }
         while !self.out.is_empty() {
             let mut iov: [IoSlice<'_>; IOV_MAX] = [IoSlice::new(&[]); IOV_MAX];
             let mut k = 0;
@@ -151,8 +257,14 @@ impl Conn {
             }
             let written = match self.stream.write_vectored(&iov[..k]) {
                 Ok(0) => return Err(ConnError::Gone("socket accepts no data".into())),
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Ok(n) => {
+                    self.writes += 1;
+                    n
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.blocked = true;
+                    return Ok(());
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => return Err(ConnError::Gone(e.to_string())),
             };
@@ -165,6 +277,7 @@ impl Conn {
                 if left >= rest {
                     left -= rest;
                     self.out_bytes -= front.wire_len();
+                    self.frames += 1;
                     if let Some(m) = self.out.pop_front() {
                         pool.put(m);
                     }
@@ -175,6 +288,8 @@ impl Conn {
                 }
             }
         }
+        self.blocked = false;
+        self.wrote(turn, co);
         Ok(())
     }
 
@@ -408,11 +523,11 @@ mod tests {
         // A large message sent on this connection leaves its buffer to the pool.
         let sent = Message::from_payload(&[9u8; 100 << 10]);
         let sent_at = sent.wire().as_ptr() as usize - HEADROOM;
-        c.send(sent, &mut pool).expect("send");
+        c.send(sent, &mut pool, 0, Coalesce::OFF).expect("send");
         while c.has_output() {
             let mut sink = vec![0u8; 100 << 10];
             let _ = peer.read(&mut sink).expect("peer reads");
-            c.flush(&mut pool).expect("flush");
+            c.flush(&mut pool, 0, Coalesce::OFF).expect("flush");
         }
         let (frame, payload) = big_frame(100 << 10);
         let writer = std::thread::spawn(move || peer.write_all(&frame).map(|()| peer));
@@ -480,6 +595,109 @@ mod tests {
         assert!(
             faults < counted as i64 * 4,
             "{faults} page faults over {counted} messages of 100 KiB"
+        );
+    }
+
+    /// Frames on the peer's side of a connection, cut from what it read.
+    fn frames_read(peer: &mut TcpStream, want: usize) -> Vec<Vec<u8>> {
+        peer.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .expect("timeout");
+        let mut bytes = Vec::new();
+        let mut frames = Vec::new();
+        while frames.len() < want {
+            let mut buf = [0u8; 4096];
+            let n = peer.read(&mut buf).expect("peer reads within 5 s");
+            assert!(n > 0, "the connection closed");
+            bytes.extend_from_slice(&buf[..n]);
+            while bytes.len() >= FRAME_HEADER {
+                let len = u32::from_le_bytes(bytes[..4].try_into().expect("4 bytes")) as usize;
+                if bytes.len() < FRAME_HEADER + len {
+                    break;
+                }
+                frames.push(bytes[FRAME_HEADER..FRAME_HEADER + len].to_vec());
+                bytes.drain(..FRAME_HEADER + len);
+            }
+        }
+        frames
+    }
+
+    const ON: Coalesce = Coalesce {
+        within: Duration::from_secs(60),
+        bytes: 16 << 10,
+    };
+
+    #[test]
+    fn the_first_frame_of_a_turn_leaves_at_once_and_the_rest_wait_for_the_flush() {
+        let (mut c, mut peer) = pair();
+        let mut pool = Pool::default();
+        c.send(Message::from_payload(b"first"), &mut pool, 1, ON)
+            .expect("send");
+        assert!(
+            !c.has_output(),
+            "the first frame of a turn is written at once"
+        );
+        for i in 0..10u8 {
+            c.send(Message::from_payload(&[i; 8]), &mut pool, 1, ON)
+                .expect("send");
+        }
+        assert!(
+            c.has_output() && !c.blocked(),
+            "later ones are held, not blocked"
+        );
+        assert_eq!(c.queued(), 10 * Message::from_payload(&[0; 8]).wire_len());
+        assert_eq!(frames_read(&mut peer, 1).len(), 1);
+        c.flush(&mut pool, 1, ON).expect("flush");
+        assert!(!c.has_output());
+        let got = frames_read(&mut peer, 10);
+        for (i, f) in got.iter().enumerate() {
+            assert_eq!(&f[f.len() - 8..], &[i as u8; 8], "in order");
+        }
+        // A new turn: its first frame is written at once again.
+        c.send(Message::from_payload(b"next"), &mut pool, 2, ON)
+            .expect("send");
+        assert!(!c.has_output());
+    }
+
+    #[test]
+    fn held_frames_go_out_at_the_frame_or_byte_bound_and_never_with_coalescing_off() {
+        let (mut c, mut peer) = pair();
+        let mut pool = Pool::default();
+        for _ in 0..IOV_MAX + 1 {
+            c.send(Message::from_payload(&[1; 8]), &mut pool, 7, ON)
+                .expect("send");
+        }
+        // The first, then a writev of IOV_MAX once that many were held.
+        assert!(!c.has_output(), "{} bytes held", c.queued());
+        assert_eq!(frames_read(&mut peer, IOV_MAX + 1).len(), IOV_MAX + 1);
+        // A large message is not held past its send.
+        c.send(Message::from_payload(&[2; 20 << 10]), &mut pool, 7, ON)
+            .expect("send");
+        assert!(!c.has_output() || c.blocked());
+        // Off: every frame is written at once, whatever the turn.
+        let (mut c, _peer) = pair();
+        for _ in 0..3 {
+            c.send(Message::from_payload(&[3; 8]), &mut pool, 9, Coalesce::OFF)
+                .expect("send");
+            assert!(!c.has_output());
+        }
+    }
+
+    #[test]
+    fn a_send_long_after_the_last_write_leaves_at_once() {
+        let (mut c, _peer) = pair();
+        let mut pool = Pool::default();
+        let soon = Coalesce {
+            within: Duration::from_millis(20),
+            bytes: 16 << 10,
+        };
+        c.send(Message::from_payload(b"a"), &mut pool, 3, soon)
+            .expect("send");
+        std::thread::sleep(Duration::from_millis(40));
+        c.send(Message::from_payload(b"b"), &mut pool, 3, soon)
+            .expect("send");
+        assert!(
+            !c.has_output(),
+            "a handler that computed between sends is not held"
         );
     }
 }

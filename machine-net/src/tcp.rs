@@ -5,7 +5,7 @@
 //! `epoll_wait` on all of them, and on the eventfd its [`waker`](Transport::waker) rings
 //! (`wake.rs`). Framing and buffers: `conn.rs`.
 
-use crate::conn::{Conn, ConnError};
+use crate::conn::{Coalesce, Conn, ConnError};
 use crate::door::{Arrival, Door, Judge};
 use crate::mesh::{self, Kind};
 use crate::wake::WakeFd;
@@ -15,7 +15,8 @@ use converse_bootstrap::session::{self, Open};
 use converse_bootstrap::Bootstrap;
 use converse_machine::BufferPool as Pool;
 use converse_machine::{
-    BootConfig, Layer, Machine, MachineError, Message, NodeTable, Part, Transport, Wake,
+    BootConfig, Layer, Machine, MachineError, Message, NodeTable, Part, SettingSpec, Settings,
+    Transport, Wake,
 };
 use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
 use std::collections::VecDeque;
@@ -28,10 +29,41 @@ pub const LAYER: Layer = Layer {
     summary: "one process per node started by charmrun, TCP between nodes",
     boot,
     launched: LaunchEnv::present,
-    settings: &[],
-    check: converse_machine::no_settings,
+    settings: SETTINGS,
+    check: |s| coalesce_from(s).map(drop),
     describe: converse_machine::no_description,
 };
+
+/// `tcp.coalesce_us`: long enough for the sends of a loop, short against a handler that
+/// computes between its sends (each of which then leaves at once).
+const COALESCE_US: SettingSpec = SettingSpec::whole(
+    "tcp.coalesce_us",
+    50,
+    0,
+    1_000_000,
+    "a small message sent within this long of the last write to its peer, in the same \
+     handler, waits to leave with the next ones in one writev (by the handler's end), µs; 0: \
+     every message is written at once",
+);
+/// `tcp.coalesce_kib`.
+const COALESCE_KIB: SettingSpec = SettingSpec::whole(
+    "tcp.coalesce_kib",
+    16,
+    1,
+    1024,
+    "bytes held for coalescing at which they are written at once, KiB",
+);
+/// The layer's settings.
+const SETTINGS: &[SettingSpec] = &[COALESCE_US, COALESCE_KIB];
+
+/// Coalescing as the settings ask.
+fn coalesce_from(s: &Settings) -> Result<Coalesce, MachineError> {
+    let us = COALESCE_US.read_whole(s)?;
+    Ok(Coalesce {
+        within: Duration::from_micros(us),
+        bytes: COALESCE_KIB.read_whole(s)? as usize * 1024,
+    })
+}
 
 /// With up to this many incoming connections, `advance` simply tries a read on each (as cheap
 /// as one `epoll_wait`, and no second call when data is there); with more, it asks epoll.
@@ -52,6 +84,8 @@ struct Link {
     waiting: VecDeque<Message>,
     /// Their wire bytes.
     waiting_bytes: usize,
+    /// The connection is watched for writability (its frames wait for the socket).
+    watching: bool,
 }
 
 /// Where the pair's connection stands.
@@ -97,8 +131,15 @@ pub struct TcpMachine {
     links: Vec<Link>,
     /// Peers with an open connection: what `advance` reads.
     readers: Vec<usize>,
-    /// Peers whose outgoing frames wait for their socket.
+    /// Peers whose outgoing frames wait: for their socket, or held to be coalesced.
     backlog: Vec<usize>,
+    /// Flushes so far (each `advance`, each `flush`): a connection's first frame of a turn
+    /// is written at once (`conn.rs`).
+    turn: u64,
+    /// `tcp.coalesce_us`, `tcp.coalesce_kib`.
+    coalesce: Coalesce,
+    /// Writes and frames of connections closed since (counters only grow).
+    gone_written: (u64, u64),
     epoll: Epoll,
     events: Vec<EpollEvent>,
     /// In the epoll set: other threads ring it to end `wait`.
@@ -133,6 +174,7 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
 pub struct TcpOpen {
     listener: TcpListener,
     addr: std::net::SocketAddr,
+    coalesce: Coalesce,
 }
 
 impl Open for TcpOpen {
@@ -140,17 +182,22 @@ impl Open for TcpOpen {
 
     /// Open the node's listener on the address that routes to the launcher.
     fn open(
-        _: &BootConfig,
+        cfg: &BootConfig,
         _: &LaunchEnv,
         launcher: &dyn Bootstrap,
     ) -> Result<TcpOpen, MachineError> {
+        let coalesce = coalesce_from(&cfg.settings)?;
         let listener = converse_bootstrap::net::listener(launcher.local_ip(), 4096)
             .map_err(|e| MachineError::io("opening the node's listener", e))?;
         let addr = listener
             .local_addr()
             .map_err(|e| MachineError::io("node listener address", e))?;
         tracing::debug!(target: "tcp", %addr, "listening for peers");
-        Ok(TcpOpen { listener, addr })
+        Ok(TcpOpen {
+            listener,
+            addr,
+            coalesce,
+        })
     }
 
     /// This node's info for the node table: the listener's address.
@@ -186,6 +233,9 @@ impl Open for TcpOpen {
             links: (0..n).map(|_| Link::default()).collect(),
             readers: Vec::new(),
             backlog: Vec::new(),
+            turn: 0,
+            coalesce: self.coalesce,
+            gone_written: (0, 0),
             epoll,
             events: vec![EpollEvent::empty(); 64],
             wake,
@@ -253,20 +303,29 @@ impl TcpMachine {
             return Ok(());
         };
         let had_output = c.has_output();
-        let r = c.send(msg, &mut self.pool).map(|()| c.has_output());
+        let r = c
+            .send(msg, &mut self.pool, self.turn, self.coalesce)
+            .map(|()| (c.has_output(), c.blocked()));
         match r {
-            Ok(true) if !had_output => {
-                self.backlog.push(peer);
-                self.watch_output(peer, true)
+            Ok((output, blocked)) => {
+                if output && !had_output {
+                    self.backlog.push(peer);
+                }
+                self.watch_output(peer, blocked)
             }
-            Ok(_) => Ok(()),
             Err(e) => Err(self.conn_error(peer, e)),
         }
     }
 
-    /// Watch the connection to `peer` for writability too (frames wait for it), or stop.
+    /// Watch the connection to `peer` for writability too (frames wait for the socket), or
+    /// stop; nothing to do when it already is as asked (one comparison per send).
+    #[inline]
     fn watch_output(&mut self, peer: usize, on: bool) -> Result<(), MachineError> {
-        let Some(c) = self.links[peer].conn() else {
+        let link = &mut self.links[peer];
+        if link.watching == on {
+            return Ok(());
+        }
+        let Some(c) = link.conn() else {
             return Ok(());
         };
         let flags = if on {
@@ -275,19 +334,29 @@ impl TcpMachine {
             EpollFlags::EPOLLIN
         };
         let mut ev = EpollEvent::new(flags, peer as u64);
-        self.epoll.modify(c.stream(), &mut ev).map_err(epoll_err)
+        self.epoll.modify(c.stream(), &mut ev).map_err(epoll_err)?;
+        link.watching = on;
+        Ok(())
     }
 
+    /// Write what waits for every peer, as far as the sockets take it; the frames held for
+    /// coalescing go out here. A new turn begins.
     fn flush_backlog(&mut self) -> Result<(), MachineError> {
+        self.turn = self.turn.wrapping_add(1);
         let mut i = 0;
         while i < self.backlog.len() {
             let peer = self.backlog[i];
             let r = match self.links[peer].conn_mut() {
-                Some(c) => c.flush(&mut self.pool).map(|()| c.has_output()),
+                Some(c) => c
+                    .flush(&mut self.pool, self.turn, self.coalesce)
+                    .map(|()| c.has_output()),
                 None => Ok(false),
             };
             match r {
-                Ok(true) => i += 1,
+                Ok(true) => {
+                    self.watch_output(peer, true)?;
+                    i += 1;
+                }
                 Ok(false) => {
                     self.backlog.swap_remove(i);
                     self.watch_output(peer, false)?;
@@ -381,7 +450,9 @@ impl Transport for TcpMachine {
 
     fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
         let mut n = 0;
-        if !self.backlog.is_empty() {
+        if self.backlog.is_empty() {
+            self.turn = self.turn.wrapping_add(1);
+        } else {
             self.flush_backlog()?;
         }
         // One relaxed load per advance: the door thread flags peers' new connections.
@@ -408,18 +479,41 @@ impl Transport for TcpMachine {
         Ok(n)
     }
 
+    /// The frames held for coalescing go out (see `conn.rs`); a new turn begins.
+    #[inline]
+    fn flush(&mut self) -> Result<(), MachineError> {
+        if self.backlog.is_empty() {
+            self.turn = self.turn.wrapping_add(1);
+            return Ok(());
+        }
+        self.flush_backlog()
+    }
+
     fn waker(&self) -> Option<std::sync::Arc<dyn Wake>> {
         Some(self.wake.waker())
     }
 
     fn counters(&self) -> Vec<(&'static str, u64)> {
+        let (writes, frames) = self
+            .links
+            .iter()
+            .filter_map(Link::conn)
+            .map(Conn::written)
+            .fold(self.gone_written, |(w, f), (a, b)| (w + a, f + b));
         vec![
             ("tcp.connections", self.readers.len() as u64),
             ("tcp.strangers_dropped", self.door.strangers()),
+            ("tcp.writes", writes),
+            ("tcp.frames_sent", frames),
         ]
     }
 
     fn wait(&mut self, timeout: Duration) -> Result<(), MachineError> {
+        // Nothing held for coalescing sleeps with this node (the runtime polls before it
+        // waits, which flushes; this is for any other caller).
+        if self.backlog.iter().any(|&p| !self.links[p].watching) {
+            self.flush_backlog()?;
+        }
         if self.wake.take() {
             // Woken during the barrier's nap, and not answered yet.
             return Ok(());
@@ -469,6 +563,9 @@ impl Part for TcpMachine {
         if let Some(l) = self.links.get_mut(node) {
             if let Pair::Open(c) = std::mem::replace(&mut l.pair, Pair::Gone) {
                 let _ = self.epoll.delete(c.stream());
+                let (w, f) = c.written();
+                self.gone_written.0 += w;
+                self.gone_written.1 += f;
             }
             l.waiting.clear();
             l.waiting_bytes = 0;

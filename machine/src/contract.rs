@@ -210,6 +210,25 @@ pub trait Transport: Send {
         None
     }
 
+    /// Write out what the layer holds back to send several small messages at once (TCP's
+    /// coalescing, `tcp.coalesce_us`): after it returns, every message taken by
+    /// [`send`](Self::send) is on its way as if just sent — handed to the interconnect, or
+    /// queued only because the interconnect cannot take it now. Never blocks.
+    ///
+    /// The runtime calls it after each handler that sent to another node, and
+    /// [`advance`](Self::advance) does the same first; so a layer that holds messages holds
+    /// them at most until the handler that sent them returns or the PE polls. A message
+    /// that is the first to its node since the last flush should not be held: that keeps a
+    /// lone message's latency what it was.
+    ///
+    /// Optional: the default does nothing, for a layer that never holds a message back.
+    ///
+    /// # Errors
+    /// As [`send`](Self::send).
+    fn flush(&mut self) -> Result<(), MachineError> {
+        Ok(())
+    }
+
     /// A handle that ends this node's [`wait`](Self::wait) from another thread (see [`Wake`]).
     /// Asked for once, at start-up, and only when the node runs several PEs (`+ppn` above 1).
     ///

@@ -104,6 +104,13 @@ pub(crate) fn run(
             }
             moved += 1;
         }
+        if moved > 0 {
+            // What the layer held back to coalesce (several of this turn's messages to one
+            // node in one system call) leaves now, even if nothing is taken in below.
+            if let Err(e) = machine.flush() {
+                report(machine, e, &mut reported);
+            }
+        }
         // More than `sched.max_queued_mib` from other nodes waits for the workers: arrivals
         // stay in the layer, whose flow control holds their senders back, until the workers
         // have taken them down — unless the layer holds sends (a worker may be waiting for

@@ -15,6 +15,7 @@
 //! interconnect while another still sends.
 
 use crate::error::RuntimeError;
+use crate::link::Link;
 use crate::pe::Pe;
 use converse_machine::bytes::{ByteReader, ByteWriter};
 use converse_machine::{Message, WireError};
@@ -363,12 +364,30 @@ impl Pe {
                 r.begin(msg.handler());
             }
             self.run_target(target, msg);
+            self.flush_sent();
             if let Some(r) = self.rec.as_deref_mut() {
                 r.end();
             }
             return;
         }
-        self.run_target(target, msg)
+        self.run_target(target, msg);
+        self.flush_sent();
+    }
+
+    /// After a handler: what it sent to other nodes and the layer held back to coalesce
+    /// leaves now (one flag test per handler; a call into the layer only after one that
+    /// sent across, which the send's own system call dwarfs).
+    #[inline]
+    fn flush_sent(&mut self) {
+        if !self.sent_out {
+            return;
+        }
+        self.sent_out = false;
+        if let Link::Own(m) = &mut self.link {
+            if let Err(e) = m.flush() {
+                self.machine_error(&e);
+            }
+        }
     }
 
     /// Whether a message for `t` waits until PE 0 says go: the program's, and the runtime's

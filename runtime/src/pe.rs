@@ -69,6 +69,10 @@ pub struct Pe {
     pub(crate) sent: u64,
     /// Messages taken off this PE's queues to run.
     pub(crate) taken: u64,
+    /// The running handler sent to another node through the layer this PE owns: the layer
+    /// is flushed when it returns ([`Transport::flush`](converse_machine::Transport::flush),
+    /// which ends TCP's coalescing of that handler's sends).
+    pub(crate) sent_out: bool,
     /// Converse Client-Server: this PE's handlers; on PE 0 with `+server`, the listener.
     pub(crate) ccs: crate::ccs::Ccs,
     /// One-sided transfers: this PE's regions and the transfers it waits on.
@@ -180,6 +184,7 @@ impl Pe {
             mail_posted: Arc::default(),
             sent: 0,
             taken: 0,
+            sent_out: false,
             ccs: crate::ccs::Ccs::default(),
             onesided,
             idle_watch: crate::idle_warn::IdleWatch::default(),
@@ -472,7 +477,10 @@ impl Pe {
             self.wait_for_room(node);
         }
         let sent = match &mut self.link {
-            Link::Own(m) => m.send(node, msg),
+            Link::Own(m) => {
+                self.sent_out = true;
+                m.send(node, msg)
+            }
             Link::Worker { node: n, .. } => {
                 n.post(node, msg);
                 Ok(())

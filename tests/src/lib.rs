@@ -520,6 +520,19 @@ pub fn ip(args: &[&str]) -> bool {
         .unwrap_or(false)
 }
 
+/// The sum over the nodes' `+stats` lines (in `stderr`) of the layer's counter `name`.
+pub fn stats_field(stderr: &str, name: &str) -> u64 {
+    let key = format!(" {name}=");
+    stderr
+        .lines()
+        .filter(|l| l.starts_with("converse stats: node "))
+        .filter_map(|l| {
+            let (_, after) = l.split_once(&key)?;
+            after.split(' ').next()?.parse::<u64>().ok()
+        })
+        .sum()
+}
+
 /// Run a conformance scenario and require success with PE 0's "ok" line.
 pub fn expect_ok(launcher: &Launcher, program: &str, pes: usize, args: &[&str]) -> Outcome {
     let o = launcher.run(program, pes, args, Duration::from_secs(120));

@@ -52,8 +52,10 @@ mod strangers {
             machine: "tcp",
             opts: vec![],
         };
+        // Each PE computes 2 s before it sends: the job outlives the strangers' arrival
+        // however fast its messages go (coalesced, 3 million take well under a second).
         let job = Running::start(
-            &mut launcher.command(PROGRAM, 4, &["alltoall", "3000000"]),
+            &mut launcher.command(PROGRAM, 4, &["alltoall", "3000000", "2"]),
             Duration::from_secs(180),
         )
         .expect("start");
@@ -90,7 +92,10 @@ mod strangers {
             opts: vec![],
         };
         let job = Running::start(
-            &mut launcher.command(PROGRAM, 4, &["alltoall", "400000", "2"]),
+            // 4 s of computing, so that the flood flows before the nodes connect however
+            // long finding their listeners takes; then enough messages that it goes on while
+            // they talk (coalesced, 400,000 took a tenth of a second).
+            &mut launcher.command(PROGRAM, 4, &["alltoall", "4000000", "4"]),
             Duration::from_secs(120),
         )
         .expect("start");
@@ -125,5 +130,38 @@ mod strangers {
         assert_eq!(o.code, Some(0), "{made} strangers\n{o}");
         assert_eq!(o.lines_with("conformance alltoall: ok"), 1, "{o}");
         assert!(made > 4000, "the flood did not flow: {made} connections");
+    }
+}
+
+/// Coalescing (`tcp.coalesce_us`): the small messages of a burst leave several to a write
+/// (the all-to-all's pumps send 256 to each peer per handler run), and every one arrives, once,
+/// in order (the scenario checks); with coalescing off, a write each.
+#[test]
+fn bursts_of_small_messages_are_coalesced_and_arrive_whole() {
+    const PROGRAM: &str = env!("CARGO_BIN_EXE_conformance");
+    let launcher = converse_tests::Launcher::Charmrun {
+        machine: "tcp",
+        opts: vec![],
+    };
+    for (set, coalesced) in [(None, true), (Some("tcp.coalesce_us=0"), false)] {
+        let mut args = vec!["alltoall", "200000", "+stats"];
+        if let Some(s) = set {
+            args.extend(["+set", s]);
+        }
+        let o = converse_tests::expect_ok(&launcher, PROGRAM, 2, &args);
+        let writes = converse_tests::stats_field(&o.stderr, "tcp.writes");
+        let frames = converse_tests::stats_field(&o.stderr, "tcp.frames_sent");
+        assert!(frames >= 200_000, "{set:?}: {frames} frames\n{o}");
+        if coalesced {
+            assert!(
+                writes * 8 < frames,
+                "{writes} writes for {frames} frames\n{o}"
+            );
+        } else {
+            assert!(
+                writes * 2 > frames,
+                "{writes} writes for {frames} frames\n{o}"
+            );
+        }
     }
 }

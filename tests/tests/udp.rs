@@ -12,21 +12,10 @@ converse_tests::conformance_suite!(converse_tests::Launcher::Charmrun {
 const DAMAGE_SCENARIOS: [&[&str]; 3] = [&["fifo"], &["alltoall", "200000"], &["sizes", "4194304"]];
 
 /// Packets retransmitted by all nodes, from their `+stats` lines.
+use converse_tests::stats_field;
+
 fn retransmitted(stderr: &str) -> u64 {
     stats_field(stderr, "udp.retransmits")
-}
-
-/// The sum over the nodes' `+stats` lines of the layer's counter `name`.
-fn stats_field(stderr: &str, name: &str) -> u64 {
-    let key = format!(" {name}=");
-    stderr
-        .lines()
-        .filter(|l| l.starts_with("converse stats: node "))
-        .filter_map(|l| {
-            let (_, after) = l.split_once(&key)?;
-            after.split(' ').next()?.parse::<u64>().ok()
-        })
-        .sum()
 }
 
 mod loss {

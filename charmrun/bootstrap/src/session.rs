@@ -226,6 +226,11 @@ impl<P: Part> Transport for Launched<P> {
         self.part.in_transfer()
     }
 
+    #[inline]
+    fn flush(&mut self) -> Result<(), MachineError> {
+        self.part.flush().map_err(|e| self.judge(e))
+    }
+
     fn max_unpolled(&self) -> Option<Duration> {
         self.part.max_unpolled()
     }

@@ -78,6 +78,16 @@ const CONNECTED_PEERS: SettingSpec = SettingSpec::whole(
      node's socket",
 )
 .computed("a quarter of the soft RLIMIT_NOFILE, at most 256");
+/// `udp.coalesce_us`: as `tcp.coalesce_us`.
+const COALESCE_US: SettingSpec = SettingSpec::whole(
+    "udp.coalesce_us",
+    50,
+    0,
+    1_000_000,
+    "a small message sent within this long of the last send to its peer, in the same \
+     handler, waits to leave with the next ones in one sendmmsg (by the handler's end), µs; 0: \
+     every message is sent at once",
+);
 /// `udp.via`.
 const VIA: SettingSpec = SettingSpec::text(
     "udp.via",
@@ -95,6 +105,7 @@ pub(crate) const SETTINGS: &[SettingSpec] = &[
     ACK_DELAY_US,
     DEAD_AFTER_S,
     CONNECTED_PEERS,
+    COALESCE_US,
     VIA,
 ];
 
@@ -129,6 +140,9 @@ pub struct Config {
     /// or more (`udp.connected_peers`; default a quarter of the descriptor limit, at most
     /// 256; 0: none).
     pub connected_peers: usize,
+    /// A small message sent this soon after the last send to its peer, in the same turn,
+    /// leaves with the next ones at the layer's flush (`udp.coalesce_us`; zero: never held).
+    pub coalesce: Duration,
 }
 
 impl Default for Config {
@@ -149,6 +163,7 @@ impl Default for Config {
             },
             via: None,
             connected_peers: super::senders::default_limit(),
+            coalesce: Duration::from_micros(default(COALESCE_US)),
         }
     }
 }
@@ -219,6 +234,7 @@ impl Config {
             dead_after,
             via,
             connected_peers,
+            coalesce: Duration::from_micros(COALESCE_US.read_whole(s)?),
         })
     }
 }

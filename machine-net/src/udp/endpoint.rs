@@ -281,6 +281,18 @@ impl Endpoint {
         now: Instant,
         tx: &mut dyn Transmit,
     ) -> Result<(), Failure> {
+        self.queue(p, msg, now, tx)?;
+        self.pump(p, now, tx)
+    }
+
+    /// Put `msg` in peer `p`'s window, numbered, not yet sent.
+    fn queue(
+        &mut self,
+        p: usize,
+        msg: Message,
+        now: Instant,
+        tx: &mut dyn Transmit,
+    ) -> Result<(), Failure> {
         if self.peers[p].gone() {
             return Err(Failure::Dead {
                 node: p,
@@ -290,8 +302,30 @@ impl Endpoint {
         let len = msg.wire_len();
         Self::window_of(&mut self.peers, &self.cfg, p, tx, now)
             .push(msg)
-            .map_err(|_| Failure::TooLarge { node: p, len })?;
-        self.pump(p, now, tx)
+            .map_err(|_| Failure::TooLarge { node: p, len })
+    }
+
+    /// As [`send`](Self::send), but what the window lets go leaves at the next
+    /// [`flush`](Self::flush), together with what is sent meanwhile (`sendmmsg` batches
+    /// instead of a system call per datagram): the layer's coalescing of a burst
+    /// (`udp.coalesce_us`).
+    ///
+    /// # Errors
+    /// As [`send`](Self::send).
+    pub fn send_later(
+        &mut self,
+        p: usize,
+        msg: Message,
+        now: Instant,
+        tx: &mut dyn Transmit,
+    ) -> Result<(), Failure> {
+        self.queue(p, msg, now, tx)?;
+        let peer = &mut self.peers[p];
+        if !peer.dirty {
+            peer.dirty = true;
+            self.dirty.push(p);
+        }
+        Ok(())
     }
 
     /// Take one datagram that arrived from `from`; hand up the messages it completes.

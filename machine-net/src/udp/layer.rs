@@ -50,6 +50,12 @@ const CLOCK_EVERY: u32 = 16;
 /// Longest single sleep while waiting in the exit barrier or in `exit`.
 const NAP: Duration = Duration::from_millis(1);
 
+/// Largest message held for coalescing: a message of several datagrams leaves at once.
+const HOLD_MAX: usize = 16 << 10;
+
+/// Messages held at which they leave at once (a `sendmmsg` batch).
+const HOLD_MOST: usize = super::socket::SEND_BATCH;
+
 /// One node of a UDP job.
 pub struct UdpMachine {
     me: usize,
@@ -60,6 +66,15 @@ pub struct UdpMachine {
     empty_polls: u32,
     /// Polled with the socket when idle: other threads ring it to end `wait`.
     wake: WakeFd,
+    /// `udp.coalesce_us` (see [`Transport::flush`]): a small message sent this soon after
+    /// the last one to its peer, in the same turn, is held until the flush.
+    coalesce: Duration,
+    /// Flushes so far (each `advance`, each `flush`).
+    turn: u64,
+    /// Per peer: the turn of the last send that left at once, and when.
+    last: Vec<(u64, Option<Instant>)>,
+    /// Messages held for the next flush.
+    held: usize,
 }
 
 // By hand: the fields are the layer's working state (sockets, queues, buffers); the node
@@ -186,6 +201,7 @@ impl Open for UdpOpen {
             .into_iter()
             .unzip();
         let via = conf.via;
+        let coalesce = conf.coalesce;
         let mut ep = Endpoint::new(
             env.node as u16,
             &addrs,
@@ -222,6 +238,10 @@ impl Open for UdpOpen {
             ep,
             empty_polls: 0,
             wake,
+            coalesce,
+            turn: 0,
+            last: vec![(u64::MAX, None); addrs.len()],
+            held: 0,
         })
     }
 }
@@ -279,8 +299,16 @@ impl UdpMachine {
     /// Take what the socket has (a bounded number of batches), run due timers, retry sends
     /// the socket refused. Messages completed go to `deliver`.
     fn progress(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, Failure> {
+        self.turn = self.turn.wrapping_add(1);
         let mut n = 0;
         let mut now = None;
+        if self.held > 0 {
+            // What a handler held for coalescing leaves before anything is taken in.
+            self.held = 0;
+            let t = Instant::now();
+            self.ep.flush(t, &mut self.sock)?;
+            now = Some(t);
+        }
         let mut landings = [Landing::NONE; RECV_BATCH];
         for _ in 0..MAX_BATCHES {
             let zones = self.ep.landing(&mut landings);
@@ -335,6 +363,14 @@ impl UdpMachine {
         Ok(n)
     }
 
+    /// Send what is held for coalescing.
+    fn flush_held(&mut self, now: Instant) -> Result<(), MachineError> {
+        self.held = 0;
+        self.ep
+            .flush(now, &mut self.sock)
+            .map_err(|f| self.failure(f))
+    }
+
     /// Sleep until a datagram comes, the next timer, a wake, or `limit`. A wake seen is reset
     /// and kept for the next `wait` (see [`WakeFd::take`]).
     fn pause(&mut self, limit: Duration) -> Result<(), MachineError> {
@@ -377,8 +413,34 @@ impl Transport for UdpMachine {
             });
         }
         // The clock stamps the packets for RTT samples and the retransmission timer.
-        let r = self.ep.send(node, msg, Instant::now(), &mut self.sock);
+        let now = Instant::now();
+        let (turn, at) = self.last[node];
+        let hold = turn == self.turn
+            && !self.coalesce.is_zero()
+            && msg.wire_len() <= HOLD_MAX
+            && at.is_some_and(|t| now.saturating_duration_since(t) < self.coalesce);
+        let r = if hold {
+            self.held += 1;
+            let r = self.ep.send_later(node, msg, now, &mut self.sock);
+            if r.is_ok() && self.held >= HOLD_MOST {
+                return self.flush_held(now);
+            }
+            r
+        } else {
+            self.last[node] = (self.turn, Some(now));
+            self.ep.send(node, msg, now, &mut self.sock)
+        };
         r.map_err(|f| self.failure(f))
+    }
+
+    /// The messages held for coalescing leave (in `sendmmsg` batches); a new turn begins.
+    #[inline]
+    fn flush(&mut self) -> Result<(), MachineError> {
+        self.turn = self.turn.wrapping_add(1);
+        if self.held == 0 {
+            return Ok(());
+        }
+        self.flush_held(Instant::now())
     }
 
     fn queued(&self, node: usize) -> usize {
@@ -422,6 +484,11 @@ impl Transport for UdpMachine {
     }
 
     fn wait(&mut self, timeout: Duration) -> Result<(), MachineError> {
+        // Nothing held for coalescing sleeps with this node (the runtime polls before it
+        // waits, which flushes; this is for any other caller).
+        if self.held > 0 {
+            self.flush_held(Instant::now())?;
+        }
         if self.wake.take() {
             // Woken during the barrier's nap, and not answered yet.
             return Ok(());

@@ -164,6 +164,17 @@ impl<A: Part, B: Part> Transport for MultiMachine<A, B> {
         }
     }
 
+    #[inline]
+    fn flush(&mut self) -> Result<(), MachineError> {
+        if self.net_peers > 0 {
+            self.net.flush()?;
+        }
+        if self.shm_peers > 0 {
+            self.si.flush()?;
+        }
+        Ok(())
+    }
+
     fn in_transfer(&self) -> bool {
         (self.shm_peers > 0 && self.si.in_transfer())
             || (self.net_peers > 0 && self.net.in_transfer())
