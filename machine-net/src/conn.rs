@@ -50,7 +50,8 @@ pub(crate) const IOV_MAX: usize = 64;
 pub(crate) struct Coalesce {
     /// A frame sent within this long of the connection's last write, in the same turn, is
     /// held; zero turns coalescing off. What makes a send part of a burst: a handler that
-    /// sends, computes, and sends again sends each at once.
+    /// sends once, computes, and sends again sends each at once (a frame already held waits
+    /// for the flush, though: the end of the handler at the latest).
     pub(crate) within: Duration,
     /// Held bytes at which the frames held are written at once (a large message is never
     /// held for long).

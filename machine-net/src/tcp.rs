@@ -41,9 +41,9 @@ const COALESCE_US: SettingSpec = SettingSpec::whole(
     50,
     0,
     1_000_000,
-    "a small message sent within this long of the last write to its peer, in the same \
-     handler, waits to leave with the next ones in one writev (by the handler's end), µs; 0: \
-     every message is written at once",
+    "a message sent within this long of the last write to its peer, in the same handler, \
+     waits to leave with the next ones in one writev (by the handler's end at the latest), \
+     µs; 0: every message is written at once",
 );
 /// `tcp.coalesce_kib`.
 const COALESCE_KIB: SettingSpec = SettingSpec::whole(
@@ -280,9 +280,14 @@ impl TcpMachine {
         tracing::debug!(target: "tcp", peer, waiting = self.links[peer].waiting.len(), "connection to peer open");
         self.links[peer].pair = Pair::Open(Conn::new(s));
         self.readers.push(peer);
+        let waited = !self.links[peer].waiting.is_empty();
         while let Some(m) = self.links[peer].waiting.pop_front() {
             self.links[peer].waiting_bytes -= m.wire_len();
             self.send_on(peer, m)?;
+        }
+        if waited {
+            // What waited for the connection has waited long enough: none of it is held.
+            self.flush_backlog(true)?;
         }
         Ok(())
     }
@@ -339,32 +344,49 @@ impl TcpMachine {
         Ok(())
     }
 
-    /// Write what waits for every peer, as far as the sockets take it; the frames held for
-    /// coalescing go out here. A new turn begins.
-    fn flush_backlog(&mut self) -> Result<(), MachineError> {
+    /// Write what waits for every peer (`held_only`: only the frames held for coalescing,
+    /// not those waiting for a full socket, which its writability brings back to `advance`),
+    /// as far as the sockets take it. A new turn begins: the next frame to each connection
+    /// is written at once. A broken connection does not stop the others' flush; the first
+    /// error is returned at the end.
+    fn flush_backlog(&mut self, held_only: bool) -> Result<(), MachineError> {
+        // The frames written here belong to the turn that ends: a connection's next frame is
+        // the first of the new one.
+        let ending = self.turn;
         self.turn = self.turn.wrapping_add(1);
+        let mut first_error = None;
         let mut i = 0;
         while i < self.backlog.len() {
             let peer = self.backlog[i];
+            if held_only && self.links[peer].watching {
+                i += 1;
+                continue;
+            }
             let r = match self.links[peer].conn_mut() {
                 Some(c) => c
-                    .flush(&mut self.pool, self.turn, self.coalesce)
+                    .flush(&mut self.pool, ending, self.coalesce)
                     .map(|()| c.has_output()),
                 None => Ok(false),
             };
-            match r {
+            let watched = match r {
                 Ok(true) => {
-                    self.watch_output(peer, true)?;
                     i += 1;
+                    self.watch_output(peer, true)
                 }
                 Ok(false) => {
                     self.backlog.swap_remove(i);
-                    self.watch_output(peer, false)?;
+                    self.watch_output(peer, false)
                 }
-                Err(e) => return Err(self.conn_error(peer, e)),
+                Err(e) => {
+                    i += 1;
+                    Err(self.conn_error(peer, e))
+                }
+            };
+            if let Err(e) = watched {
+                first_error.get_or_insert(e);
             }
         }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
     }
 
     fn receive_from(
@@ -453,7 +475,7 @@ impl Transport for TcpMachine {
         if self.backlog.is_empty() {
             self.turn = self.turn.wrapping_add(1);
         } else {
-            self.flush_backlog()?;
+            self.flush_backlog(false)?;
         }
         // One relaxed load per advance: the door thread flags peers' new connections.
         if self.door.ready() {
@@ -486,7 +508,7 @@ impl Transport for TcpMachine {
             self.turn = self.turn.wrapping_add(1);
             return Ok(());
         }
-        self.flush_backlog()
+        self.flush_backlog(true)
     }
 
     fn waker(&self) -> Option<std::sync::Arc<dyn Wake>> {
@@ -512,7 +534,7 @@ impl Transport for TcpMachine {
         // Nothing held for coalescing sleeps with this node (the runtime polls before it
         // waits, which flushes; this is for any other caller).
         if self.backlog.iter().any(|&p| !self.links[p].watching) {
-            self.flush_backlog()?;
+            self.flush_backlog(true)?;
         }
         if self.wake.take() {
             // Woken during the barrier's nap, and not answered yet.
@@ -582,7 +604,7 @@ impl Part for TcpMachine {
         // Nothing is accepted any more (and the door's rings would only end naps early).
         self.door.close();
         while !self.backlog.is_empty() && std::time::Instant::now() < deadline {
-            if self.flush_backlog().is_err() {
+            if self.flush_backlog(false).is_err() {
                 break;
             }
             self.nap();

@@ -65,7 +65,9 @@ pub trait Wake: Send + Sync {
 /// # What may block
 /// - `send` must not block waiting for the receiver to make progress: if the interconnect cannot
 ///   take the bytes now, the layer queues them and pushes them out in later `send`/`advance`
-///   calls. (A layer may block briefly on a local resource, never on a remote node.)
+///   calls; a layer that coalesces may also hold small messages until its
+///   [`flush`](Transport::flush). (A layer may block briefly on a local resource, never on a
+///   remote node.)
 /// - `advance` never blocks; it does whatever progress is possible now and returns.
 /// - `wait` blocks up to its timeout, returning early when something arrived (or may have).
 /// - `barrier` and `exit` block until every node has reached them.
@@ -210,21 +212,31 @@ pub trait Transport: Send {
         None
     }
 
-    /// Write out what the layer holds back to send several small messages at once (TCP's
-    /// coalescing, `tcp.coalesce_us`): after it returns, every message taken by
-    /// [`send`](Self::send) is on its way as if just sent — handed to the interconnect, or
-    /// queued only because the interconnect cannot take it now. Never blocks.
+    /// Write out what the layer holds back to send several small messages at once (TCP's and
+    /// UDP's coalescing, `tcp.coalesce_us`, `udp.coalesce_us`): after it returns, every message
+    /// taken by [`send`](Self::send) is on its way as if just sent — handed to the
+    /// interconnect, or queued only because the interconnect cannot take it now. Never blocks.
     ///
-    /// The runtime calls it after each handler that sent to another node, and
-    /// [`advance`](Self::advance) does the same first; so a layer that holds messages holds
-    /// them at most until the handler that sent them returns or the PE polls. A message
-    /// that is the first to its node since the last flush should not be held: that keeps a
-    /// lone message's latency what it was.
+    /// Who calls it: the runtime, after each handler that sent to another node (on a PE that
+    /// owns its layer), and the SMP communication thread after each batch of sends it makes
+    /// for its workers. It is called when nothing is held too, so it must then cost next to
+    /// nothing (a counter and an emptiness check).
+    ///
+    /// What a layer that holds messages must do besides: its own [`advance`](Self::advance)
+    /// flushes first, and so do [`wait`](Self::wait), the exit barrier's loop and `exit` (sends
+    /// made outside a handler — by timers, idle callbacks, code around `run_until` — rely on
+    /// those); so a message is held at most until the handler that sent it returns or the PE
+    /// next polls. It counts a *turn* at each flush and each `advance`, and never holds the
+    /// first message to a node in a turn: a lone message's latency stays what it was, and only
+    /// the later messages of a burst wait. A layer that wraps another (the launcher session, a
+    /// composite) must forward `flush`: the default would leave the inner layer's messages held
+    /// until its next `advance`.
     ///
     /// Optional: the default does nothing, for a layer that never holds a message back.
     ///
     /// # Errors
-    /// As [`send`](Self::send).
+    /// As [`send`](Self::send). A broken connection to one node does not stop the flush to the
+    /// others; the first error is returned after.
     fn flush(&mut self) -> Result<(), MachineError> {
         Ok(())
     }

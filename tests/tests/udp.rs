@@ -451,3 +451,27 @@ fn a_nan_setting_is_a_clear_error() {
     assert!(!o.stderr.contains("panicked"), "{o}");
     assert!(o.stderr.contains("udp.dead_after_s"), "{o}");
 }
+
+/// Coalescing (`udp.coalesce_us`): the small messages of a burst (the all-to-all's pumps send
+/// 256 to each peer per handler run) travel several to a datagram, in bundles, and every one
+/// arrives, once, in order (the scenario checks); with coalescing off, a datagram each.
+#[test]
+fn bursts_of_small_messages_are_bundled_and_arrive_whole() {
+    let launcher = converse_tests::Launcher::Charmrun {
+        machine: "udp",
+        opts: vec![],
+    };
+    for (set, coalesced) in [(None, true), (Some("udp.coalesce_us=0"), false)] {
+        let mut args = vec!["alltoall", "200000", "+stats"];
+        if let Some(s) = set {
+            args.extend(["+set", s]);
+        }
+        let o = converse_tests::expect_ok(&launcher, env!("CARGO_BIN_EXE_conformance"), 2, &args);
+        let datagrams = stats_field(&o.stderr, "udp.datagrams_sent");
+        if coalesced {
+            assert!(datagrams * 4 < 200_000, "{datagrams} datagrams\n{o}");
+        } else {
+            assert!(datagrams >= 200_000, "{datagrams} datagrams\n{o}");
+        }
+    }
+}

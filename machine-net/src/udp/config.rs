@@ -85,8 +85,8 @@ const COALESCE_US: SettingSpec = SettingSpec::whole(
     0,
     1_000_000,
     "a small message sent within this long of the last send to its peer, in the same \
-     handler, waits to leave with the next ones in one sendmmsg (by the handler's end), µs; 0: \
-     every message is sent at once",
+     handler, waits to leave with the next ones, bundled in few datagrams (by the handler's \
+     end at the latest), µs; 0: every message is sent at once, a datagram each",
 );
 /// `udp.via`.
 const VIA: SettingSpec = SettingSpec::text(

@@ -13,7 +13,10 @@ use super::config::Config;
 use super::link::{Landing, Transmit};
 use super::reassembly::{sacked, Arrival, Body, RecvWindow};
 use super::window::SendWindow;
-use super::wire::{self, Expect, Header, Kind, Reject, BASE, MAX_DATA_HEADER, MAX_SACK_EXT};
+use super::wire::{
+    self, Expect, Header, Kind, Reject, BASE, BUNDLE_ENTRY, FLAG_BUNDLE, MAX_DATA_HEADER,
+    MAX_SACK_EXT,
+};
 use converse_machine::BufferPool as Pool;
 use converse_machine::Message;
 use std::io;
@@ -80,6 +83,10 @@ const MIN_ACK_DELAY: Duration = Duration::from_micros(20);
 
 /// Packets received from a peer in one batch that earn a pure ACK at once.
 const ACK_EVERY: u32 = 2;
+
+/// Wire bytes of the largest message put in a bundle with others: small messages are what a
+/// datagram each costs most for; a larger one is copied for less gain.
+pub const BUNDLE_MAX: usize = 1024;
 
 /// Copies of a farewell sent (it is not acknowledged: a lost one costs a peer its exit wait).
 const BYE_COPIES: usize = 2;
@@ -150,6 +157,8 @@ pub struct Endpoint {
     wnd_kib: u16,
     seqs: Vec<u64>,
     headers: Vec<[u8; MAX_DATA_HEADER]>,
+    /// The bodies of the bundles of one batch (reused: no allocation once warm).
+    bundles: Vec<Vec<u8>>,
     ackbuf: Vec<u8>,
     /// The peer whose fragments arrive: where the next datagrams will likely go.
     filling: Option<usize>,
@@ -209,6 +218,7 @@ impl Endpoint {
             wnd_kib: (share >> 10).clamp(1, usize::from(u16::MAX)) as u16,
             seqs: Vec::with_capacity(crate::udp::socket::SEND_BATCH),
             headers: vec![[0; MAX_DATA_HEADER]; crate::udp::socket::SEND_BATCH],
+            bundles: vec![Vec::new(); crate::udp::socket::SEND_BATCH],
             ackbuf: vec![0; BASE + 2 + MAX_SACK_EXT],
             filling: None,
             pool: Pool::default(),
@@ -320,11 +330,7 @@ impl Endpoint {
         tx: &mut dyn Transmit,
     ) -> Result<(), Failure> {
         self.queue(p, msg, now, tx)?;
-        let peer = &mut self.peers[p];
-        if !peer.dirty {
-            peer.dirty = true;
-            self.dirty.push(p);
-        }
+        self.mark(p);
         Ok(())
     }
 
@@ -339,6 +345,7 @@ impl Endpoint {
         deliver: &mut dyn FnMut(Message),
     ) -> usize {
         match wire::decode(bytes, &self.exp) {
+            Ok(d) if d.bundle => self.accept_bundle(&d.hdr, d.body, from, now, deliver),
             Ok(d) => self.accept(&d.hdr, Body::Bytes(d.body), d.body, from, now, deliver),
             Err(r) => {
                 self.reject(r);
@@ -379,6 +386,45 @@ impl Endpoint {
             Reject::Foreign => self.stats.foreign += 1,
             Reject::Garbage => self.stats.garbage += 1,
         }
+    }
+
+    /// A checked bundle from `from`: its messages are packets `h.seq`, `h.seq + 1`, ...; the
+    /// first goes through [`accept`](Self::accept) (the sender's address, its
+    /// acknowledgements), the others straight to the receive window if it did.
+    fn accept_bundle(
+        &mut self,
+        h: &Header,
+        body: &[u8],
+        from: SocketAddr,
+        now: Instant,
+        deliver: &mut dyn FnMut(Message),
+    ) -> usize {
+        let mut entries = wire::bundle_entries(body);
+        let Some(first) = entries.next() else {
+            return 0;
+        };
+        let received = self.stats.received;
+        let mut delivered = self.accept(h, Body::Bytes(first), first, from, now, deliver);
+        if self.stats.received == received {
+            // Not taken from that address: neither are the rest.
+            return delivered;
+        }
+        let p = usize::from(h.src);
+        for (i, entry) in entries.enumerate() {
+            let seq = h.seq.wrapping_add(i as u32 + 1);
+            let (arrival, n) =
+                self.peers[p]
+                    .rx
+                    .on_data(seq, None, Body::Bytes(entry), &mut self.pool, deliver);
+            delivered += n;
+            match arrival {
+                Arrival::Accepted => {}
+                Arrival::Duplicate => self.stats.duplicates += 1,
+                Arrival::OutOfWindow => self.stats.out_of_window += 1,
+                Arrival::Inconsistent => self.stats.garbage += 1,
+            }
+        }
+        delivered
     }
 
     /// A checked datagram from `from`: data (`body`), acknowledgements (`ext`: an ACK's
@@ -536,7 +582,8 @@ impl Endpoint {
         (srtt / 2).clamp(MIN_ACK_DELAY.min(self.cfg.ack_delay), self.cfg.ack_delay)
     }
 
-    /// Send to peer `p` what the windows allow: retransmissions, then new packets, in batches,
+    /// Send to peer `p` what the windows allow: retransmissions, then new packets, in batches
+    /// (runs of consecutive whole messages of at most [`BUNDLE_MAX`] bytes in one datagram),
     /// each carrying our acknowledgement of its data.
     fn pump(&mut self, p: usize, now: Instant, tx: &mut dyn Transmit) -> Result<(), Failure> {
         loop {
@@ -584,23 +631,72 @@ impl Endpoint {
                     continue;
                 }
             }
+            // Datagram d carries packets seqs[span[d].0 ..][.. span[d].1]: one, or a bundle of
+            // consecutive whole small messages (one copy each into the bundle's body, against
+            // a datagram's trip through two kernels each).
+            let mut span = [(0usize, 0usize); crate::udp::socket::SEND_BATCH];
+            // No bundles with coalescing off (`udp.coalesce_us=0`): a datagram per message.
+            let room = if self.cfg.coalesce.is_zero() {
+                0
+            } else {
+                w.dgram_max().saturating_sub(BASE)
+            };
+            let mut nd = 0;
+            let mut i = 0;
+            while i < k {
+                let seq = self.seqs[i];
+                let mut j = i;
+                let mut size = 0;
+                while j < k && self.seqs[j] == seq + (j - i) as u64 {
+                    let (frag, body) = w.datagram(self.seqs[j]);
+                    if frag.is_some()
+                        || body.len() > BUNDLE_MAX
+                        || size + BUNDLE_ENTRY + body.len() > room
+                    {
+                        break;
+                    }
+                    size += BUNDLE_ENTRY + body.len();
+                    j += 1;
+                }
+                hdr.seq = seq as u32;
+                if j - i >= 2 {
+                    let b = &mut self.bundles[nd];
+                    b.clear();
+                    for &s in &self.seqs[i..j] {
+                        let body = w.datagram(s).1;
+                        b.extend_from_slice(&(body.len() as u32).to_le_bytes());
+                        b.extend_from_slice(body);
+                    }
+                    hdr.frag = None;
+                    hdr.write(&mut self.headers[nd]);
+                    self.headers[nd][1] |= FLAG_BUNDLE;
+                    span[nd] = (i, j - i);
+                    i = j;
+                } else {
+                    hdr.frag = w.datagram(seq).0;
+                    hdr.write(&mut self.headers[nd]);
+                    span[nd] = (i, 1);
+                    i += 1;
+                }
+                nd += 1;
+            }
             let mut dgrams: [[&[u8]; 2]; crate::udp::socket::SEND_BATCH] =
                 [[&[], &[]]; crate::udp::socket::SEND_BATCH];
-            for (i, &seq) in self.seqs.iter().enumerate() {
-                hdr.seq = seq as u32;
-                hdr.frag = w.datagram(seq).0;
-                hdr.write(&mut self.headers[i]);
-            }
-            for (i, &seq) in self.seqs.iter().enumerate() {
-                let (frag, body) = w.datagram(seq);
-                let hlen = if frag.is_some() {
-                    MAX_DATA_HEADER
+            for d in 0..nd {
+                let (first, n) = span[d];
+                dgrams[d] = if n > 1 {
+                    [&self.headers[d][..BASE], &self.bundles[d][..]]
                 } else {
-                    BASE
+                    let (frag, body) = w.datagram(self.seqs[first]);
+                    let hlen = if frag.is_some() {
+                        MAX_DATA_HEADER
+                    } else {
+                        BASE
+                    };
+                    [&self.headers[d][..hlen], body]
                 };
-                dgrams[i] = [&self.headers[i][..hlen], body];
             }
-            let sent = tx.transmit(p, &peer.to, &dgrams[..k])?;
+            let sent = tx.transmit(p, &peer.to, &dgrams[..nd])?;
             // A second clock reading for a batch (not for a lone datagram): see `left`.
             w.left(tx.left_at(now));
             self.stats.sent += sent as u64;
@@ -608,8 +704,8 @@ impl Endpoint {
                 peer.rx.acked();
                 peer.ack_due = None;
             }
-            if sent < k {
-                w.unsend(&self.seqs[sent..]);
+            if sent < nd {
+                w.unsend(&self.seqs[span[sent].0..]);
                 self.blocked = true;
                 break;
             }

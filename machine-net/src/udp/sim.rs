@@ -100,6 +100,18 @@ pub(super) fn simulate(
     sizes: &[usize],
     seed: u64,
 ) -> (Vec<u32>, Vec<u32>, [Endpoint; 2]) {
+    simulate_bursts(net, sizes, seed, 4, false)
+}
+
+/// As [`simulate`], node 0 sending `per_tick` messages each tick; with `later`, as the layer
+/// coalesces them ([`Endpoint::send_later`] each, then a flush).
+pub(super) fn simulate_bursts(
+    net: Net,
+    sizes: &[usize],
+    seed: u64,
+    per_tick: usize,
+    later: bool,
+) -> (Vec<u32>, Vec<u32>, [Endpoint; 2]) {
     let a = addrs();
     let mut t = Instant::now();
     let cfg = Config::default();
@@ -116,12 +128,19 @@ pub(super) fn simulate(
     let tick = Duration::from_micros(50);
     for _ in 0..2_000_000 {
         // Node 0 sends a few messages per tick.
-        for _ in 0..4 {
+        for _ in 0..per_tick {
             if next < sizes.len() {
                 let m = numbered(next as u32, sizes[next]);
-                eps[0].send(1, m, t, &mut wires[0]).expect("send");
+                if later {
+                    eps[0].send_later(1, m, t, &mut wires[0]).expect("send");
+                } else {
+                    eps[0].send(1, m, t, &mut wires[0]).expect("send");
+                }
                 next += 1;
             }
+        }
+        if later {
+            eps[0].flush(t, &mut wires[0]).expect("flush");
         }
         for (n, w) in wires.iter_mut().enumerate() {
             for (_, bytes) in w.out.drain(..) {

@@ -183,6 +183,11 @@ impl SendWindow {
         self.queue.datagram(seq)
     }
 
+    /// The largest datagram towards the peer.
+    pub(super) fn dgram_max(&self) -> usize {
+        self.queue.dgram_max()
+    }
+
     /// Packet `seq` as one datagram, `hdr` written into its message's headroom, when it is a
     /// whole message (`None` for a fragment, whose header goes separately).
     pub(super) fn frame(&mut self, seq: u64, hdr: &Header) -> Option<&[u8]> {

@@ -3,7 +3,7 @@
 //! ```text
 //! offset size field
 //!  0     1    magic (0xC5: this protocol, version 1)
-//!  1     1    kind (low nibble: DATA, ACK, BYE) | flags (high nibble: FRAG, DUP)
+//!  1     1    kind (low nibble: DATA, ACK, BYE) | flags (high nibble: FRAG, DUP, BUNDLE)
 //!  2     2    source node
 //!  4     2    destination node
 //!  6     2    window: KiB the sender of this datagram can buffer for the receiver's data
@@ -11,7 +11,9 @@
 //! 16     4    sequence number of this packet (DATA)
 //! 20     4    cumulative acknowledgement: every packet below it has arrived
 //! 24     4    selective acknowledgement: bit i set = packet ack+1+i has arrived
-//! 28          DATA: the wire bytes of a whole message, or with FRAG:
+//! 28          DATA: the wire bytes of a whole message, or with BUNDLE (never with FRAG)
+//!               several whole small messages, packets seq, seq+1, ..., each as
+//!               u32 length, then that many wire bytes; or with FRAG:
 //! 28     4      fragment index          32  4  fragment size (every fragment but the last)
 //! 36     8      total wire bytes of the message, then this fragment's bytes
 //! 28          ACK: u16 length, then that many bytes of further SACK bitmap (packet ack+33...)
@@ -41,6 +43,12 @@ const FLAG_FRAG: u8 = 0x10;
 /// The sender of this datagram received a packet twice since it last said so: a packet was
 /// resent that had only been late (RACK widens its reordering allowance).
 const FLAG_DUP: u8 = 0x20;
+/// The datagram carries several whole messages, consecutive packets from its sequence
+/// number on (the layer's coalescing of small messages: one datagram, one system call and
+/// one trip through the kernel for many).
+pub const FLAG_BUNDLE: u8 = 0x40;
+/// Bytes before each message of a bundle: its length.
+pub const BUNDLE_ENTRY: usize = 4;
 
 /// What a datagram is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,8 +158,43 @@ pub enum Reject {
 pub struct Datagram<'a> {
     /// Its header.
     pub hdr: Header,
-    /// DATA: this packet's wire bytes. ACK: the SACK extension bitmap. BYE: empty.
+    /// DATA: this packet's wire bytes (a bundle's entries, with `bundle`). ACK: the SACK
+    /// extension bitmap. BYE: empty.
     pub body: &'a [u8],
+    /// A bundle of whole messages (see [`bundle_entries`]); checked: at least two entries,
+    /// each at least an envelope long, covering the body exactly.
+    pub bundle: bool,
+}
+
+/// The messages of a checked bundle's body, in packet order.
+pub fn bundle_entries(body: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let mut rest = body;
+    std::iter::from_fn(move || {
+        let (len, after) = rest.split_first_chunk::<BUNDLE_ENTRY>()?;
+        let len = u32::from_le_bytes(*len) as usize;
+        let (entry, after) = after.split_at_checked(len)?;
+        rest = after;
+        Some(entry)
+    })
+}
+
+/// Whether `body` is a well-formed bundle: two entries or more, each at least an envelope,
+/// covering it exactly.
+fn bundle_ok(body: &[u8]) -> bool {
+    let mut rest = body;
+    let mut n = 0u32;
+    while !rest.is_empty() {
+        let Some((len, after)) = rest.split_first_chunk::<BUNDLE_ENTRY>() else {
+            return false;
+        };
+        let len = u32::from_le_bytes(*len) as usize;
+        if len < ENVELOPE_LEN || after.len() < len {
+            return false;
+        }
+        rest = &after[len..];
+        n += 1;
+    }
+    n >= 2
 }
 
 /// What a node expects of every datagram it accepts.
@@ -187,9 +230,14 @@ fn u64_at(b: &[u8], o: usize) -> u64 {
 /// but cannot be right.
 pub fn decode<'a>(b: &'a [u8], exp: &Expect) -> Result<Datagram<'a>, Reject> {
     let (hdr, at) = decode_header(b, b.len(), exp)?;
+    let bundle = b[1] & FLAG_BUNDLE != 0;
+    if bundle && !bundle_ok(&b[at..]) {
+        return Err(Reject::Garbage);
+    }
     Ok(Datagram {
         hdr,
         body: &b[at..],
+        bundle,
     })
 }
 
@@ -216,11 +264,15 @@ pub fn decode_header(head: &[u8], len: usize, exp: &Expect) -> Result<(Header, u
     };
     let flags = b[1] & 0xF0;
     let allowed = match kind {
-        Kind::Data => FLAG_FRAG | FLAG_DUP,
+        Kind::Data => FLAG_FRAG | FLAG_DUP | FLAG_BUNDLE,
         Kind::Ack => FLAG_DUP,
         Kind::Bye => 0,
     };
-    if flags & !allowed != 0 {
+    // A bundle is never a fragment, and is checked whole (`decode`): one received in place,
+    // a fragment's landing zone, is not one.
+    if flags & !allowed != 0
+        || (flags & FLAG_BUNDLE != 0 && (flags & FLAG_FRAG != 0 || len != b.len()))
+    {
         return Err(Reject::Garbage);
     }
     let is_frag = flags & FLAG_FRAG != 0;
@@ -357,6 +409,66 @@ mod tests {
         let d = decode(&b, &EXP).expect("valid");
         assert_eq!(d.hdr, h);
         assert_eq!(d.body.len(), ENVELOPE_LEN + 5);
+    }
+
+    /// A bundle's body from its entries.
+    fn entries(es: &[&[u8]]) -> Vec<u8> {
+        let mut b = Vec::new();
+        for e in es {
+            b.extend_from_slice(&(e.len() as u32).to_le_bytes());
+            b.extend_from_slice(e);
+        }
+        b
+    }
+
+    #[test]
+    fn a_bundle_round_trips_and_its_entries_are_checked() {
+        let h = header(Kind::Data, None);
+        let (a, c) = ([1u8; ENVELOPE_LEN], [2u8; ENVELOPE_LEN + 9]);
+        let mut b = datagram(&h, &entries(&[&a, &c]));
+        b[1] |= FLAG_BUNDLE;
+        let d = decode(&b, &EXP).expect("valid");
+        assert!(d.bundle);
+        assert_eq!(d.hdr, h);
+        let got: Vec<&[u8]> = bundle_entries(d.body).collect();
+        assert_eq!(got, vec![&a[..], &c[..]]);
+        // One entry, an entry shorter than an envelope, a length past the end, bytes left
+        // over, a bundle that is also a fragment, one received in place: refused.
+        let short = [3u8; ENVELOPE_LEN - 1];
+        let mut bad: Vec<Vec<u8>> = vec![
+            entries(&[&a]),
+            entries(&[&a, &short]),
+            {
+                let mut e = entries(&[&a, &c]);
+                e.pop();
+                e
+            },
+            {
+                let mut e = entries(&[&a, &c]);
+                e.push(0);
+                e
+            },
+        ]
+        .into_iter()
+        .map(|body| {
+            let mut b = datagram(&h, &body);
+            b[1] |= FLAG_BUNDLE;
+            b
+        })
+        .collect();
+        let mut both = b.clone();
+        both[1] |= FLAG_FRAG;
+        bad.push(both);
+        for (i, x) in bad.iter().enumerate() {
+            assert_eq!(decode(x, &EXP).err(), Some(Reject::Garbage), "case {i}");
+        }
+        assert_eq!(
+            decode_header(&b[..BASE + 8], b.len(), &EXP).err(),
+            Some(Reject::Garbage)
+        );
+        // Not a bundle without the flag: the same bytes are one message.
+        b[1] &= !FLAG_BUNDLE;
+        assert!(!decode(&b, &EXP).expect("valid").bundle);
     }
 
     #[test]

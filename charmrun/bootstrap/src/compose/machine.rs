@@ -117,6 +117,10 @@ impl<A: Part, B: Part> MultiMachine<A, B> {
                     self.since_net = 0;
                 }
                 n += k;
+            } else {
+                // Not read this time, but what it holds to coalesce leaves (a counter and an
+                // emptiness check when nothing is held).
+                self.net.flush()?;
             }
         }
         Ok(n)

@@ -1,6 +1,6 @@
 //! Unit tests of the UDP endpoint.
 
-use super::super::sim::{addrs, numbered, simulate, wires, Net, Wire, TAG};
+use super::super::sim::{addrs, numbered, simulate, simulate_bursts, wires, Net, Wire, TAG};
 use super::*;
 use proptest::prelude::*;
 
@@ -48,6 +48,51 @@ fn loss_duplication_and_reordering_still_give_exactly_once_in_order() {
         );
         if net.1 > 0 {
             assert!(eps[1].stats.duplicates > 0, "{net:?}: duplicates seen");
+        }
+    }
+}
+
+#[test]
+fn bursts_of_small_messages_go_in_bundles_and_arrive_exactly_once_in_order() {
+    // Small messages (bundled), one past the bundle bound and one of several datagrams
+    // among them (each a datagram of its own, breaking a run).
+    let sizes: Vec<usize> = (0..3000)
+        .map(|i| match i % 50 {
+            17 => BUNDLE_MAX + 1,
+            33 => 5000,
+            _ => [0usize, 8, 100][i % 3],
+        })
+        .collect();
+    for (seed, net) in [(11, (0, 0, 0)), (12, (10, 0, 0)), (13, (10, 10, 30))] {
+        let (back, there, eps) = simulate_bursts(
+            Net {
+                loss: net.0,
+                dup: net.1,
+                reorder: net.2,
+            },
+            &sizes,
+            seed,
+            64,
+            true,
+        );
+        let want: Vec<u32> = (0..sizes.len() as u32).collect();
+        assert_eq!(
+            there, want,
+            "{net:?}: node 1 got every message once, in order"
+        );
+        let want_back: Vec<u32> = (0..sizes.len() as u32).filter(|h| h % 10 == 0).collect();
+        assert_eq!(
+            back, want_back,
+            "{net:?}: node 0 got every answer once, in order"
+        );
+        if net == (0, 0, 0) {
+            // Without loss, a datagram per many messages.
+            assert!(
+                eps[0].stats.sent * 4 < sizes.len() as u64,
+                "{} datagrams for {} messages",
+                eps[0].stats.sent,
+                sizes.len()
+            );
         }
     }
 }
