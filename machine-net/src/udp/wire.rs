@@ -230,14 +230,10 @@ fn u64_at(b: &[u8], o: usize) -> u64 {
 /// but cannot be right.
 pub fn decode<'a>(b: &'a [u8], exp: &Expect) -> Result<Datagram<'a>, Reject> {
     let (hdr, at) = decode_header(b, b.len(), exp)?;
-    let bundle = b[1] & FLAG_BUNDLE != 0;
-    if bundle && !bundle_ok(&b[at..]) {
-        return Err(Reject::Garbage);
-    }
     Ok(Datagram {
         hdr,
         body: &b[at..],
-        bundle,
+        bundle: b[1] & FLAG_BUNDLE != 0,
     })
 }
 
@@ -268,10 +264,11 @@ pub fn decode_header(head: &[u8], len: usize, exp: &Expect) -> Result<(Header, u
         Kind::Ack => FLAG_DUP,
         Kind::Bye => 0,
     };
-    // A bundle is never a fragment, and is checked whole (`decode`): one received in place,
-    // a fragment's landing zone, is not one.
+    // A bundle is never a fragment, and is checked whole: one received in place (a
+    // fragment's landing zone) or of which only the header is at hand is not one.
     if flags & !allowed != 0
-        || (flags & FLAG_BUNDLE != 0 && (flags & FLAG_FRAG != 0 || len != b.len()))
+        || (flags & FLAG_BUNDLE != 0
+            && (flags & FLAG_FRAG != 0 || len != b.len() || !bundle_ok(&b[BASE.min(len)..])))
     {
         return Err(Reject::Garbage);
     }

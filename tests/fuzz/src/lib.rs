@@ -68,6 +68,17 @@ pub fn udp_wire(data: &[u8]) {
                             Some((d.hdr.src, d.hdr.seq, f.index))
                         );
                     }
+                    None if d.bundle => {
+                        // Entries of at least an envelope each, covering the body exactly.
+                        let mut covered = 0;
+                        let mut n = 0;
+                        for e in wire::bundle_entries(d.body) {
+                            assert!(e.len() >= ENVELOPE_LEN, "bundle entry without an envelope");
+                            covered += wire::BUNDLE_ENTRY + e.len();
+                            n += 1;
+                        }
+                        assert!(n >= 2 && covered == d.body.len(), "bundle not covered");
+                    }
                     None => assert!(d.body.len() >= ENVELOPE_LEN, "data without an envelope"),
                 },
                 wire::Kind::Ack => assert!(d.body.len() <= wire::MAX_SACK_EXT),
@@ -78,12 +89,18 @@ pub fn udp_wire(data: &[u8]) {
             // The header written back is the header read (an ACK's length word follows it).
             let mut out = [0u8; wire::MAX_DATA_HEADER];
             d.hdr.write(&mut out);
+            if d.bundle {
+                // The flag is the layer's, written after the header.
+                out[1] |= wire::FLAG_BUNDLE;
+            }
             assert_eq!(
                 &out[..d.hdr.size()],
                 &data[..d.hdr.size()],
                 "header round trip"
             );
         }
+        // A bundle is checked whole: from its header alone it is refused.
+        (Ok(d), Err(wire::Reject::Garbage)) if d.bundle && head.len() < data.len() => {}
         (Err(a), Err(b)) => assert_eq!(a, b, "decode and decode_header reject differently"),
         _ => panic!("decode {whole:?} but decode_header {split:?}"),
     }
@@ -363,6 +380,16 @@ pub fn seeds(name: &str) -> Vec<(&'static str, Vec<u8>)> {
                 ),
                 ("ack", udp_datagram(&ack, &ack_body)),
                 ("bye", udp_datagram(&bye, &[])),
+                ("bundle", {
+                    let mut body = Vec::new();
+                    for m in [message(1, b""), message(2, b"two")] {
+                        body.extend_from_slice(&(m.wire_len() as u32).to_le_bytes());
+                        body.extend_from_slice(m.wire());
+                    }
+                    let mut d = udp_datagram(&base, &body);
+                    d[1] |= wire::FLAG_BUNDLE;
+                    d
+                }),
             ]
         }
         "tcp_frame" => {
