@@ -77,23 +77,44 @@ pub(crate) fn pe_main(rt: Runtime, n: u64, csv: &Path) -> anyhow::Result<()> {
 /// Round trips of the lone-message check.
 const PINGS: u64 = 5000;
 
-/// One 2-node job on `layer`, coalescing on or off: the rate (messages per second at the
-/// receiver) and a lone 8 B message's one-way p50 (µs, a ping-pong job of its own).
-fn once(layer: &str, n: u64, coalesce: bool, set: &[String]) -> anyhow::Result<(f64, f64)> {
+/// The arguments of a job on `layer` with coalescing on or off.
+fn job_args<'a>(layer: &str, coalesce: bool, set: &'a [String]) -> Vec<&'a str> {
     let mut extra: Vec<&str> = set.iter().map(String::as_str).collect();
     if let (false, Some(off)) = (coalesce, off_setting(layer)) {
         extra.extend(["+set", off]);
     }
+    extra
+}
+
+/// One 2-node job on `layer`, coalescing on or off: messages per second at the receiver.
+fn rate(layer: &str, n: u64, coalesce: bool, set: &[String]) -> anyhow::Result<f64> {
+    let extra = job_args(layer, coalesce, set);
     let rows = pingpong::run_job(layer, &[8], n, "pe-rate", &[], &extra, 2, 1)?;
     let row = rows
         .first()
         .ok_or_else(|| anyhow::anyhow!("the rate job on {layer} wrote no figure"))?;
-    let rate = 1e9 / row.mean_ns.max(1e-3);
-    let pings = pingpong::run_job(layer, &[8], PINGS, "pe-pingpong", &[], &extra, 2, 1)?;
-    let ping = pings
+    Ok(1e9 / row.mean_ns.max(1e-3))
+}
+
+/// A lone 8 B message's one-way p50 (µs): a ping-pong job, coalescing on or off.
+fn lone(layer: &str, coalesce: bool, set: &[String]) -> anyhow::Result<f64> {
+    let extra = job_args(layer, coalesce, set);
+    let rows = pingpong::run_job(layer, &[8], PINGS, "pe-pingpong", &[], &extra, 2, 1)?;
+    let row = rows
         .first()
         .ok_or_else(|| anyhow::anyhow!("the ping-pong job on {layer} wrote no figure"))?;
-    Ok((rate, ping.p50_ns as f64 / 1e3))
+    Ok(row.p50_ns as f64 / 1e3)
+}
+
+/// `f` with coalescing on and off, in the order `first_on` says: (on, off).
+fn both<T>(first_on: bool, mut f: impl FnMut(bool) -> anyhow::Result<T>) -> anyhow::Result<(T, T)> {
+    if first_on {
+        let on = f(true)?;
+        Ok((on, f(false)?))
+    } else {
+        let off = f(false)?;
+        Ok((f(true)?, off))
+    }
 }
 
 /// `bench rate --across`: per layer, `rounds` rounds of a coalescing job and a per-message
@@ -121,13 +142,10 @@ pub(crate) fn run(layers: &[String], n: u64, rounds: u16, set: &[String]) -> any
     for layer in layers {
         let mut v: [Vec<f64>; 6] = Default::default();
         for r in 0..rounds {
-            let ((a, pa), (b, pb)) = if r % 2 == 0 {
-                let a = once(layer, n, true, set)?;
-                (a, once(layer, n, false, set)?)
-            } else {
-                let b = once(layer, n, false, set)?;
-                (once(layer, n, true, set)?, b)
-            };
+            // The two ping-pongs side by side, then the two rate jobs (a ping-pong right after
+            // a rate job ran slower on this machine), each pair's order alternating.
+            let (pa, pb) = both(r % 2 == 0, |on| lone(layer, on, set))?;
+            let (a, b) = both(r % 2 == 1, |on| rate(layer, n, on, set))?;
             for (i, x) in [a / 1e6, b / 1e6, a / b, pa, pb, pa / pb]
                 .into_iter()
                 .enumerate()
