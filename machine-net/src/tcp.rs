@@ -287,9 +287,30 @@ impl TcpMachine {
         }
         if waited {
             // What waited for the connection has waited long enough: none of it is held.
-            self.flush_backlog(true)?;
+            self.flush_one(peer)?;
         }
         Ok(())
+    }
+
+    /// Write what is held for `peer` (its connection only), as [`flush_backlog`] does.
+    ///
+    /// [`flush_backlog`]: Self::flush_backlog
+    fn flush_one(&mut self, peer: usize) -> Result<(), MachineError> {
+        let r = match self.links[peer].conn_mut() {
+            Some(c) if !c.blocked() => c
+                .flush(&mut self.pool, self.turn, self.coalesce)
+                .map(|()| (c.has_output(), c.blocked())),
+            _ => return Ok(()),
+        };
+        match r {
+            Ok((output, blocked)) => {
+                if !output {
+                    self.backlog.retain(|&p| p != peer);
+                }
+                self.watch_output(peer, blocked)
+            }
+            Err(e) => Err(self.conn_error(peer, e)),
+        }
     }
 
     /// Open the pair's connection to `peer` (we are the lower node).
@@ -378,7 +399,9 @@ impl TcpMachine {
                     self.watch_output(peer, false)
                 }
                 Err(e) => {
-                    i += 1;
+                    // Broken: reported once (the runtime forgets it in report mode, else
+                    // the job ends); its frames cannot go.
+                    self.backlog.swap_remove(i);
                     Err(self.conn_error(peer, e))
                 }
             };
@@ -604,9 +627,8 @@ impl Part for TcpMachine {
         // Nothing is accepted any more (and the door's rings would only end naps early).
         self.door.close();
         while !self.backlog.is_empty() && std::time::Instant::now() < deadline {
-            if self.flush_backlog(false).is_err() {
-                break;
-            }
+            // A broken connection leaves the backlog at its error; the others go on.
+            let _ = self.flush_backlog(false);
             self.nap();
         }
         Ok(())

@@ -647,7 +647,7 @@ impl Endpoint {
                 let seq = self.seqs[i];
                 let mut j = i;
                 let mut size = 0;
-                while j < k && self.seqs[j] == seq + (j - i) as u64 {
+                while room > 0 && j < k && self.seqs[j] == seq + (j - i) as u64 {
                     let (frag, body) = w.datagram(self.seqs[j]);
                     if frag.is_some()
                         || body.len() > BUNDLE_MAX

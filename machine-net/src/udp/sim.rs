@@ -159,8 +159,8 @@ pub(super) fn simulate_bursts(
             }
         }
         t += tick;
-        let (due, later): (Vec<_>, Vec<_>) = flight.into_iter().partition(|f| f.0 <= t);
-        flight = later;
+        let (due, not_yet): (Vec<_>, Vec<_>) = flight.into_iter().partition(|f| f.0 <= t);
+        flight = not_yet;
         for (_, to, from, bytes) in due {
             let mut answers = Vec::new();
             eps[to].receive(&bytes, from, t, &mut |m| {
