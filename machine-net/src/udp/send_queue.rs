@@ -99,8 +99,32 @@ impl SendQueue {
     }
 
     /// The index of the message holding packet `seq` (which must be queued).
+    ///
+    /// Every message holds a packet at least, so it is at most `seq - front.first` messages
+    /// in: there when every message before it is one packet (small messages: one comparison),
+    /// else found by a binary search of that prefix only. The packets asked for are in flight,
+    /// near the front, while the queue behind them may hold a million messages (a sender far
+    /// ahead of its window): a search of the whole queue cost a fifth of a sender's time.
+    #[inline]
     fn index_of(&self, seq: u64) -> usize {
-        self.msgs.partition_point(|m| m.first <= seq) - 1
+        let Some(front) = self.msgs.front() else {
+            return 0;
+        };
+        let d = usize::try_from(seq.saturating_sub(front.first)).unwrap_or(usize::MAX);
+        if self.msgs.get(d).is_some_and(|m| m.first == seq) {
+            return d;
+        }
+        // The last message whose first packet is at or before `seq`, within 0..=d.
+        let (mut lo, mut hi) = (0, d.saturating_add(1).min(self.msgs.len()));
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            if self.msgs[mid].first <= seq {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        lo
     }
 
     /// The message holding packet `seq`, and the packet's index in it.
@@ -179,6 +203,30 @@ mod tests {
         assert_eq!((f.index, f.chunk, f.total), (3, 956, 3024));
         assert_eq!(body.len(), 3024 - 3 * 956);
         assert_eq!(q.datagram_len(4), MAX_DATA_HEADER + body.len());
+    }
+
+    #[test]
+    fn every_packet_is_found_in_its_message_among_small_and_cut_ones() {
+        let mut q = SendQueue::new(1000);
+        // Small, cut (4 packets), small, small, cut, small...: each packet's message found
+        // by the quick look and by the search of the prefix alike.
+        let mut want = Vec::new();
+        for i in 0..200u8 {
+            let len = if i % 7 == 3 { 3000 } else { 10 };
+            let before = q.end();
+            q.push(Message::from_payload(&vec![i; len])).expect("fits");
+            for seq in before..q.end() {
+                want.push((seq, i, seq - before));
+            }
+        }
+        let mut pool = Pool::default();
+        for release in [0, 37, 38, 101] {
+            q.release(release, &mut pool);
+            for &(seq, i, k) in want.iter().filter(|w| w.0 >= release) {
+                let (m, idx) = q.locate(seq);
+                assert_eq!((m.msg.payload()[0], idx), (i, k), "packet {seq}");
+            }
+        }
     }
 
     #[test]
