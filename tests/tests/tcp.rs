@@ -52,10 +52,16 @@ mod strangers {
             machine: "tcp",
             opts: vec![],
         };
-        // Each PE computes 2 s before it sends: the job outlives the strangers' arrival
-        // however fast its messages go (coalesced, 3 million take well under a second).
+        // Each PE computes 2 s before it sends, and sends each message with a write of its
+        // own (coalesced, 3 million take under a second): the job outlives the strangers'
+        // arrival, which takes seconds on a loaded machine (the other stranger test floods
+        // the socket table that finding the listeners reads).
         let job = Running::start(
-            &mut launcher.command(PROGRAM, 4, &["alltoall", "3000000", "2"]),
+            &mut launcher.command(
+                PROGRAM,
+                4,
+                &["alltoall", "3000000", "2", "+set", "tcp.coalesce_us=0"],
+            ),
             Duration::from_secs(180),
         )
         .expect("start");
