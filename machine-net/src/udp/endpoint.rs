@@ -316,8 +316,8 @@ impl Endpoint {
     }
 
     /// As [`send`](Self::send), but what the window lets go leaves at the next
-    /// [`flush`](Self::flush), together with what is sent meanwhile (`sendmmsg` batches
-    /// instead of a system call per datagram): the layer's coalescing of a burst
+    /// [`flush`](Self::flush), together with what is sent meanwhile (runs of small messages
+    /// bundled in one datagram): the layer's coalescing of a burst
     /// (`udp.coalesce_us`).
     ///
     /// # Errors

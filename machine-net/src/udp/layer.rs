@@ -53,7 +53,7 @@ const NAP: Duration = Duration::from_millis(1);
 /// Largest message held for coalescing: a message of several datagrams leaves at once.
 const HOLD_MAX: usize = 16 << 10;
 
-/// Messages held at which they leave at once (a `sendmmsg` batch).
+/// Messages held at which they leave at once (a batch of packets the endpoint takes).
 const HOLD_MOST: usize = super::socket::SEND_BATCH;
 
 /// One node of a UDP job.
@@ -433,7 +433,7 @@ impl Transport for UdpMachine {
         r.map_err(|f| self.failure(f))
     }
 
-    /// The messages held for coalescing leave (in `sendmmsg` batches); a new turn begins.
+    /// The messages held for coalescing leave (bundled); a new turn begins.
     #[inline]
     fn flush(&mut self) -> Result<(), MachineError> {
         self.turn = self.turn.wrapping_add(1);
