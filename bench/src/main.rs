@@ -17,11 +17,13 @@
 //! bench tasks [--layers local,si,tcp,udp] [--iters N] [--rounds R]
 //! bench seeds [--layers local,si,tcp,udp] [--reps N] [--rounds R]
 //! bench mpi-same-job [--sizes 8,4096,...] [--iters N] [--rounds R]   (--features mpi)
+//! bench coll [--layers local] [--pes 2,4,...,64] [--ppn 1] [--iters N] [+set K=V ...]
 //! bench topo [--layer local] [--pes 8,16] [--sizes 8,65536] [--iters N] [--contenders 2,4,8]
 //! ```
 
 mod args;
 mod ccs;
+mod coll;
 mod direct;
 mod endpoint;
 mod flow;
@@ -439,6 +441,25 @@ enum Cmd {
         #[arg(long)]
         plot: Option<PathBuf>,
     },
+    /// The runtime's broadcast, reduction and barrier over growing PE counts, next to a raw
+    /// tree of plain threads (in-process).
+    Coll {
+        /// Layers, comma-separated (`local`: in-process; others under charmrun).
+        #[arg(long, value_delimiter = ',', default_value = "local")]
+        layers: Vec<String>,
+        /// PE counts, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "2,4,8,16,32,64", value_parser = args::count)]
+        pes: Vec<usize>,
+        /// PEs per process (`++ppn`), comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "1", value_parser = args::count)]
+        ppn: Vec<usize>,
+        /// Operations per measurement.
+        #[arg(long, default_value_t = 200, value_parser = args::count, allow_negative_numbers = true)]
+        iters: usize,
+    },
+    /// One PE of a `bench coll` job.
+    #[command(hide = true)]
+    PeColl { iters: usize },
     /// Process topologies: broadcast, reduce and gather per topology class next to the
     /// runtime's own collectives on the same PEs, and the distributed mutex's lock rate.
     Topo {
@@ -714,6 +735,21 @@ fn main() -> ExitCode {
             locks,
             layer: &layer,
         }),
+        Cmd::Coll {
+            layers,
+            pes,
+            ppn,
+            iters,
+        } => coll::run(&coll::Params {
+            layers: &layers,
+            pes: &pes,
+            ppn: &ppn,
+            iters,
+            extra: &plus_set(&settings),
+        }),
+        Cmd::PeColl { iters } => converse::Runtime::from_args(argv)
+            .map_err(anyhow::Error::from)
+            .and_then(|rt| coll::pe_main(rt, iters.max(1))),
         Cmd::PeTopo { mode, sizes, iters } => converse::Runtime::from_args(argv)
             .map_err(anyhow::Error::from)
             .and_then(|rt| topo::pe_main(rt, &mode, &sizes, iters.max(1))),
