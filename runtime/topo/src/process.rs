@@ -219,7 +219,8 @@ impl State {
         });
     }
 
-    /// Send `msg` one hop, to neighbour (or self) `to`.
+    /// Send `msg` one hop, to neighbour (or self) `to`, or to a collective's tree child (a
+    /// neighbour unless the tree is not [over the channels](crate::Tree::over_channels)).
     pub(crate) fn hop(&mut self, pe: &mut Pe, h: HandlerId, to: usize, msg: Message) {
         pe.send_msg(self.pe_of(to), h, msg);
     }

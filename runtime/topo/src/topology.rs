@@ -502,14 +502,19 @@ impl Topology {
 
     /// The spanning tree collectives rooted at `root` travel: for an arbitrary graph a
     /// minimum spanning tree of its weights, for the regular classes a shortest-path tree on
-    /// the topology's own channels (a 4-ary tree when every channel exists). `None` when
+    /// the topology's own channels (a 4-ary tree when every channel exists) — unless that
+    /// tree gives a process more than [`tree::WIDEST`] children (a star's centre), when it is
+    /// the 4-ary tree over the processes ([`Tree::over_channels`] says which). `None` when
     /// `root` is not a process.
     pub fn tree(&self, root: usize) -> Option<&Tree> {
         let cell = self.trees.get(root)?;
-        Some(cell.get_or_init(|| match self.shape {
-            Shape::Arbitrary { .. } => tree::minimum(&self.adj, root),
-            Shape::Full => tree::kary(self.len(), root, tree::BRANCHING),
-            _ => tree::shortest(&self.adj, root),
+        Some(cell.get_or_init(|| {
+            match self.shape {
+                Shape::Arbitrary { .. } => tree::minimum(&self.adj, root),
+                Shape::Full => tree::kary(self.len(), root, tree::BRANCHING),
+                _ => tree::shortest(&self.adj, root),
+            }
+            .or_kary_if_wide()
         }))
     }
 }

@@ -1,7 +1,9 @@
 //! Spanning trees of a topology, rooted at a collective's root: the paths its messages take.
 //!
-//! Every tree uses only the topology's own channels. Each subtree is a contiguous slice of
-//! the tree's preorder, so a scatter can hand a child "its" processes as one slice.
+//! A tree uses only the topology's own channels, unless that would give one process more than
+//! [`WIDEST`] children: then it is the runtime's `k`-ary tree over the topology's processes
+//! (see [`Tree::over_channels`]). Each subtree is a contiguous slice of the tree's preorder,
+//! so a scatter can hand a child "its" processes as one slice.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -10,6 +12,14 @@ use std::collections::BinaryHeap;
 /// `tree.branching` default, so that on a fully connected topology the tree is as deep as the
 /// runtime's.
 pub(crate) const BRANCHING: usize = 4;
+
+/// Most children a process has in a tree over the channels. A wider tree — a star's centre,
+/// a hub of a graph — makes one process send every copy of a broadcast (and take every
+/// contribution of a reduction) itself, one after another, while the processes below it
+/// wait: on 64 processes a star's broadcast took 10× the runtime's own (`bench topo`). Such
+/// a topology's collectives take the `k`-ary tree instead, through processes the topology
+/// has no channel between, as MPI's collectives on a graph communicator ignore its edges.
+pub const WIDEST: usize = 2 * BRANCHING;
 
 /// A spanning tree rooted at one process.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -22,6 +32,8 @@ pub struct Tree {
     pre: Vec<usize>,
     /// Where each process's subtree lies in `pre`.
     span: Vec<(usize, usize)>,
+    /// Every edge is a channel of the topology.
+    over_channels: bool,
 }
 
 impl Tree {
@@ -58,7 +70,31 @@ impl Tree {
             depth,
             pre,
             span,
+            over_channels: true,
         }
+    }
+
+    /// Whether every edge of the tree is a channel of the topology: false when the tree over
+    /// the channels would have been wider than [`WIDEST`] and the `k`-ary tree over the
+    /// processes was taken instead.
+    pub fn over_channels(&self) -> bool {
+        self.over_channels
+    }
+
+    /// The widest process's number of children.
+    pub fn widest(&self) -> usize {
+        self.children.iter().map(Vec::len).max().unwrap_or(0)
+    }
+
+    /// This tree if no process in it has more than [`WIDEST`] children, else the `k`-ary tree
+    /// over the same processes from the same root (marked as not over the channels).
+    pub(crate) fn or_kary_if_wide(self) -> Tree {
+        if self.widest() <= WIDEST {
+            return self;
+        }
+        let mut t = kary(self.parent.len(), self.root, BRANCHING);
+        t.over_channels = false;
+        t
     }
 
     /// The root.
@@ -208,7 +244,12 @@ mod tests {
             match tree.parent(v) {
                 None => assert_eq!(v, root),
                 Some(p) => {
-                    assert!(t.is_edge(p, v), "{:?}: tree edge {p}-{v}", t.shape());
+                    assert!(
+                        t.is_edge(p, v) || !tree.over_channels(),
+                        "{:?}: tree edge {p}-{v}",
+                        t.shape()
+                    );
+                    assert!(tree.widest() <= WIDEST, "{:?} root {root}", t.shape());
                     assert!(tree.children(p).contains(&v));
                     assert_eq!(tree.depth(v), tree.depth(p) + 1);
                 }
@@ -268,6 +309,26 @@ mod tests {
         let full = Topology::fully_connected(16).unwrap();
         assert_eq!(full.tree(0).unwrap().children(0), [1, 2, 3, 4]);
         assert_eq!(full.tree(0).unwrap().height(), 2);
+    }
+
+    /// A star's centre would send to every other process; past [`WIDEST`] its collectives
+    /// take the `k`-ary tree, and a narrow star keeps its channels.
+    #[test]
+    fn a_wide_star_takes_the_kary_tree_and_a_narrow_one_its_channels() {
+        let narrow = Topology::star(WIDEST + 1, 0).unwrap();
+        let t = narrow.tree(0).unwrap();
+        assert!(t.over_channels());
+        assert_eq!(t.children(0).len(), WIDEST);
+        let wide = Topology::star(64, 0).unwrap();
+        for root in [0, 1, 63] {
+            let t = wide.tree(root).unwrap();
+            assert!(!t.over_channels(), "root {root}");
+            assert_eq!(t.children(root).len(), BRANCHING);
+            assert_eq!(t.height(), 3, "64 processes, 4-ary: 1 + 4 + 16 + 43");
+            assert_eq!(t.subtree(root).len(), 64);
+        }
+        // A ring stays on its channels however large.
+        assert!(Topology::ring(64).unwrap().tree(5).unwrap().over_channels());
     }
 
     #[test]

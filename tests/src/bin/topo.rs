@@ -74,11 +74,22 @@ fn u64s(b: &[u8]) -> Vec<u64> {
         .collect()
 }
 
-/// Every hop this process recorded went over a channel of the topology, from this process.
+/// Every hop this process recorded went over a channel of the topology, from this process —
+/// or, for a collective or the mutex on a topology whose channel tree would be too wide (a
+/// star), over an edge of the `k`-ary tree it takes instead; a routed send always over a
+/// channel.
 fn hops_use_edges(pe: &mut Pe, name: &str, t: &Topo, hops: &[Hop]) {
     let topo = t.topology();
+    let tree_edge = |root: usize, a: usize, b: usize| {
+        topo.tree(root).is_some_and(|tr| {
+            !tr.over_channels() && (tr.parent(a) == Some(b) || tr.parent(b) == Some(a))
+        })
+    };
     for h in hops {
-        if h.from != t.id() || (h.from != h.to && !topo.is_edge(h.from, h.to)) {
+        let allowed = h.from == h.to
+            || topo.is_edge(h.from, h.to)
+            || (h.op != "send" && (tree_edge(h.root, h.from, h.to) || tree_edge(0, h.from, h.to)));
+        if h.from != t.id() || !allowed {
             fail(
                 pe,
                 &format!("{name}: hop {} -> {} is not a channel", h.from, h.to),
