@@ -28,47 +28,94 @@ pub(crate) struct Params<'a> {
     pub pes: &'a [usize],
     pub ppn: &'a [usize],
     pub iters: usize,
+    pub rounds: usize,
     pub extra: &'a [String],
 }
 
-/// Launch one job per layer, `++ppn` and PE count; pass their rows on.
+/// The columns of a row, after layer, ppn and PEs.
+const COLUMNS: [&str; 8] = [
+    "round us",
+    "bcast us",
+    "csw/bcast",
+    "reduce us",
+    "barrier us",
+    "csw/round",
+    "raw us",
+    "ratio",
+];
+
+/// Launch one job per layer, `++ppn` and PE count, `rounds` times over (each round the whole
+/// sweep, so that a slow phase of the machine falls on every configuration alike); print
+/// each cell's median over the rounds and, with more than one round, its range.
 pub(crate) fn run(p: &Params<'_>) -> anyhow::Result<()> {
     let me = std::env::current_exe().context("finding the bench executable")?;
     converse::input::out_line(&format!(
         "runtime collectives ({} iterations each; round = broadcast from PE 0 then a sum \
          reduction back, median; bcast/reduce = per operation of {0} issued at once; \
          barrier = per barrier of {0} in a row; csw = context switches of the PE threads per \
-         round or broadcast; raw = the same tree of plain threads on crossbeam channels, median round)",
-        p.iters
+         round or broadcast; raw = the same tree of plain threads on crossbeam channels, \
+         median round; each cell the median of {} rounds{})",
+        p.iters,
+        p.rounds,
+        if p.rounds > 1 { ", [range]" } else { "" }
     ));
-    converse::input::out_line(&format!(
-        "{:<6} {:>4} {:>5} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>7}",
-        "layer",
-        "ppn",
-        "PEs",
-        "round us",
-        "bcast us",
-        "csw/bcast",
-        "reduce us",
-        "barrier us",
-        "csw/round",
-        "raw us",
-        "ratio"
-    ));
+    let mut head = format!("{:<6} {:>4} {:>5}", "layer", "ppn", "PEs");
+    for c in COLUMNS {
+        head.push_str(&format!(" {c:>10}"));
+    }
+    converse::input::out_line(&head);
+    let mut configs = Vec::new();
     for layer in p.layers {
         for &ppn in p.ppn {
-            for &n in p.pes {
-                if n % ppn != 0 {
-                    continue;
-                }
-                job(&me, layer, n, ppn, p.iters, p.extra)?;
+            for &n in p.pes.iter().filter(|&&n| n % ppn == 0) {
+                configs.push((layer.as_str(), ppn, n));
             }
         }
+    }
+    let mut got: Vec<Vec<Vec<f64>>> = vec![Vec::new(); configs.len()];
+    for round in 0..p.rounds {
+        for (k, &(layer, ppn, n)) in configs.iter().enumerate() {
+            let row = job(&me, layer, n, ppn, p.iters, p.extra)?;
+            if p.rounds > 1 {
+                converse::input::out_line(&format!(
+                    "  (round {}: {layer} ppn {ppn} {n} PEs: {})",
+                    round + 1,
+                    row.iter()
+                        .map(|v| if v.is_nan() {
+                            "-".into()
+                        } else {
+                            format!("{v:.1}")
+                        })
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                ));
+            }
+            got[k].push(row);
+        }
+    }
+    for (k, &(layer, ppn, n)) in configs.iter().enumerate() {
+        let mut line = format!("{layer:<6} {ppn:>4} {n:>5}");
+        for c in 0..COLUMNS.len() {
+            let mut v: Vec<f64> = got[k].iter().filter_map(|r| r.get(c).copied()).collect();
+            v.retain(|x| !x.is_nan());
+            v.sort_by(f64::total_cmp);
+            // Ratios want two decimals, times and counts one.
+            let d = if COLUMNS[c] == "ratio" { 2 } else { 1 };
+            let cell = match (v.first(), v.get(v.len() / 2), v.last()) {
+                (Some(lo), Some(mid), Some(hi)) if p.rounds > 1 => {
+                    format!("{mid:.d$} [{lo:.d$}-{hi:.d$}]")
+                }
+                (_, Some(mid), _) => format!("{mid:.d$}"),
+                _ => "-".into(),
+            };
+            line.push_str(&format!(" {cell:>10}"));
+        }
+        converse::input::out_line(&line);
     }
     Ok(())
 }
 
-/// Run `bench pe-coll` on `n` PEs, its output through.
+/// Run `bench pe-coll` on `n` PEs; its row's columns (NaN where it has none).
 fn job(
     me: &std::path::Path,
     layer: &str,
@@ -76,7 +123,7 @@ fn job(
     ppn: usize,
     iters: usize,
     extra: &[String],
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Vec<f64>> {
     let mut c = if layer == "local" {
         let mut c = Command::new(me);
         c.args(["pe-coll", &iters.to_string()])
@@ -93,12 +140,23 @@ fn job(
         c
     };
     c.args(["+machine", layer, "+quiet"]).args(extra);
-    let status = c.status().context("starting a collectives job")?;
+    c.stderr(std::process::Stdio::inherit());
+    let out = c.output().context("starting a collectives job")?;
     anyhow::ensure!(
-        status.success(),
-        "the {n}-PE job on {layer} failed: {status}"
+        out.status.success(),
+        "the {n}-PE job on {layer} failed: {}",
+        out.status
     );
-    Ok(())
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(layer))
+        .with_context(|| format!("the {n}-PE job on {layer} printed no row: {text}"))?;
+    Ok(line
+        .split_whitespace()
+        .skip(3)
+        .map(|w| w.parse().unwrap_or(f64::NAN))
+        .collect())
 }
 
 /// Context switches (voluntary and not) of the calling thread so far.

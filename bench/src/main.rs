@@ -17,7 +17,7 @@
 //! bench tasks [--layers local,si,tcp,udp] [--iters N] [--rounds R]
 //! bench seeds [--layers local,si,tcp,udp] [--reps N] [--rounds R]
 //! bench mpi-same-job [--sizes 8,4096,...] [--iters N] [--rounds R]   (--features mpi)
-//! bench coll [--layers local] [--pes 2,4,...,64] [--ppn 1] [--iters N] [+set K=V ...]
+//! bench coll [--layers local] [--pes 2,4,...,64] [--ppn 1] [--iters N] [--rounds R] [+set K=V ...]
 //! bench topo [--layer local] [--pes 8,16] [--sizes 8,65536] [--iters N] [--contenders 2,4,8]
 //! ```
 
@@ -456,6 +456,9 @@ enum Cmd {
         /// Operations per measurement.
         #[arg(long, default_value_t = 200, value_parser = args::count, allow_negative_numbers = true)]
         iters: usize,
+        /// Rounds of the whole sweep; each cell is the median over them, with its range.
+        #[arg(long, default_value_t = 1, value_parser = args::count, allow_negative_numbers = true)]
+        rounds: usize,
     },
     /// One PE of a `bench coll` job.
     #[command(hide = true)]
@@ -740,11 +743,13 @@ fn main() -> ExitCode {
             pes,
             ppn,
             iters,
+            rounds,
         } => coll::run(&coll::Params {
             layers: &layers,
             pes: &pes,
             ppn: &ppn,
             iters,
+            rounds,
             extra: &plus_set(&settings),
         }),
         Cmd::PeColl { iters } => converse::Runtime::from_args(argv)

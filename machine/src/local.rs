@@ -6,21 +6,23 @@
 //! is copied, and the only per-message cost beyond the channel's own is waking a receiver that
 //! is blocked in [`Transport::wait`] (crossbeam makes that syscall only when one is).
 //!
-//! Its [`waker`](Transport::waker) shares the inbox: a wake is a flag (sticky until a `wait`
-//! takes it) and, when the flag was clear, a `Wake` item behind the messages that ends a
-//! `wait` blocked on the inbox, never handed up. One channel rather than a second one for
-//! wakes: a `wait` on one channel is a plain blocking receive, where a select over two
-//! registers with and leaves both channels' waiter lists under their locks each time; with
-//! more PEs than cores every hop is a wait, and a broadcast-and-reduce round on 4 to 8
-//! in-process PEs took twice as long through the select (`bench coll`, raw tree).
+//! An idle node sleeps by parking its thread, with a flag that says so; a sender that finds
+//! the flag set after its push unparks it, and its [`waker`](Transport::waker) does the same
+//! after setting a flag of its own (a wake, sticky until a `wait` takes it, never a message).
+//! Not a blocking receive on the channel: crossbeam's spins and yields its core four times
+//! before it sleeps, which with more nodes than cores is four context switches per wait for
+//! nothing; nor a select over the inbox and a wake channel, which registers with both and
+//! leaves both under their locks each time. Through the select, a broadcast-and-reduce round
+//! on 4 to 8 in-process PEs took twice as long (`bench coll`).
 
 use crate::contract::{BootConfig, Layer, Machine, Transport, Wake};
 use crate::error::MachineError;
 use crate::message::Message;
 use crate::node_table::NodeTable;
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier};
+use std::sync::atomic::{fence, AtomicBool, Ordering};
+use std::sync::{Arc, Barrier, OnceLock};
+use std::thread::Thread;
 use std::time::Duration;
 
 /// Most messages handed up per `advance`, so a flood from one peer cannot keep the scheduler
@@ -46,51 +48,49 @@ fn never_launched() -> bool {
     false
 }
 
-/// What a node's inbox carries.
-enum Item {
-    Msg(Message),
-    /// A [`LocalWaker`]'s nudge: ends a `wait`, never handed up.
-    Wake,
-}
-
 /// One node of an in-process job.
 pub struct LocalMachine {
     me: usize,
     table: Arc<NodeTable>,
-    peers: Arc<[Sender<Item>]>,
-    inbox: Receiver<Item>,
-    /// A message caught by `wait`, handed up by the next `advance`.
-    caught: Option<Message>,
+    peers: Arc<[Sender<Message>]>,
+    /// Every node's sleeper, by node: a send wakes its destination.
+    sleepers: Arc<[Arc<Sleeper>]>,
+    inbox: Receiver<Message>,
     barrier: Arc<Barrier>,
-    /// The waker handed out by `waker`; its flag is the pending wake.
-    waker: Arc<LocalWaker>,
 }
 
-/// The in-process layer's [`Wake`]: a flag, and a `Wake` item in the node's own inbox when
-/// the flag was clear.
-#[derive(Debug)]
-struct LocalWaker {
+/// How a node sleeps and is woken: its thread parks with `asleep` set; a sender unparks it.
+/// It is also the layer's [`Wake`]: a flag (`pending`) a `wait` takes, then the same unpark.
+#[derive(Debug, Default)]
+struct Sleeper {
+    /// The node's thread, set the first time it sleeps (the node is made on another thread).
+    thread: OnceLock<Thread>,
+    asleep: AtomicBool,
+    /// A wake no `wait` has taken yet.
     pending: AtomicBool,
-    inbox: Sender<Item>,
 }
 
-impl Wake for LocalWaker {
-    fn wake(&self) {
-        // Set already: a wake is pending (its item sent), which is all a second one would
-        // say, so items stay at most one per wake a `wait` took. Disconnected: the node is
-        // gone, nobody to wake.
-        if !self.pending.swap(true, Ordering::AcqRel) {
-            let _ = self.inbox.send(Item::Wake);
+impl Sleeper {
+    /// After a push to this node's inbox (or a wake): unpark it if it sleeps.
+    #[inline]
+    fn notify(&self) {
+        // A full fence, paired with the one in `wait` (store `asleep`, fence, look at the
+        // inbox): either the sleeper sees what was pushed before this fence, or this load
+        // sees it asleep. Without it the push's store could pass this load, and a node would
+        // sleep on a message. One fence and one load per message, no syscall unless asleep.
+        fence(Ordering::SeqCst);
+        if self.asleep.load(Ordering::Relaxed) {
+            if let Some(t) = self.thread.get() {
+                t.unpark();
+            }
         }
     }
 }
 
-impl std::fmt::Debug for Item {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Item::Msg(m) => m.fmt(f),
-            Item::Wake => f.write_str("Wake"),
-        }
+impl Wake for Sleeper {
+    fn wake(&self) {
+        self.pending.store(true, Ordering::Release);
+        self.notify();
     }
 }
 
@@ -139,24 +139,20 @@ pub fn boot(cfg: &BootConfig) -> Result<Vec<Box<dyn Machine>>, MachineError> {
     let table = Arc::new(NodeTable::uniform(nodes, cfg.pes_per_node));
     let (senders, receivers): (Vec<_>, Vec<_>) =
         (0..nodes).map(|_| crossbeam_channel::unbounded()).unzip();
-    let peers: Arc<[Sender<Item>]> = senders.into();
+    let peers: Arc<[Sender<Message>]> = senders.into();
+    let sleepers: Arc<[Arc<Sleeper>]> = (0..nodes).map(|_| Arc::default()).collect();
     let barrier = Arc::new(Barrier::new(nodes));
     Ok(receivers
         .into_iter()
         .enumerate()
         .map(|(me, inbox)| {
-            let waker = Arc::new(LocalWaker {
-                pending: AtomicBool::new(false),
-                inbox: peers[me].clone(),
-            });
             Box::new(LocalMachine {
                 me,
                 table: table.clone(),
                 peers: peers.clone(),
+                sleepers: sleepers.clone(),
                 inbox,
-                caught: None,
                 barrier: barrier.clone(),
-                waker,
             }) as Box<dyn Machine>
         })
         .collect())
@@ -182,12 +178,17 @@ impl Transport for LocalMachine {
         })?;
         // Every receiver lives as long as its node's thread; a closed channel means that thread
         // is gone (it panicked or exited early).
-        peer.send(Item::Msg(msg))
-            .map_err(|_| MachineError::peer_dead(&self.table, node, "its thread has ended"))
+        peer.send(msg)
+            .map_err(|_| MachineError::peer_dead(&self.table, node, "its thread has ended"))?;
+        if let Some(s) = self.sleepers.get(node) {
+            s.notify();
+        }
+        Ok(())
     }
 
     fn waker(&self) -> Option<Arc<dyn Wake>> {
-        Some(self.waker.clone())
+        let s = self.sleepers.get(self.me)?.clone();
+        Some(s)
     }
 
     fn rma(&self) -> Option<Arc<dyn crate::Rma>> {
@@ -200,21 +201,12 @@ impl Transport for LocalMachine {
 
     fn advance(&mut self, deliver: &mut dyn FnMut(Message)) -> Result<usize, MachineError> {
         let mut n = 0;
-        if let Some(m) = self.caught.take() {
-            deliver(m);
-            n += 1;
-        }
-        // A `Wake` item is passed over here, its flag left set: a wake stays pending until a
-        // `wait` takes it, whoever drains the channel first.
-        let mut turns = 0;
-        while n < ADVANCE_BATCH && turns < 2 * ADVANCE_BATCH {
-            turns += 1;
+        while n < ADVANCE_BATCH {
             match self.inbox.try_recv() {
-                Ok(Item::Msg(m)) => {
+                Ok(m) => {
                     deliver(m);
                     n += 1;
                 }
-                Ok(Item::Wake) => {}
                 // Disconnected cannot happen while we hold a sender to ourselves.
                 Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
             }
@@ -223,20 +215,21 @@ impl Transport for LocalMachine {
     }
 
     fn wait(&mut self, timeout: Duration) -> Result<(), MachineError> {
-        if self.caught.is_some() || !self.inbox.is_empty() {
+        let Some(me) = self.sleepers.get(self.me) else {
             return Ok(());
+        };
+        me.thread.get_or_init(std::thread::current);
+        me.asleep.store(true, Ordering::Relaxed);
+        // Paired with the fence in `Sleeper::notify` (see there).
+        fence(Ordering::SeqCst);
+        // A message, or a wake (taken here), ends the wait before it sleeps; one that comes
+        // after this look finds `asleep` set and unparks, and a park after an unpark returns
+        // at once. Spurious returns (a stale unpark) are allowed by the contract.
+        if self.inbox.is_empty() && !me.pending.swap(false, Ordering::AcqRel) {
+            std::thread::park_timeout(timeout);
+            me.pending.store(false, Ordering::Release);
         }
-        // A pending wake is taken here; one that comes while the receive sleeps ends it (its
-        // item). A message is never dropped: the receive takes it into `caught`.
-        if self.waker.pending.swap(false, Ordering::AcqRel) {
-            return Ok(());
-        }
-        match self.inbox.recv_timeout(timeout) {
-            Ok(Item::Msg(m)) => self.caught = Some(m),
-            Ok(Item::Wake) => self.waker.pending.store(false, Ordering::Release),
-            // Disconnected cannot happen while we hold a sender to ourselves.
-            Err(_) => {}
-        }
+        me.asleep.store(false, Ordering::Relaxed);
         Ok(())
     }
 }

@@ -130,7 +130,8 @@ pub(crate) fn threads_on_host(table: &NodeTable, node: usize) -> (usize, usize) 
 /// How the threads of `node`'s host may spin, as (PEs may spin, communication threads may
 /// spin, spinning PEs should yield). Spinning before blocking only pays with a core to spare:
 /// on a host running more spinners than cores, a spinning thread takes the core from one that
-/// has work. PEs come first: the communication threads spin only when every thread has a
+/// has work — so there a PE spins only briefly (`sched.shared_spin_us`) and yields its core
+/// at every turn, which hands the core to the thread about to answer. PEs come first: the communication threads spin only when every thread has a
 /// core, and PEs that share cores with communication threads yield as they spin, so that a
 /// communication thread woken by an arrival runs at once.
 pub(crate) fn spin_policy(table: &NodeTable, node: usize) -> (bool, bool, bool) {
@@ -155,7 +156,16 @@ impl Pe {
         variant: &'static str,
     ) -> Pe {
         if !spin_policy(&table, my_node).0 {
-            tun.spin = std::time::Duration::ZERO;
+            // More PEs than cores: a short spin that yields its core at every turn — unless
+            // the node has a communication thread, which already spins so for the node: PEs
+            // spinning beside it made a round on 32 PEs at `++ppn 2` 15-25% slower
+            // (`bench coll`), so they block at once, as before.
+            let smp = table.node(my_node).is_some_and(|n| n.num_pes > 1);
+            tun.spin = if smp {
+                std::time::Duration::ZERO
+            } else {
+                tun.shared_spin
+            };
             tun.spin_yields = true;
         }
         let fail = crate::failure::Failures::new(tun.report_deaths, table.num_nodes());

@@ -20,6 +20,20 @@ const SPIN_US: SettingSpec = SettingSpec::whole(
     "how long an idle PE keeps polling before it blocks, µs",
 );
 
+/// `sched.shared_spin_us`: the spin of a PE on a host with more PEs than cores (of a node
+/// without a communication thread), which yields its core at every turn (so a thread with
+/// work runs first) and blocks after this long. A
+/// reply on such a host is often a core hand-over away, not a wake-up: a broadcast-and-reduce
+/// round on 4 to 128 in-process PEs on 2 cores took 1.3-3.7x longer when every idle PE
+/// blocked at once (`bench coll`). At most 1 ms, so an idle job still blocks, not polls.
+const SHARED_SPIN_US: SettingSpec = SettingSpec::whole(
+    "sched.shared_spin_us",
+    10,
+    0,
+    1_000,
+    "how long an idle one-PE node's PE on a host with more PEs than cores keeps polling, yielding its core at each turn, before it blocks, µs",
+);
+
 /// `sched.idle_max_ms`. Every layer's wait ends when something arrives, and the next timer
 /// bounds each block, so this only bounds how often an idle PE looks around for nothing: 100
 /// ms, because a host with many more processes than cores pays for each look (1,024 idle
@@ -119,6 +133,7 @@ const SHARED_PUT_KIB: SettingSpec = SettingSpec::whole(
 /// The settings the runtime itself reads (the layers declare theirs).
 pub(crate) const SETTINGS: &[SettingSpec] = &[
     SPIN_US,
+    SHARED_SPIN_US,
     IDLE_MAX_MS,
     BATCH,
     MAX_BACKLOG_MIB,
@@ -133,12 +148,14 @@ pub(crate) const SETTINGS: &[SettingSpec] = &[
 /// Scheduler knobs, read from settings at start-up.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Tunables {
-    /// How long an idle PE keeps polling before it blocks (`sched.spin_us`).
+    /// How long an idle PE keeps polling before it blocks (`sched.spin_us`; on a host with
+    /// more PEs than cores `sched.shared_spin_us`, see `pe::spin_policy`).
     pub spin: Duration,
+    /// `sched.shared_spin_us`, which becomes `spin` on a host with more PEs than cores.
+    pub shared_spin: Duration,
     /// Whether the thread yields its core at each turn of its spin: set for a communication
     /// thread on a host with more threads than cores, and for a PE on a host with more PEs
-    /// than cores (whose only spin is while a message is part-way through; see
-    /// `pe::spin_policy`).
+    /// than cores (see `pe::spin_policy`).
     pub spin_yields: bool,
     /// The longest single block while idle (`sched.idle_max_ms`); a block also ends at the next
     /// timer and whenever a message arrives.
@@ -180,6 +197,7 @@ impl Tunables {
         };
         Ok(Tunables {
             spin: Duration::from_micros(SPIN_US.read_whole(s)?),
+            shared_spin: Duration::from_micros(SHARED_SPIN_US.read_whole(s)?),
             spin_yields: false,
             idle_max: Duration::from_millis(IDLE_MAX_MS.read_whole(s)?),
             batch: BATCH.read_whole(s)? as usize,
@@ -437,7 +455,11 @@ impl Pe {
             // Idle: spin a little (`idle.rs`), then say so to the idle callbacks, then block in
             // the layer until a message or the next timer.
             let Some(look) = idle.turn() else {
-                std::hint::spin_loop();
+                if self.tun.spin_yields {
+                    std::thread::yield_now();
+                } else {
+                    std::hint::spin_loop();
+                }
                 continue;
             };
             let now = look.now;
@@ -451,6 +473,9 @@ impl Pe {
                 }
             }
             if idle_for < self.tun.spin {
+                if self.tun.spin_yields {
+                    std::thread::yield_now();
+                }
                 continue;
             }
             // A message is half-way in or out: its rest comes faster than a wake-up would.
