@@ -95,12 +95,12 @@ pub(crate) fn run(p: &Params<'_>) -> anyhow::Result<()> {
     }
     for (k, &(layer, ppn, n)) in configs.iter().enumerate() {
         let mut line = format!("{layer:<6} {ppn:>4} {n:>5}");
-        for c in 0..COLUMNS.len() {
+        for (c, name) in COLUMNS.iter().enumerate() {
             let mut v: Vec<f64> = got[k].iter().filter_map(|r| r.get(c).copied()).collect();
             v.retain(|x| !x.is_nan());
             v.sort_by(f64::total_cmp);
             // Ratios want two decimals, times and counts one.
-            let d = if COLUMNS[c] == "ratio" { 2 } else { 1 };
+            let d = if *name == "ratio" { 2 } else { 1 };
             let cell = match (v.first(), v.get(v.len() / 2), v.last()) {
                 (Some(lo), Some(mid), Some(hi)) if p.rounds > 1 => {
                     format!("{mid:.d$} [{lo:.d$}-{hi:.d$}]")

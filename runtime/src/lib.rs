@@ -406,8 +406,21 @@ impl Runtime {
             boot: Some((boot_began, std::time::Instant::now(), self.layer.name)),
         };
         let program: Arc<[String]> = self.args.program.clone().into();
+        let mut tun = self.tun;
+        // Every node of this host booted here (the in-process layer): its PEs are threads of
+        // one process, between which a core changes hands cheaply (`pe::spin_policy`).
+        tun.host_in_process = nodes.first().is_some_and(|m| {
+            let table = m.table();
+            let host = table.node(m.my_node()).map(|n| n.host.as_str());
+            let on_host = table
+                .nodes()
+                .iter()
+                .filter(|n| Some(n.host.as_str()) == host)
+                .count();
+            on_host == nodes.len()
+        });
         let job = Job {
-            tun: self.tun,
+            tun,
             args: program,
             quiet: self.args.quiet,
             pemap: self.args.pemap.clone(),

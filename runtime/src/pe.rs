@@ -130,8 +130,7 @@ pub(crate) fn threads_on_host(table: &NodeTable, node: usize) -> (usize, usize) 
 /// How the threads of `node`'s host may spin, as (PEs may spin, communication threads may
 /// spin, spinning PEs should yield). Spinning before blocking only pays with a core to spare:
 /// on a host running more spinners than cores, a spinning thread takes the core from one that
-/// has work — so there a PE spins only briefly (`sched.shared_spin_us`) and yields its core
-/// at every turn, which hands the core to the thread about to answer. PEs come first: the communication threads spin only when every thread has a
+/// has work. PEs come first: the communication threads spin only when every thread has a
 /// core, and PEs that share cores with communication threads yield as they spin, so that a
 /// communication thread woken by an arrival runs at once.
 pub(crate) fn spin_policy(table: &NodeTable, node: usize) -> (bool, bool, bool) {
@@ -142,6 +141,26 @@ pub(crate) fn spin_policy(table: &NodeTable, node: usize) -> (bool, bool, bool) 
         pes + comms <= cores,
         comms > 0 && pes + comms > cores,
     )
+}
+
+/// Threads per core up to which a PE that has no core of its own still spins a little
+/// (`sched.shared_spin_us`), yielding its core at every turn: the thread about to answer is
+/// then likely next in line for the core, and a hand-over is cheaper than a wake-up. Measured
+/// on 2 cores (`bench coll`, a broadcast-and-reduce round, three alternating runs): at 4 and 8
+/// PEs, each a process, 1.4-2.3x faster; at 16 to 64 processes no better, or up to 1.3x
+/// slower (each yield then switches between processes, for a thread far down the line); PEs
+/// that are threads of one process gained at every count up to 64 (1.3-2.5x).
+const SHARED_SPIN_RATIO: usize = 4;
+
+/// Whether a PE of `node` without a core of its own spins a little before it blocks (see
+/// [`SHARED_SPIN_RATIO`]): on a host of at most that many threads per core, or whose PEs are
+/// all threads of this process (`host_in_process`), and not beside a communication thread,
+/// which already spins so for its node (PEs spinning beside it made a round on 32 PEs at
+/// `++ppn 2` 15-25% slower).
+fn shares_spin(table: &NodeTable, node: usize, host_in_process: bool) -> bool {
+    let smp = table.node(node).is_some_and(|n| n.num_pes > 1);
+    let (pes, comms) = threads_on_host(table, node);
+    !smp && (host_in_process || pes + comms <= SHARED_SPIN_RATIO * host_cores())
 }
 
 impl Pe {
@@ -156,15 +175,10 @@ impl Pe {
         variant: &'static str,
     ) -> Pe {
         if !spin_policy(&table, my_node).0 {
-            // More PEs than cores: a short spin that yields its core at every turn — unless
-            // the node has a communication thread, which already spins so for the node: PEs
-            // spinning beside it made a round on 32 PEs at `++ppn 2` 15-25% slower
-            // (`bench coll`), so they block at once, as before.
-            let smp = table.node(my_node).is_some_and(|n| n.num_pes > 1);
-            tun.spin = if smp {
-                std::time::Duration::ZERO
-            } else {
+            tun.spin = if shares_spin(&table, my_node, tun.host_in_process) {
                 tun.shared_spin
+            } else {
+                std::time::Duration::ZERO
             };
             tun.spin_yields = true;
         }

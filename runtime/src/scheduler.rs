@@ -20,18 +20,15 @@ const SPIN_US: SettingSpec = SettingSpec::whole(
     "how long an idle PE keeps polling before it blocks, µs",
 );
 
-/// `sched.shared_spin_us`: the spin of a PE on a host with more PEs than cores (of a node
-/// without a communication thread), which yields its core at every turn (so a thread with
-/// work runs first) and blocks after this long. A
-/// reply on such a host is often a core hand-over away, not a wake-up: a broadcast-and-reduce
-/// round on 4 to 128 in-process PEs on 2 cores took 1.3-3.7x longer when every idle PE
-/// blocked at once (`bench coll`). At most 1 ms, so an idle job still blocks, not polls.
+/// `sched.shared_spin_us`: the spin of a PE on a host with more PEs than cores, where it
+/// spins at all (`pe::shares_spin`): it yields its core at every turn (so a thread with work
+/// runs first) and blocks after this long. At most 1 ms, so an idle job still blocks.
 const SHARED_SPIN_US: SettingSpec = SettingSpec::whole(
     "sched.shared_spin_us",
     10,
     0,
     1_000,
-    "how long an idle one-PE node's PE on a host with more PEs than cores keeps polling, yielding its core at each turn, before it blocks, µs",
+    "how long an idle PE on a host with more PEs than cores (up to 4 threads per core, or all in one process) keeps polling, yielding its core at each turn, before it blocks, µs",
 );
 
 /// `sched.idle_max_ms`. Every layer's wait ends when something arrives, and the next timer
@@ -153,6 +150,8 @@ pub(crate) struct Tunables {
     pub spin: Duration,
     /// `sched.shared_spin_us`, which becomes `spin` on a host with more PEs than cores.
     pub shared_spin: Duration,
+    /// Every node of this host runs in this process (the in-process layer).
+    pub host_in_process: bool,
     /// Whether the thread yields its core at each turn of its spin: set for a communication
     /// thread on a host with more threads than cores, and for a PE on a host with more PEs
     /// than cores (see `pe::spin_policy`).
@@ -198,6 +197,7 @@ impl Tunables {
         Ok(Tunables {
             spin: Duration::from_micros(SPIN_US.read_whole(s)?),
             shared_spin: Duration::from_micros(SHARED_SPIN_US.read_whole(s)?),
+            host_in_process: false,
             spin_yields: false,
             idle_max: Duration::from_millis(IDLE_MAX_MS.read_whole(s)?),
             batch: BATCH.read_whole(s)? as usize,
