@@ -455,7 +455,9 @@ impl Pe {
             // Idle: spin a little (`idle.rs`), then say so to the idle callbacks, then block in
             // the layer until a message or the next timer.
             let Some(look) = idle.turn() else {
-                if self.tun.spin_yields {
+                // A PE spinning on a shared core (`sched.shared_spin_us`) gives it up at every
+                // turn; elsewhere the turns between two readings of the clock only pause.
+                if self.tun.spin_yields && !self.tun.spin.is_zero() {
                     std::thread::yield_now();
                 } else {
                     std::hint::spin_loop();

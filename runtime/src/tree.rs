@@ -200,6 +200,62 @@ mod tests {
         }
     }
 
+    /// Hops from the root to the deepest PE: a round of a collective is this many messages
+    /// deep, so with a core per PE its time grows with the logarithm of the PEs.
+    fn depth(tree: &Tree<'_>, root: usize) -> usize {
+        let n = tree.table.num_pes();
+        (0..n)
+            .map(|mut pe| {
+                let mut hops = 0;
+                while let Some(p) = tree.parent(root, pe) {
+                    pe = p;
+                    hops += 1;
+                }
+                hops
+            })
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The smallest d with k^d >= n: the depth of a complete k-ary tree of n.
+    fn log_ceil(n: usize, k: usize) -> usize {
+        let (mut d, mut reach) = (0, 1);
+        while reach < n {
+            reach *= k;
+            d += 1;
+        }
+        d
+    }
+
+    #[test]
+    fn trees_are_logarithmically_deep_up_to_thousands_of_pes() {
+        for k in [2, 4, 8] {
+            for n in [2, 3, 16, 63, 64, 65, 256, 1000, 4096] {
+                let table = NodeTable::uniform(n, 1);
+                let tree = Tree { table: &table, k };
+                for root in [0, n / 3, n - 1] {
+                    // A k-ary tree of n: at most ceil(log_k n) hops, never a long chain.
+                    assert!(
+                        depth(&tree, root) <= log_ceil(n, k),
+                        "n={n} k={k} root={root}"
+                    );
+                }
+            }
+            // Node-aware: hops over the nodes, then inside the node.
+            for (nodes, ppn) in [(64, 4), (256, 2), (16, 32), (7, 5)] {
+                let table = NodeTable::uniform(nodes, ppn);
+                let tree = Tree { table: &table, k };
+                let bound = log_ceil(nodes, k) + log_ceil(ppn, k);
+                for root in [0, 1, nodes * ppn - 1] {
+                    assert!(
+                        depth(&tree, root) <= bound,
+                        "{nodes}x{ppn} k={k} root={root}"
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn one_pe_per_node_is_the_plain_tree() {
         let table = NodeTable::uniform(13, 1);
