@@ -9,8 +9,10 @@
 //!   root's view from the first call to the end of a barrier after the last (how a
 //!   message-driven program drives them);
 //! - **barrier**: time per barrier of `iters` in a row;
-//! - **csw/round**: context switches of every PE thread per round (`getrusage` of each
-//!   thread, summed over PEs): on a host with fewer cores than PEs, each is a PE waking.
+//! - **csw/round** and **csw/bcast**: context switches of every PE thread per round and per
+//!   broadcast issued at once (`getrusage` of each thread, summed over PEs; communication
+//!   threads not counted): on a host with fewer cores than PEs, each is a PE waking or a
+//!   spinning PE's yield that handed its core over.
 //!
 //! The raw floor, for the in-process layer only: the same k-ary tree of plain threads that
 //! block on crossbeam channels, a round down and a sum up, no runtime.
@@ -271,7 +273,7 @@ pub(crate) fn pe_main(rt: converse::Runtime, iters: usize) -> anyhow::Result<()>
                 ("-".into(), "-".into())
             };
             converse::input::out_line(&format!(
-                "{:<6} {:>4} {:>5} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10} {:>7}",
+                "{:<6} {:>4} {:>5} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10.1} {:>10} {:>10}",
                 pe.layer(),
                 ppn,
                 n,
@@ -291,7 +293,8 @@ pub(crate) fn pe_main(rt: converse::Runtime, iters: usize) -> anyhow::Result<()>
     Ok(())
 }
 
-/// The runtime's default `tree.branching`, for the raw tree.
+/// The runtime's default `tree.branching`, for the raw tree (a `+set tree.branching` passed
+/// to the jobs changes theirs, not this).
 const RAW_BRANCHING: usize = 4;
 
 /// Median microseconds of a round (down a `k`-ary tree of `n` plain threads, a sum back up)

@@ -3,8 +3,9 @@
 //! it) and the reference every other layer is tested against.
 //!
 //! A message crosses nodes by moving its `Message` through an unbounded channel: no byte of it
-//! is copied, and the only per-message cost beyond the channel's own is waking a receiver that
-//! is blocked in [`Transport::wait`] (crossbeam makes that syscall only when one is).
+//! is copied, and the only per-message costs beyond the channel's own are a fence and a load,
+//! to see whether the receiver sleeps in [`Transport::wait`], and the unpark (a syscall) only
+//! when it does.
 //!
 //! An idle node sleeps by parking its thread, with a flag that says so; a sender that finds
 //! the flag set after its push unparks it, and its [`waker`](Transport::waker) does the same
@@ -21,7 +22,7 @@ use crate::message::Message;
 use crate::node_table::NodeTable;
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use std::sync::atomic::{fence, AtomicBool, Ordering};
-use std::sync::{Arc, Barrier, OnceLock};
+use std::sync::{Arc, Barrier, Mutex};
 use std::thread::Thread;
 use std::time::Duration;
 
@@ -63,8 +64,9 @@ pub struct LocalMachine {
 /// It is also the layer's [`Wake`]: a flag (`pending`) a `wait` takes, then the same unpark.
 #[derive(Debug, Default)]
 struct Sleeper {
-    /// The node's thread, set the first time it sleeps (the node is made on another thread).
-    thread: OnceLock<Thread>,
+    /// The thread that last waited (the node is made on another thread, and a `Machine` may
+    /// move between threads): set under the lock before `asleep`, read only when asleep.
+    thread: Mutex<Option<Thread>>,
     asleep: AtomicBool,
     /// A wake no `wait` has taken yet.
     pending: AtomicBool,
@@ -79,8 +81,10 @@ impl Sleeper {
         // sees it asleep. Without it the push's store could pass this load, and a node would
         // sleep on a message. One fence and one load per message, no syscall unless asleep.
         fence(Ordering::SeqCst);
-        if self.asleep.load(Ordering::Relaxed) {
-            if let Some(t) = self.thread.get() {
+        // Acquire: seeing `asleep` set, this sees the thread recorded before it.
+        if self.asleep.load(Ordering::Acquire) {
+            let t = self.thread.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(t) = t.as_ref() {
                 t.unpark();
             }
         }
@@ -218,8 +222,15 @@ impl Transport for LocalMachine {
         let Some(me) = self.sleepers.get(self.me) else {
             return Ok(());
         };
-        me.thread.get_or_init(std::thread::current);
-        me.asleep.store(true, Ordering::Relaxed);
+        {
+            // A lock per wait, on the way to sleep: nothing next to a park.
+            let mut t = me.thread.lock().unwrap_or_else(|e| e.into_inner());
+            let here = std::thread::current();
+            if t.as_ref().map(Thread::id) != Some(here.id()) {
+                *t = Some(here);
+            }
+        }
+        me.asleep.store(true, Ordering::Release);
         // Paired with the fence in `Sleeper::notify` (see there).
         fence(Ordering::SeqCst);
         // A message, or a wake (taken here), ends the wait before it sleeps; one that comes
@@ -229,7 +240,7 @@ impl Transport for LocalMachine {
             std::thread::park_timeout(timeout);
             me.pending.store(false, Ordering::Release);
         }
-        me.asleep.store(false, Ordering::Relaxed);
+        me.asleep.store(false, Ordering::Release);
         Ok(())
     }
 }

@@ -154,9 +154,9 @@ const SHARED_SPIN_RATIO: usize = 4;
 
 /// Whether a PE of `node` without a core of its own spins a little before it blocks (see
 /// [`SHARED_SPIN_RATIO`]): on a host of at most that many threads per core, or whose PEs are
-/// all threads of this process (`host_in_process`), and not beside a communication thread,
-/// which already spins so for its node (PEs spinning beside it made a round on 32 PEs at
-/// `++ppn 2` 15-25% slower).
+/// all threads of this process (`host_in_process`), and not in a node of several PEs, whose
+/// communication thread already spins so for it (PEs spinning beside it made a round on 32
+/// PEs at `++ppn 2` 15-25% slower).
 fn shares_spin(table: &NodeTable, node: usize, host_in_process: bool) -> bool {
     let smp = table.node(node).is_some_and(|n| n.num_pes > 1);
     let (pes, comms) = threads_on_host(table, node);

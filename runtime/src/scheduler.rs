@@ -455,8 +455,9 @@ impl Pe {
             // Idle: spin a little (`idle.rs`), then say so to the idle callbacks, then block in
             // the layer until a message or the next timer.
             let Some(look) = idle.turn() else {
-                // A PE spinning on a shared core (`sched.shared_spin_us`) gives it up at every
-                // turn; elsewhere the turns between two readings of the clock only pause.
+                // A PE spinning on a shared core (`sched.shared_spin_us`, and so too in a
+                // transfer's spin) gives it up at every turn, so its spin is at least one
+                // clock reading's worth of turns (32 yields); elsewhere these turns only pause.
                 if self.tun.spin_yields && !self.tun.spin.is_zero() {
                     std::thread::yield_now();
                 } else {

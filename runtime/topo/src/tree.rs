@@ -16,7 +16,7 @@ pub(crate) const BRANCHING: usize = 4;
 /// Most children a process has in a tree over the channels. A wider tree — a star's centre,
 /// a hub of a graph — makes one process send every copy of a broadcast (and take every
 /// contribution of a reduction) itself, one after another, while the processes below it
-/// wait: on 64 processes a star's broadcast took 10× the runtime's own (`bench topo`). Such
+/// wait: on 64 processes a star's broadcast took 6–10× the runtime's own (`bench topo`). Such
 /// a topology's collectives take the `k`-ary tree instead, through processes the topology
 /// has no channel between, as MPI's collectives on a graph communicator ignore its edges.
 pub const WIDEST: usize = 2 * BRANCHING;
