@@ -86,9 +86,15 @@ fn hops_use_edges(pe: &mut Pe, name: &str, t: &Topo, hops: &[Hop]) {
         })
     };
     for h in hops {
+        // The mutex travels the tree rooted at process 0; a collective, its root's.
+        let tree_root = if h.op.starts_with("mutex_") {
+            Some(0)
+        } else {
+            (h.op != "send").then_some(h.root)
+        };
         let allowed = h.from == h.to
             || topo.is_edge(h.from, h.to)
-            || (h.op != "send" && (tree_edge(h.root, h.from, h.to) || tree_edge(0, h.from, h.to)));
+            || tree_root.is_some_and(|r| tree_edge(r, h.from, h.to));
         if h.from != t.id() || !allowed {
             fail(
                 pe,
