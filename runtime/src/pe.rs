@@ -147,9 +147,10 @@ pub(crate) fn spin_policy(table: &NodeTable, node: usize) -> (bool, bool, bool) 
 /// (`sched.shared_spin_us`), yielding its core at every turn: the thread about to answer is
 /// then likely next in line for the core, and a hand-over is cheaper than a wake-up. Measured
 /// on 2 cores (`bench coll`, a broadcast-and-reduce round, three alternating runs): at 4 and 8
-/// PEs, each a process, 1.4-2.3x faster; at 16 to 64 processes no better, or up to 1.3x
-/// slower (each yield then switches between processes, for a thread far down the line); PEs
-/// that are threads of one process gained at every count up to 64 (1.3-2.5x).
+/// PEs, each a process, si and udp 1.1-4x faster, tcp at 8 not (0.9-1.2x); at 16 to 64
+/// processes 0.7-1.3x either way (each yield then switches between processes, for a thread
+/// far down the line); PEs that are threads of one process gained at every count up to 64
+/// (1.6-5x).
 const SHARED_SPIN_RATIO: usize = 4;
 
 /// Whether a PE of `node` without a core of its own spins a little before it blocks (see
