@@ -503,6 +503,35 @@ pub fn wait_for_children(parent: u32, n: usize, limit: Duration) -> Vec<u32> {
     }
 }
 
+/// The node number charmrun gave process `pid` (its `CONVERSE_NODE`), once it has exec'd.
+pub fn node_of(pid: u32) -> Option<usize> {
+    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
+    env.split(|&b| b == 0)
+        .find_map(|v| v.strip_prefix(b"CONVERSE_NODE="))
+        .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
+}
+
+/// Wait until `parent` (charmrun) has started nodes `0..n`; returns their pids indexed by node
+/// number (fewer if the time ran out). Not [`wait_for_children`]'s order: that is the order of
+/// pids, which wrap (a CI run starts tens of thousands of processes and pid_max may be 32768),
+/// so the fourth child started may have the lowest pid.
+pub fn wait_for_nodes(parent: u32, n: usize, limit: Duration) -> Vec<u32> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let mut nodes: Vec<(usize, u32)> = children_of(parent)
+            .into_iter()
+            .filter_map(|pid| Some((node_of(pid)?, pid)))
+            .collect();
+        nodes.sort_unstable();
+        let complete =
+            nodes.len() >= n && nodes.iter().take(n).enumerate().all(|(i, &(k, _))| i == k);
+        if complete || Instant::now() >= deadline {
+            return nodes.into_iter().take(n).map(|(_, pid)| pid).collect();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Whether process `pid` still exists (and is not a zombie).
 pub fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))

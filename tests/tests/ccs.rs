@@ -4,7 +4,7 @@
 //! the job; a PE's death fails the requests waiting on it.
 
 use converse_ccs::{CcsError, Client, Dest, Key};
-use converse_tests::{wait_for_children, Launcher, Running};
+use converse_tests::{wait_for_nodes, Launcher, Running};
 use std::io::Write;
 use std::net::TcpStream;
 use std::process::Command;
@@ -207,7 +207,7 @@ fn bad_clients_are_refused_and_the_job_goes_on() {
 fn a_death_fails_the_requests_waiting_on_it() {
     let (job, addr, key) = start("tcp", 4, &["+set", "faults=report"]);
     let mut c = Client::connect(&addr, key.clone(), T).expect("connect");
-    let nodes = wait_for_children(job.pid(), 4, T);
+    let nodes = wait_for_nodes(job.pid(), 4, T);
     assert_eq!(nodes.len(), 4);
     let addr2 = addr.clone();
     let waiting = std::thread::spawn(move || {
@@ -229,7 +229,7 @@ fn a_death_fails_the_requests_waiting_on_it() {
         );
         std::thread::sleep(Duration::from_millis(10));
     }
-    // Node 3: the fourth child started.
+    // Node 3 (by its number: the fourth child started need not have the highest pid).
     let _ = nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(nodes[3] as i32),
         nix::sys::signal::Signal::SIGKILL,

@@ -3,7 +3,7 @@
 //! bounded in time and its process group killed at the end.
 
 use converse_tests::{
-    alive, run_bounded, scratch, script, wait_for_children, Launcher, Outcome, Running,
+    alive, node_of, run_bounded, scratch, script, wait_for_children, Launcher, Outcome, Running,
 };
 use std::io::Write;
 use std::process::Command;
@@ -677,12 +677,6 @@ fn a_node_busy_in_a_long_handler_is_not_taken_for_hung() {
 }
 
 /// The node number charmrun gave process `pid` (from its environment).
-fn node_of(pid: u32) -> Option<usize> {
-    let env = std::fs::read(format!("/proc/{pid}/environ")).ok()?;
-    env.split(|&b| b == 0)
-        .find_map(|v| v.strip_prefix(b"CONVERSE_NODE="))
-        .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
-}
 
 #[test]
 fn in_a_cascade_the_node_that_died_is_named_not_the_peers_that_noticed() {
