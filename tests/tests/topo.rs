@@ -284,14 +284,9 @@ fn mutex_counter_ends_with_an_error_when_a_node_is_killed() {
         "faults=report",
     ]);
     let job = converse_tests::Running::start(&mut c, Duration::from_secs(60)).expect("starts");
-    let nodes = converse_tests::wait_for_children(job.pid(), 8, Duration::from_secs(20));
+    let nodes = converse_tests::wait_for_nodes(job.pid(), 8, Duration::from_secs(20));
     std::thread::sleep(Duration::from_millis(500));
-    let victim = nodes.iter().copied().find(|&p| {
-        std::fs::read(format!("/proc/{p}/environ"))
-            .map(|e| e.split(|&b| b == 0).any(|v| v == b"CONVERSE_NODE=3"))
-            .unwrap_or(false)
-    });
-    let victim = victim.expect("node 3's process");
+    let victim = *nodes.get(3).expect("node 3's process");
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(victim as i32),
         nix::sys::signal::Signal::SIGKILL,
