@@ -229,9 +229,14 @@ enum Cmd {
     /// Tasks (converse-tasks): a call with reply beside the hand-written round trip of the same
     /// job, spawn + join, yield; next to tokio's spawn + join and a crossbeam round trip.
     Tasks {
-        /// Layers, comma-separated (`local`: in this process).
+        /// Layers, comma-separated (`local`: in this process; `self`: one PE in this process,
+        /// calling itself).
         #[arg(long, value_delimiter = ',', default_value = "local,si,tcp,udp")]
         layers: Vec<String>,
+        /// Blocks, comma-separated: hand (the hand-written round trip), call, spawn, yield,
+        /// reused (a call whose reply is the next request); the pool's figure only with all.
+        #[arg(long, value_delimiter = ',', default_value = "hand,call,spawn,yield,reused")]
+        what: Vec<String>,
         /// Operations per timed block.
         #[arg(long, default_value_t = 20_000, value_parser = args::count64, allow_negative_numbers = true)]
         iters: u64,
@@ -268,6 +273,8 @@ enum Cmd {
     /// One PE of a `bench tasks` job.
     #[command(hide = true)]
     PeTasks {
+        #[arg(long, value_delimiter = ',')]
+        what: Vec<String>,
         #[arg(long)]
         iters: u64,
         #[arg(long)]
@@ -870,9 +877,10 @@ fn main() -> ExitCode {
         Cmd::Idle { layer, secs, ppn } => idle::run(&layer, secs, ppn),
         Cmd::Tasks {
             layers,
+            what,
             iters,
             rounds,
-        } => tasks::run(&layers, iters, rounds),
+        } => tasks::run(&layers, &what, iters, rounds),
         Cmd::Seeds {
             layers,
             reps,
@@ -945,9 +953,16 @@ fn main() -> ExitCode {
             .and_then(|rt| {
                 endpoint::client_main(rt, &dir, &scheme, &job.sizes, job.iters, &job.csv)
             }),
-        Cmd::PeTasks { iters, rounds, out } => converse::Runtime::from_args(argv)
-            .map_err(anyhow::Error::from)
-            .and_then(|rt| tasks::pe_main(rt, iters, rounds, &out)),
+        Cmd::PeTasks {
+            what,
+            iters,
+            rounds,
+            out,
+        } => tasks::kinds(&what).and_then(|kinds| {
+            converse::Runtime::from_args(argv)
+                .map_err(anyhow::Error::from)
+                .and_then(|rt| tasks::pe_main(rt, &kinds, iters, rounds, &out))
+        }),
         Cmd::PeWait { secs, out } => converse::Runtime::from_args(argv)
             .map_err(anyhow::Error::from)
             .and_then(|rt| idle::pe_main(rt, secs, &out)),

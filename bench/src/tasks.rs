@@ -8,6 +8,11 @@
 //!   the hand-written round trip does with its one message;
 //! - spawn + join of an empty task, from inside a task; a `yield_now` switch.
 //!
+//! Layer `self`: the same in a job of one PE (in this process) whose calls and round trips go to
+//! itself — what a call's bookkeeping costs with no second PE, no wake-up and no wire (and a
+//! single thread, so `valgrind --tool=callgrind` counts it exactly). `--what` keeps some of the
+//! blocks only.
+//!
 //! Beside them, measured in this process: a tokio current-thread runtime's spawn + join of an
 //! empty task, and a round trip between two threads over crossbeam channels. Every figure is
 //! per operation, the median over rounds with its range.
@@ -21,6 +26,8 @@ use std::path::Path;
 use std::rc::Rc;
 use std::time::Instant;
 
+/// The blocks, by `--what` name then title.
+pub(crate) const KINDS: [&str; 5] = ["hand", "call", "spawn", "yield", "reused"];
 const WHAT: [&str; 5] = [
     "hand-written round trip",
     "call with reply",
@@ -28,6 +35,17 @@ const WHAT: [&str; 5] = [
     "yield",
     "call, message reused",
 ];
+
+/// `--what`'s names as block numbers; an unknown one refused.
+pub(crate) fn kinds(what: &[String]) -> anyhow::Result<Vec<usize>> {
+    what.iter()
+        .map(|w| {
+            KINDS.iter().position(|k| k == w).with_context(|| {
+                format!("--what: no block '{w}' (one of {})", KINDS.join(", "))
+            })
+        })
+        .collect()
+}
 
 /// Print a row: median (range) ns per operation.
 fn print_row(layer: &str, what: &str, v: Vec<f64>, beside: Option<f64>) {
@@ -38,7 +56,13 @@ fn print_row(layer: &str, what: &str, v: Vec<f64>, beside: Option<f64>) {
     ));
 }
 
-pub(crate) fn run(layers: &[String], iters: u64, rounds: u16) -> anyhow::Result<()> {
+pub(crate) fn run(
+    layers: &[String],
+    what: &[String],
+    iters: u64,
+    rounds: u16,
+) -> anyhow::Result<()> {
+    let kinds = kinds(what)?;
     let (tokio_spawn, crossbeam_rt) = raw(iters, rounds)?;
     converse::input::out_line(&format!(
         "tasks: ns per operation, median (lowest-highest) over {rounds} rounds of {iters}; \
@@ -49,14 +73,17 @@ pub(crate) fn run(layers: &[String], iters: u64, rounds: u16) -> anyhow::Result<
     print_row("raw", "crossbeam round trip", crossbeam_rt, None);
     for layer in layers {
         let out = std::env::temp_dir().join(format!("bench-tasks-{}.csv", std::process::id()));
-        if layer == "local" {
-            let rt = Runtime::from_args(["bench", "+p2", "+quiet", "+machine", "local"])?;
-            pe_main(rt, iters, rounds, &out)?;
+        if layer == "local" || layer == "self" {
+            let pes = if layer == "self" { "+p1" } else { "+p2" };
+            let rt = Runtime::from_args(["bench", pes, "+quiet", "+machine", "local"])?;
+            pe_main(rt, &kinds, iters, rounds, &out)?;
         } else {
             let me = std::env::current_exe().context("finding the bench executable")?;
             let status = crate::pingpong::launcher(layer, &me, 2, 1)?
                 .arg(&me)
                 .args(["pe-tasks", "--iters", &iters.to_string()])
+                .arg("--what")
+                .arg(what.join(","))
                 .args(["--rounds", &rounds.to_string(), "--out"])
                 .arg(&out)
                 .args(["+machine", layer, "+quiet"])
@@ -78,12 +105,18 @@ pub(crate) fn run(layers: &[String], iters: u64, rounds: u16) -> anyhow::Result<
                 v.push(ns);
             }
         }
-        let hand = spread(per[0].clone()).0;
+        let hand = (!per[0].is_empty()).then(|| spread(per[0].clone()).0);
         for (i, v) in per.into_iter().enumerate() {
-            print_row(layer, WHAT[i], v, (i == 1 || i == 4).then_some(hand));
+            if kinds.contains(&i) {
+                print_row(layer, WHAT[i], v, hand.filter(|_| i == 1 || i == 4));
+            }
         }
     }
-    pool(rounds)
+    // The pool's figure only with every block (a run of some is a look at those).
+    if kinds.len() == KINDS.len() {
+        pool(rounds)?;
+    }
+    Ok(())
 }
 
 /// The raw baselines: tokio spawn + join, crossbeam round trip; ns per operation per round.
@@ -122,7 +155,13 @@ fn raw(iters: u64, rounds: u16) -> anyhow::Result<(Vec<f64>, Vec<f64>)> {
 }
 
 /// `bench pe-tasks`: one PE of the job; PE 0 writes `index,ns` lines to `out`.
-pub(crate) fn pe_main(rt: Runtime, iters: u64, rounds: u16, out: &Path) -> anyhow::Result<()> {
+pub(crate) fn pe_main(
+    rt: Runtime,
+    kinds: &[usize],
+    iters: u64,
+    rounds: u16,
+    out: &Path,
+) -> anyhow::Result<()> {
     let lines = std::sync::Mutex::new(String::new());
     let l = &lines;
     let code = rt.run(move |pe| {
@@ -131,6 +170,8 @@ pub(crate) fn pe_main(rt: Runtime, iters: u64, rounds: u16, out: &Path) -> anyho
         let left = Rc::new(Cell::new(0u64));
         let back = Rc::new(Cell::new(None));
         let (lf, bk) = (left.clone(), back.clone());
+        // PE 1 answers; in a job of one PE (`self`), PE 0 itself.
+        let peer = 1.min(pe.num_pes() - 1);
         let ping = pe.register("ping", move |pe, msg| {
             if let Some(h) = bk.get() {
                 pe.send_msg(0, h, msg);
@@ -139,7 +180,7 @@ pub(crate) fn pe_main(rt: Runtime, iters: u64, rounds: u16, out: &Path) -> anyho
         let pong = pe.register("pong", move |pe, msg| {
             lf.set(lf.get() - 1);
             if lf.get() > 0 {
-                pe.send_msg(1, ping, msg);
+                pe.send_msg(peer, ping, msg);
             }
         });
         back.set(Some(pong));
@@ -148,10 +189,10 @@ pub(crate) fn pe_main(rt: Runtime, iters: u64, rounds: u16, out: &Path) -> anyho
             return;
         }
         for round in 0..rounds {
-            for k in 0..WHAT.len() {
+            for k in 0..kinds.len() {
                 // Blocks in an order rotated by round.
-                let which = (k + round as usize) % WHAT.len();
-                let ns = block(pe, &tasks, &echo, &left, ping, which, iters);
+                let which = kinds[(k + round as usize) % kinds.len()];
+                let ns = block(pe, &tasks, &echo, &left, (peer, ping), which, iters);
                 if let Ok(mut l) = l.lock() {
                     *l += &format!("{which},{ns}\n");
                 }
@@ -168,13 +209,15 @@ pub(crate) fn pe_main(rt: Runtime, iters: u64, rounds: u16, out: &Path) -> anyho
     Ok(())
 }
 
-/// One timed block of `iters` operations of kind `which`: ns per operation.
+/// One timed block of `iters` operations of kind `which`: ns per operation. Not inlined, so
+/// that `valgrind --tool=callgrind --toggle-collect='*tasks::block*'` counts the blocks alone.
+#[inline(never)]
 fn block(
     pe: &mut Pe,
     tasks: &Tasks,
     echo: &converse_tasks::ServiceId,
     left: &Rc<Cell<u64>>,
-    ping: converse::HandlerId,
+    (peer, ping): (usize, converse::HandlerId),
     which: usize,
     iters: u64,
 ) -> f64 {
@@ -182,14 +225,14 @@ fn block(
     match which {
         0 => {
             left.set(iters);
-            pe.send(1, ping, &[0u8; 8]);
+            pe.send(peer, ping, &[0u8; 8]);
             pe.run_until(|_| left.get() == 0);
         }
         1 => {
             let echo = echo.clone();
             let _ = tasks.block_on(pe, async move {
                 for _ in 0..iters {
-                    let _ = call(1, &echo, &[0u8; 8]).await;
+                    let _ = call(peer, &echo, &[0u8; 8]).await;
                 }
             });
         }
@@ -205,7 +248,7 @@ fn block(
             let _ = tasks.block_on(pe, async move {
                 let mut m = converse::Message::from_payload(&[0u8; 8]);
                 for _ in 0..iters {
-                    match converse_tasks::with_pe(|pe| echo.call_msg(pe, 1, m)).await {
+                    match converse_tasks::with_pe(|pe| echo.call_msg(pe, peer, m)).await {
                         Ok(r) => m = r,
                         Err(_) => return,
                     }
