@@ -235,7 +235,11 @@ enum Cmd {
         layers: Vec<String>,
         /// Blocks, comma-separated: hand (the hand-written round trip), call, spawn, yield,
         /// reused (a call whose reply is the next request); the pool's figure only with all.
-        #[arg(long, value_delimiter = ',', default_value = "hand,call,spawn,yield,reused")]
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "hand,call,spawn,yield,reused"
+        )]
         what: Vec<String>,
         /// Operations per timed block.
         #[arg(long, default_value_t = 20_000, value_parser = args::count64, allow_negative_numbers = true)]

@@ -40,9 +40,10 @@ const WHAT: [&str; 5] = [
 pub(crate) fn kinds(what: &[String]) -> anyhow::Result<Vec<usize>> {
     what.iter()
         .map(|w| {
-            KINDS.iter().position(|k| k == w).with_context(|| {
-                format!("--what: no block '{w}' (one of {})", KINDS.join(", "))
-            })
+            KINDS
+                .iter()
+                .position(|k| k == w)
+                .with_context(|| format!("--what: no block '{w}' (one of {})", KINDS.join(", ")))
         })
         .collect()
 }

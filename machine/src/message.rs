@@ -193,12 +193,10 @@ impl Message {
     #[inline]
     fn get_u32(&self, off: usize) -> u32 {
         let p = self.head + off;
-        u32::from_le_bytes([
-            self.buf[p],
-            self.buf[p + 1],
-            self.buf[p + 2],
-            self.buf[p + 3],
-        ])
+        // One bounds check for the field rather than one per byte (a byte at a time, they
+        // were a tenth of a same-PE round trip's instructions); the conversion of a slice of
+        // exactly 4 bytes cannot fail, and compiles to nothing.
+        u32::from_le_bytes(self.buf[p..p + 4].try_into().unwrap_or([0; 4]))
     }
 
     #[inline]

@@ -4,7 +4,10 @@
 //! A call is one message to the service's handler, with the call's slot and generation in the
 //! envelope's argument words; the reply is one message back to this crate's reply handler,
 //! naming the same. Nothing else travels: a call costs what a hand-written send and reply
-//! handler cost, plus a slab lookup on each side.
+//! handler cost, plus a slab lookup on each side. The task awaiting a call is recorded by its
+//! slot and generation when its waker is one of this PE's executor's (no atomic reference
+//! count taken and given back per call, and its wake-up goes straight to the executor); any
+//! other waker (a call polled by hand, or by another executor) is cloned, as usual.
 //!
 //! | message | handler | arg0 | arg1 | payload |
 //! |---|---|---|---|---|
@@ -19,6 +22,7 @@
 //! another call. **Deaths** (report mode): a pending call to a PE of a node that dies completes
 //! with [`CallError::PeDied`], and a call made to one afterwards fails at once.
 
+use crate::executor::{own_task, Exec};
 use crate::Inner;
 use converse::{HandlerId, Message, NodeFailure, Pe};
 use std::cell::{Cell, RefCell};
@@ -61,8 +65,35 @@ pub struct CallStats {
 }
 
 enum State {
-    Waiting(Option<Waker>),
+    Waiting(Waiter),
     Done(Result<Message, CallError>),
+}
+
+/// Who waits for a call's reply: nobody yet, a task of this PE's executor (by slot,
+/// generation and priority: woken without a waker's reference counts), or another waker.
+enum Waiter {
+    None,
+    Task(u32, u32, i32),
+    Other(Waker),
+}
+
+impl Waiter {
+    /// Become the waiter `waker` stands for (unless it is that already: no clone then).
+    fn register(&mut self, waker: &Waker, exec: &Exec) {
+        *self = match own_task(waker, exec) {
+            Some((id, gen, prio)) => Waiter::Task(id, gen, prio),
+            None if matches!(self, Waiter::Other(w) if w.will_wake(waker)) => return,
+            None => Waiter::Other(waker.clone()),
+        };
+    }
+
+    fn wake(self, exec: &Exec) {
+        match self {
+            Waiter::None => {}
+            Waiter::Task(id, gen, prio) => exec.wake_task(id, gen, prio),
+            Waiter::Other(w) => w.wake(),
+        }
+    }
 }
 
 struct Pending {
@@ -96,7 +127,7 @@ impl CallTable {
         };
         let p = &mut slots[id as usize];
         p.dest = dest;
-        p.state = Some(State::Waiting(None));
+        p.state = Some(State::Waiting(Waiter::None));
         (id, p.gen)
     }
 
@@ -108,32 +139,31 @@ impl CallTable {
         self.free.borrow_mut().push(id);
     }
 
-    /// Complete call `(id, gen)` with `r`, if it still waits; otherwise count a late reply.
-    pub(crate) fn complete(&self, id: u32, gen: u32, r: Result<Message, CallError>) {
-        let waker = {
+    /// Complete call `(id, gen)` with `r`, if it still waits (waking its waiter, a task of
+    /// `exec` or another); otherwise count a late reply.
+    pub(crate) fn complete(&self, exec: &Exec, id: u32, gen: u32, r: Result<Message, CallError>) {
+        let waiter = {
             let mut slots = self.slots.borrow_mut();
             match slots.get_mut(id as usize) {
                 Some(p) if p.gen == gen && matches!(p.state, Some(State::Waiting(_))) => {
                     match p.state.replace(State::Done(r)) {
                         Some(State::Waiting(w)) => w,
-                        _ => None,
+                        _ => Waiter::None,
                     }
                 }
                 _ => {
                     let mut s = self.stats.get();
                     s.late_replies += 1;
                     self.stats.set(s);
-                    None
+                    Waiter::None
                 }
             }
         };
-        if let Some(w) = waker {
-            w.wake();
-        }
+        waiter.wake(exec);
     }
 
     /// A node died: every call waiting on one of its PEs fails.
-    pub(crate) fn node_failed(&self, f: &NodeFailure) {
+    pub(crate) fn node_failed(&self, exec: &Exec, f: &NodeFailure) {
         let mut wakers = Vec::new();
         {
             let mut slots = self.slots.borrow_mut();
@@ -143,14 +173,14 @@ impl CallTable {
                         pe: p.dest,
                         reason: f.reason.clone(),
                     });
-                    if let Some(State::Waiting(Some(w))) = p.state.replace(State::Done(r)) {
+                    if let Some(State::Waiting(w)) = p.state.replace(State::Done(r)) {
                         wakers.push(w);
                     }
                 }
             }
         }
         for w in wakers {
-            w.wake();
+            w.wake(exec);
         }
     }
 
@@ -193,7 +223,12 @@ impl ServiceId {
         if !pe.is_alive(dest) {
             let reason = format!("node {} is out of the job", pe.node_of(dest));
             let (id, gen) = calls.open(dest);
-            calls.complete(id, gen, Err(CallError::PeDied { pe: dest, reason }));
+            calls.complete(
+                &self.inner.exec,
+                id,
+                gen,
+                Err(CallError::PeDied { pe: dest, reason }),
+            );
             return Call {
                 inner: self.inner.clone(),
                 id,
@@ -256,6 +291,12 @@ impl Future for Call {
         let mut slots = calls.slots.borrow_mut();
         let p = &mut slots[self.id as usize];
         debug_assert_eq!(p.gen, self.gen);
+        // Still waiting: the waiter is updated in place (the state, with its result's room, is
+        // not moved out and back).
+        if let Some(State::Waiting(w)) = &mut p.state {
+            w.register(cx.waker(), &self.inner.exec);
+            return Poll::Pending;
+        }
         match p.state.take() {
             Some(State::Done(r)) => {
                 calls.close(p, self.id);
@@ -263,8 +304,10 @@ impl Future for Call {
                 self.done = true;
                 Poll::Ready(r)
             }
-            Some(State::Waiting(_)) | None => {
-                p.state = Some(State::Waiting(Some(cx.waker().clone())));
+            _ => {
+                let mut w = Waiter::None;
+                w.register(cx.waker(), &self.inner.exec);
+                p.state = Some(State::Waiting(w));
                 Poll::Pending
             }
         }

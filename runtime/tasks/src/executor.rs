@@ -50,7 +50,7 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU32, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll, RawWaker, RawWakerVTable, Waker};
 
 /// A task as the slab holds it: its future and its output in one allocation ([`TaskCell`]),
 /// shared with its [`JoinHandle`].
@@ -159,12 +159,68 @@ struct TaskWake {
     scheduled: AtomicBool,
 }
 
-impl std::task::Wake for TaskWake {
-    fn wake(self: Arc<Self>) {
-        self.wake_by_ref();
-    }
+/// The vtable of every task's [`Waker`]: the executor's own, rather than `std::task::Wake`'s,
+/// so that [`own_task`] can tell one of its wakers from another's by the vtable's address and
+/// read the task it names (a call then records the task, not a clone of its waker).
+static VTABLE: RawWakerVTable = RawWakerVTable::new(clone_raw, wake_raw, wake_by_ref_raw, drop_raw);
 
-    fn wake_by_ref(self: &Arc<Self>) {
+// The vtable's four functions: `p` is what `waker_of` made, `Arc::into_raw` of a `TaskWake`,
+// and each waker holds one strong reference (clone adds one, wake and drop give theirs back).
+unsafe fn clone_raw(p: *const ()) -> RawWaker {
+    // SAFETY: `p` is a live `Arc<TaskWake>`'s pointer (the waker being cloned holds it).
+    unsafe { Arc::increment_strong_count(p.cast::<TaskWake>()) };
+    RawWaker::new(p, &VTABLE)
+}
+
+unsafe fn wake_raw(p: *const ()) {
+    // SAFETY: the waker gives its reference up: taken back here, dropped after the wake.
+    unsafe { Arc::from_raw(p.cast::<TaskWake>()) }.wake_by_ref();
+}
+
+unsafe fn wake_by_ref_raw(p: *const ()) {
+    // SAFETY: the waker lent for this call holds a reference, so the `TaskWake` is alive.
+    unsafe { &*p.cast::<TaskWake>() }.wake_by_ref();
+}
+
+unsafe fn drop_raw(p: *const ()) {
+    // SAFETY: the waker gives its reference up, once.
+    drop(unsafe { Arc::from_raw(p.cast::<TaskWake>()) });
+}
+
+// A waker may be sent to and woken from any thread: its `TaskWake` must allow that.
+const _: fn() = || {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<TaskWake>();
+};
+
+/// The waker of `wake`'s task (holding one reference).
+fn waker_of(wake: Arc<TaskWake>) -> Waker {
+    // SAFETY: the vtable's functions treat the pointer as `Arc::into_raw` of a `TaskWake`,
+    // which it is, and are thread-safe as `TaskWake` is `Send + Sync`.
+    unsafe { Waker::from_raw(RawWaker::new(Arc::into_raw(wake).cast(), &VTABLE)) }
+}
+
+/// A task of `exec`'s, by slot, generation and priority, if `waker` is one of its tasks'
+/// wakers: what a call records instead of cloning the waker (two atomic reference counts
+/// fewer per call), to wake it through [`Exec::wake_task`].
+pub(crate) fn own_task(waker: &Waker, exec: &Exec) -> Option<(u32, u32, i32)> {
+    if !std::ptr::eq(waker.vtable(), &VTABLE) {
+        return None;
+    }
+    // SAFETY: a waker with this vtable was made by `waker_of`, so its data is a live
+    // `TaskWake` (the waker holds a reference to it for as long as we borrow it).
+    let w = unsafe { &*waker.data().cast::<TaskWake>() };
+    (w.exec == exec as *const Exec as usize).then(|| {
+        (
+            w.id,
+            w.gen.load(Ordering::Relaxed),
+            w.prio.load(Ordering::Relaxed),
+        )
+    })
+}
+
+impl TaskWake {
+    fn wake_by_ref(&self) {
         if !self.scheduled.swap(true, Ordering::AcqRel) {
             let readied = with_local_exec(self.exec, |exec| exec.ready_unless_polling(self));
             if readied != Some(true) {
@@ -354,7 +410,7 @@ impl Exec {
                     prio: AtomicI32::new(prio),
                     scheduled: AtomicBool::new(true),
                 });
-                slot.waker = Some(Waker::from(wake.clone()));
+                slot.waker = Some(waker_of(wake.clone()));
                 slot.wake = Some(wake);
             }
         }
@@ -375,6 +431,40 @@ impl Exec {
             pe.send_msg(me, run, m);
         }
         (id, gen)
+    }
+
+    /// Wake task `(id, gen)`, as its waker would (recorded by [`own_task`]); nothing if the slot
+    /// holds another task by now.
+    pub(crate) fn wake_task(&self, id: u32, gen: u32, prio: i32) {
+        let polling = {
+            let Ok(slots) = self.slots.try_borrow() else {
+                // Only `poll` and `release` borrow mutably, and neither wakes a task meanwhile:
+                // not reached, but a message is always a correct wake-up.
+                return self.post(id, gen, prio);
+            };
+            match slots.get(id as usize) {
+                Some(slot) if slot.gen == gen => match &slot.wake {
+                    Some(wake) => {
+                        wake.wake_by_ref();
+                        return;
+                    }
+                    None => slot.polling,
+                },
+                _ => return,
+            }
+        };
+        // Its waker is out of the slot while the task is polled (in a nested loop, say): a
+        // run message makes the poll go round again (`repoll`), as the waker's would.
+        if polling {
+            self.post(id, gen, prio);
+        }
+    }
+
+    /// Post a run message for task `(id, gen)`.
+    fn post(&self, id: u32, gen: u32, prio: i32) {
+        if let Some(run) = self.run.get() {
+            post_run(&self.mailbox, run, id, gen, prio);
+        }
     }
 
     /// Ready `wake`'s task to be polled in a row, unless it is the task being polled (a task

@@ -73,7 +73,7 @@ pub use tokio::sync;
 
 use converse::{HandlerId, Message, Pe};
 use executor::{Exec, TaskCell};
-use std::cell::{Cell, RefCell};
+use std::cell::{Cell, OnceCell, RefCell};
 use std::future::Future;
 use std::rc::Rc;
 
@@ -129,35 +129,36 @@ impl Tasks {
     pub fn attach(pe: &mut Pe) -> Tasks {
         let exec = Rc::new(Exec::new(pe.mailbox()));
         // The handlers need the shared state, which needs their ids: registered in two steps.
-        let slot: Rc<RefCell<Option<Rc<Inner>>>> = Rc::new(RefCell::new(None));
+        // Set once, then only read: a handler borrows the shared state from it without a
+        // reference count or a borrow flag per message.
+        let slot: Rc<OnceCell<Rc<Inner>>> = Rc::new(OnceCell::new());
         let s = slot.clone();
         let run = pe.register("converse-tasks.run", move |pe, msg| {
-            if let Some(inner) = s.borrow().clone() {
-                as_current(&inner, || inner.exec.run(pe, &msg));
+            if let Some(inner) = s.get() {
+                as_current(inner, || inner.exec.run(pe, &msg));
             }
         });
         let s = slot.clone();
         // The caller's task, woken by the reply, is polled in this handler (`with_local`): a
         // call costs the two messages a hand-written request and reply cost.
         let reply_h = pe.register("converse-tasks.reply", move |pe, msg| {
-            let inner = s.borrow().clone();
-            if let Some(inner) = inner {
+            if let Some(inner) = s.get() {
                 let (id, gen) = (msg.arg0(), msg.arg1());
-                as_current(&inner, || {
+                as_current(inner, || {
                     inner
                         .exec
-                        .with_local(pe, |_| inner.calls.complete(id, gen, Ok(msg)))
+                        .with_local(pe, |_| inner.calls.complete(&inner.exec, id, gen, Ok(msg)))
                 });
             }
         });
         let s = slot.clone();
         let unanswered_h = pe.register("converse-tasks.unanswered", move |pe, msg| {
-            let inner = s.borrow().clone();
-            if let Some(inner) = inner {
+            if let Some(inner) = s.get() {
                 let from = msg.src_pe() as usize;
-                as_current(&inner, || {
+                as_current(inner, || {
                     inner.exec.with_local(pe, |_| {
                         inner.calls.complete(
+                            &inner.exec,
                             msg.arg0(),
                             msg.arg1(),
                             Err(CallError::Unanswered { pe: from }),
@@ -168,20 +169,20 @@ impl Tasks {
         });
         let s = slot.clone();
         let dropped_h = pe.register("converse-tasks.dropped", move |pe, msg| {
-            if let Some(inner) = s.borrow().as_ref() {
+            if let Some(inner) = s.get() {
                 call::on_dropped(inner, pe, msg);
             }
         });
         let s = slot.clone();
         let probe = pe.register("converse-tasks.qd-probe", move |pe, msg| {
-            if let Some(inner) = s.borrow().clone() {
-                quiescence::on_probe(&inner, pe, &msg);
+            if let Some(inner) = s.get() {
+                quiescence::on_probe(inner, pe, &msg);
             }
         });
         let s = slot.clone();
         let report = pe.register("converse-tasks.qd-report", move |pe, msg| {
-            if let Some(inner) = s.borrow().clone() {
-                quiescence::on_report(&inner, pe, &msg);
+            if let Some(inner) = s.get() {
+                quiescence::on_report(inner, pe, &msg);
             }
         });
         let shared_h = pe.register("converse-tasks.shared", |pe, msg| shared::run(pe, &msg));
@@ -196,12 +197,12 @@ impl Tasks {
             qd_h: quiescence::Handlers { probe, report },
             shared_h,
         });
-        *slot.borrow_mut() = Some(inner.clone());
+        let _ = slot.set(inner.clone());
         if pe.survives_node_failures() {
             let weak = Rc::downgrade(&inner);
             pe.on_node_failure(move |_pe, f| {
                 if let Some(inner) = weak.upgrade() {
-                    inner.calls.node_failed(f);
+                    inner.calls.node_failed(&inner.exec, f);
                 }
             });
         }

@@ -359,6 +359,7 @@ fn calls(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
         return Err(format!("{} expected messages left", inbox.len()));
     }
     let t = tasks.clone();
+    let echo2 = echo.clone();
     let r = tasks
         .block_on(pe, async move {
             // 50 calls to every PE in flight at once, each checked against its own request.
@@ -431,6 +432,28 @@ fn calls(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
     let s = tasks.call_stats();
     if s.cancelled != 1 || s.late_replies != 1 {
         return Err(format!("call stats {s:?}: want 1 cancelled, 1 late reply"));
+    }
+    // A call awaited by something other than a task of this PE (its own waker, not one of
+    // the executor's): woken through that waker, and completed.
+    struct Count(std::sync::atomic::AtomicUsize);
+    impl std::task::Wake for Count {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+    let count = std::sync::Arc::new(Count(std::sync::atomic::AtomicUsize::new(0)));
+    let waker = std::task::Waker::from(count.clone());
+    let mut cx = std::task::Context::from_waker(&waker);
+    let mut c = std::pin::pin!(echo2.call(pe, (me + 1) % n, &77u64.to_le_bytes()));
+    if std::future::Future::poll(c.as_mut(), &mut cx).is_ready() {
+        return Err("a call to another PE was ready at once".into());
+    }
+    let t0 = Instant::now();
+    let woken = || count.0.load(std::sync::atomic::Ordering::SeqCst) > 0;
+    pe.run_until(|_| woken() || t0.elapsed() > Duration::from_secs(10));
+    match std::future::Future::poll(c.as_mut(), &mut cx) {
+        std::task::Poll::Ready(Ok(m)) if woken() && word(&m) == 77 => {}
+        other => return Err(format!("a call with a foreign waker: {other:?}")),
     }
     converse::input::out_line(&format!("tasks calls: PE {me} ok"));
     Ok(())
