@@ -226,6 +226,38 @@ impl Launcher {
         o
     }
 
+    /// Run the `onesided` test program (`program`)'s `big` scenario on `pes` PEs — PE 0 gets
+    /// and puts the last PE's region of `bytes`, whole and in ranges down to one byte, and
+    /// checks every byte (two minutes at most) — and check that it exits 0 having said so.
+    pub fn expect_big_transfers(&self, program: &str, pes: usize, bytes: usize) -> Outcome {
+        let size = bytes.to_string();
+        let o = self.run(program, pes, &["big", &size], Duration::from_secs(120));
+        assert!(
+            o.code == Some(0) && o.lines_with("onesided big: PE 0 ok") == 1,
+            "{bytes} B on {pes} PEs via {self:?}:\n{o}"
+        );
+        o
+    }
+
+    /// The one-sided suite of a layer started by charmrun, for each `(machine, ppn, pes)`:
+    /// the `onesided` program (`program`)'s `basics` on `pes` PEs when `big` is false, else its
+    /// `big` scenario of 256 MiB (the largest) on `2 * ppn` PEs, PE 0's and the last PE's
+    /// processes apart.
+    pub fn onesided_suite(program: &str, cases: &[(&'static str, usize, usize)], big: bool) {
+        for &(machine, ppn, pes) in cases {
+            let l = Launcher::Charmrun {
+                machine,
+                opts: vec![],
+            }
+            .with_ppn(ppn);
+            if big {
+                l.expect_big_transfers(program, 2 * ppn, 256 << 20);
+            } else {
+                l.expect_every_pe_ok(program, "onesided", "basics", pes);
+            }
+        }
+    }
+
     /// PEs per process of this launcher's jobs.
     pub fn ppn(&self) -> usize {
         match self {
@@ -641,6 +673,25 @@ pub fn peak_rss(o: &Outcome) -> u64 {
         .and_then(|r| r.split_whitespace().next())
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no peak RSS in the output:\n{o}"))
+}
+
+/// The one-sided suite of a layer started by charmrun, as tests (`onesided_suite!(&[("ucx", 1,
+/// 3), ("ucx", 2, 4)])`): for each `(machine, ppn, pes)`, the `onesided` program's checks of
+/// ranges, ordering and errors on `pes` PEs, and transfers of 256 MiB arriving whole
+/// ([`Launcher::onesided_suite`]).
+#[macro_export]
+macro_rules! onesided_suite {
+    ($cases:expr) => {
+        #[test]
+        fn gets_puts_ranges_ordering_and_errors() {
+            $crate::Launcher::onesided_suite(env!("CARGO_BIN_EXE_onesided"), $cases, false);
+        }
+
+        #[test]
+        fn transfers_of_256_mib_arrive_whole() {
+            $crate::Launcher::onesided_suite(env!("CARGO_BIN_EXE_onesided"), $cases, true);
+        }
+    };
 }
 
 /// The limits every layer started by charmrun must hold at scale and toward a stalled peer,

@@ -328,17 +328,11 @@ mod onesided {
         mpirun(2).expect_every_pe_ok(ONESIDED, "onesided", "basics", 4);
     }
 
+    /// 256 MiB, the largest, whole: one rank per process, and at `ppn 2` with the
+    /// region in the other process.
     #[test]
-    fn transfers_of_16_mib_arrive_whole() {
-        let o = mpirun(1).run(
-            ONESIDED,
-            2,
-            &["big", "16777216"],
-            std::time::Duration::from_secs(120),
-        );
-        assert!(
-            o.code == Some(0) && o.lines_with("onesided big: PE 0 ok") == 1,
-            "{o}"
-        );
+    fn transfers_of_256_mib_arrive_whole() {
+        mpirun(1).expect_big_transfers(ONESIDED, 2, 256 << 20);
+        mpirun(2).expect_big_transfers(ONESIDED, 4, 256 << 20);
     }
 }

@@ -228,3 +228,10 @@ mod particular {
         );
     }
 }
+
+/// One-sided transfers (`Pe::get`, `Pe::put`, regions; emulated over messages on this layer)
+/// over the tcp provider (also at `++ppn 2`) and the shared-memory one: the `onesided` program's checks of ranges, ordering and
+/// errors, and transfers of 256 MiB arriving whole.
+mod onesided {
+    converse_tests::onesided_suite!(&[("ofi+tcp", 1, 3), ("ofi+tcp", 2, 4), ("ofi+shm", 1, 3)]);
+}

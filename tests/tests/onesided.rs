@@ -112,6 +112,24 @@ fn transfers_of_64_mib_arrive_whole() {
     }
 }
 
+/// The largest size the issue names, 256 MiB, on every layer of the default build: one PE per
+/// process, and at `++ppn 2` with the region in the other process (PE 0 and PE 3: through both
+/// communication threads). The fabric layers' own suites run the same (ofi.rs, ucx.rs, mpi.rs).
+#[test]
+fn transfers_of_256_mib_arrive_whole_on_every_layer() {
+    for (l, pes) in [
+        (Launcher::Direct { machine: "local" }, 2),
+        (charmrun("si", 1), 2),
+        (charmrun("tcp", 1), 2),
+        (charmrun("udp", 1), 2),
+        (charmrun("si+tcp", 1), 2),
+        (charmrun("si", 2), 4),
+        (charmrun("tcp", 2), 4),
+    ] {
+        l.expect_big_transfers(PROGRAM, pes, 256 << 20);
+    }
+}
+
 #[test]
 fn transfers_on_a_dying_pes_region_fail_with_its_death() {
     for (l, direct) in [

@@ -183,3 +183,10 @@ fn a_transport_this_host_lacks_is_refused_at_start_up() {
         );
     }
 }
+
+/// One-sided transfers (`Pe::get`, `Pe::put`, regions; emulated over messages on this layer)
+/// over UCX (also at `++ppn 2`): the `onesided` program's checks of ranges, ordering and
+/// errors, and transfers of 256 MiB arriving whole.
+mod onesided {
+    converse_tests::onesided_suite!(&[("ucx", 1, 3), ("ucx", 2, 4)]);
+}
