@@ -6,7 +6,8 @@
 //! blocks as it always does. A wake-up posts that message through the PE's
 //! [`Mailbox`](converse::Mailbox), from whatever thread wakes it; a task already scheduled is
 //! not scheduled twice (a flag per task), and a message for a slot that has since been reused
-//! (another generation) is dropped.
+//! (another generation) is dropped. A call's reply wakes its task by slot and generation
+//! ([`Exec::wake_task`], see [`own_task`]) through the same flag, with no waker in hand.
 //!
 //! Costs per wake-up from another thread or handler: one message allocation (24 bytes of
 //! envelope, no payload) and a lock-free push and pop; per poll, one slab lookup. A task is one
@@ -204,12 +205,7 @@ fn waker_of(wake: Arc<TaskWake>) -> Waker {
 /// wakers: what a call records instead of cloning the waker (two atomic reference counts
 /// fewer per call), to wake it through [`Exec::wake_task`].
 pub(crate) fn own_task(waker: &Waker, exec: &Exec) -> Option<(u32, u32, i32)> {
-    if !std::ptr::eq(waker.vtable(), &VTABLE) {
-        return None;
-    }
-    // SAFETY: a waker with this vtable was made by `waker_of`, so its data is a live
-    // `TaskWake` (the waker holds a reference to it for as long as we borrow it).
-    let w = unsafe { &*waker.data().cast::<TaskWake>() };
+    let w = task_wake_of(waker)?;
     (w.exec == exec as *const Exec as usize).then(|| {
         (
             w.id,
@@ -217,6 +213,13 @@ pub(crate) fn own_task(waker: &Waker, exec: &Exec) -> Option<(u32, u32, i32)> {
             w.prio.load(Ordering::Relaxed),
         )
     })
+}
+
+/// The `TaskWake` behind `waker`, if it is one of an executor's task wakers.
+fn task_wake_of(waker: &Waker) -> Option<&TaskWake> {
+    // SAFETY: a waker with this vtable was made by `waker_of`, so its data is a live
+    // `TaskWake` (the waker holds a reference to it for as long as it is borrowed).
+    std::ptr::eq(waker.vtable(), &VTABLE).then(|| unsafe { &*waker.data().cast::<TaskWake>() })
 }
 
 impl TaskWake {
@@ -436,34 +439,22 @@ impl Exec {
     /// Wake task `(id, gen)`, as its waker would (recorded by [`own_task`]); nothing if the slot
     /// holds another task by now.
     pub(crate) fn wake_task(&self, id: u32, gen: u32, prio: i32) {
-        let polling = {
-            let Ok(slots) = self.slots.try_borrow() else {
-                // Only `poll` and `release` borrow mutably, and neither wakes a task meanwhile:
-                // not reached, but a message is always a correct wake-up.
-                return self.post(id, gen, prio);
-            };
-            match slots.get(id as usize) {
-                Some(slot) if slot.gen == gen => match &slot.wake {
-                    Some(wake) => {
-                        wake.wake_by_ref();
-                        return;
-                    }
-                    None => slot.polling,
-                },
-                _ => return,
+        let Ok(slots) = self.slots.try_borrow() else {
+            // Borrowed mutably only for moments in which no task is woken (spawn, abort, a
+            // poll's bookkeeping): not reached, but a run message is always a correct wake-up.
+            if let Some(run) = self.run.get() {
+                post_run(&self.mailbox, run, id, gen, prio);
             }
+            return;
         };
-        // Its waker is out of the slot while the task is polled (in a nested loop, say): a
-        // run message makes the poll go round again (`repoll`), as the waker's would.
-        if polling {
-            self.post(id, gen, prio);
-        }
-    }
-
-    /// Post a run message for task `(id, gen)`.
-    fn post(&self, id: u32, gen: u32, prio: i32) {
-        if let Some(run) = self.run.get() {
-            post_run(&self.mailbox, run, id, gen, prio);
+        // The slot's `TaskWake` stays in it even while the task is polled, so this is the
+        // waker's own wake, its `scheduled` flag included (once per poll, however many wakes).
+        if let Some(wake) = slots
+            .get(id as usize)
+            .filter(|s| s.gen == gen)
+            .and_then(|s| s.wake.as_ref())
+        {
+            wake.wake_by_ref();
         }
     }
 
@@ -566,7 +557,7 @@ impl Exec {
 
     /// Poll task `(id, gen)`, if it is still that task.
     fn poll(&self, pe: &mut Pe, id: u32, gen: u32) {
-        let (fut, waker, wake) = {
+        let (fut, waker) = {
             let mut slots = self.slots.borrow_mut();
             let Some(slot) = slots.get_mut(id as usize) else {
                 return;
@@ -578,20 +569,24 @@ impl Exec {
                 slot.repoll = true;
                 return;
             }
-            // Taken out, not cloned (two reference counts fewer per poll); put back after.
-            let (Some(fut), Some(waker), Some(wake)) =
-                (slot.fut.take(), slot.waker.take(), slot.wake.take())
-            else {
+            if slot.fut.is_none() || slot.waker.is_none() {
+                return;
+            }
+            // Taken out, not cloned (two reference counts fewer per poll); put back after. The
+            // `TaskWake` stays, for a wake by slot during the poll (`wake_task`).
+            let (Some(fut), Some(waker)) = (slot.fut.take(), slot.waker.take()) else {
                 return;
             };
             slot.polling = true;
             slot.started = true;
-            (fut, waker, wake)
+            (fut, waker)
         };
         self.row.set(self.row.get() + 1);
         loop {
             // Cleared before the poll: a wake during it schedules the task again.
-            wake.scheduled.store(false, Ordering::Release);
+            if let Some(w) = task_wake_of(&waker) {
+                w.scheduled.store(false, Ordering::Release);
+            }
             let mut cx = Context::from_waker(&waker);
             let prev = CURRENT.with(|c| c.replace(pe as *mut Pe));
             struct Restore(*mut Pe);
@@ -632,7 +627,6 @@ impl Exec {
                 slot.aborted = false;
                 slot.repoll = false;
                 slot.waker = Some(waker);
-                slot.wake = Some(wake);
                 self.release(slot, id);
                 drop(slots);
                 // The future's destructors may use the executor (cancel calls, drop handles).
@@ -645,7 +639,6 @@ impl Exec {
             slot.polling = false;
             slot.fut = Some(fut);
             slot.waker = Some(waker);
-            slot.wake = Some(wake);
             return;
         }
     }

@@ -401,9 +401,10 @@ pub(crate) fn current_inner() -> Option<Rc<Inner>> {
     if p.is_null() {
         return None;
     }
-    // SAFETY: set by the run handler from `Rc::as_ptr` of an `Rc<Inner>` it holds for the
-    // whole poll, during which this runs (restored on unwind); one more strong count makes
-    // the returned `Rc`.
+    // SAFETY: set by the run handler from `Rc::as_ptr` of the `Rc<Inner>` in its `OnceCell`,
+    // which the handler's closure keeps (and the PE keeps the closure, cloned for the call)
+    // for the whole poll, during which this runs (restored on unwind); one more strong count
+    // makes the returned `Rc`.
     unsafe {
         Rc::increment_strong_count(p);
         Some(Rc::from_raw(p))

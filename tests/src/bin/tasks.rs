@@ -390,6 +390,21 @@ fn calls(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
             if word(&v) != 42 {
                 return Err(format!("later answered {}", word(&v)));
             }
+            // A reply that lands while its task is still being polled (in a nested loop of
+            // the task's own): the wake by slot finds the task out polling; the call completes.
+            let mut c = call(dest, &echo, &99u64.to_le_bytes());
+            let pending = std::future::poll_fn(|cx| {
+                std::task::Poll::Ready(
+                    std::future::Future::poll(std::pin::Pin::new(&mut c), cx).is_pending(),
+                )
+            })
+            .await;
+            let t0 = Instant::now();
+            with_pe(|pe| pe.run_until(|_| t0.elapsed() > Duration::from_millis(50)));
+            let v = c.await.map_err(|e| e.to_string())?;
+            if !pending || word(&v) != 99 {
+                return Err(format!("a reply in a nested loop: {pending} {}", word(&v)));
+            }
             // A spawn right after a reply came (this task is polled from the reply's handler).
             let five = converse_tasks::spawn(async { 5u64 })
                 .await
