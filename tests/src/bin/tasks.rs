@@ -327,6 +327,16 @@ fn calls(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
             reply.send_msg(pe, req)
         })
     });
+    // Answers, then says so with a second message: FIFO per pair, so when the note has run on
+    // the caller's PE, the reply has too.
+    let noted = Rc::new(std::cell::Cell::new(false));
+    let nd = noted.clone();
+    let note = pe.register("noted", move |_pe, _m| nd.set(true));
+    let echo_note = tasks.serve(pe, "echo-note", move |pe, req, reply| {
+        let caller = reply.caller();
+        reply.send_msg(pe, req);
+        pe.send(caller, note, b"");
+    });
     let inbox = tasks.expect(pe, "expected");
     pe.barrier();
     // Expected receives: every PE sends 3 numbered messages to every PE; each PE takes them
@@ -392,7 +402,7 @@ fn calls(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
             }
             // A reply that lands while its task is still being polled (in a nested loop of
             // the task's own): the wake by slot finds the task out polling; the call completes.
-            let mut c = call(dest, &echo, &99u64.to_le_bytes());
+            let mut c = call(dest, &echo_note, &99u64.to_le_bytes());
             let pending = std::future::poll_fn(|cx| {
                 std::task::Poll::Ready(
                     std::future::Future::poll(std::pin::Pin::new(&mut c), cx).is_pending(),
@@ -400,7 +410,10 @@ fn calls(pe: &mut Pe, tasks: &Tasks) -> Result<(), String> {
             })
             .await;
             let t0 = Instant::now();
-            with_pe(|pe| pe.run_until(|_| t0.elapsed() > Duration::from_millis(50)));
+            with_pe(|pe| pe.run_until(|_| noted.get() || t0.elapsed() > Duration::from_secs(10)));
+            if !noted.get() {
+                return Err("no reply in a nested loop within 10 s".into());
+            }
             let v = c.await.map_err(|e| e.to_string())?;
             if !pending || word(&v) != 99 {
                 return Err(format!("a reply in a nested loop: {pending} {}", word(&v)));
