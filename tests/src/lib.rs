@@ -544,7 +544,7 @@ pub fn node_of(pid: u32) -> Option<usize> {
 }
 
 /// Wait until `parent` (charmrun) has started nodes `0..n`; returns their pids indexed by node
-/// number (fewer if the time ran out). Not [`wait_for_children`]'s order: that is the order of
+/// number (if the time ran out, those of the nodes before the first missing one). Not [`wait_for_children`]'s order: that is the order of
 /// pids, which wrap (a CI run starts tens of thousands of processes and pid_max may be 32768),
 /// so the fourth child started may have the lowest pid.
 pub fn wait_for_nodes(parent: u32, n: usize, limit: Duration) -> Vec<u32> {
@@ -555,10 +555,16 @@ pub fn wait_for_nodes(parent: u32, n: usize, limit: Duration) -> Vec<u32> {
             .filter_map(|pid| Some((node_of(pid)?, pid)))
             .collect();
         nodes.sort_unstable();
-        let complete =
-            nodes.len() >= n && nodes.iter().take(n).enumerate().all(|(i, &(k, _))| i == k);
-        if complete || Instant::now() >= deadline {
-            return nodes.into_iter().take(n).map(|(_, pid)| pid).collect();
+        // Nodes 0, 1, … without a gap: a pid's place in the result is its node number, also
+        // when the time runs out with a node missing (then only those before it).
+        let known = nodes
+            .iter()
+            .take(n)
+            .enumerate()
+            .take_while(|&(i, &(k, _))| i == k)
+            .count();
+        if known == n || Instant::now() >= deadline {
+            return nodes.into_iter().take(known).map(|(_, pid)| pid).collect();
         }
         std::thread::sleep(Duration::from_millis(20));
     }
