@@ -15,6 +15,7 @@ pub mod mpiexec;
 pub mod nodelist;
 pub mod opts;
 pub mod output;
+pub mod reap;
 pub mod slurm;
 pub mod spawn;
 

@@ -1,9 +1,9 @@
 //! Watching a node process: its stdout and stderr are passed on to charmrun's own, whole lines
 //! at a time, and its exit is reported.
 //!
-//! Two threads per node, so that the job's end never waits behind its output: one waits for
-//! the process to exit and reports it at once; the other polls both pipes and writes what they
-//! bring. A write blocks as long as charmrun's reader does not read (a pager, a terminal
+//! The job's end never waits behind its output: the process's exit is reported at once by the
+//! reaping thread ([`crate::reap`], one for all nodes); a thread of the node's own polls both
+//! pipes and writes what they bring. A write blocks as long as charmrun's reader does not read (a pager, a terminal
 //! paused with Ctrl-S): then the node's pipe fills and the node itself waits, and nothing is
 //! dropped. Only a reader that is gone (`EPIPE`) makes charmrun stop writing a stream; the
 //! pipes are still read (and what they bring dropped), so that no node blocks forever.
@@ -472,11 +472,8 @@ pub fn watch_keeping(
                 forward(pipes, &job_over, &held)
             })?
     };
-    let exit = std::thread::Builder::new()
-        .name("node-exit".into())
-        .spawn(move || on_exit(child.wait().unwrap_or_else(|_| exit_status(1))));
     // On error the output thread ends with the pipes, once the caller kills the process.
-    exit?;
+    crate::reap::on_exit(child, on_exit)?;
     Ok(Watcher {
         thread: output,
         busy,
@@ -559,10 +556,6 @@ fn forward(mut pipes: [(Option<Arc<File>>, Lines); 2], job_over: &AtomicBool, he
             }
         }
     }
-}
-
-fn exit_status(code: i32) -> ExitStatus {
-    std::os::unix::process::ExitStatusExt::from_raw(code << 8)
 }
 
 #[cfg(test)]

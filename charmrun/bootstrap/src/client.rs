@@ -12,7 +12,7 @@
 //! the [`Bootstrap`] interface this implements. After [`exchange`](Bootstrap::exchange) a watchdog thread owns the read side of the control connection. It
 //! releases barriers, and it ends the process at once when charmrun says the job is over or
 //! the connection drops: so a node never outlives its job, even one whose main thread is hung
-//! and never polls. A heartbeat thread tells charmrun every
+//! and never polls. Between charmrun's frames the same thread tells charmrun every
 //! [`HEARTBEAT_INTERVAL`](protocol::HEARTBEAT_INTERVAL) that the process still answers, so a
 //! stopped or frozen node is noticed (`++hang-timeout`), and one busy in a long handler is not
 //! taken for one.
@@ -32,7 +32,7 @@ pub use converse_machine::launch::{
 
 /// A node's control connection to charmrun.
 pub struct Control {
-    /// Shared with the heartbeat thread, which ends when the connection does.
+    /// Shared with the watchdog thread, which stops its heartbeats when the connection ends.
     writer: Arc<Mutex<TcpStream>>,
     reader: Option<TcpStream>,
     local_ip: IpAddr,
@@ -254,15 +254,14 @@ impl Bootstrap for Control {
         let leaving = self.leaving.clone();
         let deaths = self.deaths.clone();
         let blobs = self.blobs.clone();
+        let writer = Arc::downgrade(&self.writer);
+        // One thread reads and beats: a second one for the heartbeat cost every node a
+        // thread's creation and exit while the job starts.
         std::thread::Builder::new()
             .name("charmrun-watchdog".into())
-            .spawn(move || watchdog(reader, released, leaving, &deaths, &blobs))
+            .stack_size(256 << 10)
+            .spawn(move || watchdog(reader, &writer, released, leaving, &deaths, &blobs))
             .map_err(|e| MachineError::io("starting the charmrun watchdog", e))?;
-        let writer = Arc::downgrade(&self.writer);
-        std::thread::Builder::new()
-            .name("charmrun-heartbeat".into())
-            .spawn(move || heartbeat(&writer))
-            .map_err(|e| MachineError::io("starting the charmrun heartbeat", e))?;
         Ok(table)
     }
 
@@ -415,34 +414,77 @@ fn kill_own_group() {
     }
 }
 
-/// Tell charmrun every [`HEARTBEAT_INTERVAL`](protocol::HEARTBEAT_INTERVAL) that this
-/// process still answers, until the connection is dropped or fails.
-fn heartbeat(writer: &Weak<Mutex<TcpStream>>) {
-    loop {
-        std::thread::sleep(protocol::HEARTBEAT_INTERVAL);
-        let Some(w) = writer.upgrade() else {
-            return;
-        };
-        let Ok(mut w) = w.lock() else {
-            return;
-        };
-        if protocol::write_frame(&mut *w, Kind::Heartbeat, &[])
+/// Tell charmrun this process still answers: `false` once it cannot be told any more (the
+/// connection dropped or failed), `None` when the writer is busy (try again soon: the reading
+/// thread that beats must never wait for a writer).
+fn beat(writer: &Weak<Mutex<TcpStream>>) -> Option<bool> {
+    let Some(w) = writer.upgrade() else {
+        return Some(false);
+    };
+    let mut w = match w.try_lock() {
+        Ok(w) => w,
+        Err(std::sync::TryLockError::WouldBlock) => return None,
+        Err(std::sync::TryLockError::Poisoned(_)) => return Some(false),
+    };
+    Some(
+        protocol::write_frame(&mut *w, Kind::Heartbeat, &[])
             .and_then(|()| w.flush())
-            .is_err()
-        {
-            return;
+            .is_ok(),
+    )
+}
+
+/// Whether `s` has something to read (or has ended) within `wait`.
+fn readable_within(s: &TcpStream, wait: Duration) -> bool {
+    use std::os::fd::AsRawFd;
+    let deadline = std::time::Instant::now() + wait;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        // Rounded up: a wait of less than a millisecond is not a spin of zero-time polls.
+        let ms = libc::c_int::try_from(left.as_micros().div_ceil(1000)).unwrap_or(libc::c_int::MAX);
+        let mut fds = [libc::pollfd {
+            fd: s.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        // SAFETY: one valid pollfd, for a descriptor `s` keeps open.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 1, ms) };
+        if n == 0 {
+            return false;
+        }
+        let interrupted =
+            n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted;
+        if !interrupted {
+            // Readable, ended, or an error the next read reports.
+            return true;
         }
     }
 }
 
+/// Read what charmrun sends until the job is over, and between its frames tell charmrun every
+/// [`HEARTBEAT_INTERVAL`](protocol::HEARTBEAT_INTERVAL) that this process still answers (until
+/// the connection is dropped or fails).
 fn watchdog(
     mut reader: TcpStream,
+    writer: &Weak<Mutex<TcpStream>>,
     released: Signal,
     leaving: Option<std::sync::Arc<std::sync::atomic::AtomicBool>>,
     deaths: &Deaths,
     blobs: &Blobs,
 ) {
+    let mut beating = true;
+    let mut next_beat = std::time::Instant::now() + protocol::HEARTBEAT_INTERVAL;
     loop {
+        if beating {
+            let now = std::time::Instant::now();
+            if now >= next_beat || !readable_within(&reader, next_beat - now) {
+                match beat(writer) {
+                    Some(true) => next_beat = std::time::Instant::now() + protocol::HEARTBEAT_INTERVAL,
+                    Some(false) => beating = false,
+                    None => next_beat = std::time::Instant::now() + Duration::from_millis(10),
+                }
+                continue;
+            }
+        }
         match protocol::read_frame(&mut reader) {
             Ok((Kind::Bcast, blob)) => {
                 if let Ok(mut l) = blobs.list.lock() {

@@ -201,6 +201,31 @@ pub fn split_kind(mut body: Vec<u8>) -> io::Result<(Kind, Vec<u8>)> {
     Ok((kind, body))
 }
 
+/// Take one whole frame from the front of `buf`, the bytes of a connection read so far
+/// (the sans-IO form of [`read_frame`], for a reader serving many connections from one
+/// thread): `None` until the frame is whole; what follows it stays in `buf`.
+///
+/// # Errors
+/// `InvalidData` for a length out of range (known from the first four bytes) or a kind unknown.
+pub fn take_frame(buf: &mut Vec<u8>) -> io::Result<Option<(Kind, Vec<u8>)>> {
+    let Some(len) = buf.first_chunk::<4>() else {
+        return Ok(None);
+    };
+    let len = u32::from_le_bytes(*len) as usize;
+    if len == 0 || len > MAX_FRAME {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("control frame of {len} bytes"),
+        ));
+    }
+    if buf.len() < 4 + len {
+        return Ok(None);
+    }
+    let body = buf[4..4 + len].to_vec();
+    buf.drain(..4 + len);
+    split_kind(body).map(Some)
+}
+
 /// A node's introduction.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hello {
@@ -296,6 +321,40 @@ mod tests {
         for len in 0..(SECRET_LEN + 12 + 6) {
             assert_eq!(Hello::decode(&b[..len]), None, "len {len}");
         }
+    }
+
+    /// Frames taken from bytes as they come, a byte at a time or all at once, are the frames
+    /// written, in order, and nothing is left; a bad length or kind is an error at once.
+    #[test]
+    fn frames_are_taken_whole_from_bytes_as_they_come() {
+        let mut wire = Vec::new();
+        write_frame(&mut wire, Kind::Barrier, &[]).expect("write");
+        write_frame(&mut wire, Kind::Ending, &7i32.to_le_bytes()).expect("write");
+        write_frame(&mut wire, Kind::Bcast, &[9; 300]).expect("write");
+        let want = vec![
+            (Kind::Barrier, vec![]),
+            (Kind::Ending, 7i32.to_le_bytes().to_vec()),
+            (Kind::Bcast, vec![9; 300]),
+        ];
+        for step in [1, 3, 5, wire.len()] {
+            let (mut buf, mut got) = (Vec::new(), Vec::new());
+            for piece in wire.chunks(step) {
+                buf.extend_from_slice(piece);
+                while let Some(f) = take_frame(&mut buf).expect("good frames") {
+                    got.push(f);
+                }
+            }
+            assert_eq!(got, want, "bytes {step} at a time");
+            assert!(buf.is_empty());
+        }
+        let mut zero = 0u32.to_le_bytes().to_vec();
+        assert!(take_frame(&mut zero).is_err());
+        let mut huge = u32::MAX.to_le_bytes().to_vec();
+        assert!(take_frame(&mut huge).is_err());
+        let mut unknown = vec![1, 0, 0, 0, 250];
+        assert!(take_frame(&mut unknown).is_err());
+        let mut short = vec![5, 0, 0];
+        assert!(matches!(take_frame(&mut short), Ok(None)));
     }
 
     #[test]

@@ -254,6 +254,8 @@ impl ControlServer {
         for s in self.agents.iter_mut().flatten() {
             let _ = protocol::write_frame(s, Kind::Table, &table).and_then(|()| s.flush());
         }
+        // Every table first: a node's start-up waits for nothing else of ours.
+        let mut readers = Vec::new();
         for i in 0..self.conns.len() {
             if !matches!(self.conns[i].link, Link::Direct(_)) {
                 continue;
@@ -265,9 +267,15 @@ impl ControlServer {
                 let reader = c
                     .try_clone()
                     .map_err(|e| format!("cannot watch node {i}'s control connection: {e}"))?;
-                let tx = self.tx.clone();
-                std::thread::spawn(move || read_loop(i, reader, tx));
+                readers.push((i, reader));
             }
+        }
+        if !readers.is_empty() {
+            let tx = self.tx.clone();
+            std::thread::Builder::new()
+                .name("control-read".into())
+                .spawn(move || read_all(readers, &tx))
+                .map_err(|e| format!("cannot watch the nodes' control connections: {e}"))?;
         }
         Ok(())
     }
@@ -354,17 +362,64 @@ fn introduce(mut s: TcpStream, secret: &[u8; SECRET_LEN]) -> Event {
     }
 }
 
-fn read_loop(node: usize, mut r: TcpStream, tx: Sender<Event>) {
-    loop {
-        match protocol::read_frame(&mut r) {
-            Ok((k, body)) => {
-                if tx.send(Event::Frame(node, k, body)).is_err() {
-                    return;
-                }
+/// Read what every node sends on its control connection (`conns`: node and its reader), from
+/// one thread: each frame as [`Event::Frame`], the end of a connection (or a frame that breaks
+/// the protocol) as [`Event::Closed`]. A thread per node cost its creation and exit for every
+/// node while the job starts; the frames are few (barriers, heartbeats, broadcasts, the end).
+///
+/// The sockets stay blocking (charmrun's writes to the same connections rely on a write
+/// timeout): they are read with `MSG_DONTWAIT` once `poll` says they have something.
+fn read_all(conns: Vec<(usize, TcpStream)>, tx: &Sender<Event>) {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use nix::sys::socket::{recv, MsgFlags};
+    use std::os::fd::{AsFd, AsRawFd};
+    // Each connection's bytes not yet a whole frame.
+    let mut live: Vec<(usize, TcpStream, Vec<u8>)> =
+        conns.into_iter().map(|(i, s)| (i, s, Vec::new())).collect();
+    let mut chunk = vec![0u8; 64 << 10];
+    while !live.is_empty() {
+        let ready: Vec<bool> = {
+            let mut fds: Vec<PollFd> = live
+                .iter()
+                .map(|(_, s, _)| PollFd::new(s.as_fd(), PollFlags::POLLIN))
+                .collect();
+            if poll(&mut fds, PollTimeout::NONE).is_err() {
+                // EINTR: poll again.
+                continue;
             }
-            Err(_) => {
-                let _ = tx.send(Event::Closed(node));
-                return;
+            fds.iter()
+                .map(|f| f.revents().is_some_and(|e| !e.is_empty()))
+                .collect()
+        };
+        // From the back, so that removing one leaves the others' places as polled.
+        for at in (0..live.len()).rev() {
+            if !ready[at] {
+                continue;
+            }
+            let (node, s, buf) = &mut live[at];
+            let ended = match recv(s.as_raw_fd(), &mut chunk, MsgFlags::MSG_DONTWAIT) {
+                Ok(0) => true,
+                Ok(n) => {
+                    buf.extend_from_slice(&chunk[..n]);
+                    false
+                }
+                Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => false,
+                Err(_) => true,
+            };
+            let broken = loop {
+                match protocol::take_frame(buf) {
+                    Ok(Some((k, body))) => {
+                        if tx.send(Event::Frame(*node, k, body)).is_err() {
+                            return;
+                        }
+                    }
+                    Ok(None) => break false,
+                    Err(_) => break true,
+                }
+            };
+            if ended || broken {
+                let _ = tx.send(Event::Closed(*node));
+                live.swap_remove(at);
             }
         }
     }
