@@ -64,7 +64,6 @@ pub fn on_exit(
 fn by_thread(mut child: Child, on_exit: OnExit) -> std::io::Result<()> {
     std::thread::Builder::new()
         .name("node-exit".into())
-        .stack_size(64 << 10)
         .spawn(move || on_exit(child.wait().unwrap_or_else(|_| exit_status(1))))
         .map(drop)
 }
@@ -111,9 +110,15 @@ fn reap(r: &'static Reaper) {
                 mine.iter()
                     .map(|(fd, _, _)| PollFd::new(fd.as_fd(), PollFlags::POLLIN)),
             );
-            if poll(&mut fds, PollTimeout::NONE).is_err() {
-                // EINTR; anything else would be a bad descriptor, which ours are not.
-                continue;
+            match poll(&mut fds, PollTimeout::NONE) {
+                Ok(_) => {}
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(_) => {
+                    // Not expected of our descriptors (out of memory, say): never a spin.
+                    drop(fds);
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                    continue;
+                }
             }
             fds.iter()
                 .map(|f| f.revents().is_some_and(|e| !e.is_empty()))
@@ -127,12 +132,28 @@ fn reap(r: &'static Reaper) {
         for i in (0..mine.len()).rev() {
             if ready[i + 1] {
                 let (fd, mut child, report) = mine.swap_remove(i);
-                let status = child.wait().unwrap_or_else(|_| exit_status(1));
                 drop(fd);
-                report(status);
+                match child.try_wait() {
+                    Ok(Some(status)) => tell(report, status),
+                    // Its pidfd says it exited, but a tracer (`gdb -p`, `strace -p`) holds the
+                    // zombie until it lets go: waiting here would hold every other child's
+                    // report back, so this one is waited for on a thread of its own.
+                    Ok(None) => {
+                        if let Err(e) = by_thread(child, report) {
+                            tracing::warn!(target: "charmrun", "cannot wait for a traced child: {e}");
+                        }
+                    }
+                    Err(_) => tell(report, exit_status(1)),
+                }
             }
         }
     }
+}
+
+/// Report an exit; a report that panics ends only itself, not the reaping of every other
+/// child (of this job, and of the jobs after it in a launcher embedded in a program).
+fn tell(report: OnExit, status: ExitStatus) {
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| report(status)));
 }
 
 fn exit_status(code: i32) -> ExitStatus {
@@ -171,6 +192,9 @@ mod tests {
             .collect();
         seen.sort_unstable();
         assert_eq!(seen, (0..20).map(|c| (c, Some(c))).collect::<Vec<_>>());
-        assert!(rx.recv_timeout(Duration::from_millis(200)).is_err(), "reported twice");
+        assert!(
+            rx.recv_timeout(Duration::from_millis(200)).is_err(),
+            "reported twice"
+        );
     }
 }

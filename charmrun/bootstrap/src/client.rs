@@ -259,7 +259,6 @@ impl Bootstrap for Control {
         // thread's creation and exit while the job starts.
         std::thread::Builder::new()
             .name("charmrun-watchdog".into())
-            .stack_size(256 << 10)
             .spawn(move || watchdog(reader, &writer, released, leaving, &deaths, &blobs))
             .map_err(|e| MachineError::io("starting the charmrun watchdog", e))?;
         Ok(table)
@@ -415,16 +414,24 @@ fn kill_own_group() {
 }
 
 /// Tell charmrun this process still answers: `false` once it cannot be told any more (the
-/// connection dropped or failed), `None` when the writer is busy (try again soon: the reading
-/// thread that beats must never wait for a writer).
-fn beat(writer: &Weak<Mutex<TcpStream>>) -> Option<bool> {
+/// connection dropped or failed), `None` when the writer is busy and `wait` is false (try
+/// again soon: the reading thread that beats should not wait behind a writer; after a few
+/// tries it does, since a writer sending back to back could otherwise starve the beats).
+fn beat(writer: &Weak<Mutex<TcpStream>>, wait: bool) -> Option<bool> {
     let Some(w) = writer.upgrade() else {
         return Some(false);
     };
-    let mut w = match w.try_lock() {
-        Ok(w) => w,
-        Err(std::sync::TryLockError::WouldBlock) => return None,
-        Err(std::sync::TryLockError::Poisoned(_)) => return Some(false),
+    let w = if wait {
+        w.lock().map_err(|_| ())
+    } else {
+        match w.try_lock() {
+            Ok(w) => Ok(w),
+            Err(std::sync::TryLockError::WouldBlock) => return None,
+            Err(std::sync::TryLockError::Poisoned(_)) => Err(()),
+        }
+    };
+    let Ok(mut w) = w else {
+        return Some(false);
     };
     Some(
         protocol::write_frame(&mut *w, Kind::Heartbeat, &[])
@@ -473,14 +480,22 @@ fn watchdog(
 ) {
     let mut beating = true;
     let mut next_beat = std::time::Instant::now() + protocol::HEARTBEAT_INTERVAL;
+    // Tries in a row that found the writer busy.
+    let mut busy = 0u32;
     loop {
         if beating {
             let now = std::time::Instant::now();
             if now >= next_beat || !readable_within(&reader, next_beat - now) {
-                match beat(writer) {
-                    Some(true) => next_beat = std::time::Instant::now() + protocol::HEARTBEAT_INTERVAL,
+                match beat(writer, busy >= 10) {
+                    Some(true) => {
+                        busy = 0;
+                        next_beat = std::time::Instant::now() + protocol::HEARTBEAT_INTERVAL;
+                    }
                     Some(false) => beating = false,
-                    None => next_beat = std::time::Instant::now() + Duration::from_millis(10),
+                    None => {
+                        busy += 1;
+                        next_beat = std::time::Instant::now() + Duration::from_millis(10);
+                    }
                 }
                 continue;
             }

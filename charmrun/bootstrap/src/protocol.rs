@@ -201,13 +201,15 @@ pub fn split_kind(mut body: Vec<u8>) -> io::Result<(Kind, Vec<u8>)> {
     Ok((kind, body))
 }
 
-/// Take one whole frame from the front of `buf`, the bytes of a connection read so far
-/// (the sans-IO form of [`read_frame`], for a reader serving many connections from one
-/// thread): `None` until the frame is whole; what follows it stays in `buf`.
+/// The whole frame at the front of `buf`, the bytes of a connection read so far (the sans-IO
+/// form of [`read_frame`], for a reader serving many connections from one thread), and how
+/// many bytes of `buf` it took: `None` until the frame is whole. The caller drops the bytes
+/// taken (once for all the frames of a read: dropping them per frame would move the rest each
+/// time).
 ///
 /// # Errors
 /// `InvalidData` for a length out of range (known from the first four bytes) or a kind unknown.
-pub fn take_frame(buf: &mut Vec<u8>) -> io::Result<Option<(Kind, Vec<u8>)>> {
+pub fn take_frame(buf: &[u8]) -> io::Result<Option<(usize, Kind, Vec<u8>)>> {
     let Some(len) = buf.first_chunk::<4>() else {
         return Ok(None);
     };
@@ -218,12 +220,11 @@ pub fn take_frame(buf: &mut Vec<u8>) -> io::Result<Option<(Kind, Vec<u8>)>> {
             format!("control frame of {len} bytes"),
         ));
     }
-    if buf.len() < 4 + len {
+    let Some(frame) = buf.get(4..4 + len) else {
         return Ok(None);
-    }
-    let body = buf[4..4 + len].to_vec();
-    buf.drain(..4 + len);
-    split_kind(body).map(Some)
+    };
+    let (kind, body) = split_kind(frame.to_vec())?;
+    Ok(Some((4 + len, kind, body)))
 }
 
 /// A node's introduction.
@@ -340,21 +341,21 @@ mod tests {
             let (mut buf, mut got) = (Vec::new(), Vec::new());
             for piece in wire.chunks(step) {
                 buf.extend_from_slice(piece);
-                while let Some(f) = take_frame(&mut buf).expect("good frames") {
-                    got.push(f);
+                let mut at = 0;
+                while let Some((used, k, body)) = take_frame(&buf[at..]).expect("good frames") {
+                    got.push((k, body));
+                    at += used;
                 }
+                buf.drain(..at);
             }
             assert_eq!(got, want, "bytes {step} at a time");
             assert!(buf.is_empty());
         }
-        let mut zero = 0u32.to_le_bytes().to_vec();
-        assert!(take_frame(&mut zero).is_err());
-        let mut huge = u32::MAX.to_le_bytes().to_vec();
-        assert!(take_frame(&mut huge).is_err());
-        let mut unknown = vec![1, 0, 0, 0, 250];
-        assert!(take_frame(&mut unknown).is_err());
-        let mut short = vec![5, 0, 0];
-        assert!(matches!(take_frame(&mut short), Ok(None)));
+        assert!(take_frame(&0u32.to_le_bytes()).is_err());
+        assert!(take_frame(&u32::MAX.to_le_bytes()).is_err());
+        assert!(take_frame(&[1, 0, 0, 0, 250]).is_err());
+        assert!(matches!(take_frame(&[5, 0, 0]), Ok(None)));
+        assert!(matches!(take_frame(&[5, 0, 0, 0, 1]), Ok(None)));
     }
 
     #[test]

@@ -364,51 +364,74 @@ fn introduce(mut s: TcpStream, secret: &[u8; SECRET_LEN]) -> Event {
 
 /// Read what every node sends on its control connection (`conns`: node and its reader), from
 /// one thread: each frame as [`Event::Frame`], the end of a connection (or a frame that breaks
-/// the protocol) as [`Event::Closed`]. A thread per node cost its creation and exit for every
-/// node while the job starts; the frames are few (barriers, heartbeats, broadcasts, the end).
+/// the protocol) as [`Event::Closed`], after every whole frame it brought. A thread per node
+/// cost its creation and exit for every node while the job starts; the frames are few
+/// (barriers, heartbeats, broadcasts, the end). An epoll set, so that a frame costs the same
+/// whatever the number of nodes.
 ///
 /// The sockets stay blocking (charmrun's writes to the same connections rely on a write
-/// timeout): they are read with `MSG_DONTWAIT` once `poll` says they have something.
+/// timeout): they are read with `MSG_DONTWAIT` once epoll says they have something.
 fn read_all(conns: Vec<(usize, TcpStream)>, tx: &Sender<Event>) {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use nix::errno::Errno;
+    use nix::sys::epoll::{Epoll, EpollCreateFlags, EpollEvent, EpollFlags, EpollTimeout};
     use nix::sys::socket::{recv, MsgFlags};
-    use std::os::fd::{AsFd, AsRawFd};
-    // Each connection's bytes not yet a whole frame.
-    let mut live: Vec<(usize, TcpStream, Vec<u8>)> =
-        conns.into_iter().map(|(i, s)| (i, s, Vec::new())).collect();
+    use std::os::fd::AsRawFd;
+    let closed_all = |conns: &[(usize, TcpStream)]| {
+        for (i, _) in conns {
+            let _ = tx.send(Event::Closed(*i));
+        }
+    };
+    let Ok(epoll) = Epoll::new(EpollCreateFlags::EPOLL_CLOEXEC) else {
+        // Nobody could read them: as if every connection ended (the job ends, naming why).
+        closed_all(&conns);
+        return;
+    };
+    // By slot (the epoll token): the node, its reader, its bytes not yet a whole frame.
+    let mut live: Vec<Option<(usize, TcpStream, Vec<u8>)>> = Vec::with_capacity(conns.len());
+    let mut left = 0usize;
+    for (slot, (i, s)) in conns.into_iter().enumerate() {
+        if epoll
+            .add(&s, EpollEvent::new(EpollFlags::EPOLLIN, slot as u64))
+            .is_err()
+        {
+            let _ = tx.send(Event::Closed(i));
+            live.push(None);
+            continue;
+        }
+        live.push(Some((i, s, Vec::new())));
+        left += 1;
+    }
+    let mut events = vec![EpollEvent::empty(); 64];
     let mut chunk = vec![0u8; 64 << 10];
-    while !live.is_empty() {
-        let ready: Vec<bool> = {
-            let mut fds: Vec<PollFd> = live
-                .iter()
-                .map(|(_, s, _)| PollFd::new(s.as_fd(), PollFlags::POLLIN))
-                .collect();
-            if poll(&mut fds, PollTimeout::NONE).is_err() {
-                // EINTR: poll again.
+    while left > 0 {
+        let n = match epoll.wait(&mut events, EpollTimeout::NONE) {
+            Ok(n) => n,
+            Err(Errno::EINTR) => continue,
+            Err(_) => {
+                // Not expected of a valid set; never a spin.
+                std::thread::sleep(Duration::from_millis(10));
                 continue;
             }
-            fds.iter()
-                .map(|f| f.revents().is_some_and(|e| !e.is_empty()))
-                .collect()
         };
-        // From the back, so that removing one leaves the others' places as polled.
-        for at in (0..live.len()).rev() {
-            if !ready[at] {
+        for e in &events[..n] {
+            let slot = e.data() as usize;
+            let Some(Some((node, s, buf))) = live.get_mut(slot) else {
                 continue;
-            }
-            let (node, s, buf) = &mut live[at];
+            };
             let ended = match recv(s.as_raw_fd(), &mut chunk, MsgFlags::MSG_DONTWAIT) {
                 Ok(0) => true,
-                Ok(n) => {
-                    buf.extend_from_slice(&chunk[..n]);
+                Ok(got) => {
+                    buf.extend_from_slice(&chunk[..got]);
                     false
                 }
-                Err(nix::errno::Errno::EAGAIN | nix::errno::Errno::EINTR) => false,
+                Err(Errno::EAGAIN | Errno::EINTR) => false,
                 Err(_) => true,
             };
+            let mut at = 0;
             let broken = loop {
-                match protocol::take_frame(buf) {
-                    Ok(Some((k, body))) => {
+                match protocol::take_frame(&buf[at..]) {
+                    Ok(Some((used, k, body))) => {
+                        at += used;
                         if tx.send(Event::Frame(*node, k, body)).is_err() {
                             return;
                         }
@@ -417,9 +440,12 @@ fn read_all(conns: Vec<(usize, TcpStream)>, tx: &Sender<Event>) {
                     Err(_) => break true,
                 }
             };
+            buf.drain(..at);
             if ended || broken {
                 let _ = tx.send(Event::Closed(*node));
-                live.swap_remove(at);
+                let _ = epoll.delete(&*s);
+                live[slot] = None;
+                left -= 1;
             }
         }
     }

@@ -359,8 +359,8 @@ fn routes(plan: &[NodeStart]) -> Result<Vec<IpAddr>, LaunchError> {
     Ok(routes)
 }
 
-/// Each node costs charmrun about four descriptors (its two output pipes, its control
-/// connection and the reader's clone of it): a few hundred nodes pass the usual soft limit of
+/// Each node costs charmrun about five descriptors (its two output pipes, its pidfd, its
+/// control connection and the reader's clone of it): a few hundred nodes pass the usual soft limit of
 /// 1024. Raise the soft limit to the hard one, as MPI launchers do; where that fails, the
 /// first descriptor that cannot be had is an error naming the node.
 pub(crate) fn raise_descriptor_limit() {
