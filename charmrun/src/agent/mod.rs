@@ -786,22 +786,25 @@ fn accept_loop(
     tx: Sender<Ev>,
 ) {
     let open = Arc::new(AtomicBool::new(true));
-    converse_bootstrap::door::serve(listener, most, open, move |mut s| {
-        let deadline = std::time::Instant::now() + converse_bootstrap::door::INTRO_DEADLINE;
-        let ev = match converse_bootstrap::door::read_intro(&mut s, 64 << 10, deadline) {
-            Ok((Kind::Hello, body)) => Hello::decode(&body)
-                .filter(|h| protocol::secrets_equal(&h.secret, &secret))
-                .map(|h| Ev::Hello(s, h)),
-            Ok((Kind::Agent, body)) => AgentHello::decode(&body)
-                .filter(|h| protocol::secrets_equal(&h.secret, &secret))
-                .map(|h| Ev::Child(s, h)),
-            _ => None,
-        };
-        if let Some(Ev::Hello(s, _) | Ev::Child(s, _)) = &ev {
-            let _ = s.set_read_timeout(None);
-        }
-        if let Some(ev) = ev {
-            let _ = tx.send(ev);
-        }
-    });
+    converse_bootstrap::door::serve(
+        listener,
+        most,
+        64 << 10,
+        converse_bootstrap::door::INTRO_DEADLINE,
+        open,
+        move |s, intro| {
+            let ev = match intro {
+                Ok((Kind::Hello, body)) => Hello::decode(&body)
+                    .filter(|h| protocol::secrets_equal(&h.secret, &secret))
+                    .map(|h| Ev::Hello(s, h)),
+                Ok((Kind::Agent, body)) => AgentHello::decode(&body)
+                    .filter(|h| protocol::secrets_equal(&h.secret, &secret))
+                    .map(|h| Ev::Child(s, h)),
+                _ => None,
+            };
+            if let Some(ev) = ev {
+                let _ = tx.send(ev);
+            }
+        },
+    );
 }

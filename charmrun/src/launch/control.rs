@@ -323,18 +323,28 @@ fn accept_loop(
     accepting: Arc<AtomicBool>,
 ) {
     // Introductions read at once: every node at once, agents, and room for strangers.
-    converse_bootstrap::door::serve(listener, 2 * n + 64, accepting, move |stream| {
-        let _ = tx.send(introduce(stream, &secret));
-    });
+    converse_bootstrap::door::serve(
+        listener,
+        2 * n + 64,
+        MAX_HELLO,
+        converse_bootstrap::door::INTRO_DEADLINE,
+        accepting,
+        move |stream, intro| {
+            let _ = tx.send(introduce(stream, intro, &secret));
+        },
+    );
 }
 
-/// Read a connection's introduction: a node of this job, or a stranger.
-fn introduce(mut s: TcpStream, secret: &[u8; SECRET_LEN]) -> Event {
+/// Judge a connection by its introduction: a node of this job, or a stranger.
+fn introduce(
+    s: TcpStream,
+    intro: converse_bootstrap::door::Intro,
+    secret: &[u8; SECRET_LEN],
+) -> Event {
     let peer = s
         .peer_addr()
         .unwrap_or_else(|_| SocketAddr::new(Ipv4Addr::UNSPECIFIED.into(), 0));
-    let deadline = std::time::Instant::now() + converse_bootstrap::door::INTRO_DEADLINE;
-    let verdict = match converse_bootstrap::door::read_intro(&mut s, MAX_HELLO, deadline) {
+    let verdict = match intro {
         Ok((Kind::Hello, body)) => match Hello::decode(&body) {
             Some(h) if protocol::secrets_equal(&h.secret, secret) => Ok(Ok(h)),
             Some(_) => Err("wrong job secret".to_string()),
@@ -350,7 +360,6 @@ fn introduce(mut s: TcpStream, secret: &[u8; SECRET_LEN]) -> Event {
     };
     match verdict {
         Ok(h) => {
-            let _ = s.set_read_timeout(None);
             let _ = s.set_write_timeout(Some(CONTROL_WRITE_TIMEOUT));
             let _ = s.set_nodelay(true);
             match h {
