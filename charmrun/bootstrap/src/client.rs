@@ -281,6 +281,10 @@ impl Bootstrap for Control {
         self.released.wait_past(ticket, Some(timeout))
     }
 
+    fn wake_on_release(&self, waker: Arc<dyn Wake>) {
+        self.released.ring_at_raise(waker);
+    }
+
     fn broadcast(&self, root: usize, blob: &[u8]) -> Result<Vec<u8>, MachineError> {
         if root >= self.nodes {
             return Err(MachineError::InvalidNode {
@@ -557,10 +561,13 @@ pub fn hostname() -> String {
 
 /// A counter the watchdog raises and `barrier` waits past.
 mod signal {
+    use converse_machine::Wake;
     use std::sync::{Arc, Condvar, Mutex};
 
+    /// A counter raised by one thread and waited past by another; `waker`, if set, is rung
+    /// at each raise too, for a waiter napping in its layer instead of on the condvar.
     #[derive(Clone, Default)]
-    pub(super) struct Signal(Arc<(Mutex<u64>, Condvar)>);
+    pub(super) struct Signal(Arc<(Mutex<u64>, Condvar, Mutex<Option<Arc<dyn Wake>>>)>);
 
     impl Signal {
         pub(super) fn ticket(&self) -> u64 {
@@ -571,6 +578,16 @@ mod signal {
                 *g += 1;
             }
             self.0 .1.notify_all();
+            if let Ok(w) = self.0 .2.lock() {
+                if let Some(w) = w.as_ref() {
+                    w.wake();
+                }
+            }
+        }
+        pub(super) fn ring_at_raise(&self, waker: Arc<dyn Wake>) {
+            if let Ok(mut w) = self.0 .2.lock() {
+                *w = Some(waker);
+            }
         }
         /// Wait until the counter is past `ticket`, or `timeout` passed; whether it is.
         pub(super) fn wait_past(&self, ticket: u64, timeout: Option<std::time::Duration>) -> bool {
@@ -599,6 +616,37 @@ mod signal {
                 }
             }
             true
+        }
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+
+        #[derive(Default)]
+        struct Rings(AtomicUsize);
+        impl Wake for Rings {
+            fn wake(&self) {
+                self.0.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+
+        /// A release rings the layer's waker (a barrier waiter napping in its layer), once per
+        /// raise, and is seen past the ticket taken before it.
+        #[test]
+        fn a_raise_rings_the_waker_and_passes_the_ticket() {
+            let s = Signal::default();
+            let ticket = s.ticket();
+            s.raise();
+            assert!(s.wait_past(ticket, Some(std::time::Duration::ZERO)));
+            let rings = Arc::new(Rings::default());
+            s.ring_at_raise(rings.clone());
+            let ticket = s.ticket();
+            assert!(!s.wait_past(ticket, Some(std::time::Duration::ZERO)));
+            s.raise();
+            assert_eq!(rings.0.load(Ordering::SeqCst), 1);
+            assert!(s.wait_past(ticket, Some(std::time::Duration::ZERO)));
         }
     }
 }

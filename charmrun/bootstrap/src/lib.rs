@@ -65,6 +65,14 @@ pub trait Bootstrap: Send + Sync + std::fmt::Debug {
     /// Whether the barrier of `ticket` is complete, waiting for it up to `timeout`.
     fn released(&self, ticket: u64, timeout: Duration) -> bool;
 
+    /// Ring `waker` whenever a barrier is released, so that a node waiting in the barrier
+    /// while it keeps its layer moving (a nap in the layer's wait, not on the launcher) sees
+    /// the release at once, not at the nap's end. A launcher whose barrier is itself a
+    /// blocking call (MPI's) need not: the default does nothing.
+    fn wake_on_release(&self, waker: Arc<dyn Wake>) {
+        let _ = waker;
+    }
+
     /// A broadcast: node `root` gives `blob` (the others' `blob` is not read), and every node
     /// returns it. Collective: every node calls the same broadcasts in the same order.
     ///

@@ -153,6 +153,11 @@ impl<P: Part> Launched<P> {
         launcher: Arc<dyn Bootstrap>,
         report: bool,
     ) -> Result<Launched<P>, MachineError> {
+        // The barrier loop naps in the layer's wait: a release must end the nap (the last
+        // node into the exit barrier otherwise saw it up to a nap, 1 ms, late — every job).
+        if let Some(w) = part.waker() {
+            launcher.wake_on_release(w);
+        }
         let dead = if report {
             let Some(waker) = part.waker() else {
                 return Err(MachineError::Boot(
