@@ -567,44 +567,51 @@ mod signal {
     /// A counter raised by one thread and waited past by another; `waker`, if set, is rung
     /// at each raise too, for a waiter napping in its layer instead of on the condvar.
     #[derive(Clone, Default)]
-    pub(super) struct Signal(Arc<(Mutex<u64>, Condvar, Mutex<Option<Arc<dyn Wake>>>)>);
+    pub(super) struct Signal(Arc<Inner>);
+
+    #[derive(Default)]
+    pub(super) struct Inner {
+        count: Mutex<u64>,
+        raised: Condvar,
+        waker: Mutex<Option<Arc<dyn Wake>>>,
+    }
 
     impl Signal {
         pub(super) fn ticket(&self) -> u64 {
-            self.0 .0.lock().map_or(0, |g| *g)
+            self.0.count.lock().map_or(0, |g| *g)
         }
         pub(super) fn raise(&self) {
-            if let Ok(mut g) = self.0 .0.lock() {
+            if let Ok(mut g) = self.0.count.lock() {
                 *g += 1;
             }
-            self.0 .1.notify_all();
-            if let Ok(w) = self.0 .2.lock() {
+            self.0.raised.notify_all();
+            if let Ok(w) = self.0.waker.lock() {
                 if let Some(w) = w.as_ref() {
                     w.wake();
                 }
             }
         }
         pub(super) fn ring_at_raise(&self, waker: Arc<dyn Wake>) {
-            if let Ok(mut w) = self.0 .2.lock() {
+            if let Ok(mut w) = self.0.waker.lock() {
                 *w = Some(waker);
             }
         }
         /// Wait until the counter is past `ticket`, or `timeout` passed; whether it is.
         pub(super) fn wait_past(&self, ticket: u64, timeout: Option<std::time::Duration>) -> bool {
             let deadline = timeout.map(|t| std::time::Instant::now() + t);
-            let Ok(mut g) = self.0 .0.lock() else {
+            let Ok(mut g) = self.0.count.lock() else {
                 return false;
             };
             while *g <= ticket {
                 let r = match deadline {
-                    None => self.0 .1.wait(g).map(|g| (g, false)).map_err(|_| ()),
+                    None => self.0.raised.wait(g).map(|g| (g, false)).map_err(|_| ()),
                     Some(d) => {
                         let left = d.saturating_duration_since(std::time::Instant::now());
                         if left.is_zero() {
                             return false;
                         }
                         self.0
-                             .1
+                            .raised
                             .wait_timeout(g, left)
                             .map(|(g, t)| (g, t.timed_out()))
                             .map_err(|_| ())

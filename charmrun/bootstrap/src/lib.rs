@@ -67,8 +67,9 @@ pub trait Bootstrap: Send + Sync + std::fmt::Debug {
 
     /// Ring `waker` whenever a barrier is released, so that a node waiting in the barrier
     /// while it keeps its layer moving (a nap in the layer's wait, not on the launcher) sees
-    /// the release at once, not at the nap's end. A launcher whose barrier is itself a
-    /// blocking call (MPI's) need not: the default does nothing.
+    /// the release at once, not at the nap's end. A launcher whose release no other thread
+    /// learns of (MPI's, an `MPI_Ibarrier` the node's own thread polls) need not: the default
+    /// does nothing.
     fn wake_on_release(&self, waker: Arc<dyn Wake>) {
         let _ = waker;
     }
